@@ -21,18 +21,21 @@ class TokenMixer(nn.Module):
 
     q: (B, H, Nq, d); k, v: (B, H, Nk, d); bias: additive, broadcastable to (B, H, Nq, Nk) (Swin's
     relative-position bias plus shift mask; -inf or a large negative value masks), or None; x: the
-    tokens the queries were projected from, (B, Nq, H*d), for variants whose gates read the token
-    (CSaN). Returns (B, H, Nq, d).
+    tokens the queries were projected from, (B, Nq, in_dim), for variants whose gates read the token
+    (CSaN; Hiera's pooled-query blocks pass the pooled tokens). Returns (B, H, Nq, d).
+    Constructor: dim = H * d (the attention width), in_dim = width of x (Hiera's stage transitions
+    project dim -> dim_out, so in_dim can differ from dim; defaults to dim).
 
     Diagnostics: when ``self.record`` is True, a variant stores the attention rows of its last forward
     in ``self.last_attn`` (B, H, Nq, Nk, detached); otherwise it must not materialise them.
     """
 
-    def __init__(self, cfg: AttentionConfig, dim: int, num_heads: int) -> None:
+    def __init__(self, cfg: AttentionConfig, dim: int, num_heads: int, in_dim: int | None = None) -> None:
         super().__init__()
         self.cfg = cfg
         self.dim = dim
         self.num_heads = num_heads
+        self.in_dim = in_dim or dim
         self.record = False
         self.last_attn: Tensor | None = None
 
@@ -57,9 +60,9 @@ def register(kind: str) -> Callable[[type[TokenMixer]], type[TokenMixer]]:
     return deco
 
 
-def create_mixer(cfg: AttentionConfig, dim: int, num_heads: int) -> TokenMixer:
+def create_mixer(cfg: AttentionConfig, dim: int, num_heads: int, in_dim: int | None = None) -> TokenMixer:
     """The mixer for ``cfg.kind`` (the timm ``create_model`` pattern)."""
-    return REGISTRY[cfg.kind](cfg, dim, num_heads)
+    return REGISTRY[cfg.kind](cfg, dim, num_heads, in_dim)
 
 
 def softmax_rows(q: Tensor, k: Tensor, bias: Tensor | None) -> Tensor:
@@ -73,9 +76,6 @@ def softmax_rows(q: Tensor, k: Tensor, bias: Tensor | None) -> Tensor:
 @register("softmax")
 class Softmax(TokenMixer):
     """Plain attention through the fused SDPA kernel."""
-
-    def __init__(self, cfg: SoftmaxAttention, dim: int, num_heads: int) -> None:
-        super().__init__(cfg, dim, num_heads)
 
     def forward(self, q: Tensor, k: Tensor, v: Tensor, bias: Tensor | None = None, x: Tensor | None = None) -> Tensor:
         if self.record:
