@@ -1,0 +1,33 @@
+"""ablate: ablation studies of attention mechanisms, from a YAML grid to paper-style reports.
+
+The library API (the CLI is a thin layer over it): `load_sweeps`, `plan`, `launch`, `report`.
+Imports are lazy so that validating or planning a file never pays for torch or Ray.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__version__ = "0.1.0"
+
+_API = {
+    "load_sweeps": "ablate.spec",
+    "plan": "ablate.plan",
+    "TrialConfig": "ablate.config",
+    "SpecError": "ablate.errors",
+    "run_trial": "ablate.trial",
+    "launch": "ablate.launch",
+    "Store": "ablate.store",
+    "report": "ablate.report",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _API:
+        import importlib
+
+        return getattr(importlib.import_module(_API[name]), name)
+    raise AttributeError(f"module 'ablate' has no attribute {name!r}")
+
+
+__all__ = list(_API)

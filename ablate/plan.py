@@ -1,0 +1,290 @@
+"""Grid expansion and trial identity: a sweep -> [Trial(key, config)].
+
+A trial's key is a hash of the canonical JSON of everything that changes its result (`config.identity`:
+model, knobs, data and split, recipe, epochs, seed) and of nothing else, so reordering YAML keys or writing
+a default explicitly keeps the key, and the same config in another sweep is the same trial. A variant is a
+grid cell without its seed; its key hashes the same identity minus the seed.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import itertools
+import json
+import typing
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable
+
+from pydantic import BaseModel, ValidationError
+
+from ablate.config import TrialConfig, identity
+from ablate.errors import SpecError
+from ablate.spec import Sweep, clean_loc, error_message, load_sweeps
+
+KEY_VERSION = "ablate-trial-v1"
+"""Bumped only when the meaning of a config changes, so old keys stop matching new trials."""
+
+Loc = tuple[str | int, ...]
+Cell = tuple[tuple[str, Any, Loc], ...]
+"""A grid cell: (dotted path, value, where in the sweep's YAML it came from) per assigned axis."""
+
+
+@dataclass(frozen=True)
+class Trial:
+    """One planned run."""
+
+    key: str
+    variant: str
+    config: TrialConfig
+    axes: dict[str, Any]
+    """Resolved value of every axis path of the sweep (None where it does not apply), and `seed`."""
+
+
+@dataclass
+class Plan:
+    """A sweep expanded: its trials, the axis paths that vary, and the baseline variant."""
+
+    sweep: str
+    trials: list[Trial]
+    axes: list[str]
+    baseline: str | None
+    metric: str
+    file: str = ""
+    description: str = ""
+    variants: list[str] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.variants = list(dict.fromkeys(t.variant for t in self.trials))
+
+    def counts(self) -> dict[str, Counter]:
+        """Trials per value of each axis."""
+        return {a: Counter(_hashable(t.axes[a]) for t in self.trials) for a in self.axes}
+
+
+def _hashable(v: Any) -> Any:
+    return json.dumps(v) if isinstance(v, (list, dict, tuple)) else v
+
+
+def digest(data: Any) -> str:
+    """sha256 of canonical JSON (sorted keys, no spaces), 20 hex digits."""
+    text = json.dumps([KEY_VERSION, data], sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+    return hashlib.sha256(text.encode()).hexdigest()[:20]
+
+
+def trial_key(cfg: TrialConfig) -> str:
+    return digest(identity(cfg))
+
+
+def variant_key(cfg: TrialConfig) -> str:
+    ident = identity(cfg)
+    ident.pop("seed")
+    return digest(ident)
+
+
+# ------------------------------------------------------------------------------------------ path helpers
+def get_path(data: Any, path: str, default: Any = None) -> Any:
+    node = data
+    for part in path.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return default
+        node = node[part]
+    return node
+
+
+def set_path(data: dict[str, Any], path: str, value: Any) -> None:
+    *parents, leaf = path.split(".")
+    node = data
+    for part in parents:
+        child = node.get(part)
+        if not isinstance(child, dict):
+            child = node[part] = {}
+        node = child
+    node[leaf] = copy.deepcopy(value)
+
+
+def _models_in(annotation: Any) -> list[type[BaseModel]]:
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return [annotation]
+    return [m for arg in typing.get_args(annotation) for m in _models_in(arg)]
+
+
+def _takes_dict(annotation: Any) -> bool:
+    return annotation is dict or typing.get_origin(annotation) is dict or any(_takes_dict(a) for a in typing.get_args(annotation))
+
+
+def path_problem(path: str) -> str | None:
+    """None if `path` names a config field (of any attention kind), else what was expected."""
+    models: list[type[BaseModel]] = [TrialConfig]
+    parts = path.split(".")
+    for i, part in enumerate(parts):
+        fields = {n: f for m in models for n, f in m.model_fields.items()}
+        if part not in fields:
+            where = ".".join(parts[:i]) or "the top level"
+            return f"unknown config path {path!r}: {part!r} is not a key of {where}; expected one of {sorted(fields)}"
+        ann = fields[part].annotation
+        models = _models_in(ann)
+        if not models:
+            return None if i == len(parts) - 1 or _takes_dict(ann) else f"{'.'.join(parts[: i + 1])} has no sub-keys"
+    return None
+
+
+def matches(rule: dict[str, Any], resolved: dict[str, Any], flat: bool = False) -> bool:
+    """A partial assignment matches when each value equals the resolved one (a list of scalars: any of).
+    `resolved` is a nested config, or with `flat` a mapping of dotted paths to values."""
+    for path, want in rule.items():
+        have = resolved.get(path) if flat else get_path(resolved, path)
+        if have == want or (isinstance(want, list) and not isinstance(have, (list, tuple)) and have in want):
+            continue
+        if isinstance(have, tuple) and list(have) == want:
+            continue
+        return False
+    return True
+
+
+# ------------------------------------------------------------------------------------------------- expand
+def _groups(grid: dict[str, list[Any]], linked: list, at: Loc, sweep: Sweep, problems: list) -> list[list[Cell]]:
+    """Each axis group as its list of rows (a row is a partial cell)."""
+    groups: list[list[Cell]] = []
+    for path, values in grid.items():
+        loc = at + ("grid", path)
+        if (msg := path_problem(path)) is not None:
+            problems.append(sweep.problem(loc, msg))
+        elif not values:
+            problems.append(sweep.problem(loc, "empty axis: expected a list of at least one value"))
+        groups.append([((path, v, loc + (i,)),) for i, v in enumerate(values)])
+    for g, group in enumerate(linked):
+        loc = at + ("linked", g)
+        if isinstance(group, dict):
+            lengths = {len(v) for v in group.values()}
+            if len(lengths) > 1:
+                problems.append(sweep.problem(loc, f"linked axes need lists of one length, got lengths {sorted(lengths)}"))
+                continue
+            rows = [{p: vals[i] for p, vals in group.items()} for i in range(lengths.pop() if lengths else 0)]
+            locs = [{p: loc + (p, i) for p in group} for i in range(len(rows))]
+        else:
+            rows = group
+            locs = [{p: loc + (i, p) for p in row} for i, row in enumerate(rows)]
+        if not rows:
+            problems.append(sweep.problem(loc, "empty linked group: expected at least one row"))
+        for p in {p for row in rows for p in row}:
+            if (msg := path_problem(p)) is not None:
+                problems.append(sweep.problem(loc, msg))
+        groups.append([tuple((p, v, locs[i][p]) for p, v in row.items()) for i, row in enumerate(rows)])
+    return groups
+
+
+def _product(groups: list[list[Cell]]) -> Iterable[Cell]:
+    for combo in itertools.product(*groups):
+        yield tuple(a for row in combo for a in row)
+
+
+def _where(sweep: Sweep, cell: Cell, err_path: str, msg: str) -> list:
+    """Place a cell's validation error at the axes that set the offending path, else in the base."""
+    hits = [
+        sweep.problem(loc, f"{msg} (value {value!r})")
+        for path, value, loc in cell
+        if err_path and (path == err_path or path.startswith(err_path + ".") or err_path.startswith(path + "."))
+    ]
+    if hits:
+        return hits
+    if not err_path:
+        desc = ", ".join(f"{p}={v!r}" for p, v, _ in cell)
+        return [sweep.problem(("base",), f"{msg} (in the cell {desc})" if desc else msg)]
+    return [sweep.problem(("base", *err_path.split(".")), msg)]
+
+
+def _raw_config(sweep: Sweep, cell: Cell) -> dict[str, Any]:
+    raw = copy.deepcopy(sweep.base)
+    for path, value, _ in cell:
+        set_path(raw, path, value)
+    return raw
+
+
+def expand(sweep: Sweep) -> Plan:
+    """Expand a sweep into trials (cached on the sweep); raise SpecError naming every bad axis value."""
+    cached = getattr(sweep, "_plan", None)
+    if cached is not None:
+        return cached
+    spec, problems = sweep.spec, []
+    defaults = TrialConfig().model_dump()
+    cells = list(_product(_groups(spec.grid, spec.linked, (), sweep, problems)))
+    for w, block in enumerate(spec.when):
+        for path in block.when:
+            if (msg := path_problem(path)) is not None:
+                problems.append(sweep.problem(("when", w, "when", path), msg))
+        groups = _groups(block.grid, block.linked, ("when", w), sweep, problems)
+        grown: list[Cell] = []
+        for cell in cells:
+            raw = _raw_config(sweep, cell)
+            if matches(block.when, {p: get_path(raw, p, get_path(defaults, p)) for p in block.when}, flat=True):
+                grown.extend(cell + extra for extra in _product(groups))
+            else:
+                grown.append(cell)
+        cells = grown
+    for i, rule in enumerate(spec.exclude):
+        for path in rule:
+            if (msg := path_problem(path)) is not None:
+                problems.append(sweep.problem(("exclude", i, path), msg))
+    if problems:
+        raise SpecError(problems)
+
+    axes = list(dict.fromkeys(p for cell in cells for p, _, _ in cell))
+    trials: list[Trial] = []
+    seen: set[str] = set()
+    for cell in cells:
+        raw = _raw_config(sweep, cell)
+        try:
+            cfg = TrialConfig.model_validate(raw)
+        except ValidationError as err:
+            for e in err.errors():
+                err_path = ".".join(str(p) for p in clean_loc(tuple(e["loc"]), raw))
+                problems.extend(_where(sweep, cell, err_path, error_message(e)))
+            continue
+        resolved = cfg.model_dump(mode="json")
+        if any(matches(rule, resolved) for rule in spec.exclude):
+            continue
+        ident = identity(cfg)
+        ident.pop("seed")
+        variant = digest(ident)
+        cell_axes = {a: get_path(resolved, a) for a in axes}
+        for seed in spec.seeds:
+            key = digest({**ident, "seed": seed})
+            if key in seen:
+                continue
+            seen.add(key)
+            trials.append(Trial(key, variant, cfg.model_copy(update={"seed": seed}), {**cell_axes, "seed": seed}))
+    if problems:
+        raise SpecError(problems)
+    if not trials:
+        raise SpecError([sweep.problem(("exclude",) if spec.exclude else ("grid",), "empty grid: no cell remains")])
+    baseline = None
+    if spec.baseline is not None:
+        bad = [sweep.problem(("baseline", p), m) for p in spec.baseline if (m := path_problem(p)) is not None]
+        if bad:
+            raise SpecError(bad)
+        hit = next((t for t in trials if matches(spec.baseline, t.config.model_dump(mode="json"))), None)
+        if hit is None:
+            raise SpecError([sweep.problem(("baseline",), f"matches no cell of the grid: {spec.baseline}")])
+        baseline = hit.variant
+    metric = spec.metric or ("test.auc" if trials[0].config.task == "mil" else "test.top1")
+    plan = Plan(sweep.name, trials, axes, baseline, metric, sweep.source, spec.description)
+    sweep._plan = plan  # type: ignore[attr-defined]
+    return plan
+
+
+def plan(source: str | Path | Sweep, sweep: str | None = None) -> Plan | list[Plan]:
+    """Plan a sweep: from a Sweep, or from a file and a sweep name (no name: every sweep, as a list)."""
+    if isinstance(source, Sweep):
+        return expand(source)
+    sweeps = load_sweeps(source)
+    if sweep is None:
+        return [expand(s) for s in sweeps.values()]
+    if sweep not in sweeps:
+        raise KeyError(f"{source}: no sweep named {sweep!r}; the file has {sorted(sweeps)}")
+    return expand(sweeps[sweep])
+
+
+__all__ = ["Trial", "Plan", "plan", "expand", "trial_key", "variant_key"]

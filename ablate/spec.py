@@ -1,0 +1,243 @@
+"""experiments.yaml -> validated sweeps.
+
+A file holds named sweeps. Each sweep is a base config (a partial `TrialConfig`, merged over the file's
+`defaults`) and a grid over dotted config paths: cartesian `grid` axes, `linked` axes that move together,
+`when` blocks whose axes apply only where a condition holds, `exclude` rules, `seeds` and a `baseline`.
+Everything wrong in a file is collected and raised as one `SpecError` whose problems name the file, the
+key path and the YAML line. Expanding the grid into trials is `ablate.plan`'s job; `load_sweeps` runs it
+once so that errors in cells (a bad knob value on one axis) surface before anything is launched.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Union
+
+import yaml
+from pydantic import Field, ValidationError, field_validator
+
+from ablate.config import Strict, TrialConfig
+from ablate.errors import Problem, SpecError
+
+Assignment = dict[str, Any]
+"""A partial assignment of dotted config paths to values, e.g. {"attention.kind": "csan"}."""
+
+
+class When(Strict):
+    """Axes that apply only to cells matching a condition (e.g. CSaN knobs only where kind is csan)."""
+
+    when: Assignment = Field(min_length=1)
+    """Condition: path -> value (a list of scalars matches any of them)."""
+    grid: dict[str, list[Any]] = {}
+    """Cartesian axes added to matching cells."""
+    linked: list[Union[dict[str, list[Any]], list[Assignment]]] = []
+    """Linked axis groups added to matching cells."""
+
+
+class SweepSpec(Strict):
+    """One named sweep: a base config and the grid over it."""
+
+    description: str = ""
+    base: dict[str, Any] = Field({}, json_schema_extra={"$ref": "#/$defs/TrialConfig"})
+    """A partial trial config (task, data, model, attention, train, resources); merged over `defaults`."""
+    grid: dict[str, list[Any]] = {}
+    """Cartesian axes: dotted config path -> values."""
+    linked: list[Union[dict[str, list[Any]], list[Assignment]]] = []
+    """Axes that move together: {path: [values...]} columns of equal length, or a list of rows
+    (partial assignments; a path a row leaves out keeps the base value)."""
+    when: list[When] = []
+    """Conditional axes."""
+    exclude: list[Assignment] = []
+    """Cells matching any of these partial assignments are dropped."""
+    seeds: Union[list[int], int] = [0]
+    """Seeds per cell: a list, or a count n meaning 0..n-1."""
+    baseline: Assignment | None = None
+    """The cell reports compare against (a partial assignment matching at least one cell)."""
+    metric: str | None = None
+    """Headline metric of reports (default: test.top1 for classify, test.auc for mil)."""
+
+    @field_validator("seeds")
+    @classmethod
+    def _seeds(cls, v: list[int] | int) -> list[int]:
+        seeds = list(range(v)) if isinstance(v, int) else v
+        if not seeds:
+            raise ValueError("at least one seed is required")
+        if len(set(seeds)) != len(seeds):
+            raise ValueError("seeds repeat")
+        return seeds
+
+
+class SpecFile(Strict):
+    """The whole experiments file."""
+
+    defaults: dict[str, Any] = Field({}, json_schema_extra={"$ref": "#/$defs/TrialConfig"})
+    """A partial trial config shared by every sweep of the file."""
+    sweeps: dict[str, SweepSpec] = Field(min_length=1)
+    """Named sweeps."""
+
+
+@dataclass
+class Sweep:
+    """A validated sweep, ready to plan."""
+
+    name: str
+    spec: SweepSpec
+    file: Path
+    base: dict[str, Any]
+    """defaults merged with the sweep's base, relative data paths made absolute."""
+    lines: dict[tuple[str | int, ...], int] = field(default_factory=dict, repr=False)
+
+    @property
+    def source(self) -> str:
+        return str(self.file)
+
+    def problem(self, path: tuple[str | int, ...], message: str) -> Problem:
+        """A problem at `path` inside this sweep's YAML, with the nearest known line."""
+        full = ("sweeps", self.name, *path)
+        return Problem(self.source, full, message, nearest_line(self.lines, full))
+
+
+def nearest_line(lines: dict[tuple[str | int, ...], int], path: tuple[str | int, ...]) -> int | None:
+    for n in range(len(path), 0, -1):
+        if path[:n] in lines:
+            return lines[path[:n]]
+    return None
+
+
+def _line_map(node: yaml.Node, path: tuple[str | int, ...], out: dict, dups: list) -> None:
+    """Record the 1-based line of every key and list item; note duplicate keys (PyYAML keeps the last)."""
+    out[path] = node.start_mark.line + 1
+    if isinstance(node, yaml.MappingNode):
+        seen: set[Any] = set()
+        for k, v in node.value:
+            key = k.value
+            if key in seen:
+                dups.append((path + (key,), k.start_mark.line + 1))
+            seen.add(key)
+            _line_map(v, path + (key,), out, dups)
+            out[path + (key,)] = k.start_mark.line + 1  # the key's line, not its value's
+    elif isinstance(node, yaml.SequenceNode):
+        for i, v in enumerate(node.value):
+            _line_map(v, path + (i,), out, dups)
+
+
+def clean_loc(loc: tuple[str | int, ...], data: Any) -> tuple[str | int, ...]:
+    """The user's key path of a pydantic error: walk the input and drop union tags and type labels
+    (parts that name no key of the input), except a last part, which is a missing key."""
+    out: list[str | int] = []
+    node = data
+    for i, part in enumerate(loc):
+        if isinstance(node, dict) and part in node:
+            node = node[part]
+        elif isinstance(node, list) and isinstance(part, int) and part < len(node):
+            node = node[part]
+        elif i < len(loc) - 1:
+            continue
+        out.append(part)
+    return tuple(out)
+
+
+def error_message(e: Any) -> str:
+    """A pydantic error as a sentence about what was expected."""
+    msg = e["msg"].removeprefix("Value error, ")
+    if e["type"] == "extra_forbidden":
+        return "unknown key"
+    if e["type"] in ("literal_error", "union_tag_invalid"):
+        return f"{msg} (got {e.get('input')!r})"
+    return msg
+
+
+def validation_problems(err: ValidationError, data: Any, where: Any) -> list[Problem]:
+    """Turn a pydantic error into problems; `where(path, message) -> Problem` places each in the file."""
+    return [where(clean_loc(tuple(e["loc"]), data), error_message(e)) for e in err.errors()]
+
+
+def deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    """`over` merged into a copy of `base`, mapping by mapping."""
+    out = copy.deepcopy(base)
+    for k, v in over.items():
+        out[k] = deep_merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else copy.deepcopy(v)
+    return out
+
+
+def read_yaml(path: Path) -> tuple[Any, dict[tuple[str | int, ...], int]]:
+    """Safe-load a YAML file with a line for every key path. Raises SpecError on unreadable/invalid YAML."""
+    src = str(path)
+    try:
+        text = path.read_text()
+    except OSError as e:
+        raise SpecError([Problem(src, (), f"cannot read file: {e.strerror or e}")]) from None
+    try:
+        node = yaml.compose(text, Loader=yaml.SafeLoader)
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        line = mark.line + 1 if mark else None
+        raise SpecError([Problem(src, (), f"invalid YAML: {getattr(e, 'problem', None) or e}", line)]) from None
+    lines: dict[tuple[str | int, ...], int] = {}
+    dups: list[tuple[tuple[str | int, ...], int]] = []
+    if node is not None:
+        _line_map(node, (), lines, dups)
+    if dups:
+        raise SpecError([Problem(src, p, "duplicate key (YAML keeps only the last)", ln) for p, ln in dups])
+    return data, lines
+
+
+def _absolute_data_path(cfg: dict[str, Any], folder: Path) -> dict[str, Any]:
+    data = cfg.get("data")
+    if isinstance(data, dict) and isinstance(data.get("path"), str) and not Path(data["path"]).is_absolute():
+        data["path"] = str((folder / data["path"]).resolve())
+    return cfg
+
+
+def load_sweeps(path: str | Path) -> dict[str, Sweep]:
+    """Read, validate and plan every sweep of `path`; raise one SpecError with every problem found."""
+    from ablate.plan import expand  # plan builds on spec's types
+
+    path = Path(path)
+    src = str(path)
+    data, lines = read_yaml(path)
+    if not isinstance(data, dict):
+        raise SpecError([Problem(src, (), "expected a mapping with a `sweeps` key", 1)])
+    problems: list[Problem] = []
+    try:
+        spec = SpecFile.model_validate(data)
+        defaults, specs = spec.defaults, spec.sweeps
+    except ValidationError as err:
+        # Keep going with the sweeps that are well-formed, so one run reports every problem of the file.
+        problems += validation_problems(err, data, lambda p, m: Problem(src, p, m, nearest_line(lines, p)))
+        defaults = data.get("defaults") if isinstance(data.get("defaults"), dict) else {}
+        raw = data.get("sweeps") if isinstance(data.get("sweeps"), dict) else {}
+        specs = {}
+        for name, body in raw.items():
+            try:
+                specs[name] = SweepSpec.model_validate(body)
+            except ValidationError:
+                pass  # already reported through SpecFile
+    sweeps: dict[str, Sweep] = {}
+    for name, sweep_spec in specs.items():
+        base = _absolute_data_path(deep_merge(defaults, sweep_spec.base), path.resolve().parent)
+        sweep = Sweep(name, sweep_spec, path, base, lines)
+        try:
+            expand(sweep)
+        except SpecError as err:
+            problems.extend(err.problems)
+            continue
+        sweeps[name] = sweep
+    if problems:
+        raise SpecError(problems)
+    return sweeps
+
+
+def json_schema() -> dict[str, Any]:
+    """JSON schema of experiments.yaml, with base/defaults typed as (partial) TrialConfig for editors."""
+    schema = SpecFile.model_json_schema()
+    trial = TrialConfig.model_json_schema(ref_template="#/$defs/{model}")
+    defs = schema.setdefault("$defs", {})
+    defs.update(trial.pop("$defs", {}))
+    defs["TrialConfig"] = trial
+    schema["title"] = "ablate experiments file"
+    return schema
+
