@@ -1,7 +1,9 @@
 """ablate: ablation studies of attention mechanisms, from a YAML grid to paper-style reports.
 
 The library API (the CLI is a thin layer over it): `load_sweeps`, `plan`, `launch`, `report`.
-Imports are lazy so that validating or planning a file never pays for torch or Ray.
+Imports are lazy so that validating or planning a file never pays for torch or Ray. Modules are named
+apart from the API functions (planner.plan, launcher.launch, reporting.report) so that importing a
+module never shadows a function of the same name.
 """
 
 from __future__ import annotations
@@ -12,13 +14,13 @@ __version__ = "0.1.0"
 
 _API = {
     "load_sweeps": "ablate.spec",
-    "plan": "ablate.plan",
+    "plan": "ablate.planner",
     "TrialConfig": "ablate.config",
     "SpecError": "ablate.errors",
     "run_trial": "ablate.trial",
-    "launch": "ablate.launch",
+    "launch": "ablate.launcher",
     "Store": "ablate.store",
-    "report": "ablate.report",
+    "report": "ablate.reporting",
 }
 
 

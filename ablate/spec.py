@@ -194,7 +194,7 @@ def _absolute_data_path(cfg: dict[str, Any], folder: Path) -> dict[str, Any]:
 
 def load_sweeps(path: str | Path) -> dict[str, Sweep]:
     """Read, validate and plan every sweep of `path`; raise one SpecError with every problem found."""
-    from ablate.plan import expand  # plan builds on spec's types
+    from ablate.planner import expand  # plan builds on spec's types
 
     path = Path(path)
     src = str(path)
