@@ -47,6 +47,13 @@ class CSaNAttention(Strict):
     """Public gain on the attended output: per head x channel (`unit`), per head (`head`), or none."""
     kappa_priv: bool = True
     """Private path: adds the token's own value, gated per unit."""
+
+    @field_validator("kappa_pub", mode="before")
+    @classmethod
+    def _yaml_off(cls, v: Any) -> Any:
+        """YAML 1.1 reads a bare `off` as false: take it as the `off` it was written as."""
+        return "off" if v is False else v
+
     bounded: bool = False
     """GELU trunk + tanh heads (gains bounded) instead of the unbounded gated trunk."""
     beta: float = Field(0.25, gt=0)

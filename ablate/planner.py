@@ -3,7 +3,7 @@
 A trial's key is a hash of the canonical JSON of everything that changes its result (`config.identity`:
 model, knobs, data and split, recipe, epochs, seed) and of nothing else, so reordering YAML keys or writing
 a default explicitly keeps the key, and the same config in another sweep is the same trial. A variant is a
-grid cell without its seed; its key hashes the same identity minus the seed.
+grid cell without its replicates (seed, CV fold); its key hashes the identity minus those.
 """
 
 from __future__ import annotations
@@ -78,10 +78,16 @@ def trial_key(cfg: TrialConfig) -> str:
     return digest(identity(cfg))
 
 
-def variant_key(cfg: TrialConfig) -> str:
+def variant_identity(cfg: TrialConfig) -> dict[str, Any]:
+    """The identity without the replicate fields (seed, and the CV fold: a variant's folds are its repeats)."""
     ident = identity(cfg)
     ident.pop("seed")
-    return digest(ident)
+    ident["data"].pop("fold")
+    return ident
+
+
+def variant_key(cfg: TrialConfig) -> str:
+    return digest(variant_identity(cfg))
 
 
 # ------------------------------------------------------------------------------------------ path helpers
@@ -131,12 +137,22 @@ def path_problem(path: str) -> str | None:
     return None
 
 
+_YAML11_BOOLS = {False: ("off", "no", "false"), True: ("on", "yes", "true")}
+
+
+def _same(want: Any, have: Any) -> bool:
+    """Equality, except that a YAML 1.1 boolean matches the word it was written as (`off` -> false)."""
+    if isinstance(want, bool) and isinstance(have, str):
+        return have.lower() in _YAML11_BOOLS[want]
+    return want == have
+
+
 def matches(rule: dict[str, Any], resolved: dict[str, Any], flat: bool = False) -> bool:
     """A partial assignment matches when each value equals the resolved one (a list of scalars: any of).
     `resolved` is a nested config, or with `flat` a mapping of dotted paths to values."""
     for path, want in rule.items():
         have = resolved.get(path) if flat else get_path(resolved, path)
-        if have == want or (isinstance(want, list) and not isinstance(have, (list, tuple)) and have in want):
+        if _same(want, have) or (isinstance(want, list) and not isinstance(have, (list, tuple)) and any(_same(w, have) for w in want)):
             continue
         if isinstance(have, tuple) and list(have) == want:
             continue
@@ -184,7 +200,7 @@ def _product(groups: list[list[Cell]]) -> Iterable[Cell]:
 def _where(sweep: Sweep, cell: Cell, err_path: str, msg: str) -> list:
     """Place a cell's validation error at the axes that set the offending path, else in the base."""
     hits = [
-        sweep.problem(loc, f"{msg} (value {value!r})")
+        sweep.problem(loc, msg if "(got " in msg else f"{msg} (value {value!r})")
         for path, value, loc in cell
         if err_path and (path == err_path or path.startswith(err_path + ".") or err_path.startswith(path + "."))
     ]
@@ -247,8 +263,7 @@ def expand(sweep: Sweep) -> Plan:
         if any(matches(rule, resolved) for rule in spec.exclude):
             continue
         ident = identity(cfg)
-        ident.pop("seed")
-        variant = digest(ident)
+        variant = variant_key(cfg)
         cell_axes = {a: get_path(resolved, a) for a in axes}
         for seed in spec.seeds:
             key = digest({**ident, "seed": seed})

@@ -11,6 +11,7 @@ once so that errors in cells (a bad knob value on one axis) surface before anyth
 from __future__ import annotations
 
 import copy
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Union
@@ -40,7 +41,7 @@ class SweepSpec(Strict):
     """One named sweep: a base config and the grid over it."""
 
     description: str = ""
-    base: dict[str, Any] = Field({}, json_schema_extra={"$ref": "#/$defs/TrialConfig"})
+    base: dict[str, Any] = {}
     """A partial trial config (task, data, model, attention, train, resources); merged over `defaults`."""
     grid: dict[str, list[Any]] = {}
     """Cartesian axes: dotted config path -> values."""
@@ -72,7 +73,7 @@ class SweepSpec(Strict):
 class SpecFile(Strict):
     """The whole experiments file."""
 
-    defaults: dict[str, Any] = Field({}, json_schema_extra={"$ref": "#/$defs/TrialConfig"})
+    defaults: dict[str, Any] = {}
     """A partial trial config shared by every sweep of the file."""
     sweeps: dict[str, SweepSpec] = Field(min_length=1)
     """Named sweeps."""
@@ -186,9 +187,11 @@ def read_yaml(path: Path) -> tuple[Any, dict[tuple[str | int, ...], int]]:
 
 
 def _absolute_data_path(cfg: dict[str, Any], folder: Path) -> dict[str, Any]:
+    """Expand $VARS in data.path (e.g. ${IMAGENET_DIR}) and resolve it against the file's folder."""
     data = cfg.get("data")
-    if isinstance(data, dict) and isinstance(data.get("path"), str) and not Path(data["path"]).is_absolute():
-        data["path"] = str((folder / data["path"]).resolve())
+    if isinstance(data, dict) and isinstance(data.get("path"), str):
+        path = os.path.expandvars(os.path.expanduser(data["path"]))
+        data["path"] = path if "$" in path or Path(path).is_absolute() else str((folder / path).resolve())
     return cfg
 
 
@@ -238,6 +241,9 @@ def json_schema() -> dict[str, Any]:
     defs = schema.setdefault("$defs", {})
     defs.update(trial.pop("$defs", {}))
     defs["TrialConfig"] = trial
+    for props in (schema["properties"], defs["SweepSpec"]["properties"]):
+        key = "defaults" if "defaults" in props else "base"
+        props[key] = {"$ref": "#/$defs/TrialConfig", "description": props[key].get("description", "")}
     schema["title"] = "ablate experiments file"
     return schema
 

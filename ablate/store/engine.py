@@ -1,0 +1,82 @@
+"""Opening a results database: the engine (SQLite in WAL mode with a busy timeout), the Alembic upgrade
+to the newest schema, and the one dialect-aware upsert every write goes through.
+
+SQLite transactions: pysqlite's own BEGIN handling is switched off and SQLAlchemy emits it: writes begin
+with BEGIN IMMEDIATE, so a writer takes the file's write lock first and waits (busy timeout) instead of
+failing when another process commits between its read and its write; reads begin a plain deferred BEGIN
+and never block writers (WAL).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Sequence
+
+from sqlalchemy import Connection, Engine, Table, create_engine, event, make_url
+from sqlalchemy.dialects import postgresql, sqlite
+
+DEFAULT_URL = "sqlite:///db/ablate.sqlite"
+BUSY_TIMEOUT_MS = 60_000
+MIGRATIONS = Path(__file__).with_name("migrations")
+#: Execution option that marks a connection as a writer (BEGIN IMMEDIATE on SQLite).
+WRITE = {"ablate_write": True}
+
+
+def make_engine(url: str | None = None) -> Engine:
+    """An engine for `url` (default: db/ablate.sqlite under the cwd; its folder is created)."""
+    sa_url = make_url(url or DEFAULT_URL)
+    if sa_url.get_backend_name() != "sqlite":
+        return create_engine(sa_url, pool_pre_ping=True)
+    db = sa_url.database
+    if db and db != ":memory:" and not db.startswith("file:"):
+        Path(db).parent.mkdir(parents=True, exist_ok=True)
+    engine = create_engine(sa_url)
+
+    @event.listens_for(engine, "connect")
+    def _connect(dbapi_conn: Any, _record: Any) -> None:
+        dbapi_conn.isolation_level = None
+        cur = dbapi_conn.cursor()
+        cur.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+        cur.execute("PRAGMA journal_mode = WAL")
+        cur.execute("PRAGMA synchronous = NORMAL")
+        cur.execute("PRAGMA foreign_keys = ON")
+        cur.close()
+
+    @event.listens_for(engine, "begin")
+    def _begin(conn: Connection) -> None:
+        conn.exec_driver_sql("BEGIN IMMEDIATE" if conn.get_execution_options().get("ablate_write") else "BEGIN")
+
+    return engine
+
+
+def upgrade(engine: Engine, revision: str = "head") -> None:
+    """Migrate the database to `revision` (default: the newest schema); a no-op when it is there already."""
+    from alembic import command
+    from alembic.config import Config
+    from alembic.runtime.migration import MigrationContext
+    from alembic.script import ScriptDirectory
+
+    cfg = Config()
+    cfg.set_main_option("script_location", str(MIGRATIONS))
+    target = ScriptDirectory.from_config(cfg).as_revision_number(revision)
+    with engine.connect().execution_options(**WRITE) as conn, conn.begin():
+        if set(MigrationContext.configure(conn).get_current_heads()) == {target}:
+            return
+        cfg.attributes["connection"] = conn
+        command.upgrade(cfg, revision)
+
+
+def upsert(conn: Connection, table: Table, rows: Sequence[Mapping[str, Any]], keys: Iterable[str], update: Iterable[str] = ()) -> None:
+    """INSERT rows; on a duplicate of `keys` overwrite the `update` columns (none: keep the old row)."""
+    if not rows:
+        return
+    dialect = conn.dialect.name
+    if dialect not in ("sqlite", "postgresql"):
+        raise NotImplementedError(f"upserts are written for sqlite and postgresql, not {dialect}")
+    stmt = (sqlite if dialect == "sqlite" else postgresql).insert(table)
+    update = list(update)
+    if update:
+        stmt = stmt.on_conflict_do_update(index_elements=list(keys), set_={c: stmt.excluded[c] for c in update})
+    else:
+        stmt = stmt.on_conflict_do_nothing(index_elements=list(keys))
+    conn.execute(stmt, list(rows))

@@ -1,0 +1,113 @@
+"""The results schema as SQLAlchemy 2 typed ORM models (the Alembic migrations build exactly this).
+
+Portable SQL only (SQLite file by default, PostgreSQL for a team): JSON columns, string keys, UTC
+timestamps. Trial keys and variant keys are the planner's hashes; a trial belongs to any number of sweeps
+through `Membership`, whose axis values may differ per sweep. `Metric` has the primary key
+(trial_key, name, step), so writing the same epoch twice overwrites it instead of adding a row.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import JSON, BigInteger, DateTime, Float, ForeignKey, MetaData, String, Text
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+#: Every trial state. `running` trials left by a killed launcher are set to `interrupted` on the next launch.
+STATES = ("pending", "running", "done", "failed", "diverged", "interrupted")
+#: States a trial ends in; `finish` accepts only these.
+FINAL_STATES = ("done", "failed", "diverged", "interrupted")
+
+KEY = String(64)
+NAME = String(200)
+
+
+class Base(DeclarativeBase):
+    # Named constraints keep migrations portable (SQLite batch mode and PostgreSQL need the names).
+    metadata = MetaData(
+        naming_convention={
+            "ix": "ix_%(table_name)s_%(column_0_name)s",
+            "uq": "uq_%(table_name)s_%(column_0_name)s",
+            "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+            "pk": "pk_%(table_name)s",
+        }
+    )
+    type_annotation_map = {dict[str, Any]: JSON, datetime: DateTime(timezone=True), str: Text, int: BigInteger}
+
+
+class Sweep(Base):
+    """A named set of trials, with the spec it was planned from and its MLflow parent run."""
+
+    __tablename__ = "sweeps"
+
+    name: Mapped[str] = mapped_column(NAME, primary_key=True)
+    spec_path: Mapped[str | None]
+    spec: Mapped[dict[str, Any] | None]
+    baseline: Mapped[Any | None] = mapped_column(JSON)
+    metric: Mapped[str | None] = mapped_column(NAME)
+    description: Mapped[str | None]
+    created_at: Mapped[datetime]
+    updated_at: Mapped[datetime]
+    mlflow_experiment_id: Mapped[str | None] = mapped_column(String(64))
+    mlflow_run_id: Mapped[str | None] = mapped_column(String(64))
+
+
+class Trial(Base):
+    """One training run, shared by every sweep that planned the same config."""
+
+    __tablename__ = "trials"
+
+    key: Mapped[str] = mapped_column(KEY, primary_key=True)
+    variant: Mapped[str | None] = mapped_column(KEY, index=True)
+    config: Mapped[dict[str, Any]]
+    axes: Mapped[dict[str, Any] | None]
+    """Axis values in the sweep that first planned it (per-sweep values are in `Membership`)."""
+    state: Mapped[str] = mapped_column(String(16), index=True)
+    attempts: Mapped[int] = mapped_column(default=0)
+    created_at: Mapped[datetime]
+    started_at: Mapped[datetime | None]
+    finished_at: Mapped[datetime | None]
+    error: Mapped[str | None]
+    """First line of the error; the whole text is in `traceback`."""
+    traceback: Mapped[str | None]
+    host: Mapped[str | None] = mapped_column(NAME)
+    node_id: Mapped[str | None] = mapped_column(NAME)
+    device: Mapped[str | None] = mapped_column(NAME)
+    mlflow_run_id: Mapped[str | None] = mapped_column(String(64))
+    params: Mapped[int | None]
+    flops: Mapped[int | None]
+    peak_memory: Mapped[int | None]
+    """Bytes."""
+    environment: Mapped[dict[str, Any] | None]
+    """git sha and dirty flag, package versions, torch threads, ..."""
+    result: Mapped[dict[str, Any] | None]
+    """Final metrics, nested by split ({"test": {"top1": ...}}); flattened to `test.top1` in frames."""
+    diverged_epoch: Mapped[int | None]
+    diverged_step: Mapped[int | None]
+
+
+class Membership(Base):
+    """A trial in a sweep, with its axis values there and its position in the sweep's plan."""
+
+    __tablename__ = "sweep_trials"
+
+    sweep: Mapped[str] = mapped_column(NAME, ForeignKey("sweeps.name", ondelete="CASCADE"), primary_key=True)
+    trial_key: Mapped[str] = mapped_column(KEY, ForeignKey("trials.key"), primary_key=True, index=True)
+    axes: Mapped[dict[str, Any] | None]
+    position: Mapped[int] = mapped_column(default=0)
+
+
+class Metric(Base):
+    """One value of one metric of one trial at one step (epoch); rows are overwritten, never duplicated."""
+
+    __tablename__ = "metrics"
+    __table_args__ = {"sqlite_with_rowid": False}
+
+    trial_key: Mapped[str] = mapped_column(KEY, ForeignKey("trials.key"), primary_key=True)
+    name: Mapped[str] = mapped_column(NAME, primary_key=True)
+    step: Mapped[int] = mapped_column(primary_key=True)
+    value: Mapped[float | None] = mapped_column(Float)
+    """NaN reads back as NaN (SQLite stores it as NULL)."""
+    wall_time: Mapped[float | None] = mapped_column(Float)
+    """Unix seconds when the value was measured."""
