@@ -346,6 +346,12 @@ class TrialConfig(Strict):
     resources: Resources = nokey(Resources())
     seed: int = 0
 
+    @field_validator("attention", mode="before")
+    @classmethod
+    def _default_kind(cls, v: Any) -> Any:
+        """An attention section without `kind` is softmax (so `attention.tau` on it is an unknown key)."""
+        return {"kind": "softmax", **v} if isinstance(v, dict) and "kind" not in v else v
+
     @model_validator(mode="after")
     def _check(self) -> TrialConfig:
         mil = self.task == "mil"

@@ -145,6 +145,8 @@ def error_message(e: Any) -> str:
     msg = e["msg"].removeprefix("Value error, ")
     if e["type"] == "extra_forbidden":
         return "unknown key"
+    if e["type"] == "missing":
+        return "missing required key"
     if e["type"] in ("literal_error", "union_tag_invalid"):
         return f"{msg} (got {e.get('input')!r})"
     return msg
