@@ -1,0 +1,30 @@
+# Two commands do all the set-up on a fresh machine:
+#   make run   - create .venv, install, run the default sweep of experiments.yaml and write its report
+#   make test  - create .venv if needed, install, run the whole test suite
+# torch/torchvision are installed in the same pip call as everything else, from constraints.txt, so pip
+# never swaps in another (CUDA) torch build.
+
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+SWEEP ?= cpu
+STAMP := $(VENV)/.installed
+
+.PHONY: run test install clean
+
+$(STAMP): pyproject.toml constraints.txt
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -c constraints.txt \
+		torch==2.13.0 torchvision==0.28.0 -e '.[dev]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+run: $(STAMP)
+	$(BIN)/ablate plan experiments.yaml $(SWEEP)
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -q
+
+clean:
+	rm -rf $(VENV) db reports
