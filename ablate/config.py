@@ -152,10 +152,10 @@ SIZES: dict[str, dict[str, Any]] = {
     "vit-small": dict(backbone="vit", embed_dim=384, depths=(12,), num_heads=(6,), patch_size=16),
     "vit-base": dict(backbone="vit", embed_dim=768, depths=(12,), num_heads=(12,), patch_size=16),
     "vit-base-slim": dict(backbone="vit", embed_dim=512, depths=(12,), num_heads=(8,), patch_size=16),
-    "hiera-tiny": dict(backbone="hiera", embed_dim=96, depths=(1, 2, 7, 2), num_heads=(1,)),
-    "hiera-tiny-plus": dict(backbone="hiera", embed_dim=96, depths=(1, 2, 7, 2), num_heads=(3,)),
-    "hiera-small": dict(backbone="hiera", embed_dim=96, depths=(1, 2, 11, 2), num_heads=(1,)),
-    "hiera-base": dict(backbone="hiera", embed_dim=96, depths=(2, 3, 16, 3), num_heads=(1,)),
+    "hiera-tiny": dict(backbone="hiera", embed_dim=96, depths=(1, 2, 7, 2), num_heads=(1,), window_size=8),
+    "hiera-tiny-plus": dict(backbone="hiera", embed_dim=96, depths=(1, 2, 7, 2), num_heads=(3,), window_size=8),
+    "hiera-small": dict(backbone="hiera", embed_dim=96, depths=(1, 2, 11, 2), num_heads=(1,), window_size=8),
+    "hiera-base": dict(backbone="hiera", embed_dim=96, depths=(2, 3, 16, 3), num_heads=(1,), window_size=8),
     "synpool": dict(backbone="synpool", embed_dim=256, depths=(1,), num_heads=(4,)),
 }
 _PATCH = {"swin": 4, "vit": 16, "hiera": 4, "synpool": 1}
