@@ -66,17 +66,19 @@ def upgrade(engine: Engine, revision: str = "head") -> None:
         command.upgrade(cfg, revision)
 
 
-def upsert(conn: Connection, table: Table, rows: Sequence[Mapping[str, Any]], keys: Iterable[str], update: Iterable[str] = ()) -> None:
-    """INSERT rows; on a duplicate of `keys` overwrite the `update` columns (none: keep the old row)."""
-    if not rows:
-        return
-    dialect = conn.dialect.name
+def upsert_stmt(dialect: str, table: Table, keys: Iterable[str], update: Iterable[str] = ()) -> Any:
+    """INSERT ... ON CONFLICT (keys): overwrite the `update` columns, or with none keep the old row."""
     if dialect not in ("sqlite", "postgresql"):
         raise NotImplementedError(f"upserts are written for sqlite and postgresql, not {dialect}")
     stmt = (sqlite if dialect == "sqlite" else postgresql).insert(table)
-    update = list(update)
-    if update:
-        stmt = stmt.on_conflict_do_update(index_elements=list(keys), set_={c: stmt.excluded[c] for c in update})
-    else:
-        stmt = stmt.on_conflict_do_nothing(index_elements=list(keys))
-    conn.execute(stmt, list(rows))
+    if update := list(update):
+        return stmt.on_conflict_do_update(index_elements=list(keys), set_={c: stmt.excluded[c] for c in update})
+    return stmt.on_conflict_do_nothing(index_elements=list(keys))
+
+
+def upsert(
+    conn: Connection, table: Table, rows: Sequence[Mapping[str, Any]], keys: Iterable[str], update: Iterable[str] = ()
+) -> None:
+    """Insert `rows` (one executemany); duplicates of `keys` overwrite the `update` columns or are skipped."""
+    if rows:
+        conn.execute(upsert_stmt(conn.dialect.name, table, keys, update), list(rows))

@@ -49,7 +49,11 @@ def upgrade() -> None:
     op.create_index("ix_trials_state", "trials", ["state"])
     op.create_table(
         "sweep_trials",
-        sa.Column("sweep", sa.String(200), sa.ForeignKey("sweeps.name", name="fk_sweep_trials_sweep_sweeps", ondelete="CASCADE")),
+        sa.Column(
+            "sweep",
+            sa.String(200),
+            sa.ForeignKey("sweeps.name", name="fk_sweep_trials_sweep_sweeps", ondelete="CASCADE"),
+        ),
         sa.Column("trial_key", sa.String(64), sa.ForeignKey("trials.key", name="fk_sweep_trials_trial_key_trials")),
         sa.Column("axes", sa.JSON()),
         sa.Column("position", sa.BigInteger(), nullable=False),

@@ -1,0 +1,26 @@
+"""The results store: the source of truth of every sweep, trial and per-epoch metric.
+
+    from ablate.store import Store
+    with Store() as store:                          # sqlite:///db/ablate.sqlite, migrated to the newest schema
+        store.upsert_sweep("csan", spec_path="experiments.yaml", metric="test.top1", baseline=plan.baseline)
+        store.add_trials("csan", plan.trials)       # new keys pending; known keys keep their state
+        todo = [t for t in plan.trials if t.key not in store.done_keys(t.key for t in plan.trials)]
+        store.mark_running(key, host=..., node_id=..., device=...)
+        store.log_metrics(key, epoch, {"train.loss": 0.7, "val.top1": 0.61}, wall_time=time.time())
+        store.finish(key, "done", result={"test": {"top1": 0.64}}, params=..., flops=...)
+        store.trials_frame("csan"); store.metrics_frame("csan", names=["val.top1"]); store.status()
+
+Writes (one writer: the launcher or its recorder actor): upsert_sweep, set_sweep_mlflow, add_trials,
+mark_running, record, log_metrics, log_metric_rows, finish, interrupt, set_mlflow_run.
+Reads: done_keys, states, trial, sweep, membership, and the frames sweeps_frame, trials_frame,
+metrics_frame, status, runs (the only way reports read the store).
+Modules: `schema` (ORM models), `engine` (SQLite WAL + busy timeout, Alembic upgrade, upserts),
+`queries` (frames), `store` (writes), `migrations/` (Alembic scripts).
+"""
+
+from ablate.store.engine import DEFAULT_URL
+from ablate.store.queries import TRIAL_COLUMNS, flatten
+from ablate.store.schema import FINAL_STATES, STATES
+from ablate.store.store import MetricRow, Store
+
+__all__ = ["Store", "DEFAULT_URL", "STATES", "FINAL_STATES", "TRIAL_COLUMNS", "MetricRow", "flatten"]

@@ -1,0 +1,227 @@
+"""The write side of the store, for its one writer (the launcher or its recorder actor).
+
+Every write is one short transaction and idempotent: sweeps and trials are upserts, metrics overwrite
+their (trial, name, step) row, state changes set absolute values. Opening a Store migrates the database
+to the newest schema first.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import Any, Iterable, Iterator, Mapping, Sequence
+
+from pydantic import BaseModel
+from sqlalchemy import Connection, select, update
+from sqlalchemy.orm import Session
+
+from ablate.store import engine as eng
+from ablate.store.queries import MEMBERS, METRICS, SWEEPS, TRIALS, Queries
+from ablate.store.schema import FINAL_STATES, Membership, Sweep, Trial
+
+#: Facts about a run that `record` and `finish` accept (known once a trial has built its model).
+INFO_FIELDS = frozenset({"params", "flops", "peak_memory", "environment", "host", "node_id", "device"})
+#: Bound parameters per IN (...) query; below every backend's limit.
+CHUNK = 500
+
+MetricRow = tuple[str, str, int, float, "float | None"]
+"""(trial key, metric name, step, value, wall time in unix seconds or None)."""
+
+
+def now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+def first_line(error: str | None, traceback: str | None) -> str | None:
+    """The line that names an error: the message's first line, else a traceback's last line."""
+    if error and error.strip():
+        return error.strip().splitlines()[0]
+    if traceback and traceback.strip():
+        return traceback.strip().splitlines()[-1]
+    return None
+
+
+def _field(trial: Any, name: str) -> Any:
+    return trial.get(name) if isinstance(trial, Mapping) else getattr(trial, name, None)
+
+
+def _json(value: Any) -> Any:
+    return value.model_dump(mode="json") if isinstance(value, BaseModel) else value
+
+
+class Store(Queries):
+    """The results database at `url` (default `sqlite:///db/ablate.sqlite` under the cwd; any SQLAlchemy
+    URL, e.g. postgresql+psycopg://...). Use as a context manager or call `close()`."""
+
+    def __init__(self, url: str | None = None) -> None:
+        self.url = url or eng.DEFAULT_URL
+        self.engine = eng.make_engine(self.url)
+        self._writer = self.engine.execution_options(**eng.WRITE)
+        eng.upgrade(self.engine)
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _write(self) -> Any:
+        return self._writer.begin()
+
+    # ------------------------------------------------------------------------------------------ sweeps
+    def upsert_sweep(
+        self,
+        name: str,
+        *,
+        spec_path: str | None = None,
+        spec: Any = None,
+        baseline: Any = None,
+        metric: str | None = None,
+        description: str | None = None,
+    ) -> None:
+        """Create a sweep or update the fields given (None leaves a field as it is)."""
+        given = {"spec_path": spec_path, "spec": _json(spec), "baseline": _json(baseline), "metric": metric,
+                 "description": description}  # fmt: skip
+        given = {k: v for k, v in given.items() if v is not None}
+        t = now()
+        with self._write() as conn:
+            eng.upsert(conn, SWEEPS, [{"name": name, "created_at": t, "updated_at": t, **given}], ["name"],
+                       ["updated_at", *given])  # fmt: skip
+
+    def set_sweep_mlflow(self, name: str, experiment_id: str, run_id: str) -> None:
+        """Keep the sweep's MLflow experiment and parent run, so a relaunch reuses them."""
+        self._update(SWEEPS, SWEEPS.c.name == name, name, mlflow_experiment_id=experiment_id, mlflow_run_id=run_id)
+
+    def add_trials(self, sweep: str, trials: Iterable[Any]) -> None:
+        """Add planned trials to `sweep` (created if missing), in plan order.
+
+        A trial is a `planner.Trial` or a mapping with key, config (dict or TrialConfig), axes, variant.
+        New keys start `pending`; existing keys keep their state and record, and gain this membership
+        (its axes and position are overwritten if the trial was in the sweep already).
+        """
+        t = now()
+        new, members = [], []
+        for pos, trial in enumerate(trials):
+            key, axes = _field(trial, "key"), _json(_field(trial, "axes"))
+            new.append({"key": key, "variant": _field(trial, "variant"), "config": _json(_field(trial, "config")),
+                        "axes": axes, "state": "pending", "attempts": 0, "created_at": t})  # fmt: skip
+            members.append({"sweep": sweep, "trial_key": key, "axes": axes, "position": pos})
+        with self._write() as conn:
+            eng.upsert(conn, SWEEPS, [{"name": sweep, "created_at": t, "updated_at": t}], ["name"])
+            eng.upsert(conn, TRIALS, new, ["key"])
+            eng.upsert(conn, MEMBERS, members, ["sweep", "trial_key"], ["axes", "position"])
+
+    # ------------------------------------------------------------------------------------------ trials
+    def mark_running(
+        self,
+        key: str,
+        *,
+        host: str | None = None,
+        node_id: str | None = None,
+        device: str | None = None,
+        attempt: int | None = None,
+    ) -> None:
+        """A trial (re)starts: state running, a new start time, the last outcome cleared. `attempt` sets
+        the attempt count (idempotent on a repeated message); None adds one."""
+        attempts = TRIALS.c.attempts + 1 if attempt is None else attempt
+        self._update(TRIALS, TRIALS.c.key == key, key, state="running", attempts=attempts, started_at=now(),
+                     finished_at=None, error=None, traceback=None, result=None, diverged_epoch=None,
+                     diverged_step=None, host=host, node_id=node_id, device=device)  # fmt: skip
+
+    def record(self, key: str, **info: Any) -> None:
+        """Facts about a trial's run (INFO_FIELDS: params, flops, peak_memory, environment, host, ...)."""
+        if unknown := set(info) - INFO_FIELDS:
+            raise TypeError(f"unknown trial fields {sorted(unknown)}; expected some of {sorted(INFO_FIELDS)}")
+        if info:
+            self._update(TRIALS, TRIALS.c.key == key, key, **info)
+
+    def finish(
+        self,
+        key: str,
+        state: str,
+        *,
+        result: Mapping[str, Any] | None = None,
+        error: str | None = None,
+        traceback: str | None = None,
+        diverged_epoch: int | None = None,
+        diverged_step: int | None = None,
+        **info: Any,
+    ) -> None:
+        """A trial ends in `state` (done | failed | diverged | interrupted) with its final result
+        ({"test": {"top1": ...}}) or its error; `info` as in `record`."""
+        if state not in FINAL_STATES:
+            raise ValueError(f"finish state must be one of {FINAL_STATES}, not {state!r}")
+        self.record(key, **info)
+        self._update(TRIALS, TRIALS.c.key == key, key, state=state, finished_at=now(), result=result,
+                     error=first_line(error, traceback), traceback=traceback or error,
+                     diverged_epoch=diverged_epoch, diverged_step=diverged_step)  # fmt: skip
+
+    def interrupt(self, keys: Iterable[str] | None = None) -> int:
+        """Mark `running` trials (all, or those of `keys`) `interrupted`: after Ctrl-C, or at a launch's
+        start for trials a killed launcher left running. Returns how many."""
+        n = 0
+        with self._write() as conn:
+            for where in self._key_filters(keys):
+                stmt = update(TRIALS).where(where, TRIALS.c.state == "running")
+                n += conn.execute(stmt.values(state="interrupted", finished_at=now())).rowcount
+        return n
+
+    def set_mlflow_run(self, key: str, run_id: str) -> None:
+        """Keep the trial's MLflow run id, so a resumed trial logs to the same run."""
+        self._update(TRIALS, TRIALS.c.key == key, key, mlflow_run_id=run_id)
+
+    def log_metrics(self, key: str, step: int, values: Mapping[str, float], wall_time: float | None = None) -> None:
+        """Metric values of one trial at one step (epoch), in one transaction; a repeat overwrites."""
+        self.log_metric_rows([(key, name, step, value, wall_time) for name, value in values.items()])
+
+    def log_metric_rows(self, rows: Iterable[MetricRow]) -> None:
+        """Many trials' metric rows in one transaction (what a recorder flushes); a repeat overwrites."""
+        cols = ("trial_key", "name", "step", "value", "wall_time")
+        data = [dict(zip(cols, (k, n, int(s), float(v), w))) for k, n, s, v, w in rows]
+        with self._write() as conn:
+            eng.upsert(conn, METRICS, data, ["trial_key", "name", "step"], ["value", "wall_time"])
+
+    def _update(self, table: Any, where: Any, key: str, **values: Any) -> None:
+        with self._write() as conn:
+            if conn.execute(update(table).where(where).values(**values)).rowcount == 0:
+                raise KeyError(f"no {table.name[:-1]} {key!r} in the store")
+
+    # ------------------------------------------------------------------------------------------- reads
+    def done_keys(self, keys: Iterable[str] | None = None) -> set[str]:
+        """Keys (of `keys`, or all) whose trial is done, whatever sweep ran it."""
+        return {k for k, s in self.states(keys).items() if s == "done"}
+
+    def states(self, keys: Iterable[str] | None = None) -> dict[str, str]:
+        """State of each known trial (of `keys`, or all); unknown keys are left out."""
+        out: dict[str, str] = {}
+        with self.engine.connect() as conn:
+            for where in self._key_filters(keys):
+                out.update(conn.execute(select(TRIALS.c.key, TRIALS.c.state).where(where)).all())
+        return out
+
+    def trial(self, key: str) -> Trial | None:
+        """The trial's full record (a detached ORM object), or None."""
+        return self._get(Trial, key)
+
+    def sweep(self, name: str) -> Sweep | None:
+        """The sweep's record (a detached ORM object), or None."""
+        return self._get(Sweep, name)
+
+    def membership(self, sweep: str, key: str) -> Membership | None:
+        """The trial's place in the sweep (axes, position), or None."""
+        return self._get(Membership, (sweep, key))
+
+    def _get(self, model: type, ident: Any) -> Any:
+        with Session(self.engine, expire_on_commit=False) as session:
+            return session.get(model, ident)
+
+    @staticmethod
+    def _key_filters(keys: Iterable[str] | None) -> Iterator[Any]:
+        if keys is None:
+            yield TRIALS.c.key.is_not(None)
+            return
+        keys = list(keys)
+        for i in range(0, len(keys), CHUNK):
+            yield TRIALS.c.key.in_(keys[i : i + CHUNK])

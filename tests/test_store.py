@@ -1,0 +1,284 @@
+"""The results store on real SQLite files: schema and migrations, idempotent writes, concurrency, frames."""
+
+from __future__ import annotations
+
+import math
+import sqlite3
+import threading
+import time
+from concurrent.futures import ProcessPoolExecutor
+from multiprocessing import get_context
+
+import pytest
+from alembic.autogenerate import compare_metadata
+from alembic.runtime.migration import MigrationContext
+from sqlalchemy import text
+from sqlalchemy.dialects import postgresql
+
+from ablate.config import TrialConfig
+from ablate.planner import Trial, trial_key, variant_key
+from ablate.store import STATES, TRIAL_COLUMNS, Store, flatten
+from ablate.store.engine import make_engine, upgrade, upsert_stmt
+from ablate.store.queries import METRICS
+from ablate.store.schema import Base
+
+
+def trial(seed: int, kind: str = "softmax", **axes: object) -> Trial:
+    """A real planned trial (planner keys) with the given seed and attention kind."""
+    cfg = TrialConfig.model_validate({"attention": {"kind": kind}, "seed": seed, "train": {"epochs": 2}})
+    return Trial(trial_key(cfg), variant_key(cfg), cfg, {"attention.kind": kind, "seed": seed, **axes})
+
+
+@pytest.fixture
+def store(tmp_path):
+    with Store(f"sqlite:///{tmp_path / 'ablate.sqlite'}") as s:
+        yield s
+
+
+def count(store: Store, table: str) -> int:
+    with store.engine.connect() as conn:
+        return conn.execute(text(f"SELECT count(*) FROM {table}")).scalar_one()
+
+
+# --------------------------------------------------------------------------------------- engine, schema
+def test_default_url_creates_db_folder_in_wal_mode(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with Store() as s:
+        with s.engine.connect() as conn:
+            assert conn.exec_driver_sql("PRAGMA journal_mode").scalar() == "wal"
+            assert conn.exec_driver_sql("PRAGMA busy_timeout").scalar() == 60000
+            assert conn.exec_driver_sql("PRAGMA foreign_keys").scalar() == 1
+    assert (tmp_path / "db" / "ablate.sqlite").is_file()
+
+
+def test_migrations_build_exactly_the_orm_schema(store):
+    with store.engine.connect() as conn:
+        assert compare_metadata(MigrationContext.configure(conn), Base.metadata) == []
+        assert conn.execute(text("SELECT version_num FROM alembic_version")).scalar_one() == "0002"
+
+
+def test_old_schema_is_upgraded_on_open_keeping_its_rows(tmp_path):
+    url = f"sqlite:///{tmp_path / 'old.sqlite'}"
+    engine = make_engine(url)
+    upgrade(engine, "0001")
+    with engine.begin() as conn:
+        conn.execute(text("INSERT INTO sweeps (name, created_at, updated_at) VALUES ('s', '2025-01-01', '2025-01-01')"))
+        conn.execute(text("INSERT INTO trials (key, config, state, attempts, created_at) "
+                          "VALUES ('k', '{\"seed\": 3}', 'done', 1, '2025-01-01')"))  # fmt: skip
+        conn.execute(text("INSERT INTO sweep_trials (sweep, trial_key, axes, position) VALUES ('s', 'k', '{}', 0)"))
+        conn.execute(text("INSERT INTO metrics (trial_key, name, step, value) VALUES ('k', 'loss', 0, 1.5)"))
+        assert "peak_memory" not in {r[1] for r in conn.exec_driver_sql("PRAGMA table_info(trials)")}
+    engine.dispose()
+    with Store(url) as s:
+        assert s.done_keys() == {"k"}
+        assert s.metrics_frame()["value"].tolist() == [1.5]
+        s.finish("k", "diverged", peak_memory=123, diverged_epoch=1, diverged_step=40)
+        row = s.trials_frame().iloc[0]
+        assert (row.seed, row.peak_memory, row.diverged_epoch, row.diverged_step) == (3, 123, 1, 40)
+
+
+def test_postgresql_upserts_render_on_conflict():
+    sql = str(upsert_stmt("postgresql", METRICS, ["trial_key", "name", "step"], ["value"]).compile(
+        dialect=postgresql.dialect()))  # fmt: skip
+    assert "ON CONFLICT (trial_key, name, step) DO UPDATE SET value = excluded.value" in sql
+    sql = str(upsert_stmt("postgresql", METRICS, ["trial_key", "name", "step"]).compile(dialect=postgresql.dialect()))
+    assert "ON CONFLICT (trial_key, name, step) DO NOTHING" in sql
+    with pytest.raises(NotImplementedError, match="mysql"):
+        upsert_stmt("mysql", METRICS, ["trial_key"])
+
+
+# ---------------------------------------------------------------------------------------------- writes
+def test_metric_writes_are_idempotent_upserts(store):
+    t = trial(0)
+    store.add_trials("s", [t])
+    for _ in range(2):
+        for epoch in range(3):
+            store.log_metrics(t.key, epoch, {"train.loss": 1.0 / (epoch + 1), "val.top1": 0.1 * epoch}, wall_time=epoch)
+    assert count(store, "metrics") == 6
+    store.log_metrics(t.key, 2, {"val.top1": 0.9})  # a retried epoch overwrites
+    store.log_metric_rows([(t.key, "val.top1", 2, 0.95, 10.0), (t.key, "val.top1", 3, math.nan, 11.0)])
+    df = store.metrics_frame(names="val.top1", wall_time=True)
+    assert df["step"].tolist() == [0, 1, 2, 3]
+    assert df["value"].iloc[2] == 0.95 and math.isnan(df["value"].iloc[3])
+    assert df["wall_time"].tolist() == [0.0, 1.0, 10.0, 11.0]
+
+
+def test_metrics_of_an_unknown_trial_are_refused(store):
+    with pytest.raises(Exception, match="FOREIGN KEY"):
+        store.log_metrics("nope", 0, {"loss": 1.0})
+
+
+def test_add_trials_keeps_state_and_records_membership_per_sweep(store):
+    shared, only_a, only_b = trial(0), trial(1), trial(2)
+    store.upsert_sweep("a", spec_path="experiments.yaml", spec={"grid": {"seed": [0, 1]}}, metric="test.top1")
+    store.add_trials("a", [shared, only_a])
+    store.mark_running(shared.key, host="h1", node_id="n1", device="cpu")
+    store.finish(shared.key, "done", result={"test": {"top1": 0.5}})
+    store.add_trials("a", [shared, only_a])  # relaunch: nothing changes
+    store.add_trials("b", [only_b, Trial(shared.key, shared.variant, shared.config, {"lr": 0.1})])
+
+    assert store.states() == {shared.key: "done", only_a.key: "pending", only_b.key: "pending"}
+    assert store.done_keys([only_b.key, shared.key, "unknown"]) == {shared.key}
+    assert count(store, "trials") == 3 and count(store, "sweep_trials") == 4
+    assert store.membership("b", shared.key).axes == {"lr": 0.1}
+    assert store.membership("b", shared.key).position == 1
+    assert store.trial(shared.key).axes == shared.axes  # the trial keeps its first sweep's axes
+    status = store.status()
+    assert status.loc["a", "done"] == 1 and status.loc["a", "pending"] == 1 and status.loc["b", "total"] == 2
+    assert list(status.columns) == [*STATES, "total"]
+    assert store.sweep("a").metric == "test.top1" and store.sweep("b").spec is None
+
+
+def test_upsert_sweep_updates_only_given_fields(store):
+    store.upsert_sweep("s", spec_path="a.yaml", metric="test.top1", baseline={"attention.kind": "softmax"})
+    created = store.sweep("s").created_at
+    store.upsert_sweep("s", description="now with a description")
+    store.set_sweep_mlflow("s", "7", "run123")
+    s = store.sweep("s")
+    assert (s.spec_path, s.metric, s.baseline, s.description) == (
+        "a.yaml", "test.top1", {"attention.kind": "softmax"}, "now with a description")  # fmt: skip
+    assert (s.mlflow_experiment_id, s.mlflow_run_id, s.created_at) == ("7", "run123", created)
+    assert s.updated_at > created
+
+
+def test_trial_lifecycle(store):
+    t1, t2, t3 = trial(0), trial(1), trial(2)
+    store.add_trials("s", [t1, t2, t3])
+    store.mark_running(t1.key, host="h", device="cpu")
+    store.mark_running(t1.key, host="h", device="cpu")
+    store.mark_running(t2.key, attempt=3)
+    store.mark_running(t2.key, attempt=3)
+    assert (store.trial(t1.key).attempts, store.trial(t2.key).attempts) == (2, 3)
+    tb = 'Traceback (most recent call last):\n  File "x.py", line 1\nValueError: boom\n'
+    store.finish(t1.key, "failed", traceback=tb, params=1000, flops=2 * 10**12, environment={"git_sha": "abc"})
+    rec = store.trial(t1.key)
+    assert (rec.state, rec.error, rec.traceback, rec.params, rec.flops) == ("failed", "ValueError: boom", tb, 1000, 2 * 10**12)
+    store.finish(t3.key, "failed", error="first line\nsecond")
+    assert store.trial(t3.key).error == "first line"
+    assert store.interrupt() == 1 and store.states([t2.key]) == {t2.key: "interrupted"}
+    store.mark_running(t1.key)  # a retry clears the old outcome
+    assert (store.trial(t1.key).error, store.trial(t1.key).finished_at) == (None, None)
+    with pytest.raises(KeyError, match="no trial"):
+        store.mark_running("missing")
+    with pytest.raises(ValueError, match="finish state"):
+        store.finish(t1.key, "running")
+    with pytest.raises(TypeError, match="unknown trial fields"):
+        store.record(t1.key, colour="red")
+
+
+# ----------------------------------------------------------------------------------------- concurrency
+def _hammer(url: str, keys: list[str], worker: int, rounds: int) -> int:
+    """One writer of a concurrent test: interleaved state changes and metric batches."""
+    with Store(url) as s:
+        for r in range(rounds):
+            for key in keys:
+                s.mark_running(key, host=f"w{worker}", attempt=r + 1)
+                s.log_metrics(key, r, {f"w{worker}.loss": float(r), f"w{worker}.acc": 0.5})
+                s.record(key, params=r)
+        return rounds * len(keys) * 2
+
+
+@pytest.fixture(scope="module")
+def pool():
+    """Three spawned writer processes, shared by the concurrency tests (spawning costs seconds)."""
+    with ProcessPoolExecutor(3, mp_context=get_context("spawn")) as executor:
+        yield executor
+
+
+def _open(url: str, at: float) -> list[str]:
+    time.sleep(max(0.0, at - time.time()))
+    with Store(url) as s, s.engine.connect() as conn:
+        return conn.execute(text("SELECT version_num FROM alembic_version")).scalars().all()
+
+
+def test_processes_opening_a_fresh_file_at_once_migrate_it_once(tmp_path, pool):
+    url, at = f"sqlite:///{tmp_path / 'fresh.sqlite'}", time.time() + 2
+    assert list(pool.map(_open, [url] * 3, [at] * 3, timeout=120)) == [["0002"]] * 3
+
+
+def test_concurrent_writers_never_see_database_is_locked(tmp_path, pool):
+    """Three processes and two threads write one file at once (the design has one writer; this is the
+    guard: WAL, BEGIN IMMEDIATE and the busy timeout). Without the busy timeout most writers fail."""
+    url = f"sqlite:///{tmp_path / 'busy.sqlite'}"
+    trials = [trial(i) for i in range(4)]
+    keys = [t.key for t in trials]
+    with Store(url) as s:
+        s.add_trials("s", trials)
+    errors: list[BaseException] = []
+
+    def run(worker: int) -> None:
+        try:
+            _hammer(url, keys, worker, 15)
+        except BaseException as exc:  # noqa: BLE001 - collected and asserted below
+            errors.append(exc)
+
+    procs = [pool.submit(_hammer, url, keys, w, 15) for w in range(3)]
+    threads = [threading.Thread(target=run, args=(w,)) for w in (3, 4)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join(timeout=120)
+    written = sum(p.result(timeout=120) for p in procs)
+    assert errors == []
+    with sqlite3.connect(tmp_path / "busy.sqlite") as conn:
+        assert conn.execute("SELECT count(*) FROM metrics").fetchone()[0] == written + 2 * 15 * 4 * 2
+
+
+# ---------------------------------------------------------------------------------------------- frames
+@pytest.fixture
+def filled(store):
+    trials = [trial(s, kind) for kind in ("softmax", "csan") for s in (0, 1)]
+    store.upsert_sweep("s", metric="test.top1")
+    store.add_trials("s", trials)
+    for i, t in enumerate(trials):
+        store.mark_running(t.key, host="h", device="cpu")
+        store.log_metric_rows([(t.key, n, e, e * i, None) for e in range(5) for n in ("train.loss", "val.top1")])
+        store.finish(t.key, "done", result={"test": {"top1": 0.1 * i, "loss": 1.0}, "throughput": 100}, params=10)
+    store.add_trials("other", trials[:1])
+    return store, trials
+
+
+def test_trials_frame_one_row_per_trial_and_sweep(filled):
+    store, trials = filled
+    df = store.trials_frame()
+    assert list(df.columns[: len(TRIAL_COLUMNS)]) == TRIAL_COLUMNS
+    assert {"axis.attention.kind", "axis.seed", "test.top1", "test.loss", "throughput"} <= set(df.columns)
+    assert len(df) == 5 and df["sweep"].value_counts().to_dict() == {"s": 4, "other": 1}
+    s = store.trials_frame("s")
+    assert s["key"].tolist() == [t.key for t in trials] and s["position"].tolist() == [0, 1, 2, 3]
+    assert s["axis.attention.kind"].tolist() == ["softmax", "softmax", "csan", "csan"]
+    assert s["test.top1"].tolist() == pytest.approx([0.0, 0.1, 0.2, 0.3])
+    assert s["seed"].tolist() == [0, 1, 0, 1] and str(s["params"].dtype) == "Int64"
+    assert (s["duration_s"] >= 0).all() and str(s["finished_at"].dt.tz) == "UTC"
+    wide = store.trials_frame("s", expand=["config", "environment"])
+    assert (wide["config.train.epochs"] == 2).all() and wide["config.model.depths"].iloc[0] == "[12]"
+    empty = store.trials_frame("nothing")
+    assert empty.empty and list(empty.columns) == TRIAL_COLUMNS
+
+
+def test_metrics_frame_filters_and_dtypes(filled):
+    store, trials = filled
+    df = store.metrics_frame()
+    assert list(df.columns) == ["key", "name", "step", "value"] and len(df) == 4 * 5 * 2
+    assert (str(df["key"].dtype), str(df["name"].dtype), str(df["step"].dtype)) == ("category", "category", "int64")
+    assert len(store.metrics_frame("other")) == 10
+    assert len(store.metrics_frame(["s", "other"], names=["val.top1"])) == 20
+    one = store.metrics_frame(keys=[trials[3].key], names="val.top1")
+    assert one["value"].tolist() == [0.0, 3.0, 6.0, 9.0, 12.0]
+    assert store.metrics_frame("nothing").empty
+
+
+def test_runs_filters_by_value_or_text(filled):
+    store, trials = filled
+    assert len(store.runs({"axis.attention.kind": "csan"}, sweeps="s")) == 2
+    assert store.runs({"axis.seed": "1", "sweep": "s"})["key"].tolist() == [trials[1].key, trials[3].key]
+    assert len(store.runs({"state": ["done", "failed"]})) == 5
+    with pytest.raises(KeyError, match="no column 'colour'"):
+        store.runs({"colour": "red"})
+
+
+def test_sweeps_frame_and_flatten(filled):
+    store, _ = filled
+    df = store.sweeps_frame()
+    assert df.set_index("name")["trials"].to_dict() == {"other": 1, "s": 4}
+    assert flatten({"a": {"b": 1, "c": {"d": [2]}}, "e": {}}, "x") == {"x.a.b": 1, "x.a.c.d": [2], "x.e": {}}
