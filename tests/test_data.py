@@ -98,7 +98,9 @@ def write_cifar(root: Path, name: str, per_file: int = 20) -> dict[str, np.ndarr
 
 @pytest.mark.parametrize(("name", "classes"), [("cifar10", 10), ("cifar100", 100)])
 def test_cifar_pickles(tmp_path: Path, name: str, classes: int) -> None:
-    written = write_cifar(tmp_path, name)
+    folder = tmp_path / "cifar-100-python" if name == "cifar100" else tmp_path  # path may hold the archive's folder
+    folder.mkdir(exist_ok=True)
+    written = write_cifar(folder, name)
     s = build_data(image_cfg(name, img_size=32, path=str(tmp_path)))
     assert (s.num_classes, s.in_chans) == (classes, 3)
     n_train = 20 * (5 if name == "cifar10" else 1)
