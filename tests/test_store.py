@@ -48,6 +48,10 @@ def test_default_url_creates_db_folder_in_wal_mode(tmp_path, monkeypatch):
             assert conn.exec_driver_sql("PRAGMA journal_mode").scalar() == "wal"
             assert conn.exec_driver_sql("PRAGMA busy_timeout").scalar() == 60000
             assert conn.exec_driver_sql("PRAGMA foreign_keys").scalar() == 1
+        monkeypatch.chdir(tmp_path.parent)  # new connections still open the same file
+        s.engine.dispose()
+        s.upsert_sweep("later")
+        assert s.sweeps_frame()["name"].tolist() == ["later"]
     assert (tmp_path / "db" / "ablate.sqlite").is_file()
 
 

@@ -29,7 +29,9 @@ def make_engine(url: str | None = None) -> Engine:
         return create_engine(sa_url, pool_pre_ping=True)
     db = sa_url.database
     if db and db != ":memory:" and not db.startswith("file:"):
-        Path(db).parent.mkdir(parents=True, exist_ok=True)
+        path = Path(db).resolve()  # absolute, so a later chdir cannot point new connections elsewhere
+        path.parent.mkdir(parents=True, exist_ok=True)
+        sa_url = sa_url.set(database=str(path))
     engine = create_engine(sa_url)
 
     @event.listens_for(engine, "connect")

@@ -31,13 +31,12 @@ def now() -> datetime:
     return datetime.now(timezone.utc)
 
 
-def first_line(error: str | None, traceback: str | None) -> str | None:
-    """The line that names an error: the message's first line, else a traceback's last line."""
-    if error and error.strip():
-        return error.strip().splitlines()[0]
-    if traceback and traceback.strip():
-        return traceback.strip().splitlines()[-1]
-    return None
+def error_line(text: str | None) -> str | None:
+    """The line that names an error: a traceback's last line (`ValueError: boom`), else the first line."""
+    lines = (text or "").strip().splitlines()
+    if not lines:
+        return None
+    return lines[-1] if lines[0].startswith("Traceback") else lines[0]
 
 
 def _field(trial: Any, name: str) -> Any:
@@ -150,12 +149,13 @@ class Store(Queries):
         **info: Any,
     ) -> None:
         """A trial ends in `state` (done | failed | diverged | interrupted) with its final result
-        ({"test": {"top1": ...}}) or its error; `info` as in `record`."""
+        ({"test": {"top1": ...}}) or its error (message and/or traceback; the `error` column keeps the line
+        that names it); `info` as in `record`."""
         if state not in FINAL_STATES:
             raise ValueError(f"finish state must be one of {FINAL_STATES}, not {state!r}")
         self.record(key, **info)
         self._update(TRIALS, TRIALS.c.key == key, key, state=state, finished_at=now(), result=result,
-                     error=first_line(error, traceback), traceback=traceback or error,
+                     error=error_line(error or traceback), traceback=traceback or error,
                      diverged_epoch=diverged_epoch, diverged_step=diverged_step)  # fmt: skip
 
     def interrupt(self, keys: Iterable[str] | None = None) -> int:
