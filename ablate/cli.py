@@ -134,6 +134,154 @@ def plan(
             out.print("* = baseline variant")
 
 
+DB = typer.Option(None, "--db", envvar="ABLATE_DB", help="Results database URL [default: sqlite:///db/ablate.sqlite].")
+MLFLOW = typer.Option(None, "--mlflow-uri", envvar="ABLATE_MLFLOW_URI",
+                      help="MLflow tracking URI [default: sqlite:///db/mlflow.sqlite]; a server URL on a cluster.")
+
+
+@app.command()
+def launch(
+    file: Path = typer.Argument(Path("experiments.yaml"), help="The experiments file."),
+    sweep: Optional[list[str]] = typer.Argument(None, help="Sweeps to launch (default: every sweep)."),
+    address: Optional[str] = typer.Option(None, envvar="RAY_ADDRESS", help="Ray cluster address; none: an embedded local Ray."),
+    storage: Path = typer.Option(Path("db/checkpoints"), help="Checkpoint folder; must be shared by all nodes on a cluster."),
+    db: Optional[str] = DB,
+    mlflow_uri: Optional[str] = MLFLOW,
+    mlflow: bool = typer.Option(True, "--mlflow/--no-mlflow", help="Also record to MLflow."),
+    cpus: Optional[float] = typer.Option(None, help="CPUs per trial (overrides the sweep's resources.cpus)."),
+    gpus: Optional[float] = typer.Option(None, help="GPUs per trial, fractions allowed (overrides resources.gpus)."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Print what would run and what is skipped; write nothing."),
+    live: Optional[bool] = typer.Option(None, "--live/--plain", help="Live table or log lines [default: live on a terminal]."),
+) -> None:
+    """Run every unfinished trial of the sweeps on Ray; record to the store and MLflow."""
+    plans = plans_of(file, sweep)
+    if dry_run:
+        _dry_run(plans, db)
+        return
+    from ablate.launcher import launch as run
+    from ablate.progress import Progress
+    from ablate.store import Store
+
+    with Store(db) as store:
+        tracker = None
+        if mlflow:
+            from ablate.tracking import Tracker
+
+            tracker = Tracker(mlflow_uri)
+        keys = {t.key for p in plans for t in p.trials}
+        done = len(store.done_keys(keys))
+        progress = Progress(total=len(keys), done=done, live=live, console=out)
+        out.print(f"{len(keys)} trials in {', '.join(p.sweep for p in plans)}: {done} done, {len(keys) - done} to run")
+        result = run(plans, store=store, tracker=tracker, address=address, storage=storage, cpus=cpus, gpus=gpus, progress=progress)
+    counts = ", ".join(f"{k} {v}" for k, v in sorted(result.counts.items())) or "nothing run"
+    out.print(f"{counts}; {result.skipped} already done; {result.seconds:.1f} s")
+    if result.interrupted:
+        raise typer.Exit(130)
+
+
+def _dry_run(plans: list[Any], db: str | None) -> None:
+    from ablate.store import DEFAULT_URL, Store
+
+    url = db or DEFAULT_URL
+    states: dict[str, str] = {}
+    if not url.startswith("sqlite:///") or Path(url.removeprefix("sqlite:///")).exists():
+        with Store(url) as store:
+            states = store.states({t.key for p in plans for t in p.trials})
+    for p in plans:
+        table = Table(title=f"{p.sweep} (dry run)", title_justify="left")
+        for col in ("key", *p.axes, "seed", "state", "action"):
+            table.add_column(col)
+        for t in p.trials:
+            state = states.get(t.key, "new")
+            action = "skip" if state == "done" else ("resume" if state in ("running", "interrupted") else "run")
+            table.add_row(t.key[:10], *[_cell(t.axes[a]) for a in p.axes], str(t.axes["seed"]), state, action)
+        out.print(table)
+    todo = sum(states.get(t.key) != "done" for p in plans for t in p.trials)
+    out.print(f"would run {todo}, skip {sum(len(p.trials) for p in plans) - todo}")
+
+
+@app.command()
+def status(
+    sweep: Optional[list[str]] = typer.Argument(None, help="Sweeps (default: all in the store)."),
+    db: Optional[str] = DB,
+) -> None:
+    """Counts per state, running trials, and failures with the first line of their error."""
+    from ablate.store import Store
+
+    with Store(db) as store:
+        counts = store.status(sweep or None)
+        trials = store.trials_frame(sweep or None)
+    if counts.empty:
+        out.print("no sweeps in the store")
+        return
+    _print_frame(counts, "trials per state")
+    running = trials[trials["state"] == "running"]
+    if len(running):
+        _print_frame(running[["sweep", "key", "host", "started_at"]], "running")
+    failed = trials[trials["state"].isin(["failed", "diverged"])]
+    if len(failed):
+        _print_frame(failed[["sweep", "key", "state", "error"]], "failures")
+
+
+@app.command()
+def runs(
+    sweep: Optional[list[str]] = typer.Argument(None, help="Sweeps (default: all)."),
+    state: Optional[str] = typer.Option(None, help="Only trials in this state."),
+    where: Optional[list[str]] = typer.Option(None, help="Filter PATH=VALUE on axis values, e.g. attention.kind=csan."),
+    format: Format = typer.Option(Format.table, "--format", "-f", help="table, csv or json."),
+    db: Optional[str] = DB,
+) -> None:
+    """A table of trials with their axis values and final metrics."""
+    from ablate.store import Store
+
+    filters: dict[str, Any] = {"state": state} if state else {}
+    for item in where or []:
+        if "=" not in item:
+            fail(f"--where expects PATH=VALUE, got {item!r}")
+        path, value = item.split("=", 1)
+        filters[f"axis.{path}"] = value
+    with Store(db) as store:
+        try:
+            frame = store.runs(filters, sweep or None)
+        except KeyError as e:
+            fail(str(e.args[0]))
+    if format is Format.csv:
+        sys.stdout.write(frame.to_csv(index=False))
+    elif format is Format.json:
+        sys.stdout.write(frame.to_json(orient="records", date_format="iso", indent=1) + "\n")
+    else:
+        _print_frame(frame, f"{len(frame)} trials")
+
+
+def _print_frame(frame: Any, title: str) -> None:
+    table = Table(title=title, title_justify="left")
+    for col in frame.columns:
+        table.add_column(str(col))
+    for row in frame.itertuples(index=False):
+        table.add_row(*[_cell(v) if not isinstance(v, float) else f"{v:.4g}" for v in row])
+    out.print(table)
+
+
+@app.command()
+def ui(
+    mlflow_uri: Optional[str] = MLFLOW,
+    host: str = typer.Option("127.0.0.1", help="Interface to bind; 0.0.0.0 exposes the UI on purpose."),
+    port: int = typer.Option(5000, help="Port."),
+) -> None:
+    """Start the MLflow UI on the store (one worker, no job execution) and print its URL."""
+    import os
+    import subprocess
+
+    from ablate.tracking import DEFAULT_URI
+
+    uri = mlflow_uri or DEFAULT_URI
+    env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
+    cmd = [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", uri, "--host", host,
+           "--port", str(port), "--workers", "1"]  # fmt: skip
+    out.print(f"MLflow UI on http://{host}:{port} (store {uri}); Ctrl-C stops it")
+    raise typer.Exit(subprocess.call(cmd, env=env))
+
+
 @app.command()
 def schema() -> None:
     """Print the JSON schema of experiments.yaml (for editor completion and checking)."""

@@ -1,0 +1,195 @@
+"""Fan planned trials out over Ray and record everything: `launch(plans, ...)`.
+
+Plan, skip every key already `done` in the store (whatever sweep ran it), submit the rest as Ray tasks
+with the sweep's cpus/gpus, and record what they report through the one writer (`ablate.recorder`).
+Worker or node death: Ray re-runs the task (`system_retries`) and the trial resumes from its checkpoint
+under `storage/<key>` (shared storage on a cluster). Application errors are recorded as `failed`, retried
+only `resources.retries` times. Ctrl-C cancels running tasks and marks them `interrupted`; the next launch
+resumes them. No address: an embedded local Ray for the launch; an address or RAY_ADDRESS: that cluster.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+import traceback as tb
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import ray
+
+from ablate.config import TrialConfig
+from ablate.planner import Plan, Trial
+from ablate.progress import Progress
+from ablate.recorder import Inbox, Recorder
+from ablate.store import Store
+
+DEFAULT_STORAGE = "db/checkpoints"
+SYSTEM_RETRIES = 3
+"""Re-runs of a task whose worker or node died (each resumes from the trial's checkpoint)."""
+
+
+@dataclass
+class LaunchResult:
+    """What a launch did: trials per final state, and how many were already done."""
+
+    counts: Counter = field(default_factory=Counter)
+    skipped: int = 0
+    seconds: float = 0.0
+    interrupted: bool = False
+
+
+def _trial_task(config: dict[str, Any], key: str, storage: str, inbox: Any, runner: Callable) -> dict[str, Any]:
+    """Body of one Ray task: run the trial, streaming its messages to the inbox."""
+    cfg = TrialConfig.model_validate(config)
+    ctx = ray.get_runtime_context()
+    inbox.put.remote(("start", key, {"host": socket.gethostname(), "node_id": ctx.get_node_id(), "pid": os.getpid(),
+                                     "device": "cuda" if cfg.resources.gpus > 0 else "cpu"}))  # fmt: skip
+
+    def report(epoch: int, metrics: dict[str, float]) -> None:
+        inbox.put.remote(("epoch", key, epoch, metrics, time.time()))
+
+    result = runner(cfg, report, Path(storage) / key)
+    return asdict(result)
+
+
+def _connect(address: str | None, num_cpus: int | None) -> bool:
+    """Join `address` (or RAY_ADDRESS), reuse a running Ray, or start an embedded one. True if we started it."""
+    if ray.is_initialized():
+        return False
+    address = address or os.environ.get("RAY_ADDRESS")
+    if address:
+        ray.init(address=address, log_to_driver=False, configure_logging=False)
+        return True
+    ray.init(num_cpus=num_cpus or os.cpu_count(), include_dashboard=False, log_to_driver=False,
+             configure_logging=False, object_store_memory=256 * 2**20)  # fmt: skip
+    return True
+
+
+def launch(
+    plans: list[Plan],
+    *,
+    store: Store,
+    tracker: Any = None,
+    address: str | None = None,
+    storage: str | Path = DEFAULT_STORAGE,
+    cpus: float | None = None,
+    gpus: float | None = None,
+    num_cpus: int | None = None,
+    runner: Callable | None = None,
+    progress: Progress | None = None,
+    poll: float = 0.2,
+) -> LaunchResult:
+    """Run every unfinished trial of `plans`; return counts per outcome. See the module docstring."""
+    from ablate.trial import run_trial
+
+    runner = runner or run_trial
+    started = time.perf_counter()
+    result = LaunchResult()
+    sweep_of: dict[str, str] = {}
+    todo: dict[str, Trial] = {}
+    for plan in plans:
+        store.upsert_sweep(plan.sweep, spec_path=plan.file, metric=plan.metric, baseline=plan.baseline,
+                           description=plan.description, spec={"axes": plan.axes})  # fmt: skip
+        store.add_trials(plan.sweep, plan.trials)
+        for t in plan.trials:
+            sweep_of.setdefault(t.key, plan.sweep)
+            todo.setdefault(t.key, t)
+    done = store.done_keys(todo)
+    result.skipped = len(done)
+    todo = {k: t for k, t in todo.items() if k not in done}
+    store.interrupt(todo)  # left `running` by a launcher that was killed: they resume now
+    progress = progress or Progress(total=len(todo) + len(done), done=len(done))
+    if not todo:
+        progress.message(f"nothing to run: all {len(done)} trials are done")
+        result.seconds = time.perf_counter() - started
+        return result
+    if tracker is not None:
+        for plan in plans:
+            tracker.start_sweep(store, plan.sweep)
+    storage = str(Path(storage).resolve())
+    ours = _connect(address, num_cpus)
+    recorder = Recorder(store, tracker, sweep_of)
+    inbox = Inbox.remote()
+    task = ray.remote(_trial_task)
+    pending: dict[Any, str] = {}
+    failures: Counter = Counter()
+
+    def submit(key: str) -> None:
+        cfg = todo[key].config
+        opts = {"num_cpus": cpus if cpus is not None else cfg.resources.cpus,
+                "num_gpus": gpus if gpus is not None else cfg.resources.gpus,
+                "max_retries": SYSTEM_RETRIES, "retry_exceptions": False, "name": f"trial-{key[:10]}"}  # fmt: skip
+        ref = task.options(**opts).remote(cfg.model_dump(mode="json"), key, storage, inbox, runner)
+        pending[ref] = key
+        progress.submitted(todo[key])
+
+    def drain() -> None:
+        messages = ray.get(inbox.drain.remote())
+        recorder.handle(messages)
+        for kind, key, *body in messages:
+            if kind == "start":
+                progress.started(key)
+            elif kind == "epoch":
+                progress.epoch(key, body[0], body[1])
+
+    try:
+        for key in todo:
+            submit(key)
+        with progress:
+            while pending:
+                ready, _ = ray.wait(list(pending), num_returns=len(pending), timeout=poll)
+                drain()
+                for ref in ready:
+                    key = pending.pop(ref)
+                    state = _settle(ref, key, todo[key].config, recorder, failures)
+                    if state == "retry":
+                        submit(key)
+                        continue
+                    result.counts[state] += 1
+                    progress.finished(key, state)
+                progress.refresh()
+            drain()
+    except KeyboardInterrupt:
+        for ref in pending:
+            ray.cancel(ref, force=True)
+        drain()
+        recorder.interrupt(list(pending.values()))
+        result.interrupted = True
+        result.counts["interrupted"] += len(pending)
+    finally:
+        if tracker is not None:
+            for plan in plans:
+                tracker.end_sweep(store, plan.sweep, "KILLED" if result.interrupted else "FINISHED")
+        if ours:
+            ray.shutdown()
+    result.seconds = time.perf_counter() - started
+    return result
+
+
+def _settle(ref: Any, key: str, cfg: TrialConfig, recorder: Recorder, failures: Counter) -> str:
+    """Record a finished task; return its state, or "retry" for an application error with retries left."""
+    try:
+        out = ray.get(ref)
+    except (ray.exceptions.RayTaskError, ray.exceptions.WorkerCrashedError, ray.exceptions.NodeDiedError,
+            ray.exceptions.TaskCancelledError, ray.exceptions.RayError) as e:  # fmt: skip
+        failures[key] += 1
+        if isinstance(e, ray.exceptions.RayTaskError) and failures[key] <= cfg.resources.retries:
+            return "retry"
+        cause = getattr(e, "cause", None) if isinstance(e, ray.exceptions.RayTaskError) else None
+        text = "".join(tb.format_exception(cause)) if isinstance(cause, BaseException) else str(e)
+        recorder.finish(key, "failed", error=str(cause or e), traceback=text)
+        return "failed"
+    info = out.get("info", {})
+    fields = {"params": info.get("params"), "flops": info.get("flops"), "peak_memory": info.get("peak_mem_mb"),
+              "environment": info.get("env")}  # fmt: skip
+    fields = {k: v for k, v in fields.items() if v is not None}
+    if out["outcome"] == "diverged":
+        at = out.get("diverged_at") or {}
+        recorder.finish(key, "diverged", diverged_epoch=at.get("epoch"), diverged_step=at.get("step"), **fields)
+        return "diverged"
+    recorder.finish(key, "done", result=out["metrics"], **fields)
+    return "done"

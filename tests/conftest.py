@@ -1,0 +1,36 @@
+"""Shared fixtures: a real local Ray for the session, tiny sweeps on real data, stores in tmp folders."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED_MIL = ROOT.parent / "shared" / "data" / "mil"
+
+#: A tiny real trial: scikit-learn's 8x8 digits, a 2-block ViT; about a second per epoch here.
+TINY = {
+    "data": {"name": "digits"},
+    "model": {"backbone": "vit", "embed_dim": 32, "depths": [2], "num_heads": [2], "patch_size": 2, "img_size": 8, "mlp_ratio": 2},
+    "train": {"epochs": 2, "batch_size": 128, "lr": 2e-3},
+}
+
+
+def write_sweeps(path: Path, sweeps: dict) -> Path:
+    path.write_text(yaml.safe_dump({"sweeps": sweeps}, sort_keys=False))
+    return path
+
+
+@pytest.fixture(scope="session")
+def ray_local():
+    """One embedded Ray (2 CPUs) for every launch test of the session; launches reuse it."""
+    import ray
+
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False,
+             object_store_memory=128 * 2**20)  # fmt: skip
+    yield ray
+    ray.shutdown()
