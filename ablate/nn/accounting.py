@@ -1,0 +1,154 @@
+"""What a model costs, without training: parameters, forward FLOPs per example, peak forward memory.
+
+`model_cost(cfg)` is what `ablate plan` shows per trial. It builds the network on the meta device (no
+memory, no weight init, milliseconds even for Swin-B sizes) and is cached by the architecture's identity,
+so a plan of thousands of trials over a few distinct models builds each model once.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+import torch
+from torch import Tensor, nn
+from torch.profiler import ProfilerActivity, profile
+from torch.utils.flop_counter import FlopCounterMode, sdpa_flop
+
+from ablate.config import TrialConfig
+from ablate.nn.factory import count_params, create_model, model_key
+
+__all__ = ["Cost", "count_flops", "count_params", "data_dims", "example_input", "model_cost", "peak_memory"]
+
+#: Instances in the nominal bag that MIL FLOPs are counted on (costs grow linearly with the bag).
+MIL_BAG = 64
+#: (in_chans, num_classes) of the datasets whose shape is fixed; MIL: (feature width F, 2).
+DATA_DIMS = {
+    "mnist5k": (1, 10),
+    "digits": (1, 10),
+    "cifar10": (3, 10),
+    "cifar100": (3, 100),
+    "musk1": (166, 2),
+    "musk2": (166, 2),
+    "elephant": (230, 2),
+    "fox": (230, 2),
+    "tiger": (230, 2),
+    "ucsb_breast_cancer": (708, 2),
+    "web_recommendation_1": (5863, 2),
+}
+@dataclass(frozen=True)
+class Cost:
+    params: int
+    gflops: float
+    """Forward GFLOPs per example as FlopCounterMode counts them (2 per multiply-accumulate)."""
+
+
+Inputs = Tensor | Sequence[Tensor]
+_COSTS: dict[str, Cost] = {}
+
+
+def _call(model: nn.Module, inputs: Inputs) -> Tensor:
+    return model(inputs) if isinstance(inputs, Tensor) else model(*inputs)
+
+
+def _batch(inputs: Inputs) -> int:
+    return (inputs if isinstance(inputs, Tensor) else inputs[0]).shape[0]
+
+
+def count_flops(model: nn.Module, inputs: Inputs) -> int:
+    """Forward FLOPs per example (inputs: a batch tensor, or the model's positional arguments).
+
+    Counted by torch's flop registry: matmuls (mm, addmm, bmm, baddbmm), convolutions and fused
+    attention, 2 FLOPs per multiply-accumulate (so half of this is the "FLOPs" papers quote, e.g.
+    Swin-T 4.5 G). Elementwise ops, softmax, norms, pooling and sorting are not counted. SDPA counts its
+    two matmuls, 4 * B * H * Nq * Nk * d: on CUDA through its fused-kernel entries; on the meta device and
+    in the math fallback it decomposes into counted bmm; on CPU its fused kernel has no registry entry,
+    so it is mapped to the same formula here. Runs under no_grad.
+    """
+    cpu_sdpa = {torch.ops.aten._scaled_dot_product_flash_attention_for_cpu: sdpa_flop}
+    with torch.no_grad(), FlopCounterMode(display=False, custom_mapping=cpu_sdpa) as counter:
+        _call(model, inputs)
+    return counter.get_total_flops() // _batch(inputs)
+
+
+def peak_memory(model: nn.Module, inputs: Inputs, grad: bool = True) -> int:
+    """Peak bytes allocated during one forward pass, above what was allocated when it started.
+
+    grad=True keeps autograd on (training memory: activations saved for backward count); False is
+    inference. CUDA: torch.cuda.max_memory_allocated relative to memory_allocated before the call. CPU:
+    the same quantity from the profiler's allocator events: the running sum of every allocation and free
+    (torch tensors only, not Python objects or the allocator's own caching), its maximum taken.
+    """
+    device = (inputs if isinstance(inputs, Tensor) else inputs[0]).device
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+        torch.cuda.reset_peak_memory_stats(device)
+        start = torch.cuda.memory_allocated(device)
+        with torch.set_grad_enabled(grad):
+            _call(model, inputs)
+        torch.cuda.synchronize(device)
+        return torch.cuda.max_memory_allocated(device) - start
+    with torch.set_grad_enabled(grad), profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        _call(model, inputs)
+    changes = sorted(_allocations(prof.profiler.kineto_results.experimental_event_tree()))
+    live = peak = 0
+    for _, nbytes in changes:
+        live += nbytes
+        peak = max(peak, live)
+    return peak
+
+
+def _allocations(events: list) -> list[tuple[int, int]]:
+    """(time, signed bytes) of every CPU allocator event in the profiler's event tree."""
+    from torch._C._profiler import _EventType
+
+    out = []
+    for e in events:
+        if e.tag == _EventType.Allocation and e.extra_fields.device.type == "cpu":
+            out.append((e.start_time_ns, e.extra_fields.alloc_size))
+        out += _allocations(e.children)
+    return out
+
+
+def data_dims(cfg: TrialConfig) -> tuple[int, int]:
+    """(in_chans, num_classes) of the trial's data without loading it.
+
+    Fixed datasets come from DATA_DIMS; imagefolder counts the class folders under train/ (or takes
+    model.num_classes); mil_csv reads the CSV header (label, bag_id, features...).
+    """
+    name = cfg.data.name
+    if name in DATA_DIMS:
+        return DATA_DIMS[name]
+    path = Path(cfg.data.path).expanduser()
+    if name == "mil_csv":
+        with open(path) as f:
+            return len(f.readline().split(",")) - 2, 2
+    classes = cfg.model.num_classes or sum(p.is_dir() for p in (path / "train").glob("*"))
+    if not classes:
+        raise ValueError(f"imagefolder at {path}: no class folders under train/ (set model.num_classes to plan it)")
+    return 3, classes
+
+
+def example_input(cfg: TrialConfig, in_chans: int, batch: int = 1, device: str | torch.device = "cpu") -> Inputs:
+    """A batch of the shape the trial's model takes: images, or MIL bags of MIL_BAG instances with a mask."""
+    if cfg.model.backbone == "synpool":
+        return torch.randn(batch, MIL_BAG, in_chans, device=device), torch.ones(batch, MIL_BAG, dtype=torch.bool, device=device)
+    return torch.randn(batch, in_chans, cfg.model.img_size, cfg.model.img_size, device=device)
+
+
+def model_cost(cfg: TrialConfig, in_chans: int | None = None, num_classes: int | None = None) -> Cost:
+    """Parameters and forward GFLOPs per example (MIL: per bag of MIL_BAG instances) of the trial's model.
+
+    The data widths default to `data_dims(cfg)`. Built and counted on the meta device; cached by
+    `model_key`, so trials that differ only in data split, recipe or seed share one entry.
+    """
+    if in_chans is None or num_classes is None:
+        in_chans, num_classes = data_dims(cfg)
+    key = model_key(cfg, num_classes, in_chans)
+    if key not in _COSTS:
+        with torch.device("meta"):
+            model = create_model(cfg, num_classes, in_chans).eval()
+            flops = count_flops(model, example_input(cfg, in_chans, device="meta"))
+        _COSTS[key] = Cost(params=count_params(model), gflops=flops / 1e9)
+    return _COSTS[key]

@@ -1,0 +1,137 @@
+"""`create_model(cfg, num_classes, in_chans)`: one network for a trial, dispatched on `model.backbone`.
+
+`model.match_params` is solved here: the embed dim is searched (every stage keeping its heads dividing its
+width) until the parameter count lands within MATCH_TOLERANCE of the target, a number or the count of a
+reference model described by dotted overrides of the same config. Solutions are cached per process.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any, Callable
+
+import torch
+from torch import nn
+
+from ablate.config import SIZES, AttentionConfig, ModelConfig, TrialConfig, identity
+from ablate.nn.backbones import build_hiera, build_swin, build_vit
+from ablate.nn.mil import build_synpool
+from ablate.nn.mixer import REGISTRY
+
+Builder = Callable[[ModelConfig, AttentionConfig, int, int], nn.Module]
+BUILDERS: dict[str, Builder] = {"swin": build_swin, "vit": build_vit, "hiera": build_hiera, "synpool": build_synpool}
+MATCH_TOLERANCE = 0.02
+_SOLVED: dict[str, int] = {}
+
+
+def create_model(cfg: TrialConfig, num_classes: int, in_chans: int) -> nn.Module:
+    """The trial's network on the current default device (``with torch.device("meta")`` for counting).
+
+    Image backbones take (B, in_chans, H, W) and return (B, num_classes) logits; synpool takes a padded
+    batch of bags (B, N, F = in_chans) and a mask (B, N) and returns (B,) logits.
+    """
+    if cfg.attention.kind not in REGISTRY:
+        raise ValueError(f"attention.kind {cfg.attention.kind!r} has no registered mixer (registered: {sorted(REGISTRY)})")
+    cfg = match_width(cfg, num_classes, in_chans)
+    return BUILDERS[cfg.model.backbone](cfg.model, cfg.attention, num_classes, in_chans)
+
+
+def model_key(cfg: TrialConfig, num_classes: int, in_chans: int) -> str:
+    """Everything that fixes the network's architecture: model and attention identity, data widths."""
+    return json.dumps([identity(cfg.model), identity(cfg.attention), num_classes, in_chans], sort_keys=True)
+
+
+def count_params(model: nn.Module) -> int:
+    """Number of parameters (shared ones once); works on meta-device models."""
+    return sum(p.numel() for p in model.parameters())
+
+
+def meta_params(cfg: TrialConfig, num_classes: int, in_chans: int) -> int:
+    """Parameter count of the config's network, built on the meta device (no memory, no init cost)."""
+    with torch.device("meta"):
+        return count_params(create_model(cfg, num_classes, in_chans))
+
+
+def reference_config(cfg: TrialConfig, overrides: dict[str, Any]) -> TrialConfig:
+    """The reference model of a dict `match_params`: `cfg` with the dotted overrides applied, unmatched.
+
+    A new `attention.kind` starts that section from the kind's defaults (other attention.* overrides then
+    apply); a new `model.size` drops the fields its preset defines, so the preset takes effect.
+    """
+    data = cfg.model_dump()
+    data["model"]["match_params"] = None
+    for key in sorted(overrides, key=lambda k: k not in ("attention.kind", "model.size")):
+        *path, leaf = key.split(".")
+        node = data
+        for part in path:
+            if not isinstance(node.get(part), dict):
+                raise ValueError(f"model.match_params: {key!r} is not a dotted config path (e.g. 'model.stack')")
+            node = node[part]
+        value = overrides[key]
+        if key == "attention.kind" and value != node["kind"]:
+            node.clear()
+        if key == "model.size" and value in SIZES:
+            for preset_field in SIZES[value]:
+                node.pop(preset_field, None)
+        node[leaf] = value
+    try:
+        return TrialConfig.model_validate(data)
+    except ValueError as e:
+        raise ValueError(f"model.match_params {overrides} does not describe a valid reference model: {e}") from e
+
+
+def width_step(m: ModelConfig) -> int:
+    """Smallest embed_dim increment that keeps every stage's heads dividing its width."""
+    if m.backbone == "swin":  # stage i: width e * 2^i, num_heads[i] heads
+        return math.lcm(*(h // math.gcd(h, 2**i) for i, h in enumerate(m.num_heads)))
+    if m.backbone == "synpool":  # the heads split pool_dim, not D
+        return 1
+    return m.num_heads[0]  # vit: one stage; hiera: widths and heads both double per stage
+
+
+def match_width(cfg: TrialConfig, num_classes: int, in_chans: int) -> TrialConfig:
+    """`cfg` with embed_dim solved for `model.match_params` (unchanged when it is None).
+
+    Parameter counts grow with the width, so a doubling search brackets the target and a bisection over
+    multiples of `width_step` finds the two widths around it; the nearer one wins. A ValueError names the
+    target and the nearest counts when neither lands within MATCH_TOLERANCE.
+    """
+    target = cfg.model.match_params
+    if target is None:
+        return cfg
+    key = model_key(cfg, num_classes, in_chans)
+    if key not in _SOLVED:
+        goal = target if isinstance(target, (int, float)) else meta_params(reference_config(cfg, target), num_classes, in_chans)
+        _SOLVED[key] = _solve(cfg, goal, num_classes, in_chans)
+    return _with_width(cfg, _SOLVED[key])
+
+
+def _with_width(cfg: TrialConfig, embed_dim: int) -> TrialConfig:
+    model = cfg.model.model_copy(update={"embed_dim": embed_dim, "match_params": None})
+    return cfg.model_copy(update={"model": model})
+
+
+def _solve(cfg: TrialConfig, goal: float, num_classes: int, in_chans: int) -> int:
+    step = width_step(cfg.model)
+    counts: dict[int, int] = {}
+
+    def params(mult: int) -> int:
+        if mult not in counts:
+            counts[mult] = meta_params(_with_width(cfg, mult * step), num_classes, in_chans)
+        return counts[mult]
+
+    lo, hi = 0, max(1, cfg.model.embed_dim // step)  # invariant: params(lo) < goal <= params(hi)
+    while params(hi) < goal:
+        lo, hi = hi, 2 * hi
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if params(mid) < goal else (lo, mid)
+    best = min((m for m in (lo, hi) if m > 0), key=lambda m: abs(params(m) - goal))
+    if abs(params(best) - goal) > MATCH_TOLERANCE * goal:
+        near = ", ".join(f"embed_dim {m * step} -> {params(m):,}" for m in (lo, hi) if m > 0)
+        raise ValueError(
+            f"model.match_params: no embed_dim (a multiple of {step}, so heads {cfg.model.num_heads} divide every "
+            f"stage) lands within {MATCH_TOLERANCE:.0%} of {goal:,.0f} parameters; nearest: {near}"
+        )
+    return best * step

@@ -1,0 +1,156 @@
+"""Backbone surgery on real timm models at tiny sizes: every registered mixer x backbone x stack trains,
+softmax surgery equals timm's own forward, CSaN-V2's conv sits where the paper puts it, match_params."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+from pydantic import ValidationError
+
+from ablate import _tv_compat  # noqa: F401  (must precede every timm import)
+from timm.layers import Mlp
+from timm.models.swin_transformer import SwinTransformerBlock
+
+import ablate.nn  # noqa: F401  (registers every variant)
+from ablate.config import TrialConfig
+from ablate.nn.backbones import DWConv, Mixed, MixedSwinBlock
+from ablate.nn.factory import create_model, match_width, meta_params
+from ablate.nn.mixer import REGISTRY, TokenMixer
+
+TINY = {
+    "swin": dict(backbone="swin", embed_dim=24, depths=(2, 2), num_heads=(2, 4), img_size=32, window_size=4),
+    "vit": dict(backbone="vit", embed_dim=24, depths=(2,), num_heads=(2,), img_size=32, patch_size=8),
+    "hiera": dict(backbone="hiera", embed_dim=8, depths=(1, 1, 1, 1), num_heads=(1,), img_size=32, patch_size=2, window_size=8),
+}
+#: Knobs that make a variant do something at all (syn: 0 steps is softmax).
+KNOBS = {"syn": {"steps": 2}}
+
+
+def trial(attention: str = "softmax", **model: object) -> TrialConfig:
+    return TrialConfig.model_validate(dict(model=model, attention={"kind": attention, **KNOBS.get(attention, {})}))
+
+
+def timm_twin(model: torch.nn.Module) -> torch.nn.Module:
+    """A copy with every re-classed module turned back into its timm class (so timm's forward runs)."""
+    plain = copy.deepcopy(model)
+    for module in plain.modules():
+        if isinstance(module, Mixed):
+            del module.mixer
+            module.__class__ = type(module).__bases__[1]
+        elif isinstance(module, MixedSwinBlock):
+            module.__class__ = SwinTransformerBlock
+    return plain
+
+
+@pytest.mark.parametrize("stack", ["alternating", "pure"])
+@pytest.mark.parametrize("backbone", sorted(TINY))
+@pytest.mark.parametrize("kind", sorted(REGISTRY))
+def test_every_variant_trains_in_every_backbone(kind: str, backbone: str, stack: str) -> None:
+    torch.manual_seed(0)
+    model = create_model(trial(kind, **TINY[backbone], stack=stack), num_classes=5, in_chans=3)
+    mixers = [m for m in model.modules() if isinstance(m, TokenMixer)]
+    blocks = sum(TINY[backbone]["depths"])
+    assert len(mixers) == blocks * (2 if stack == "pure" else 1)
+    assert all(type(m) is REGISTRY[kind] for m in mixers)
+    assert not any(isinstance(m, Mlp) for m in model.modules()) == (stack == "pure")
+
+    torch.nn.init.normal_(model.get_classifier().weight)  # Hiera zero-inits its head: no gradient behind it
+    out = model(torch.randn(2, 3, 32, 32))
+    assert out.shape == (2, 5) and torch.isfinite(out).all()
+    (out * torch.randn_like(out)).sum().backward()
+    for name, p in model.named_parameters():  # ISTA leaves Swin's finite position bias unused: no grad
+        assert p.grad is None or torch.isfinite(p.grad).all(), name
+    for attn in (m for m in model.modules() if isinstance(m, Mixed)):
+        assert attn.qkv.weight.grad.abs().sum() > 0 and attn.proj.weight.grad.abs().sum() > 0
+    for mixer in mixers:
+        for name, p in mixer.named_parameters():
+            assert p.grad.abs().sum() > 0, f"no gradient reaches mixer parameter {name}"
+
+
+@pytest.mark.parametrize("backbone", sorted(TINY))
+def test_softmax_surgery_equals_timm(backbone: str) -> None:
+    """Same parameters, timm's forward vs the mixer path: the surgery changes nothing but the route."""
+    model = create_model(trial(**TINY[backbone]), num_classes=5, in_chans=3).eval()
+    x = torch.randn(2, 3, 32, 32)
+    torch.testing.assert_close(model(x), timm_twin(model)(x), rtol=1e-5, atol=1e-5)
+
+
+def test_swin_tiny_config_has_shifted_windows_and_hiera_pooled_mask_units() -> None:
+    """The equivalence above covers the hard cases: Swin's shift mask and Hiera's pooled mask units."""
+    swin = create_model(trial(**TINY["swin"]), 5, 3)
+    assert any(any(b.shift_size) for b in swin.modules() if isinstance(b, SwinTransformerBlock))
+    hiera = create_model(trial(**TINY["hiera"]), 5, 3)
+    pooled = [b.attn for b in hiera.blocks if b.attn.q_stride > 1]
+    assert pooled and any(a.use_mask_unit_attn for a in pooled)
+
+
+@pytest.mark.parametrize("stack", ["alternating", "pure"])
+def test_dwconv_on_every_swin_attention_branch(stack: str) -> None:
+    plain = create_model(trial(**TINY["swin"], stack=stack), 5, 3)
+    v2 = create_model(trial(**TINY["swin"], stack=stack, dwconv=True), 5, 3)
+    convs = [m for m in v2.modules() if isinstance(m, DWConv)]
+    branches = sum(TINY["swin"]["depths"]) * (2 if stack == "pure" else 1)
+    assert len(convs) == branches
+    per_conv = sum(c.conv.weight.numel() + c.conv.bias.numel() for c in convs)
+    assert sum(p.numel() for p in v2.parameters()) - sum(p.numel() for p in plain.parameters()) == per_conv
+    assert all(c.conv.kernel_size == (7, 7) and c.conv.groups == c.conv.in_channels for c in convs)
+
+
+def test_dwconv_sits_after_window_reverse_and_before_the_reverse_shift() -> None:
+    model = create_model(trial(**TINY["swin"], dwconv=True), 5, 3)
+    block = next(b for b in model.modules() if isinstance(b, MixedSwinBlock) and any(b.shift_size))
+    x = torch.randn(2, 8, 8, block.dim)
+    branch = block._windowed(x, block.attn, torch.nn.Identity())  # window-reversed and unshifted
+    s = block.shift_size
+    expected = torch.roll(block.dwconv1(torch.roll(branch, (-s[0], -s[1]), (1, 2))), s, (1, 2))
+    torch.testing.assert_close(block._attn(x), expected)
+    assert not torch.allclose(block._attn(x), block.dwconv1(branch), atol=1e-4)  # the placement matters
+
+
+def test_pure_stack_second_attention_reuses_the_block_geometry() -> None:
+    model = create_model(trial(**TINY["swin"], stack="pure"), 5, 3)
+    for block in (b for b in model.modules() if isinstance(b, MixedSwinBlock)):
+        assert block.mlp.window_size == block.attn.window_size and block.mlp.num_heads == block.attn.num_heads
+    hiera = create_model(trial(**TINY["hiera"], stack="pure"), 5, 3)
+    for block in hiera.blocks:
+        assert block.mlp.q_stride == 1 and block.mlp.dim == block.mlp.dim_out == block.dim_out
+        assert (block.mlp.window_size, block.mlp.use_mask_unit_attn) == (block.attn.window_size, block.attn.use_mask_unit_attn)
+
+
+def test_param_matching_lands_within_two_percent() -> None:
+    """The CSaN paper's diamond row: Swin-Min pure softmax widened to the alternating model's count."""
+    cfg = trial(size="swin-min", stack="pure", match_params={"model.stack": "alternating"})
+    solved = match_width(cfg, 1000, 3)
+    target = meta_params(trial(size="swin-min"), 1000, 3)
+    got = meta_params(solved, 1000, 3)
+    assert solved.model.embed_dim % 3 == 0 and solved.model.embed_dim > 96
+    assert abs(got - target) <= 0.02 * target
+    with torch.device("meta"):
+        assert sum(p.numel() for p in create_model(cfg, 1000, 3).parameters()) == got
+    numeric = match_width(trial(**TINY["vit"], match_params=float(got)), 1000, 3)
+    assert abs(meta_params(numeric, 1000, 3) - got) <= 0.02 * got
+
+
+def test_match_params_reference_switches_the_attention_section() -> None:
+    cfg = trial("csan", size="swin-min", stack="pure", match_params={"model.stack": "alternating", "attention.kind": "softmax"})
+    solved = match_width(cfg, 1000, 3)
+    assert solved.attention.kind == "csan" and solved.model.stack == "pure"
+    target = meta_params(trial(size="swin-min"), 1000, 3)
+    assert abs(meta_params(solved, 1000, 3) - target) <= 0.02 * target
+
+
+def test_factory_errors_are_clear() -> None:
+    with pytest.raises(ValidationError, match="dwconv"):
+        trial(**TINY["vit"], dwconv=True)
+    with pytest.raises(ValueError, match="window_size .*multiple of 2\\^\\(stages-1\\) = 8"):
+        create_model(trial(**{**TINY["hiera"], "window_size": 7}), 5, 3)
+    with pytest.raises(ValueError, match="one num_heads entry"):
+        create_model(trial(**{**TINY["hiera"], "num_heads": (1, 2, 4, 8)}), 5, 3)
+    with pytest.raises(ValueError, match="within 2% of 10 parameters; nearest: embed_dim 2 -> "):
+        match_width(trial(**TINY["swin"], match_params=10.0), 5, 3)  # below the narrowest model
+    with pytest.raises(ValueError, match="'model.nope.x' is not a dotted config path"):
+        match_width(trial(**TINY["swin"], match_params={"model.nope.x": 1}), 5, 3)
+    with pytest.raises(ValueError, match="does not describe a valid reference model"):
+        match_width(trial(**TINY["swin"], match_params={"model.stack": "sideways"}), 5, 3)
