@@ -65,12 +65,49 @@ def create_mixer(cfg: AttentionConfig, dim: int, num_heads: int, in_dim: int | N
     return REGISTRY[cfg.kind](cfg, dim, num_heads, in_dim)
 
 
+#: An additive bias at or below this masks a key (-inf does too). exp(-50) ~ 2e-22 is zero next to float32's
+#: resolution, so such a key gets no softmax weight anyway; Swin's shift mask is -100. Variants without
+#: logits to add a bias to (Syn's row maps, ISTA) use it to zero masked keys.
+MASK_LEVEL = -50.0
+
+
+def logits(q: Tensor, k: Tensor, bias: Tensor | None = None, scale: float | None = None) -> Tensor:
+    """q k^T * scale + bias, scale defaulting to d^-0.5 (the query is scaled: N x d, not N x N, work)."""
+    s = (q * (q.shape[-1] ** -0.5 if scale is None else scale)) @ k.transpose(-2, -1)
+    return s if bias is None else s + bias
+
+
+def normalize_rows(normalize: Callable[[Tensor], Tensor], s: Tensor, bias: Tensor | None) -> Tensor:
+    """``normalize(s)`` over the last dim; rows masked everywhere (all -inf) come out as zeros, not NaN.
+
+    Only a bias can mask a whole row, so without one the rows go through untouched (no extra N x N passes).
+    """
+    if bias is None:
+        return normalize(s)
+    dead = s.amax(-1, keepdim=True) == float("-inf")
+    return normalize(s.masked_fill(dead, 0.0)).masked_fill(dead, 0.0)
+
+
+def key_keep(bias: Tensor | None) -> Tensor | None:
+    """Boolean, broadcastable like ``bias``: True where a key is not masked (see MASK_LEVEL)."""
+    return None if bias is None else bias > MASK_LEVEL
+
+
 def softmax_rows(q: Tensor, k: Tensor, bias: Tensor | None) -> Tensor:
     """Explicit softmax(q k^T / sqrt(d) + bias): for diagnostics and reference implementations."""
-    s = (q * q.shape[-1] ** -0.5) @ k.transpose(-2, -1)
-    if bias is not None:
-        s = s + bias
-    return s.softmax(-1)
+    return normalize_rows(lambda s: s.softmax(-1), logits(q, k, bias), bias)
+
+
+class RowsMixer(TokenMixer):
+    """A variant whose attention rows are inherently explicit (N x N): ``out = rows(q, k, bias) @ v``."""
+
+    def rows(self, q: Tensor, k: Tensor, bias: Tensor | None) -> Tensor:
+        raise NotImplementedError
+
+    def forward(self, q: Tensor, k: Tensor, v: Tensor, bias: Tensor | None = None, x: Tensor | None = None) -> Tensor:
+        a = self.rows(q, k, bias)
+        self._keep(a)
+        return a.to(v.dtype) @ v
 
 
 @register("softmax")

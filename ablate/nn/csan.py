@@ -1,0 +1,226 @@
+"""CSaN (Selection-as-Nonlinearity): softmax attention calibrated by a descriptor of its own logits.
+
+A descriptor of each query's logits, ``m_i = mean_j phi_beta(s_ij)`` per head (bias and masks included),
+gated by the token, ``z_i = sigmoid(u(x_i)) * m_i`` (each head's m over its share of the dim/reduction
+gates), feeds a small trunk and four switchable heads:
+row temperature tau_i, column amplification mu_j, public gain kappa_pub and private gain kappa_priv::
+
+    out_i = (sum_j softmax_j(tau_i s_ij) mu_j v_j) * kappa_pub_i + v_i * kappa_priv_i
+
+Computed as SDPA(tau_i q_i, k_j, mu_j v_j, mask tau_i b_ij) (softmax(tau (qk + b)) equals that SDPA's
+rows, and scaling column j of the weights is scaling v_j), so the fused kernel stays; only the
+descriptor needs the logits, and it is computed and differentiated in row chunks by `_RowMeanPhi`, so
+memory grows as chunk x N, never N x N. A bias is scaled by tau as in the reference code (which applies
+tau to the full logits, relative-position bias and shift mask included); the scaled mask is as large as
+the bias it comes from.
+
+Layer sizes (parameters, per attention layer of width C = dim with H heads, tokens of width in_dim):
+r = C // reduction, h = max(C // hidden_div, hidden_min), w = C (unit readout) or H (head readout);
+u: in_dim*r + r, trunk: r*h + h, trunk gate (unbounded only): h*h + h, tau and mu: h*H + H each,
+kappa_pub and kappa_priv: h*w + w each; u and the trunk exist only if any of the four heads is on.
+"""
+
+from __future__ import annotations
+
+from typing import Iterator, NamedTuple
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from ablate.config import CSaNAttention
+from ablate.nn.mixer import TokenMixer, logits, normalize_rows, register
+
+
+def phi(s: Tensor, beta: float) -> Tensor:
+    """phi_beta: identity above beta, beta * exp(s / beta - 1) below; positive, increasing, C1 at beta."""
+    return torch.where(s > beta, s, beta * torch.exp(s.clamp(max=beta) / beta - 1))
+
+
+def _row_chunks(q: Tensor, k: Tensor, bias: Tensor | None, chunk: int) -> Iterator[tuple[slice, Tensor, Tensor]]:
+    """(rows, q rows, logits of those rows), ``chunk`` query rows at a time."""
+    per_row = bias is not None and bias.dim() >= 2 and bias.shape[-2] != 1
+    for i in range(0, q.shape[-2], chunk):
+        rows = slice(i, i + chunk)
+        qc = q[..., rows, :]
+        yield rows, qc, logits(qc, k, bias[..., rows, :] if per_row else bias)
+
+
+def _scale(s: Tensor, tau: Tensor) -> Tensor:
+    """tau * s for logits or a bias that may hold -inf: masked entries stay -inf and give tau no gradient
+    (autograd would form 0 * -inf = NaN)."""
+    masked = s == float("-inf")
+    return (s.masked_fill(masked, 0.0) * tau).masked_fill(masked, float("-inf"))
+
+
+class _RowMeanPhi(torch.autograd.Function):
+    """m = mean_j phi_beta(q k^T / sqrt(d) + bias), (B, H, Nq), in row chunks both ways.
+
+    Autograd would keep every chunk's logits for the backward pass (N x N again), so the backward pass
+    recomputes them chunk by chunk instead. Accumulates in at least float32.
+    """
+
+    @staticmethod
+    def forward(ctx, q: Tensor, k: Tensor, bias: Tensor | None, beta: float, chunk: int) -> Tensor:  # type: ignore[override]
+        ctx.save_for_backward(q, k, bias)
+        ctx.beta, ctx.chunk = beta, chunk
+        acc = torch.promote_types(q.dtype, torch.float32)
+        return torch.cat([phi(s, beta).mean(-1, dtype=acc) for _, _, s in _row_chunks(q, k, bias, chunk)], -1)
+
+    @staticmethod
+    def backward(ctx, gm: Tensor) -> tuple[Tensor | None, ...]:  # type: ignore[override]
+        q, k, bias = ctx.saved_tensors
+        need_q, need_k, need_b = ctx.needs_input_grad[:3]
+        scale, beta = q.shape[-1] ** -0.5, ctx.beta
+        dq = torch.empty_like(q) if need_q else None
+        dk = torch.zeros_like(k) if need_k else None
+        db = torch.zeros_like(bias) if need_b else None
+        per_row = bias is not None and bias.dim() >= 2 and bias.shape[-2] != 1
+        gm = gm / k.shape[-2]
+        for rows, qc, s in _row_chunks(q, k, bias, ctx.chunk):
+            g = torch.where(s > beta, 1.0, torch.exp(s.clamp(max=beta) / beta - 1)) * gm[..., rows, None]
+            g = g.to(q.dtype)
+            if need_q:
+                dq[..., rows, :] = (g @ k) * scale
+            if need_k:
+                dk += (g.transpose(-2, -1) @ qc) * scale
+            if need_b:
+                if per_row:
+                    db[..., rows, :] += g.sum_to_size(db[..., rows, :].shape)
+                else:
+                    db += g.sum_to_size(db.shape)
+        return dq, dk, db, None, None
+
+
+class Gains(NamedTuple):
+    """The calibrations, shaped to broadcast against (B, H, N, d); None where switched off."""
+
+    tau: Tensor | None  # (B, H, Nq, 1), > 0
+    mu: Tensor | None  # (B, H, Nk, 1)
+    pub: Tensor | None  # (B, H, Nq, d) unit-level, (B, H, Nq, 1) head-wise
+    priv: Tensor | None  # like pub
+
+
+def _init(m: nn.Module) -> None:
+    """Reference init: trunc-normal 0.02, zero biases, so every head starts near f = 0 (plain attention)."""
+    if isinstance(m, nn.Linear):
+        nn.init.trunc_normal_(m.weight, std=0.02)
+        nn.init.zeros_(m.bias)
+
+
+@register("csan")
+class CSaN(TokenMixer):
+    """CSaN around softmax attention; every calibration switchable, a switched-off one owns no parameters.
+
+    Readout granularity: ``kappa_pub: head`` makes both gains one per head (the paper's head-wise
+    readout, 29.0M on Swin-T); ``unit`` (and ``off``) leaves kappa_priv one per head x channel.
+
+    tau stays positive (tau <= 0 would invert preferences and turn a -100 mask into a large positive
+    bias): unbounded, tau = 1 + ELU(f), the reference's 1 + f for f >= 0 and exp(f) below, smooth with
+    slope 1 at 0 (a clamp at some epsilon would instead stall the gradient of every row it catches).
+    Bounded, tau = 1 + tanh(f) is computed as the identical 2 sigmoid(2 f), which does not round to 0 in
+    float32 for f < -9. Only where exp underflows (f < -87; the gradient is already 0 there) does a floor
+    at the dtype's smallest normal number keep tau > 0.
+
+    Pooled queries (Hiera's q-pooling blocks, Nk = S * Nq): x are the pooled tokens, so descriptors,
+    tau and the gains live on pooled queries. Key j's mu is the mu of the pooled query it was pooled
+    into (timm orders the keys of a pooling group as j = s * Nq + i, so mu is tiled S times): a key takes
+    the column calibration of the token that now stands for it, at no extra cost. The private path's own
+    value of pooled query i is the max over its group's values, the same max-pool Hiera applies to q and
+    to the residual.
+    """
+
+    cfg: CSaNAttention
+
+    def __init__(self, cfg: CSaNAttention, dim: int, num_heads: int, in_dim: int | None = None) -> None:
+        super().__init__(cfg, dim, num_heads, in_dim)
+        hidden = max(dim // cfg.hidden_div, cfg.hidden_min)
+        width = num_heads if cfg.kappa_pub == "head" else dim
+        self.tau = nn.Linear(hidden, num_heads) if cfg.tau else None
+        self.mu = nn.Linear(hidden, num_heads) if cfg.mu else None
+        self.kappa_pub = nn.Linear(hidden, width) if cfg.kappa_pub != "off" else None
+        self.kappa_priv = nn.Linear(hidden, width) if cfg.kappa_priv else None
+        self.calibrated = any(h is not None for h in (self.tau, self.mu, self.kappa_pub, self.kappa_priv))
+        if self.calibrated:
+            reduced = dim // cfg.reduction
+            if reduced < num_heads:
+                raise ValueError(f"csan: dim // reduction = {reduced} gives fewer gates than {num_heads} heads")
+            self.u = nn.Linear(self.in_dim, reduced)
+            self.reduce = nn.Linear(reduced, hidden)
+            self.gate = None if cfg.bounded else nn.Linear(hidden, hidden)
+            # gate g belongs to head g * H // r: contiguous, equal shares when H divides r
+            self.register_buffer("gate_head", torch.arange(reduced) * num_heads // reduced, persistent=False)
+        self.apply(_init)
+
+    def forward(self, q: Tensor, k: Tensor, v: Tensor, bias: Tensor | None = None, x: Tensor | None = None) -> Tensor:
+        if self.record:
+            out, rows = self.forward_explicit(q, k, v, bias, x)
+            self._keep(rows)
+            return out
+        m = _RowMeanPhi.apply(q, k, bias, self.cfg.beta, self.cfg.chunk) if self.calibrated else None
+        g = self.gains(m, x, k.shape[-2])
+        if g.tau is not None:
+            q = q * g.tau.to(q.dtype)
+            bias = None if bias is None else _scale(bias, g.tau)
+        vs = v if g.mu is None else v * g.mu.to(v.dtype)
+        out = F.scaled_dot_product_attention(q, k, vs, attn_mask=None if bias is None else bias.to(q.dtype))
+        return self.readout(out, v, g)
+
+    def forward_explicit(
+        self, q: Tensor, k: Tensor, v: Tensor, bias: Tensor | None = None, x: Tensor | None = None
+    ) -> tuple[Tensor, Tensor]:
+        """The same CSaN from materialised logits (as the reference code does it): (out, attention rows).
+
+        Used when recording, and as the baseline of bench/attention.py.
+        """
+        s = logits(q, k, bias)
+        g = self.gains(phi(s, self.cfg.beta).mean(-1) if self.calibrated else None, x, k.shape[-2])
+        if g.tau is not None:
+            s = s * g.tau if bias is None else _scale(s, g.tau)
+        a = normalize_rows(lambda t: t.softmax(-1), s, bias)
+        if g.mu is not None:
+            a = a * g.mu.transpose(-2, -1)
+        return self.readout(a.to(v.dtype) @ v, v, g), a
+
+    def gains(self, m: Tensor | None, x: Tensor | None, nk: int) -> Gains:
+        """The four calibrations from the descriptor m (B, H, Nq) and the query tokens x (B, Nq, in_dim)."""
+        if not self.calibrated:
+            return Gains(None, None, None, None)
+        if x is None:
+            raise ValueError("csan needs the query tokens x (the gates read them)")
+        z = torch.sigmoid(self.u(x)) * m.transpose(1, 2)[..., self.gate_head]
+        t = self.reduce(z)
+        t = F.gelu(t) if self.gate is None else t * torch.sigmoid(self.gate(t))
+        bounded = self.cfg.bounded
+
+        def head(layer: nn.Linear | None, offset: float) -> Tensor | None:
+            """offset + f (bounded: offset + tanh f), as (B, H, Nq, width / H)."""
+            if layer is None:
+                return None
+            f = layer(t)
+            f = offset + (torch.tanh(f) if bounded else f)
+            return f.unflatten(-1, (self.num_heads, -1)).transpose(1, 2)
+
+        tau = None
+        if self.tau is not None:
+            f = self.tau(t)
+            tau = 2 * torch.sigmoid(2 * f) if bounded else 1 + F.elu(f)
+            tau = tau.clamp_min(torch.finfo(tau.dtype).tiny).unsqueeze(-1).transpose(1, 2)
+        mu = head(self.mu, 1.0)
+        if mu is not None and nk != mu.shape[-2]:
+            nq = mu.shape[-2]
+            if nk % nq:
+                raise ValueError(f"csan: {nk} keys cannot be pooling groups of {nq} queries")
+            mu = mu.repeat(1, 1, nk // nq, 1)
+        return Gains(tau, mu, head(self.kappa_pub, 1.0), head(self.kappa_priv, 0.0))
+
+    @staticmethod
+    def readout(out: Tensor, v: Tensor, g: Gains) -> Tensor:
+        """Public gain on the attended values plus the private path of each query's own value."""
+        if g.pub is not None:
+            out = out * g.pub.to(out.dtype)
+        if g.priv is not None:
+            nq, nk = out.shape[-2], v.shape[-2]
+            own = v if nk == nq else v.unflatten(-2, (nk // nq, nq)).amax(-3)
+            out = out + own * g.priv.to(out.dtype)
+        return out

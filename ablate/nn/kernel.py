@@ -1,0 +1,73 @@
+"""Kernel-regression attention (the self-expression view): Gaussian and Laplace kernels, bandwidth per head.
+
+Attention is Nadaraya-Watson regression with weights softmax_j(-dist(q_i, k_j)); a kernel on distances
+instead of dot products. Distances are taken between q / d^(1/4) and k / d^(1/4), the scaling under which
+q.k / sqrt(d) is the usual logit, and sigma is learnt per head as log sigma (positive, scale-free steps),
+starting at ``cfg.sigma``. At sigma = 1 the Gaussian's dot-product term is exactly softmax attention's.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from ablate.config import GaussianAttention, LaplaceAttention
+from ablate.nn.mixer import RowsMixer, TokenMixer, logits, normalize_rows, register
+
+#: Floor of a squared distance before its square root (Laplace): a finite gradient when q_i == k_j.
+DIST_EPS = 1e-6
+
+
+def _log_sigma(sigma: float, num_heads: int) -> nn.Parameter:
+    return nn.Parameter(torch.full((num_heads,), math.log(sigma)))
+
+
+@register("gaussian")
+class Gaussian(TokenMixer):
+    """softmax_j(-||q_i - k_j||^2 / (2 sigma^2)) through SDPA.
+
+    -||q - k||^2 / (2 s^2) = q.k / s^2 - ||k||^2 / (2 s^2) - ||q||^2 / (2 s^2); the last term is constant
+    along a row and cancels in the softmax, so it is SDPA of (q / s^2, k) with a per-key additive bias.
+    """
+
+    cfg: GaussianAttention
+
+    def __init__(self, cfg: GaussianAttention, dim: int, num_heads: int, in_dim: int | None = None) -> None:
+        super().__init__(cfg, dim, num_heads, in_dim)
+        self.log_sigma = _log_sigma(cfg.sigma, num_heads)
+
+    def forward(self, q: Tensor, k: Tensor, v: Tensor, bias: Tensor | None = None, x: Tensor | None = None) -> Tensor:
+        # 1 / s^2 in unscaled units: s^2 = sigma^2 sqrt(d)
+        inv = (torch.exp(-2 * self.log_sigma) * q.shape[-1] ** -0.5).view(-1, 1, 1)
+        key_bias = -0.5 * inv * (k * k).sum(-1).unsqueeze(-2)  # (B, H, 1, Nk)
+        mask = key_bias if bias is None else key_bias + bias
+        q = q * inv.to(q.dtype)
+        if self.record:
+            a = normalize_rows(lambda s: s.softmax(-1), logits(q, k, mask, scale=1.0), bias)
+            self._keep(a)
+            return a.to(v.dtype) @ v
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask.to(q.dtype), scale=1.0)
+
+
+@register("laplace")
+class Laplace(RowsMixer):
+    """softmax_j(-||q_i - k_j|| / sigma); the distance needs every pair, so the rows are explicit."""
+
+    cfg: LaplaceAttention
+
+    def __init__(self, cfg: LaplaceAttention, dim: int, num_heads: int, in_dim: int | None = None) -> None:
+        super().__init__(cfg, dim, num_heads, in_dim)
+        self.log_sigma = _log_sigma(cfg.sigma, num_heads)
+
+    def rows(self, q: Tensor, k: Tensor, bias: Tensor | None) -> Tensor:
+        scale = q.shape[-1] ** -0.25
+        q, k = (q * scale).float(), (k * scale).float()
+        with torch.autocast(q.device.type, enabled=False):  # ||q||^2 + ||k||^2 - 2 q.k cancels: float32
+            d2 = (q * q).sum(-1, keepdim=True) + (k * k).sum(-1).unsqueeze(-2) - 2 * q @ k.transpose(-2, -1)
+        s = d2.clamp_min(DIST_EPS).sqrt() * -torch.exp(-self.log_sigma).view(-1, 1, 1)
+        if bias is not None:
+            s = s + bias
+        return normalize_rows(lambda t: t.softmax(-1), s, bias)
