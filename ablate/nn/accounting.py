@@ -14,7 +14,7 @@ from typing import Sequence
 import torch
 from torch import Tensor, nn
 from torch.profiler import ProfilerActivity, profile
-from torch.utils.flop_counter import FlopCounterMode, sdpa_flop
+from torch.utils.flop_counter import FlopCounterMode, sdpa_flop_count
 
 from ablate.config import TrialConfig
 from ablate.nn.factory import count_params, create_model, model_key
@@ -66,7 +66,7 @@ def count_flops(model: nn.Module, inputs: Inputs) -> int:
     in the math fallback it decomposes into counted bmm; on CPU its fused kernel has no registry entry,
     so it is mapped to the same formula here. Runs under no_grad.
     """
-    cpu_sdpa = {torch.ops.aten._scaled_dot_product_flash_attention_for_cpu: sdpa_flop}
+    cpu_sdpa = {torch.ops.aten._scaled_dot_product_flash_attention_for_cpu: lambda q, k, v, *_, **__: sdpa_flop_count(q, k, v)}
     with torch.no_grad(), FlopCounterMode(display=False, custom_mapping=cpu_sdpa) as counter:
         _call(model, inputs)
     return counter.get_total_flops() // _batch(inputs)

@@ -38,14 +38,13 @@ class SynPooling(nn.Module):
         weight). Returns (B, D)."""
         B, N, _ = x.shape
         k, v = self.kv(self.norm(x)).view(B, N, 2, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4)
-        query = self.query.expand(B, 1, -1)
-        q = self.q(query).view(B, 1, self.num_heads, self.head_dim).transpose(1, 2) * self.q_scale
+        q = self.q(self.query).view(1, self.num_heads, 1, self.head_dim).expand(B, -1, -1, -1) * self.q_scale
         bias = None
         if mask is not None:  # padding: -inf logits, and zero keys/values for mixers with key statistics (ISTA)
             keep = mask[:, None, :, None]
             k, v = k * keep, v * keep
             bias = torch.zeros(B, 1, 1, N, dtype=x.dtype, device=x.device).masked_fill(~mask[:, None, None, :], float("-inf"))
-        out = self.mixer(q, k, v, bias=bias, x=query)  # (B, H, 1, d)
+        out = self.mixer(q, k, v, bias=bias, x=self.query.expand(B, 1, -1))  # (B, H, 1, d)
         return self.proj(out.transpose(1, 2).reshape(B, -1))
 
 
