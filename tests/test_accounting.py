@@ -108,3 +108,14 @@ def test_mil_cost_is_per_bag() -> None:
     cost = model_cost(cfg)
     assert cost.params == 166 * 256 + 256 + 256 + 2 * 256 + (256 * 32 + 32) + (256 * 64 + 64) + (32 * 256 + 256) + 257
     assert cost.gflops > 2 * 64 * 166 * 256 / 1e9  # the embedding of a 64-instance bag dominates
+
+
+@pytest.mark.parametrize("kind", sorted(REGISTRY))
+def test_model_cost_of_every_variant_matches_a_real_cpu_model(kind: str) -> None:
+    """The meta-device count (or its CPU fallback) equals counting a real model on CPU."""
+    model = {"backbone": "swin", "embed_dim": 24, "depths": [2], "num_heads": [2], "img_size": 32, "window_size": 4}
+    cfg = trial(model, {"kind": kind})
+    cost = model_cost(cfg, in_chans=3, num_classes=10)
+    real = create_model(cfg, 10, 3).eval()
+    assert cost.params == count_params(real)
+    assert cost.gflops * 1e9 == pytest.approx(count_flops(real, example_input(cfg, 3, batch=2)))

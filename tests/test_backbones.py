@@ -22,7 +22,9 @@ from ablate.nn.mixer import REGISTRY, TokenMixer
 TINY = {
     "swin": dict(backbone="swin", embed_dim=24, depths=(2, 2), num_heads=(2, 4), img_size=32, window_size=4),
     "vit": dict(backbone="vit", embed_dim=24, depths=(2,), num_heads=(2,), img_size=32, patch_size=8),
-    "hiera": dict(backbone="hiera", embed_dim=8, depths=(1, 1, 1, 1), num_heads=(1,), img_size=32, patch_size=2, window_size=8),
+    "hiera": dict(
+        backbone="hiera", embed_dim=8, depths=(1, 1, 1, 1), num_heads=(1,), img_size=32, patch_size=2, window_size=8
+    ),
 }
 #: Knobs that make a variant do something at all (syn: 0 steps is softmax).
 KNOBS = {"syn": {"steps": 2}}
@@ -116,7 +118,8 @@ def test_pure_stack_second_attention_reuses_the_block_geometry() -> None:
     hiera = create_model(trial(**TINY["hiera"], stack="pure"), 5, 3)
     for block in hiera.blocks:
         assert block.mlp.q_stride == 1 and block.mlp.dim == block.mlp.dim_out == block.dim_out
-        assert (block.mlp.window_size, block.mlp.use_mask_unit_attn) == (block.attn.window_size, block.attn.use_mask_unit_attn)
+        assert block.mlp.window_size == block.attn.window_size
+        assert block.mlp.use_mask_unit_attn == block.attn.use_mask_unit_attn
 
 
 def test_param_matching_lands_within_two_percent() -> None:
@@ -134,7 +137,8 @@ def test_param_matching_lands_within_two_percent() -> None:
 
 
 def test_match_params_reference_switches_the_attention_section() -> None:
-    cfg = trial("csan", size="swin-min", stack="pure", match_params={"model.stack": "alternating", "attention.kind": "softmax"})
+    reference = {"model.stack": "alternating", "attention.kind": "softmax"}
+    cfg = trial("csan", size="swin-min", stack="pure", match_params=reference)
     solved = match_width(cfg, 1000, 3)
     assert solved.attention.kind == "csan" and solved.model.stack == "pure"
     target = meta_params(trial(size="swin-min"), 1000, 3)

@@ -40,7 +40,8 @@ def test_structure_follows_the_syn_paper() -> None:
     model = net()
     assert [type(m).__name__ for m in model.embed] == ["Linear", "ReLU", "Linear", "ReLU"]
     assert model.drop.p == 0.75 and model.head.out_features == 1
-    assert model.pool.query.shape == (1, 16) and model.pool.kv.out_features == 2 * 8 and model.pool.proj.out_features == 16
+    assert model.pool.query.shape == (1, 16) and model.pool.proj.out_features == 16
+    assert model.pool.q.out_features == 8 and model.pool.kv.out_features == 2 * 8
     x, mask = padded_batch()
     out = model(x, mask)
     assert out.shape == (2,) and torch.isfinite(out).all()

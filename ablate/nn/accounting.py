@@ -66,10 +66,14 @@ def count_flops(model: nn.Module, inputs: Inputs) -> int:
     in the math fallback it decomposes into counted bmm; on CPU its fused kernel has no registry entry,
     so it is mapped to the same formula here. Runs under no_grad.
     """
-    cpu_sdpa = {torch.ops.aten._scaled_dot_product_flash_attention_for_cpu: lambda q, k, v, *_, **__: sdpa_flop_count(q, k, v)}
+    cpu_sdpa = {torch.ops.aten._scaled_dot_product_flash_attention_for_cpu: _sdpa_flops}
     with torch.no_grad(), FlopCounterMode(display=False, custom_mapping=cpu_sdpa) as counter:
         _call(model, inputs)
     return counter.get_total_flops() // _batch(inputs)
+
+
+def _sdpa_flops(query: torch.Size, key: torch.Size, value: torch.Size, *_: object, **__: object) -> int:
+    return sdpa_flop_count(query, key, value)
 
 
 def peak_memory(model: nn.Module, inputs: Inputs, grad: bool = True) -> int:
@@ -126,14 +130,18 @@ def data_dims(cfg: TrialConfig) -> tuple[int, int]:
             return len(f.readline().split(",")) - 2, 2
     classes = cfg.model.num_classes or sum(p.is_dir() for p in (path / "train").glob("*"))
     if not classes:
-        raise ValueError(f"imagefolder at {path}: no class folders under train/ (set model.num_classes to plan it)")
+        raise ValueError(
+            f"imagefolder at {path}: no class folders under train/ to count; set model.num_classes "
+            "(e.g. 1000 for ImageNet-1k) so its cost can be computed without the data"
+        )
     return 3, classes
 
 
 def example_input(cfg: TrialConfig, in_chans: int, batch: int = 1, device: str | torch.device = "cpu") -> Inputs:
     """A batch of the shape the trial's model takes: images, or MIL bags of MIL_BAG instances with a mask."""
     if cfg.model.backbone == "synpool":
-        return torch.randn(batch, MIL_BAG, in_chans, device=device), torch.ones(batch, MIL_BAG, dtype=torch.bool, device=device)
+        mask = torch.ones(batch, MIL_BAG, dtype=torch.bool, device=device)
+        return torch.randn(batch, MIL_BAG, in_chans, device=device), mask
     return torch.randn(batch, in_chans, cfg.model.img_size, cfg.model.img_size, device=device)
 
 
@@ -149,6 +157,14 @@ def model_cost(cfg: TrialConfig, in_chans: int | None = None, num_classes: int |
     if key not in _COSTS:
         with torch.device("meta"):
             model = create_model(cfg, num_classes, in_chans).eval()
-            flops = count_flops(model, example_input(cfg, in_chans, device="meta"))
-        _COSTS[key] = Cost(params=count_params(model), gflops=flops / 1e9)
+        _COSTS[key] = Cost(params=count_params(model), gflops=_flops(cfg, model, num_classes, in_chans) / 1e9)
     return _COSTS[key]
+
+
+def _flops(cfg: TrialConfig, meta_model: nn.Module, num_classes: int, in_chans: int) -> int:
+    """FLOPs on the meta device; on a real CPU model when a variant uses an op the meta device lacks
+    (e.g. torch.autocast has no meta device type). A genuine error surfaces from the CPU attempt."""
+    try:
+        return count_flops(meta_model, example_input(cfg, in_chans, device="meta"))
+    except (NotImplementedError, RuntimeError):
+        return count_flops(create_model(cfg, num_classes, in_chans).eval(), example_input(cfg, in_chans))

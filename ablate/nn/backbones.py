@@ -61,7 +61,8 @@ class MixedWindowAttention(Mixed, WindowAttention):
 
     @staticmethod
     def blank(attn: WindowAttention) -> WindowAttention:
-        return WindowAttention(attn.dim, attn.num_heads, window_size=attn.window_size, qkv_bias=attn.qkv.bias is not None)
+        qkv_bias = attn.qkv.bias is not None
+        return WindowAttention(attn.dim, attn.num_heads, window_size=attn.window_size, qkv_bias=qkv_bias)
 
     def forward(self, x: Tensor, mask: Tensor | None = None) -> Tensor:
         B_, N, _ = x.shape
@@ -78,9 +79,8 @@ class MixedAttention(Mixed, Attention):
 
     @staticmethod
     def blank(attn: Attention) -> Attention:
-        return Attention(
-            attn.qkv.in_features, attn.num_heads, qkv_bias=attn.qkv.bias is not None, proj_bias=attn.proj.bias is not None
-        )
+        qkv_bias, proj_bias = attn.qkv.bias is not None, attn.proj.bias is not None
+        return Attention(attn.qkv.in_features, attn.num_heads, qkv_bias=qkv_bias, proj_bias=proj_bias)
 
     def forward(self, x: Tensor, attn_mask: Tensor | None = None, is_causal: bool = False) -> Tensor:
         B, N, _ = x.shape
@@ -222,29 +222,27 @@ def build_vit(m: ModelConfig, att: AttentionConfig, num_classes: int, in_chans: 
     return _mix_blocks(model, Block, m, att)
 
 
-def hiera_geometry(m: ModelConfig) -> str | None:
-    """Why timm's Hiera cannot take this config (None when it can).
+def check_hiera(m: ModelConfig) -> None:
+    """Raise a ValueError when timm's Hiera cannot take this geometry.
 
     Hiera pools queries 2x2 at every stage transition (q_pool = stages - 1) inside mask units of
     window_size^2 tokens, so the window must be a multiple of 2^(stages-1) and divide the token grid.
     """
     stages, grid = len(m.depths), m.img_size // m.patch_size
     if len(m.num_heads) != 1:
-        return f"hiera takes one num_heads entry (the first stage's; timm doubles it per stage), got {m.num_heads}"
+        raise ValueError(f"hiera takes one num_heads entry (the first stage's, doubled per stage), got {m.num_heads}")
     if m.img_size % m.patch_size or grid % m.window_size or m.window_size % 2 ** (stages - 1):
-        return (
+        raise ValueError(
             f"hiera needs window_size (the mask unit) to be a multiple of 2^(stages-1) = {2 ** (stages - 1)} and to "
-            f"divide the token grid img_size / patch_size = {m.img_size}/{m.patch_size}; got window_size {m.window_size}"
+            f"divide the token grid img_size / patch_size = {m.img_size}/{m.patch_size}; "
+            f"got window_size {m.window_size}"
         )
-    return None
 
 
 def build_hiera(m: ModelConfig, att: AttentionConfig, num_classes: int, in_chans: int) -> nn.Module:
     """timm Hiera (widths and heads doubling per stage; mask-unit attention in the first half of the stages,
     global after; patch embed kernel 2p-1, stride p, padding p-1, i.e. timm's 7/4/3 at p = 4) mixed."""
-    problem = hiera_geometry(m)
-    if problem:
-        raise ValueError(problem)
+    check_hiera(m)
     stages, p = len(m.depths), m.patch_size
     model = timm.create_model(
         "hiera_base_224",

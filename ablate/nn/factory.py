@@ -32,7 +32,8 @@ def create_model(cfg: TrialConfig, num_classes: int, in_chans: int) -> nn.Module
     batch of bags (B, N, F = in_chans) and a mask (B, N) and returns (B,) logits.
     """
     if cfg.attention.kind not in REGISTRY:
-        raise ValueError(f"attention.kind {cfg.attention.kind!r} has no registered mixer (registered: {sorted(REGISTRY)})")
+        kind = cfg.attention.kind
+        raise ValueError(f"attention.kind {kind!r} has no registered mixer (registered: {sorted(REGISTRY)})")
     cfg = match_width(cfg, num_classes, in_chans)
     return BUILDERS[cfg.model.backbone](cfg.model, cfg.attention, num_classes, in_chans)
 
@@ -62,6 +63,8 @@ def reference_config(cfg: TrialConfig, overrides: dict[str, Any]) -> TrialConfig
     data = cfg.model_dump()
     data["model"]["match_params"] = None
     for key in sorted(overrides, key=lambda k: k not in ("attention.kind", "model.size")):
+        if key.startswith("model.match_params"):
+            raise ValueError("model.match_params: the reference model cannot itself be matched")
         *path, leaf = key.split(".")
         node = data
         for part in path:
@@ -102,8 +105,9 @@ def match_width(cfg: TrialConfig, num_classes: int, in_chans: int) -> TrialConfi
         return cfg
     key = model_key(cfg, num_classes, in_chans)
     if key not in _SOLVED:
-        goal = target if isinstance(target, (int, float)) else meta_params(reference_config(cfg, target), num_classes, in_chans)
-        _SOLVED[key] = _solve(cfg, goal, num_classes, in_chans)
+        if isinstance(target, dict):
+            target = meta_params(reference_config(cfg, target), num_classes, in_chans)
+        _SOLVED[key] = _solve(cfg, target, num_classes, in_chans)
     return _with_width(cfg, _SOLVED[key])
 
 

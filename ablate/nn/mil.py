@@ -43,7 +43,8 @@ class SynPooling(nn.Module):
         if mask is not None:  # padding: -inf logits, and zero keys/values for mixers with key statistics (ISTA)
             keep = mask[:, None, :, None]
             k, v = k * keep, v * keep
-            bias = torch.zeros(B, 1, 1, N, dtype=x.dtype, device=x.device).masked_fill(~mask[:, None, None, :], float("-inf"))
+            bias = torch.zeros(B, 1, 1, N, dtype=x.dtype, device=x.device)
+            bias = bias.masked_fill(~mask[:, None, None, :], float("-inf"))
         out = self.mixer(q, k, v, bias=bias, x=self.query.expand(B, 1, -1))  # (B, H, 1, d)
         return self.proj(out.transpose(1, 2).reshape(B, -1))
 
