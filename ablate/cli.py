@@ -283,6 +283,31 @@ def ui(
 
 
 @app.command()
+def report(
+    sweep: Optional[list[str]] = typer.Argument(None, help="Sweeps to report (default: every sweep in the store)."),
+    metric: Optional[str] = typer.Option(None, help="Headline metric, e.g. test.top5 [default: the sweep's]."),
+    baseline: Optional[str] = typer.Option(None, help="Baseline variant: PATH=VALUE[,PATH=VALUE] on axis values, or a variant key (prefix) [default: the sweep's]."),
+    out_dir: Path = typer.Option(Path("reports"), "--out", help="Output folder: <out>/<sweep>/ per sweep and <out>/index.html."),
+    format: Optional[list[str]] = typer.Option(None, "--format", "-f", help="html, md, csv; repeat or comma list [default: all]."),
+    db: Optional[str] = DB,
+) -> None:
+    """Paper-style tables, seed statistics, effects of each knob and plots: HTML, Markdown, CSV."""
+    from ablate.reporting import FORMATS, ReportError
+    from ablate.reporting import report as write
+    from ablate.store import Store
+
+    formats = [f.strip() for item in format or FORMATS for f in item.split(",") if f.strip()]
+    with Store(db) as store:
+        try:
+            files = write(sweep or None, store=store, out=out_dir, metric=metric, baseline=baseline, formats=formats)
+        except ReportError as e:
+            fail(str(e))
+    pages = [f for f in files if f.name == "index.html"]
+    for f in pages or [f for f in files if f.suffix != ".json"]:
+        out.print(str(f), highlight=False)
+
+
+@app.command()
 def schema() -> None:
     """Print the JSON schema of experiments.yaml (for editor completion and checking)."""
     from ablate.spec import json_schema

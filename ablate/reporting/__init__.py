@@ -1,0 +1,180 @@
+"""Reports: the results store as a researcher puts it in a paper and reads it to decide.
+
+    from ablate.reporting import report
+    with Store() as store:
+        report(["cpu"], store=store)   # reports/cpu/{index.html, report.md, *.png, trials.csv, variants.csv}
+
+Per sweep: the variant table in the CSaN paper's layout (mean +- std over replicates, paired delta to the
+baseline with a 95% interval and p-value), published numbers beside measured ones, main effects and
+two-way interactions of the factorial part, plots (metric per variant, metric vs cost with the Pareto
+front, training curves, attention diagnostics), and the trials that are not done. `reports/index.html`
+lists every report under the output folder. Re-running on an unchanged store rewrites identical files
+(the date shown is the sweep's last change, not the time of writing).
+
+Modules: `frames` (store -> frames, per-variant statistics), `stats` (intervals, paired tests),
+`effects` (factorial effects), `describe` (variants in words), `published` (+ published.json),
+`plots` (matplotlib), `tables` (formatted cells), `render` (HTML, Markdown).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Iterable
+
+import pandas as pd
+
+from ablate.reporting import effects, frames, plots, render, tables
+from ablate.reporting.frames import ReportError, SweepData
+from ablate.reporting.render import Image, Section, Table
+from ablate.store import Store
+
+__all__ = ["report", "ReportError", "FORMATS"]
+
+FORMATS = ("html", "md", "csv")
+FIGURES = ("variants", "cost", "curves", "diagnostics", "effects")
+SUMMARY = "summary.json"
+
+
+def report(
+    sweeps: str | Iterable[str] | None = None,
+    *,
+    store: Store,
+    out: str | Path = "reports",
+    metric: str | None = None,
+    baseline: str | None = None,
+    formats: Iterable[str] = FORMATS,
+) -> list[Path]:
+    """Write the report of each sweep (default: every sweep in the store) to `out/<sweep>/`, then
+    `out/index.html`; return the files written. `metric` and `baseline` (a variant key or prefix, or
+    PATH=VALUE[,PATH=VALUE] on axis values) override the sweep's. Every sweep is read before anything is
+    written, so an unknown sweep, metric or baseline (ReportError) leaves the folder as it was."""
+    wanted = set(formats)
+    if not wanted or wanted - set(FORMATS):
+        raise ReportError(f"formats must be some of {', '.join(FORMATS)}, not {', '.join(sorted(wanted)) or 'none'}")
+    names = [sweeps] if isinstance(sweeps, str) else list(sweeps or store.sweeps_frame()["name"])
+    if not names:
+        raise ReportError("no sweeps in the store")
+    loaded = [frames.load(store, name, metric, baseline) for name in names]
+    out = Path(out)
+    written: list[Path] = []
+    for data in loaded:
+        written += _write_sweep(store, data, out / folder(data.name), wanted)
+    if "html" in wanted:
+        written.append(_write(out / "index.html", index_page(out)))
+    return written
+
+
+def folder(sweep: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]", "_", sweep)
+
+
+def _write(path: Path, content: str | bytes) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if isinstance(content, bytes):
+        path.write_bytes(content)
+    else:
+        path.write_text(content, encoding="utf-8")
+    return path
+
+
+def _write_sweep(store: Store, data: SweepData, where: Path, formats: set[str]) -> list[Path]:
+    table = frames.variant_table(data, frames.throughput(store, data.name))
+    fac = effects.factorial(data)
+    eff = effects.effects(fac) if fac is not None else None
+    written = []
+    if "csv" in formats:
+        label = data.trials["variant"].map(data.variants["label"])
+        written.append(_write(where / "trials.csv", data.trials.assign(label=label).to_csv(index=False)))
+        written.append(_write(where / "variants.csv", table.to_csv()))
+        if eff is not None:
+            written.append(_write(where / "effects.csv", eff.to_csv(index=False)))
+    if formats & {"html", "md"}:
+        figures = _figures(store, data, table, eff)
+        title, meta, sections = _sections(data, table, fac, eff, figures)
+        if "html" in formats:
+            written.append(_write(where / "index.html", render.html_page(title, meta, sections)))
+        if "md" in formats:
+            written.append(_write(where / "report.md", render.markdown(title, meta, sections)))
+            written += [_write(where / f"{name}.png", png) for name, png in figures.items()]
+            for stale in set(FIGURES) - set(figures):
+                (where / f"{stale}.png").unlink(missing_ok=True)
+    written.append(_write(where / SUMMARY, json.dumps(summary(data, table), indent=1, sort_keys=True) + "\n"))
+    return written
+
+
+def _figures(store: Store, data: SweepData, table: pd.DataFrame, eff: pd.DataFrame | None) -> dict[str, bytes]:
+    shown = plots.pick(table, data.higher, plots.MAX_CURVES)
+    curves = frames.curves(store, data, list(shown.index))
+    made = {
+        "variants": plots.variants_plot(table, data),
+        "cost": plots.cost_plot(table, data),
+        "curves": plots.curves_plot(curves, table, data),
+        "diagnostics": plots.diagnostics_plot(curves, table),
+        "effects": plots.effects_plot(eff, data.metric) if eff is not None else None,
+    }
+    return {name: png for name, png in made.items() if png is not None}
+
+
+def _counts(states: pd.Series) -> str:
+    counts = states.value_counts()
+    return ", ".join(f"{n} {s}" for s, n in counts.items())
+
+
+def _sections(
+    data: SweepData, table: pd.DataFrame, fac: effects.Factorial | None, eff: pd.DataFrame | None, figures: dict[str, bytes]
+) -> tuple[str, list[str], list[Section]]:
+    def fig(name: str, alt: str) -> list[Image]:
+        return [Image(name, figures[name], alt)] if name in figures else []
+
+    base = table.loc[data.baseline, "label"] if data.baseline in table.index else "none"
+    meta = [
+        *([data.description] if data.description else []),
+        f"Metric: {data.metric} ({'higher' if data.higher else 'lower'} is better). Baseline: {base}.",
+        f"Trials: {len(data.trials)} ({_counts(data.trials['state'])}); variants: {len(table)} "
+        f"({int((table['n'] > 0).sum())} with results). Last change: {data.updated}.",
+    ]
+    sections = [
+        Section("Variants", [tables.variants(table, data), *fig("variants", f"{data.metric} per variant")]),
+        Section("Cost", fig("cost", f"{data.metric} against params and GFLOPs with the Pareto front")
+                or ["No finished variant with a recorded cost."]),  # fmt: skip
+    ]
+    pub = tables.published_tables(table, data)
+    sections.append(Section("Published numbers", pub or ["No variant corresponds to a published row."]))
+    if fac is not None and eff is not None and len(eff):
+        sections.append(Section("Effects of each knob", [tables.effects(eff, fac, data), *fig("effects", "effects")]))
+    else:
+        sections.append(Section("Effects of each knob", ["No axis with two measured levels: no factorial part."]))
+    training = [*fig("curves", "training curves"), *fig("diagnostics", "attention diagnostics")]
+    sections.append(Section("Training", training or ["No per-epoch metrics recorded yet."]))
+    if (t := tables.unfinished(data)) is not None:
+        sections.append(Section("Unfinished trials", [t]))
+    return f"ablate report: {data.name}", meta, sections
+
+
+def summary(data: SweepData, table: pd.DataFrame) -> dict:
+    """What the overview page shows of a report: name, date, trial counts, best variant."""
+    measured = table[table["n"] > 0]
+    best = None
+    if len(measured):
+        i = measured["mean"].idxmax() if data.higher else measured["mean"].idxmin()
+        best = {"variant": i, "label": measured.loc[i, "label"], "mean": float(measured.loc[i, "mean"])}
+    counts = {str(k): int(v) for k, v in data.trials["state"].value_counts().items()}
+    return {"sweep": data.name, "description": data.description, "metric": data.metric, "date": data.updated,
+            "trials": int(len(data.trials)), "states": counts, "best": best, "folder": folder(data.name)}  # fmt: skip
+
+
+def index_page(out: Path) -> str:
+    """The overview: every report under `out` (its summary.json), with a link to each."""
+    found = sorted((json.loads(p.read_text()) for p in out.glob(f"*/{SUMMARY}")), key=lambda s: s["sweep"])
+    rows, links = [], {}
+    for i, s in enumerate(found):
+        best = s["best"]
+        states = ", ".join(f"{n} {k}" for k, n in sorted(s["states"].items()))
+        rows.append([s["sweep"], s["description"], s["date"], f"{s['trials']} ({states})",
+                     f"{best['label']}: {s['metric']} {best['mean']:.4g}" if best else "-"])  # fmt: skip
+        links[i, 0] = f"{s['folder']}/index.html"
+    t = Table(f"{len(found)} reports under {out.name}/.", ["sweep", "description", "last change", "trials", "best variant"],
+              rows, left=5, links=links)  # fmt: skip
+    return render.html_page("ablate reports", [], [Section("Sweeps", [t])])

@@ -1,0 +1,216 @@
+"""From the store to the frames every table and plot reads: trials with their headline value and
+replicate, variants in words, per-variant statistics against the baseline, curves averaged over seeds.
+
+A variant is a grid cell without its replicates (seed, and the CV fold for MIL); replicate r of a variant
+is paired with replicate r of its reference. The reference is the sweep's baseline variant, moved to the
+variant's own dataset when a sweep spans several (comparing musk2 with musk1 is no ablation).
+Reads only through the store's query API.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import yaml
+
+from ablate.planner import matches
+from ablate.reporting import describe, stats
+from ablate.store import TRIAL_COLUMNS, Store
+
+REPLICATES = ("seed", "data.fold")
+STRATA = ("data.name", "data.id")
+#: Diagnostics plotted per epoch when recorded (means over layers), with their axis labels.
+DIAGNOSTICS = {
+    "diag.entropy": "row entropy (nats)",
+    "diag.gini": "column load (Gini of column sums)",
+    "diag.col_gini": "column load (Gini of column sums)",
+    "diag.winner_transfer": "winner transfer rate",
+}
+LOSSES = ("train.loss", "val.loss")
+
+
+class ReportError(ValueError):
+    """A report cannot be written as asked: unknown sweep, baseline or metric."""
+
+
+@dataclass
+class SweepData:
+    """One sweep as the report reads it."""
+
+    name: str
+    description: str
+    metric: str
+    higher: bool
+    """Whether a larger metric is better (not for losses and errors)."""
+    axes: list[str]
+    """Axes that make variants (the sweep's grid paths without replicates)."""
+    trials: pd.DataFrame
+    """The store's trials frame plus `value` (the metric; NaN unless done) and `rep` (replicate label)."""
+    variants: pd.DataFrame
+    """One row per variant in plan order: `axis.*` values, config, architecture, mixer, group, label, ref."""
+    baseline: str | None
+    updated: str
+    """When the sweep last changed (latest trial event, UTC): the report's date, stable across re-runs."""
+
+
+def higher_is_better(metric: str) -> bool:
+    return not re.search(r"(loss|err|error|nll)$", metric.rsplit(".", 1)[-1])
+
+
+def load(store: Store, name: str, metric: str | None = None, baseline: str | None = None) -> SweepData:
+    """Read one sweep; ReportError when the sweep, the metric or the baseline is unknown."""
+    record = store.sweep(name)
+    if record is None:
+        known = ", ".join(store.sweeps_frame()["name"]) or "none"
+        raise ReportError(f"no sweep {name!r} in the store (sweeps there: {known})")
+    trials = store.trials_frame(name)
+    if trials.empty:
+        raise ReportError(f"sweep {name!r} has no trials")
+    spec_axes = (record.spec or {}).get("axes") or [c[5:] for c in trials if c.startswith("axis.")]
+    axes = [a for a in spec_axes if a not in REPLICATES and f"axis.{a}" in trials]
+    variants = _variants(store, trials, axes)
+    metric = metric or record.metric or _default_metric(variants)
+    results = [c for c in trials.columns if c not in TRIAL_COLUMNS and not c.startswith("axis.")]
+    done = trials["state"] == "done"
+    if metric not in trials and done.any():
+        raise ReportError(f"metric {metric!r} is not among the results of sweep {name!r}: {', '.join(results) or 'none'}")
+    value = pd.to_numeric(trials[metric], errors="coerce") if metric in trials else np.nan
+    trials = trials.assign(value=np.where(done, value, np.nan), rep=_replicates(trials))
+    ref = resolve_baseline(baseline, variants, axes, name) if baseline else record.baseline
+    if ref is not None and ref not in variants.index:
+        ref = None
+    variants["ref"] = _references(variants, axes, ref)
+    stamps = trials[["created_at", "started_at", "finished_at"]].stack()
+    updated = stamps.max().strftime("%Y-%m-%d %H:%M UTC") if len(stamps) else ""
+    return SweepData(name, record.description or "", metric, higher_is_better(metric), axes, trials, variants, ref, updated)
+
+
+def _default_metric(variants: pd.DataFrame) -> str:
+    return "test.auc" if any(c.get("task") == "mil" for c in variants["config"]) else "test.top1"
+
+
+def _replicates(trials: pd.DataFrame) -> pd.Series:
+    """A label per trial that is the same for matching replicates of different variants: seed[/fold]."""
+    rep = trials["seed"].astype(str)
+    if "axis.data.fold" in trials:
+        rep = rep + "/" + trials["axis.data.fold"].astype(str)
+    return rep
+
+
+def _variants(store: Store, trials: pd.DataFrame, axes: list[str]) -> pd.DataFrame:
+    """One row per variant in plan order, described in words from one of its trials' configs."""
+    first = trials.drop_duplicates("variant").set_index("variant")
+    cols = [f"axis.{a}" for a in axes]
+    out = first[cols].copy()
+    out["config"] = [store.trial(k).config for k in first["key"]]
+    varying = [a for a in axes if out[f"axis.{a}"].astype(str).nunique() > 1 and not describe.said(a)]
+    out["architecture"] = out["config"].map(describe.architecture)
+    out["dataset"] = out["config"].map(describe.dataset)
+    extras = out[[f"axis.{a}" for a in varying]].apply(
+        lambda r: ", ".join(f"{describe.short(a)}={describe.value(v)}" for a, v in zip(varying, r)), axis=1
+    ) if varying else pd.Series("", index=out.index)  # fmt: skip
+    mixers = out["config"].map(describe.mixer)
+    out["mixer"] = [f"{m}; {e}" if e else m for m, e in zip(mixers, extras)]
+    out["group"] = out["architecture"] + " · " + out["dataset"]
+    several = out["group"].nunique() > 1
+    out["label"] = [f"{g}: {m}" if several else m for g, m in zip(out["group"], out["mixer"])]
+    out.index.name = "variant"
+    return out
+
+
+def resolve_baseline(spec: str, variants: pd.DataFrame, axes: list[str], sweep: str) -> str:
+    """A baseline given by the user: `PATH=VALUE[,PATH=VALUE]` on axis values, or a variant key (prefix)."""
+    if "=" in spec:
+        rule = {}
+        for item in spec.split(","):
+            path, _, text = item.partition("=")
+            path = path.strip()
+            if path not in axes:
+                raise ReportError(f"baseline: {path!r} is not an axis of sweep {sweep!r} (axes: {', '.join(axes) or 'none'})")
+            rule[path] = yaml.safe_load(text.strip())
+        for key, row in variants.iterrows():
+            values = {a: _json_value(row[f"axis.{a}"]) for a in axes}
+            if matches(rule, values, flat=True):
+                return str(key)
+        raise ReportError(f"baseline {spec!r} matches no variant of sweep {sweep!r}")
+    hits = [str(k) for k in variants.index if str(k).startswith(spec)]
+    if len(hits) == 1:
+        return hits[0]
+    sample = "; ".join(f"{k[:10]} = {m}" for k, m in variants["mixer"].head(5).items())
+    what = "is ambiguous" if hits else "is not a variant"
+    raise ReportError(f"baseline {spec!r} {what} of sweep {sweep!r}; give PATH=VALUE on axes or a variant key ({sample})")
+
+
+def _json_value(v: Any) -> Any:
+    if isinstance(v, str) and v[:1] in "[{":
+        return yaml.safe_load(v)
+    return v
+
+
+def _references(variants: pd.DataFrame, axes: list[str], baseline: str | None) -> pd.Series:
+    """Each variant's reference: the baseline with the variant's own dataset axes (None if absent)."""
+    if baseline is None:
+        return pd.Series(None, index=variants.index, dtype=object)
+    cols = [f"axis.{a}" for a in axes]
+    strata = [f"axis.{a}" for a in STRATA if a in axes]
+    cells = variants[cols].astype(str)
+    index = {tuple(r): k for k, r in zip(cells.index, cells.itertuples(index=False))}
+    base = cells.loc[baseline]
+    refs = []
+    for _, row in cells.iterrows():
+        want = [row[c] if c in strata else base[c] for c in cols]
+        refs.append(index.get(tuple(want)))
+    return pd.Series(refs, index=variants.index, dtype=object)
+
+
+def throughput(store: Store, sweep: str) -> pd.Series:
+    """Mean training samples/s over epochs, per trial key."""
+    m = store.metrics_frame(sweep, names="samples_per_s")
+    return m.groupby("key", observed=True)["value"].mean()
+
+
+def variant_table(data: SweepData, speed: pd.Series) -> pd.DataFrame:
+    """Per variant: cost, metric mean/std/n over replicates, the paired delta against its reference with
+    a 95% t interval and a p-value (stats.paired), and trial counts per state."""
+    t, v = data.trials, data.variants
+    by = t.groupby("variant", sort=False)
+    out = v[["group", "architecture", "dataset", "mixer", "label", "ref"]].copy()
+    out["params"] = by["params"].median().astype(float)
+    out["gflops"] = by["flops"].median().astype(float) / 2e9
+    out["samples_s"] = t.assign(s=t["key"].map(speed)).groupby("variant", sort=False)["s"].mean()
+    values = t.pivot_table(index="variant", columns="rep", values="value", aggfunc="mean", dropna=False)
+    values = values.reindex(index=v.index)
+    summary = stats.interval(values.to_numpy())
+    out["n"], out["mean"], out["std"] = summary["n"].to_numpy(), summary["mean"].to_numpy(), summary["std"].to_numpy()
+    refs = values.reindex(index=out["ref"].fillna("")).to_numpy()
+    test = stats.paired(values.to_numpy() - refs).rename(columns={"n": "pairs", "mean": "delta"})
+    for col in ("pairs", "delta", "lo", "hi", "p", "p_t", "p_w", "test"):
+        out[col] = test[col].to_numpy()
+    states = pd.crosstab(t["variant"], t["state"]).reindex(index=v.index, fill_value=0)
+    out["trials"] = states.sum(axis=1)
+    out["done"] = states.get("done", 0)
+    out["unfinished"] = states.drop(columns=["done"], errors="ignore").apply(
+        lambda r: ", ".join(f"{n} {s}" for s, n in r.items() if n), axis=1
+    )
+    out["is_baseline"] = out.index == data.baseline
+    return out
+
+
+def curves(store: Store, data: SweepData, variants: list[str]) -> pd.DataFrame:
+    """Per-epoch mean and std over replicates of the losses, the validation twin of the metric and the
+    diagnostics, for `variants`: variant, name, step, mean, std, n."""
+    keys = data.trials.loc[data.trials["variant"].isin(variants), ["key", "variant"]]
+    names = [*LOSSES, val_metric(data.metric), *DIAGNOSTICS]
+    m = store.metrics_frame(data.name, names=names, keys=keys["key"].tolist())
+    m = m.assign(key=m["key"].astype(str), name=m["name"].astype(str)).merge(keys, on="key")
+    agg = m.groupby(["variant", "name", "step"], sort=False)["value"].agg(["mean", "std", "count"])
+    return agg.rename(columns={"count": "n"}).reset_index()
+
+
+def val_metric(metric: str) -> str:
+    """The per-epoch twin of a final metric: test.top1 -> val.top1."""
+    return "val." + metric.split(".", 1)[-1]

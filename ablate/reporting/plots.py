@@ -1,0 +1,190 @@
+"""The report's figures as PNG bytes (matplotlib's Agg canvas, no pyplot state, so reports can be written
+from threads and headless machines). Each function returns None when its figure has nothing to show.
+
+Figures stay readable at a glance on any sweep size: at most MAX_ROWS variants per bar chart (the best
+ones and the baseline), at most MAX_CURVES variants per curve panel; titles say when rows were left out.
+"""
+
+from __future__ import annotations
+
+import io
+
+import numpy as np
+import pandas as pd
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure, SubplotParams
+
+from ablate.reporting.frames import DIAGNOSTICS, LOSSES, SweepData, val_metric
+
+MAX_ROWS = 40
+MAX_CURVES = 8
+MAX_LABEL = 70
+DPI = 100
+BASE = "#d62728"
+MAIN = "#1f77b4"
+
+
+def _figure(width: float, height: float, labels: int = 0, panels: int = 1, legend: int = 0) -> Figure:
+    """A figure with margins set in inches: room for `labels` characters of y tick labels and `legend`
+    rows of a legend below the panels (tight_layout would draw every text twice, the largest cost of a
+    report)."""
+    fig = Figure(figsize=(width, height))
+    left, bottom = 0.75 + 0.056 * labels, 0.6 + 0.17 * legend
+    fig.subplots_adjust(left=left / width, right=1 - 0.25 / width, bottom=bottom / height, top=1 - 0.5 / height,
+                        wspace=0.3 if panels > 1 else None, hspace=0.8 / height * 4)  # fmt: skip
+    return fig
+
+
+def _png(fig: Figure) -> bytes:
+    FigureCanvasAgg(fig)
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=DPI, metadata={"Software": None})
+    return buf.getvalue()
+
+
+def _clip(text: str) -> str:
+    return text if len(text) <= MAX_LABEL else text[: MAX_LABEL - 1] + "…"
+
+
+def pick(table: pd.DataFrame, higher: bool, limit: int) -> pd.DataFrame:
+    """At most `limit` variants with a value: the best ones by mean, the baseline always among them,
+    in table order."""
+    measured = table[table["n"] > 0]
+    best = measured["mean"].rank(ascending=not higher, method="first") <= limit - 1
+    return measured[best | measured["is_baseline"]]
+
+
+def pareto(cost: np.ndarray, score: np.ndarray, higher: bool = True) -> np.ndarray:
+    """Mask of points no other point beats: none is at most as costly and at least as good, and strictly
+    better in one of the two (NaN points are never on the front)."""
+    s = score if higher else -score
+    ok = ~(np.isnan(cost) | np.isnan(s))
+    front = np.zeros(len(cost), bool)
+    for i in np.flatnonzero(ok):
+        others = ok & (cost <= cost[i]) & (s >= s[i]) & ((cost < cost[i]) | (s > s[i]))
+        front[i] = not others.any()
+    return front
+
+
+def variants_plot(table: pd.DataFrame, data: SweepData) -> bytes | None:
+    """Metric per variant: mean +- std over replicates, each replicate a dot, the baseline in red."""
+    shown = pick(table, data.higher, MAX_ROWS)
+    if shown.empty:
+        return None
+    labels = [_clip(s) for s in shown["label"]]
+    fig = _figure(11, 1.4 + 0.26 * len(shown), labels=max(map(len, labels)))
+    ax = fig.add_subplot()
+    y = np.arange(len(shown))[::-1]
+    colors = [BASE if b else MAIN for b in shown["is_baseline"]]
+    dots = data.trials[data.trials["variant"].isin(shown.index)].dropna(subset=["value"])
+    pos = dict(zip(shown.index, y))
+    ax.scatter(dots["value"], dots["variant"].map(pos), s=9, color="0.55", zorder=2, label="replicates")
+    ax.errorbar(shown["mean"], y, xerr=shown["std"].fillna(0), fmt="none", ecolor="0.25", capsize=3, zorder=3)
+    ax.scatter(shown["mean"], y, color=colors, s=30, zorder=4, label="mean +- std")
+    base = table[table["is_baseline"]]
+    if len(base) and base["n"].iloc[0] > 0:
+        ax.axvline(base["mean"].iloc[0], color=BASE, lw=0.8, ls="--", label="baseline mean")
+    ax.set_yticks(y, labels, fontsize=8)
+    ax.set_xlabel(data.metric + _unit(data.metric))
+    ax.grid(axis="x", alpha=0.3)
+    ax.legend(fontsize=8, loc="best")
+    left = f" (best {len(shown)} of {int((table['n'] > 0).sum())})" if len(shown) < (table["n"] > 0).sum() else ""
+    ax.set_title(f"{data.metric} per variant{left}", fontsize=10)
+    return _png(fig)
+
+
+def cost_plot(table: pd.DataFrame, data: SweepData) -> bytes | None:
+    """Metric vs #params and vs GFLOPs, the Pareto front (cheaper and better than every other) marked."""
+    costs = [(c, label) for c, label in (("params", "#params (M)"), ("gflops", "GFLOPs per example (MACs)"))
+             if table[c].notna().any()]  # fmt: skip
+    measured = table[table["n"] > 0]
+    if not costs or measured.empty:
+        return None
+    fig = _figure(5.5 * len(costs), 4.6, panels=len(costs))
+    for k, (col, label) in enumerate(costs):
+        ax = fig.add_subplot(1, len(costs), k + 1)
+        x = measured[col].to_numpy(float) / (1e6 if col == "params" else 1)
+        yv = measured["mean"].to_numpy(float)
+        front = pareto(x, yv, data.higher)
+        ax.errorbar(x, yv, yerr=measured["std"].fillna(0), fmt="o", color=MAIN, ms=4, alpha=0.6, capsize=2,
+                    label="variant (mean +- std)")  # fmt: skip
+        order = np.argsort(x[front])
+        ax.step(x[front][order], yv[front][order], where="post", color="k", lw=1.2, label="Pareto front")
+        ax.scatter(x[front], yv[front], facecolor="none", edgecolor="k", s=80, zorder=5)
+        base = measured["is_baseline"].to_numpy()
+        ax.scatter(x[base], yv[base], color=BASE, s=60, zorder=6, label="baseline")
+        if front.sum() <= 12:
+            for xi, yi, text in zip(x[front], yv[front], measured["label"][front]):
+                ax.annotate(_clip(text)[:40], (xi, yi), fontsize=7, xytext=(4, 4), textcoords="offset points")
+        ax.set_xlabel(label)
+        ax.set_ylabel(data.metric + _unit(data.metric))
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8, loc="best")
+    fig.suptitle(f"{data.metric} against cost ({int(len(measured))} variants)", fontsize=10)
+    return _png(fig)
+
+
+def _panels(curves: pd.DataFrame, table: pd.DataFrame, names: dict[str, str], title: str) -> bytes | None:
+    """One panel per metric name present: mean over replicates per epoch, a band of +- std."""
+    present = [n for n in names if n in set(curves["name"])]
+    if not present:
+        return None
+    variants = list(dict.fromkeys(curves["variant"]))
+    rows = -(-len(variants) // 2)
+    fig = _figure(max(4.6 * len(present), 9), 4.2 + 0.17 * rows, panels=len(present), legend=rows + 1)
+    colors = [f"C{i}" for i in range(10) if i != 3]  # C3 is red: the baseline's
+    for k, name in enumerate(present):
+        ax = fig.add_subplot(1, len(present), k + 1)
+        for variant, c in curves[curves["name"] == name].groupby("variant", sort=False):
+            color = BASE if table.loc[variant, "is_baseline"] else colors[variants.index(variant) % len(colors)]
+            ax.plot(c["step"], c["mean"], color=color, lw=1.4, label=_clip(table.loc[variant, "label"]))
+            sd = c["std"].fillna(0)
+            ax.fill_between(c["step"], c["mean"] - sd, c["mean"] + sd, color=color, alpha=0.15, lw=0)
+        ax.set_xlabel("epoch")
+        ax.set_ylabel(names[name])
+        ax.grid(alpha=0.3)
+    fig.legend(*fig.axes[0].get_legend_handles_labels(), loc="lower center", ncol=2, fontsize=8, frameon=False)
+    fig.suptitle(title, fontsize=10)
+    return _png(fig)
+
+
+def curves_plot(curves: pd.DataFrame, table: pd.DataFrame, data: SweepData) -> bytes | None:
+    val = val_metric(data.metric)
+    names = {**{n: n for n in LOSSES}, val: val + _unit(val)}
+    return _panels(curves, table, names, "training curves: mean over replicates, band = +- std")
+
+
+def diagnostics_plot(curves: pd.DataFrame, table: pd.DataFrame) -> bytes | None:
+    return _panels(curves, table, DIAGNOSTICS, "attention diagnostics per epoch (mean over layers and replicates)")
+
+
+def effects_plot(eff: pd.DataFrame, metric: str) -> bytes | None:
+    """Main effects and the largest interactions as points with 95% intervals around zero."""
+    if eff.empty:
+        return None
+    parts = [p for p in (eff[eff["term"] == "main"], _largest(eff[eff["term"] == "interaction"])) if len(p)]
+    labels = [_clip(f"{f}: {c}") for p in parts for f, c in zip(p["factor"], p["contrast"])]
+    fig = _figure(11, 1.4 + 0.26 * len(labels) + 0.7 * len(parts), labels=max(map(len, labels)))
+    heights = [len(p) + 1 for p in parts]
+    grid = fig.add_gridspec(len(parts), 1, height_ratios=heights)
+    for k, part in enumerate(parts):
+        ax = fig.add_subplot(grid[k])
+        y = np.arange(len(part))[::-1]
+        err = np.vstack([part["effect"] - part["lo"], part["hi"] - part["effect"]])
+        ax.errorbar(part["effect"], y, xerr=np.nan_to_num(err), fmt="o", color=MAIN, capsize=3)
+        ax.axvline(0, color="k", lw=0.8)
+        ax.set_yticks(y, [_clip(f"{f}: {c}") for f, c in zip(part["factor"], part["contrast"])], fontsize=8)
+        kind = part["term"].iloc[0]
+        ax.set_title(f"{'main effects' if kind == 'main' else 'two-way interactions'} on {metric} (95% CI)", fontsize=9)
+        ax.grid(axis="x", alpha=0.3)
+    fig.axes[-1].set_xlabel(f"change in {metric}{_unit(metric)}")
+    return _png(fig)
+
+
+def _largest(part: pd.DataFrame, limit: int = MAX_ROWS // 2) -> pd.DataFrame:
+    return part.loc[part["effect"].abs().sort_values(ascending=False).index[:limit]].sort_index()
+
+
+def _unit(metric: str) -> str:
+    """Accuracies are stored in percent; AUC and losses have no unit."""
+    return " (%)" if metric.rsplit(".", 1)[-1] in ("top1", "top5", "acc") else ""

@@ -1,0 +1,137 @@
+"""Markup: a report as one self-contained HTML page (images inline as data: URIs, no script, no external
+resource, readable without JavaScript) and as Markdown (images as links to PNGs beside it).
+
+Both are rendered from the same blocks: `Table` (formatted cells, optional group rows, bold cells),
+`Image` (PNG bytes) and plain paragraphs, grouped in `Section`s, so they always carry the same content.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+from dataclasses import dataclass, field
+from typing import Union
+
+
+@dataclass
+class Table:
+    caption: str
+    header: list[str]
+    rows: list[list[str]]
+    groups: list[str] | None = None
+    """Group of each row; a group row is drawn where it changes."""
+    bold: set[tuple[int, int]] = field(default_factory=set)
+    """(row, column) cells to mark as the best."""
+    left: int = 2
+    """Leading text columns (left-aligned); the rest are numbers (right-aligned)."""
+    links: dict[tuple[int, int], str] = field(default_factory=dict)
+    """(row, column) cells that link to a relative address."""
+
+
+@dataclass
+class Image:
+    name: str
+    """File stem: the PNG written beside report.md is `<name>.png`."""
+    png: bytes
+    alt: str
+
+
+Block = Union[str, Table, Image]
+
+
+@dataclass
+class Section:
+    title: str
+    blocks: list[Block]
+
+
+STYLE = """
+body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:2em auto;max-width:1280px;
+  padding:0 1.2em;color:#1b1b1b}
+h1{font-size:1.6em;margin-bottom:.2em} h2{font-size:1.25em;border-bottom:1px solid #ddd;padding-bottom:.2em;margin-top:1.8em}
+table{border-collapse:collapse;margin:.6em 0 1.4em;font-size:13px;font-variant-numeric:tabular-nums}
+caption{caption-side:bottom;text-align:left;color:#555;font-size:12px;padding-top:.4em;max-width:1100px}
+th,td{padding:3px 9px;border-bottom:1px solid #e4e4e4;vertical-align:top}
+th{background:#f4f4f4;text-align:left;white-space:nowrap} td.num{text-align:right;white-space:nowrap}
+tr.group th{background:#e9eef6;font-weight:600} strong{color:#0b4f9c}
+img{max-width:100%;height:auto;display:block;margin:.5em 0 1.5em;border:1px solid #eee}
+p.meta{color:#444;margin:.2em 0} .wrap{overflow-x:auto}
+"""
+
+
+def _e(text: str) -> str:
+    return html.escape(text, quote=True)
+
+
+def _html_table(t: Table) -> str:
+    head = "".join(f"<th>{_e(h)}</th>" for h in t.header)
+    body, group = [], None
+    for i, row in enumerate(t.rows):
+        if t.groups is not None and t.groups[i] != group:
+            group = t.groups[i]
+            body.append(f'<tr class="group"><th colspan="{len(t.header)}">{_e(group)}</th></tr>')
+        cells = []
+        for j, cell in enumerate(row):
+            text = f"<strong>{_e(cell)}</strong>" if (i, j) in t.bold else _e(cell)
+            if (i, j) in t.links:
+                text = f'<a href="{_e(t.links[i, j])}">{text}</a>'
+            cells.append(f"<td>{text}</td>" if j < t.left else f'<td class="num">{text}</td>')
+        body.append(f"<tr>{''.join(cells)}</tr>")
+    return (f'<div class="wrap"><table><caption>{_e(t.caption)}</caption><thead><tr>{head}</tr></thead>'
+            f"<tbody>{''.join(body)}</tbody></table></div>")  # fmt: skip
+
+
+def _html_block(b: Block) -> str:
+    if isinstance(b, Table):
+        return _html_table(b)
+    if isinstance(b, Image):
+        data = base64.b64encode(b.png).decode("ascii")
+        return f'<img src="data:image/png;base64,{data}" alt="{_e(b.alt)}">'
+    return f"<p>{_e(b)}</p>"
+
+
+def html_page(title: str, meta: list[str], sections: list[Section]) -> str:
+    """One self-contained page: inline CSS and images, no script."""
+    parts = [f"<h1>{_e(title)}</h1>", *(f'<p class="meta">{_e(m)}</p>' for m in meta)]
+    for s in sections:
+        parts.append(f"<h2>{_e(s.title)}</h2>")
+        parts.extend(_html_block(b) for b in s.blocks)
+    return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>{_e(title)}</title>'
+            f'<meta name="viewport" content="width=device-width, initial-scale=1"><style>{STYLE}</style></head>\n'
+            f"<body>\n" + "\n".join(parts) + "\n</body></html>\n")  # fmt: skip
+
+
+def _md_cell(text: str) -> str:
+    return text.replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ") or " "
+
+
+def _md_table(t: Table) -> str:
+    width = len(t.header)
+    lines = ["| " + " | ".join(_md_cell(h) for h in t.header) + " |",
+             "|" + "|".join(":---" if j < t.left else "---:" for j in range(width)) + "|"]  # fmt: skip
+    group = None
+    for i, row in enumerate(t.rows):
+        if t.groups is not None and t.groups[i] != group:
+            group = t.groups[i]
+            lines.append("| " + " | ".join([f"**{_md_cell(group)}**"] + [" "] * (width - 1)) + " |")
+        cells = [f"**{_md_cell(c)}**" if (i, j) in t.bold and c else _md_cell(c) for j, c in enumerate(row)]
+        cells = [f"[{c}]({t.links[i, j]})" if (i, j) in t.links else c for j, c in enumerate(cells)]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + f"\n\n*{_md_cell(t.caption)}*"
+
+
+def _md_block(b: Block) -> str:
+    if isinstance(b, Table):
+        return _md_table(b)
+    if isinstance(b, Image):
+        return f"![{b.alt}]({b.name}.png)"
+    return b
+
+
+def markdown(title: str, meta: list[str], sections: list[Section]) -> str:
+    """The same content in Markdown; images link to `<name>.png` beside the file."""
+    parts = [f"# {title}", "\n\n".join(meta)]
+    for s in sections:
+        parts.append(f"## {s.title}")
+        parts.extend(_md_block(b) for b in s.blocks)
+    return "\n\n".join(parts) + "\n"

@@ -1,0 +1,96 @@
+"""How fast a large store is reported: seconds to write the report of 10,000 trials x 100 epochs.
+
+    .venv/bin/python bench/report_scale.py [--seeds 25] [--epochs 100] [--db /tmp/big.sqlite]
+
+Generates (once; an existing --db is reused, generation is not the measured part) a sweep of 400
+variants (the four CSaN switches x beta x lr) x 25 seeds with known effects through the store's write
+API, 8 metrics per epoch, 1% failed / 1% diverged / 1% pending trials. Then times `ablate.report` into
+a temporary folder (all formats) against the floor in the same run: reading the frames any report needs
+(the trials frame and one per-epoch metric for every trial) through the store's query API.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import tempfile
+import time
+from pathlib import Path
+
+import yaml
+
+from ablate.planner import plan
+from ablate.reporting import report
+from ablate.reporting.synthetic import fill
+from ablate.store import Store
+
+GRID = {
+    "attention.tau": [True, False], "attention.mu": [True, False], "attention.kappa_pub": ["unit", "off"],
+    "attention.kappa_priv": [True, False], "attention.beta": [0.1, 0.25, 0.5, 1.0, 2.0],
+    "train.lr": [1e-3, 2e-3, 3e-3, 4e-3, 5e-3],
+}  # fmt: skip
+BASE = {"model": {"backbone": "vit", "embed_dim": 32, "depths": [2], "num_heads": [2], "stack": "pure"},
+        "attention": {"kind": "csan"}, "train": {"epochs": 100}}  # fmt: skip
+BASELINE = {"attention.tau": False, "attention.mu": False, "attention.kappa_pub": "off", "attention.kappa_priv": False,
+            "attention.beta": 0.25, "train.lr": 3e-3}  # fmt: skip
+
+
+def value(t) -> float:
+    """Known effects: tau +2, mu +1, public +1.5, private +3, tau x mu +0.5, lr off 3e-3 costs; seed noise."""
+    a = t.axes
+    seed = a["seed"]
+    return (60 + 2 * a["attention.tau"] + a["attention.mu"] + 1.5 * (a["attention.kappa_pub"] == "unit")
+            + 3 * a["attention.kappa_priv"] + 0.5 * a["attention.tau"] * a["attention.mu"]
+            - 2 * abs(math.log(a["train.lr"] / 3e-3)) + math.sin(7.1 * seed) + 0.3 * math.sin(13.7 * seed + int(t.variant[:6], 16) % 97))  # fmt: skip
+
+
+def state(t) -> str:
+    h = int(t.key[:6], 16) % 100
+    return {0: "failed", 1: "diverged", 2: "pending"}.get(h, "done")
+
+
+def cost(t) -> tuple[int, int]:
+    a = t.axes
+    params = 1_000_000 + 20_000 * (a["attention.tau"] + a["attention.mu"] + a["attention.kappa_priv"]) + 40_000 * (a["attention.kappa_pub"] == "unit")
+    return params, 2 * 90 * params
+
+
+def generate(db: Path, seeds: int, epochs: int) -> None:
+    with tempfile.TemporaryDirectory() as d:
+        f = Path(d) / "big.yaml"
+        base = {**BASE, "train": {"epochs": epochs}}
+        f.write_text(yaml.safe_dump({"sweeps": {"big": {"description": "report scale bench", "base": base,
+                                                         "grid": GRID, "seeds": seeds, "baseline": BASELINE}}}))  # fmt: skip
+        p = plan(f, "big")
+    with Store(f"sqlite:///{db}") as store:
+        fill(store, p, value, state=state, cost=cost, epochs=epochs)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--seeds", type=int, default=25)
+    ap.add_argument("--epochs", type=int, default=100)
+    ap.add_argument("--db", type=Path, default=Path(tempfile.gettempdir()) / "ablate-report-scale.sqlite")
+    args = ap.parse_args()
+    if not args.db.exists():
+        t0 = time.perf_counter()
+        generate(args.db, args.seeds, args.epochs)
+        print(f"generated {args.db} in {time.perf_counter() - t0:.0f} s (not measured)")
+    size = sum(p.stat().st_size for p in args.db.parent.glob(args.db.name + "*"))
+    with Store(f"sqlite:///{args.db}") as store, tempfile.TemporaryDirectory() as out:
+        counts = store.status("big")
+        t0 = time.perf_counter()
+        store.trials_frame("big")
+        rows = len(store.metrics_frame("big", names="samples_per_s"))
+        floor = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        files = report("big", store=store, out=out)
+        took = time.perf_counter() - t0
+        html = (Path(out) / "big" / "index.html").stat().st_size
+    print(f"store {size / 2**20:.0f} MiB: {int(counts['total'].iloc[0])} trials, {rows} epoch rows per metric name")
+    print(f"report {took:.2f} s ({len(files)} files, index.html {html / 2**10:.0f} KiB); "
+          f"reading the frames alone {floor:.2f} s; ratio {took / floor:.2f}; target < 5 s")
+
+
+if __name__ == "__main__":
+    main()
