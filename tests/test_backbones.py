@@ -152,7 +152,7 @@ def test_factory_errors_are_clear() -> None:
         create_model(trial(**{**TINY["hiera"], "window_size": 7}), 5, 3)
     with pytest.raises(ValueError, match="one num_heads entry"):
         create_model(trial(**{**TINY["hiera"], "num_heads": (1, 2, 4, 8)}), 5, 3)
-    with pytest.raises(ValueError, match="within 2% of 10 parameters; nearest: embed_dim 2 -> "):
+    with pytest.raises(ValueError, match=r"within 2% of 10 parameters; nearest: embed_dim 2 -> [\d,]+ \(\+[\d.,]+%\)"):
         match_width(trial(**TINY["swin"], match_params=10.0), 5, 3)  # below the narrowest model
     with pytest.raises(ValueError, match="'model.nope.x' is not a dotted config path"):
         match_width(trial(**TINY["swin"], match_params={"model.nope.x": 1}), 5, 3)

@@ -133,7 +133,7 @@ def _solve(cfg: TrialConfig, goal: float, num_classes: int, in_chans: int) -> in
         lo, hi = (mid, hi) if params(mid) < goal else (lo, mid)
     best = min((m for m in (lo, hi) if m > 0), key=lambda m: abs(params(m) - goal))
     if abs(params(best) - goal) > MATCH_TOLERANCE * goal:
-        near = ", ".join(f"embed_dim {m * step} -> {params(m):,}" for m in (lo, hi) if m > 0)
+        near = ", ".join(f"embed_dim {m * step} -> {params(m):,} ({params(m) / goal - 1:+.1%})" for m in (lo, hi) if m > 0)
         raise ValueError(
             f"model.match_params: no embed_dim (a multiple of {step}, so heads {cfg.model.num_heads} divide every "
             f"stage) lands within {MATCH_TOLERANCE:.0%} of {goal:,.0f} parameters; nearest: {near}"
