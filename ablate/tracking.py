@@ -79,9 +79,9 @@ def _is_number(value: Any) -> bool:
 
 
 class Tracker:
-    """MLflow writer for the recorder: `uri` is a tracking URI (default: SQLite under db/, its folder
-    created, artifacts in mlartifacts/ beside it; `self.uri` is then absolute) or a tracking server (`http://host:5000`, what a cluster
-    uses; artifacts where the server puts them)."""
+    """MLflow writer for the recorder. `uri`: a tracking URI, by default SQLite under db/ (folder created,
+    artifacts in mlartifacts/ beside it, `self.uri` made absolute), or a tracking server (`http://host:5000`,
+    what a cluster uses; artifacts where the server puts them)."""
 
     def __init__(self, uri: str | None = None, artifact_root: str | None = None) -> None:
         from mlflow import MlflowClient

@@ -156,7 +156,8 @@ def test_trial_lifecycle(store):
     tb = 'Traceback (most recent call last):\n  File "x.py", line 1\nValueError: boom\n'
     store.finish(t1.key, "failed", traceback=tb, params=1000, flops=2 * 10**12, environment={"git_sha": "abc"})
     rec = store.trial(t1.key)
-    assert (rec.state, rec.error, rec.traceback, rec.params, rec.flops) == ("failed", "ValueError: boom", tb, 1000, 2 * 10**12)
+    assert (rec.state, rec.error, rec.traceback) == ("failed", "ValueError: boom", tb)
+    assert (rec.params, rec.flops, rec.environment) == (1000, 2 * 10**12, {"git_sha": "abc"})
     store.finish(t3.key, "failed", error="first line\nsecond")
     assert store.trial(t3.key).error == "first line"
     assert store.interrupt() == 1 and store.states([t2.key]) == {t2.key: "interrupted"}

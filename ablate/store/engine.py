@@ -19,7 +19,8 @@ DEFAULT_URL = "sqlite:///db/ablate.sqlite"
 BUSY_TIMEOUT_MS = 60_000
 MIGRATIONS = Path(__file__).with_name("migrations")
 #: Execution option that marks a connection as a writer (BEGIN IMMEDIATE on SQLite).
-WRITE = {"ablate_write": True}
+WRITER_OPTION = "ablate_write"
+WRITE = {WRITER_OPTION: True}
 
 
 def make_engine(url: str | None = None) -> Engine:
@@ -40,13 +41,13 @@ def make_engine(url: str | None = None) -> Engine:
         cur = dbapi_conn.cursor()
         cur.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
         cur.execute("PRAGMA journal_mode = WAL")
-        cur.execute("PRAGMA synchronous = NORMAL")
+        cur.execute("PRAGMA synchronous = NORMAL")  # WAL: never corrupts; a power cut may drop the last commits
         cur.execute("PRAGMA foreign_keys = ON")
         cur.close()
 
     @event.listens_for(engine, "begin")
     def _begin(conn: Connection) -> None:
-        conn.exec_driver_sql("BEGIN IMMEDIATE" if conn.get_execution_options().get("ablate_write") else "BEGIN")
+        conn.exec_driver_sql("BEGIN IMMEDIATE" if conn.get_execution_options().get(WRITER_OPTION) else "BEGIN")
 
     return engine
 

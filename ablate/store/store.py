@@ -7,8 +7,9 @@ to the newest schema first.
 
 from __future__ import annotations
 
+from contextlib import AbstractContextManager
 from datetime import datetime, timezone
-from typing import Any, Iterable, Iterator, Mapping, Sequence
+from typing import Any, Iterable, Iterator, Mapping
 
 from pydantic import BaseModel
 from sqlalchemy import Connection, select, update
@@ -23,7 +24,7 @@ INFO_FIELDS = frozenset({"params", "flops", "peak_memory", "environment", "host"
 #: Bound parameters per IN (...) query; below every backend's limit.
 CHUNK = 500
 
-MetricRow = tuple[str, str, int, float, "float | None"]
+MetricRow = tuple[str, str, int, float, float | None]
 """(trial key, metric name, step, value, wall time in unix seconds or None)."""
 
 
@@ -66,7 +67,7 @@ class Store(Queries):
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _write(self) -> Any:
+    def _write(self) -> AbstractContextManager[Connection]:
         return self._writer.begin()
 
     # ------------------------------------------------------------------------------------------ sweeps
