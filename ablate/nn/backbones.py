@@ -53,6 +53,7 @@ class Mixed:
 
     @staticmethod
     def blank(attn: nn.Module) -> nn.Module:
+        """A new timm attention (timm's class, not yet mixed) with `attn`'s widths, heads and geometry."""
         raise NotImplementedError
 
 
@@ -137,6 +138,7 @@ class MixedSwinBlock(SwinTransformerBlock):
 
     @classmethod
     def adopt(cls, block: SwinTransformerBlock, m: ModelConfig, att: AttentionConfig) -> SwinTransformerBlock:
+        """Re-class a timm block in place: mixed attention, pure stack's twin in `mlp`, dwconv per branch."""
         block.__class__ = cls
         MixedWindowAttention.adopt(block.attn, att)
         pure = m.stack == "pure"
