@@ -30,8 +30,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
 from sqlalchemy import make_url
 
-from ablate.store import Store, flatten
-from ablate.store.store import error_line
+from ablate.store import Store, error_line, flatten
 
 if TYPE_CHECKING:
     from mlflow.entities import Run
@@ -47,8 +46,8 @@ _BAD_CHARS = re.compile(r"[^/\w.\- ]")
 
 
 def mlflow_name(name: str) -> str:
-    """A valid, unique-preserving MLflow param/metric name: odd characters become `_`; a name over 250
-    characters keeps its head and gains a hash of the whole name."""
+    """A valid MLflow param/metric name: odd characters become `_`; a name over 250 characters keeps its
+    head and gains a hash of the whole name (so long names stay apart)."""
     clean = _BAD_CHARS.sub("_", name)
     if len(clean) <= MAX_KEY:
         return clean

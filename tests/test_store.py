@@ -238,7 +238,8 @@ def filled(store):
     for i, t in enumerate(trials):
         store.mark_running(t.key, host="h", device="cpu")
         store.log_metric_rows([(t.key, n, e, e * i, None) for e in range(5) for n in ("train.loss", "val.top1")])
-        store.finish(t.key, "done", result={"test": {"top1": 0.1 * i, "loss": 1.0}, "throughput": 100}, params=10)
+        result = {"test": {"top1": 0.1 * i, "loss": math.inf if i == 3 else 1.0}, "throughput": 100}
+        store.finish(t.key, "done", result=result, params=10)
     store.add_trials("other", trials[:1])
     return store, trials
 
@@ -253,6 +254,7 @@ def test_trials_frame_one_row_per_trial_and_sweep(filled):
     assert s["key"].tolist() == [t.key for t in trials] and s["position"].tolist() == [0, 1, 2, 3]
     assert s["axis.attention.kind"].tolist() == ["softmax", "softmax", "csan", "csan"]
     assert s["test.top1"].tolist() == pytest.approx([0.0, 0.1, 0.2, 0.3])
+    assert s["test.loss"].isna().tolist() == [False, False, False, True]  # inf: JSON has no such number
     assert s["seed"].tolist() == [0, 1, 0, 1] and str(s["params"].dtype) == "Int64"
     assert (s["duration_s"] >= 0).all() and str(s["finished_at"].dt.tz) == "UTC"
     wide = store.trials_frame("s", expand=["config", "environment"])
@@ -278,6 +280,7 @@ def test_runs_filters_by_value_or_text(filled):
     assert len(store.runs({"axis.attention.kind": "csan"}, sweeps="s")) == 2
     assert store.runs({"axis.seed": "1", "sweep": "s"})["key"].tolist() == [trials[1].key, trials[3].key]
     assert len(store.runs({"state": ["done", "failed"]})) == 5
+    assert len(store.runs({"axis.attention.kind": "CSAN", "sweep": "s"})) == 2
     with pytest.raises(KeyError, match="no column 'colour'"):
         store.runs({"colour": "red"})
 

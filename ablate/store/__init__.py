@@ -4,7 +4,7 @@
     with Store() as store:                          # sqlite:///db/ablate.sqlite, migrated to the newest schema
         store.upsert_sweep("csan", spec_path="experiments.yaml", metric="test.top1", baseline=plan.baseline)
         store.add_trials("csan", plan.trials)       # new keys pending; known keys keep their state
-        todo = [t for t in plan.trials if t.key not in store.done_keys(t.key for t in plan.trials)]
+        done = store.done_keys(t.key for t in plan.trials)   # done in any sweep: never trained twice
         store.mark_running(key, host=..., node_id=..., device=...)
         store.log_metrics(key, epoch, {"train.loss": 0.7, "val.top1": 0.61}, wall_time=time.time())
         store.finish(key, "done", result={"test": {"top1": 0.64}}, params=..., flops=...)
@@ -14,6 +14,8 @@ Writes (one writer: the launcher or its recorder actor): upsert_sweep, set_sweep
 mark_running, record, log_metrics, log_metric_rows, finish, interrupt, set_mlflow_run.
 Reads: done_keys, states, trial, sweep, membership, and the frames sweeps_frame, trials_frame,
 metrics_frame, status, runs (the only way reports read the store).
+PostgreSQL needs its driver installed (e.g. psycopg); open the first Store on a new PostgreSQL database
+from one process (SQLite serialises concurrent first opens itself).
 Modules: `schema` (ORM models), `engine` (SQLite WAL + busy timeout, Alembic upgrade, upserts),
 `queries` (frames), `store` (writes), `migrations/` (Alembic scripts).
 """
@@ -21,6 +23,6 @@ Modules: `schema` (ORM models), `engine` (SQLite WAL + busy timeout, Alembic upg
 from ablate.store.engine import DEFAULT_URL
 from ablate.store.queries import TRIAL_COLUMNS, flatten
 from ablate.store.schema import FINAL_STATES, STATES
-from ablate.store.store import MetricRow, Store
+from ablate.store.store import MetricRow, Store, error_line
 
-__all__ = ["Store", "DEFAULT_URL", "STATES", "FINAL_STATES", "TRIAL_COLUMNS", "MetricRow", "flatten"]
+__all__ = ["Store", "DEFAULT_URL", "STATES", "FINAL_STATES", "TRIAL_COLUMNS", "MetricRow", "flatten", "error_line"]

@@ -72,8 +72,9 @@ class Queries:
 
     def trials_frame(self, sweeps: str | Iterable[str] | None = None, *, expand: Iterable[str] = ()) -> pd.DataFrame:
         """One row per trial x sweep, in plan order: TRIAL_COLUMNS, then `axis.<path>` (the sweep's axis
-        values), then the flattened final result (`test.top1`, ...). `expand` names JSON columns to flatten
-        as well (`config`, `environment`): `config.model.embed_dim`, `environment.git_sha`, ..."""
+        values), then the flattened final result (`test.top1`, ...; a name that clashes with a leading
+        column is left out). `expand` names JSON columns to flatten as well (`config`, `environment`):
+        `config.model.embed_dim`, `environment.git_sha`, ..."""
         expand = list(expand)
         stmt = select(MEMBERS.c.sweep, MEMBERS.c.position, MEMBERS.c.axes.label("sweep_axes"), TRIALS).join(
             TRIALS, TRIALS.c.key == MEMBERS.c.trial_key
@@ -164,16 +165,17 @@ class Queries:
     ) -> pd.DataFrame:
         """`trials_frame` rows whose columns match `filters` ({column: value or list of values}).
 
-        Values match by equality or by their text (`{"axis.train.lr": "0.001"}` matches 0.001), so filters
-        typed on a command line work; an unknown column is a KeyError naming the columns there are.
+        Values match by equality or by their text, case-insensitively (`{"axis.train.lr": "0.001"}` matches
+        0.001, "true" matches True), so filters typed on a command line work; an unknown column is a
+        KeyError naming the columns there are.
         """
         df = self.trials_frame(sweeps, expand=expand)
         for column, wanted in (filters or {}).items():
             if column not in df:
                 raise KeyError(f"no column {column!r}; columns: {', '.join(df.columns)}")
             values = list(wanted) if isinstance(wanted, (list, tuple, set)) else [wanted]
-            texts = {str(v) for v in values}
-            df = df[df[column].isin(values) | df[column].astype(str).isin(texts)]
+            texts = {str(v).lower() for v in values}
+            df = df[df[column].isin(values) | df[column].astype(str).str.lower().isin(texts)]
         return df.reset_index(drop=True)
 
 

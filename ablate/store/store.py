@@ -7,6 +7,7 @@ to the newest schema first.
 
 from __future__ import annotations
 
+import math
 from contextlib import AbstractContextManager
 from datetime import datetime, timezone
 from typing import Any, Iterable, Iterator, Mapping
@@ -42,6 +43,23 @@ def error_line(text: str | None) -> str | None:
 
 def _field(trial: Any, name: str) -> Any:
     return trial.get(name) if isinstance(trial, Mapping) else getattr(trial, name, None)
+
+
+def _check_info(info: dict[str, Any]) -> dict[str, Any]:
+    if unknown := set(info) - INFO_FIELDS:
+        raise TypeError(f"unknown trial fields {sorted(unknown)}; expected some of {sorted(INFO_FIELDS)}")
+    return info
+
+
+def _finite(value: Any) -> Any:
+    """JSON data with NaN/inf as null: JSON has no such numbers (PostgreSQL refuses them)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, Mapping):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value
 
 
 def _json(value: Any) -> Any:
@@ -132,9 +150,7 @@ class Store(Queries):
 
     def record(self, key: str, **info: Any) -> None:
         """Facts about a trial's run (INFO_FIELDS: params, flops, peak_memory, environment, host, ...)."""
-        if unknown := set(info) - INFO_FIELDS:
-            raise TypeError(f"unknown trial fields {sorted(unknown)}; expected some of {sorted(INFO_FIELDS)}")
-        if info:
+        if _check_info(info):
             self._update(TRIALS, TRIALS.c.key == key, key, **info)
 
     def finish(
@@ -150,14 +166,13 @@ class Store(Queries):
         **info: Any,
     ) -> None:
         """A trial ends in `state` (done | failed | diverged | interrupted) with its final result
-        ({"test": {"top1": ...}}) or its error (message and/or traceback; the `error` column keeps the line
-        that names it); `info` as in `record`."""
+        ({"test": {"top1": ...}}; NaN/inf kept as null) or its error (message and/or traceback; the `error`
+        column keeps the line that names it); `info` as in `record`. One transaction."""
         if state not in FINAL_STATES:
             raise ValueError(f"finish state must be one of {FINAL_STATES}, not {state!r}")
-        self.record(key, **info)
-        self._update(TRIALS, TRIALS.c.key == key, key, state=state, finished_at=now(), result=result,
+        self._update(TRIALS, TRIALS.c.key == key, key, state=state, finished_at=now(), result=_finite(result),
                      error=error_line(error or traceback), traceback=traceback or error,
-                     diverged_epoch=diverged_epoch, diverged_step=diverged_step)  # fmt: skip
+                     diverged_epoch=diverged_epoch, diverged_step=diverged_step, **_check_info(info))  # fmt: skip
 
     def interrupt(self, keys: Iterable[str] | None = None) -> int:
         """Mark `running` trials (all, or those of `keys`) `interrupted`: after Ctrl-C, or at a launch's
