@@ -80,7 +80,7 @@ def _write(path: Path, content: str | bytes) -> Path:
 
 
 def _write_sweep(store: Store, data: SweepData, where: Path, formats: set[str]) -> list[Path]:
-    table = frames.variant_table(data, frames.throughput(store, data.name))
+    table = frames.variant_table(data, frames.throughput(store, data))
     fac = effects.factorial(data)
     eff = effects.effects(fac) if fac is not None else None
     written = []

@@ -14,15 +14,17 @@ from typing import Any
 from ablate.config import SIZES
 
 FAMILY = {"swin": "Swin", "vit": "ViT", "hiera": "Hiera", "synpool": "SynPool MIL"}
-#: Config paths (and path prefixes, ending in ".") that `architecture`, `mixer` and `dataset` put in words.
-SAID = (
+#: Config paths that `architecture`, `mixer` and `dataset` put in words.
+SAID = {
     "model.size", "model.backbone", "model.embed_dim", "model.depths", "model.num_heads", "model.patch_size",
-    "model.stack", "model.dwconv", "model.match_params", "attention.", "data.name", "data.id", "data.path",
-)  # fmt: skip
+    "model.stack", "model.dwconv", "model.match_params", "data.name", "data.id", "data.path",
+    *(f"attention.{k}" for k in ("kind", "tau", "mu", "kappa_pub", "kappa_priv", "bounded", "steps", "gamma",
+                                 "bypass", "sigma", "threshold", "signed", "zero_diag")),
+}  # fmt: skip
 
 
 def said(path: str) -> bool:
-    return any(path == p or (p.endswith(".") and path.startswith(p)) for p in SAID)
+    return path in SAID
 
 
 def architecture(cfg: dict[str, Any]) -> str:

@@ -8,9 +8,11 @@ baseline's. With cells y[level_1, ..., level_k]:
     main effect of factor A at level a = mean over the other factors of  y[a, ...] - y[a0, ...]
     interaction A x B at (a, b)        = mean over the rest of  y[a, b] - y[a0, b] - y[a, b0] + y[a0, b0]
 
-(the effect of A when B is at b minus its effect when B is at b0). Both are computed per complete
-replicate (every cell has that seed/fold), so the 95% interval and p-value are the paired t over
-replicates; with fewer than two complete replicates they come from cell means, without an interval.
+(the effect of A when B is at b minus its effect when B is at b0). Both are linear contrasts of the cells.
+When at least half the replicates are complete (every cell has that seed/fold), each contrast is computed
+per complete replicate and its 95% interval and p-value are the paired t over replicates (seed effects
+shared by all cells cancel). Otherwise (failures scattered over a large grid) it is computed on cell means
+with a t interval from the pooled within-cell variance: unpaired, so wider, but it uses every trial.
 """
 
 from __future__ import annotations
@@ -22,67 +24,69 @@ import numpy as np
 import pandas as pd
 
 from ablate.reporting import describe, stats
-from ablate.reporting.frames import SweepData
+from ablate.reporting.frames import SweepData, axis_cells
 
 MAX_FACTORS = 12
+PAIRED = "paired over replicates"
+POOLED = "cell means, pooled variance"
 
 
 @dataclass
 class Factorial:
-    """Metric per replicate and cell of a full factorial: `cells[r, i1, ..., ik]`, level 0 = reference."""
+    """The factorial part: per factor its levels (reference first) and the metric per cell."""
 
     factors: list[str]
     levels: list[list[str]]
-    cells: np.ndarray
-    replicates: int
-    """Complete replicates behind `cells` (0: one row of cell means)."""
+    values: np.ndarray
+    """(replicates, level_1, ..., level_k): the metric per replicate and cell, NaN where missing."""
+
+    @property
+    def complete(self) -> np.ndarray:
+        """Replicates measured in every cell."""
+        return ~np.isnan(self.values.reshape(len(self.values), -1)).any(axis=1)
+
+    @property
+    def method(self) -> str:
+        n = int(self.complete.sum())
+        return PAIRED if n >= 2 and 2 * n >= len(self.values) else POOLED
 
 
 def factorial(data: SweepData) -> Factorial | None:
     """The factorial part of the sweep (see the module docstring), or None if no axis has two levels."""
-    values = data.trials.pivot_table(index="variant", columns="rep", values="value", aggfunc="mean")
-    measured = data.variants.loc[data.variants.index.isin(values.index)]
+    table = data.trials.pivot_table(index="variant", columns="rep", values="value", aggfunc="mean")
+    measured = data.variants.loc[data.variants.index.isin(table.index)]
     if measured.empty:
         return None
-    grid = measured[[f"axis.{a}" for a in data.axes]].astype(str)
-    grid.columns = data.axes
+    grid = axis_cells(measured, data.axes)
     base = data.baseline if data.baseline in grid.index else grid.index[0]
     candidates = [a for a in data.axes if grid[a].nunique() > 1][:MAX_FACTORS]
     at_base = grid[candidates].eq(grid.loc[base, candidates]).to_numpy()
-    best: tuple[int, int, list[str], np.ndarray] | None = None
+    best: tuple[int, list[str], np.ndarray] | None = None
     for size in range(len(candidates), 0, -1):
         for subset in itertools.combinations(range(len(candidates)), size):
             rest = [i for i in range(len(candidates)) if i not in subset]
-            rows = at_base[:, rest].all(axis=1) if rest else np.ones(len(grid), bool)
-            sub = grid.loc[rows, [candidates[i] for i in subset]]
-            counts = sub.nunique()
-            if (counts > 1).all() and int(np.prod(counts)) == len(sub):
-                if best is None or len(sub) > best[1]:
-                    best = (size, len(sub), [candidates[i] for i in subset], rows)
+            rows = at_base[:, rest].all(axis=1)
+            counts = grid.loc[rows, [candidates[i] for i in subset]].nunique()
+            if (counts > 1).all() and int(np.prod(counts)) == rows.sum() and (best is None or rows.sum() > best[0]):
+                best = (int(rows.sum()), [candidates[i] for i in subset], rows)
         if best is not None:
             break
     if best is None:
         return None
-    _, _, factors, rows = best
+    _, factors, rows = best
     sub = grid.loc[rows, factors]
     levels = [[grid.loc[base, f]] + [v for v in dict.fromkeys(sub[f]) if v != grid.loc[base, f]] for f in factors]
-    vals = values.reindex(index=sub.index).to_numpy()
-    complete = ~np.isnan(vals).any(axis=0)
-    if complete.sum() >= 2:
-        vals, reps = vals[:, complete], int(complete.sum())
-    else:
-        vals, reps = np.nanmean(vals, axis=1, keepdims=True), 0
-    cells = np.full((vals.shape[1], *map(len, levels)), np.nan)
+    vals = table.reindex(index=sub.index).to_numpy()
+    values = np.full((vals.shape[1], *map(len, levels)), np.nan)
     for variant, row in zip(sub.index, vals):
-        index = tuple(lv.index(sub.loc[variant, f]) for lv, f in zip(levels, factors))
-        cells[(slice(None), *index)] = row
-    shown = {f: {str(v): describe.value(v) for v in measured[f"axis.{f}"]} for f in factors}
-    return Factorial(factors, [[shown[f][v] for v in lv] for f, lv in zip(factors, levels)], cells, reps)
+        values[(slice(None), *(lv.index(sub.loc[variant, f]) for lv, f in zip(levels, factors)))] = row
+    shown = {f: dict(zip(grid[f], measured[f"axis.{f}"].map(describe.value))) for f in factors}
+    return Factorial(factors, [[shown[f][v] for v in lv] for f, lv in zip(factors, levels)], values)
 
 
 def _contrast(cells: np.ndarray, at: dict[int, int]) -> np.ndarray:
-    """Per replicate: the signed sum over {0, level}^|at| of cells (a difference of differences),
-    averaged over every factor not in `at`. Factor i is axis i + 1 of `cells`."""
+    """Per row of `cells` (axis 0): the signed sum over {0, level}^|at| of cells (a difference of
+    differences), averaged over every factor not in `at`. Factor i is axis i + 1 of `cells`."""
     total = np.zeros(cells.shape[0])
     for corner in itertools.product(*[(0, lv) for lv in at.values()]):
         sign = (-1) ** sum(c == 0 for c in corner)
@@ -93,21 +97,43 @@ def _contrast(cells: np.ndarray, at: dict[int, int]) -> np.ndarray:
     return total
 
 
-def effects(f: Factorial) -> pd.DataFrame:
-    """One row per main effect (factor, level vs reference) and two-way interaction: term, factor,
-    contrast, effect, lo, hi, p, n."""
-    terms: list[tuple[str, str, str, dict[int, int]]] = []
+def _terms(f: Factorial) -> list[tuple[str, str, str, dict[int, int]]]:
+    """(term, factor, contrast, {factor index: level}) for every main effect and two-way interaction."""
     short = [describe.short(x) for x in f.factors]
+    terms = []
     for i, lv in enumerate(f.levels):
         terms += [("main", short[i], f"{lv[j]} vs {lv[0]}", {i: j}) for j in range(1, len(lv))]
     for i, k in itertools.combinations(range(len(f.factors)), 2):
         for a, b in itertools.product(range(1, len(f.levels[i])), range(1, len(f.levels[k]))):
             contrast = f"({f.levels[i][a]} vs {f.levels[i][0]}) x ({f.levels[k][b]} vs {f.levels[k][0]})"
             terms.append(("interaction", f"{short[i]} x {short[k]}", contrast, {i: a, k: b}))
+    return terms
+
+
+def effects(f: Factorial) -> pd.DataFrame:
+    """One row per main effect (factor, level vs reference) and two-way interaction: term, factor,
+    contrast, effect, lo, hi, p, n (replicates, or trials for cell means), method."""
+    terms = _terms(f)
+    columns = ["term", "factor", "contrast", "effect", "lo", "hi", "p", "n", "method"]
     if not terms:
-        return pd.DataFrame(columns=["term", "factor", "contrast", "effect", "lo", "hi", "p", "n"])
-    est = stats.interval(np.stack([_contrast(f.cells, at) for *_, at in terms]))
-    out = pd.DataFrame([t[:3] for t in terms], columns=["term", "factor", "contrast"])
-    out["effect"], out["lo"], out["hi"], out["p"] = est["mean"], est["lo"], est["hi"], est["p_t"]
-    out["n"] = f.replicates
+        return pd.DataFrame(columns=columns)
+    out = pd.DataFrame([t[:3] for t in terms], columns=columns[:3])
+    if f.method == PAIRED:
+        cells = f.values[f.complete]
+        est = stats.interval(np.stack([_contrast(cells, at) for *_, at in terms]))
+        out["effect"], out["lo"], out["hi"], out["p"] = est["mean"], est["lo"], est["hi"], est["p_t"]
+        out["n"] = len(cells)
+    else:
+        count = (~np.isnan(f.values)).sum(axis=0)
+        with np.errstate(invalid="ignore"):
+            means = np.nanmean(f.values, axis=0)[None]
+            df = int(count.sum() - count.size)
+            pooled = np.nansum((f.values - means) ** 2) / df if df > 0 else np.nan
+        basis = np.eye(count.size).reshape(count.size, *count.shape)
+        weights = np.stack([_contrast(basis, at) for *_, at in terms])
+        out["effect"] = [_contrast(means, at)[0] for *_, at in terms]
+        se = np.sqrt(pooled * (weights**2 / count.reshape(1, -1)).sum(axis=1))
+        out["lo"], out["hi"], out["p"] = stats.t_test(out["effect"], se, df)
+        out["n"] = int(count.sum())
+    out["method"] = f.method
     return out

@@ -31,6 +31,8 @@ DIAGNOSTICS = {
     "diag.winner_transfer": "winner transfer rate",
 }
 LOSSES = ("train.loss", "val.loss")
+THROUGHPUT_TRIALS = 3
+CHUNK = 500
 
 
 class ReportError(ValueError):
@@ -102,12 +104,16 @@ def _replicates(trials: pd.DataFrame) -> pd.Series:
 
 
 def _variants(store: Store, trials: pd.DataFrame, axes: list[str]) -> pd.DataFrame:
-    """One row per variant in plan order, described in words from one of its trials' configs."""
+    """One row per variant in plan order, described in words. Variants that differ only in axes the words
+    do not say (lr, beta, ...) share the words, so one trial config is read per distinct set of said axes
+    (`config`: a config with the variant's words, not necessarily its own)."""
     first = trials.drop_duplicates("variant").set_index("variant")
-    cols = [f"axis.{a}" for a in axes]
-    out = first[cols].copy()
-    out["config"] = [store.trial(k).config for k in first["key"]]
-    varying = [a for a in axes if out[f"axis.{a}"].astype(str).nunique() > 1 and not describe.said(a)]
+    out = first[[f"axis.{a}" for a in axes]].copy()
+    said = axis_cells(out, [a for a in axes if describe.said(a)])
+    words = said.apply(tuple, axis=1) if len(said.columns) else pd.Series([()] * len(out), index=out.index)
+    configs = {w: store.trial(first.loc[v, "key"]).config for v, w in words.drop_duplicates().items()}
+    out["config"] = words.map(configs)
+    varying = [a for a in axes if axis_cells(out, [a])[a].nunique() > 1 and not describe.said(a)]
     out["architecture"] = out["config"].map(describe.architecture)
     out["dataset"] = out["config"].map(describe.dataset)
     extras = out[[f"axis.{a}" for a in varying]].apply(
@@ -151,13 +157,20 @@ def _json_value(v: Any) -> Any:
     return v
 
 
+def axis_cells(variants: pd.DataFrame, axes: list[str]) -> pd.DataFrame:
+    """The variants' axis values as comparable text (missing = "-"), one column per axis path."""
+    cells = variants[[f"axis.{a}" for a in axes]].map(lambda v: "-" if v is None or v != v else str(v))
+    cells.columns = list(axes)
+    return cells
+
+
 def _references(variants: pd.DataFrame, axes: list[str], baseline: str | None) -> pd.Series:
     """Each variant's reference: the baseline with the variant's own dataset axes (None if absent)."""
     if baseline is None:
         return pd.Series(None, index=variants.index, dtype=object)
-    cols = [f"axis.{a}" for a in axes]
-    strata = [f"axis.{a}" for a in STRATA if a in axes]
-    cells = variants[cols].astype(str)
+    cols = list(axes)
+    strata = [a for a in STRATA if a in axes]
+    cells = axis_cells(variants, axes)
     index = {tuple(r): k for k, r in zip(cells.index, cells.itertuples(index=False))}
     base = cells.loc[baseline]
     refs = []
@@ -167,21 +180,32 @@ def _references(variants: pd.DataFrame, axes: list[str], baseline: str | None) -
     return pd.Series(refs, index=variants.index, dtype=object)
 
 
-def throughput(store: Store, sweep: str) -> pd.Series:
-    """Mean training samples/s over epochs, per trial key."""
-    m = store.metrics_frame(sweep, names="samples_per_s")
-    return m.groupby("key", observed=True)["value"].mean()
+def metrics(store: Store, names: list[str], keys: list[str]) -> pd.DataFrame:
+    """Per-epoch metrics of `keys` (key and name as text), read in chunks that stay below SQLite's limit
+    of bound parameters; selecting by key uses the metrics table's primary key."""
+    parts = [store.metrics_frame(names=names, keys=keys[i : i + CHUNK]) for i in range(0, len(keys), CHUNK)]
+    m = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=["key", "name", "step", "value"])
+    return m.astype({"key": str, "name": str})
+
+
+def throughput(store: Store, data: SweepData) -> pd.Series:
+    """Training samples/s per variant: mean over epochs and over up to THROUGHPUT_TRIALS finished trials
+    (reading every trial's epochs would dominate the time of a report on a large sweep)."""
+    done = data.trials[data.trials["state"] == "done"]
+    keys = done.groupby("variant", sort=False).head(THROUGHPUT_TRIALS)[["key", "variant"]]
+    m = metrics(store, ["samples_per_s"], keys["key"].tolist()).merge(keys, on="key")
+    return m.groupby("variant")["value"].mean()
 
 
 def variant_table(data: SweepData, speed: pd.Series) -> pd.DataFrame:
-    """Per variant: cost, metric mean/std/n over replicates, the paired delta against its reference with
+    """Per variant: cost, throughput (`speed`, by variant), metric mean/std/n over replicates, the paired delta against its reference with
     a 95% t interval and a p-value (stats.paired), and trial counts per state."""
     t, v = data.trials, data.variants
     by = t.groupby("variant", sort=False)
     out = v[["group", "architecture", "dataset", "mixer", "label", "ref"]].copy()
     out["params"] = by["params"].median().astype(float)
     out["gflops"] = by["flops"].median().astype(float) / 2e9
-    out["samples_s"] = t.assign(s=t["key"].map(speed)).groupby("variant", sort=False)["s"].mean()
+    out["samples_s"] = speed.reindex(v.index)
     values = t.pivot_table(index="variant", columns="rep", values="value", aggfunc="mean", dropna=False)
     values = values.reindex(index=v.index)
     summary = stats.interval(values.to_numpy())
@@ -205,8 +229,7 @@ def curves(store: Store, data: SweepData, variants: list[str]) -> pd.DataFrame:
     diagnostics, for `variants`: variant, name, step, mean, std, n."""
     keys = data.trials.loc[data.trials["variant"].isin(variants), ["key", "variant"]]
     names = [*LOSSES, val_metric(data.metric), *DIAGNOSTICS]
-    m = store.metrics_frame(data.name, names=names, keys=keys["key"].tolist())
-    m = m.assign(key=m["key"].astype(str), name=m["name"].astype(str)).merge(keys, on="key")
+    m = metrics(store, names, keys["key"].tolist()).merge(keys, on="key")
     agg = m.groupby(["variant", "name", "step"], sort=False)["value"].agg(["mean", "std", "count"])
     return agg.rename(columns={"count": "n"}).reset_index()
 

@@ -22,6 +22,16 @@ T_TEST = "paired t"
 WILCOXON = "Wilcoxon"
 
 
+def t_test(mean: np.ndarray, se: np.ndarray, df: np.ndarray, level: float = LEVEL) -> tuple[np.ndarray, ...]:
+    """(lo, hi, p): the t interval mean +- t(df) se and the two-sided p of mean == 0 (NaN where se is
+    0 or undefined)."""
+    mean, se, df = (np.asarray(a, dtype=float) for a in (mean, se, df))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        half = stats.t.ppf(0.5 + level / 2, np.maximum(df, 1)) * se
+        p = np.where(se > 0, 2 * stats.t.sf(np.abs(mean / se), np.maximum(df, 1)), np.nan)
+    return mean - half, mean + half, p
+
+
 def interval(values: np.ndarray, level: float = LEVEL) -> pd.DataFrame:
     """Per row of `values` (NaN = missing): n, mean, std (ddof 1), the t interval of the mean (lo, hi),
     and the two-sided one-sample t-test p-value of mean == 0. Rows with n < 2 get NaN spread and p."""
@@ -31,11 +41,8 @@ def interval(values: np.ndarray, level: float = LEVEL) -> pd.DataFrame:
         mean = np.where(n > 0, np.nansum(x, axis=1) / np.maximum(n, 1), np.nan)
         dev = np.where(np.isnan(x), 0.0, x - mean[:, None])
         std = np.where(n > 1, np.sqrt((dev**2).sum(axis=1) / np.maximum(n - 1, 1)), np.nan)
-        se = std / np.sqrt(n)
-        half = stats.t.ppf(0.5 + level / 2, np.maximum(n - 1, 1)) * se
-        t = mean / se
-        p = np.where(se > 0, 2 * stats.t.sf(np.abs(t), np.maximum(n - 1, 1)), np.nan)
-    return pd.DataFrame({"n": n, "mean": mean, "std": std, "lo": mean - half, "hi": mean + half, "p_t": p})
+        lo, hi, p = t_test(mean, std / np.sqrt(n), n - 1, level)
+    return pd.DataFrame({"n": n, "mean": mean, "std": std, "lo": lo, "hi": hi, "p_t": p})
 
 
 def wilcoxon(diffs: np.ndarray) -> float:

@@ -56,7 +56,7 @@ def fill(
         final = value(t)
         params, flops = cost(t)
         store.mark_running(t.key, host="synthetic", device="cpu")
-        ran = epochs if s in ("done", "running") else max(epochs // 2, 1)
+        ran = epochs if s in ("done", "running") else epochs // 2
         rows += [(t.key, n, e, _epoch(n, final, e, epochs, t.config.seed), None)
                  for e in range(1, ran + 1) for n in dict.fromkeys((*names, twin))]  # fmt: skip
         if s == "done":
@@ -64,7 +64,7 @@ def fill(
         elif s == "failed":
             store.finish(t.key, "failed", error="RuntimeError: synthetic failure", params=params, flops=flops)
         elif s == "diverged":
-            store.finish(t.key, "diverged", diverged_epoch=ran, diverged_step=3, params=params, flops=flops)
+            store.finish(t.key, "diverged", diverged_epoch=ran + 1, diverged_step=3, params=params, flops=flops)
         if len(rows) >= BATCH:
             store.log_metric_rows(rows)
             rows = []

@@ -8,8 +8,8 @@ import math
 
 import pandas as pd
 
-from ablate.reporting import published, stats
-from ablate.reporting.effects import Factorial
+from ablate.reporting import frames, published, stats
+from ablate.reporting.effects import PAIRED, Factorial
 from ablate.reporting.frames import SweepData
 from ablate.reporting.render import Table
 
@@ -65,7 +65,7 @@ def variants(table: pd.DataFrame, data: SweepData) -> Table:
         f"with a 95% t interval. p: t = paired t-test (n ≥ {stats.SMALL_N} pairs), W = Wilcoxon signed-rank "
         f"(n < {stats.SMALL_N}; it cannot fall below 2/2^n, e.g. 0.5 with 2 pairs). GFLOPs = stored FLOPs / 2e9: "
         "multiply-accumulates per example, as the papers count FLOPs. samples/s: training throughput, mean over "
-        "epochs and trials. Bold: best per column within its group (fewest params and GFLOPs, most samples/s, "
+        f"epochs of up to {frames.THROUGHPUT_TRIALS} finished trials. Bold: best per column within its group (fewest params and GFLOPs, most samples/s, "
         "best metric and Δ)."
     )
     return Table(caption, header, rows, groups=list(table["group"]), bold=best)
@@ -132,8 +132,12 @@ def effects(eff: pd.DataFrame, f: Factorial, data: SweepData) -> Table:
     rows = [[r["term"], r["factor"], r["contrast"], num(r["effect"], d, True),
              f"[{num(r['lo'], d, True)}, {num(r['hi'], d, True)}]", pvalue(r["p"]), str(r["n"])]
             for _, r in eff.iterrows()]  # fmt: skip
-    how = (f"per replicate over {f.replicates} complete replicates (95% t interval, paired t-test p)" if f.replicates
-           else "from cell means (fewer than two complete replicates: no interval)")  # fmt: skip
+    if f.method == PAIRED:
+        how = ("per complete replicate (every cell has the seed/fold); 95% t interval and paired t-test p over "
+               "replicates; n = replicates")  # fmt: skip
+    else:
+        how = ("on cell means, as fewer than half the replicates are complete; 95% t interval and p from the "
+               "pooled within-cell variance (unpaired); n = trials")  # fmt: skip
     caption = (f"Factorial part: {levels} (first level = reference, the baseline's; other axes at the baseline's "
                f"values). Main effect = mean {data.metric} at the level minus at the reference, averaged over the "
                "other factors; interaction = effect of the first factor at the second's level minus at its "

@@ -1,0 +1,342 @@
+"""Reports on real SQLite stores filled through the store's write API with known values: statistics
+against hand computation, factorial effects against the true ones, unfinished trials, errors, output
+formats (Markdown tables parse, HTML is self-contained), idempotent re-runs and the CLI."""
+
+from __future__ import annotations
+
+import base64
+import json
+import math
+import re
+from html.parser import HTMLParser
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from scipy import stats as sps
+from typer.testing import CliRunner
+
+from ablate.cli import app
+from ablate.config import ATTENTION_KINDS, TrialConfig
+from ablate.planner import plan
+from ablate.reporting import ReportError, describe, effects, frames, published, report, stats
+from ablate.reporting.plots import pareto
+from ablate.reporting.synthetic import DIAGNOSTICS, EPOCH_METRICS, fill
+from ablate.store import Store
+from conftest import TINY, write_sweeps
+
+KINDS = {"softmax": 0, "csan": 1}
+#: Hand-picked results: csan - softmax per seed = 2, 3, 1.5, 3.5 (seed 4: the baseline failed).
+VALUES = {("softmax", 0): 70.0, ("softmax", 1): 71.0, ("softmax", 2): 69.0, ("softmax", 3): 72.0,
+          ("csan", 0): 72.0, ("csan", 1): 74.0, ("csan", 2): 70.5, ("csan", 3): 75.5, ("csan", 4): 80.0}  # fmt: skip
+
+
+@pytest.fixture
+def store(tmp_path):
+    with Store(f"sqlite:///{tmp_path / 'r.sqlite'}") as s:
+        yield s
+
+
+def planned(tmp_path: Path, name: str, **sweep):
+    return plan(write_sweeps(tmp_path / f"{name}.yaml", {name: {"base": TINY, **sweep}}), name)
+
+
+def pair_store(store: Store, tmp_path: Path, epochs: int = 0):
+    p = planned(tmp_path, "pair", grid={"attention.kind": ["softmax", "csan"]}, seeds=5,
+                baseline={"attention.kind": "softmax"})  # fmt: skip
+    fill(store, p, lambda t: VALUES.get((t.axes["attention.kind"], t.axes["seed"]), math.nan),
+         state=lambda t: "failed" if (t.axes["attention.kind"], t.axes["seed"]) == ("softmax", 4) else "done",
+         epochs=epochs)  # fmt: skip
+    return p
+
+
+def read_csv(path: Path) -> pd.DataFrame:
+    return pd.read_csv(path, index_col=0)
+
+
+# ------------------------------------------------------------------------------------------ statistics
+def test_paired_t_interval_and_wilcoxon_match_hand_computation(store, tmp_path):
+    pair_store(store, tmp_path)
+    report("pair", store=store, out=tmp_path / "rep", formats=["csv"])
+    v = read_csv(tmp_path / "rep" / "pair" / "variants.csv")
+    csan = v[v["mixer"].str.startswith("CSaN")].iloc[0]
+    base = v[v["is_baseline"]].iloc[0]
+    # differences 2, 3, 1.5, 3.5: mean 2.5, sd sqrt(2.5 / 3), se = sd / 2, t(0.975, 3) = 3.182446
+    sd = math.sqrt(2.5 / 3)
+    half = 3.182446 * sd / 2
+    assert csan["pairs"] == 4 and csan["n"] == 5  # seed 4 has no baseline partner: not paired, still counted
+    assert csan["delta"] == pytest.approx(2.5)
+    assert (csan["lo"], csan["hi"]) == pytest.approx((2.5 - half, 2.5 + half), abs=1e-5)
+    assert csan["p_t"] == pytest.approx(2 * sps.t.sf(2.5 / (sd / 2), 3))
+    assert csan["p_t"] == pytest.approx(sps.ttest_rel([72, 74, 70.5, 75.5], [70, 71, 69, 72]).pvalue)
+    # four positive, distinct differences: the exact signed-rank p is 2 / 2^4; n < 10 reports it
+    assert csan["test"] == stats.WILCOXON and csan["p"] == pytest.approx(0.125)
+    assert csan["mean"] == pytest.approx(74.4) and csan["std"] == pytest.approx(np.std([72, 74, 70.5, 75.5, 80], ddof=1))
+    assert base["n"] == 4 and base["done"] == 4 and base["unfinished"] == "1 failed" and base["delta"] == 0
+
+
+def test_large_n_uses_the_paired_t_test():
+    rng = np.random.default_rng(0)
+    a, b = rng.normal(1, 1, 12), rng.normal(0, 1, 12)
+    row = stats.paired(a - b).iloc[0]
+    assert row["test"] == stats.T_TEST and row["p"] == pytest.approx(sps.ttest_rel(a, b).pvalue)
+    assert np.isnan(row["p_w"])
+    assert stats.wilcoxon(np.zeros(3)) == 1.0 and stats.paired(np.full(3, np.nan)).iloc[0]["test"] == ""
+
+
+def test_pareto_front():
+    cost = np.array([1.0, 2.0, 2.0, 3.0, 4.0, np.nan])
+    score = np.array([60.0, 65.0, 64.0, 65.0, 70.0, 99.0])
+    assert pareto(cost, score).tolist() == [True, True, False, False, True, False]
+    assert pareto(cost, -score, higher=False).tolist() == [True, True, False, False, True, False]
+
+
+# --------------------------------------------------------------------------------------------- effects
+def test_main_effects_and_interactions_recover_the_true_ones(store, tmp_path):
+    grid = {"attention.tau": [True, False], "attention.mu": [True, False], "attention.kappa_priv": [True, False]}
+    base = {**TINY, "attention": {"kind": "csan"}}
+    p = plan(write_sweeps(tmp_path / "f.yaml", {"fac": {"base": base, "grid": grid, "seeds": 6, "baseline":
+             {"attention.tau": False, "attention.mu": False, "attention.kappa_priv": False}}}), "fac")  # fmt: skip
+    rng = np.random.default_rng(1)
+    noise = {t.key: 0.05 * rng.normal() for t in p.trials}
+    seed_shift = {s: rng.normal() for s in range(6)}
+
+    def value(t):
+        a = t.axes
+        tau, mu, priv = a["attention.tau"], a["attention.mu"], a["attention.kappa_priv"]
+        return 60 + 2 * tau + 1 * mu + 3 * priv + 0.5 * tau * mu + seed_shift[a["seed"]] + noise[t.key]
+
+    fill(store, p, value)
+    f = effects.factorial(frames.load(store, "fac"))
+    assert sorted(f.factors) == sorted(grid) and f.method == effects.PAIRED and f.complete.sum() == 6
+    assert all(lv == ["off", "on"] for lv in f.levels)  # the baseline's level is the reference
+    eff = effects.effects(f).set_index(["term", "factor"])
+    truth = {("main", "tau"): 2.25, ("main", "mu"): 1.25, ("main", "kappa_priv"): 3.0,
+             ("interaction", "tau x mu"): 0.5, ("interaction", "tau x kappa_priv"): 0.0,
+             ("interaction", "mu x kappa_priv"): 0.0}  # fmt: skip
+    for term, true in truth.items():
+        assert eff.loc[term, "effect"] == pytest.approx(true, abs=0.1), term
+    # by hand, per seed: mean over cells with mu on minus mean with mu off; then the t interval over seeds
+    by_seed = [np.mean([value(t) * (1 if t.axes["attention.mu"] else -1) for t in p.trials if t.axes["seed"] == s]) * 2
+               for s in range(6)]  # fmt: skip
+    half = sps.t.ppf(0.975, 5) * np.std(by_seed, ddof=1) / math.sqrt(6)
+    row = eff.loc[("main", "mu")]
+    assert (row["effect"], row["lo"], row["hi"]) == pytest.approx((np.mean(by_seed), np.mean(by_seed) - half, np.mean(by_seed) + half))
+    assert eff.loc[("main", "kappa_priv"), "p"] < 1e-3 and eff.loc[("interaction", "mu x kappa_priv"), "p"] > 0.05
+
+
+def test_effects_on_cell_means_when_failures_are_scattered(store, tmp_path):
+    grid = {"attention.tau": [True, False], "attention.mu": [True, False]}
+    p = planned(tmp_path, "scat", grid=grid, seeds=4, base={**TINY, "attention": {"kind": "csan"}},
+                baseline={"attention.tau": False, "attention.mu": False})  # fmt: skip
+    lost = {(True, True, 0), (True, False, 1), (False, True, 2)}  # only seed 3 is complete: pool the cells
+    cell = {(True, True): [63.1, 63.3, 62.9], (True, False): [62.0, 61.8, 62.2], (False, True): [61.0, 61.1, 60.9],
+            (False, False): [60.0, 60.2, 59.8, 60.0]}  # fmt: skip
+
+    def value(t):
+        c = (t.axes["attention.tau"], t.axes["attention.mu"])
+        done = [s for s in range(4) if (*c, s) not in lost]
+        return cell[c][done.index(t.axes["seed"])] if t.axes["seed"] in done else math.nan
+
+    fill(store, p, value, state=lambda t: "failed" if (t.axes["attention.tau"], t.axes["attention.mu"], t.axes["seed"]) in lost else "done")
+    f = effects.factorial(frames.load(store, "scat"))
+    assert f.method == effects.POOLED
+    eff = effects.effects(f).set_index(["term", "factor"])
+    means = {c: np.mean(v) for c, v in cell.items()}
+    tau = (means[True, True] - means[False, True] + means[True, False] - means[False, False]) / 2
+    pooled = sum(((np.array(v) - np.mean(v)) ** 2).sum() for v in cell.values()) / (13 - 4)
+    se = math.sqrt(pooled * sum(0.25 / len(v) for v in cell.values()))  # weights +-1/2 on every cell
+    half = sps.t.ppf(0.975, 9) * se
+    row = eff.loc[("main", "tau")]
+    assert (row["effect"], row["lo"], row["hi"], row["n"]) == pytest.approx((tau, tau - half, tau + half, 13))
+
+
+def test_factorial_part_of_linked_and_conditional_grids(store, tmp_path):
+    rows = [{"model.stack": "alternating", "attention.kind": "softmax"}, {"model.stack": "pure", "attention.kind": "softmax"},
+            {"model.stack": "pure", "attention.kind": "softmax", "model.match_params": {"model.stack": "alternating"}},
+            {"model.stack": "pure", "attention.kind": "csan"}, {"model.stack": "alternating", "attention.kind": "csan"}]  # fmt: skip
+    p = planned(tmp_path, "linked", linked=[rows], seeds=2, baseline=rows[0])
+    fill(store, p, lambda t: 60.0 + t.axes["seed"])
+    f = effects.factorial(frames.load(store, "linked"))
+    assert f.factors == ["model.stack", "attention.kind"] and f.levels == [["alternating", "pure"], ["softmax", "csan"]]
+    q = planned(tmp_path, "cond", grid={"attention.kind": ["softmax", "sparsemax", "ista"]}, seeds=1,
+                when=[{"when": {"attention.kind": "ista"}, "grid": {"attention.steps": [1, 3]}}],
+                baseline={"attention.kind": "softmax"})  # fmt: skip
+    fill(store, q, lambda t: 50.0)
+    g = effects.factorial(frames.load(store, "cond"))
+    assert g.factors == ["attention.kind"] and g.levels == [["softmax", "sparsemax"]] and g.method == effects.POOLED
+    assert np.isnan(effects.effects(g)["lo"]).all()  # one trial per cell: no variance to build an interval on
+
+
+# ------------------------------------------------------------------------------ MIL: folds x seeds, strata
+def test_mil_pairs_folds_and_seeds_within_each_dataset(store, tmp_path):
+    base = {"task": "mil", "data": {"name": "musk1", "folds": 3}, "model": {"size": "synpool"},
+            "attention": {"kind": "syn"}, "train": {"epochs": 1}}  # fmt: skip
+    grid = {"data.name": ["musk1", "elephant"], "attention.steps": [0, 1], "data.fold": [0, 1, 2]}
+    p = plan(write_sweeps(tmp_path / "m.yaml", {"mil": {"base": base, "grid": grid, "seeds": 2,
+                                                        "baseline": {"attention.steps": 0}}}), "mil")  # fmt: skip
+    shift = {"musk1": 0.0, "elephant": 0.1}
+    fill(store, p, lambda t: 0.8 + shift[t.axes["data.name"]] + 0.02 * t.axes["attention.steps"] + 0.001 * t.axes["data.fold"])
+    data = frames.load(store, "mil")
+    assert data.metric == "test.auc" and set(data.trials["rep"]) == {f"{s}/{f}" for s in (0, 1) for f in (0, 1, 2)}
+    table = frames.variant_table(data, pd.Series(dtype=float)).set_index("label")
+    row = table.loc["SynPool MIL (D=256) · elephant: Syn (I=1: concentrate; gamma=0.5)"]
+    assert row["pairs"] == 6 and row["delta"] == pytest.approx(0.02)  # against elephant's baseline, not musk1's
+
+
+# ------------------------------------------------------------------------------------ words, published
+@pytest.mark.parametrize("kind", ATTENTION_KINDS)
+def test_every_attention_kind_has_words(kind):
+    cfg = TrialConfig.model_validate({"attention": {"kind": kind}}).model_dump(mode="json")
+    words = describe.mixer(cfg)
+    assert words.endswith(", attn-FFN") and len(words) > len(", attn-FFN")
+    if kind == "csan":
+        assert words.startswith("CSaN (tau, mu, private; unit readout)")
+
+
+def test_variant_words_and_published_rows():
+    def cfg(**kw):
+        raw = {"data": {"name": "imagefolder", "path": "/x", "id": "imagenet-1k"}, "model": {"size": "swin-min"}}
+        for path, v in kw.items():
+            section, key = path.split("__")
+            raw.setdefault(section, {})[key] = v
+        return TrialConfig.model_validate(raw).model_dump(mode="json")
+
+    pure_csan = cfg(model__stack="pure", attention__kind="csan")
+    assert describe.architecture(pure_csan) == "Swin-Min"
+    assert describe.mixer(pure_csan) == "CSaN (tau, mu, private; unit readout), pure attention"
+    assert describe.architecture(cfg(model__size="vit-base-slim")) == "ViT-Base-Slim/16"
+    row, comparable = published.match(pure_csan)
+    assert (row.model, row.setting, row.top1, comparable) == ("Swin-Min", "CSaN pure attention", 72.4, True)
+    diamond = cfg(model__stack="pure", attention__kind="softmax", model__match_params={"model.stack": "alternating"})
+    assert describe.mixer(diamond).endswith("pure attention ♢") and published.match(diamond)[0].top1 == 67.5
+    v2 = cfg(attention__kind="csan", model__dwconv=True)
+    assert published.match(v2)[0].setting == "CSaN-V2"
+    head = cfg(model__size="swin-tiny", attention__kind="csan", attention__kappa_pub="head")
+    assert published.match(head)[0].setting == "CSaN head-wise"
+    mnist = TrialConfig.model_validate({"attention": {"kind": "csan"}}).model_dump(mode="json")
+    row, comparable = published.match(mnist)
+    assert row is not None and not comparable  # for orientation only
+    ablated = cfg(attention__kind="csan", attention__mu=False)
+    assert published.match(ablated) == (None, False)
+
+
+# --------------------------------------------------------------------- the report: files, formats, CLI
+class Page(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__()
+        self.tags: list[tuple[str, dict]] = []
+
+    def handle_starttag(self, tag, attrs):
+        self.tags.append((tag, dict(attrs)))
+
+
+def md_tables(text: str) -> list[list[list[str]]]:
+    """Every Markdown table of `text` as rows of cells (escaped pipes are not separators)."""
+    tables, current = [], []
+    for line in text.splitlines() + [""]:
+        if line.startswith("|"):
+            cells = [c.strip().replace("\\|", "|") for c in re.split(r"(?<!\\)\|", line.strip())[1:-1]]
+            current.append(cells)
+        elif current:
+            tables.append(current)
+            current = []
+    return tables
+
+
+def test_report_files_formats_and_unfinished_trials(store, tmp_path):
+    p = planned(tmp_path, "u", grid={"attention.kind": ["softmax", "csan"], "model.stack": ["alternating", "pure"]},
+                seeds=2, baseline={"attention.kind": "softmax", "model.stack": "alternating"})  # fmt: skip
+    odd = {p.trials[1].key: "failed", p.trials[2].key: "diverged", p.trials[5].key: "running", p.trials[6].key: "pending"}
+    fill(store, p, lambda t: 60.0 + 2 * (t.axes["attention.kind"] == "csan") + t.axes["seed"], epochs=3,
+         state=lambda t: odd.get(t.key, "done"), names=EPOCH_METRICS + DIAGNOSTICS)  # fmt: skip
+    out = tmp_path / "reports"
+    files = report(None, store=store, out=out)
+    folder = out / "u"
+    names = {f.name for f in files}
+    assert {"index.html", "report.md", "trials.csv", "variants.csv", "effects.csv", "summary.json"} <= names
+    assert {"variants.png", "cost.png", "curves.png", "diagnostics.png", "effects.png"} <= names
+    assert out / "index.html" in files
+
+    trials = pd.read_csv(folder / "trials.csv")
+    assert len(trials) == 8 and trials["state"].value_counts().to_dict() == {"done": 4, "failed": 1, "diverged": 1, "running": 1, "pending": 1}
+    summary = json.loads((folder / "summary.json").read_text())
+    assert summary["trials"] == 8 and summary["states"]["pending"] == 1
+    variants = read_csv(folder / "variants.csv")
+    assert variants["trials"].sum() == 8 and variants["done"].sum() == 4
+    assert sorted(u for u in variants["unfinished"].dropna()) == ["1 diverged", "1 failed", "1 pending", "1 running"]
+
+    md = (folder / "report.md").read_text()
+    tables = md_tables(md)
+    assert tables and all(len(row) == len(t[0]) for t in tables for row in t)
+    assert all(set(t[1]) <= {":---", "---:"} for t in tables)
+    variant_table = tables[0]
+    assert variant_table[0][0] == "Architecture" and len(variant_table) == 2 + 4 + 1  # header, rule, 4 variants, 1 group
+    assert "baseline" in [row[7] for row in variant_table]
+    unfinished = next(t for t in tables if t[0] == ["trial", "variant", "replicate", "state", "error"])
+    assert sorted(r[3] for r in unfinished[2:]) == ["diverged", "failed", "pending", "running"]
+    assert "4 of 8 trials are not done" in md
+    for image in re.findall(r"!\[[^\]]*\]\(([^)]+)\)", md):
+        assert (folder / image).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+    page = Page()
+    page.feed((folder / "index.html").read_text())
+    imgs = [a["src"] for t, a in page.tags if t == "img"]
+    assert len(imgs) == 5
+    for src in imgs:
+        assert src.startswith("data:image/png;base64,")
+        assert base64.b64decode(src.split(",", 1)[1])[:8] == b"\x89PNG\r\n\x1a\n"
+    assert not [t for t, a in page.tags if t in ("script", "link", "iframe", "object")]
+    assert not [a for t, a in page.tags for k, v in a.items() if k in ("src", "href") and re.match(r"https?:|//", v or "")]
+    assert sum(t == "table" for t, _ in page.tags) == len(tables)
+
+    overview = (out / "index.html").read_text()
+    assert 'href="u/index.html"' in overview and "data:" not in overview
+
+
+def test_rerun_is_idempotent_and_index_lists_every_report(store, tmp_path):
+    pair_store(store, tmp_path, epochs=2)
+    out = tmp_path / "reports"
+    first = {f: f.read_bytes() for f in report("pair", store=store, out=out)}
+    second = {f: f.read_bytes() for f in report("pair", store=store, out=out)}
+    assert first == second
+    other = planned(tmp_path, "other", grid={"attention.kind": ["softmax", "csan"]}, seeds=1)
+    fill(store, other, lambda t: 50.0)
+    report("other", store=store, out=out, formats=["html"])
+    overview = (out / "index.html").read_text()
+    assert 'href="pair/index.html"' in overview and 'href="other/index.html"' in overview
+
+
+def test_unknown_sweep_baseline_or_metric_is_a_clear_error(store, tmp_path):
+    pair_store(store, tmp_path)
+    out = tmp_path / "reports"
+    with pytest.raises(ReportError, match="no sweep 'nope' in the store .*pair"):
+        report("nope", store=store, out=out)
+    with pytest.raises(ReportError, match="matches no variant"):
+        report("pair", store=store, out=out, baseline="attention.kind=gaussian")
+    with pytest.raises(ReportError, match="not an axis"):
+        report("pair", store=store, out=out, baseline="train.lr=0.1")
+    with pytest.raises(ReportError, match="is not a variant"):
+        report("pair", store=store, out=out, baseline="ffff")
+    with pytest.raises(ReportError, match="metric 'test.top5' is not among the results.*test.top1"):
+        report("pair", store=store, out=out, metric="test.top5")
+    assert not out.exists()  # nothing written on an error
+    files = report("pair", store=store, out=out, baseline="attention.kind=csan", formats=["csv"])
+    v = read_csv(out / "pair" / "variants.csv")
+    assert v.loc[v["is_baseline"], "mixer"].iloc[0].startswith("CSaN")
+    assert {f.name for f in files} == {"trials.csv", "variants.csv", "effects.csv", "summary.json"}
+
+
+def test_cli_report(store, tmp_path):
+    pair_store(store, tmp_path)
+    runner = CliRunner()
+    db = ["--db", store.url]
+    ok = runner.invoke(app, ["report", "pair", "--out", str(tmp_path / "r"), "--format", "html,csv", *db])
+    assert ok.exit_code == 0, ok.output
+    assert ok.output.split() == [str(tmp_path / "r" / "pair" / "index.html"), str(tmp_path / "r" / "index.html")]
+    assert not (tmp_path / "r" / "pair" / "report.md").exists()
+    missing = runner.invoke(app, ["report", "nope", *db])
+    assert missing.exit_code == 2 and "no sweep 'nope'" in missing.output
+    bad = runner.invoke(app, ["report", "pair", "--baseline", "attention.kind=laplace", *db])
+    assert bad.exit_code == 2 and "matches no variant" in bad.output
