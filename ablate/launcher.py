@@ -11,9 +11,9 @@ resumes them. No address: an embedded local Ray for the launch; an address or RA
 from __future__ import annotations
 
 import os
+import re
 import socket
 import time
-import traceback as tb
 from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -28,6 +28,7 @@ from ablate.recorder import Inbox, Recorder
 from ablate.store import Store
 
 DEFAULT_STORAGE = "db/checkpoints"
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
 SYSTEM_RETRIES = 3
 """Re-runs of a task whose worker or node died (each resumes from the trial's checkpoint)."""
 
@@ -174,17 +175,17 @@ def _settle(ref: Any, key: str, cfg: TrialConfig, recorder: Recorder, failures: 
     """Record a finished task; return its state, or "retry" for an application error with retries left."""
     try:
         out = ray.get(ref)
-    except (ray.exceptions.RayTaskError, ray.exceptions.WorkerCrashedError, ray.exceptions.NodeDiedError,
-            ray.exceptions.TaskCancelledError, ray.exceptions.RayError) as e:  # fmt: skip
+    except ray.exceptions.RayError as e:  # the trial raised, or its worker/node died past the retries
         failures[key] += 1
         if isinstance(e, ray.exceptions.RayTaskError) and failures[key] <= cfg.resources.retries:
             return "retry"
+        # A RayTaskError's text is the worker's formatted traceback; its cause is the original exception.
         cause = getattr(e, "cause", None) if isinstance(e, ray.exceptions.RayTaskError) else None
-        text = "".join(tb.format_exception(cause)) if isinstance(cause, BaseException) else str(e)
-        recorder.finish(key, "failed", error=str(cause or e), traceback=text)
+        text = _ANSI.sub("", str(e))
+        recorder.finish(key, "failed", error=f"{type(cause or e).__name__}: {cause or e}", traceback=text)
         return "failed"
     info = out.get("info", {})
-    fields = {"params": info.get("params"), "flops": info.get("flops"), "peak_memory": info.get("peak_mem_mb"),
+    fields = {"params": info.get("params"), "flops": info.get("flops"), "peak_memory": info.get("peak_memory"),
               "environment": info.get("env")}  # fmt: skip
     fields = {k: v for k, v in fields.items() if v is not None}
     if out["outcome"] == "diverged":

@@ -46,7 +46,7 @@ class TrialResult:
     metrics: dict[str, float] = field(default_factory=dict)
     diverged_at: dict[str, int] | None = None
     info: dict[str, Any] = field(default_factory=dict)
-    """params, flops, peak memory, environment, resumed_from, checkpoint problems."""
+    """params, flops, peak_memory (bytes), env, resumed_from, checkpoint_problem."""
 
 
 class Diverged(Exception):
@@ -306,7 +306,7 @@ def run_trial(config: TrialConfig, report: Report | None = None, checkpoint_dir:
             )
         report(epoch + 1, metrics)
     final = {f"test.{k}": v for k, v in evaluate(model, task, data.test, cfg).items()}
-    info["peak_mem_mb"] = peak_memory_mb(device)
+    info["peak_memory"] = int(peak_memory_mb(device) * 2**20)  # bytes
     return TrialResult("done", total_epochs, final, info=info)
 
 
