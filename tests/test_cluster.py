@@ -1,0 +1,70 @@
+"""A real two-node Ray cluster on loopback: a sweep launched with --address runs on both nodes."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from ablate.store import Store
+from conftest import TINY, write_sweeps
+
+pytestmark = pytest.mark.timeout(420)
+RAY = str(Path(sys.executable).with_name("ray"))
+IP = "127.0.0.2"  # Ray 2.60 cannot hold two nodes on 127.0.0.1
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind((IP, 0))
+        return s.getsockname()[1]
+
+
+def start_node(args: list[str], env: dict) -> subprocess.Popen:
+    """`ray start --block` in its own process group, so the test can stop exactly what it started."""
+    return subprocess.Popen([RAY, "start", "--block", "--node-ip-address", IP, "--num-cpus", "1",
+                             "--object-store-memory", str(80 * 2**20), "--disable-usage-stats", *args],
+                            env=env, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+
+
+def nodes_alive(address: str, env: dict) -> int:
+    out = subprocess.run([sys.executable, "-c", f"import ray; ray.init(address={address!r}); "
+                          "print(sum(n['Alive'] for n in ray.nodes()))"],
+                         env=env, capture_output=True, text=True, timeout=120)  # fmt: skip
+    return int(out.stdout.strip().splitlines()[-1]) if out.returncode == 0 and out.stdout.strip() else 0
+
+
+def test_sweep_runs_across_two_nodes(tmp_path: Path) -> None:
+    env = {**os.environ, "RAY_AUTH_MODE": "disabled", "RAY_ADDRESS": ""}
+    address = f"{IP}:{free_port()}"
+    nodes = [start_node(["--head", "--port", address.split(":")[1], "--include-dashboard", "false"], env)]
+    try:
+        deadline = time.monotonic() + 120
+        while nodes_alive(address, env) < 1:
+            assert time.monotonic() < deadline, "head did not start"
+            time.sleep(1)
+        nodes.append(start_node(["--address", address], env))
+        while nodes_alive(address, env) < 2:
+            assert time.monotonic() < deadline + 60, "second node did not join"
+            time.sleep(1)
+        cfg = {**TINY, "train": {**TINY["train"], "epochs": 3}}
+        f = write_sweeps(tmp_path / "e.yaml", {"two": {"base": cfg, "seeds": 4}})
+        db = f"sqlite:///{tmp_path}/r.sqlite"
+        run = subprocess.run([sys.executable, "-m", "ablate.cli", "launch", str(f), "--address", address, "--db", db,
+                              "--no-mlflow", "--plain", "--storage", str(tmp_path / "ck")],
+                             cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)  # fmt: skip
+        assert run.returncode == 0, run.stdout + run.stderr
+        with Store(db) as store:
+            t = store.trials_frame("two")
+        assert set(t["state"]) == {"done"} and len(t) == 4
+        assert t["node_id"].nunique() == 2
+    finally:
+        for p in nodes:
+            os.killpg(p.pid, signal.SIGKILL)
+            p.wait(timeout=30)
