@@ -142,8 +142,9 @@ def reference_csan(mixer: CSaN, q, k, v, bias, x):
 
 @pytest.mark.parametrize("knobs", [{}, {"bounded": True}, {"kappa_pub": "head"}])
 @pytest.mark.parametrize(("masked", "pooled"), [(False, False), (True, False), (False, True)])  # pooled: no bias
-def test_csan_fused_path_equals_explicit_reference(knobs: dict, masked: bool, pooled: bool) -> None:
-    """Output and every gradient, in float64, with the descriptor split in uneven chunks of 3 rows."""
+def test_csan_paths_equal_explicit_reference(knobs: dict, masked: bool, pooled: bool) -> None:
+    """Output and every gradient, in float64: the SDPA path (descriptor in uneven chunks of 3 rows), the
+    materialised-logits path, and what `forward` picks, against the formulas written out here."""
     mixer = create_mixer(CSaNAttention(chunk=3, **knobs), DIM, H).double()
     for p in mixer.parameters():  # far from init, so every head matters
         torch.nn.init.normal_(p, std=0.3)
@@ -151,14 +152,14 @@ def test_csan_fused_path_equals_explicit_reference(knobs: dict, masked: bool, po
     bias = swin_like_bias(torch.float64) if masked else None
     leaves = [q, k, v, x, *mixer.parameters()] + ([bias] if masked else [])
     w = torch.randn(B, H, N, D, dtype=torch.float64)
-    grads = []
-    for fn in (mixer, lambda *a, **kw: reference_csan(mixer, *a, **kw)):
-        out = fn(q, k, v, bias=bias, x=x)
-        grads.append((out, torch.autograd.grad((out * w).sum(), leaves)))
-    (out, g), (ref, g_ref) = grads
-    torch.testing.assert_close(out, ref, atol=1e-10, rtol=1e-10)
-    for a, b in zip(g, g_ref):
-        torch.testing.assert_close(a, b, atol=1e-10, rtol=1e-10)
+    explicit = lambda *a, **kw: mixer.forward_explicit(*a, **kw)[0]  # noqa: E731
+    ref = reference_csan(mixer, q, k, v, bias=bias, x=x)
+    g_ref = torch.autograd.grad((ref * w).sum(), leaves)
+    for path in (mixer.forward_fused, explicit, mixer):
+        out = path(q, k, v, bias=bias, x=x)
+        torch.testing.assert_close(out, ref, atol=1e-10, rtol=1e-10)
+        for a, b in zip(torch.autograd.grad((out * w).sum(), leaves), g_ref):
+            torch.testing.assert_close(a, b, atol=1e-10, rtol=1e-10)
 
 
 @pytest.mark.parametrize("bias_shape", [None, (1, H, N, N), (B, 1, 1, N), (N, N)])

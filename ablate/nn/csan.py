@@ -37,27 +37,36 @@ def phi(s: Tensor, beta: float) -> Tensor:
     return torch.where(s > beta, s, beta * torch.exp(s.clamp(max=beta) / beta - 1))
 
 
-def _row_chunks(q: Tensor, k: Tensor, bias: Tensor | None, chunk: int) -> Iterator[tuple[slice, Tensor, Tensor]]:
-    """(rows, q rows, logits of those rows), ``chunk`` query rows at a time."""
+def _knee_chunks(
+    q: Tensor, k: Tensor, bias: Tensor | None, beta: float, chunk: int
+) -> Iterator[tuple[slice, Tensor, Tensor]]:
+    """(rows, q rows, t = s / beta - 1 for those rows), ``chunk`` query rows at a time.
+
+    In knee units phi_beta(s) = beta * (exp(min(t, 0)) + relu(t)) and phi_beta'(s) = min(exp(t), 1): both
+    directions need one exp pass over the chunk and no comparisons (t is a fresh tensor: edit in place).
+    """
     per_row = bias is not None and bias.dim() >= 2 and bias.shape[-2] != 1
+    kt = k.transpose(-2, -1)
     for i in range(0, q.shape[-2], chunk):
         rows = slice(i, i + chunk)
         qc = q[..., rows, :]
-        yield rows, qc, logits(qc, k, bias[..., rows, :] if per_row else bias)
+        t = (qc * (q.shape[-1] ** -0.5 / beta)) @ kt
+        if bias is not None:
+            t.add_(bias[..., rows, :] if per_row else bias, alpha=1 / beta)
+        yield rows, qc, t.sub_(1)
 
 
 def _scale(s: Tensor, tau: Tensor) -> Tensor:
     """tau * s for logits or a bias that may hold -inf: masked entries stay -inf and give tau no gradient
-    (autograd would form 0 * -inf = NaN)."""
-    masked = s == float("-inf")
-    return (s.masked_fill(masked, 0.0) * tau).masked_fill(masked, float("-inf"))
+    (the product's gradient there, 0 * -inf = NaN, is dropped by the selection)."""
+    return s * torch.where(s == float("-inf"), 1.0, tau)
 
 
 class _RowMeanPhi(torch.autograd.Function):
     """m = mean_j phi_beta(q k^T / sqrt(d) + bias), (B, H, Nq), in row chunks both ways.
 
     Autograd would keep every chunk's logits for the backward pass (N x N again), so the backward pass
-    recomputes them chunk by chunk instead. Accumulates in at least float32.
+    recomputes them chunk by chunk instead. Sums accumulate in at least float32.
     """
 
     @staticmethod
@@ -65,31 +74,42 @@ class _RowMeanPhi(torch.autograd.Function):
         ctx.save_for_backward(q, k, bias)
         ctx.beta, ctx.chunk = beta, chunk
         acc = torch.promote_types(q.dtype, torch.float32)
-        return torch.cat([phi(s, beta).mean(-1, dtype=acc) for _, _, s in _row_chunks(q, k, bias, chunk)], -1)
+        sums = [
+            t.exp().clamp_(max=1).sum(-1, dtype=acc) + t.clamp_(min=0).sum(-1, dtype=acc)
+            for _, _, t in _knee_chunks(q, k, bias, beta, chunk)
+        ]
+        return torch.cat(sums, -1) * (beta / k.shape[-2])
 
     @staticmethod
     def backward(ctx, gm: Tensor) -> tuple[Tensor | None, ...]:  # type: ignore[override]
         q, k, bias = ctx.saved_tensors
         need_q, need_k, need_b = ctx.needs_input_grad[:3]
-        scale, beta = q.shape[-1] ** -0.5, ctx.beta
+        scale = q.shape[-1] ** -0.5
         dq = torch.empty_like(q) if need_q else None
         dk = torch.zeros_like(k) if need_k else None
         db = torch.zeros_like(bias) if need_b else None
         per_row = bias is not None and bias.dim() >= 2 and bias.shape[-2] != 1
-        gm = gm / k.shape[-2]
-        for rows, qc, s in _row_chunks(q, k, bias, ctx.chunk):
-            g = torch.where(s > beta, 1.0, torch.exp(s.clamp(max=beta) / beta - 1)) * gm[..., rows, None]
-            g = g.to(q.dtype)
+        gm = (gm / k.shape[-2]).unsqueeze(-1)
+        for rows, qc, t in _knee_chunks(q, k, bias, ctx.beta, ctx.chunk):
+            g = t.exp_().clamp_(max=1).mul_(gm[..., rows, :].to(t.dtype))  # d m / d s
             if need_q:
-                dq[..., rows, :] = (g @ k) * scale
+                dq[..., rows, :] = (g @ k).mul_(scale)
             if need_k:
-                dk += (g.transpose(-2, -1) @ qc) * scale
+                dk.add_(g.transpose(-2, -1) @ qc, alpha=scale)
             if need_b:
                 if per_row:
                     db[..., rows, :] += g.sum_to_size(db[..., rows, :].shape)
                 else:
                     db += g.sum_to_size(db.shape)
         return dq, dk, db, None, None
+
+
+def _math_path(q: Tensor, bias: Tensor | None, scaled: bool) -> bool:
+    """Whether SDPA would materialise N x N itself: on CPU, a mask that needs a gradient (a learnt bias,
+    or one scaled by tau) sends it from the flash kernel to its math path (torch 2.4 to 2.13 at least).
+    Then logits computed once, for the descriptor and the attention, beat computing them twice."""
+    grad_mask = bias is not None and torch.is_grad_enabled() and (scaled or bias.requires_grad)
+    return grad_mask and q.device.type == "cpu"
 
 
 class Gains(NamedTuple):
@@ -148,15 +168,21 @@ class CSaN(TokenMixer):
             self.u = nn.Linear(self.in_dim, reduced)
             self.reduce = nn.Linear(reduced, hidden)
             self.gate = None if cfg.bounded else nn.Linear(hidden, hidden)
-            # gate g belongs to head g * H // r: contiguous, equal shares when H divides r
-            self.register_buffer("gate_head", torch.arange(reduced) * num_heads // reduced, persistent=False)
+            # gate g reads head g * H // r (contiguous, equal shares when H divides r), as a 0/1 (H, r)
+            # matrix: spreading m over the gates is a tiny matmul both ways (indexing backs into scatter-adds)
+            owner = torch.arange(reduced) * num_heads // reduced
+            self.register_buffer("spread", F.one_hot(owner, num_heads).T.float(), persistent=False)
         self.apply(_init)
 
     def forward(self, q: Tensor, k: Tensor, v: Tensor, bias: Tensor | None = None, x: Tensor | None = None) -> Tensor:
-        if self.record:
+        if self.record or _math_path(q, bias, self.tau is not None):
             out, rows = self.forward_explicit(q, k, v, bias, x)
             self._keep(rows)
             return out
+        return self.forward_fused(q, k, v, bias, x)
+
+    def forward_fused(self, q: Tensor, k: Tensor, v: Tensor, bias: Tensor | None = None, x: Tensor | None = None) -> Tensor:
+        """CSaN through SDPA (q scaled by tau, v by mu) with the row-chunked descriptor: no N x N."""
         m = _RowMeanPhi.apply(q, k, bias, self.cfg.beta, self.cfg.chunk) if self.calibrated else None
         g = self.gains(m, x, k.shape[-2])
         if g.tau is not None:
@@ -171,7 +197,8 @@ class CSaN(TokenMixer):
     ) -> tuple[Tensor, Tensor]:
         """The same CSaN from materialised logits (as the reference code does it): (out, attention rows).
 
-        Used when recording, and as the baseline of bench/attention.py.
+        Used when recording, where SDPA would take its math path anyway (`_math_path`), and as the
+        baseline of bench/attention.py.
         """
         s = logits(q, k, bias)
         g = self.gains(phi(s, self.cfg.beta).mean(-1) if self.calibrated else None, x, k.shape[-2])
@@ -188,7 +215,7 @@ class CSaN(TokenMixer):
             return Gains(None, None, None, None)
         if x is None:
             raise ValueError("csan needs the query tokens x (the gates read them)")
-        z = torch.sigmoid(self.u(x)) * m.transpose(1, 2)[..., self.gate_head]
+        z = torch.sigmoid(self.u(x)) * (m.transpose(1, 2) @ self.spread.to(m.dtype))
         t = self.reduce(z)
         t = F.gelu(t) if self.gate is None else t * torch.sigmoid(self.gate(t))
         bounded = self.cfg.bounded

@@ -30,7 +30,10 @@ class Gaussian(TokenMixer):
     """softmax_j(-||q_i - k_j||^2 / (2 sigma^2)) through SDPA.
 
     -||q - k||^2 / (2 s^2) = q.k / s^2 - ||k||^2 / (2 s^2) - ||q||^2 / (2 s^2); the last term is constant
-    along a row and cancels in the softmax, so it is SDPA of (q / s^2, k) with a per-key additive bias.
+    along a row and cancels in the softmax, so it is SDPA of (q / s^2, k) plus a per-key bias. The per-key
+    bias rides along as one more head dimension, q' = [q / s^2, 1], k' = [k, -||k||^2 / (2 s^2)]: as an
+    attention mask it would need a gradient, which sends SDPA to its N x N math path. The fused kernels
+    want one head size for q, k and v (CUDA: a multiple of 8), so all three are zero-padded to one.
     """
 
     cfg: GaussianAttention
@@ -41,15 +44,17 @@ class Gaussian(TokenMixer):
 
     def forward(self, q: Tensor, k: Tensor, v: Tensor, bias: Tensor | None = None, x: Tensor | None = None) -> Tensor:
         # 1 / s^2 in unscaled units: s^2 = sigma^2 sqrt(d)
-        inv = (torch.exp(-2 * self.log_sigma) * q.shape[-1] ** -0.5).view(-1, 1, 1)
-        key_bias = -0.5 * inv * (k * k).sum(-1).unsqueeze(-2)  # (B, H, 1, Nk)
-        mask = key_bias if bias is None else key_bias + bias
-        q = q * inv.to(q.dtype)
+        inv = (torch.exp(-2 * self.log_sigma) * q.shape[-1] ** -0.5).view(-1, 1, 1).to(q.dtype)
+        d = q.shape[-1]
+        pad = 8 - d % 8  # room for the key-bias column, up to a multiple of 8
+        q = F.pad(torch.cat([q * inv, torch.ones_like(q[..., :1])], -1), (0, pad - 1))
+        k = F.pad(torch.cat([k, -0.5 * inv * (k * k).sum(-1, keepdim=True)], -1), (0, pad - 1))
         if self.record:
-            a = normalize_rows(lambda s: s.softmax(-1), logits(q, k, mask, scale=1.0), bias)
+            a = normalize_rows(lambda s: s.softmax(-1), logits(q, k, bias, scale=1.0), bias)
             self._keep(a)
             return a.to(v.dtype) @ v
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask.to(q.dtype), scale=1.0)
+        mask = None if bias is None else bias.to(q.dtype)
+        return F.scaled_dot_product_attention(q, k, F.pad(v, (0, pad)), attn_mask=mask, scale=1.0)[..., :d]
 
 
 @register("laplace")

@@ -46,12 +46,16 @@ def syn_steps(a: Tensor, steps: int, gamma: float, keep: Tensor | None = None) -
     """Iterate the Syn map |steps| times on the rows (last dim) of ``a``: > 0 concentrate, < 0 distract.
 
     Each step is normalise -> map -> normalise, so the output rows have unit L2 norm (not unit sum: a row
-    distracted to uniform on n keys holds 1/sqrt(n) each). ``keep`` (True = key not masked) is re-applied
-    after every step, so masked keys stay exactly zero whatever the map does.
+    distracted to uniform on n keys holds 1/sqrt(n) each); a step's output is already normalised, so only
+    the first step normalises its input. ``keep`` (True = key not masked) is applied before the first
+    step and re-applied after every step, so masked keys are exactly zero whatever the map does.
     """
+    if steps == 0:
+        return a
     step = concentrate if steps > 0 else distract
+    a = F.normalize(a if keep is None else a * keep, dim=-1, eps=NORM_EPS)
     for _ in range(abs(steps)):
-        a = F.normalize(step(F.normalize(a, dim=-1, eps=NORM_EPS), gamma), dim=-1, eps=NORM_EPS)
+        a = F.normalize(step(a, gamma), dim=-1, eps=NORM_EPS)
         if keep is not None:
             a = a * keep
     return a
