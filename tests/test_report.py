@@ -165,7 +165,8 @@ def test_factorial_part_of_linked_and_conditional_grids(store, tmp_path):
                 baseline={"attention.kind": "softmax"})  # fmt: skip
     fill(store, q, lambda t: 50.0)
     g = effects.factorial(frames.load(store, "cond"))
-    assert g.factors == ["attention.kind"] and g.levels == [["softmax", "sparsemax"]] and g.method == effects.POOLED
+    # ISTA's steps do not apply to the others: held at its first value (1), so ISTA joins as a level
+    assert g.factors == ["attention.kind"] and g.levels == [["softmax", "sparsemax", "ista"]] and g.method == effects.POOLED
     assert np.isnan(effects.effects(g)["lo"]).all()  # one trial per cell: no variance to build an interval on
 
 
@@ -340,3 +341,23 @@ def test_cli_report(store, tmp_path):
     assert missing.exit_code == 2 and "no sweep 'nope'" in missing.output
     bad = runner.invoke(app, ["report", "pair", "--baseline", "attention.kind=laplace", *db])
     assert bad.exit_code == 2 and "matches no variant" in bad.output
+
+
+def test_report_of_a_real_launch(ray_local, store, tmp_path):
+    """What the launcher really records (results, costs, per-epoch metrics, diagnostics) reports whole."""
+    from ablate.launcher import launch
+    from ablate.progress import Progress
+
+    base = {**TINY, "train": {**TINY["train"], "diagnostics": True}}
+    p = planned(tmp_path, "real", base=base, grid={"attention.kind": ["softmax", "csan"]}, seeds=1,
+                baseline={"attention.kind": "softmax"})  # fmt: skip
+    launch([p], store=store, storage=tmp_path / "ck", progress=Progress(total=0, live=False))
+    files = {f.name: f for f in report("real", store=store, out=tmp_path / "reports")}
+    assert {"curves.png", "diagnostics.png", "cost.png"} <= set(files)
+    v = read_csv(files["variants.csv"])
+    trials = store.trials_frame("real").set_index("variant")
+    assert (v["params"] == trials["params"].reindex(v.index).astype(float)).all()
+    assert v["gflops"].to_numpy() == pytest.approx(trials["flops"].reindex(v.index).astype(float).to_numpy() / 2e9)
+    assert (v["samples_s"] > 0).all() and (v["n"] == 1).all() and v["mean"].between(0, 100).all()
+    md = files["report.md"].read_text()
+    assert "CSaN (tau, mu, private; unit readout), attn-FFN" in md and "For orientation only" in md

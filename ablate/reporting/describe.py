@@ -87,8 +87,10 @@ def short(path: str) -> str:
 
 
 def dataset(cfg: dict[str, Any]) -> str:
+    """The dataset's name; for a folder or file of data (imagefolder, mil_csv) the id of its contents."""
     d = cfg.get("data", {})
-    return d.get("id") or d.get("name") or "?"
+    name = d.get("name") or "?"
+    return (d.get("id") or name) if name in ("imagefolder", "mil_csv") else name
 
 
 def value(v: Any) -> str:

@@ -2,8 +2,9 @@
 
 The factorial part is the largest set of axes whose levels are fully crossed among the measured variants
 while every other axis stays at the baseline's value (a linked grid like the CSaN paper's table holds the
-2 x 2 stack x mixer square through its baseline; a `when` axis drops out). Reference levels are the
-baseline's. With cells y[level_1, ..., level_k]:
+2 x 2 stack x mixer square through its baseline). A knob of one attention kind (CSaN's kappa_pub, ISTA's
+steps) is held at its first value among the variants it applies to, and ignored for the others.
+Reference levels are the baseline's. With cells y[level_1, ..., level_k]:
 
     main effect of factor A at level a = mean over the other factors of  y[a, ...] - y[a0, ...]
     interaction A x B at (a, b)        = mean over the rest of  y[a, b] - y[a0, b] - y[a, b0] + y[a0, b0]
@@ -24,7 +25,7 @@ import numpy as np
 import pandas as pd
 
 from ablate.reporting import describe, stats
-from ablate.reporting.frames import SweepData, axis_cells
+from ablate.reporting.frames import NA, SweepData, axis_cells
 
 MAX_FACTORS = 12
 PAIRED = "paired over replicates"
@@ -60,7 +61,8 @@ def factorial(data: SweepData) -> Factorial | None:
     grid = axis_cells(measured, data.axes)
     base = data.baseline if data.baseline in grid.index else grid.index[0]
     candidates = [a for a in data.axes if grid[a].nunique() > 1][:MAX_FACTORS]
-    at_base = grid[candidates].eq(grid.loc[base, candidates]).to_numpy()
+    held = {a: _held(grid[a], grid.loc[base, a]) for a in candidates}
+    at_base = np.stack([(grid[a] == held[a]) | (grid[a] == NA) for a in candidates], axis=1) if candidates else None
     best: tuple[int, list[str], np.ndarray] | None = None
     for size in range(len(candidates), 0, -1):
         for subset in itertools.combinations(range(len(candidates)), size):
@@ -82,6 +84,15 @@ def factorial(data: SweepData) -> Factorial | None:
         values[(slice(None), *(lv.index(sub.loc[variant, f]) for lv, f in zip(levels, factors)))] = row
     shown = {f: dict(zip(grid[f], measured[f"axis.{f}"].map(describe.value))) for f in factors}
     return Factorial(factors, [[shown[f][v] for v in lv] for f, lv in zip(factors, levels)], values)
+
+
+def _held(column: pd.Series, base: str) -> str:
+    """The value an axis outside the factorial is held at: the baseline's, or where it does not apply to
+    the baseline (a CSaN knob of a softmax baseline), the first value where it applies. Variants where the
+    axis does not apply pass either way."""
+    if base != NA:
+        return base
+    return next((v for v in column if v != NA), NA)
 
 
 def _contrast(cells: np.ndarray, at: dict[int, int]) -> np.ndarray:

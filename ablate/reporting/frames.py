@@ -32,6 +32,8 @@ DIAGNOSTICS = {
 }
 LOSSES = ("train.loss", "val.loss")
 THROUGHPUT_TRIALS = 3
+NA = "n/a"
+"""An axis value that does not apply to a variant (a knob of another attention kind)."""
 CHUNK = 500
 
 
@@ -104,7 +106,7 @@ def _replicates(trials: pd.DataFrame) -> pd.Series:
 
 
 def _variants(store: Store, trials: pd.DataFrame, axes: list[str]) -> pd.DataFrame:
-    """One row per variant in plan order, described in words. Variants that differ only in axes the words
+    """One row per variant, in plan order within groups (backbone and dataset), described in words. Variants that differ only in axes the words
     do not say (lr, beta, ...) share the words, so one trial config is read per distinct set of said axes
     (`config`: a config with the variant's words, not necessarily its own)."""
     first = trials.drop_duplicates("variant").set_index("variant")
@@ -125,7 +127,8 @@ def _variants(store: Store, trials: pd.DataFrame, axes: list[str]) -> pd.DataFra
     several = out["group"].nunique() > 1
     out["label"] = [f"{g}: {m}" if several else m for g, m in zip(out["group"], out["mixer"])]
     out.index.name = "variant"
-    return out
+    first_seen = {g: i for i, g in reversed(list(enumerate(out["group"])))}
+    return out.iloc[np.argsort(out["group"].map(first_seen).to_numpy(), kind="stable")]
 
 
 def resolve_baseline(spec: str, variants: pd.DataFrame, axes: list[str], sweep: str) -> str:
@@ -158,9 +161,15 @@ def _json_value(v: Any) -> Any:
 
 
 def axis_cells(variants: pd.DataFrame, axes: list[str]) -> pd.DataFrame:
-    """The variants' axis values as comparable text (missing = "-"), one column per axis path."""
-    cells = variants[[f"axis.{a}" for a in axes]].map(lambda v: "-" if v is None or v != v else str(v))
-    cells.columns = list(axes)
+    """The variants' axis values as comparable text, one column per axis path: None = "-", and NA for a
+    knob of another attention kind (attention.tau of a softmax variant; needs the `config` column)."""
+    configs = variants["config"] if "config" in variants else [None] * len(variants)
+    cells = pd.DataFrame(index=variants.index)
+    for a in axes:
+        knob = a.split(".", 1)[1] if a.startswith("attention.") else None
+        cells[a] = [NA if knob and cfg is not None and knob not in cfg.get("attention", {})
+                    else "-" if v is None or v != v else str(v)
+                    for v, cfg in zip(variants[f"axis.{a}"], configs)]  # fmt: skip
     return cells
 
 

@@ -56,13 +56,16 @@ def pick(table: pd.DataFrame, higher: bool, limit: int) -> pd.DataFrame:
 
 def pareto(cost: np.ndarray, score: np.ndarray, higher: bool = True) -> np.ndarray:
     """Mask of points no other point beats: none is at most as costly and at least as good, and strictly
-    better in one of the two (NaN points are never on the front)."""
-    s = score if higher else -score
-    ok = ~(np.isnan(cost) | np.isnan(s))
+    better in one of the two (NaN points are never on the front). One pass in order of cost."""
+    s = np.asarray(score if higher else -score, dtype=float)
+    cost = np.asarray(cost, dtype=float)
     front = np.zeros(len(cost), bool)
-    for i in np.flatnonzero(ok):
-        others = ok & (cost <= cost[i]) & (s >= s[i]) & ((cost < cost[i]) | (s > s[i]))
-        front[i] = not others.any()
+    best, best_cost = -np.inf, np.nan
+    for i in np.lexsort((-s, cost)):
+        if np.isnan(cost[i]) or np.isnan(s[i]):
+            continue
+        if s[i] > best or (s[i] == best and cost[i] == best_cost):
+            front[i], best, best_cost = True, s[i], cost[i]
     return front
 
 

@@ -59,11 +59,12 @@ def wilcoxon(diffs: np.ndarray) -> float:
 
 def paired(diffs: np.ndarray, level: float = LEVEL) -> pd.DataFrame:
     """Paired comparison per row of differences (variant - baseline per replicate): `interval`'s columns,
-    the Wilcoxon p (`p_w`, rows with n < SMALL_N only), the test used (`test`) and its p-value (`p`)."""
+    the Wilcoxon p (`p_w`, rows with 2 <= n < SMALL_N only), the test used (`test`; none below 2 pairs)
+    and its p-value (`p`)."""
     d = np.atleast_2d(np.asarray(diffs, dtype=float))
     out = interval(d, level)
     small = (out["n"] < SMALL_N).to_numpy()
-    out["p_w"] = [wilcoxon(row) if s else np.nan for row, s in zip(d, small)]
-    out["test"] = np.where(out["n"] < 1, "", np.where(small, WILCOXON, T_TEST))
+    out["p_w"] = [wilcoxon(row) if s and n > 1 else np.nan for row, s, n in zip(d, small, out["n"])]
+    out["test"] = np.where(out["n"] < 2, "", np.where(small, WILCOXON, T_TEST))
     out["p"] = np.where(small, out["p_w"], out["p_t"])
     return out

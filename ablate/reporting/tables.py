@@ -17,8 +17,8 @@ MAX_UNFINISHED = 200
 TESTS = {stats.T_TEST: "t", stats.WILCOXON: "W"}
 
 
-def num(x: float, digits: int = 2, sign: bool = False) -> str:
-    if x is None or (isinstance(x, float) and math.isnan(x)) or pd.isna(x):
+def num(x: float | None, digits: int = 2, sign: bool = False) -> str:
+    if x is None or pd.isna(x):
         return "-"
     return f"{x:+.{digits}f}" if sign else f"{x:.{digits}f}"
 
@@ -92,9 +92,9 @@ def _best(table: pd.DataFrame, higher: bool) -> set[tuple[int, int]]:
 def published_tables(table: pd.DataFrame, data: SweepData) -> list[Table]:
     """Published ImageNet-1K rows beside the measured variants they correspond to; rows that only share
     the token mixer and stack (other size or dataset) in a second table, for orientation only."""
-    top1 = "test.top1" if "test.top1" in data.trials else None
-    measured = (data.trials.loc[data.trials["state"] == "done"].groupby("variant")[top1].mean() if top1
-                else pd.Series(dtype=float))  # fmt: skip
+    done = data.trials[data.trials["state"] == "done"]
+    top1 = pd.to_numeric(done["test.top1"], errors="coerce") if "test.top1" in done else pd.Series(math.nan, done.index)
+    measured = top1.groupby(done["variant"]).mean()
     exact, near = [], []
     for variant, cfg in data.variants["config"].items():
         row, comparable = published.match(cfg)
@@ -122,7 +122,7 @@ def published_tables(table: pd.DataFrame, data: SweepData) -> list[Table]:
         header = ["Variant", "measured on", "published row (ImageNet-1K)", "#Params", "GFLOPs", "top-1 (%)",
                   "measured top-1 (%)"]  # fmt: skip
         out.append(Table(f"For orientation only, not comparable: published ImageNet-1K rows ({src}) with the "
-                         "same token mixer and stack but another model size or dataset.", header, near))  # fmt: skip
+                         "same token mixer and stack but another model size or dataset.", header, near, left=3))  # fmt: skip
     return out
 
 
@@ -136,8 +136,9 @@ def effects(eff: pd.DataFrame, f: Factorial, data: SweepData) -> Table:
         how = ("per complete replicate (every cell has the seed/fold); 95% t interval and paired t-test p over "
                "replicates; n = replicates")  # fmt: skip
     else:
-        how = ("on cell means, as fewer than half the replicates are complete; 95% t interval and p from the "
-               "pooled within-cell variance (unpaired); n = trials")  # fmt: skip
+        how = ("on cell means, as fewer than two (or fewer than half) of the replicates are complete in every "
+               "cell; 95% t interval and p from the pooled within-cell variance (unpaired; none with one trial "
+               "per cell); n = trials")  # fmt: skip
     caption = (f"Factorial part: {levels} (first level = reference, the baseline's; other axes at the baseline's "
                f"values). Main effect = mean {data.metric} at the level minus at the reference, averaged over the "
                "other factors; interaction = effect of the first factor at the second's level minus at its "
