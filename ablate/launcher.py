@@ -65,7 +65,7 @@ def _connect(address: str | None, num_cpus: int | None) -> bool:
     if address:
         ray.init(address=address, log_to_driver=False, configure_logging=False)
         return True
-    ray.init(num_cpus=num_cpus or os.cpu_count(), include_dashboard=False, log_to_driver=False,
+    ray.init(address="local", num_cpus=num_cpus or os.cpu_count(), include_dashboard=False, log_to_driver=False,
              configure_logging=False, object_store_memory=256 * 2**20)  # fmt: skip
     return True
 

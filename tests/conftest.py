@@ -30,7 +30,7 @@ def ray_local():
     import ray
 
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False,
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False,
              object_store_memory=128 * 2**20)  # fmt: skip
     yield ray
     ray.shutdown()

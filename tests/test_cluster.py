@@ -68,3 +68,6 @@ def test_sweep_runs_across_two_nodes(tmp_path: Path) -> None:
         for p in nodes:
             os.killpg(p.pid, signal.SIGKILL)
             p.wait(timeout=30)
+        marker = Path("/tmp/ray/ray_current_cluster")  # `ray start --head` points later ray.init() calls here
+        if marker.exists() and marker.read_text().strip() == address:
+            marker.unlink()
