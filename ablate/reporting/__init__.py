@@ -28,7 +28,7 @@ import pandas as pd
 from ablate.reporting import effects, frames, plots, render, tables
 from ablate.reporting.frames import ReportError, SweepData
 from ablate.reporting.render import Image, Section, Table
-from ablate.store import Store
+from ablate.store import STATES, Store
 
 __all__ = ["report", "ReportError", "FORMATS"]
 
@@ -119,7 +119,7 @@ def _figures(store: Store, data: SweepData, table: pd.DataFrame, eff: pd.DataFra
 
 def _counts(states: pd.Series) -> str:
     counts = states.value_counts()
-    return ", ".join(f"{n} {s}" for s, n in counts.items())
+    return ", ".join(f"{counts[s]} {s}" for s in STATES if s in counts)
 
 
 def _sections(

@@ -211,7 +211,7 @@ def variant_table(data: SweepData, speed: pd.Series) -> pd.DataFrame:
     a 95% t interval and a p-value (stats.paired), and trial counts per state."""
     t, v = data.trials, data.variants
     by = t.groupby("variant", sort=False)
-    out = v[["group", "architecture", "dataset", "mixer", "label", "ref"]].copy()
+    out = v[["group", "architecture", "dataset", "mixer", "label", "ref", *(f"axis.{a}" for a in data.axes)]].copy()
     out["params"] = by["params"].median().astype(float)
     out["gflops"] = by["flops"].median().astype(float) / 2e9
     out["samples_s"] = speed.reindex(v.index)

@@ -53,7 +53,7 @@ table{border-collapse:collapse;margin:.6em 0 1.4em;font-size:13px;font-variant-n
 caption{caption-side:bottom;text-align:left;color:#555;font-size:12px;padding-top:.4em;max-width:1100px}
 th,td{padding:3px 9px;border-bottom:1px solid #e4e4e4;vertical-align:top}
 th{background:#f4f4f4;text-align:left;white-space:nowrap} td.num{text-align:right;white-space:nowrap}
-td:first-child{white-space:nowrap}
+td:first-child{min-width:9em}
 tr.group th{background:#e9eef6;font-weight:600} strong{color:#0b4f9c}
 img{max-width:100%;height:auto;display:block;margin:.5em 0 1.5em;border:1px solid #eee}
 p.meta{color:#444;margin:.2em 0} .wrap{overflow-x:auto}
