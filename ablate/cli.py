@@ -286,7 +286,8 @@ def ui(
 def report(
     sweep: Optional[list[str]] = typer.Argument(None, help="Sweeps to report (default: every sweep in the store)."),
     metric: Optional[str] = typer.Option(None, help="Headline metric, e.g. test.top5 [default: the sweep's]."),
-    baseline: Optional[str] = typer.Option(None, help="Baseline variant: PATH=VALUE[,PATH=VALUE] on axis values, or a variant key (prefix) [default: the sweep's]."),
+    baseline: Optional[str] = typer.Option(None, help="Baseline: PATH=VALUE[,PATH=VALUE] on axis values, or a variant key "
+                                           "(prefix) [default: the sweep's]."),
     out_dir: Path = typer.Option(Path("reports"), "--out", help="Output folder: <out>/<sweep>/ per sweep and <out>/index.html."),
     format: Optional[list[str]] = typer.Option(None, "--format", "-f", help="html, md, csv; repeat or comma list [default: all]."),
     db: Optional[str] = DB,

@@ -39,9 +39,9 @@ def value(t) -> float:
     """Known effects: tau +2, mu +1, public +1.5, private +3, tau x mu +0.5, lr off 3e-3 costs; seed noise."""
     a = t.axes
     seed = a["seed"]
-    return (60 + 2 * a["attention.tau"] + a["attention.mu"] + 1.5 * (a["attention.kappa_pub"] == "unit")
-            + 3 * a["attention.kappa_priv"] + 0.5 * a["attention.tau"] * a["attention.mu"]
-            - 2 * abs(math.log(a["train.lr"] / 3e-3)) + math.sin(7.1 * seed) + 0.3 * math.sin(13.7 * seed + int(t.variant[:6], 16) % 97))  # fmt: skip
+    tau, mu, pub, priv = a["attention.tau"], a["attention.mu"], a["attention.kappa_pub"] == "unit", a["attention.kappa_priv"]
+    noise = math.sin(7.1 * seed) + 0.3 * math.sin(13.7 * seed + int(t.variant[:6], 16) % 97)
+    return 60 + 2 * tau + mu + 1.5 * pub + 3 * priv + 0.5 * tau * mu - 2 * abs(math.log(a["train.lr"] / 3e-3)) + noise
 
 
 def state(t) -> str:
@@ -51,7 +51,8 @@ def state(t) -> str:
 
 def cost(t) -> tuple[int, int]:
     a = t.axes
-    params = 1_000_000 + 20_000 * (a["attention.tau"] + a["attention.mu"] + a["attention.kappa_priv"]) + 40_000 * (a["attention.kappa_pub"] == "unit")
+    params = 1_000_000 + 20_000 * (a["attention.tau"] + a["attention.mu"] + a["attention.kappa_priv"])
+    params += 40_000 * (a["attention.kappa_pub"] == "unit")
     return params, 2 * 90 * params
 
 

@@ -122,7 +122,8 @@ def test_main_effects_and_interactions_recover_the_true_ones(store, tmp_path):
                for s in range(6)]  # fmt: skip
     half = sps.t.ppf(0.975, 5) * np.std(by_seed, ddof=1) / math.sqrt(6)
     row = eff.loc[("main", "mu")]
-    assert (row["effect"], row["lo"], row["hi"]) == pytest.approx((np.mean(by_seed), np.mean(by_seed) - half, np.mean(by_seed) + half))
+    mean = np.mean(by_seed)
+    assert (row["effect"], row["lo"], row["hi"]) == pytest.approx((mean, mean - half, mean + half))
     assert eff.loc[("main", "kappa_priv"), "p"] < 1e-3 and eff.loc[("interaction", "mu x kappa_priv"), "p"] > 0.05
 
 
@@ -134,12 +135,15 @@ def test_effects_on_cell_means_when_failures_are_scattered(store, tmp_path):
     cell = {(True, True): [63.1, 63.3, 62.9], (True, False): [62.0, 61.8, 62.2], (False, True): [61.0, 61.1, 60.9],
             (False, False): [60.0, 60.2, 59.8, 60.0]}  # fmt: skip
 
+    def cell_of(t):
+        return t.axes["attention.tau"], t.axes["attention.mu"]
+
     def value(t):
-        c = (t.axes["attention.tau"], t.axes["attention.mu"])
+        c = cell_of(t)
         done = [s for s in range(4) if (*c, s) not in lost]
         return cell[c][done.index(t.axes["seed"])] if t.axes["seed"] in done else math.nan
 
-    fill(store, p, value, state=lambda t: "failed" if (t.axes["attention.tau"], t.axes["attention.mu"], t.axes["seed"]) in lost else "done")
+    fill(store, p, value, state=lambda t: "failed" if (*cell_of(t), t.axes["seed"]) in lost else "done")
     f = effects.factorial(frames.load(store, "scat"))
     assert f.method == effects.POOLED
     eff = effects.effects(f).set_index(["term", "factor"])
@@ -153,9 +157,12 @@ def test_effects_on_cell_means_when_failures_are_scattered(store, tmp_path):
 
 
 def test_factorial_part_of_linked_and_conditional_grids(store, tmp_path):
-    rows = [{"model.stack": "alternating", "attention.kind": "softmax"}, {"model.stack": "pure", "attention.kind": "softmax"},
-            {"model.stack": "pure", "attention.kind": "softmax", "model.match_params": {"model.stack": "alternating"}},
-            {"model.stack": "pure", "attention.kind": "csan"}, {"model.stack": "alternating", "attention.kind": "csan"}]  # fmt: skip
+    def row(stack, kind, **more):
+        return {"model.stack": stack, "attention.kind": kind, **more}
+
+    rows = [row("alternating", "softmax"), row("pure", "softmax"),
+            row("pure", "softmax", **{"model.match_params": {"model.stack": "alternating"}}),
+            row("pure", "csan"), row("alternating", "csan")]  # fmt: skip
     p = planned(tmp_path, "linked", linked=[rows], seeds=2, baseline=rows[0])
     fill(store, p, lambda t: 60.0 + t.axes["seed"])
     f = effects.factorial(frames.load(store, "linked"))
@@ -261,7 +268,8 @@ def test_report_files_formats_and_unfinished_trials(store, tmp_path):
     assert out / "index.html" in files
 
     trials = pd.read_csv(folder / "trials.csv")
-    assert len(trials) == 8 and trials["state"].value_counts().to_dict() == {"done": 4, "failed": 1, "diverged": 1, "running": 1, "pending": 1}
+    counts = {"done": 4, "failed": 1, "diverged": 1, "running": 1, "pending": 1}
+    assert len(trials) == 8 and trials["state"].value_counts().to_dict() == counts
     summary = json.loads((folder / "summary.json").read_text())
     assert summary["trials"] == 8 and summary["states"]["pending"] == 1
     variants = read_csv(folder / "variants.csv")

@@ -25,7 +25,7 @@ import numpy as np
 import pandas as pd
 
 from ablate.reporting import describe, stats
-from ablate.reporting.frames import NA, SweepData, axis_cells
+from ablate.reporting.frames import NA, SweepData, axis_cells, replicates
 
 MAX_FACTORS = 12
 PAIRED = "paired over replicates"
@@ -54,8 +54,8 @@ class Factorial:
 
 def factorial(data: SweepData) -> Factorial | None:
     """The factorial part of the sweep (see the module docstring), or None if no axis has two levels."""
-    table = data.trials.pivot_table(index="variant", columns="rep", values="value", aggfunc="mean")
-    measured = data.variants.loc[data.variants.index.isin(table.index)]
+    table = replicates(data).dropna(how="all").dropna(axis=1, how="all")
+    measured = data.variants.loc[table.index]
     if measured.empty:
         return None
     grid = axis_cells(measured, data.axes)

@@ -106,9 +106,10 @@ def _replicates(trials: pd.DataFrame) -> pd.Series:
 
 
 def _variants(store: Store, trials: pd.DataFrame, axes: list[str]) -> pd.DataFrame:
-    """One row per variant, in plan order within groups (backbone and dataset), described in words. Variants that differ only in axes the words
-    do not say (lr, beta, ...) share the words, so one trial config is read per distinct set of said axes
-    (`config`: a config with the variant's words, not necessarily its own)."""
+    """One row per variant, in plan order within groups (backbone and dataset), described in words.
+    Variants that differ only in axes the words do not say (lr, beta, ...) share the words, so one trial
+    config is read per distinct set of said axes (`config`: a config with the variant's words, not
+    necessarily its own)."""
     first = trials.drop_duplicates("variant").set_index("variant")
     out = first[[f"axis.{a}" for a in axes]].copy()
     said = axis_cells(out, [a for a in axes if describe.said(a)])
@@ -206,17 +207,22 @@ def throughput(store: Store, data: SweepData) -> pd.Series:
     return m.groupby("variant")["value"].mean()
 
 
+def replicates(data: SweepData) -> pd.DataFrame:
+    """The metric per variant (rows, in table order) and replicate (columns), NaN where not done."""
+    values = data.trials.pivot_table(index="variant", columns="rep", values="value", aggfunc="mean", dropna=False)
+    return values.reindex(index=data.variants.index)
+
+
 def variant_table(data: SweepData, speed: pd.Series) -> pd.DataFrame:
-    """Per variant: cost, throughput (`speed`, by variant), metric mean/std/n over replicates, the paired delta against its reference with
-    a 95% t interval and a p-value (stats.paired), and trial counts per state."""
+    """Per variant: cost, throughput (`speed`, by variant), metric mean/std/n over replicates, the paired
+    delta against its reference with a 95% t interval and a p-value (stats.paired), trials per state."""
     t, v = data.trials, data.variants
     by = t.groupby("variant", sort=False)
     out = v[["group", "architecture", "dataset", "mixer", "label", "ref", *(f"axis.{a}" for a in data.axes)]].copy()
     out["params"] = by["params"].median().astype(float)
     out["gflops"] = by["flops"].median().astype(float) / 2e9
     out["samples_s"] = speed.reindex(v.index)
-    values = t.pivot_table(index="variant", columns="rep", values="value", aggfunc="mean", dropna=False)
-    values = values.reindex(index=v.index)
+    values = replicates(data)
     summary = stats.interval(values.to_numpy())
     out["n"], out["mean"], out["std"] = summary["n"].to_numpy(), summary["mean"].to_numpy(), summary["std"].to_numpy()
     refs = values.reindex(index=out["ref"].fillna("")).to_numpy()

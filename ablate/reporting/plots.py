@@ -31,7 +31,7 @@ def _figure(width: float, height: float, labels: int = 0, panels: int = 1, legen
     fig = Figure(figsize=(width, height))
     left, bottom = 0.75 + 0.056 * labels, 0.6 + 0.17 * legend
     fig.subplots_adjust(left=left / width, right=1 - 0.25 / width, bottom=bottom / height, top=1 - 0.5 / height,
-                        wspace=0.3 if panels > 1 else None, hspace=0.8 / height * 4)  # fmt: skip
+                        wspace=0.3 if panels > 1 else None, hspace=0.45)  # fmt: skip
     return fig
 
 
@@ -42,8 +42,8 @@ def _png(fig: Figure) -> bytes:
     return buf.getvalue()
 
 
-def _clip(text: str) -> str:
-    return text if len(text) <= MAX_LABEL else text[: MAX_LABEL - 1] + "…"
+def _clip(text: str, limit: int = MAX_LABEL) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def pick(table: pd.DataFrame, higher: bool, limit: int) -> pd.DataFrame:
@@ -118,7 +118,7 @@ def cost_plot(table: pd.DataFrame, data: SweepData) -> bytes | None:
         ax.scatter(x[base], yv[base], color=BASE, s=60, zorder=6, label="baseline")
         if front.sum() <= 12:
             for xi, yi, text in zip(x[front], yv[front], measured["label"][front]):
-                ax.annotate(_clip(text)[:40], (xi, yi), fontsize=7, xytext=(4, 4), textcoords="offset points")
+                ax.annotate(_clip(text, 40), (xi, yi), fontsize=7, xytext=(4, 4), textcoords="offset points")
         ax.set_xlabel(label)
         ax.set_ylabel(data.metric + _unit(data.metric))
         ax.grid(alpha=0.3)

@@ -65,8 +65,8 @@ def variants(table: pd.DataFrame, data: SweepData) -> Table:
         f"with a 95% t interval. p: t = paired t-test (n ≥ {stats.SMALL_N} pairs), W = Wilcoxon signed-rank "
         f"(n < {stats.SMALL_N}; it cannot fall below 2/2^n, e.g. 0.5 with 2 pairs). GFLOPs = stored FLOPs / 2e9: "
         "multiply-accumulates per example, as the papers count FLOPs. samples/s: training throughput, mean over "
-        f"epochs of up to {frames.THROUGHPUT_TRIALS} finished trials. Bold: best per column within its group (fewest params and GFLOPs, most samples/s, "
-        "best metric and Δ)."
+        f"epochs of up to {frames.THROUGHPUT_TRIALS} finished trials. Bold: best per column within its group "
+        "(fewest params and GFLOPs, most samples/s, best metric and Δ)."
     )
     return Table(caption, header, rows, groups=list(table["group"]), bold=best)
 
@@ -155,7 +155,8 @@ def unfinished(data: SweepData) -> Table | None:
     for _, r in t.head(MAX_UNFINISHED).iterrows():
         what = r["error"] if isinstance(r["error"], str) else ""
         if r["state"] == "diverged" and not pd.isna(r["diverged_epoch"]):
-            what = f"diverged at epoch {r['diverged_epoch']}" + (f", step {r['diverged_step']}" if not pd.isna(r["diverged_step"]) else "")
+            step = "" if pd.isna(r["diverged_step"]) else f", step {r['diverged_step']}"
+            what = f"diverged at epoch {r['diverged_epoch']}{step}"
         rows.append([r["key"][:12], labels.get(r["variant"], r["variant"]), r["rep"], r["state"], what])
     more = f" Showing {MAX_UNFINISHED} of {len(t)}; trials.csv lists all." if len(t) > MAX_UNFINISHED else ""
     return Table(f"{len(t)} of {len(data.trials)} trials are not done; they are left out of the statistics.{more}",
