@@ -1,6 +1,6 @@
 """Forward + backward time and peak memory of every attention variant, as ratios to softmax SDPA.
 
-    .venv/bin/python bench/attention.py [--device cpu|cuda] [--budget SECONDS] [--only KIND ...]
+    .venv/bin/python bench/attention.py [--device cpu|cuda] [--threads N] [--budget SECONDS] [--only LABEL ...]
 
 Shapes (B, H, N, d): ViT-S (8, 6, 197, 64); Swin-T stage-1 windows of 4 images (256, 3, 49, 32) with a
 learnable relative-position-like bias plus a -100 shift mask; a long sequence (1, 3, 3136, 32). A variant
@@ -9,19 +9,19 @@ backbones call); "x layer" adds the fwd+bwd time of the qkv and output projectio
 per shape, the same for every variant: what a model pays per attention layer). The last row per shape is
 CSaN from materialised logits (`CSaN.forward_explicit`, the reference code's way) instead of its fused path.
 
-Time: median wall time of repeated fwd+bwd after a warm-up (CUDA: synchronised, bf16 autocast with bf16
-q/k/v, as in a model under autocast). Peak memory, measured on the warm-up run: the highest net bytes
-allocated during one fwd+bwd above what was live before it (inputs excluded); CUDA from
-torch.cuda.max_memory_allocated, CPU from the profiler's allocation events (profile_memory=True: every
-CPU-allocator alloc/free with its running total). CPU threads: torch's default unless --threads; on a loaded machine use --threads 1, since an
-OpenMP barrier waiting on a descheduled thread adds a time slice to every op and so punishes variants
-with many small ops, not slow ones.
+Time: the fastest of repeated fwd+bwd runs after a warm-up, each variant taking turns with softmax and
+the projections (other processes only ever add time, and a change in load hits all three alike; CUDA:
+synchronised, bf16 autocast with bf16 q/k/v, as in a model under autocast). Peak memory, measured on the
+warm-up run: the highest net bytes allocated during one fwd+bwd above what was live before it (inputs
+excluded); CUDA from torch.cuda.max_memory_allocated, CPU from the profiler's allocation events
+(profile_memory=True: every CPU-allocator alloc/free with its running total). CPU threads: torch's
+default unless --threads; on a loaded machine use --threads 1, since an OpenMP barrier waiting on a
+descheduled thread adds a time slice to every op and so punishes variants with many small ops.
 """
 
 from __future__ import annotations
 
 import argparse
-import statistics
 import time
 from contextlib import nullcontext
 from dataclasses import dataclass
@@ -107,15 +107,17 @@ def fwd_bwd(module: nn.Module, forward: Callable[..., Tensor], inp: dict, grad: 
     return step
 
 
-def seconds(step: Callable[[], None], sync: Callable[[], None], budget: float) -> float:
-    """Median of timed runs (after a warm-up run by the caller): at least 2, more within ``budget`` s."""
-    times: list[float] = []
-    while len(times) < 2 or (sum(times) < budget and len(times) < 20):
-        t0 = time.perf_counter()
-        step()
-        sync()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+def seconds(steps: list[Callable[[], None]], sync: Callable[[], None], budget: float) -> list[float]:
+    """Fastest run of each step (warmed up by the caller), the steps taking turns so that a change in the
+    machine's load hits them alike: at least 2 rounds, more within ``budget`` seconds."""
+    times: list[list[float]] = [[] for _ in steps]
+    while len(times[0]) < 2 or (sum(map(sum, times)) < budget and len(times[0]) < 20):
+        for step, ts in zip(steps, times):
+            t0 = time.perf_counter()
+            step()
+            sync()
+            ts.append(time.perf_counter() - t0)
+    return [min(ts) for ts in times]
 
 
 def peak_bytes(step: Callable[[], None], device: torch.device) -> int:
@@ -171,10 +173,9 @@ def main() -> None:
         inp = make_inputs(s, device, dtype)
         grad = torch.randn(s.b, s.h, s.n, s.d, generator=torch.Generator().manual_seed(1)).to(device, dtype)
         proj = Projections(s.h * s.d).to(device)
-        step = fwd_bwd(proj, proj, {"x": inp["x"]}, grad.transpose(1, 2).flatten(2), autocast)
-        step()
-        proj_t = seconds(step, sync, args.budget)
-        base: tuple[float, int] | None = None
+        proj_step = fwd_bwd(proj, proj, {"x": inp["x"]}, grad.transpose(1, 2).flatten(2), autocast)
+        proj_step()
+        base_step = None
         for label in labels:
             cfg = TypeAdapter(AttentionConfig).validate_python(VARIANTS.get(label, VARIANTS["csan"]))
             torch.manual_seed(0)
@@ -182,11 +183,12 @@ def main() -> None:
             mix = (lambda *a, m=mixer, **kw: m.forward_explicit(*a, **kw)[0]) if label == EXPLICIT else mixer
             step = fwd_bwd(mixer, mix, inp, grad, autocast)
             m = peak_bytes(step, device)  # also the warm-up
-            t = seconds(step, sync, args.budget)
-            base = base or (t, m)
+            if base_step is None:  # softmax: the baseline every later variant takes turns with
+                base_step, base_m = step, m
+            t_base, t, t_proj = seconds([base_step, step, proj_step], sync, args.budget)
             table.add_row(
-                s.name, label, f"{1e3 * t:.1f}", f"{t / base[0]:.2f}", f"{m / 2**20:.1f}", f"{m / max(base[1], 1):.2f}",
-                f"{(proj_t + t) / (proj_t + base[0]):.2f}",
+                s.name, label, f"{1e3 * t:.1f}", f"{t / t_base:.2f}", f"{m / 2**20:.1f}", f"{m / max(base_m, 1):.2f}",
+                f"{(t_proj + t) / (t_proj + t_base):.2f}",
             )
         table.add_section()
     Console(width=120).print(table)

@@ -104,10 +104,10 @@ def test_csan_switched_off_component_owns_no_parameters(component: str) -> None:
     assert component in {n.split(".")[0] for n, _ in create_mixer(CSaNAttention(), DIM, H).named_parameters()}
 
 
-@pytest.mark.parametrize(
-    "knobs",
-    [{}, {"bounded": True}, {"kappa_pub": "head"}, {"tau": False, "kappa_priv": False}, {"mu": False, "kappa_pub": "off"}],
-)
+KNOB_SETS = [{}, {"bounded": True}, {"kappa_pub": "head"}, {"tau": False, "kappa_priv": False}, {"mu": False, "kappa_pub": "off"}]
+
+
+@pytest.mark.parametrize("knobs", KNOB_SETS)
 def test_csan_gradients_reach_every_enabled_component(knobs: dict) -> None:
     mixer = create_mixer(CSaNAttention(**knobs), DIM, H)
     q, k, v, x = inputs()
@@ -203,7 +203,8 @@ def test_csan_layer_parameter_formula(knobs: dict) -> None:
 
 
 def csan_added(cfg: CSaNAttention, depths: tuple[int, ...], per_block: int = 1) -> int:
-    return sum(d * per_block * sum(p.numel() for p in create_mixer(cfg, dim, h).parameters()) for d, dim, h in zip(depths, *SWIN.values()))
+    layers = zip(depths, *SWIN.values())
+    return sum(d * per_block * sum(p.numel() for p in create_mixer(cfg, dim, h).parameters()) for d, dim, h in layers)
 
 
 @pytest.mark.parametrize(("kappa_pub", "published"), [("unit", 29.5e6), ("head", 29.0e6)])
@@ -275,7 +276,8 @@ def test_ista_orthonormal_keys_one_step_is_thresholded_correlation_and_stays() -
     q = torch.randn(1, 1, 5, D)
     expected = F.relu(q @ k.transpose(-2, -1) - 0.1)
     for steps in (1, 5):
-        torch.testing.assert_close(ista_rows(q, k, steps=steps, step_size=1.0, threshold=0.1), expected, atol=1e-5, rtol=0)
+        a = ista_rows(q, k, steps=steps, step_size=1.0, threshold=0.1)
+        torch.testing.assert_close(a, expected, atol=1e-5, rtol=0)
 
 
 def test_ista_without_threshold_recovers_least_squares() -> None:

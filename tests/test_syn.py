@@ -92,7 +92,9 @@ def test_gradient_bypass_is_straight_through(steps: int) -> None:
     q, k, v, bias = syn_inputs()
     w = torch.randn(2, 2, 7, 4)
     grads = {}
-    for name, cfg in (("plain", SynAttention(steps=0)), ("bypass", SynAttention(steps=steps)), ("through", SynAttention(steps=steps, bypass=False))):
+    configs = {"plain": SynAttention(steps=0), "bypass": SynAttention(steps=steps)}
+    configs["through"] = SynAttention(steps=steps, bypass=False)
+    for name, cfg in configs.items():
         mixer = create_mixer(cfg, 8, 2)
         mixer.record = True  # rows explicit for steps = 0 too, so the weights @ v gradients are comparable
         out = mixer(q, k, v, bias=bias)

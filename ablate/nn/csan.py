@@ -70,7 +70,9 @@ class _RowMeanPhi(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, q: Tensor, k: Tensor, bias: Tensor | None, beta: float, chunk: int) -> Tensor:  # type: ignore[override]
+    def forward(  # type: ignore[override]
+        ctx, q: Tensor, k: Tensor, bias: Tensor | None, beta: float, chunk: int
+    ) -> Tensor:
         ctx.save_for_backward(q, k, bias)
         ctx.beta, ctx.chunk = beta, chunk
         acc = torch.promote_types(q.dtype, torch.float32)
@@ -181,7 +183,9 @@ class CSaN(TokenMixer):
             return out
         return self.forward_fused(q, k, v, bias, x)
 
-    def forward_fused(self, q: Tensor, k: Tensor, v: Tensor, bias: Tensor | None = None, x: Tensor | None = None) -> Tensor:
+    def forward_fused(
+        self, q: Tensor, k: Tensor, v: Tensor, bias: Tensor | None = None, x: Tensor | None = None
+    ) -> Tensor:
         """CSaN through SDPA (q scaled by tau, v by mu) with the row-chunked descriptor: no N x N."""
         m = _RowMeanPhi.apply(q, k, bias, self.cfg.beta, self.cfg.chunk) if self.calibrated else None
         g = self.gains(m, x, k.shape[-2])

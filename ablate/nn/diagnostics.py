@@ -38,7 +38,7 @@ def recording(model: nn.Module) -> Iterator[nn.Module]:
 
 
 def _recorded(model: nn.Module) -> dict[str, Tensor]:
-    rows = {name: m.last_attn for name, m in model.named_modules() if isinstance(m, TokenMixer) and m.last_attn is not None}
+    rows = {n: m.last_attn for n, m in model.named_modules() if isinstance(m, TokenMixer) and m.last_attn is not None}
     if not rows:
         raise RuntimeError("no attention recorded: run a forward pass inside `with recording(model):`")
     return rows

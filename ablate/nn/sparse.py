@@ -76,7 +76,6 @@ class ISTA(RowsMixer):
 
     def rows(self, q: Tensor, k: Tensor, bias: Tensor | None) -> Tensor:
         cfg = self.cfg
-        q, k = q.float(), k.float()
         nq, nk = q.shape[-2], k.shape[-2]
         if cfg.zero_diag and nq != nk:
             raise ValueError(f"ista zero_diag needs self-attention, got {nq} queries and {nk} keys")
@@ -84,11 +83,12 @@ class ISTA(RowsMixer):
         if cfg.zero_diag:
             off_diag = ~torch.eye(nq, dtype=torch.bool, device=q.device)
             keep = off_diag if keep is None else keep & off_diag
-        eps = ista_step_size(k, cfg.step_size)
-        thr = eps * cfg.threshold
-        kt = k.transpose(-2, -1)
-        a = q.new_zeros(*torch.broadcast_shapes(q.shape[:-2], k.shape[:-2]), nq, nk)
-        with torch.autocast(q.device.type, enabled=False):  # iterates accumulate: float32 throughout
+        with torch.autocast(q.device.type, enabled=False):  # iterates accumulate, eigvalsh: float32 throughout
+            q, k = q.float(), k.float()
+            eps = ista_step_size(k, cfg.step_size)
+            thr = eps * cfg.threshold
+            kt = k.transpose(-2, -1)
+            a = q.new_zeros(*torch.broadcast_shapes(q.shape[:-2], k.shape[:-2]), nq, nk)
             for _ in range(cfg.steps):
                 a = a + eps * ((q - a @ k) @ kt)
                 a = a.sign() * F.relu(a.abs() - thr) if cfg.signed else F.relu(a - thr)
