@@ -18,7 +18,7 @@ from ablate.reporting.frames import DIAGNOSTICS, LOSSES, SweepData, val_metric
 
 MAX_ROWS = 40
 MAX_CURVES = 8
-MAX_LABEL = 70
+MAX_LABEL = 80
 DPI = 100
 BASE = "#d62728"
 MAIN = "#1f77b4"
@@ -43,7 +43,11 @@ def _png(fig: Figure) -> bytes:
 
 
 def _clip(text: str, limit: int = MAX_LABEL) -> str:
-    return text if len(text) <= limit else text[: limit - 1] + "…"
+    """At most `limit` characters, cut in the middle: labels differ most at their ends (lr=..., beta=...)."""
+    if len(text) <= limit:
+        return text
+    head = limit // 2
+    return text[: head - 1] + "…" + text[len(text) - (limit - head) :]
 
 
 def pick(table: pd.DataFrame, higher: bool, limit: int) -> pd.DataFrame:
@@ -70,7 +74,7 @@ def pareto(cost: np.ndarray, score: np.ndarray, higher: bool = True) -> np.ndarr
 
 
 def variants_plot(table: pd.DataFrame, data: SweepData) -> bytes | None:
-    """Metric per variant: mean +- std over replicates, each replicate a dot, the baseline in red."""
+    """Metric per variant: mean ± std over replicates, each replicate a dot, the baseline in red."""
     shown = pick(table, data.higher, MAX_ROWS)
     if shown.empty:
         return None
@@ -78,15 +82,15 @@ def variants_plot(table: pd.DataFrame, data: SweepData) -> bytes | None:
     fig = _figure(11, 1.4 + 0.26 * len(shown), labels=max(map(len, labels)))
     ax = fig.add_subplot()
     y = np.arange(len(shown))[::-1]
-    colors = [BASE if b else MAIN for b in shown["is_baseline"]]
     dots = data.trials[data.trials["variant"].isin(shown.index)].dropna(subset=["value"])
     pos = dict(zip(shown.index, y))
     ax.scatter(dots["value"], dots["variant"].map(pos), s=9, color="0.55", zorder=2, label="replicates")
     ax.errorbar(shown["mean"], y, xerr=shown["std"].fillna(0), fmt="none", ecolor="0.25", capsize=3, zorder=3)
-    ax.scatter(shown["mean"], y, color=colors, s=30, zorder=4, label="mean +- std")
-    base = table[table["is_baseline"]]
-    if len(base) and base["n"].iloc[0] > 0:
-        ax.axvline(base["mean"].iloc[0], color=BASE, lw=0.8, ls="--", label="baseline mean")
+    base = shown["is_baseline"].to_numpy()
+    ax.scatter(shown["mean"][~base], y[~base], color=MAIN, s=30, zorder=4, label="mean ± std")
+    if base.any():
+        ax.scatter(shown["mean"][base], y[base], color=BASE, s=30, zorder=4, label="baseline")
+        ax.axvline(shown["mean"][base].iloc[0], color=BASE, lw=0.8, ls="--")
     ax.set_yticks(y, labels, fontsize=8)
     ax.set_xlabel(data.metric + _unit(data.metric))
     ax.grid(axis="x", alpha=0.3)
@@ -110,7 +114,7 @@ def cost_plot(table: pd.DataFrame, data: SweepData) -> bytes | None:
         yv = measured["mean"].to_numpy(float)
         front = pareto(x, yv, data.higher)
         ax.errorbar(x, yv, yerr=measured["std"].fillna(0), fmt="o", color=MAIN, ms=4, alpha=0.6, capsize=2,
-                    label="variant (mean +- std)")  # fmt: skip
+                    label="variant (mean ± std)")  # fmt: skip
         order = np.argsort(x[front])
         ax.step(x[front][order], yv[front][order], where="post", color="k", lw=1.2, label="Pareto front")
         ax.scatter(x[front], yv[front], facecolor="none", edgecolor="k", s=80, zorder=5)
@@ -128,7 +132,7 @@ def cost_plot(table: pd.DataFrame, data: SweepData) -> bytes | None:
 
 
 def _panels(curves: pd.DataFrame, table: pd.DataFrame, names: dict[str, str], title: str) -> bytes | None:
-    """One panel per metric name present: mean over replicates per epoch, a band of +- std."""
+    """One panel per metric name present: mean over replicates per epoch, a band of ± std."""
     present = [n for n in names if n in set(curves["name"])]
     if not present:
         return None
@@ -154,7 +158,7 @@ def _panels(curves: pd.DataFrame, table: pd.DataFrame, names: dict[str, str], ti
 def curves_plot(curves: pd.DataFrame, table: pd.DataFrame, data: SweepData) -> bytes | None:
     val = val_metric(data.metric)
     names = {**{n: n for n in LOSSES}, val: val + _unit(val)}
-    return _panels(curves, table, names, "training curves: mean over replicates, band = +- std")
+    return _panels(curves, table, names, "training curves: mean over replicates, band = ± std")
 
 
 def diagnostics_plot(curves: pd.DataFrame, table: pd.DataFrame) -> bytes | None:
