@@ -104,7 +104,13 @@ def test_csan_switched_off_component_owns_no_parameters(component: str) -> None:
     assert component in {n.split(".")[0] for n, _ in create_mixer(CSaNAttention(), DIM, H).named_parameters()}
 
 
-KNOB_SETS = [{}, {"bounded": True}, {"kappa_pub": "head"}, {"tau": False, "kappa_priv": False}, {"mu": False, "kappa_pub": "off"}]
+KNOB_SETS = [
+    {},
+    {"bounded": True},
+    {"kappa_pub": "head"},
+    {"tau": False, "kappa_priv": False},
+    {"mu": False, "kappa_pub": "off"},
+]
 
 
 @pytest.mark.parametrize("knobs", KNOB_SETS)
@@ -307,3 +313,21 @@ def test_ista_signed_zero_diagonal_and_masks() -> None:
     assert (ista_rows(q, k, steps=5, step_size=1.0, threshold=0.0) >= 0).all()
     with pytest.raises(ValueError, match="zero_diag"):
         ista_rows(q, torch.randn(B, H, 2 * N, D), zero_diag=True)
+
+
+# ------------------------------------------------------------------------------------------- no N x N tensors
+@pytest.mark.parametrize(
+    "cfg",
+    [config("softmax"), CSaNAttention(chunk=16), config("gaussian"), config("syn", steps=0)],
+    ids=lambda c: c.kind,
+)
+def test_fused_variants_never_materialise_n_by_n(cfg: AttentionConfig) -> None:
+    """No op of forward or backward sees an (N, N) tensor: CSaN's logits exist 16 rows at a time."""
+    n = 64
+    mixer = create_mixer(cfg, DIM, H)
+    q, k, v, x = inputs(nq=n, nk=n)
+    with torch.profiler.profile(record_shapes=True) as prof:
+        mixer(q, k, v, x=x).sum().backward()
+    shapes = [tuple(s) for e in prof.events() for s in e.input_shapes if len(s) >= 2]
+    assert (B, H, 16, n) in shapes or cfg.kind != "csan"
+    assert not [s for s in shapes if s[-2:] == (n, n)]

@@ -12,7 +12,8 @@ rows, and scaling column j of the weights is scaling v_j), so the fused kernel s
 descriptor needs the logits, and it is computed and differentiated in row chunks by `_RowMeanPhi`, so
 memory grows as chunk x N, never N x N. A bias is scaled by tau as in the reference code (which applies
 tau to the full logits, relative-position bias and shift mask included); the scaled mask is as large as
-the bias it comes from.
+the bias it comes from. One exception: on CPU a mask that needs a gradient sends SDPA to its N x N math
+path anyway, and there the logits are computed once for both (`_math_path`, `CSaN.forward_explicit`).
 
 Layer sizes (parameters, per attention layer of width C = dim with H heads, tokens of width in_dim):
 r = C // reduction, h = max(C // hidden_div, hidden_min), w = C (unit readout) or H (head readout);
@@ -171,7 +172,8 @@ class CSaN(TokenMixer):
             self.reduce = nn.Linear(reduced, hidden)
             self.gate = None if cfg.bounded else nn.Linear(hidden, hidden)
             # gate g reads head g * H // r (contiguous, equal shares when H divides r), as a 0/1 (H, r)
-            # matrix: spreading m over the gates is a tiny matmul both ways (indexing backs into scatter-adds)
+            # matrix: spreading m over the gates is a tiny matmul both ways (an index would backpropagate
+            # as a scatter-add, slow on CPU)
             owner = torch.arange(reduced) * num_heads // reduced
             self.register_buffer("spread", F.one_hot(owner, num_heads).T.float(), persistent=False)
         self.apply(_init)
@@ -208,7 +210,7 @@ class CSaN(TokenMixer):
         g = self.gains(phi(s, self.cfg.beta).mean(-1) if self.calibrated else None, x, k.shape[-2])
         if g.tau is not None:
             s = s * g.tau if bias is None else _scale(s, g.tau)
-        a = normalize_rows(lambda t: t.softmax(-1), s, bias)
+        a = normalize_rows(s, bias)
         if g.mu is not None:
             a = a * g.mu.transpose(-2, -1)
         return self.readout(a.to(v.dtype) @ v, v, g), a

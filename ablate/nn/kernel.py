@@ -50,7 +50,7 @@ class Gaussian(TokenMixer):
         q = F.pad(torch.cat([q * inv, torch.ones_like(q[..., :1])], -1), (0, pad - 1))
         k = F.pad(torch.cat([k, -0.5 * inv * (k * k).sum(-1, keepdim=True)], -1), (0, pad - 1))
         if self.record:
-            a = normalize_rows(lambda s: s.softmax(-1), logits(q, k, bias, scale=1.0), bias)
+            a = normalize_rows(logits(q, k, bias, scale=1.0), bias)
             self._keep(a)
             return a.to(v.dtype) @ v
         mask = None if bias is None else bias.to(q.dtype)
@@ -75,4 +75,4 @@ class Laplace(RowsMixer):
         s = d2.clamp_min(DIST_EPS).sqrt() * -torch.exp(-self.log_sigma).view(-1, 1, 1)
         if bias is not None:
             s = s + bias
-        return normalize_rows(lambda t: t.softmax(-1), s, bias)
+        return normalize_rows(s, bias)

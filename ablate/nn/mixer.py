@@ -77,8 +77,13 @@ def logits(q: Tensor, k: Tensor, bias: Tensor | None = None, scale: float | None
     return s if bias is None else s + bias
 
 
-def normalize_rows(normalize: Callable[[Tensor], Tensor], s: Tensor, bias: Tensor | None) -> Tensor:
-    """``normalize(s)`` over the last dim; rows masked everywhere (all -inf) come out as zeros, not NaN.
+def _softmax(s: Tensor) -> Tensor:
+    return s.softmax(-1)
+
+
+def normalize_rows(s: Tensor, bias: Tensor | None, normalize: Callable[[Tensor], Tensor] = _softmax) -> Tensor:
+    """``normalize(s)`` (softmax unless given) over the last dim; rows masked everywhere (all -inf) come
+    out as zeros, not NaN.
 
     Only a bias can mask a whole row, so without one the rows go through untouched (no extra N x N passes).
     """
@@ -95,7 +100,7 @@ def key_keep(bias: Tensor | None) -> Tensor | None:
 
 def softmax_rows(q: Tensor, k: Tensor, bias: Tensor | None) -> Tensor:
     """Explicit softmax(q k^T / sqrt(d) + bias): for diagnostics and reference implementations."""
-    return normalize_rows(lambda s: s.softmax(-1), logits(q, k, bias), bias)
+    return normalize_rows(logits(q, k, bias), bias)
 
 
 class RowsMixer(TokenMixer):

@@ -28,7 +28,7 @@ class _Normalizer(RowsMixer):
     normalize: Callable[[Tensor], Tensor]
 
     def rows(self, q: Tensor, k: Tensor, bias: Tensor | None) -> Tensor:
-        return normalize_rows(type(self).normalize, logits(q, k, bias).float(), bias)
+        return normalize_rows(logits(q, k, bias).float(), bias, type(self).normalize)
 
 
 @register("sparsemax")

@@ -75,7 +75,7 @@ class Syn(TokenMixer):
         steps, gamma = self.cfg.steps, self.cfg.gamma
         if steps == 0 and not self.record:
             return F.scaled_dot_product_attention(q, k, v, attn_mask=None if bias is None else bias.to(q.dtype))
-        a0 = normalize_rows(lambda s: s.softmax(-1), logits(q, k, bias).float(), bias)
+        a0 = normalize_rows(logits(q, k, bias).float(), bias)
         if self.cfg.bypass:
             with torch.no_grad():
                 a_steps = syn_steps(a0, steps, gamma, key_keep(bias))
