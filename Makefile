@@ -21,7 +21,8 @@ $(STAMP): pyproject.toml constraints.txt
 install: $(STAMP)
 
 run: $(STAMP)
-	$(BIN)/ablate plan experiments.yaml $(SWEEP)
+	$(BIN)/ablate launch experiments.yaml $(SWEEP)
+	$(BIN)/ablate report $(SWEEP)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q

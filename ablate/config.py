@@ -299,6 +299,8 @@ class TrainConfig(Strict):
     randaugment: str | None = None
     """timm auto-augment string, e.g. rand-m9-mstd0.5-inc1 (imagefolder only)."""
     random_erase: float = Field(0.0, ge=0, le=1)
+    shift: int = Field(0, ge=0)
+    """Random translation of training images by up to `shift` pixels (zero padding), applied per batch."""
     grad_clip: float | None = Field(None, gt=0)
     amp: bool = False
     """bf16 autocast (CUDA only; ignored on CPU)."""

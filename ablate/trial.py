@@ -172,9 +172,11 @@ class Classify(Task):
         return (x,), y.to(self.device, non_blocking=True)
 
     def mix(self, x: tuple[Tensor, ...], y: Tensor) -> tuple[tuple[Tensor, ...], Tensor]:
+        """Training-time batch augmentation: random shift, then mixup/cutmix."""
+        images = shift_images(x[0], self.cfg.train.shift) if self.cfg.train.shift else x[0]
         if self.mixup is None or len(y) % 2:  # timm's mixup needs an even batch
-            return x, y
-        mixed, target = self.mixup(x[0], y)
+            return (images,), y
+        mixed, target = self.mixup(images, y)
         return (mixed,), target
 
     def loss(self, out: Tensor, target: Tensor) -> Tensor:
@@ -191,6 +193,22 @@ class Classify(Task):
             "top1": hit[:, 0].float().mean().item() * 100,
             "top5": hit.any(1).float().mean().item() * 100,
         }
+
+
+def shift_images(x: Tensor, shift: int) -> Tensor:
+    """Translate each image by its own random offset in [-shift, shift]^2, filling with zeros.
+
+    One gather over a zero-padded batch: cheap enough to run on the batch in the loop, so in-memory
+    datasets (mnist5k, digits) get augmentation without a per-item transform.
+    """
+    b, _, h, w = x.shape
+    padded = F.pad(x, (shift, shift, shift, shift))
+    dy, dx = torch.randint(0, 2 * shift + 1, (2, b), device=x.device)
+    rows = (dy[:, None] + torch.arange(h, device=x.device))[:, None, :, None]
+    cols = (dx[:, None] + torch.arange(w, device=x.device))[:, None, None, :]
+    idx = torch.arange(b, device=x.device)[:, None, None, None]
+    chan = torch.arange(x.shape[1], device=x.device)[None, :, None, None]
+    return padded[idx, chan, rows, cols]
 
 
 class MIL(Task):
