@@ -78,7 +78,8 @@ def plan_rows(plan: Any, costs: bool) -> list[dict[str, Any]]:
         row: dict[str, Any] = {"sweep": plan.sweep, "key": t.key, "variant": t.variant, **t.axes}
         if cost_of is not None:
             c = cost_of(t.config)
-            row["params"], row["gflops"] = c.params, round(c.gflops, 4)
+            # GFLOPs as the papers count them: multiply-accumulates (torch's counter counts 2 per MAC)
+            row["params"], row["gflops"] = c.params, round(c.gflops / 2, 4)
         row["config"] = t.config.model_dump(mode="json")
         rows.append(row)
     return rows
@@ -121,7 +122,7 @@ def plan(
             base = "  *" if r["variant"] == p.baseline else ""
             cells = [r["key"][:10] + base] + [_cell(r[a]) for a in p.axes] + [str(r["seed"])]
             if costs:
-                cells += [f"{r['params'] / 1e6:.2f}M", f"{r['gflops']:.3f}"]
+                cells += [f"{r['params'] / 1e6:.3g}M", f"{r['gflops']:.3g}"]
             table.add_row(*cells)
         out.print(table)
         if len(prows) > limit:

@@ -46,7 +46,7 @@ class CSaNAttention(Strict):
     kappa_pub: Literal["unit", "head", "off"] = "unit"
     """Public gain on the attended output: per head x channel (`unit`), per head (`head`), or none."""
     kappa_priv: bool = True
-    """Private path: adds the token's own value, gated per unit."""
+    """Private path: adds the token's own value, gated like the public gain (per unit, or per head)."""
 
     @field_validator("kappa_pub", mode="before")
     @classmethod
@@ -115,7 +115,7 @@ class ISTAAttention(Strict):
     steps: int = Field(3, ge=1, le=100)
     """Unrolled ISTA iterations T."""
     threshold: float = Field(0.01, ge=0)
-    """Soft threshold eps * lambda per step."""
+    """Sparsity weight lambda: each step soft-thresholds by step_size * lambda."""
     step_size: float | None = Field(None, gt=0)
     """Step eps; None = 1 / ||K||_F^2 (always below 2 / L). A given value is clipped below 2 / L."""
     signed: bool = False

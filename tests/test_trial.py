@@ -1,0 +1,128 @@
+"""One trial without Ray: real data, real timm models, checkpoints, resume, divergence, determinism."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from ablate.config import TrialConfig
+from ablate.data import DataError
+from ablate.trial import CHECKPOINT, load_checkpoint, run_trial, shift_images
+from conftest import SHARED_MIL, TINY
+
+pytestmark = pytest.mark.timeout(300)
+
+
+def config(**over) -> TrialConfig:
+    raw = {**TINY, **over}
+    return TrialConfig.model_validate(raw)
+
+
+def collect() -> tuple[list, callable]:
+    seen: list = []
+    return seen, lambda epoch, metrics: seen.append((epoch, metrics))
+
+
+def test_classify_trial_reports_every_epoch_and_tests_once() -> None:
+    seen, report = collect()
+    res = run_trial(config(train={**TINY["train"], "diagnostics": True}), report)
+    assert res.outcome == "done" and res.epochs == 2
+    assert [e for e, _ in seen] == [1, 2]
+    for name in ("train.loss", "val.loss", "val.top1", "val.top5", "lr", "samples_per_s", "epoch_s", "peak_mem_mb", "diag.entropy", "diag.gini"):
+        assert name in seen[0][1], name
+    assert "diag.winner_transfer" in seen[1][1] and "diag.winner_transfer" not in seen[0][1]
+    assert set(res.metrics) == {"test.loss", "test.top1", "test.top5"}
+    assert res.info["params"] > 0 and res.info["flops"] > 0 and res.info["peak_memory"] > 0
+    env = res.info["env"]
+    assert env["packages"]["torch"] and env["device"].startswith("cpu") and "git_sha" in env
+
+
+def test_mil_trial_on_shipped_bags() -> None:
+    cfg = TrialConfig.model_validate({"task": "mil", "data": {"name": "fox", "path": str(SHARED_MIL), "folds": 5},
+                                      "model": {"size": "synpool", "embed_dim": 32}, "attention": {"kind": "syn", "steps": 2},
+                                      "train": {"epochs": 1, "batch_size": 8}})  # fmt: skip
+    seen, report = collect()
+    res = run_trial(cfg, report)
+    assert res.outcome == "done"
+    assert {"val.auc", "val.acc", "val.loss"} <= set(seen[0][1])
+    assert set(res.metrics) == {"test.loss", "test.auc", "test.acc"} and 0 <= res.metrics["test.auc"] <= 1
+
+
+def test_same_seed_same_metrics_and_other_seed_differs() -> None:
+    a = run_trial(config())
+    b = run_trial(config())
+    c = run_trial(config(seed=1))
+    assert a.metrics == b.metrics
+    assert a.metrics != c.metrics
+
+
+def test_resume_equals_an_uninterrupted_run(tmp_path: Path) -> None:
+    cfg = config(train={**TINY["train"], "epochs": 3, "shift": 1, "mixup": 0.2})
+    whole_seen, whole_report = collect()
+    whole = run_trial(cfg, whole_report, tmp_path / "whole")
+
+    class Stop(Exception):
+        pass
+
+    def stop_after_two(epoch: int, metrics: dict) -> None:
+        if epoch == 2:
+            raise Stop
+
+    with pytest.raises(Stop):
+        run_trial(cfg, stop_after_two, tmp_path / "cut")
+    state, problem = load_checkpoint(tmp_path / "cut" / CHECKPOINT)
+    assert problem is None and state["epoch"] == 2
+    seen, report = collect()
+    resumed = run_trial(cfg, report, tmp_path / "cut")
+    assert resumed.info["resumed_from"] == 2
+    assert resumed.metrics == whole.metrics
+    # the history is replayed (idempotent writes downstream), then epoch 3 is trained
+    assert [e for e, _ in seen] == [1, 2, 3]
+    assert seen[2][1]["val.top1"] == whole_seen[2][1]["val.top1"]
+
+
+def test_corrupt_checkpoint_is_reported_and_the_trial_restarts(tmp_path: Path) -> None:
+    (tmp_path / CHECKPOINT).write_bytes(b"not a checkpoint")
+    res = run_trial(config(), None, tmp_path)
+    assert res.outcome == "done"
+    assert "corrupt checkpoint" in res.info["checkpoint_problem"] and "resumed_from" not in res.info
+    assert run_trial(config()).metrics == res.metrics
+
+
+def test_checkpoint_loads_with_weights_only(tmp_path: Path) -> None:
+    run_trial(config(), None, tmp_path)
+    state = torch.load(tmp_path / CHECKPOINT, weights_only=True)
+    assert {"model", "optimizer", "scheduler", "rng", "epoch", "history"} <= set(state)
+    assert not list(tmp_path.glob("*.tmp"))
+
+
+def test_nan_loss_ends_the_trial_as_diverged() -> None:
+    res = run_trial(config(train={**TINY["train"], "lr": 1e30, "weight_decay": 0.0}))
+    assert res.outcome == "diverged"
+    assert res.diverged_at["epoch"] == 1 and res.diverged_at["step"] >= 1
+
+
+def test_data_errors_come_before_training(tmp_path: Path) -> None:
+    cfg = TrialConfig.model_validate({"task": "mil", "data": {"name": "mil_csv", "path": str(tmp_path / "nope.csv")},
+                                      "model": {"size": "synpool"}})  # fmt: skip
+    calls = []
+    with pytest.raises(DataError, match="nope.csv"):
+        run_trial(cfg, lambda e, m: calls.append(e))
+    assert calls == []
+
+
+def test_class_count_mismatch_is_a_data_error() -> None:
+    with pytest.raises(DataError, match="class"):
+        run_trial(config(model={**TINY["model"], "num_classes": 7}))
+
+
+def test_shift_moves_each_image_within_bounds() -> None:
+    x = torch.arange(2 * 1 * 5 * 5, dtype=torch.float32).reshape(2, 1, 5, 5) + 1
+    torch.manual_seed(0)
+    y = shift_images(x, 2)
+    assert y.shape == x.shape
+    for i in range(2):
+        kept = y[i][y[i] != 0]
+        assert set(kept.tolist()) <= set(x[i].flatten().tolist())  # only the image's own pixels, and zeros
