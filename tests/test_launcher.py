@@ -167,3 +167,28 @@ def test_killed_launcher_is_finished_by_the_next_launch(tmp_path: Path) -> None:
         t = store.trials_frame("s").set_index("key")
         assert (t.loc[list(done_before), "attempts"] == 1).all()  # completed trials were not re-run
         assert not store.metrics_frame("s").duplicated(["key", "name", "step"]).any()
+
+
+def test_ctrl_c_marks_running_trials_interrupted_and_the_next_launch_resumes(tmp_path: Path) -> None:
+    cfg = {**TINY, "train": {**TINY["train"], "epochs": 30}}
+    f = write_sweeps(tmp_path / "e.yaml", {"s": {"base": cfg, "seeds": 2}})
+    db = f"sqlite:///{tmp_path}/r.sqlite"
+    cmd = [sys.executable, "-m", "ablate.cli", "launch", str(f), "--db", db, "--no-mlflow", "--plain", "--storage", str(tmp_path / "ck")]
+    env = {**os.environ, "RAY_ADDRESS": "", "RAY_AUTH_MODE": "disabled"}
+    proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        with Store(db) as store:
+            wait_for(lambda: len(store.metrics_frame("s")) > 0, timeout=180)
+        os.kill(proc.pid, signal.SIGINT)
+        out, _ = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 130, out
+    with Store(db) as store:
+        assert "interrupted" in set(store.states().values())
+        assert "running" not in set(store.states().values())
+        res = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+        assert res.returncode == 0, res.stdout + res.stderr
+        assert set(store.states().values()) == {"done"}
+        assert set(store.trials_frame("s")["attempts"]) <= {1, 2}
