@@ -336,7 +336,8 @@ def train_epoch(model: nn.Module, task: Task, optimizer: Any, scheduler: Any, ep
         x, y = task.mix(*task.inputs(batch))
         with _autocast(cfg, task.device):
             loss = task.loss(model(*x), y)
-        if not math.isfinite(loss.item()):
+        value = loss.item()
+        if not math.isfinite(value):
             raise Diverged(epoch + 1, i + 1)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
@@ -345,7 +346,7 @@ def train_epoch(model: nn.Module, task: Task, optimizer: Any, scheduler: Any, ep
         optimizer.step()
         if scheduler is not None:
             scheduler.step_update(epoch * steps + i + 1)
-        loss_sum += loss.item() * len(y)
+        loss_sum += value * len(y)
         seen += len(y)
     seconds = time.perf_counter() - t0
     return {
