@@ -44,16 +44,25 @@ class LaunchResult:
 
 
 def _trial_task(config: dict[str, Any], key: str, storage: str, inbox: Any, runner: Callable) -> dict[str, Any]:
-    """Body of one Ray task: run the trial, streaming its messages to the inbox."""
+    """Body of one Ray task: run the trial, streaming its messages to the inbox.
+
+    A trial's calls to the inbox run in the order they were made; waiting for the first and the last
+    of them means that when the task's result is ready, every message it sent is in the inbox, so the
+    launcher records them before the outcome (a late `start` would otherwise reopen a finished trial).
+    """
     cfg = TrialConfig.model_validate(config)
     ctx = ray.get_runtime_context()
-    inbox.put.remote(("start", key, {"host": socket.gethostname(), "node_id": ctx.get_node_id(), "pid": os.getpid(),
-                                     "device": "cuda" if cfg.resources.gpus > 0 else "cpu"}))  # fmt: skip
+    ray.get(inbox.put.remote(("start", key, {"host": socket.gethostname(), "node_id": ctx.get_node_id(),
+                                             "pid": os.getpid(), "device": "cuda" if cfg.resources.gpus > 0 else "cpu"})))  # fmt: skip
+    last: list[Any] = []
 
     def report(epoch: int, metrics: dict[str, float]) -> None:
-        inbox.put.remote(("epoch", key, epoch, metrics, time.time()))
+        last[:] = [inbox.put.remote(("epoch", key, epoch, metrics, time.time()))]
 
-    result = runner(cfg, report, Path(storage) / key)
+    try:
+        result = runner(cfg, report, Path(storage) / key)
+    finally:
+        ray.get(last)
     return asdict(result)
 
 
