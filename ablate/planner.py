@@ -221,9 +221,8 @@ def _raw_config(sweep: Sweep, cell: Cell) -> dict[str, Any]:
 
 def expand(sweep: Sweep) -> Plan:
     """Expand a sweep into trials (cached on the sweep); raise SpecError naming every bad axis value."""
-    cached = getattr(sweep, "_plan", None)
-    if cached is not None:
-        return cached
+    if sweep.plan is not None:
+        return sweep.plan
     spec, problems = sweep.spec, []
     defaults = TrialConfig().model_dump()
     cells = list(_product(_groups(spec.grid, spec.linked, (), sweep, problems)))
@@ -286,7 +285,7 @@ def expand(sweep: Sweep) -> Plan:
         baseline = hit.variant
     metric = spec.metric or ("test.auc" if trials[0].config.task == "mil" else "test.top1")
     plan = Plan(sweep.name, trials, axes, baseline, metric, sweep.source, spec.description)
-    sweep._plan = plan  # type: ignore[attr-defined]
+    sweep.plan = plan
     return plan
 
 

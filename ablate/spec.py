@@ -89,6 +89,8 @@ class Sweep:
     base: dict[str, Any]
     """defaults merged with the sweep's base, relative data paths made absolute."""
     lines: dict[tuple[str | int, ...], int] = field(default_factory=dict, repr=False)
+    plan: Any = field(default=None, repr=False)
+    """The expanded `planner.Plan`, set once by `planner.expand`."""
 
     @property
     def source(self) -> str:

@@ -128,6 +128,10 @@ class Task:
     def inputs(self, batch: Any) -> tuple[tuple[Tensor, ...], Tensor]:
         raise NotImplementedError
 
+    def mix(self, x: tuple[Tensor, ...], y: Tensor) -> tuple[tuple[Tensor, ...], Tensor]:
+        """Training-time batch augmentation (none by default)."""
+        return x, y
+
     def loss(self, out: Tensor, target: Tensor) -> Tensor:
         raise NotImplementedError
 
@@ -215,9 +219,6 @@ class MIL(Task):
     def inputs(self, batch: Any) -> tuple[tuple[Tensor, ...], Tensor]:
         x, mask, y = batch
         return (x.to(self.device), mask.to(self.device)), y.to(self.device).float()
-
-    def mix(self, x: tuple[Tensor, ...], y: Tensor) -> tuple[tuple[Tensor, ...], Tensor]:
-        return x, y
 
     def loss(self, out: Tensor, target: Tensor) -> Tensor:
         return F.binary_cross_entropy_with_logits(out.reshape(-1), target)

@@ -1,6 +1,6 @@
 """A report page checked in a real browser (headless Chromium; `apt-get install chromium`, so not in `make test`).
 
-    .venv/bin/python bench/report_browser.py [--report reports/cpu/index.html] [--shot /tmp/report.png]
+    .venv/bin/python bench/report_browser.py [--report reports/cpu/index.html] [--shot report.png]
 
 Without --report it writes the report of a small synthetic sweep (stack x mixer, 3 seeds, diagnostics,
 one failed trial) to a temporary folder. Then, in Chromium:

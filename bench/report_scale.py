@@ -1,6 +1,6 @@
 """How fast a large store is reported: seconds to write the report of 10,000 trials x 100 epochs.
 
-    .venv/bin/python bench/report_scale.py [--seeds 25] [--epochs 100] [--db /tmp/big.sqlite]
+    .venv/bin/python bench/report_scale.py [--seeds 25] [--epochs 100] [--db big.sqlite]
 
 Generates (once; an existing --db is reused, generation is not the measured part) a sweep of 400
 variants (the four CSaN switches x beta x lr) x 25 seeds with known effects through the store's write

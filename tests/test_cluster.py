@@ -7,6 +7,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -68,6 +69,6 @@ def test_sweep_runs_across_two_nodes(tmp_path: Path) -> None:
         for p in nodes:
             os.killpg(p.pid, signal.SIGKILL)
             p.wait(timeout=30)
-        marker = Path("/tmp/ray/ray_current_cluster")  # `ray start --head` points later ray.init() calls here
+        marker = Path(tempfile.gettempdir(), "ray", "ray_current_cluster")  # `ray start --head` points ray.init() here
         if marker.exists() and marker.read_text().strip() == address:
             marker.unlink()
