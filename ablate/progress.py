@@ -100,5 +100,6 @@ class Progress:
             table.add_row(key[:10], _describe(trial) if trial else "", f"{done}/{epochs}",
                           self._headline(run["metrics"]), f"{eta:.0f}s" if eta is not None else "-")  # fmt: skip
         finished = sum(self.counts.values())
-        bar = ProgressBar(total=max(self.total, 1), completed=finished, width=40)
-        return Group(table, bar, self._summary())
+        footer = Table.grid(padding=(0, 1))
+        footer.add_row(ProgressBar(total=max(self.total, 1), completed=finished, width=40), self._summary())
+        return Group(table, footer)
