@@ -180,13 +180,28 @@ def launch(
         raise typer.Exit(130)
 
 
-def _dry_run(plans: list[Any], db: str | None) -> None:
+def _db_exists(db: str | None) -> bool:
+    """False only for a SQLite file that is not there (reading commands must not create one)."""
+    from ablate.store import DEFAULT_URL
+    from ablate.tracking import sqlite_file
+
+    path = sqlite_file(db or DEFAULT_URL)
+    return path is None or path.exists()
+
+
+def existing_store(db: str | None) -> Any:
+    """The results store for reading; exit 2, creating nothing, when there is no database yet."""
     from ablate.store import DEFAULT_URL, Store
 
-    url = db or DEFAULT_URL
+    if not _db_exists(db):
+        fail(f"no results database at {db or DEFAULT_URL}: run `ablate launch` first (or pass --db)")
+    return Store(db)
+
+
+def _dry_run(plans: list[Any], db: str | None) -> None:
     states: dict[str, str] = {}
-    if not url.startswith("sqlite:///") or Path(url.removeprefix("sqlite:///")).exists():
-        with Store(url) as store:
+    if _db_exists(db):
+        with existing_store(db) as store:
             states = store.states({t.key for p in plans for t in p.trials})
     for p in plans:
         table = Table(title=f"{p.sweep} (dry run)", title_justify="left")
@@ -207,9 +222,7 @@ def status(
     db: Optional[str] = DB,
 ) -> None:
     """Counts per state, running trials, and failures with the first line of their error."""
-    from ablate.store import Store
-
-    with Store(db) as store:
+    with existing_store(db) as store:
         counts = store.status(sweep or None)
         trials = store.trials_frame(sweep or None)
     if counts.empty:
@@ -233,15 +246,13 @@ def runs(
     db: Optional[str] = DB,
 ) -> None:
     """A table of trials with their axis values and final metrics."""
-    from ablate.store import Store
-
     filters: dict[str, Any] = {"state": state} if state else {}
     for item in where or []:
         if "=" not in item:
             fail(f"--where expects PATH=VALUE, got {item!r}")
         path, value = item.split("=", 1)
         filters[f"axis.{path}"] = value
-    with Store(db) as store:
+    with existing_store(db) as store:
         try:
             frame = store.runs(filters, sweep or None)
         except KeyError as e:
@@ -296,10 +307,9 @@ def report(
     """Paper-style tables, seed statistics, effects of each knob and plots: HTML, Markdown, CSV."""
     from ablate.reporting import FORMATS, ReportError
     from ablate.reporting import report as write
-    from ablate.store import Store
 
     formats = [f.strip() for item in format or FORMATS for f in item.split(",") if f.strip()]
-    with Store(db) as store:
+    with existing_store(db) as store:
         try:
             files = write(sweep or None, store=store, out=out_dir, metric=metric, baseline=baseline, formats=formats)
         except ReportError as e:

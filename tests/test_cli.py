@@ -83,3 +83,15 @@ def test_ui_serves_the_mlflow_store_on_loopback(tmp_path: Path) -> None:
         os.killpg(proc.pid, signal.SIGTERM)
         out = proc.communicate(timeout=60)[0]
     assert f"http://127.0.0.1:{port}" in out
+
+
+@pytest.mark.parametrize("command", [["status"], ["runs"], ["report"]])
+def test_reading_commands_without_a_database_exit_2_and_create_nothing(command: list[str], tmp_path: Path) -> None:
+    cwd = os.getcwd()
+    os.chdir(tmp_path)
+    try:
+        result = CliRunner().invoke(app, command)
+    finally:
+        os.chdir(cwd)
+    assert result.exit_code == 2 and "no results database" in result.output
+    assert list(tmp_path.iterdir()) == []
