@@ -173,7 +173,11 @@ def launch(
         done = len(store.done_keys(keys))
         progress = Progress(total=len(keys), done=done, live=live, console=out)
         out.print(f"{len(keys)} trials in {', '.join(p.sweep for p in plans)}: {done} done, {len(keys) - done} to run")
-        result = run(plans, store=store, tracker=tracker, address=address, storage=storage, cpus=cpus, gpus=gpus, progress=progress)
+        try:
+            result = run(plans, store=store, tracker=tracker, address=address, storage=storage, cpus=cpus, gpus=gpus,
+                         progress=progress)  # fmt: skip
+        except ConnectionError as e:
+            fail(str(e))
     counts = ", ".join(f"{k} {v}" for k, v in sorted(result.counts.items())) or "nothing run"
     out.print(f"{counts}; {result.skipped} already done; {result.seconds:.1f} s")
     if result.interrupted:

@@ -72,7 +72,11 @@ def _connect(address: str | None, num_cpus: int | None) -> bool:
         return False
     address = address or os.environ.get("RAY_ADDRESS")
     if address:
-        ray.init(address=address, log_to_driver=False, configure_logging=False)
+        try:
+            ray.init(address=address, log_to_driver=False, configure_logging=False)
+        except (SystemExit, ConnectionError) as e:  # Ray exits the process when no GCS answers
+            ray.shutdown()  # drop the half-made connection, or interpreter exit waits on it
+            raise ConnectionError(f"cannot connect to the Ray cluster at {address} (no answer; exit code {e})") from None
         return True
     ray.init(address="local", num_cpus=num_cpus or os.cpu_count(), include_dashboard=False, log_to_driver=False,
              configure_logging=False, object_store_memory=256 * 2**20)  # fmt: skip
@@ -102,15 +106,18 @@ def launch(
     sweep_of: dict[str, str] = {}
     todo: dict[str, Trial] = {}
     for plan in plans:
-        store.upsert_sweep(plan.sweep, spec_path=plan.file, metric=plan.metric, baseline=plan.baseline,
-                           description=plan.description, spec={"axes": plan.axes})  # fmt: skip
-        store.add_trials(plan.sweep, plan.trials)
         for t in plan.trials:
             sweep_of.setdefault(t.key, plan.sweep)
             todo.setdefault(t.key, t)
     done = store.done_keys(todo)
     result.skipped = len(done)
     todo = {k: t for k, t in todo.items() if k not in done}
+    # Ray first: an unreachable cluster is an error before anything is written to the store.
+    ours = _connect(address, num_cpus) if todo else False
+    for plan in plans:
+        store.upsert_sweep(plan.sweep, spec_path=plan.file, metric=plan.metric, baseline=plan.baseline,
+                           description=plan.description, spec={"axes": plan.axes})  # fmt: skip
+        store.add_trials(plan.sweep, plan.trials)
     store.interrupt(todo)  # left `running` by a launcher that was killed: they resume now
     progress = progress or Progress(total=len(todo) + len(done), done=len(done))
     if not todo:
@@ -121,7 +128,6 @@ def launch(
         for plan in plans:
             tracker.start_sweep(store, plan.sweep)
     storage = str(Path(storage).resolve())
-    ours = _connect(address, num_cpus)
     recorder = Recorder(store, tracker, sweep_of)
     inbox = Inbox.remote()
     task = ray.remote(_trial_task)
