@@ -160,9 +160,15 @@ def launch(
         _dry_run(plans, db)
         return
     from ablate.launcher import launch as run
+    from ablate.launcher import reachable
     from ablate.progress import Progress
     from ablate.store import Store
 
+    if address:
+        try:
+            reachable(address)  # before anything is written
+        except ConnectionError as e:
+            fail(str(e))
     with Store(db) as store:
         tracker = None
         if mlflow:

@@ -66,12 +66,24 @@ def _trial_task(config: dict[str, Any], key: str, storage: str, inbox: Any, runn
     return asdict(result)
 
 
+def reachable(address: str, timeout: float = 10.0) -> None:
+    """Fail fast on a `host:port` nobody listens on (Ray itself retries for minutes, then exits)."""
+    host, sep, port = address.removeprefix("ray://").rpartition(":")
+    if not sep or not port.isdigit():
+        return  # "auto" and other forms: left to Ray
+    try:
+        socket.create_connection((host, int(port)), timeout=timeout).close()
+    except OSError as e:
+        raise ConnectionError(f"cannot connect to the Ray cluster at {address}: {e.strerror or e}") from None
+
+
 def _connect(address: str | None, num_cpus: int | None) -> bool:
     """Join `address` (or RAY_ADDRESS), reuse a running Ray, or start an embedded one. True if we started it."""
     if ray.is_initialized():
         return False
     address = address or os.environ.get("RAY_ADDRESS")
     if address:
+        reachable(address)
         try:
             ray.init(address=address, log_to_driver=False, configure_logging=False)
         except (SystemExit, ConnectionError) as e:  # Ray exits the process when no GCS answers

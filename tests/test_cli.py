@@ -95,3 +95,18 @@ def test_reading_commands_without_a_database_exit_2_and_create_nothing(command: 
         os.chdir(cwd)
     assert result.exit_code == 2 and "no results database" in result.output
     assert list(tmp_path.iterdir()) == []
+
+
+def test_unreachable_cluster_is_a_clear_error_and_writes_nothing(tmp_path: Path) -> None:
+    f = write_sweeps(tmp_path / "e.yaml", {"s": {"base": TINY}})
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # closed again: nobody listens there
+    cwd = os.getcwd()
+    os.chdir(tmp_path)
+    try:
+        result = CliRunner().invoke(app, ["launch", str(f), "--address", f"127.0.0.1:{port}", "--no-mlflow"])
+    finally:
+        os.chdir(cwd)
+    assert result.exit_code == 2 and "cannot connect to the Ray cluster" in result.output
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["e.yaml"]
