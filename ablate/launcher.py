@@ -53,7 +53,7 @@ def _trial_task(config: dict[str, Any], key: str, storage: str, inbox: Any, runn
     cfg = TrialConfig.model_validate(config)
     ctx = ray.get_runtime_context()
     ray.get(inbox.put.remote(("start", key, {"host": socket.gethostname(), "node_id": ctx.get_node_id(),
-                                             "pid": os.getpid(), "device": "cuda" if cfg.resources.gpus > 0 else "cpu"})))  # fmt: skip
+                                             "device": "cuda" if cfg.resources.gpus > 0 else "cpu"})))  # fmt: skip
     last: list[Any] = []
 
     def report(epoch: int, metrics: dict[str, float]) -> None:
@@ -126,73 +126,75 @@ def launch(
     todo = {k: t for k, t in todo.items() if k not in done}
     # Ray first: an unreachable cluster is an error before anything is written to the store.
     ours = _connect(address, num_cpus) if todo else False
-    for plan in plans:
-        store.upsert_sweep(plan.sweep, spec_path=plan.file, metric=plan.metric, baseline=plan.baseline,
-                           description=plan.description, spec={"axes": plan.axes})  # fmt: skip
-        store.add_trials(plan.sweep, plan.trials)
-    store.interrupt(todo)  # left `running` by a launcher that was killed: they resume now
-    progress = progress or Progress(total=len(todo) + len(done), done=len(done))
-    if not todo:
-        progress.message(f"nothing to run: all {len(done)} trials are done")
-        result.seconds = time.perf_counter() - started
-        return result
-    if tracker is not None:
-        for plan in plans:
-            tracker.start_sweep(store, plan.sweep)
-    storage = str(Path(storage).resolve())
-    recorder = Recorder(store, tracker, sweep_of)
-    inbox = Inbox.remote()
-    task = ray.remote(_trial_task)
-    pending: dict[Any, str] = {}
-    failures: Counter = Counter()
-
-    def submit(key: str) -> None:
-        cfg = todo[key].config
-        opts = {"num_cpus": cpus if cpus is not None else cfg.resources.cpus,
-                "num_gpus": gpus if gpus is not None else cfg.resources.gpus,
-                "max_retries": SYSTEM_RETRIES, "retry_exceptions": False, "name": f"trial-{key[:10]}"}  # fmt: skip
-        ref = task.options(**opts).remote(cfg.model_dump(mode="json"), key, storage, inbox, runner)
-        pending[ref] = key
-        progress.submitted(todo[key])
-
-    def drain() -> None:
-        messages = ray.get(inbox.drain.remote())
-        recorder.handle(messages)
-        for kind, key, *body in messages:
-            if kind == "start":
-                progress.started(key)
-            elif kind == "epoch":
-                progress.epoch(key, body[0], body[1])
-
     try:
-        for key in todo:
-            submit(key)
-        with progress:
-            while pending:
-                ready, _ = ray.wait(list(pending), num_returns=len(pending), timeout=poll)
-                drain()
-                for ref in ready:
-                    key = pending.pop(ref)
-                    state = _settle(ref, key, todo[key].config, recorder, failures)
-                    if state == "retry":
-                        submit(key)
-                        continue
-                    result.counts[state] += 1
-                    progress.finished(key, state)
-                progress.refresh()
-            drain()
-    except KeyboardInterrupt:
-        for ref in pending:
-            ray.cancel(ref, force=True)
-        drain()
-        recorder.interrupt(list(pending.values()))
-        result.interrupted = True
-        result.counts["interrupted"] += len(pending)
-    finally:
+        for plan in plans:
+            store.upsert_sweep(plan.sweep, spec_path=plan.file, metric=plan.metric, baseline=plan.baseline,
+                               description=plan.description, spec={"axes": plan.axes})  # fmt: skip
+            store.add_trials(plan.sweep, plan.trials)
+        store.interrupt(todo)  # left `running` by a launcher that was killed: they resume now
+        progress = progress or Progress(total=len(todo) + len(done), done=len(done))
+        if not todo:
+            progress.message(f"nothing to run: all {len(done)} trials are done")
+            result.seconds = time.perf_counter() - started
+            return result
         if tracker is not None:
             for plan in plans:
-                tracker.end_sweep(store, plan.sweep, "KILLED" if result.interrupted else "FINISHED")
-        if ours:
+                tracker.start_sweep(store, plan.sweep)
+        storage = str(Path(storage).resolve())
+        recorder = Recorder(store, tracker, sweep_of)
+        inbox = Inbox.remote()
+        task = ray.remote(_trial_task)
+        pending: dict[Any, str] = {}
+        failures: Counter = Counter()
+
+        def submit(key: str) -> None:
+            cfg = todo[key].config
+            opts = {"num_cpus": cpus if cpus is not None else cfg.resources.cpus,
+                    "num_gpus": gpus if gpus is not None else cfg.resources.gpus,
+                    "max_retries": SYSTEM_RETRIES, "retry_exceptions": False, "name": f"trial-{key[:10]}"}  # fmt: skip
+            ref = task.options(**opts).remote(cfg.model_dump(mode="json"), key, storage, inbox, runner)
+            pending[ref] = key
+            progress.submitted(todo[key])
+
+        def drain() -> None:
+            messages = ray.get(inbox.drain.remote())
+            recorder.handle(messages)
+            for kind, key, *body in messages:
+                if kind == "start":
+                    progress.started(key)
+                elif kind == "epoch":
+                    progress.epoch(key, body[0], body[1])
+
+        try:
+            for key in todo:
+                submit(key)
+            with progress:
+                while pending:
+                    ready, _ = ray.wait(list(pending), num_returns=len(pending), timeout=poll)
+                    drain()
+                    for ref in ready:
+                        key = pending.pop(ref)
+                        state = _settle(ref, key, todo[key].config, recorder, failures)
+                        if state == "retry":
+                            submit(key)
+                            continue
+                        result.counts[state] += 1
+                        progress.finished(key, state)
+                    progress.refresh()
+                drain()
+        except KeyboardInterrupt:
+            for ref in pending:
+                ray.cancel(ref, force=True)
+            drain()
+            recorder.interrupt(list(pending.values()))
+            result.interrupted = True
+            result.counts["interrupted"] += len(pending)
+        finally:
+            if tracker is not None:
+                for plan in plans:
+                    tracker.end_sweep(store, plan.sweep, "KILLED" if result.interrupted else "FINISHED")
+    finally:
+        if ours:  # also when recording fails before the first task is submitted
             ray.shutdown()
     result.seconds = time.perf_counter() - started
     return result
