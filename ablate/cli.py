@@ -175,13 +175,9 @@ def launch(
             from ablate.tracking import Tracker
 
             tracker = Tracker(mlflow_uri)
-        keys = {t.key for p in plans for t in p.trials}
-        done = len(store.done_keys(keys))
-        progress = Progress(total=len(keys), done=done, live=live, console=out)
-        out.print(f"{len(keys)} trials in {', '.join(p.sweep for p in plans)}: {done} done, {len(keys) - done} to run")
         try:
             result = run(plans, store=store, tracker=tracker, address=address, storage=storage, cpus=cpus, gpus=gpus,
-                         progress=progress)  # fmt: skip
+                         progress=Progress(live=live, console=out))  # fmt: skip
         except ConnectionError as e:
             fail(str(e))
     counts = ", ".join(f"{k} {v}" for k, v in sorted(result.counts.items())) or "nothing run"

@@ -132,7 +132,8 @@ def launch(
                                description=plan.description, spec={"axes": plan.axes})  # fmt: skip
             store.add_trials(plan.sweep, plan.trials)
         store.interrupt(todo)  # left `running` by a launcher that was killed: they resume now
-        progress = progress or Progress(total=len(todo) + len(done), done=len(done))
+        progress = progress or Progress()
+        progress.begin([plan.sweep for plan in plans], len(todo) + len(done), len(done))
         if not todo:
             progress.message(f"nothing to run: all {len(done)} trials are done")
             result.seconds = time.perf_counter() - started

@@ -22,7 +22,7 @@ def _describe(trial: Trial) -> str:
 class Progress:
     """Tracks trials of one launch; `live=None` picks the live table only when stdout is a terminal."""
 
-    def __init__(self, total: int, done: int = 0, live: bool | None = None, console: Console | None = None) -> None:
+    def __init__(self, total: int = 0, done: int = 0, live: bool | None = None, console: Console | None = None) -> None:
         self.console = console or Console()
         self.live = sys.stdout.isatty() if live is None else live
         self.total = total
@@ -42,6 +42,11 @@ class Progress:
             self._live.update(self.render())
             self._live.__exit__(*exc)
             self._live = None
+
+    def begin(self, sweeps: list[str], total: int, done: int) -> None:
+        """The launch's plan: how many trials, how many of them already done."""
+        self.total, self.counts = total, Counter(done=done)
+        self.message(f"{total} trials in {', '.join(sweeps)}: {done} done, {total - done} to run")
 
     def message(self, text: str) -> None:
         self.console.print(text)

@@ -61,7 +61,7 @@ def time_ablate(folder: Path, n: int, runner, mlflow: bool, lr: float = 1e-3) ->
         tracker = Tracker(f"sqlite:///{folder}/m.sqlite", str(folder / "art")) if mlflow else None
         t0 = time.perf_counter()
         res = launch([p], store=store, tracker=tracker, storage=folder / "ck", runner=runner,
-                     progress=Progress(total=n, live=False, console=Console(quiet=True)), poll=0.05)  # fmt: skip
+                     progress=Progress(live=False, console=Console(quiet=True)), poll=0.05)  # fmt: skip
         seconds = time.perf_counter() - t0
     assert res.counts["done"] == n, res.counts
     return seconds

@@ -34,7 +34,7 @@ def wait_for(what, timeout: float = 120, every: float = 0.2):
 
 
 def quiet() -> Progress:
-    return Progress(total=0, live=False)
+    return Progress(live=False)
 
 
 def test_launch_records_everything_and_never_reruns(ray_local, tmp_path: Path) -> None:

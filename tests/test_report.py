@@ -359,7 +359,7 @@ def test_report_of_a_real_launch(ray_local, store, tmp_path):
     base = {**TINY, "train": {**TINY["train"], "diagnostics": True}}
     p = planned(tmp_path, "real", base=base, grid={"attention.kind": ["softmax", "csan"]}, seeds=1,
                 baseline={"attention.kind": "softmax"})  # fmt: skip
-    launch([p], store=store, storage=tmp_path / "ck", progress=Progress(total=0, live=False))
+    launch([p], store=store, storage=tmp_path / "ck", progress=Progress(live=False))
     files = {f.name: f for f in report("real", store=store, out=tmp_path / "reports")}
     assert {"curves.png", "diagnostics.png", "cost.png"} <= set(files)
     v = read_csv(files["variants.csv"])
