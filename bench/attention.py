@@ -180,7 +180,7 @@ def main() -> None:
             cfg = TypeAdapter(AttentionConfig).validate_python(VARIANTS.get(label, VARIANTS["csan"]))
             torch.manual_seed(0)
             mixer = create_mixer(cfg, s.h * s.d, s.h).to(device)
-            mix = (lambda *a, m=mixer, **kw: m.forward_explicit(*a, **kw)[0]) if label == EXPLICIT else mixer
+            mix = mixer.forward_explicit if label == EXPLICIT else mixer
             step = fwd_bwd(mixer, mix, inp, grad, autocast)
             m = peak_bytes(step, device)  # also the warm-up
             if base_step is None:  # softmax: the baseline every later variant takes turns with

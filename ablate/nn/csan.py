@@ -23,6 +23,7 @@ kappa_pub and kappa_priv: h*w + w each; u and the trunk exist only if any of the
 
 from __future__ import annotations
 
+import math
 from typing import Iterator, NamedTuple
 
 import torch
@@ -107,12 +108,60 @@ class _RowMeanPhi(torch.autograd.Function):
         return dq, dk, db, None, None
 
 
-def _math_path(q: Tensor, bias: Tensor | None, scaled: bool) -> bool:
-    """Whether SDPA would materialise N x N itself: on CPU, a mask that needs a gradient (a learnt bias,
-    or one scaled by tau) sends it from the flash kernel to its math path (torch 2.4 to 2.13 at least).
-    Then logits computed once, for the descriptor and the attention, beat computing them twice."""
+class _KneeLogits(torch.autograd.Function):
+    """(t, m): the logits in knee units, t = s / beta for s = q k^T / sqrt(d) + bias, materialised, and the
+    descriptor m = mean_j phi_beta(s), (B, H, Nq), from the same matmul (the explicit path).
+
+    With t, phi_beta(s) = beta * (min(exp(t - 1), 1) + relu(t - 1)) and its derivative is
+    min(exp(t - 1), 1), kept from the forward pass: in backward the descriptor's gradient is added to the
+    one t receives from the attention, and both leave through the same two matmuls (dq = g k, dk = g^T q),
+    so the descriptor costs one matmul in all instead of three. exp is taken of max(t - 1, log tiny): a
+    subnormal result costs x86 ~20x the time (Swin's -100 mask lands there), and such an entry then
+    counts as the smallest normal number instead of ~0.
+    """
+
+    @staticmethod
+    def forward(ctx, q: Tensor, k: Tensor, bias: Tensor | None, beta: float) -> tuple[Tensor, Tensor]:  # type: ignore[override]
+        acc = torch.promote_types(q.dtype, torch.float32)
+        t = (q * (q.shape[-1] ** -0.5 / beta)) @ k.transpose(-2, -1)
+        if bias is not None:
+            t.add_(bias.to(t.dtype), alpha=1 / beta)
+        floor = math.log(torch.finfo(acc).tiny) + 1
+        e = t.clamp(floor, 1).exp_()  # E * min(exp(t - 1), 1), E = exp(1): the scalar 1/E goes into sums
+        n = k.shape[-2]
+        m = (e.sum(-1, dtype=acc) / math.e + t.clamp(min=1).sum(-1, dtype=acc) - n) * (beta / n)
+        ctx.save_for_backward(q, k, e)
+        ctx.beta, ctx.bias_shape = beta, None if bias is None else bias.shape
+        return t, m
+
+    @staticmethod
+    def backward(ctx, gt: Tensor | None, gm: Tensor | None) -> tuple[Tensor | None, ...]:  # type: ignore[override]
+        q, k, e = ctx.saved_tensors
+        beta, n = ctx.beta, k.shape[-2]
+        if gm is None:
+            g = gt
+        else:  # dm_i / dt_ij = (beta / n) min(exp(t_ij - 1), 1) = beta / (n E) * e_ij
+            col = (gm * (beta / (n * math.e))).unsqueeze(-1).to(e.dtype)
+            g = e * col if gt is None else torch.addcmul(gt, e, col)
+        scale = q.shape[-1] ** -0.5 / beta
+        dq = (g @ k).mul_(scale) if ctx.needs_input_grad[0] else None
+        dk = (g.transpose(-2, -1) @ q).mul_(scale) if ctx.needs_input_grad[1] else None
+        db = g.sum_to_size(ctx.bias_shape) / beta if ctx.needs_input_grad[2] else None
+        return dq, dk, db, None
+
+
+def _explicit(q: Tensor, bias: Tensor | None, scaled: bool, chunk: int) -> bool:
+    """Whether the explicit path (`_KneeLogits`: logits materialised once, for the descriptor and the
+    attention) beats SDPA plus the row-chunked descriptor. On CPU: when the queries fit one descriptor
+    chunk (its N x N logits take no more memory than a chunk), since the descriptor then costs one
+    matmul instead of four and SDPA's kernel saves little at such sizes (ViT-S: 1.8x -> 1.3x softmax,
+    bench/attention.py); and when a mask needs a gradient (a learnt bias, or one scaled by tau), which
+    sends CPU SDPA from its flash kernel to its N x N math path anyway (torch 2.4 to 2.13 at least).
+    On CUDA the fused kernels stay (not measured here: no GPU)."""
+    if q.device.type != "cpu":
+        return False
     grad_mask = bias is not None and torch.is_grad_enabled() and (scaled or bias.requires_grad)
-    return grad_mask and q.device.type == "cpu"
+    return grad_mask or q.shape[-2] <= chunk
 
 
 class Gains(NamedTuple):
@@ -179,10 +228,8 @@ class CSaN(TokenMixer):
         self.apply(_init)
 
     def forward(self, q: Tensor, k: Tensor, v: Tensor, bias: Tensor | None = None, x: Tensor | None = None) -> Tensor:
-        if self.record or _math_path(q, bias, self.tau is not None):
-            out, rows = self.forward_explicit(q, k, v, bias, x)
-            self._keep(rows)
-            return out
+        if self.record or _explicit(q, bias, self.tau is not None, self.cfg.chunk):
+            return self.forward_explicit(q, k, v, bias, x)
         return self.forward_fused(q, k, v, bias, x)
 
     def forward_fused(
@@ -200,20 +247,24 @@ class CSaN(TokenMixer):
 
     def forward_explicit(
         self, q: Tensor, k: Tensor, v: Tensor, bias: Tensor | None = None, x: Tensor | None = None
-    ) -> tuple[Tensor, Tensor]:
-        """The same CSaN from materialised logits (as the reference code does it): (out, attention rows).
-
-        Used when recording, where SDPA would take its math path anyway (`_math_path`), and as the
-        baseline of bench/attention.py.
-        """
-        s = logits(q, k, bias)
-        g = self.gains(phi(s, self.cfg.beta).mean(-1) if self.calibrated else None, x, k.shape[-2])
-        if g.tau is not None:
-            s = s * g.tau if bias is None else _scale(s, g.tau)
-        a = normalize_rows(s, bias)
-        if g.mu is not None:
-            a = a * g.mu.transpose(-2, -1)
-        return self.readout(a.to(v.dtype) @ v, v, g), a
+    ) -> Tensor:
+        """The same CSaN from logits materialised once (`_KneeLogits`); keeps the attention rows when
+        recording. softmax(tau s) is computed as softmax(tau beta t): t = s / beta. Masking needs care
+        (tau scaling that keeps -inf, rows masked everywhere) only when the bias holds -inf: Swin's
+        finite -100 mask takes the plain ops."""
+        masked = bias is not None and bool((bias == float("-inf")).any())
+        if self.calibrated:
+            t, m = _KneeLogits.apply(q, k, bias, self.cfg.beta)
+            g = self.gains(m, x, k.shape[-2])
+            tau = self.cfg.beta if g.tau is None else g.tau * self.cfg.beta
+            s = _scale(t, tau) if masked and g.tau is not None else t * tau
+        else:
+            s, g = logits(q, k, bias), self.gains(None, x, k.shape[-2])
+        a = normalize_rows(s, bias if masked else None)
+        if self.record:
+            self._keep(a if g.mu is None else a * g.mu.transpose(-2, -1))
+        vs = v if g.mu is None else v * g.mu.to(v.dtype)
+        return self.readout(a.to(v.dtype) @ vs, v, g)
 
     def gains(self, m: Tensor | None, x: Tensor | None, nk: int) -> Gains:
         """The four calibrations from the descriptor m (B, H, Nq) and the query tokens x (B, Nq, in_dim)."""
