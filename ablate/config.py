@@ -65,7 +65,8 @@ class CSaNAttention(Strict):
     hidden_min: int = Field(24, ge=1)
     """Lower bound of the trunk width."""
     chunk: int = nokey(256, ge=1)
-    """Query rows per chunk when computing the descriptor (memory only; never changes results)."""
+    """Query rows per descriptor chunk; on CPU, queries that fit one chunk take the explicit path (speed and
+    memory only: both paths give the same results to float tolerance)."""
 
 
 class SynAttention(Strict):

@@ -1,22 +1,26 @@
-"""Forward + backward time and peak memory of every attention variant, as ratios to softmax SDPA.
+"""Forward + backward time, FLOPs and peak memory of every attention variant, as ratios to softmax SDPA.
 
     .venv/bin/python bench/attention.py [--device cpu|cuda] [--threads N] [--budget SECONDS] [--only LABEL ...]
 
-Shapes (B, H, N, d): ViT-S (8, 6, 197, 64); Swin-T stage-1 windows of 4 images (256, 3, 49, 32) with a
-learnable relative-position-like bias plus a -100 shift mask; a long sequence (1, 3, 3136, 32). A variant
-is timed as the mixer alone (q, k, v and the tokens x in, mixed values out, then backward: the module the
-backbones call); "x layer" adds the fwd+bwd time of the qkv and output projections around it (timed once
-per shape, the same for every variant: what a model pays per attention layer). The last row per shape is
-CSaN from materialised logits (`CSaN.forward_explicit`, the reference code's way) instead of its fused path.
+Each shape is a real timm attention layer patched by `ablate.nn.backbones` (qkv projection, mixer, output
+projection): ViT-S, timm `Attention` (384 wide, 6 heads) on 8 images of 197 tokens; Swin-T stage 1,
+timm `WindowAttention` (96 wide, 3 heads, 7 x 7 windows) on the 4 x 64 windows of four 56 x 56 maps, its
+learnt relative-position bias plus the -100 shift mask of timm's shifted block; a long sequence, ViT
+attention 96 wide, 3 heads, one image of 3136 tokens (56 x 56). Two timings per variant:
+"ms" is the mixer alone (the q, k, v, bias and tokens the layer hands it, in timm's memory layout: q, k, v
+are views of one qkv tensor), forward and backward; "layer ms" is the whole layer. "x FLOPs" are the
+ratios of counted forward + backward FLOPs (`ablate.nn.accounting.flops`: matmuls only), the floor a
+variant's time ratio could reach if every op ran as fast per FLOP as softmax's. "csan" is what
+`CSaN.forward` picks for the shape; "csan fused" (SDPA + row-chunked descriptor) and "csan explicit"
+(logits materialised once) are its two paths forced.
 
-Time: the fastest of repeated fwd+bwd runs after a warm-up, each variant taking turns with softmax and
-the projections (other processes only ever add time, and a change in load hits all three alike; CUDA:
-synchronised, bf16 autocast with bf16 q/k/v, as in a model under autocast). Peak memory, measured on the
-warm-up run: the highest net bytes allocated during one fwd+bwd above what was live before it (inputs
-excluded); CUDA from torch.cuda.max_memory_allocated, CPU from the profiler's allocation events
-(profile_memory=True: every CPU-allocator alloc/free with its running total). CPU threads: torch's
-default unless --threads; on a loaded machine use --threads 1, since an OpenMP barrier waiting on a
-descheduled thread adds a time slice to every op and so punishes variants with many small ops.
+Time: the fastest of repeated fwd+bwd runs after a warm-up, the variant taking turns with softmax (other
+processes only ever add time, and a change in load hits both alike; CUDA: synchronised, bf16 autocast, as
+in a model under autocast). Peak memory, measured on the warm-up run of the mixer: the highest net bytes
+allocated during one fwd+bwd above what was live before it (inputs excluded;
+`ablate.nn.accounting.peak_bytes`). CPU threads: torch's default unless --threads; on a loaded machine use
+--threads 1, since an OpenMP barrier waiting on a descheduled thread adds a time slice to every op and so
+punishes variants with many small ops.
 """
 
 from __future__ import annotations
@@ -31,32 +35,38 @@ import torch
 from pydantic import TypeAdapter
 from rich.console import Console
 from rich.table import Table
-
 from torch import Tensor, nn
 
+from ablate import _tv_compat  # noqa: F401  (before timm)
 from ablate.config import AttentionConfig
-from ablate.nn import create_mixer
-from ablate.nn.mixer import TokenMixer
+from ablate.nn.accounting import flops, peak_bytes
+from ablate.nn.backbones import MixedAttention, MixedWindowAttention
+
+from timm.layers import Attention  # noqa: E402  (after the torchvision shim)
+from timm.models.swin_transformer import SwinTransformerBlock  # noqa: E402
 
 
 @dataclass(frozen=True)
 class Shape:
     name: str
-    b: int
-    h: int
-    n: int
-    d: int
-    bias: bool = False
+    batch: int
+    tokens: int
+    dim: int
+    heads: int
+    window: int = 0
+    """> 0: a Swin window layer; batch = windows of window^2 tokens, shifted (masked) every other block."""
 
 
 SHAPES = (
-    Shape("vit-s", 8, 6, 197, 64),
-    Shape("swin-window", 64 * 4, 3, 49, 32, bias=True),
-    Shape("long", 1, 3, 3136, 32),
+    Shape("vit-s", 8, 197, 384, 6),
+    Shape("swin-window", 4 * 64, 49, 96, 3, window=7),
+    Shape("long", 1, 3136, 96, 3),
 )
 VARIANTS: dict[str, dict] = {
     "softmax": {"kind": "softmax"},
     "csan": {"kind": "csan"},
+    "csan fused": {"kind": "csan"},
+    "csan explicit": {"kind": "csan"},
     "csan head-wise": {"kind": "csan", "kappa_pub": "head"},
     "csan bounded": {"kind": "csan", "bounded": True},
     "syn +3": {"kind": "syn", "steps": 3},
@@ -67,41 +77,51 @@ VARIANTS: dict[str, dict] = {
     "entmax15": {"kind": "entmax15"},
     "ista": {"kind": "ista"},
 }
-EXPLICIT = "csan explicit"
 
 
-class Projections(nn.Module):
-    """The rest of an attention layer: x -> qkv Linear, and the output Linear (fed one third of it)."""
-
-    def __init__(self, dim: int) -> None:
-        super().__init__()
-        self.qkv, self.proj = nn.Linear(dim, 3 * dim), nn.Linear(dim, dim)
-
-    def forward(self, x: Tensor) -> Tensor:
-        return self.proj(self.qkv(x)[..., : x.shape[-1]])
-
-
-def make_inputs(s: Shape, device: torch.device, dtype: torch.dtype) -> dict[str, torch.Tensor | None]:
-    g = torch.Generator(device="cpu").manual_seed(0)
-    q, k, v = (torch.randn(s.b, s.h, s.n, s.d, generator=g).to(device, dtype).requires_grad_() for _ in range(3))
-    x = torch.randn(s.b, s.n, s.h * s.d, generator=g).to(device, dtype).requires_grad_()
-    bias = None
-    if s.bias:  # relative-position-like bias (learnable, float32 as in timm) + Swin's -100 shift mask
-        bias = 0.1 * torch.randn(1, s.h, s.n, s.n, generator=g)
-        mask = torch.zeros(s.n, s.n)
-        mask[: s.n // 2, s.n // 2 :] = mask[s.n // 2 :, : s.n // 2] = -100.0
-        bias = (bias + mask).to(device).requires_grad_()
-    return {"q": q, "k": k, "v": v, "x": x, "bias": bias}
+def make_layer(s: Shape, label: str, device: torch.device) -> tuple[nn.Module, Tensor | None]:
+    """The patched timm layer for ``label`` (seeded alike for every variant), and its shift mask if any."""
+    cfg = TypeAdapter(AttentionConfig).validate_python(VARIANTS[label])
+    torch.manual_seed(0)
+    if s.window:
+        side = 8 * s.window  # an 8 x 8-window map; timm's shifted block computes its -100 mask
+        block = SwinTransformerBlock(s.dim, (side, side), s.heads, window_size=s.window, shift_size=s.window // 2)
+        layer = MixedWindowAttention.adopt(block.attn, cfg)
+        mask = block.attn_mask
+    else:
+        layer, mask = MixedAttention.adopt(Attention(s.dim, s.heads, qkv_bias=True), cfg), None
+    if label in ("csan fused", "csan explicit"):
+        mixer = layer.mixer
+        mixer.forward = mixer.forward_fused if label == "csan fused" else mixer.forward_explicit
+    return layer.to(device), None if mask is None else mask.to(device)
 
 
-def fwd_bwd(module: nn.Module, forward: Callable[..., Tensor], inp: dict, grad: Tensor, autocast) -> Callable[[], None]:
+def mixer_inputs(layer: nn.Module, x: Tensor, mask: Tensor | None) -> dict[str, Tensor | None]:
+    """What the layer hands its mixer for ``x``, as leaves that keep their memory layout."""
+    seen: dict[str, Tensor | None] = {}
+
+    def grab(_: nn.Module, args: tuple, kwargs: dict) -> None:
+        seen.update(zip("qkv", args), **kwargs)
+
+    handle = layer.mixer.register_forward_pre_hook(grab, with_kwargs=True)
+    with torch.no_grad():
+        layer(x) if mask is None else layer(x, mask)
+    handle.remove()
+    return {
+        name: None if t is None else torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device=t.device)
+        .copy_(t)
+        .requires_grad_(t.is_floating_point())
+        for name, t in seen.items()
+    }
+
+
+def fwd_bwd(module: nn.Module, forward: Callable[[], Tensor], leaves: list[Tensor], grad: Tensor, autocast) -> Callable[[], None]:
     def step() -> None:
-        for t in inp.values():
-            if t is not None:
-                t.grad = None
+        for t in leaves:
+            t.grad = None
         module.zero_grad(set_to_none=True)
         with autocast():
-            out = forward(**inp)
+            out = forward()
         out.backward(grad)
 
     return step
@@ -120,32 +140,30 @@ def seconds(steps: list[Callable[[], None]], sync: Callable[[], None], budget: f
     return [min(ts) for ts in times]
 
 
-def peak_bytes(step: Callable[[], None], device: torch.device) -> int:
-    """Run ``step`` once; the peak of its net allocations."""
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-        base = torch.cuda.memory_allocated()
-        torch.cuda.reset_peak_memory_stats()
-        step()
-        torch.cuda.synchronize()
-        return torch.cuda.max_memory_allocated() - base
-    from torch._C._profiler import _EventType
-    from torch.profiler import ProfilerActivity, profile
+@dataclass
+class Steps:
+    """One variant at one shape: its mixer and layer steps, warmed up, with their counts."""
 
-    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
-        step()
-    allocs: list[tuple[int, int, int]] = []
-    stack = list(prof.profiler.kineto_results.experimental_event_tree())
-    while stack:
-        e = stack.pop()
-        if e.tag == _EventType.Allocation:
-            allocs.append((e.start_time_ns, e.extra_fields.alloc_size, e.extra_fields.total_allocated))
-        stack.extend(e.children)
-    if not allocs:
-        return 0
-    allocs.sort()
-    start = allocs[0][2] - allocs[0][1]
-    return max(total for _, _, total in allocs) - start
+    mixer: Callable[[], None]
+    layer: Callable[[], None]
+    mixer_flops: int
+    layer_flops: int
+    peak: int
+
+
+def variant_steps(s: Shape, label: str, device: torch.device, dtype: torch.dtype, autocast) -> Steps:
+    layer, mask = make_layer(s, label, device)
+    g = torch.Generator(device="cpu").manual_seed(0)
+    x = torch.randn(s.batch, s.tokens, s.dim, generator=g).to(device, dtype).requires_grad_()
+    y_grad = torch.randn(s.batch, s.tokens, s.dim, generator=g).to(device, dtype)
+    inp = mixer_inputs(layer, x, mask)
+    out_grad = torch.randn(inp["q"].shape, generator=g).to(device, dtype)
+    leaves = [t for t in inp.values() if t is not None and t.requires_grad]
+    mixer = fwd_bwd(layer.mixer, lambda: layer.mixer(inp["q"], inp["k"], inp["v"], bias=inp.get("bias"), x=inp.get("x")), leaves, out_grad, autocast)
+    whole = fwd_bwd(layer, lambda: layer(x) if mask is None else layer(x, mask), [x], y_grad, autocast)
+    peak = peak_bytes(mixer, device)  # also the warm-up
+    whole()
+    return Steps(mixer, whole, flops(mixer), flops(whole), peak)
 
 
 def main() -> None:
@@ -162,36 +180,27 @@ def main() -> None:
     dtype = torch.bfloat16 if cuda else torch.float32
     autocast = (lambda: torch.autocast("cuda", dtype=torch.bfloat16)) if cuda else nullcontext
     sync = torch.cuda.synchronize if cuda else (lambda: None)
-    labels = [lb for lb in [*VARIANTS, EXPLICIT] if not args.only or lb == "softmax" or lb in args.only]
+    labels = [lb for lb in VARIANTS if not args.only or lb == "softmax" or lb in args.only]
 
     title = f"attention fwd+bwd vs softmax SDPA on {device.type}, {'bf16 autocast' if cuda else 'float32'}"
     table = Table(title=f"{title}, {torch.get_num_threads()} threads")
-    for col in ("shape", "variant", "ms", "x time", "peak MiB", "x memory", "x layer time"):
+    cols = ("shape", "variant", "ms", "x time", "x FLOPs", "peak MiB", "x memory", "layer ms", "x layer time", "x layer FLOPs")
+    for col in cols:
         table.add_column(col, justify="left" if col in ("shape", "variant") else "right")
     t_start = time.perf_counter()
     for s in SHAPES:
-        inp = make_inputs(s, device, dtype)
-        grad = torch.randn(s.b, s.h, s.n, s.d, generator=torch.Generator().manual_seed(1)).to(device, dtype)
-        proj = Projections(s.h * s.d).to(device)
-        proj_step = fwd_bwd(proj, proj, {"x": inp["x"]}, grad.transpose(1, 2).flatten(2), autocast)
-        proj_step()
-        base_step = None
+        base: Steps | None = None
         for label in labels:
-            cfg = TypeAdapter(AttentionConfig).validate_python(VARIANTS.get(label, VARIANTS["csan"]))
-            torch.manual_seed(0)
-            mixer = create_mixer(cfg, s.h * s.d, s.h).to(device)
-            mix = mixer.forward_explicit if label == EXPLICIT else mixer
-            step = fwd_bwd(mixer, mix, inp, grad, autocast)
-            m = peak_bytes(step, device)  # also the warm-up
-            if base_step is None:  # softmax: the baseline every later variant takes turns with
-                base_step, base_m = step, m
-            t_base, t, t_proj = seconds([base_step, step, proj_step], sync, args.budget)
+            v = variant_steps(s, label, device, dtype, autocast)
+            base = base or v
+            t_base, t, tl_base, tl = seconds([base.mixer, v.mixer, base.layer, v.layer], sync, args.budget)
             table.add_row(
-                s.name, label, f"{1e3 * t:.1f}", f"{t / t_base:.2f}", f"{m / 2**20:.1f}", f"{m / max(base_m, 1):.2f}",
-                f"{(t_proj + t) / (t_proj + t_base):.2f}",
+                s.name, label, f"{1e3 * t:.1f}", f"{t / t_base:.2f}", f"{v.mixer_flops / base.mixer_flops:.2f}",
+                f"{v.peak / 2**20:.1f}", f"{v.peak / max(base.peak, 1):.2f}",
+                f"{1e3 * tl:.1f}", f"{tl / tl_base:.2f}", f"{v.layer_flops / base.layer_flops:.2f}",
             )
         table.add_section()
-    Console(width=120).print(table)
+    Console(width=150).print(table)
     print(f"total {time.perf_counter() - t_start:.0f} s")
 
 

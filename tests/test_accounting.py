@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import pytest
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 import ablate.nn  # noqa: F401  (registers every variant)
 from ablate.config import TrialConfig
-from ablate.nn.accounting import count_flops, count_params, data_dims, example_input, model_cost, peak_memory
+from ablate.nn.accounting import count_flops, count_params, data_dims, example_input, flops, model_cost, peak_memory
 from ablate.nn.factory import create_model, meta_params
 from ablate.nn.mixer import REGISTRY
 
@@ -64,6 +65,14 @@ def test_flops_count_cpu_fused_attention_like_its_meta_decomposition() -> None:
     tokens, width = 17, 32
     attention = 2 * 2 * (2 * tokens * tokens * width)  # 2 blocks x (q k^T and a v), 2 FLOPs per MAC
     assert cpu == meta and cpu > attention
+
+
+def test_flops_count_the_backward_pass_of_cpu_fused_attention() -> None:
+    """SDPA's CPU kernels: forward 2 matmuls, backward 5 (the logits recomputed), 2 FLOPs per MAC."""
+    q, k, v = (torch.randn(2, 3, 11, 4, requires_grad=True) for _ in range(3))
+    matmul = 2 * 2 * 3 * 11 * 11 * 4
+    assert flops(lambda: F.scaled_dot_product_attention(q, k, v)) == 2 * matmul
+    assert flops(lambda: F.scaled_dot_product_attention(q, k, v).sum().backward()) == 7 * matmul
 
 
 def test_swin_tiny_flops_match_timm_published_macs() -> None:

@@ -12,7 +12,8 @@ from pydantic import TypeAdapter
 from ablate import _tv_compat  # noqa: F401  (before timm)
 from ablate.config import AttentionConfig, CSaNAttention, ISTAAttention
 from ablate.nn import REGISTRY, create_mixer
-from ablate.nn.csan import CSaN, _RowMeanPhi, phi
+from ablate.nn.accounting import flops
+from ablate.nn.csan import CSaN, _KneeLogits, _RowMeanPhi, phi
 from ablate.nn.sparse import Entmax15, Sparsemax, ista_step_size
 
 import timm  # noqa: E402  (after the torchvision shim)
@@ -147,16 +148,19 @@ def reference_csan(mixer: CSaN, q, k, v, bias, x):
 
 
 @pytest.mark.parametrize("knobs", [{}, {"bounded": True}, {"kappa_pub": "head"}])
-@pytest.mark.parametrize(("masked", "pooled"), [(False, False), (True, False), (False, True)])  # pooled: no bias
-def test_csan_paths_equal_explicit_reference(knobs: dict, masked: bool, pooled: bool) -> None:
+@pytest.mark.parametrize(("bias_kind", "pooled"), [(None, False), ("-inf", False), ("finite", False), (None, True)])
+def test_csan_paths_equal_explicit_reference(knobs: dict, bias_kind: str | None, pooled: bool) -> None:
     """Output and every gradient, in float64: the SDPA path (descriptor in uneven chunks of 3 rows), the
-    materialised-logits path, and what `forward` picks, against the formulas written out here."""
+    materialised-logits path, and what `forward` picks, against the formulas written out here. Biases:
+    none, masked with -inf (rows and keys), finite only (Swin's -100 mask: the explicit path's plain ops)."""
     mixer = create_mixer(CSaNAttention(chunk=3, **knobs), DIM, H).double()
     for p in mixer.parameters():  # far from init, so every head matters
         torch.nn.init.normal_(p, std=0.3)
     q, k, v, x = inputs(nq=N, nk=2 * N if pooled else N, dtype=torch.float64)
-    bias = swin_like_bias(torch.float64) if masked else None
-    leaves = [q, k, v, x, *mixer.parameters()] + ([bias] if masked else [])
+    bias = None if bias_kind is None else swin_like_bias(torch.float64)
+    if bias_kind == "finite":
+        bias = bias.detach().clamp(min=-100.0).requires_grad_()
+    leaves = [q, k, v, x, *mixer.parameters()] + ([] if bias is None else [bias])
     w = torch.randn(B, H, N, D, dtype=torch.float64)
     ref = reference_csan(mixer, q, k, v, bias=bias, x=x)
     g_ref = torch.autograd.grad((ref * w).sum(), leaves)
@@ -175,6 +179,33 @@ def test_row_chunked_descriptor_gradcheck(bias_shape: tuple | None) -> None:
     full = phi(q @ k.transpose(-2, -1) / math.sqrt(D) + (0 if bias is None else bias), 0.25).mean(-1)
     for chunk in (1, 4, 1000):
         torch.testing.assert_close(_RowMeanPhi.apply(q, k, bias, 0.25, chunk), full)
+
+
+@pytest.mark.parametrize("bias_shape", [None, (1, H, N, N), (B, 1, 1, N), (N, N)])
+def test_knee_logits_gradcheck(bias_shape: tuple | None) -> None:
+    """Both outputs of the explicit path's one matmul: t = s / beta and the descriptor, whose gradient
+    rides on the logits' gradient."""
+    q, k, _, _ = inputs(dtype=torch.float64)
+    bias = None if bias_shape is None else torch.randn(bias_shape, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(lambda q, k, b: _KneeLogits.apply(q, k, b, 0.25), (q, k, bias))
+    s = q @ k.transpose(-2, -1) / math.sqrt(D) + (0 if bias is None else bias)
+    t, m = _KneeLogits.apply(q, k, bias, 0.25)
+    torch.testing.assert_close(t, s / 0.25)
+    torch.testing.assert_close(m, phi(s, 0.25).mean(-1))
+
+
+def test_csan_path_by_size_and_its_matmuls() -> None:
+    """CPU: queries within one chunk take the explicit path (logits once: 2 forward + 4 backward N x N
+    matmuls in all), longer ones SDPA + the chunked descriptor (2 + 5, and 1 + 3 for the descriptor)."""
+    n = 32
+    q, k, v, x = inputs(nq=n, nk=n)
+
+    def step(chunk: int) -> int:
+        mixer = create_mixer(CSaNAttention(chunk=chunk), DIM, H)
+        return flops(lambda: mixer(q, k, v, x=x).sum().backward())
+
+    matmul = 2 * B * H * n * n * D
+    assert step(16) - step(n) == (2 + 5 + 1 + 3 - 6) * matmul
 
 
 def test_csan_tau_stays_positive_and_starts_near_plain_attention() -> None:

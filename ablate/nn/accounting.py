@@ -9,17 +9,19 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 import torch
 from torch import Tensor, nn
 from torch.profiler import ProfilerActivity, profile
-from torch.utils.flop_counter import FlopCounterMode, sdpa_flop_count
+from torch.utils.flop_counter import FlopCounterMode, sdpa_backward_flop_count, sdpa_flop_count
 
 from ablate.config import TrialConfig
 from ablate.nn.factory import count_params, create_model, model_key
 
-__all__ = ["Cost", "count_flops", "count_params", "data_dims", "example_input", "model_cost", "peak_memory"]
+__all__ = [
+    "Cost", "count_flops", "count_params", "data_dims", "example_input", "flops", "model_cost", "peak_bytes", "peak_memory"
+]
 
 #: Instances in the nominal bag that MIL FLOPs are counted on (costs grow linearly with the bag).
 MIL_BAG = 64
@@ -57,44 +59,73 @@ def _batch(inputs: Inputs) -> int:
 
 
 def count_flops(model: nn.Module, inputs: Inputs) -> int:
-    """Forward FLOPs per example (inputs: a batch tensor, or the model's positional arguments).
+    """Forward FLOPs per example (inputs: a batch tensor, or the model's positional arguments), as
+    `flops` counts them, under no_grad."""
+    with torch.no_grad():
+        return flops(lambda: _call(model, inputs)) // _batch(inputs)
+
+
+def flops(fn: Callable[[], object]) -> int:
+    """FLOPs of everything ``fn`` runs, a backward pass it calls included.
 
     Counted by torch's flop registry: matmuls (mm, addmm, bmm, baddbmm), convolutions and fused
-    attention, 2 FLOPs per multiply-accumulate (so half of this is the "FLOPs" papers quote, e.g.
-    Swin-T 4.5 G). Elementwise ops, softmax, norms, pooling and sorting are not counted. SDPA counts its
-    two matmuls, 4 * B * H * Nq * Nk * d: on CUDA through its fused-kernel entries; on the meta device and
-    in the math fallback it decomposes into counted bmm; on CPU its fused kernel has no registry entry,
-    so it is mapped to the same formula here. Runs under no_grad.
+    attention, 2 FLOPs per multiply-accumulate (so half of a forward count is the "FLOPs" papers quote,
+    e.g. Swin-T 4.5 G). Elementwise ops, softmax, norms, pooling and sorting are not counted. SDPA counts
+    its two matmuls forward, 4 * B * H * Nq * Nk * d, and the five of its backward (the logits
+    recomputed): on CUDA through its fused-kernel entries; on the meta device and in the math fallback
+    it decomposes into counted bmm; on CPU its fused kernels have no registry entry, so they are mapped
+    to the same formulas here.
     """
-    cpu_sdpa = {torch.ops.aten._scaled_dot_product_flash_attention_for_cpu: _sdpa_flops}
-    with torch.no_grad(), FlopCounterMode(display=False, custom_mapping=cpu_sdpa) as counter:
-        _call(model, inputs)
-    return counter.get_total_flops() // _batch(inputs)
+    with FlopCounterMode(display=False, custom_mapping=_CPU_SDPA) as counter:
+        fn()
+    return counter.get_total_flops()
 
 
 def _sdpa_flops(query: torch.Size, key: torch.Size, value: torch.Size, *_: object, **__: object) -> int:
     return sdpa_flop_count(query, key, value)
 
 
+def _sdpa_backward_flops(grad: torch.Size, query: torch.Size, key: torch.Size, value: torch.Size, *_: object, **__: object) -> int:
+    return sdpa_backward_flop_count(grad, query, key, value)
+
+
+_CPU_SDPA = {
+    torch.ops.aten._scaled_dot_product_flash_attention_for_cpu: _sdpa_flops,
+    torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward: _sdpa_backward_flops,
+}
+
+
 def peak_memory(model: nn.Module, inputs: Inputs, grad: bool = True) -> int:
     """Peak bytes allocated during one forward pass, above what was allocated when it started.
 
     grad=True keeps autograd on (training memory: activations saved for backward count); False is
-    inference. CUDA: torch.cuda.max_memory_allocated relative to memory_allocated before the call. CPU:
-    the same quantity from the profiler's allocator events: the running sum of every allocation and free
-    (torch tensors only, not Python objects or the allocator's own caching), its maximum taken.
+    inference.
     """
     device = (inputs if isinstance(inputs, Tensor) else inputs[0]).device
+
+    def forward() -> None:
+        with torch.set_grad_enabled(grad):
+            _call(model, inputs)
+
+    return peak_bytes(forward, device)
+
+
+def peak_bytes(fn: Callable[[], object], device: torch.device) -> int:
+    """Peak bytes allocated while ``fn`` runs, above what was allocated when it started.
+
+    CUDA: torch.cuda.max_memory_allocated relative to memory_allocated before the call. CPU: the same
+    quantity from the profiler's allocator events: the running sum of every allocation and free (torch
+    tensors only, not Python objects or the allocator's own caching), its maximum taken.
+    """
     if device.type == "cuda":
         torch.cuda.synchronize(device)
         torch.cuda.reset_peak_memory_stats(device)
         start = torch.cuda.memory_allocated(device)
-        with torch.set_grad_enabled(grad):
-            _call(model, inputs)
+        fn()
         torch.cuda.synchronize(device)
         return torch.cuda.max_memory_allocated(device) - start
-    with torch.set_grad_enabled(grad), profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
-        _call(model, inputs)
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        fn()
     changes = sorted(_allocations(prof.profiler.kineto_results.experimental_event_tree()))
     live = peak = 0
     for _, nbytes in changes:

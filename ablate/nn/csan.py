@@ -7,13 +7,17 @@ row temperature tau_i, column amplification mu_j, public gain kappa_pub and priv
 
     out_i = (sum_j softmax_j(tau_i s_ij) mu_j v_j) * kappa_pub_i + v_i * kappa_priv_i
 
-Computed as SDPA(tau_i q_i, k_j, mu_j v_j, mask tau_i b_ij) (softmax(tau (qk + b)) equals that SDPA's
-rows, and scaling column j of the weights is scaling v_j), so the fused kernel stays; only the
-descriptor needs the logits, and it is computed and differentiated in row chunks by `_RowMeanPhi`, so
-memory grows as chunk x N, never N x N. A bias is scaled by tau as in the reference code (which applies
-tau to the full logits, relative-position bias and shift mask included); the scaled mask is as large as
-the bias it comes from. One exception: on CPU a mask that needs a gradient sends SDPA to its N x N math
-path anyway, and there the logits are computed once for both (`_math_path`, `CSaN.forward_explicit`).
+Two paths compute it, the same to float tolerance (tested). Fused (`forward_fused`): SDPA(tau_i q_i, k_j,
+mu_j v_j, mask tau_i b_ij) (softmax(tau (qk + b)) equals that SDPA's rows, and scaling column j of the
+weights is scaling v_j), so the fused kernel stays; only the descriptor needs the logits, and it is computed
+and differentiated in row chunks by `_RowMeanPhi`, so memory grows as chunk x N, never N x N.
+Explicit (`forward_explicit`): the logits materialised once (`_KneeLogits`), feeding the descriptor and the
+softmax, the descriptor's gradient joining the softmax's before the two matmuls back to q and k: 6 N x N
+matmuls forward and backward against the fused path's 11. `forward` takes the explicit path on CPU when
+the queries fit one descriptor chunk (memory no more than the fused path's chunk) or when CPU SDPA would
+materialise N x N anyway, and when recording diagnostics; the fused path otherwise (long sequences, CUDA).
+A bias is scaled by tau as in the reference code (which applies tau to the full logits, relative-position
+bias and shift mask included); the scaled mask is as large as the bias it comes from.
 
 Layer sizes (parameters, per attention layer of width C = dim with H heads, tokens of width in_dim):
 r = C // reduction, h = max(C // hidden_div, hidden_min), w = C (unit readout) or H (head readout);
@@ -114,8 +118,8 @@ class _KneeLogits(torch.autograd.Function):
 
     With t, phi_beta(s) = beta * (min(exp(t - 1), 1) + relu(t - 1)) and its derivative is
     min(exp(t - 1), 1), kept from the forward pass: in backward the descriptor's gradient is added to the
-    one t receives from the attention, and both leave through the same two matmuls (dq = g k, dk = g^T q),
-    so the descriptor costs one matmul in all instead of three. exp is taken of max(t - 1, log tiny): a
+    one t receives from the attention, and both leave through the same two matmuls (dq = g k, dk = g^T q):
+    the descriptor adds no matmul to the attention's (the row-chunked one adds four). exp is taken of max(t - 1, log tiny): a
     subnormal result costs x86 ~20x the time (Swin's -100 mask lands there), and such an entry then
     counts as the smallest normal number instead of ~0.
     """
@@ -135,14 +139,11 @@ class _KneeLogits(torch.autograd.Function):
         return t, m
 
     @staticmethod
-    def backward(ctx, gt: Tensor | None, gm: Tensor | None) -> tuple[Tensor | None, ...]:  # type: ignore[override]
+    def backward(ctx, gt: Tensor, gm: Tensor) -> tuple[Tensor | None, ...]:  # type: ignore[override]
         q, k, e = ctx.saved_tensors
         beta, n = ctx.beta, k.shape[-2]
-        if gm is None:
-            g = gt
-        else:  # dm_i / dt_ij = (beta / n) min(exp(t_ij - 1), 1) = beta / (n E) * e_ij
-            col = (gm * (beta / (n * math.e))).unsqueeze(-1).to(e.dtype)
-            g = e * col if gt is None else torch.addcmul(gt, e, col)
+        # dm_i / dt_ij = (beta / n) min(exp(t_ij - 1), 1) = beta / (n E) * e_ij
+        g = torch.addcmul(gt, e, (gm * (beta / (n * math.e))).unsqueeze(-1).to(e.dtype))
         scale = q.shape[-1] ** -0.5 / beta
         dq = (g @ k).mul_(scale) if ctx.needs_input_grad[0] else None
         dk = (g.transpose(-2, -1) @ q).mul_(scale) if ctx.needs_input_grad[1] else None
@@ -153,12 +154,12 @@ class _KneeLogits(torch.autograd.Function):
 def _explicit(q: Tensor, bias: Tensor | None, scaled: bool, chunk: int) -> bool:
     """Whether the explicit path (`_KneeLogits`: logits materialised once, for the descriptor and the
     attention) beats SDPA plus the row-chunked descriptor. On CPU: when the queries fit one descriptor
-    chunk (its N x N logits take no more memory than a chunk), since the descriptor then costs one
-    matmul instead of four and SDPA's kernel saves little at such sizes (ViT-S: 1.8x -> 1.3x softmax,
-    bench/attention.py); and when a mask needs a gradient (a learnt bias, or one scaled by tau), which
+    chunk (its N x N logits take no more memory than a chunk), since the descriptor then adds no matmul
+    instead of four and SDPA's kernel saves little at such sizes (bench/attention.py, ViT-S layer: 1.46x
+    -> 1.29x softmax's time); and when a mask needs a gradient (a learnt bias, or one scaled by tau), which
     sends CPU SDPA from its flash kernel to its N x N math path anyway (torch 2.4 to 2.13 at least).
-    On CUDA the fused kernels stay (not measured here: no GPU)."""
-    if q.device.type != "cpu":
+    On CUDA the fused kernels stay (not measured here: no GPU); the meta device (FLOP counts) follows CPU."""
+    if q.device.type not in ("cpu", "meta"):
         return False
     grad_mask = bias is not None and torch.is_grad_enabled() and (scaled or bias.requires_grad)
     return grad_mask or q.shape[-2] <= chunk
@@ -252,7 +253,7 @@ class CSaN(TokenMixer):
         recording. softmax(tau s) is computed as softmax(tau beta t): t = s / beta. Masking needs care
         (tau scaling that keeps -inf, rows masked everywhere) only when the bias holds -inf: Swin's
         finite -100 mask takes the plain ops."""
-        masked = bias is not None and bool((bias == float("-inf")).any())
+        masked = bias is not None and (bias.is_meta or bool(bias.min() == float("-inf")))  # meta: no values
         if self.calibrated:
             t, m = _KneeLogits.apply(q, k, bias, self.cfg.beta)
             g = self.gains(m, x, k.shape[-2])
