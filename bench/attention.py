@@ -12,7 +12,9 @@ are views of one qkv tensor), forward and backward; "layer ms" is the whole laye
 ratios of counted forward + backward FLOPs (`ablate.nn.accounting.flops`: matmuls only), the floor a
 variant's time ratio could reach if every op ran as fast per FLOP as softmax's. "csan" is what
 `CSaN.forward` picks for the shape; "csan fused" (SDPA + row-chunked descriptor) and "csan explicit"
-(logits materialised once) are its two paths forced.
+(logits materialised once) are its two paths forced. A second table times whole models (`create_model`,
+224 px, 1000 classes, a training step's forward and backward; --models, default ViT-S/16 and Swin-T):
+what a trial pays per step.
 
 Time: the fastest of repeated fwd+bwd runs after a warm-up, the variant taking turns with softmax (other
 processes only ever add time, and a change in load hits both alike; CUDA: synchronised, bf16 autocast, as
@@ -38,7 +40,8 @@ from rich.table import Table
 from torch import Tensor, nn
 
 from ablate import _tv_compat  # noqa: F401  (before timm)
-from ablate.config import AttentionConfig
+from ablate.config import AttentionConfig, TrialConfig
+from ablate.nn.factory import create_model
 from ablate.nn.accounting import flops, peak_bytes
 from ablate.nn.backbones import MixedAttention, MixedWindowAttention
 
@@ -79,6 +82,11 @@ VARIANTS: dict[str, dict] = {
 }
 
 
+#: whole models timed per variant: size preset and batch
+MODELS = {"vit-small": 4, "swin-tiny": 2}
+FORCED = ("csan fused", "csan explicit")
+
+
 def make_layer(s: Shape, label: str, device: torch.device) -> tuple[nn.Module, Tensor | None]:
     """The patched timm layer for ``label`` (seeded alike for every variant), and its shift mask if any."""
     cfg = TypeAdapter(AttentionConfig).validate_python(VARIANTS[label])
@@ -90,7 +98,7 @@ def make_layer(s: Shape, label: str, device: torch.device) -> tuple[nn.Module, T
         mask = block.attn_mask
     else:
         layer, mask = MixedAttention.adopt(Attention(s.dim, s.heads, qkv_bias=True), cfg), None
-    if label in ("csan fused", "csan explicit"):
+    if label in FORCED:
         mixer = layer.mixer
         mixer.forward = mixer.forward_fused if label == "csan fused" else mixer.forward_explicit
     return layer.to(device), None if mask is None else mask.to(device)
@@ -166,12 +174,26 @@ def variant_steps(s: Shape, label: str, device: torch.device, dtype: torch.dtype
     return Steps(mixer, whole, flops(mixer), flops(whole), peak)
 
 
+def model_steps(size: str, batch: int, label: str, device: torch.device, autocast) -> tuple[Callable[[], None], int]:
+    """A training step's forward + backward of the ``size`` model with ``label``'s attention, and its FLOPs."""
+    cfg = TrialConfig.model_validate({"model": {"size": size}, "attention": VARIANTS[label]})
+    torch.manual_seed(0)
+    model = create_model(cfg, 1000, 3).to(device)
+    images = torch.randn(batch, 3, cfg.model.img_size, cfg.model.img_size, device=device)
+    labels = torch.randint(0, 1000, (batch,), device=device)
+    loss = lambda: nn.functional.cross_entropy(model(images), labels)  # noqa: E731
+    step = fwd_bwd(model, loss, [], torch.tensor(1.0, device=device), autocast)
+    step()
+    return step, flops(step)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--budget", type=float, default=1.0, help="seconds of timed runs per variant and shape")
     ap.add_argument("--only", nargs="*", help="variant labels to run besides softmax")
     ap.add_argument("--threads", type=int, help="torch CPU threads (1 is robust on a shared machine)")
+    ap.add_argument("--models", nargs="*", default=list(MODELS), help=f"model sizes to time whole ({', '.join(MODELS)})")
     args = ap.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -200,7 +222,21 @@ def main() -> None:
                 f"{1e3 * tl:.1f}", f"{tl / tl_base:.2f}", f"{v.layer_flops / base.layer_flops:.2f}",
             )
         table.add_section()
-    Console(width=150).print(table)
+    console = Console(width=150)
+    console.print(table)
+    models = Table(title=f"whole model: a training step's forward + backward, 224 px, {device.type}")
+    for col in ("model", "batch", "variant", "ms", "x time", "x FLOPs"):
+        models.add_column(col, justify="left" if col in ("model", "variant") else "right")
+    for size in args.models:
+        batch = MODELS.get(size, 2)
+        base_step, base_flops = model_steps(size, batch, "softmax", device, autocast)
+        for label in (lb for lb in labels if lb not in FORCED):
+            step, n = model_steps(size, batch, label, device, autocast)
+            t_base, t = seconds([base_step, step], sync, args.budget)
+            models.add_row(size, str(batch), label, f"{1e3 * t:.0f}", f"{t / t_base:.2f}", f"{n / base_flops:.2f}")
+        models.add_section()
+    if args.models:
+        console.print(models)
     print(f"total {time.perf_counter() - t_start:.0f} s")
 
 
