@@ -123,7 +123,9 @@ def mixer_inputs(layer: nn.Module, x: Tensor, mask: Tensor | None) -> dict[str, 
     }
 
 
-def fwd_bwd(module: nn.Module, forward: Callable[[], Tensor], leaves: list[Tensor], grad: Tensor, autocast) -> Callable[[], None]:
+def fwd_bwd(
+    module: nn.Module, forward: Callable[[], Tensor], leaves: list[Tensor], grad: Tensor, autocast
+) -> Callable[[], None]:
     def step() -> None:
         for t in leaves:
             t.grad = None
@@ -167,7 +169,8 @@ def variant_steps(s: Shape, label: str, device: torch.device, dtype: torch.dtype
     inp = mixer_inputs(layer, x, mask)
     out_grad = torch.randn(inp["q"].shape, generator=g).to(device, dtype)
     leaves = [t for t in inp.values() if t is not None and t.requires_grad]
-    mixer = fwd_bwd(layer.mixer, lambda: layer.mixer(inp["q"], inp["k"], inp["v"], bias=inp.get("bias"), x=inp.get("x")), leaves, out_grad, autocast)
+    mix = lambda: layer.mixer(inp["q"], inp["k"], inp["v"], bias=inp.get("bias"), x=inp.get("x"))  # noqa: E731
+    mixer = fwd_bwd(layer.mixer, mix, leaves, out_grad, autocast)
     whole = fwd_bwd(layer, lambda: layer(x) if mask is None else layer(x, mask), [x], y_grad, autocast)
     peak = peak_bytes(mixer, device)  # also the warm-up
     whole()
@@ -193,7 +196,7 @@ def main() -> None:
     ap.add_argument("--budget", type=float, default=1.0, help="seconds of timed runs per variant and shape")
     ap.add_argument("--only", nargs="*", help="variant labels to run besides softmax")
     ap.add_argument("--threads", type=int, help="torch CPU threads (1 is robust on a shared machine)")
-    ap.add_argument("--models", nargs="*", default=list(MODELS), help=f"model sizes to time whole ({', '.join(MODELS)})")
+    ap.add_argument("--models", nargs="*", default=list(MODELS), help=f"sizes to time whole ({', '.join(MODELS)})")
     args = ap.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -206,8 +209,8 @@ def main() -> None:
 
     title = f"attention fwd+bwd vs softmax SDPA on {device.type}, {'bf16 autocast' if cuda else 'float32'}"
     table = Table(title=f"{title}, {torch.get_num_threads()} threads")
-    cols = ("shape", "variant", "ms", "x time", "x FLOPs", "peak MiB", "x memory", "layer ms", "x layer time", "x layer FLOPs")
-    for col in cols:
+    cols = ("ms", "x time", "x FLOPs", "peak MiB", "x memory", "layer ms", "x layer time", "x layer FLOPs")
+    for col in ("shape", "variant", *cols):
         table.add_column(col, justify="left" if col in ("shape", "variant") else "right")
     t_start = time.perf_counter()
     for s in SHAPES:

@@ -13,7 +13,7 @@ from ablate import _tv_compat  # noqa: F401  (before timm)
 from ablate.config import AttentionConfig, CSaNAttention, ISTAAttention
 from ablate.nn import REGISTRY, create_mixer
 from ablate.nn.accounting import flops
-from ablate.nn.csan import CSaN, _KneeLogits, _RowMeanPhi, phi
+from ablate.nn.csan import CSaN, _KneeLogits, _RowMeanPhi
 from ablate.nn.sparse import Entmax15, Sparsemax, ista_step_size
 
 import timm  # noqa: E402  (after the torchvision shim)
@@ -123,13 +123,18 @@ def test_csan_gradients_reach_every_enabled_component(knobs: dict) -> None:
         assert p.grad is not None and p.grad.abs().sum() > 0, name
 
 
+def phi(s: torch.Tensor, beta: float) -> torch.Tensor:
+    """phi_beta as REFERENCE.md writes it: s above beta, beta * exp(min(s, beta) / beta - 1) below."""
+    return torch.where(s > beta, s, beta * torch.exp(torch.clamp(s, max=beta) / beta - 1))
+
+
 def reference_csan(mixer: CSaN, q, k, v, bias, x):
     """CSaN written out from the formulas, logits materialised (REFERENCE.md), sharing only the weights."""
     cfg, nq, nk = mixer.cfg, q.shape[-2], k.shape[-2]
     s = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
     if bias is not None:
         s = s + bias
-    m = torch.where(s > cfg.beta, s, cfg.beta * torch.exp(torch.clamp(s, max=cfg.beta) / cfg.beta - 1)).mean(-1)
+    m = phi(s, cfg.beta).mean(-1)
     gates = torch.sigmoid(mixer.u(x))  # (B, Nq, r)
     r = gates.shape[-1]
     z = gates * m.transpose(1, 2).repeat_interleave(r // H, dim=-1)

@@ -20,7 +20,8 @@ from ablate.config import TrialConfig
 from ablate.nn.factory import count_params, create_model, model_key
 
 __all__ = [
-    "Cost", "count_flops", "count_params", "data_dims", "example_input", "flops", "model_cost", "peak_bytes", "peak_memory"
+    "Cost", "count_flops", "count_params", "data_dims", "example_input", "flops", "model_cost", "peak_bytes",
+    "peak_memory",
 ]
 
 #: Instances in the nominal bag that MIL FLOPs are counted on (costs grow linearly with the bag).
@@ -85,7 +86,9 @@ def _sdpa_flops(query: torch.Size, key: torch.Size, value: torch.Size, *_: objec
     return sdpa_flop_count(query, key, value)
 
 
-def _sdpa_backward_flops(grad: torch.Size, query: torch.Size, key: torch.Size, value: torch.Size, *_: object, **__: object) -> int:
+def _sdpa_backward_flops(
+    grad: torch.Size, query: torch.Size, key: torch.Size, value: torch.Size, *_: object, **__: object
+) -> int:
     return sdpa_backward_flop_count(grad, query, key, value)
 
 

@@ -38,11 +38,6 @@ from ablate.config import CSaNAttention
 from ablate.nn.mixer import TokenMixer, logits, normalize_rows, register
 
 
-def phi(s: Tensor, beta: float) -> Tensor:
-    """phi_beta: identity above beta, beta * exp(s / beta - 1) below; positive, increasing, C1 at beta."""
-    return torch.where(s > beta, s, beta * torch.exp(s.clamp(max=beta) / beta - 1))
-
-
 def _knee_chunks(
     q: Tensor, k: Tensor, bias: Tensor | None, beta: float, chunk: int
 ) -> Iterator[tuple[slice, Tensor, Tensor]]:
@@ -119,13 +114,15 @@ class _KneeLogits(torch.autograd.Function):
     With t, phi_beta(s) = beta * (min(exp(t - 1), 1) + relu(t - 1)) and its derivative is
     min(exp(t - 1), 1), kept from the forward pass: in backward the descriptor's gradient is added to the
     one t receives from the attention, and both leave through the same two matmuls (dq = g k, dk = g^T q):
-    the descriptor adds no matmul to the attention's (the row-chunked one adds four). exp is taken of max(t - 1, log tiny): a
-    subnormal result costs x86 ~20x the time (Swin's -100 mask lands there), and such an entry then
-    counts as the smallest normal number instead of ~0.
+    the descriptor adds no matmul to the attention's (the row-chunked one adds four). exp is taken of
+    max(t - 1, log tiny): a subnormal result costs x86 ~20x the time (Swin's -100 mask lands there), and
+    such an entry then counts as the smallest normal number instead of ~0.
     """
 
     @staticmethod
-    def forward(ctx, q: Tensor, k: Tensor, bias: Tensor | None, beta: float) -> tuple[Tensor, Tensor]:  # type: ignore[override]
+    def forward(  # type: ignore[override]
+        ctx, q: Tensor, k: Tensor, bias: Tensor | None, beta: float
+    ) -> tuple[Tensor, Tensor]:
         acc = torch.promote_types(q.dtype, torch.float32)
         t = (q * (q.shape[-1] ** -0.5 / beta)) @ k.transpose(-2, -1)
         if bias is not None:
