@@ -195,7 +195,7 @@ def test_knee_logits_gradcheck(bias_shape: tuple | None) -> None:
     assert torch.autograd.gradcheck(lambda q, k, b: _KneeLogits.apply(q, k, b, 0.25), (q, k, bias))
     s = q @ k.transpose(-2, -1) / math.sqrt(D) + (0 if bias is None else bias)
     t, m = _KneeLogits.apply(q, k, bias, 0.25)
-    torch.testing.assert_close(t, s / 0.25)
+    torch.testing.assert_close(t, s / 0.25 - 1)
     torch.testing.assert_close(m, phi(s, 0.25).mean(-1))
 
 

@@ -108,15 +108,16 @@ class _RowMeanPhi(torch.autograd.Function):
 
 
 class _KneeLogits(torch.autograd.Function):
-    """(t, m): the logits in knee units, t = s / beta for s = q k^T / sqrt(d) + bias, materialised, and the
-    descriptor m = mean_j phi_beta(s), (B, H, Nq), from the same matmul (the explicit path).
+    """(t, m): the logits in knee units, t = s / beta - 1 for s = q k^T / sqrt(d) + bias (`_knee_chunks`,
+    one chunk of every row), materialised, and the descriptor m = mean_j phi_beta(s), (B, H, Nq), from the
+    same matmul (the explicit path).
 
-    With t, phi_beta(s) = beta * (min(exp(t - 1), 1) + relu(t - 1)) and its derivative is
-    min(exp(t - 1), 1), kept from the forward pass: in backward the descriptor's gradient is added to the
-    one t receives from the attention, and both leave through the same two matmuls (dq = g k, dk = g^T q):
-    the descriptor adds no matmul to the attention's (the row-chunked one adds four). exp is taken of
-    max(t - 1, log tiny): a subnormal result costs x86 ~20x the time (Swin's -100 mask lands there), and
-    such an entry then counts as the smallest normal number instead of ~0.
+    phi_beta'(s) = min(exp(t), 1) is kept from the forward pass: in backward the descriptor's gradient is
+    added to the one t receives from the attention, and both leave through the same two matmuls
+    (dq = g k, dk = g^T q): the descriptor adds no matmul to the attention's (the row-chunked one adds
+    four). exp is taken of max(t, 1 + log tiny): at or below the smallest normal number (tiny) x86's exp
+    takes a path ~20x slower (Swin's -100 mask lands there; at exactly log tiny too, measured), and such
+    an entry then counts as e * tiny instead of ~0.
     """
 
     @staticmethod
@@ -124,13 +125,10 @@ class _KneeLogits(torch.autograd.Function):
         ctx, q: Tensor, k: Tensor, bias: Tensor | None, beta: float
     ) -> tuple[Tensor, Tensor]:
         acc = torch.promote_types(q.dtype, torch.float32)
-        t = (q * (q.shape[-1] ** -0.5 / beta)) @ k.transpose(-2, -1)
-        if bias is not None:
-            t.add_(bias.to(t.dtype), alpha=1 / beta)
-        floor = math.log(torch.finfo(acc).tiny) + 1
-        e = t.clamp(floor, 1).exp_()  # E * min(exp(t - 1), 1), E = exp(1): the scalar 1/E goes into sums
+        ((_, _, t),) = _knee_chunks(q, k, bias, beta, q.shape[-2])  # one chunk: every row
+        e = t.clamp(math.log(torch.finfo(acc).tiny) + 1, 0).exp_()  # phi_beta' = min(exp t, 1)
         n = k.shape[-2]
-        m = (e.sum(-1, dtype=acc) / math.e + t.clamp(min=1).sum(-1, dtype=acc) - n) * (beta / n)
+        m = (e.sum(-1, dtype=acc) + t.clamp(min=0).sum(-1, dtype=acc)) * (beta / n)
         ctx.save_for_backward(q, k, e)
         ctx.beta, ctx.bias_shape = beta, None if bias is None else bias.shape
         return t, m
@@ -139,8 +137,8 @@ class _KneeLogits(torch.autograd.Function):
     def backward(ctx, gt: Tensor, gm: Tensor) -> tuple[Tensor | None, ...]:  # type: ignore[override]
         q, k, e = ctx.saved_tensors
         beta, n = ctx.beta, k.shape[-2]
-        # dm_i / dt_ij = (beta / n) min(exp(t_ij - 1), 1) = beta / (n E) * e_ij
-        g = torch.addcmul(gt, e, (gm * (beta / (n * math.e))).unsqueeze(-1).to(e.dtype))
+        # dm_i / dt_ij = (beta / n) min(exp(t_ij), 1) = (beta / n) e_ij
+        g = torch.addcmul(gt, e, (gm * (beta / n)).unsqueeze(-1).to(e.dtype))
         scale = q.shape[-1] ** -0.5 / beta
         dq = (g @ k).mul_(scale) if ctx.needs_input_grad[0] else None
         dk = (g.transpose(-2, -1) @ q).mul_(scale) if ctx.needs_input_grad[1] else None
@@ -247,9 +245,9 @@ class CSaN(TokenMixer):
         self, q: Tensor, k: Tensor, v: Tensor, bias: Tensor | None = None, x: Tensor | None = None
     ) -> Tensor:
         """The same CSaN from logits materialised once (`_KneeLogits`); keeps the attention rows when
-        recording. softmax(tau s) is computed as softmax(tau beta t): t = s / beta. Masking needs care
-        (tau scaling that keeps -inf, rows masked everywhere) only when the bias holds -inf: Swin's
-        finite -100 mask takes the plain ops."""
+        recording. softmax(tau s) is computed as softmax(tau beta t), the same rows: tau beta t = tau s -
+        tau beta, a constant per row. Masking needs care (tau scaling that keeps -inf, rows masked
+        everywhere) only when the bias holds -inf: Swin's finite -100 mask takes the plain ops."""
         masked = bias is not None and (bias.is_meta or bool(bias.min() == float("-inf")))  # meta: no values
         if self.calibrated:
             t, m = _KneeLogits.apply(q, k, bias, self.cfg.beta)
