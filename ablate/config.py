@@ -245,7 +245,8 @@ class DataConfig(Strict):
 
     name: Literal[IMAGE_DATASETS + MIL_DATASETS] = "mnist5k"  # type: ignore[valid-type]
     path: str | None = nokey(None)
-    """Data location (imagefolder, cifar*, fox/tiger .jld directory, mil_csv file). Relative paths are
+    """Data location (imagefolder, cifar*, mil_csv file; for a MIL benchmark, a bag file or its directory
+    in place of the shipped copy). Relative paths are
     resolved against the experiments file's folder. Not in the key: moving data keeps the trial."""
     id: str | None = None
     """Identity of the data at `path` for the key; defaults to the path's last component."""

@@ -216,7 +216,7 @@ def _settle(ref: Any, key: str, cfg: TrialConfig, recorder: Recorder, failures: 
         return "failed"
     info = out.get("info", {})
     fields = {"params": info.get("params"), "flops": info.get("flops"), "peak_memory": info.get("peak_memory"),
-              "environment": info.get("env")}  # fmt: skip
+              "environment": info.get("env"), "resumed_from": info.get("resumed_from", 0)}  # fmt: skip
     fields = {k: v for k, v in fields.items() if v is not None}
     if out["outcome"] == "diverged":
         at = out.get("diverged_at") or {}

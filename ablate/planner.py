@@ -219,6 +219,25 @@ def _raw_config(sweep: Sweep, cell: Cell) -> dict[str, Any]:
     return raw
 
 
+def match_problem(cfg: TrialConfig) -> str | None:
+    """Why `model.match_params` cannot be met (no width within tolerance of the target), else None.
+
+    Solved here, on the meta device and cached per model, so an unreachable target is a spec error
+    naming its key before anything runs, not a traceback inside a trial.
+    """
+    if cfg.model.match_params is None:
+        return None
+    from ablate.nn.accounting import data_dims
+    from ablate.nn.factory import match_width
+
+    try:
+        in_chans, num_classes = data_dims(cfg)
+        match_width(cfg, num_classes, in_chans)
+    except ValueError as e:
+        return str(e).removeprefix("model.match_params: ")
+    return None
+
+
 def expand(sweep: Sweep) -> Plan:
     """Expand a sweep into trials (cached on the sweep); raise SpecError naming every bad axis value."""
     if sweep.plan is not None:
@@ -260,6 +279,9 @@ def expand(sweep: Sweep) -> Plan:
             continue
         resolved = cfg.model_dump(mode="json")
         if any(matches(rule, resolved) for rule in spec.exclude):
+            continue
+        if (msg := match_problem(cfg)) is not None:
+            problems.extend(_where(sweep, cell, "model.match_params", msg))
             continue
         ident = identity(cfg)
         variant = variant_key(cfg)

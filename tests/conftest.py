@@ -9,7 +9,8 @@ import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
-SHARED_MIL = ROOT.parent / "shared" / "data" / "mil"
+#: A real MIDatasets file (MIT, licence beside it), for the .jld reader.
+MUSK1_JLD = ROOT / "tests" / "data" / "mil" / "Musk1.jld"
 
 #: A tiny real trial: scikit-learn's 8x8 digits, a 2-block ViT; about a second per epoch here.
 TINY = {

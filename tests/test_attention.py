@@ -124,12 +124,12 @@ def test_csan_gradients_reach_every_enabled_component(knobs: dict) -> None:
 
 
 def phi(s: torch.Tensor, beta: float) -> torch.Tensor:
-    """phi_beta as REFERENCE.md writes it: s above beta, beta * exp(min(s, beta) / beta - 1) below."""
+    """phi_beta as the CSaN paper (Selection-as-Nonlinearity) writes it: s above beta, beta * exp(min(s, beta) / beta - 1) below."""
     return torch.where(s > beta, s, beta * torch.exp(torch.clamp(s, max=beta) / beta - 1))
 
 
 def reference_csan(mixer: CSaN, q, k, v, bias, x):
-    """CSaN written out from the formulas, logits materialised (REFERENCE.md), sharing only the weights."""
+    """CSaN written out from the formulas, logits materialised (the CSaN paper's equations), sharing only the weights."""
     cfg, nq, nk = mixer.cfg, q.shape[-2], k.shape[-2]
     s = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
     if bias is not None:

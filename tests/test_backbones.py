@@ -145,6 +145,18 @@ def test_match_params_reference_switches_the_attention_section() -> None:
     assert abs(meta_params(solved, 1000, 3) - target) <= 0.02 * target
 
 
+def test_match_search_skips_widths_the_mechanism_rejects() -> None:
+    """CSaN refuses embed_dim // reduction < heads; the search passes those widths and lands on one it takes."""
+    narrow = dict(backbone="vit", embed_dim=16, depths=(2,), num_heads=(2,), img_size=8, patch_size=2)
+    with pytest.raises(ValueError, match="fewer gates"):
+        create_model(trial("csan", **{**narrow, "embed_dim": 6}), 10, 1)
+    goal = meta_params(trial("csan", **{**narrow, "embed_dim": 10}), 10, 1)
+    solved = match_width(trial("csan", **narrow, match_params=float(goal)), 10, 1)
+    assert solved.model.embed_dim == 10
+    with pytest.raises(ValueError, match=r"target 3,000 parameters; closest: embed_dim 8 -> "):
+        match_width(trial("csan", **narrow, match_params=3000.0), 10, 1)
+
+
 def test_factory_errors_are_clear() -> None:
     with pytest.raises(ValidationError, match="dwconv"):
         trial(**TINY["vit"], dwconv=True)
@@ -152,7 +164,7 @@ def test_factory_errors_are_clear() -> None:
         create_model(trial(**{**TINY["hiera"], "window_size": 7}), 5, 3)
     with pytest.raises(ValueError, match="one num_heads entry"):
         create_model(trial(**{**TINY["hiera"], "num_heads": (1, 2, 4, 8)}), 5, 3)
-    with pytest.raises(ValueError, match=r"within 2% of 10 parameters; nearest: embed_dim 2 -> [\d,]+ \(\+[\d.,]+%\)"):
+    with pytest.raises(ValueError, match=r"within 2% of the target 10 parameters; closest: embed_dim 2 -> [\d,]+ \(\+[\d.,]+%\)"):
         match_width(trial(**TINY["swin"], match_params=10.0), 5, 3)  # below the narrowest model
     with pytest.raises(ValueError, match="'model.nope.x' is not a dotted config path"):
         match_width(trial(**TINY["swin"], match_params={"model.nope.x": 1}), 5, 3)

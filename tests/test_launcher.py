@@ -18,19 +18,11 @@ from ablate.progress import Progress
 from ablate.store import Store
 from ablate.tracking import Tracker
 from conftest import TINY, write_sweeps
+from gate import Gate, wait_for
+
+GATE_SCRIPT = Path(__file__).with_name("gate.py")
 
 pytestmark = pytest.mark.timeout(300)
-
-
-def wait_for(what, timeout: float = 120, every: float = 0.2):
-    """Poll `what()` until truthy; every wait in these tests is bounded."""
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        value = what()
-        if value:
-            return value
-        time.sleep(every)
-    raise TimeoutError(f"timed out after {timeout}s waiting for {getattr(what, '__name__', what)}")
 
 
 def quiet() -> Progress:
@@ -47,6 +39,7 @@ def test_launch_records_everything_and_never_reruns(ray_local, tmp_path: Path) -
         trials = store.trials_frame("s")
         assert set(trials["state"]) == {"done"}
         assert (trials["params"] > 0).all() and trials["node_id"].notna().all()
+        assert set(trials["resumed_from"]) == {0}  # fresh trials trained from scratch
         m = store.metrics_frame("s")
         assert set(m["step"]) == {1, 2}
         assert not m.duplicated(["key", "name", "step"]).any()
@@ -84,43 +77,75 @@ def test_failure_and_divergence_are_recorded(ray_local, tmp_path: Path) -> None:
         assert t.loc["nan", "state"] == "diverged" and t.loc["nan", "diverged_epoch"] == 1
 
 
-def slow_runner(cfg, report, checkpoint_dir):
-    """The real trial, with each epoch stretched so a test can kill the worker mid-trial."""
-    from ablate.trial import run_trial
+def by_value() -> None:
+    """Ship this module's and the gate's runners to Ray workers by value (tests/ is not on their path)."""
+    import ray.cloudpickle
 
-    def slow_report(epoch, metrics):
-        report(epoch, metrics)
-        time.sleep(1.5)
+    import gate
 
-    return run_trial(cfg, slow_report, checkpoint_dir)
+    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    ray.cloudpickle.register_pickle_by_value(gate)
 
 
 def test_killed_worker_is_retried_and_resumes_from_its_checkpoint(ray_local, tmp_path: Path) -> None:
-    import ray.cloudpickle
-
-    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    by_value()
     cfg = {**TINY, "train": {**TINY["train"], "epochs": 4}}
     f = write_sweeps(tmp_path / "e.yaml", {"s": {"base": cfg}})
     p = plan(f, "s")
     key = p.trials[0].key
+    gate = Gate(tmp_path / "gate", epoch=2)
     with Store(f"sqlite:///{tmp_path}/r.sqlite") as store:
         box: dict = {}
         th = threading.Thread(target=lambda: box.update(res=launch([p], store=store, storage=tmp_path / "ck",
-                                                                   runner=slow_runner, progress=quiet())))  # fmt: skip
+                                                                   runner=gate.runner(), progress=quiet())))  # fmt: skip
         th.start()
-        ckpt = tmp_path / "ck" / key / "checkpoint.pt"
-        wait_for(lambda: ckpt.exists())
-        pid = int(wait_for(lambda: subprocess.run(["pgrep", "-f", f"ray::trial-{key[:10]}"], capture_output=True, text=True).stdout.split() or None)[0])
+        pid = gate.wait(1)[key]  # the worker sits at epoch 2, its epoch-2 checkpoint written
         os.kill(pid, signal.SIGKILL)
         th.join(timeout=240)
         assert box["res"].counts == {"done": 1}
         row = store.trials_frame("s").iloc[0]
         assert row["state"] == "done" and row["attempts"] == 2
+        assert row["resumed_from"] == 2  # the retry trained epochs 3 and 4 only
         m = store.metrics_frame("s")
         assert sorted(set(m["step"])) == [1, 2, 3, 4]
         assert not m.duplicated(["key", "name", "step"]).any()
         per_step = m.groupby("step")["name"].nunique()
         assert per_step.nunique() == 1  # every epoch has the same metric names: nothing lost
+
+
+def flaky_runner(cfg, report, checkpoint_dir):
+    """Raises until it has been called `cfg.seed` times before (a count kept in the checkpoint folder)."""
+    from ablate.trial import TrialResult
+
+    calls = Path(checkpoint_dir) / "calls"
+    calls.parent.mkdir(parents=True, exist_ok=True)
+    n = int(calls.read_text()) if calls.exists() else 0
+    calls.write_text(str(n + 1))
+    if n < cfg.seed:
+        raise RuntimeError(f"planned failure {n + 1}")
+    report(1, {"calls": n + 1.0})
+    return TrialResult("done", 1, {"test.top1": 1.0})
+
+
+@pytest.mark.parametrize("retries", [0, 2])
+def test_application_errors_are_retried_exactly_resources_retries_times(ray_local, tmp_path: Path, retries: int) -> None:
+    """Seed n fails n times: with `retries` r, seeds up to r end done after n + 1 calls, the rest failed after r + 1."""
+    by_value()
+    f = write_sweeps(tmp_path / "e.yaml", {"s": {"base": {**TINY, "resources": {"cpus": 0.5, "retries": retries}},
+                                                 "seeds": [0, 1, 2, 3]}})  # fmt: skip
+    p = plan(f, "s")
+    with Store(f"sqlite:///{tmp_path}/r.sqlite") as store:
+        res = launch([p], store=store, storage=tmp_path / "ck", runner=flaky_runner, progress=quiet())
+        t = store.trials_frame("s").set_index("seed")
+    assert res.counts == {"done": retries + 1, "failed": 3 - retries}
+    for trial in p.trials:
+        seed = trial.config.seed
+        calls = int((tmp_path / "ck" / trial.key / "calls").read_text())
+        if seed <= retries:
+            assert (t.loc[seed, "state"], calls) == ("done", seed + 1)
+        else:
+            assert (t.loc[seed, "state"], calls) == ("failed", retries + 1)
+            assert f"planned failure {retries + 1}" in t.loc[seed, "error"]
 
 
 def burst_runner(cfg, report, checkpoint_dir):
@@ -144,51 +169,67 @@ def test_many_trials_finishing_at_once_lose_nothing(ray_local, tmp_path: Path) -
         assert len(store.metrics_frame("s")) == 24 * 40 * 10
 
 
+def launch_cmd(f: Path, tmp_path: Path, gate: Gate | None = None) -> list[str]:
+    """The CLI launch of `f`, through the gate script when the trials must stop at its epoch."""
+    args = ["launch", str(f), "--db", f"sqlite:///{tmp_path}/r.sqlite", "--no-mlflow", "--plain",
+            "--storage", str(tmp_path / "ck")]  # fmt: skip
+    if gate is None:
+        return [sys.executable, "-m", "ablate.cli", *args]
+    return [sys.executable, str(GATE_SCRIPT), str(gate.folder), str(gate.epoch), *(gate.keys or []), "--", *args]
+
+
+CLI_ENV = {**os.environ, "RAY_ADDRESS": "", "RAY_AUTH_MODE": "disabled"}
+
+
 def test_killed_launcher_is_finished_by_the_next_launch(tmp_path: Path) -> None:
-    """SIGKILL the launching process (and the embedded Ray it started) mid-sweep; a new launch finishes."""
-    cfg = {**TINY, "train": {**TINY["train"], "epochs": 3}}
+    """SIGKILL the launcher's process group (it and its embedded Ray) with one trial done and two provably
+    mid-run; the next launch keeps the done trial and resumes the other two from their checkpoints."""
+    cfg = {**TINY, "train": {**TINY["train"], "epochs": 3}, "resources": {"cpus": 0.5}}
     f = write_sweeps(tmp_path / "e.yaml", {"s": {"base": cfg, "grid": {"attention.kind": ["softmax", "sparsemax", "entmax15"]}}})
+    first, *gated = [t.key for t in plan(f, "s").trials]
+    gate = Gate(tmp_path / "gate", epoch=1, keys=gated)
+    proc = subprocess.Popen(launch_cmd(f, tmp_path, gate), cwd=tmp_path, env=CLI_ENV, start_new_session=True,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
     db = f"sqlite:///{tmp_path}/r.sqlite"
-    cmd = [sys.executable, "-m", "ablate.cli", "launch", str(f), "--db", db, "--no-mlflow", "--plain", "--storage", str(tmp_path / "ck")]
-    env = {**os.environ, "RAY_ADDRESS": "", "RAY_AUTH_MODE": "disabled"}
-    proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
+        gate.wait(2)
         with Store(db) as store:
-            wait_for(lambda: "done" in store.states().values() and "running" in store.states().values(), timeout=180)
-            done_before = store.done_keys()
+            wait_for(lambda: store.states().get(first) == "done")
     finally:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(timeout=30)
+    res = subprocess.run(launch_cmd(f, tmp_path), cwd=tmp_path, env=CLI_ENV, capture_output=True, text=True, timeout=240)
+    assert res.returncode == 0, res.stderr
     with Store(db) as store:
-        res = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=240)
-        assert res.returncode == 0, res.stderr
-        states = store.states()
-        assert set(states.values()) == {"done"} and len(states) == 3
         t = store.trials_frame("s").set_index("key")
-        assert (t.loc[list(done_before), "attempts"] == 1).all()  # completed trials were not re-run
+        assert set(t["state"]) == {"done"} and len(t) == 3
+        assert t.loc[first, "attempts"] == 1  # the completed trial was not re-run
+        assert (t.loc[gated, "resumed_from"] == 1).all() and (t.loc[gated, "attempts"] == 2).all()
         assert not store.metrics_frame("s").duplicated(["key", "name", "step"]).any()
 
 
 def test_ctrl_c_marks_running_trials_interrupted_and_the_next_launch_resumes(tmp_path: Path) -> None:
-    cfg = {**TINY, "train": {**TINY["train"], "epochs": 30}}
+    """Ctrl-C as a terminal sends it (SIGINT to the whole process group) while both trials provably run."""
+    cfg = {**TINY, "train": {**TINY["train"], "epochs": 3}}
     f = write_sweeps(tmp_path / "e.yaml", {"s": {"base": cfg, "seeds": 2}})
-    db = f"sqlite:///{tmp_path}/r.sqlite"
-    cmd = [sys.executable, "-m", "ablate.cli", "launch", str(f), "--db", db, "--no-mlflow", "--plain", "--storage", str(tmp_path / "ck")]
-    env = {**os.environ, "RAY_ADDRESS": "", "RAY_AUTH_MODE": "disabled"}
-    proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    gate = Gate(tmp_path / "gate", epoch=1)
+    proc = subprocess.Popen(launch_cmd(f, tmp_path, gate), cwd=tmp_path, env=CLI_ENV, start_new_session=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)  # fmt: skip
     try:
-        with Store(db) as store:
-            wait_for(lambda: len(store.metrics_frame("s")) > 0, timeout=180)
-        os.kill(proc.pid, signal.SIGINT)
+        gate.wait(2)
+        os.killpg(proc.pid, signal.SIGINT)
         out, _ = proc.communicate(timeout=120)
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
     assert proc.returncode == 130, out
-    with Store(db) as store:
-        assert "interrupted" in set(store.states().values())
-        assert "running" not in set(store.states().values())
-        res = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert "interrupted 2" in out
+    with Store(f"sqlite:///{tmp_path}/r.sqlite") as store:
+        assert set(store.states().values()) == {"interrupted"}
+        res = subprocess.run(launch_cmd(f, tmp_path), cwd=tmp_path, env=CLI_ENV, capture_output=True, text=True, timeout=300)
         assert res.returncode == 0, res.stdout + res.stderr
-        assert set(store.states().values()) == {"done"}
-        assert set(store.trials_frame("s")["attempts"]) <= {1, 2}
+        t = store.trials_frame("s")
+        assert set(t["state"]) == {"done"}
+        assert set(t["resumed_from"]) == {1} and set(t["attempts"]) == {2}
+        m = store.metrics_frame("s")
+        assert sorted(set(m["step"])) == [1, 2, 3] and not m.duplicated(["key", "name", "step"]).any()

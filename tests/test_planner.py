@@ -8,6 +8,7 @@ import pytest
 import yaml
 
 from ablate.config import TrialConfig
+from ablate.errors import SpecError
 from ablate.planner import Plan, plan, trial_key, variant_key
 
 BASE = {
@@ -189,3 +190,18 @@ def test_large_grid_plans(tmp_path: Path) -> None:
     })
     assert len(p.trials) == 2 * 2 * 3 * 2 * 5 * 5 * 17 == 10200
     assert len({t.key for t in p.trials}) == 10200
+
+
+def test_unreachable_match_params_is_a_spec_error_naming_the_key(tmp_path: Path) -> None:
+    """A target no accepted width reaches: a SpecError at the linked entry, with the target and closest count."""
+    base = {"data": {"name": "digits"}, "train": {"epochs": 1},
+            "model": {"backbone": "vit", "embed_dim": 16, "depths": [2], "num_heads": [2], "patch_size": 2, "img_size": 8}}
+    f = tmp_path / "e.yaml"
+    f.write_text(yaml.safe_dump({"sweeps": {"m": {"base": base, "grid": {"attention.kind": ["csan"]},
+                                                  "linked": [[{"model.match_params": 3000}]]}}}))  # fmt: skip
+    with pytest.raises(SpecError) as err:
+        plan(f, "m")
+    (problem,) = err.value.problems
+    text = str(problem)
+    assert "model.match_params" in text and "e.yaml:" in text
+    assert "target 3,000 parameters" in text and "closest: embed_dim 8 -> " in text

@@ -58,7 +58,7 @@ def test_default_url_creates_db_folder_in_wal_mode(tmp_path, monkeypatch):
 def test_migrations_build_exactly_the_orm_schema(store):
     with store.engine.connect() as conn:
         assert compare_metadata(MigrationContext.configure(conn), Base.metadata) == []
-        assert conn.execute(text("SELECT version_num FROM alembic_version")).scalar_one() == "0002"
+        assert conn.execute(text("SELECT version_num FROM alembic_version")).scalar_one() == "0003"
 
 
 def test_old_schema_is_upgraded_on_open_keeping_its_rows(tmp_path):
@@ -76,9 +76,9 @@ def test_old_schema_is_upgraded_on_open_keeping_its_rows(tmp_path):
     with Store(url) as s:
         assert s.done_keys() == {"k"}
         assert s.metrics_frame()["value"].tolist() == [1.5]
-        s.finish("k", "diverged", peak_memory=123, diverged_epoch=1, diverged_step=40)
+        s.finish("k", "diverged", peak_memory=123, diverged_epoch=1, diverged_step=40, resumed_from=2)
         row = s.trials_frame().iloc[0]
-        assert (row.seed, row.peak_memory, row.diverged_epoch, row.diverged_step) == (3, 123, 1, 40)
+        assert (row.seed, row.peak_memory, row.diverged_epoch, row.diverged_step, row.resumed_from) == (3, 123, 1, 40, 2)
 
 
 def test_postgresql_upserts_render_on_conflict():
@@ -198,7 +198,7 @@ def _open(url: str, at: float) -> list[str]:
 
 def test_processes_opening_a_fresh_file_at_once_migrate_it_once(tmp_path, pool):
     url, at = f"sqlite:///{tmp_path / 'fresh.sqlite'}", time.time() + 2
-    assert list(pool.map(_open, [url] * 3, [at] * 3, timeout=120)) == [["0002"]] * 3
+    assert list(pool.map(_open, [url] * 3, [at] * 3, timeout=120)) == [["0003"]] * 3
 
 
 def test_concurrent_writers_never_see_database_is_locked(tmp_path, pool):

@@ -1,4 +1,4 @@
-"""Syn layer: the maps and iterations against REFERENCE.md's known values, masks, and the gradient bypass."""
+"""Syn layer: the maps and iterations against known values of the Syn paper's maps (synergetic attention for MIL), masks, and the gradient bypass."""
 
 from __future__ import annotations
 

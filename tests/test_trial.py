@@ -10,7 +10,7 @@ import torch
 from ablate.config import TrialConfig
 from ablate.data import DataError
 from ablate.trial import CHECKPOINT, load_checkpoint, run_trial, shift_images
-from conftest import SHARED_MIL, TINY
+from conftest import TINY
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -40,7 +40,7 @@ def test_classify_trial_reports_every_epoch_and_tests_once() -> None:
 
 
 def test_mil_trial_on_shipped_bags() -> None:
-    cfg = TrialConfig.model_validate({"task": "mil", "data": {"name": "fox", "path": str(SHARED_MIL), "folds": 5},
+    cfg = TrialConfig.model_validate({"task": "mil", "data": {"name": "fox", "folds": 5},
                                       "model": {"size": "synpool", "embed_dim": 32}, "attention": {"kind": "syn", "steps": 2},
                                       "train": {"epochs": 1, "batch_size": 8}})  # fmt: skip
     seen, report = collect()

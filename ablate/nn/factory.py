@@ -22,6 +22,8 @@ from ablate.nn.mixer import REGISTRY
 Builder = Callable[[ModelConfig, AttentionConfig, int, int], nn.Module]
 BUILDERS: dict[str, Builder] = {"swin": build_swin, "vit": build_vit, "hiera": build_hiera, "synpool": build_synpool}
 MATCH_TOLERANCE = 0.02
+MAX_MULTIPLE = 2**16
+"""The width search stops doubling here (embed_dim = MAX_MULTIPLE x step): a target no width reaches."""
 _SOLVED: dict[str, int] = {}
 
 
@@ -118,24 +120,38 @@ def _with_width(cfg: TrialConfig, embed_dim: int) -> TrialConfig:
 
 def _solve(cfg: TrialConfig, goal: float, num_classes: int, in_chans: int) -> int:
     step = width_step(cfg.model)
-    counts: dict[int, int] = {}
+    counts: dict[int, int | None] = {}
 
-    def params(mult: int) -> int:
+    def params(mult: int) -> int | None:
+        """Parameter count at embed_dim mult * step; None where the mechanism rejects that width."""
         if mult not in counts:
-            counts[mult] = meta_params(_with_width(cfg, mult * step), num_classes, in_chans)
+            try:
+                counts[mult] = meta_params(_with_width(cfg, mult * step), num_classes, in_chans)
+            except ValueError:
+                counts[mult] = None
         return counts[mult]
 
-    lo, hi = 0, max(1, cfg.model.embed_dim // step)  # invariant: params(lo) < goal <= params(hi)
-    while params(hi) < goal:
+    def below(mult: int) -> bool:
+        """Rejected widths count as too small: mechanisms refuse widths under a minimum (e.g. CSaN's gates)."""
+        n = params(mult)
+        return n is None or n < goal
+
+    lo, hi = 0, max(1, cfg.model.embed_dim // step)  # invariant: below(lo) and not below(hi)
+    while below(hi) and hi < MAX_MULTIPLE:
         lo, hi = hi, 2 * hi
     while hi - lo > 1:
         mid = (lo + hi) // 2
-        lo, hi = (mid, hi) if params(mid) < goal else (lo, mid)
-    best = min((m for m in (lo, hi) if m > 0), key=lambda m: abs(params(m) - goal))
-    if abs(params(best) - goal) > MATCH_TOLERANCE * goal:
-        near = ", ".join(f"embed_dim {m * step} -> {params(m):,} ({params(m) / goal - 1:+.1%})" for m in (lo, hi) if m > 0)
+        lo, hi = (mid, hi) if below(mid) else (lo, mid)
+    near = {m: n for m in range(max(1, lo - 2), hi + 3) if (n := params(m)) is not None}
+    if not near:
+        raise ValueError(f"model.match_params: {cfg.attention.kind} takes no embed_dim near {hi * step} "
+                         f"for a target of {goal:,.0f} parameters")  # fmt: skip
+    best = min(near, key=lambda m: abs(near[m] - goal))
+    if abs(near[best] - goal) > MATCH_TOLERANCE * goal:
+        closest = ", ".join(f"embed_dim {m * step} -> {near[m]:,} ({near[m] / goal - 1:+.1%})"
+                            for m in sorted(near, key=lambda m: abs(near[m] - goal))[:2])  # fmt: skip
         raise ValueError(
             f"model.match_params: no embed_dim (a multiple of {step}, so heads {cfg.model.num_heads} divide every "
-            f"stage) lands within {MATCH_TOLERANCE:.0%} of {goal:,.0f} parameters; nearest: {near}"
+            f"stage) lands within {MATCH_TOLERANCE:.0%} of the target {goal:,.0f} parameters; closest: {closest}"
         )
     return best * step

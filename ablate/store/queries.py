@@ -24,11 +24,12 @@ METRICS = Metric.__table__
 #: Leading columns of `trials_frame`; axis, result and expanded columns follow.
 TRIAL_COLUMNS = [
     "key", "sweep", "position", "variant", "state", "attempts", "seed", "params", "flops", "peak_memory",
-    "diverged_epoch", "diverged_step", "host", "node_id", "device", "created_at", "started_at",
+    "diverged_epoch", "diverged_step", "resumed_from", "host", "node_id", "device", "created_at", "started_at",
     "finished_at", "duration_s", "error", "mlflow_run_id",
 ]  # fmt: skip
 TIMES = ["created_at", "started_at", "finished_at"]
-COUNTS = ["position", "attempts", "seed", "params", "flops", "peak_memory", "diverged_epoch", "diverged_step"]
+COUNTS = ["position", "attempts", "seed", "params", "flops", "peak_memory", "diverged_epoch", "diverged_step",
+          "resumed_from"]
 
 
 def flatten(data: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:

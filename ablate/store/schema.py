@@ -85,6 +85,8 @@ class Trial(Base):
     """Final metrics, nested by split ({"test": {"top1": ...}}); flattened to `test.top1` in frames."""
     diverged_epoch: Mapped[int | None]
     diverged_step: Mapped[int | None]
+    resumed_from: Mapped[int | None]
+    """Epoch the last attempt resumed from its checkpoint (0: it trained from scratch)."""
 
 
 class Membership(Base):

@@ -21,7 +21,7 @@ from ablate.store.queries import MEMBERS, METRICS, SWEEPS, TRIALS, Queries
 from ablate.store.schema import FINAL_STATES, Membership, Sweep, Trial
 
 #: Facts about a run that `record` and `finish` accept (known once a trial has built its model).
-INFO_FIELDS = frozenset({"params", "flops", "peak_memory", "environment", "host", "node_id", "device"})
+INFO_FIELDS = frozenset({"params", "flops", "peak_memory", "environment", "host", "node_id", "device", "resumed_from"})
 #: Bound parameters per IN (...) query; below every backend's limit.
 CHUNK = 500
 
