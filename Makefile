@@ -10,7 +10,7 @@ BIN := $(VENV)/bin
 SWEEP ?= cpu
 STAMP := $(VENV)/.installed
 
-.PHONY: run test install clean
+.PHONY: run test install clean mutants
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -27,5 +27,11 @@ run: $(STAMP)
 test: $(STAMP)
 	$(BIN)/python -m pytest -q
 
+# Mutation testing of the core modules, score per module (bench/mutants.py); not part of `make test`.
+# GROUPS narrows it, e.g. make mutants GROUPS='planner stats'; surviving mutants land in mutants-survivors/.
+GROUPS ?=
+mutants: $(STAMP)
+	$(BIN)/python bench/mutants.py $(GROUPS)
+
 clean:
-	rm -rf $(VENV) db reports
+	rm -rf $(VENV) db reports mutants-survivors

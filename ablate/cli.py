@@ -234,7 +234,7 @@ def status(
     if counts.empty:
         out.print("no sweeps in the store")
         return
-    _print_frame(counts, "trials per state")
+    _print_frame(counts.reset_index(), "trials per state")
     running = trials[trials["state"] == "running"]
     if len(running):
         _print_frame(running[["sweep", "key", "host", "started_at"]], "running")

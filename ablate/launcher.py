@@ -4,17 +4,22 @@ Plan, skip every key already `done` in the store (whatever sweep ran it), submit
 with the sweep's cpus/gpus, and record what they report through the one writer (`ablate.recorder`).
 Worker or node death: Ray re-runs the task (`system_retries`) and the trial resumes from its checkpoint
 under `storage/<key>` (shared storage on a cluster). Application errors are recorded as `failed`, retried
-only `resources.retries` times. Ctrl-C cancels running tasks and marks them `interrupted`; the next launch
-resumes them. No address: an embedded local Ray for the launch; an address or RAY_ADDRESS: that cluster.
+only `resources.retries` times. Ctrl-C (or SIGTERM) asks the loop to stop: at its next poll it cancels
+running tasks and marks them `interrupted`, and the next launch resumes them; a second Ctrl-C stops at
+once. No address: an embedded local Ray for the launch; an address or RAY_ADDRESS: that cluster.
 """
 
 from __future__ import annotations
 
 import os
 import re
+import signal
 import socket
+import threading
 import time
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -64,6 +69,38 @@ def _trial_task(config: dict[str, Any], key: str, storage: str, inbox: Any, runn
     finally:
         ray.get(last)
     return asdict(result)
+
+
+class Stop:
+    """Set by the first SIGINT/SIGTERM; the launch loop checks it at every poll.
+
+    Raising KeyboardInterrupt wherever the signal lands could cut a store write or a Ray call in half;
+    a flag lets the loop stop between them. A second signal raises KeyboardInterrupt at once.
+    """
+
+    def __init__(self) -> None:
+        self.requested = False
+
+    def __bool__(self) -> bool:
+        return self.requested
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        if self.requested:
+            raise KeyboardInterrupt
+        self.requested = True
+
+    @contextmanager
+    def installed(self) -> Iterator[Stop]:
+        """Catch SIGINT and SIGTERM while the loop runs (main thread only: elsewhere Ctrl-C stays Python's)."""
+        if threading.current_thread() is not threading.main_thread():
+            yield self
+            return
+        previous = {sig: signal.signal(sig, self._handle) for sig in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            yield self
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
 
 
 def reachable(address: str, timeout: float = 10.0) -> None:
@@ -166,11 +203,20 @@ def launch(
                 elif kind == "epoch":
                     progress.epoch(key, body[0], body[1])
 
+        def interrupt() -> None:
+            for ref in pending:
+                ray.cancel(ref, force=True)
+            drain()
+            recorder.interrupt(list(pending.values()))
+            result.interrupted = True
+            result.counts["interrupted"] = len(pending)
+
+        stop = Stop()
         try:
-            for key in todo:
-                submit(key)
-            with progress:
-                while pending:
+            with stop.installed(), progress:
+                for key in todo:
+                    submit(key)
+                while pending and not stop:
                     ready, _ = ray.wait(list(pending), num_returns=len(pending), timeout=poll)
                     drain()
                     for ref in ready:
@@ -182,14 +228,12 @@ def launch(
                         result.counts[state] += 1
                         progress.finished(key, state)
                     progress.refresh()
-                drain()
-        except KeyboardInterrupt:
-            for ref in pending:
-                ray.cancel(ref, force=True)
-            drain()
-            recorder.interrupt(list(pending.values()))
-            result.interrupted = True
-            result.counts["interrupted"] += len(pending)
+                if stop:
+                    interrupt()
+                else:
+                    drain()
+        except KeyboardInterrupt:  # a second Ctrl-C, or one outside the main thread's handler
+            interrupt()
         finally:
             if tracker is not None:
                 for plan in plans:

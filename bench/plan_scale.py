@@ -1,14 +1,17 @@
 """How fast a large grid plans: seconds to load, validate and expand N trials (default ~10k).
 
-    .venv/bin/python bench/plan_scale.py [--seeds 17]
+    .venv/bin/python bench/plan_scale.py [--seeds 17] [--repeats 3]
 
-Prints the time per trial of the full path (`load_sweeps` + `expand`) against the time of just
-validating one TrialConfig per trial, the floor any pydantic-based planner pays.
+Prints the time per trial of the full path (`ablate.plan`: load_sweeps + expand) against the time of just
+validating one TrialConfig per trial (the planned trials' configs, dumped beforehand), the floor any
+pydantic-based planner pays. Wall clock around each whole call, from outside; the same warm-up for both
+(one untimed call of each); order alternated between repeats (ABAB, BABA, ...); medians of --repeats.
 """
 
 from __future__ import annotations
 
 import argparse
+import statistics
 import tempfile
 import time
 from pathlib import Path
@@ -28,19 +31,24 @@ BASE = {"model": {"backbone": "vit", "embed_dim": 32, "depths": [2], "num_heads"
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--seeds", type=int, default=17)
+    ap.add_argument("--repeats", type=int, default=3, help="timed runs of each side; the median is reported")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as d:
         f = Path(d) / "big.yaml"
         f.write_text(yaml.safe_dump({"sweeps": {"big": {"base": BASE, "grid": GRID, "seeds": args.seeds}}}))
-        t0 = time.perf_counter()
-        p = plan(f, "big")
-        full = time.perf_counter() - t0
-    n = len(p.trials)
-    t0 = time.perf_counter()
-    for t in p.trials:
-        TrialConfig.model_validate(t.config.model_dump())
-    floor = time.perf_counter() - t0
-    print(f"trials {n}: plan {full:.2f} s ({full / n * 1e6:.0f} us/trial); one validation per trial {floor:.2f} s; ratio {full / floor:.2f}")
+        dumped = [t.config.model_dump() for t in plan(f, "big").trials]  # also the warm-up of the plan side
+        sides = {"plan": lambda: plan(f, "big"), "floor": lambda: [TrialConfig.model_validate(c) for c in dumped]}
+        sides["floor"]()  # the same warm-up for the floor
+        times: dict[str, list[float]] = {name: [] for name in sides}
+        for r in range(args.repeats):
+            for name in list(sides) if r % 2 == 0 else list(sides)[::-1]:  # ABAB, BABA, ...
+                t0 = time.perf_counter()
+                sides[name]()
+                times[name].append(time.perf_counter() - t0)
+    n = len(dumped)
+    full, floor = statistics.median(times["plan"]), statistics.median(times["floor"])
+    print(f"trials {n}: plan {full:.2f} s ({full / n * 1e6:.0f} us/trial); one validation per trial {floor:.2f} s; "
+          f"medians of {args.repeats}, order alternated; ratio {full / floor:.2f}")
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """A report page checked in a real browser (headless Chromium; `apt-get install chromium`, so not in `make test`).
 
-    .venv/bin/python bench/report_browser.py [--report reports/cpu/index.html] [--shot report.png]
+    .venv/bin/python bench/report_browser.py [--report reports/cpu/index.html] [--shot report.png] [--repeats 3]
 
 Without --report it writes the report of a small synthetic sweep (stack x mixer, 3 seeds, diagnostics,
 one failed trial) to a temporary folder. Then, in Chromium:
@@ -8,17 +8,26 @@ one failed trial) to a temporary folder. Then, in Chromium:
    without JavaScript shows);
 2. a probe: a copy of the page with a script appended that measures, after layout, every <img> (decoded,
    natural size > 0, laid out with a width and height, not hidden) and every <table> (rows, laid out);
-   the DOM dump carries its findings back. Every image and table of the page must be there and visible.
+   the DOM dump carries its findings back. Every image and table of the page must be there and visible;
+3. timing: seconds to render the report (one headless Chromium process taking its screenshot, the
+   process timed whole from outside) against the baseline measured in the same run: the same for a plain
+   static page of the same size in bytes (one paragraph of text: no images, no tables), so the ratio is
+   what the report's images and tables cost over the browser's own floor. Same flags and window, a fresh
+   profile per run, the same warm-up for both (one untimed render of each), order alternated between
+   repeats (ABAB, BABA, ...), medians of --repeats runs.
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import re
 import shutil
+import statistics
 import subprocess
 import tempfile
+import time
 from html.parser import HTMLParser
 from pathlib import Path
 
@@ -63,6 +72,35 @@ def run(args: list[str], profile: Path) -> str:
     return subprocess.run(cmd, capture_output=True, text=True, timeout=180, check=True).stdout
 
 
+def plain_page(folder: Path, size: int) -> Path:
+    """A static page of `size` bytes: one paragraph of plain text, nothing else."""
+    head, tail = '<!doctype html><html><head><meta charset="utf-8"><title>plain</title></head><body><p>', "</p></body></html>"
+    words = "attention selection nonlinearity ablation softmax baseline seed variant trial report "
+    text = (words * (size // len(words) + 1))[: max(0, size - len(head) - len(tail))]
+    page = folder / "plain.html"
+    page.write_text(head + text + tail, encoding="utf-8")
+    return page
+
+
+def render_seconds(pages: dict[str, Path], repeats: int, folder: Path) -> dict[str, float]:
+    """Median wall time of a whole headless screenshot run per page: one untimed run of each, then ABAB/BABA."""
+    runs = itertools.count()
+
+    def render(page: Path) -> float:
+        i = next(runs)
+        t0 = time.perf_counter()
+        run([f"--screenshot={folder / f'{i}.png'}", page.as_uri()], folder / f"profile{i}")
+        return time.perf_counter() - t0
+
+    for page in pages.values():  # the same warm-up for both
+        render(page)
+    times: dict[str, list[float]] = {name: [] for name in pages}
+    for r in range(repeats):
+        for name in list(pages) if r % 2 == 0 else list(pages)[::-1]:
+            times[name].append(render(pages[name]))
+    return {name: statistics.median(ts) for name, ts in times.items()}
+
+
 def synthetic(folder: Path) -> Path:
     """A small sweep's report, written with the real store and report code."""
     import yaml
@@ -95,6 +133,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--report", type=Path, help="a report's index.html (default: a synthetic sweep's)")
     ap.add_argument("--shot", type=Path, default=Path(tempfile.gettempdir()) / "ablate-report.png")
+    ap.add_argument("--repeats", type=int, default=3, help="timed renders of each page; the median is reported")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
@@ -111,6 +150,9 @@ def main() -> None:
             dom = run(["--virtual-time-budget=10000", "--dump-dom", probe_page.as_uri()], tmp / "p2")
         finally:
             probe_page.unlink(missing_ok=True)
+        size = len(html.encode("utf-8"))
+        (tmp / "timing").mkdir()
+        took = render_seconds({"report": page, "plain": plain_page(tmp, size)}, args.repeats, tmp / "timing")
     found = re.search(r'<pre id="probe">(.*?)</pre>', dom, re.S)
     assert found, "the probe did not run"
     seen = json.loads(found.group(1).replace("&quot;", '"').replace("&amp;", "&"))
@@ -123,6 +165,8 @@ def main() -> None:
     print(f"{page}: {len(images)}/{len(images)} images decoded and laid out ({sizes}); {len(tables)} tables laid out "
           f"({', '.join(str(t['rows']) for t in tables)} rows); no script; screenshot {args.shot} "
           f"{shot.shape[1]}x{shot.shape[0]}")
+    print(f"render to screenshot, headless Chromium, median of {args.repeats} (order alternated): report {took['report']:.2f} s, "
+          f"plain static page of the same {size / 2**10:.0f} KiB {took['plain']:.2f} s; ratio {took['report'] / took['plain']:.2f}")
 
 
 if __name__ == "__main__":

@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-WAIT_LIMIT = 600.0
+WAIT_LIMIT = 300.0
 """A gate nobody opens fails the trial after this long rather than hang a test run."""
 
 

@@ -46,7 +46,32 @@ def swin_like_bias(dtype: torch.dtype = torch.float32) -> torch.Tensor:
     return bias.requires_grad_()
 
 
+def reference_rows(q: torch.Tensor, k: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """softmax(q k^T / sqrt(d) + bias) written out (exp over the row sum) in float64; rows masked
+    everywhere are zeros."""
+    s = q.double() @ k.double().transpose(-2, -1) / math.sqrt(q.shape[-1])
+    if bias is not None:
+        s = s + bias.double()
+    dead = (s == NEG).all(-1, keepdim=True)
+    s = s.masked_fill(dead, 0.0)
+    e = torch.exp(s - s.amax(-1, keepdim=True))
+    return (e / e.sum(-1, keepdim=True)).masked_fill(dead, 0.0)
+
+
+def reference_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor | None = None):
+    """softmax(q k^T / sqrt(d) + bias) v in float64, from the formula (no SDPA)."""
+    return reference_rows(q, k, bias) @ v.double()
+
+
 # ------------------------------------------------------------------------------------- every registered kind
+#: Inputs a kind genuinely does not read, so they get no gradient (None); every other input and every
+#: parameter must get a finite, nonzero one. x feeds CSaN's gates only; ISTA uses the bias only as a
+#: key mask (bias <= MASK_LEVEL), a comparison with no gradient.
+UNUSED: dict[str, set[str]] = {kind: {"x"} for kind in REGISTRY}
+UNUSED["csan"] = set()
+UNUSED["ista"] = {"x", "bias"}
+
+
 @pytest.mark.parametrize("kind", sorted(REGISTRY))
 def test_forward_backward_finite_and_masked_rows_safe(kind: str) -> None:
     mixer = create_mixer(config(kind), DIM, H)
@@ -56,8 +81,13 @@ def test_forward_backward_finite_and_masked_rows_safe(kind: str) -> None:
     assert out.shape == (B, H, N, D)
     assert out.isfinite().all()
     out.square().sum().backward()
-    for t in (q, k, v, bias, *mixer.parameters()):
-        assert t.grad is None or t.grad.isfinite().all()
+    unused = UNUSED[kind]
+    leaves = {"q": q, "k": k, "v": v, "bias": bias, "x": x, **dict(mixer.named_parameters())}
+    for name, t in leaves.items():
+        if name in unused:
+            assert t.grad is None, f"{kind} was expected not to use {name}"
+        else:
+            assert t.grad is not None and t.grad.isfinite().all() and t.grad.abs().sum() > 0, name
     assert mixer.last_attn is None  # nothing kept unless recording
 
 
@@ -85,16 +115,51 @@ def test_recording_keeps_rows_and_agrees_with_fused_path(kind: str) -> None:
     assert mixer.last_attn[..., 3, :].abs().sum() == 0  # the fully masked row attends to nothing
 
 
+#: What must be exactly plain softmax attention: softmax itself, Syn with no steps, CSaN with every calibration off.
+PLAIN = [
+    config("softmax"),
+    config("syn", steps=0),
+    config("csan", tau=False, mu=False, kappa_pub="off", kappa_priv=False),
+]
+
+
+@pytest.mark.parametrize("record", [False, True])
+@pytest.mark.parametrize("bias_kind", [None, "-inf"])
+@pytest.mark.parametrize("cfg", PLAIN, ids=lambda c: c.kind)
+def test_plain_attention_equals_the_formula(cfg: AttentionConfig, bias_kind: str | None, record: bool) -> None:
+    """Output, rows and gradients in float64 against softmax(q k^T / sqrt(d) + bias) v written out, not
+    against another SDPA call (which would share any misuse of SDPA: a dropped bias, a wrong scale).
+    Recording takes the explicit rows; Syn computes those in float32 by design, hence its tolerance."""
+    mixer = create_mixer(cfg, DIM, H).double()
+    mixer.record = record
+    q, k, v, x = inputs(dtype=torch.float64)
+    bias = None if bias_kind is None else swin_like_bias(torch.float64)
+    leaves = [q, k, v] + ([] if bias is None else [bias])
+    w = torch.randn(B, H, N, D, dtype=torch.float64)
+    ref = reference_attention(q, k, v, bias)
+    g_ref = torch.autograd.grad((ref * w).sum(), leaves)
+    tol = dict(atol=1e-6, rtol=1e-5) if cfg.kind == "syn" and record else dict(atol=1e-12, rtol=1e-10)
+    paths = [mixer.forward_fused, mixer.forward_explicit, mixer] if isinstance(mixer, CSaN) else [mixer]
+    for path in paths:
+        out = path(q, k, v, bias=bias, x=x)
+        torch.testing.assert_close(out, ref, **tol)
+        for a, b in zip(torch.autograd.grad((out * w).sum(), leaves), g_ref):
+            torch.testing.assert_close(a, b, **tol)
+    if record:
+        torch.testing.assert_close(mixer.last_attn.double(), reference_rows(q, k, bias), **tol)
+
+
 # ---------------------------------------------------------------------------------------------------- CSaN
 OFF = dict(tau=False, mu=False, kappa_pub="off", kappa_priv=False)
 
 
 def test_csan_all_off_is_softmax_without_parameters() -> None:
-    csan, softmax = create_mixer(CSaNAttention(**OFF), DIM, H), create_mixer(config("softmax"), DIM, H)
+    csan = create_mixer(CSaNAttention(**OFF), DIM, H)
     assert sum(p.numel() for p in csan.parameters()) == 0
     q, k, v, x = inputs()
     for bias in (None, swin_like_bias()):
-        torch.testing.assert_close(csan(q, k, v, bias=bias, x=x), softmax(q, k, v, bias=bias), atol=1e-6, rtol=1e-6)
+        ref = reference_attention(q, k, v, bias).float()
+        torch.testing.assert_close(csan(q, k, v, bias=bias, x=x), ref, atol=1e-6, rtol=1e-6)
 
 
 @pytest.mark.parametrize("component", ["tau", "mu", "kappa_pub", "kappa_priv"])
@@ -129,43 +194,58 @@ def phi(s: torch.Tensor, beta: float) -> torch.Tensor:
 
 
 def reference_csan(mixer: CSaN, q, k, v, bias, x):
-    """CSaN written out from the formulas, logits materialised (the CSaN paper's equations), sharing only the weights."""
-    cfg, nq, nk = mixer.cfg, q.shape[-2], k.shape[-2]
+    """CSaN written out from the formulas, logits materialised (the CSaN paper's equations), sharing only the
+    weights, whose shapes it checks against the knobs (r = dim // reduction gates, gate g reading head
+    g * H // r; trunk width max(dim // hidden_div, hidden_min)). A switched-off head is its neutral value."""
+    cfg, nq, nk, in_dim = mixer.cfg, q.shape[-2], k.shape[-2], x.shape[-1]
     s = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
     if bias is not None:
         s = s + bias
-    m = phi(s, cfg.beta).mean(-1)
-    gates = torch.sigmoid(mixer.u(x))  # (B, Nq, r)
-    r = gates.shape[-1]
-    z = gates * m.transpose(1, 2).repeat_interleave(r // H, dim=-1)
-    t = mixer.reduce(z)
-    t = F.gelu(t) if cfg.bounded else t * torch.sigmoid(mixer.gate(t))
-    f = (lambda layer: torch.tanh(layer(t))) if cfg.bounded else (lambda layer: layer(t))
     per_head = lambda y: y.reshape(B, nq, H, -1).transpose(1, 2)  # noqa: E731
-    tau = 1 + f(mixer.tau) if cfg.bounded else torch.where(mixer.tau(t) > 0, 1 + mixer.tau(t), torch.exp(mixer.tau(t)))
-    tau = per_head(tau)
-    mu = per_head(1 + f(mixer.mu)).repeat(1, 1, nk // nq, 1)  # pooled keys take their group's mu
+    tau, mu, pub, priv = 1.0, 1.0, 1.0, 0.0
+    if cfg.tau or cfg.mu or cfg.kappa_pub != "off" or cfg.kappa_priv:
+        r, h = DIM // cfg.reduction, max(DIM // cfg.hidden_div, cfg.hidden_min)
+        assert mixer.u.weight.shape == (r, in_dim) and mixer.reduce.weight.shape == (h, r)
+        assert (mixer.gate is None) if cfg.bounded else (mixer.gate.weight.shape == (h, h))
+        m = phi(s, cfg.beta).mean(-1)
+        gates = torch.sigmoid(mixer.u(x))  # (B, Nq, r)
+        z = gates * m.transpose(1, 2)[..., torch.arange(r) * H // r]
+        t = mixer.reduce(z)
+        t = F.gelu(t) if cfg.bounded else t * torch.sigmoid(mixer.gate(t))
+
+        def f(layer: torch.nn.Linear, width: int) -> torch.Tensor:
+            assert layer.weight.shape == (width, h)
+            return torch.tanh(layer(t)) if cfg.bounded else layer(t)
+
+        w = H if cfg.kappa_pub == "head" else DIM
+        if cfg.tau:
+            f_tau = f(mixer.tau, H)
+            tau = per_head(1 + f_tau if cfg.bounded else torch.where(f_tau > 0, 1 + f_tau, torch.exp(f_tau)))
+        if cfg.mu:
+            mu = per_head(1 + f(mixer.mu, H)).repeat(1, 1, nk // nq, 1)  # pooled keys take their group's mu
+            mu = mu.transpose(-2, -1)
+        if cfg.kappa_pub != "off":
+            pub = per_head(1 + f(mixer.kappa_pub, w))
+        if cfg.kappa_priv:
+            priv = per_head(f(mixer.kappa_priv, w))
     scaled = s * tau if bias is None else torch.where(s == NEG, s, s.nan_to_num(neginf=0.0) * tau)
     dead = (scaled == NEG).all(-1, keepdim=True)
-    a = torch.softmax(scaled.masked_fill(dead, 0.0), -1).masked_fill(dead, 0.0) * mu.transpose(-2, -1)
+    a = torch.softmax(scaled.masked_fill(dead, 0.0), -1).masked_fill(dead, 0.0) * mu
     own = v if nk == nq else v.reshape(B, H, nk // nq, nq, -1).amax(2)
-    return (a @ v) * per_head(1 + f(mixer.kappa_pub)) + own * per_head(f(mixer.kappa_priv))
+    return (a @ v) * pub + own * priv
 
 
-@pytest.mark.parametrize("knobs", [{}, {"bounded": True}, {"kappa_pub": "head"}])
-@pytest.mark.parametrize(("bias_kind", "pooled"), [(None, False), ("-inf", False), ("finite", False), (None, True)])
-def test_csan_paths_equal_explicit_reference(knobs: dict, bias_kind: str | None, pooled: bool) -> None:
-    """Output and every gradient, in float64: the SDPA path (descriptor in uneven chunks of 3 rows), the
-    materialised-logits path, and what `forward` picks, against the formulas written out here. Biases:
-    none, masked with -inf (rows and keys), finite only (Swin's -100 mask: the explicit path's plain ops)."""
-    mixer = create_mixer(CSaNAttention(chunk=3, **knobs), DIM, H).double()
-    for p in mixer.parameters():  # far from init, so every head matters
+def assert_csan_paths_equal_reference(mixer: CSaN, bias_kind: str | None, pooled: bool, in_dim: int = DIM) -> None:
+    """Output and every gradient, in float64: `forward_fused`, `forward_explicit` and what `forward` picks
+    against `reference_csan`, with the weights far from init, so every head matters."""
+    mixer = mixer.double()
+    for p in mixer.parameters():
         torch.nn.init.normal_(p, std=0.3)
-    q, k, v, x = inputs(nq=N, nk=2 * N if pooled else N, dtype=torch.float64)
+    q, k, v, x = inputs(nq=N, nk=2 * N if pooled else N, in_dim=in_dim, dtype=torch.float64)
     bias = None if bias_kind is None else swin_like_bias(torch.float64)
     if bias_kind == "finite":
         bias = bias.detach().clamp(min=-100.0).requires_grad_()
-    leaves = [q, k, v, x, *mixer.parameters()] + ([] if bias is None else [bias])
+    leaves = [q, k, v, *mixer.parameters()] + ([x] if mixer.calibrated else []) + ([] if bias is None else [bias])
     w = torch.randn(B, H, N, D, dtype=torch.float64)
     ref = reference_csan(mixer, q, k, v, bias=bias, x=x)
     g_ref = torch.autograd.grad((ref * w).sum(), leaves)
@@ -176,14 +256,61 @@ def test_csan_paths_equal_explicit_reference(knobs: dict, bias_kind: str | None,
             torch.testing.assert_close(a, b, atol=1e-10, rtol=1e-10)
 
 
+@pytest.mark.parametrize("knobs", [{}, {"bounded": True}, {"kappa_pub": "head"}])
+@pytest.mark.parametrize(("bias_kind", "pooled"), [(None, False), ("-inf", False), ("finite", False), (None, True)])
+def test_csan_paths_equal_explicit_reference(knobs: dict, bias_kind: str | None, pooled: bool) -> None:
+    """The SDPA path (descriptor in uneven chunks of 3 rows), the materialised-logits path, and what
+    `forward` picks, against the formulas written out here. Biases: none, masked with -inf (rows and
+    keys), finite only (Swin's -100 mask: the explicit path's plain ops)."""
+    assert_csan_paths_equal_reference(create_mixer(CSaNAttention(chunk=3, **knobs), DIM, H), bias_kind, pooled)
+
+
+#: Every knob of CSaNAttention away from its default (DIM = 24, H = 3; defaults: beta 0.25, reduction 4,
+#: hidden_div 8, hidden_min 24, so at DIM = 24 the trunk width is hidden_min's unless that is lowered).
+NON_DEFAULT_KNOBS = [
+    {"beta": 0.05},
+    {"beta": 1.0},
+    {"beta": 4.0, "bounded": True},
+    {"reduction": 2},  # 12 gates, 4 per head
+    {"reduction": 5},  # 4 gates over 3 heads: uneven shares (head 0 reads two)
+    {"reduction": 8},  # one gate per head
+    {"hidden_div": 2, "hidden_min": 1},  # trunk 12 wide, set by hidden_div
+    {"hidden_div": 3, "hidden_min": 10},  # trunk 10 wide, set by hidden_min above dim // hidden_div
+    {"hidden_min": 40},
+    {"tau": False},
+    {"mu": False},
+    {"kappa_pub": "off"},
+    {"kappa_priv": False},
+    {"kappa_pub": "head", "kappa_priv": False},
+    {"tau": False, "mu": False, "kappa_pub": "off"},  # the private path alone
+    {"bounded": True, "beta": 0.5, "reduction": 3, "hidden_div": 4, "hidden_min": 2, "kappa_pub": "head"},
+]
+
+
+@pytest.mark.parametrize("knobs", NON_DEFAULT_KNOBS, ids=str)
+@pytest.mark.parametrize(("bias_kind", "pooled"), [("-inf", False), (None, True)])
+def test_csan_non_default_knobs_equal_explicit_reference(knobs: dict, bias_kind: str | None, pooled: bool) -> None:
+    """Each knob changes the result the formulas say it does: a knob read as its default (or a constant)
+    anywhere in either path differs from the reference, and the layer shapes follow the knobs."""
+    mixer = create_mixer(CSaNAttention(chunk=3, **knobs), DIM, H)
+    assert_csan_paths_equal_reference(mixer, bias_kind, pooled)
+
+
+def test_csan_gates_read_tokens_of_their_own_width() -> None:
+    """Hiera's stage transitions: tokens of width in_dim != dim feed the gates."""
+    mixer = create_mixer(CSaNAttention(chunk=3, reduction=2), DIM, H, in_dim=DIM // 2)
+    assert_csan_paths_equal_reference(mixer, None, True, in_dim=DIM // 2)
+
+
 @pytest.mark.parametrize("bias_shape", [None, (1, H, N, N), (B, 1, 1, N), (N, N)])
 def test_row_chunked_descriptor_gradcheck(bias_shape: tuple | None) -> None:
     q, k, _, _ = inputs(dtype=torch.float64)
     bias = None if bias_shape is None else torch.randn(bias_shape, dtype=torch.float64, requires_grad=True)
     assert torch.autograd.gradcheck(lambda q, k, b: _RowMeanPhi.apply(q, k, b, 0.25, 3), (q, k, bias))
-    full = phi(q @ k.transpose(-2, -1) / math.sqrt(D) + (0 if bias is None else bias), 0.25).mean(-1)
-    for chunk in (1, 4, 1000):
-        torch.testing.assert_close(_RowMeanPhi.apply(q, k, bias, 0.25, chunk), full)
+    s = q @ k.transpose(-2, -1) / math.sqrt(D) + (0 if bias is None else bias)
+    for beta in (0.25, 0.05, 1.5):  # the knee moves with beta
+        for chunk in (1, 4, 1000):
+            torch.testing.assert_close(_RowMeanPhi.apply(q, k, bias, beta, chunk), phi(s, beta).mean(-1))
 
 
 @pytest.mark.parametrize("bias_shape", [None, (1, H, N, N), (B, 1, 1, N), (N, N)])
@@ -194,9 +321,10 @@ def test_knee_logits_gradcheck(bias_shape: tuple | None) -> None:
     bias = None if bias_shape is None else torch.randn(bias_shape, dtype=torch.float64, requires_grad=True)
     assert torch.autograd.gradcheck(lambda q, k, b: _KneeLogits.apply(q, k, b, 0.25), (q, k, bias))
     s = q @ k.transpose(-2, -1) / math.sqrt(D) + (0 if bias is None else bias)
-    t, m = _KneeLogits.apply(q, k, bias, 0.25)
-    torch.testing.assert_close(t, s / 0.25 - 1)
-    torch.testing.assert_close(m, phi(s, 0.25).mean(-1))
+    for beta in (0.25, 0.05, 1.5):
+        t, m = _KneeLogits.apply(q, k, bias, beta)
+        torch.testing.assert_close(t, s / beta - 1)
+        torch.testing.assert_close(m, phi(s, beta).mean(-1))
 
 
 def test_csan_path_by_size_and_its_matmuls() -> None:
@@ -216,7 +344,7 @@ def test_csan_path_by_size_and_its_matmuls() -> None:
 def test_csan_tau_stays_positive_and_starts_near_plain_attention() -> None:
     mixer = create_mixer(CSaNAttention(), DIM, H)
     q, k, v, x = inputs()
-    plain = F.scaled_dot_product_attention(q, k, v)
+    plain = reference_attention(q, k, v).float()
     assert (mixer(q, k, v, x=x) - plain).norm() < 0.05 * plain.norm()  # init: f ~ 0
     for bounded in (False, True):
         mixer = create_mixer(CSaNAttention(bounded=bounded), DIM, H)
@@ -225,22 +353,45 @@ def test_csan_tau_stays_positive_and_starts_near_plain_attention() -> None:
         assert (tau > 0).all()
 
 
-def csan_layer_params(cfg: CSaNAttention, dim: int, heads: int) -> int:
+def csan_layer_params(cfg: CSaNAttention, dim: int, heads: int, in_dim: int | None = None) -> int:
     """The per-layer formula of ablate.nn.csan's docstring."""
     r, h = dim // cfg.reduction, max(dim // cfg.hidden_div, cfg.hidden_min)
     w = heads if cfg.kappa_pub == "head" else dim
-    n = dim * r + r + r * h + h + (0 if cfg.bounded else h * h + h) + 2 * (h * heads + heads)
-    return n + (cfg.kappa_pub != "off") * (h * w + w) + cfg.kappa_priv * (h * w + w)
+    heads_on = (cfg.tau + cfg.mu) * (h * heads + heads) + ((cfg.kappa_pub != "off") + cfg.kappa_priv) * (h * w + w)
+    if not heads_on:
+        return 0
+    trunk = (in_dim or dim) * r + r + r * h + h + (0 if cfg.bounded else h * h + h)
+    return trunk + heads_on
 
 
 SWIN = dict(dims=(96, 192, 384, 768), heads=(3, 6, 12, 24))
 
 
-@pytest.mark.parametrize("knobs", [{}, {"kappa_pub": "head"}, {"bounded": True}, {"kappa_pub": "off"}])
+@pytest.mark.parametrize(
+    "knobs",
+    [
+        {},
+        {"kappa_pub": "head"},
+        {"bounded": True},
+        {"kappa_pub": "off"},
+        {"reduction": 2},
+        {"reduction": 3, "hidden_div": 4},  # hidden_div above hidden_min from dim 96 on
+        {"hidden_div": 2, "hidden_min": 100},  # hidden_min wins at the narrow stages only
+        {"tau": False, "kappa_priv": False},
+        {"mu": False, "kappa_pub": "head", "bounded": True, "reduction": 6},
+        {"tau": False, "mu": False, "kappa_pub": "off", "kappa_priv": False},
+    ],
+    ids=str,
+)
 def test_csan_layer_parameter_formula(knobs: dict) -> None:
     cfg = CSaNAttention(**knobs)
-    for dim, heads in zip(*SWIN.values()):
-        assert sum(p.numel() for p in create_mixer(cfg, dim, heads).parameters()) == csan_layer_params(cfg, dim, heads)
+    with torch.device("meta"):  # sizes only
+        for dim, heads in zip(*SWIN.values()):
+            size = sum(p.numel() for p in create_mixer(cfg, dim, heads).parameters())
+            assert size == csan_layer_params(cfg, dim, heads)
+            in_dim = dim // 2  # Hiera's pooled-query blocks: the gates read the narrower input tokens
+            mixer = create_mixer(cfg, dim, heads, in_dim=in_dim)
+            assert sum(p.numel() for p in mixer.parameters()) == csan_layer_params(cfg, dim, heads, in_dim)
 
 
 def csan_added(cfg: CSaNAttention, depths: tuple[int, ...], per_block: int = 1) -> int:
@@ -263,14 +414,18 @@ def test_csan_reproduces_swin_min_parameter_counts() -> None:
 
 
 # -------------------------------------------------------------------------------------------------- kernels
+@pytest.mark.parametrize("sigma", [0.7, 2.5])
 @pytest.mark.parametrize("kind", ["gaussian", "laplace"])
-def test_kernel_attention_equals_its_formula(kind: str) -> None:
-    mixer = create_mixer(config(kind, sigma=0.7), DIM, H)
+def test_kernel_attention_equals_its_formula(kind: str, sigma: float) -> None:
+    """The bandwidth comes from the config (then learnt per head): the reference takes it from cfg.sigma
+    and the per-head steps applied here, never from the mixer's parameter."""
+    mixer = create_mixer(config(kind, sigma=sigma), DIM, H)
+    step = torch.tensor([0.0, 0.3, -0.2])
     with torch.no_grad():
-        mixer.log_sigma.add_(torch.tensor([0.0, 0.3, -0.2]))
+        mixer.log_sigma.add_(step)
     q, k, v, _ = inputs()
     bias = swin_like_bias()
-    sigma = mixer.log_sigma.exp().view(-1, 1, 1) * D**0.25  # in unscaled units
+    sigma = (sigma * step.exp()).view(-1, 1, 1) * D**0.25  # in unscaled units
     dist = torch.cdist(q, k)
     s = -(dist**2) / (2 * sigma**2) if kind == "gaussian" else -dist / sigma
     s = s + bias
@@ -329,6 +484,35 @@ def test_ista_without_threshold_recovers_least_squares() -> None:
     a = ista_rows(q, k, steps=100, step_size=1.0, threshold=0.0, signed=True)  # error shrinks 0.75x a step
     least_squares = torch.linalg.lstsq(k.transpose(-2, -1), q.transpose(-2, -1)).solution.transpose(-2, -1)
     torch.testing.assert_close(a, least_squares, atol=1e-4, rtol=1e-4)
+
+
+def reference_ista(q, k, steps: int, threshold: float, step_size: float | None, signed: bool) -> torch.Tensor:
+    """T steps of ISTA on min_A ||Q - A K||^2 / 2 + lambda |A|_1 from A = 0, in float64: a gradient step of
+    eps (1 / ||K||_F^2, or the given step clipped to 0.99 * 2 / L, L = ||K||_2^2), then soft-thresholding
+    by eps * lambda (non-negative unless signed)."""
+    q, k = q.double(), k.double()
+    lipschitz = torch.linalg.matrix_norm(k, ord=2)[..., None, None] ** 2
+    frobenius = k.square().sum((-2, -1), keepdim=True)
+    eps = 1 / frobenius if step_size is None else torch.clamp(0.99 * 2 / lipschitz, max=step_size)
+    a = torch.zeros(*q.shape[:-1], k.shape[-2], dtype=torch.float64)
+    for _ in range(steps):
+        a = a - eps * (a @ k - q) @ k.transpose(-2, -1)
+        shrunk = F.relu(a.abs() - eps * threshold)
+        a = a.sign() * shrunk if signed else F.relu(a - eps * threshold)
+    return a
+
+
+@pytest.mark.parametrize("signed", [False, True])
+@pytest.mark.parametrize("step_size", [None, 0.004, 10.0])  # 10: clipped to 0.99 * 2 / L
+@pytest.mark.parametrize(("steps", "threshold"), [(1, 0.0), (2, 2.0), (7, 0.5), (20, 5.0)])
+def test_ista_knobs_equal_the_iteration(steps: int, threshold: float, step_size: float | None, signed: bool) -> None:
+    """Rows against the iteration written out, for steps, lambda, the step and the sign away from their
+    defaults (3, 0.01, None, False): a knob read as its default changes these rows."""
+    q, k, _, _ = inputs()
+    a = ista_rows(q.detach(), k.detach(), steps=steps, threshold=threshold, step_size=step_size, signed=signed)
+    ref = reference_ista(q.detach(), k.detach(), steps, threshold, step_size, signed)
+    assert ref.abs().amax() > 1e-3  # not thresholded away
+    torch.testing.assert_close(a.double(), ref, atol=1e-6, rtol=1e-4)
 
 
 def test_ista_step_size_is_guarded_below_two_over_lipschitz() -> None:

@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import json
+import types
+import typing
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 import yaml
+from pydantic import BaseModel, ValidationError
 
+import golden_keys
 from ablate.config import TrialConfig
 from ablate.errors import SpecError
 from ablate.planner import Plan, plan, trial_key, variant_key
@@ -205,3 +211,188 @@ def test_unreachable_match_params_is_a_spec_error_naming_the_key(tmp_path: Path)
     text = str(problem)
     assert "model.match_params" in text and "e.yaml:" in text
     assert "target 3,000 parameters" in text and "closest: embed_dim 8 -> " in text
+
+
+# ------------------------------------------------------------------------------------ key stability
+def test_shipped_sweeps_keep_their_golden_keys(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every trial key of the shipped experiments.yaml equals the one pinned in tests/golden_keys.json."""
+    monkeypatch.setenv("IMAGENET_DIR", golden_keys.IMAGENET_DIR)
+    golden = json.loads(golden_keys.GOLDEN.read_text())
+    now = golden_keys.current_keys()
+    if now == golden:
+        return
+    moved = {s: sum(a != b for a, b in zip(keys, golden["sweeps"].get(s, []))) + abs(len(keys) - len(golden["sweeps"].get(s, [])))
+             for s, keys in now["sweeps"].items()}  # fmt: skip
+    why = (f"KEY_VERSION was bumped ({golden['key_version']} -> {now['key_version']}): regenerate the golden keys"
+           if now["key_version"] != golden["key_version"] else
+           "a change to the config models or to the key computation moved them without a KEY_VERSION bump")
+    pytest.fail(
+        f"trial keys of the shipped sweeps changed (keys moved per sweep: {moved}; sweeps now {sorted(now['sweeps'])}, "
+        f"golden {sorted(golden['sweeps'])}). {why}.\n"
+        "Changing keys orphans every stored result: existing stores no longer match these trials and a relaunch "
+        "runs them all again. Only a change in what a config means may do that, and then ablate.planner.KEY_VERSION "
+        "must be bumped deliberately. Note that a new result-relevant field re-keys every trial even at its default "
+        "(the key hashes every field), and a field that does not change results must be marked nokey.\n"
+        f"After a deliberate KEY_VERSION bump (or an edit of experiments.yaml) regenerate with: {golden_keys.REGENERATE}"
+    )
+
+
+# Every leaf field of TrialConfig (through nested models and every attention kind), found from the model
+# classes, so a new field is covered without editing this file.
+
+#: The fields that do NOT change a trial's result (marked nokey), by hand: a field missing here changes
+#: the key when perturbed, and one listed here must not. Marking another field nokey must be deliberate.
+EXPECTED_NOKEY = {
+    "model.size", "data.path", "data.workers", "attention[csan].chunk",
+    "train.compile", "train.channels_last", "train.diagnostics", "train.eval_batch_size",
+    "resources.cpus", "resources.gpus", "resources.retries",
+}  # fmt: skip
+#: The replicate fields: a variant's trials differ only in these.
+REPLICATES = {"seed", "data.fold"}
+#: Perturbations that need a hand-picked valid value (tried before the generic candidates).
+HAND_PICKED: dict[str, list] = {"model.size": ["vit-small"]}
+#: Fields that validation ties to others, so no valid config differs in them alone: set without validation.
+UNVALIDATED: dict[str, object] = {"task": "mil"}  # task follows data.name and model.backbone (TrialConfig._check)
+#: Valid bases a perturbation is tried on, in order (a model field may need another backbone: dwconv is swin).
+#: Every optional field that derives another (data.path -> data.id) is set, so a base is fully explicit.
+BASES = [
+    {"data": {"name": "mnist5k", "path": "/data/mnist5k"}, "model": {"size": "vit-tiny"}},
+    {"data": {"name": "mnist5k", "path": "/data/mnist5k"}, "model": {"size": "swin-min"}},
+    {"data": {"name": "mnist5k", "path": "/data/mnist5k"}, "model": {"backbone": "vit", "embed_dim": 96, "depths": [2], "num_heads": [3]}},
+]
+
+
+@dataclass(frozen=True)
+class Leaf:
+    path: str  # dotted config path
+    kind: str | None  # attention kind for attention fields
+    annotation: object
+    tag: bool = False  # the discriminator of a tagged union: a new value replaces the whole section
+
+    @property
+    def id(self) -> str:
+        return self.path.replace("attention.", f"attention[{self.kind}].", 1) if self.kind else self.path
+
+
+def _leaves(model: type[BaseModel], prefix: str = "", kind: str | None = None) -> list[Leaf]:
+    out = []
+    for name, field in model.model_fields.items():
+        path = f"{prefix}{name}"
+        models = [a for a in (typing.get_args(field.annotation) or (field.annotation,))
+                  if isinstance(a, type) and issubclass(a, BaseModel)]  # fmt: skip
+        if field.discriminator:  # a tagged union: each member's fields, under its tag
+            for m in models:
+                tag = typing.get_args(m.model_fields[field.discriminator].annotation)[0]
+                out += [leaf for leaf in _leaves(m, f"{path}.", tag) if leaf.path != f"{path}.{field.discriminator}"]
+            tags = tuple(typing.get_args(m.model_fields[field.discriminator].annotation)[0] for m in models)
+            out.append(Leaf(f"{path}.{field.discriminator}", None, typing.Literal[tags], tag=True))
+        elif models:
+            (m,) = models
+            out += _leaves(m, f"{path}.", kind)
+        else:
+            out.append(Leaf(path, kind, field.annotation))
+    return out
+
+
+LEAVES = _leaves(TrialConfig)
+
+
+def _candidates(ann: object, value: object) -> list:
+    """Values of type `ann` other than `value` (constraints are left to validation)."""
+    origin, args = typing.get_origin(ann), typing.get_args(ann)
+    if origin is typing.Literal:
+        return [a for a in args if a != value]
+    if origin in (typing.Union, types.UnionType):
+        members = [a for a in args if a is not type(None)]
+        return [c for a in members for c in _candidates(a, value)] + ([None] if len(members) < len(args) else [])
+    if ann is bool:
+        return [not value] if isinstance(value, bool) else [True, False]
+    if ann is int:
+        v = value if isinstance(value, int) else 0
+        return [v + 1, v - 1, v * 2, 1, 2, 16]
+    if ann is float:
+        v = float(value) if isinstance(value, (int, float)) else 0.0
+        return [v * 2, v / 2, v + 0.1, v - 0.1, 0.5, 1.0]
+    if ann is str:
+        return [f"{value}-other" if isinstance(value, str) else "other"]
+    if origin is tuple:
+        v = tuple(value) if isinstance(value, tuple) and value else (1,)
+        return [(v[0] + 1, *v[1:]), (v[0] * 2, *v[1:]), (*v, v[-1])]
+    if origin is dict:
+        return [{"model.stack": "pure"}]
+    return []
+
+
+def _flat(data: dict, prefix: str = "") -> dict:
+    out = {}
+    for k, v in data.items():
+        if isinstance(v, dict) and not (prefix + k).endswith("match_params"):
+            out.update(_flat(v, f"{prefix}{k}."))
+        else:
+            out[prefix + k] = v
+    return out
+
+
+def _perturb(leaf: Leaf) -> tuple[TrialConfig, TrialConfig, object]:
+    """A valid base config and a valid config that differs from it in `leaf` alone (and the new value)."""
+    tried = []
+    for raw in BASES:
+        base = TrialConfig.model_validate({**raw, "attention": {"kind": leaf.kind or "softmax"}})
+        dump = base.model_dump()
+        flat = _flat(base.model_dump(mode="json"))
+        node = dump
+        *parents, name = leaf.path.split(".")
+        for p in parents:
+            node = node[p]
+        if leaf.tag:  # a new tag starts its section afresh (the other kind's fields would be unknown keys)
+            node.clear()
+            node[name] = getattr(base.attention, name)
+        if leaf.path in UNVALIDATED:
+            value = UNVALIDATED[leaf.path]
+            return base, base.model_copy(update={name: value}), value
+        current = node[name]
+        for value in [*HAND_PICKED.get(leaf.path, []), *_candidates(leaf.annotation, current)]:
+            if value == current and type(value) is type(current):
+                continue
+            node[name] = value
+            try:
+                other = TrialConfig.model_validate(dump)
+            except ValidationError as e:
+                tried.append(f"{value!r}: {e.errors()[0]['msg']}")
+                continue
+            finally:
+                node[name] = current
+            changed = {p for p, v in _flat(other.model_dump(mode="json")).items() if flat.get(p, object()) != v}
+            # another attention kind brings its own fields along
+            alone = {leaf.path} | ({p for p in changed if p.startswith("attention.")} if leaf.path == "attention.kind" else set())
+            if changed == alone:
+                return base, other, value
+            tried.append(f"{value!r}: also changed {sorted(changed - {leaf.path})}")
+    pytest.fail(f"{leaf.id}: no valid value changes this field alone (tried {tried}); add one to HAND_PICKED "
+                "(or to UNVALIDATED if validation ties it to other fields)")
+
+
+def test_the_walk_finds_every_leaf_of_every_section() -> None:
+    ids = {leaf.id for leaf in LEAVES}
+    assert EXPECTED_NOKEY <= ids, f"EXPECTED_NOKEY names fields that no longer exist: {EXPECTED_NOKEY - ids}"
+    assert {"seed", "task", "data.fold", "train.lr", "model.embed_dim", "attention.kind", "attention[csan].tau",
+            "attention[ista].step_size", "attention[syn].gamma", "attention[laplace].sigma"} <= ids  # fmt: skip
+    assert {leaf.kind for leaf in LEAVES if leaf.kind} == {"csan", "syn", "gaussian", "laplace", "ista"}
+
+
+@pytest.mark.parametrize("leaf", LEAVES, ids=lambda leaf: leaf.id)
+def test_exactly_the_result_relevant_fields_change_the_key(leaf: Leaf) -> None:
+    """Perturb one leaf field: the trial key changes iff the field changes results (is not nokey), and the
+    variant key changes iff it does and is no replicate field (seed, data.fold)."""
+    base, other, value = _perturb(leaf)
+    relevant = leaf.id not in EXPECTED_NOKEY
+    changed = trial_key(base) != trial_key(other)
+    assert changed == relevant, (
+        f"{leaf.id} -> {value!r} {'left' if relevant else 'changed'} the trial key, but {leaf.id} "
+        + ("changes a trial's result: it must be part of the key (not nokey)" if relevant else
+           "is expected not to change results (nokey); if it now does, remove it from EXPECTED_NOKEY")
+    )
+    assert (variant_key(base) != variant_key(other)) == (relevant and leaf.id not in REPLICATES), (
+        f"{leaf.id} -> {value!r}: the variant key must ignore exactly the replicate fields {sorted(REPLICATES)} "
+        "(and the nokey fields)"
+    )

@@ -113,6 +113,46 @@ def _qk_grads_through_values_of(q, k, v, bias, w, steps):
     return torch.autograd.grad((a0 * (w @ v.transpose(-2, -1)).detach()).sum(), (q, k))
 
 
+def reference_syn(q, k, v, steps: int, gamma: float) -> torch.Tensor:
+    """The Syn layer from the paper's definition in float64: softmax rows, L2-normalised, then |steps| times
+    map and normalise, the map gamma a^3 + (1 - gamma) a or (steps < 0) its inverse, found by bisection
+    (monotone on [0, 1], where L2-normalised rows live), not by the library's closed form."""
+    q, k, v = q.double(), k.double(), v.double()
+    a = (q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])).softmax(-1)
+    a = a / a.norm(dim=-1, keepdim=True)
+    for _ in range(abs(steps)):
+        if steps > 0:
+            a = gamma * a**3 + (1 - gamma) * a
+        else:
+            lo, hi = torch.zeros_like(a), torch.ones_like(a)
+            for _ in range(60):
+                mid = (lo + hi) / 2
+                below = gamma * mid**3 + (1 - gamma) * mid < a
+                lo, hi = torch.where(below, mid, lo), torch.where(below, hi, mid)
+            a = (lo + hi) / 2
+        a = a / a.norm(dim=-1, keepdim=True)
+    return a @ v
+
+
+@pytest.mark.parametrize("steps", [1, 4, -1, -3])
+@pytest.mark.parametrize("gamma", [0.2, 0.9, 1.0])
+def test_mixer_follows_gamma_and_steps(gamma: float, steps: int) -> None:
+    """The mixer's output against the definition for gamma and steps away from the defaults (0.5, 0): a
+    mixer that reads gamma as 0.5, or takes a different number of steps, fails. Without the bypass the
+    gradients are the definition's too (forward steps: the reference is differentiable)."""
+    q, k, v, _ = syn_inputs()
+    ref = reference_syn(q, k, v, steps, gamma)
+    for bypass in (True, False):
+        out = create_mixer(SynAttention(steps=steps, gamma=gamma, bypass=bypass), 8, 2)(q, k, v)
+        torch.testing.assert_close(out.double(), ref, atol=1e-5, rtol=1e-5)
+    if steps > 0:
+        w = torch.randn(2, 2, 7, 4, dtype=torch.float64)
+        g_ref = torch.autograd.grad((ref * w).sum(), (q, k, v))
+        out = create_mixer(SynAttention(steps=steps, gamma=gamma, bypass=False), 8, 2)(q, k, v)
+        for a, b in zip(torch.autograd.grad((out.double() * w).sum(), (q, k, v)), g_ref):
+            torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4)
+
+
 def test_gamma_outside_unit_interval_is_a_validation_error() -> None:
     for bad in (0.0, -0.5, 1.5):
         with pytest.raises(ValueError, match="gamma"):

@@ -118,11 +118,34 @@ def test_class_count_mismatch_is_a_data_error() -> None:
         run_trial(config(model={**TINY["model"], "num_classes": 7}))
 
 
-def test_shift_moves_each_image_within_bounds() -> None:
-    x = torch.arange(2 * 1 * 5 * 5, dtype=torch.float32).reshape(2, 1, 5, 5) + 1
+def translated(img: torch.Tensor, dy: int, dx: int) -> torch.Tensor:
+    """`img` (C, H, W) moved by (dy, dx): out[:, r, c] = img[:, r - dy, c - dx], zeros where that is outside."""
+    out = torch.zeros_like(img)
+    h, w = img.shape[-2:]
+    out[:, max(dy, 0):h + min(dy, 0), max(dx, 0):w + min(dx, 0)] = img[:, max(-dy, 0):h - max(dy, 0), max(-dx, 0):w - max(dx, 0)]
+    return out
+
+
+@pytest.mark.parametrize("shift", [1, 2])
+def test_shift_translates_each_image_by_its_own_offset_with_zero_fill(shift: int) -> None:
+    """Each image is the original moved by one (dy, dx) in [-shift, shift]^2 (all channels alike), zeros
+    coming in at the border; offsets vary across the batch and cover the whole range."""
     torch.manual_seed(0)
-    y = shift_images(x, 2)
-    assert y.shape == x.shape
-    for i in range(2):
-        kept = y[i][y[i] != 0]
-        assert set(kept.tolist()) <= set(x[i].flatten().tolist())  # only the image's own pixels, and zeros
+    b, c, h, w = 64, 3, 6, 7
+    x = torch.randperm(b * c * h * w).float().reshape(b, c, h, w) + 1  # distinct, non-zero pixels
+    before = x.clone()
+    y = shift_images(x, shift)
+    assert y.shape == x.shape and y.dtype == x.dtype
+    offsets = []
+    for i in range(b):
+        hits = [(dy, dx) for dy in range(-shift, shift + 1) for dx in range(-shift, shift + 1)
+                if torch.equal(y[i], translated(x[i], dy, dx))]  # fmt: skip
+        assert len(hits) == 1, f"image {i} is no zero-filled translation of its original within +-{shift}"
+        dy, dx = hits[0]
+        # the pixels that stay in view keep their values; exactly the ones moved out are lost
+        assert (y[i] != 0).sum() == c * (h - abs(dy)) * (w - abs(dx))
+        offsets.append(hits[0])
+    assert set(offsets) != {(0, 0)}, "no image moved"
+    assert {dy for dy, _ in offsets} == {dx for _, dx in offsets} == set(range(-shift, shift + 1))
+    assert len(set(offsets)) > (2 * shift + 1) ** 2 // 2, "offsets are not drawn per image"
+    assert torch.equal(x, before), "the input batch was changed in place"
