@@ -3,15 +3,24 @@
 A trial's identity (its key, see `ablate.plan`) is computed from these models, minus the fields marked
 `nokey` (paths, worker counts, logging, resources): they change where or how fast a trial runs, never its
 result. Field docstrings become the descriptions in `ablate schema`. This module imports no torch, so
-planning and validation stay fast.
+planning and validation stay fast: what a mechanism, backbone, dataset or task is comes from its registry
+(`ablate.registry`), whose built-ins load on the first validation.
 """
 
 from __future__ import annotations
 
 from pathlib import PurePath
-from typing import Annotated, Any, Literal, Union
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, GetCoreSchemaHandler, field_validator, model_validator
+from pydantic_core import core_schema
+
+from ablate.registry import BACKBONES, DATASETS, MECHANISMS, TASKS, Registry
+
+if TYPE_CHECKING:
+    from ablate.nn.mixer import TokenMixer
+
+T = TypeVar("T")
 
 #: Marks a field as not part of the trial key (``json_schema_extra``); read by :func:`identity`.
 NOKEY = {"x-nokey": True}
@@ -29,143 +38,81 @@ class Strict(BaseModel):
 
 
 # ----------------------------------------------------------------------------------------------- attention
-class SoftmaxAttention(Strict):
-    """Plain scaled dot-product attention (fused SDPA)."""
+class Mechanism(Strict):
+    """Base of every attention mechanism's config; a mechanism is one module that subclasses it.
 
-    kind: Literal["softmax"] = "softmax"
+    A subclass sets `kind: Literal["<name>"] = "<name>"` (the `attention.kind` it answers to), adds its knobs
+    as fields with docstrings, builds its token mixer in `build`, and is registered with
+    `ablate.registry.register_mechanism`. Everything the rest of ablate knows about it is asked here.
+    """
 
+    kind: str
+    self_attention_only: ClassVar[bool] = False
+    """True when the mixer calibrates each key from its own token: it cannot pool with a single query."""
+    said: ClassVar[tuple[str, ...]] = ()
+    """Knobs that `describe` puts in words (reports append the other varying knobs as name=value)."""
 
-class CSaNAttention(Strict):
-    """CSaN (Selection-as-Nonlinearity): softmax attention calibrated by a descriptor of its own logits."""
+    def build(self, dim: int, num_heads: int, in_dim: int | None = None) -> TokenMixer:
+        """The token mixer of this config (see `ablate.nn.mixer.TokenMixer` for the interface)."""
+        raise NotImplementedError(f"mechanism {self.kind!r} does not build a mixer")
 
-    kind: Literal["csan"] = "csan"
-    tau: bool = True
-    """Row temperature: scales each query's logits (kept positive)."""
-    mu: bool = True
-    """Column amplification: scales each key's column after the softmax."""
-    kappa_pub: Literal["unit", "head", "off"] = "unit"
-    """Public gain on the attended output: per head x channel (`unit`), per head (`head`), or none."""
-    kappa_priv: bool = True
-    """Private path: adds the token's own value, gated like the public gain (per unit, or per head)."""
+    def describe(self) -> str:
+        """The mechanism in a paper table's words, e.g. 'CSaN (tau, mu, private; unit readout)'."""
+        return self.kind
 
-    @field_validator("kappa_pub", mode="before")
-    @classmethod
-    def _yaml_off(cls, v: Any) -> Any:
-        """YAML 1.1 reads a bare `off` as false: take it as the `off` it was written as."""
-        return "off" if v is False else v
-
-    bounded: bool = False
-    """GELU trunk + tanh heads (gains bounded) instead of the unbounded gated trunk."""
-    beta: float = Field(0.25, gt=0)
-    """Knee of the positive descriptor map phi_beta."""
-    reduction: int = Field(4, ge=1)
-    """Descriptor width is dim / reduction."""
-    hidden_div: int = Field(8, ge=1)
-    """Trunk width is max(dim // hidden_div, hidden_min)."""
-    hidden_min: int = Field(24, ge=1)
-    """Lower bound of the trunk width."""
-    chunk: int = nokey(256, ge=1)
-    """Query rows per descriptor chunk; on CPU, queries that fit one chunk take the explicit path (speed and
-    memory only: both paths give the same results to float tolerance)."""
+    def published_key(self) -> tuple[Any, ...] | None:
+        """The key of published rows this variant corresponds to (`ablate.reporting.published`), or None."""
+        return None
 
 
-class SynAttention(Strict):
-    """Syn layer: a polynomial map iterated on each attention row (concentrate or distract)."""
+class AnyMechanism:
+    """Annotation marker: a field holding the config of any registered mechanism, discriminated by `kind`.
 
-    kind: Literal["syn"] = "syn"
-    steps: int = Field(0, ge=-1000, le=1000)
-    """Iterations I: > 0 concentrate (forward steps), < 0 distract (backward steps), 0 none."""
-    gamma: float = Field(0.5, gt=0, le=1)
-    """Cubic weight of the map a' = gamma a^3 + (1 - gamma) a, in (0, 1]."""
-    bypass: bool = True
-    """Gradient bypass (straight-through): gradients flow as if no steps were taken."""
+    The tagged union is built from the registry when pydantic builds the model's schema (after loading the
+    built-ins), and again whenever a plugin registers a mechanism (see `_rebuild_on_registration`).
+    """
 
+    def __get_pydantic_core_schema__(self, source: Any, handler: GetCoreSchemaHandler) -> core_schema.CoreSchema:
+        from ablate.plugins import load_builtins
 
-class GaussianAttention(Strict):
-    """Gaussian kernel attention softmax(-||q - k||^2 / (2 sigma^2)), learnable sigma per head."""
-
-    kind: Literal["gaussian"] = "gaussian"
-    sigma: float = Field(1.0, gt=0)
-    """Initial bandwidth, relative to sqrt(head_dim)."""
+        load_builtins()
+        choices = {kind: handler.generate_schema(cls) for kind, cls in MECHANISMS.items()}
+        return core_schema.tagged_union_schema(choices, discriminator="kind")
 
 
-class LaplaceAttention(Strict):
-    """Laplace kernel attention softmax(-||q - k|| / sigma), learnable sigma per head."""
+AttentionConfig = Annotated[Mechanism, AnyMechanism()]
+"""The type of `TrialConfig.attention`: any registered mechanism's config."""
 
-    kind: Literal["laplace"] = "laplace"
-    sigma: float = Field(1.0, gt=0)
-    """Initial bandwidth, relative to sqrt(head_dim)."""
-
-
-class SparsemaxAttention(Strict):
-    """sparsemax replaces softmax (entmax package)."""
-
-    kind: Literal["sparsemax"] = "sparsemax"
-
-
-class Entmax15Attention(Strict):
-    """1.5-entmax replaces softmax (entmax package)."""
-
-    kind: Literal["entmax15"] = "entmax15"
-
-
-class ISTAAttention(Strict):
-    """Sparse attention by unrolled ISTA: non-negative sparse coding of queries over keys."""
-
-    kind: Literal["ista"] = "ista"
-    steps: int = Field(3, ge=1, le=100)
-    """Unrolled ISTA iterations T."""
-    threshold: float = Field(0.01, ge=0)
-    """Sparsity weight lambda: each step soft-thresholds by step_size * lambda."""
-    step_size: float | None = Field(None, gt=0)
-    """Step eps; None = 1 / ||K||_F^2 (always below 2 / L). A given value is clipped below 2 / L."""
-    signed: bool = False
-    """Signed soft-thresholding instead of the non-negative ReLU form."""
-    zero_diag: bool = False
-    """Forbid a token from coding itself (self-attention only)."""
-
-
-AttentionConfig = Annotated[
-    Union[
-        SoftmaxAttention,
-        CSaNAttention,
-        SynAttention,
-        GaussianAttention,
-        LaplaceAttention,
-        SparsemaxAttention,
-        Entmax15Attention,
-        ISTAAttention,
-    ],
-    Field(discriminator="kind"),
-]
-ATTENTION_KINDS = ("softmax", "csan", "syn", "gaussian", "laplace", "sparsemax", "entmax15", "ista")
 
 # ------------------------------------------------------------------------------------------------- model
-#: Named sizes (CSaN paper and timm). depths: blocks per stage (ViT: one stage); num_heads: per stage
-#: (ViT: one; Hiera: the initial heads, doubled per stage by timm).
-SIZES: dict[str, dict[str, Any]] = {
-    "swin-min": dict(backbone="swin", embed_dim=96, depths=(1, 1, 1, 1), num_heads=(3, 6, 12, 24)),
-    "swin-micro": dict(backbone="swin", embed_dim=64, depths=(1, 1, 1, 1), num_heads=(2, 4, 8, 16)),
-    "swin-tiny": dict(backbone="swin", embed_dim=96, depths=(2, 2, 6, 2), num_heads=(3, 6, 12, 24)),
-    "swin-small": dict(backbone="swin", embed_dim=96, depths=(2, 2, 18, 2), num_heads=(3, 6, 12, 24)),
-    "swin-base": dict(backbone="swin", embed_dim=128, depths=(2, 2, 18, 2), num_heads=(4, 8, 16, 32)),
-    "vit-tiny": dict(backbone="vit", embed_dim=192, depths=(12,), num_heads=(3,), patch_size=16),
-    "vit-small": dict(backbone="vit", embed_dim=384, depths=(12,), num_heads=(6,), patch_size=16),
-    "vit-base": dict(backbone="vit", embed_dim=768, depths=(12,), num_heads=(12,), patch_size=16),
-    "vit-base-slim": dict(backbone="vit", embed_dim=512, depths=(12,), num_heads=(8,), patch_size=16),
-    "hiera-tiny": dict(backbone="hiera", embed_dim=96, depths=(1, 2, 7, 2), num_heads=(1,), window_size=8),
-    "hiera-tiny-plus": dict(backbone="hiera", embed_dim=96, depths=(1, 2, 7, 2), num_heads=(3,), window_size=8),
-    "hiera-small": dict(backbone="hiera", embed_dim=96, depths=(1, 2, 11, 2), num_heads=(1,), window_size=8),
-    "hiera-base": dict(backbone="hiera", embed_dim=96, depths=(2, 3, 16, 3), num_heads=(1,), window_size=8),
-    "synpool": dict(backbone="synpool", embed_dim=256, depths=(1,), num_heads=(4,)),
-}
-_PATCH = {"swin": 4, "vit": 16, "hiera": 4, "synpool": 1}
+def known(registry: Registry[T], name: str) -> str:
+    """`name` if `registry` has it (built-ins loaded first), else a ValueError listing what it has."""
+    from ablate.plugins import load_builtins
+
+    load_builtins()
+    if name not in registry:
+        raise ValueError(f"unknown {registry.kind} {name!r}; expected one of {registry.names()}")
+    return name
+
+
+def size_preset(name: str) -> tuple[str, dict[str, Any]]:
+    """(backbone, fields) of a named size, searched over every registered backbone's `sizes`."""
+    from ablate.plugins import load_builtins
+
+    load_builtins()
+    for backbone in BACKBONES.names():
+        sizes = BACKBONES.get(backbone).sizes
+        if name in sizes:
+            return backbone, sizes[name]
+    every = sorted(n for b in BACKBONES.names() for n in BACKBONES.get(b).sizes)
+    raise ValueError(f"unknown model size {name!r}; expected one of {every}")
 
 
 class ModelConfig(Strict):
     """The network: a timm backbone (swin | vit | hiera) or the Syn paper's MIL network (synpool)."""
 
-    backbone: Literal["swin", "vit", "hiera", "synpool"] = "vit"
+    backbone: str = "vit"
+    """A registered backbone: swin, vit, hiera (timm), synpool (MIL), or a plugin's."""
     size: str | None = nokey(None)
     """A named size (e.g. swin-min, swin-tiny, vit-base-slim, hiera-tiny-plus); fields given beside it
     override it. A label only: the resolved fields make the key."""
@@ -198,6 +145,11 @@ class ModelConfig(Strict):
     input_dropout: float = Field(0.75, ge=0, lt=1)
     """MIL: dropout on the raw instance features."""
 
+    @field_validator("backbone")
+    @classmethod
+    def _backbone(cls, v: str) -> str:
+        return known(BACKBONES, v)
+
     @model_validator(mode="before")
     @classmethod
     def _apply_size(cls, data: Any) -> Any:
@@ -205,45 +157,29 @@ class ModelConfig(Strict):
         if not isinstance(data, dict) or data.get("size") is None:
             return data
         name = data["size"]
-        if name not in SIZES:
-            raise ValueError(f"unknown model size {name!r}; expected one of {sorted(SIZES)}")
-        preset = SIZES[name]
-        if "backbone" in data and data["backbone"] != preset["backbone"]:
-            raise ValueError(f"size {name!r} is a {preset['backbone']} size, not {data['backbone']}")
-        return {**preset, **data}
+        backbone, preset = size_preset(name)
+        if "backbone" in data and data["backbone"] != backbone:
+            raise ValueError(f"size {name!r} is a {backbone} size, not {data['backbone']}")
+        return {"backbone": backbone, **preset, **data}
 
     @model_validator(mode="after")
     def _complete(self) -> ModelConfig:
         missing = [f for f in ("embed_dim", "depths", "num_heads") if getattr(self, f) is None]
         if missing:
             raise ValueError(f"{', '.join(missing)} required (or a named `size`)")
+        backbone = BACKBONES.get(self.backbone)
         if self.patch_size is None:
-            self.patch_size = _PATCH[self.backbone]
-        if self.backbone in ("vit", "synpool") and (len(self.depths) != 1 or len(self.num_heads) != 1):
-            raise ValueError(f"{self.backbone} has one stage: depths and num_heads take one entry each")
-        if self.backbone == "swin" and len(self.num_heads) != len(self.depths):
-            raise ValueError("swin needs one num_heads entry per stage (len(num_heads) == len(depths))")
-        if self.dwconv and self.backbone != "swin":
-            raise ValueError(f"dwconv (CSaN-V2) is defined for swin only, not {self.backbone}")
-        if self.backbone == "synpool" and self.stack != "alternating":
-            raise ValueError("stack applies to image backbones only")
-        heads0 = self.num_heads[0]
-        if self.backbone != "synpool" and self.embed_dim % heads0:
-            raise ValueError(f"embed_dim {self.embed_dim} is not divisible by num_heads {heads0}")
-        if self.backbone == "synpool" and self.pool_dim % heads0:
-            raise ValueError(f"pool_dim {self.pool_dim} is not divisible by num_heads {heads0}")
+            self.patch_size = backbone.patch_size
+        backbone.check(self)
         return self
 
 
 # -------------------------------------------------------------------------------------------------- data
-IMAGE_DATASETS = ("mnist5k", "digits", "imagefolder", "cifar10", "cifar100")
-MIL_DATASETS = ("musk1", "musk2", "elephant", "ucsb_breast_cancer", "web_recommendation_1", "fox", "tiger", "mil_csv")
-
-
 class DataConfig(Strict):
     """Where the examples come from and how they are split (the split is part of the key)."""
 
-    name: Literal[IMAGE_DATASETS + MIL_DATASETS] = "mnist5k"  # type: ignore[valid-type]
+    name: str = "mnist5k"
+    """A registered dataset (mnist5k, digits, imagefolder, cifar10/100, the MIL benchmarks, or a plugin's)."""
     path: str | None = nokey(None)
     """Data location (imagefolder, cifar*, mil_csv file; for a MIL benchmark, a bag file or its directory
     in place of the shipped copy). Relative paths are
@@ -261,9 +197,14 @@ class DataConfig(Strict):
     workers: int = nokey(0, ge=0)
     """DataLoader worker processes."""
 
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        return known(DATASETS, v)
+
     @model_validator(mode="after")
     def _check(self) -> DataConfig:
-        if self.name in ("imagefolder", "cifar10", "cifar100", "mil_csv") and self.path is None:
+        if DATASETS.get(self.name).needs_path and self.path is None:
             raise ValueError(f"data.path is required for {self.name}")
         if self.path is not None and self.id is None:
             self.id = PurePath(self.path).name
@@ -274,8 +215,9 @@ class DataConfig(Strict):
         return self
 
     @property
-    def is_mil(self) -> bool:
-        return self.name in MIL_DATASETS
+    def task(self) -> str:
+        """The task this dataset's splits are made for (classify, mil, ...)."""
+        return DATASETS.get(self.name).task
 
 
 # ---------------------------------------------------------------------------------------------- training
@@ -342,13 +284,21 @@ class Resources(Strict):
 class TrialConfig(Strict):
     """One fully resolved trial: what `run_trial` trains and evaluates."""
 
-    task: Literal["classify", "mil"] = "classify"
-    data: DataConfig = DataConfig()
-    model: ModelConfig = ModelConfig(size="vit-tiny")
-    attention: AttentionConfig = SoftmaxAttention()
-    train: TrainConfig = TrainConfig()
+    model_config = ConfigDict(defer_build=True)  # the attention union is built from the registry on first use
+
+    task: str = "classify"
+    """A registered task: classify (images), mil (bags), or a plugin's."""
+    data: DataConfig = Field(default_factory=DataConfig)
+    model: ModelConfig = Field(default_factory=lambda: ModelConfig(size="vit-tiny"))
+    attention: AttentionConfig = Field(default_factory=lambda: MECHANISMS.get("softmax")())
+    train: TrainConfig = Field(default_factory=TrainConfig)
     resources: Resources = nokey(Resources())
     seed: int = 0
+
+    @field_validator("task")
+    @classmethod
+    def _task(cls, v: str) -> str:
+        return known(TASKS, v)
 
     @field_validator("attention", mode="before")
     @classmethod
@@ -358,12 +308,22 @@ class TrialConfig(Strict):
 
     @model_validator(mode="after")
     def _check(self) -> TrialConfig:
-        mil = self.task == "mil"
-        if mil != self.data.is_mil:
-            raise ValueError(f"task {self.task} cannot use dataset {self.data.name}")
-        if mil != (self.model.backbone == "synpool"):
-            raise ValueError(f"task {self.task} cannot use backbone {self.model.backbone}")
+        if self.data.task != self.task:
+            raise ValueError(f"task {self.task} cannot use dataset {self.data.name} (a {self.data.task} dataset)")
+        backbone = BACKBONES.get(self.model.backbone)
+        if backbone.task != self.task:
+            raise ValueError(f"task {self.task} cannot use backbone {self.model.backbone} (a {backbone.task} backbone)")
+        backbone.accepts(self.attention)
         return self
+
+
+def _rebuild_on_registration() -> None:
+    """A mechanism registered after TrialConfig was built (a plugin): rebuild so its config validates."""
+    if TrialConfig.__pydantic_complete__:
+        TrialConfig.model_rebuild(force=True)
+
+
+MECHANISMS.on_change(_rebuild_on_registration)
 
 
 def identity(model: BaseModel) -> dict[str, Any]:

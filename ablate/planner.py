@@ -20,8 +20,10 @@ from typing import Any, Iterable
 
 from pydantic import BaseModel, ValidationError
 
-from ablate.config import TrialConfig, identity
+from ablate.config import AnyMechanism, TrialConfig, identity
 from ablate.errors import SpecError
+from ablate.plugins import load_builtins
+from ablate.registry import MECHANISMS
 from ablate.spec import Sweep, clean_loc, error_message, load_sweeps
 
 KEY_VERSION = "ablate-trial-v1"
@@ -111,7 +113,10 @@ def set_path(data: dict[str, Any], path: str, value: Any) -> None:
     node[leaf] = copy.deepcopy(value)
 
 
-def _models_in(annotation: Any) -> list[type[BaseModel]]:
+def _models_in(annotation: Any, metadata: list[Any] | tuple[Any, ...] = ()) -> list[type[BaseModel]]:
+    """The config models a field holds; for the attention field, every registered mechanism's config."""
+    if any(isinstance(meta, AnyMechanism) for meta in metadata):
+        return [cls for _, cls in MECHANISMS.items()]
     if isinstance(annotation, type) and issubclass(annotation, BaseModel):
         return [annotation]
     return [m for arg in typing.get_args(annotation) for m in _models_in(arg)]
@@ -123,6 +128,7 @@ def _takes_dict(annotation: Any) -> bool:
 
 def path_problem(path: str) -> str | None:
     """None if `path` names a config field (of any attention kind), else what was expected."""
+    load_builtins()
     models: list[type[BaseModel]] = [TrialConfig]
     parts = path.split(".")
     for i, part in enumerate(parts):
@@ -131,7 +137,7 @@ def path_problem(path: str) -> str | None:
             where = ".".join(parts[:i]) or "the top level"
             return f"unknown config path {path!r}: {part!r} is not a key of {where}; expected one of {sorted(fields)}"
         ann = fields[part].annotation
-        models = _models_in(ann)
+        models = _models_in(ann, fields[part].metadata)
         if not models:
             return None if i == len(parts) - 1 or _takes_dict(ann) else f"{'.'.join(parts[: i + 1])} has no sub-keys"
     return None

@@ -23,7 +23,7 @@ from ablate.config import Strict, TrialConfig
 from ablate.errors import Problem, SpecError
 
 Assignment = dict[str, Any]
-"""A partial assignment of dotted config paths to values, e.g. {"attention.kind": "csan"}."""
+"""A partial assignment of dotted config paths to values, e.g. {"attention.kind": "sparsemax"}."""
 
 
 class When(Strict):

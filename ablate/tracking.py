@@ -8,11 +8,11 @@ run (set back to RUNNING, terminated again at the end), and a run created just b
 again by its `trial_key` tag, so runs are never duplicated.
 
     tracker = Tracker()                                # sqlite:///db/mlflow.sqlite, artifacts in db/mlartifacts
-    tracker.start_sweep(store, "csan")                 # experiment + parent run (reused on relaunch)
-    run = tracker.start_trial(store, "csan", key)      # nested run (reused on resume)
+    tracker.start_sweep(store, "cpu")                 # experiment + parent run (reused on relaunch)
+    run = tracker.start_trial(store, "cpu", key)      # nested run (reused on resume)
     tracker.log_metrics(run, epoch, {"val.top1": 0.6}, wall_time=t)
     tracker.end_trial(run, "done", result={"test": {"top1": 0.64}})
-    tracker.end_sweep(store, "csan")
+    tracker.end_sweep(store, "cpu")
 
 Epoch metrics carry the wall time they were measured at as their timestamp, so sending the same record
 twice does not add a point (MLflow drops exact repeats); a retried epoch with new values adds new points.

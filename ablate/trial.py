@@ -23,13 +23,15 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.utils.data import DataLoader
 
-from ablate import nn as _nn  # noqa: F401  (torchvision shim before timm; registers the mixers)
+from ablate import _tv_compat  # noqa: F401  (torchvision shim before timm)
 from ablate.config import TrialConfig
 from ablate.data import Splits, build_data
 from ablate.environment import environment
 from ablate.nn.accounting import count_flops, count_params
 from ablate.nn.diagnostics import argmax_keys, recording, summarize, winner_transfer
 from ablate.nn.factory import create_model
+from ablate.registry import TASKS
+from ablate.tasks import Task
 
 Report = Callable[[int, dict[str, float]], None]
 """Called after every epoch with the epoch (1-based) and its metrics."""
@@ -113,128 +115,6 @@ def peak_memory_mb(device: torch.device) -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def auc(scores: np.ndarray, labels: np.ndarray) -> float:
-    from sklearn.metrics import roc_auc_score
-
-    return float(roc_auc_score(labels, scores)) if len(np.unique(labels)) == 2 else float("nan")
-
-
-class Task:
-    """How a batch becomes a loss and how a split is scored; one subclass per `config.task`."""
-
-    def __init__(self, cfg: TrialConfig, data: Splits, device: torch.device) -> None:
-        self.cfg, self.data, self.device = cfg, data, device
-
-    def inputs(self, batch: Any) -> tuple[tuple[Tensor, ...], Tensor]:
-        raise NotImplementedError
-
-    def mix(self, x: tuple[Tensor, ...], y: Tensor) -> tuple[tuple[Tensor, ...], Tensor]:
-        """Training-time batch augmentation (none by default)."""
-        return x, y
-
-    def loss(self, out: Tensor, target: Tensor) -> Tensor:
-        raise NotImplementedError
-
-    def score(self, outs: Tensor, targets: Tensor) -> dict[str, float]:
-        raise NotImplementedError
-
-    def example(self) -> tuple[Tensor, ...]:
-        """One example (batch of 1) for FLOP counting."""
-        batch = next(iter(self.loader(self.data.test, train=False, batch_size=1)))
-        return self.inputs(batch)[0]
-
-    def loader(self, ds: Any, train: bool, epoch: int = 0, batch_size: int | None = None) -> DataLoader:
-        # The order of an epoch depends only on (seed, epoch), so a resumed trial sees the same batches.
-        gen = torch.Generator().manual_seed(self.cfg.seed * 100_003 + epoch)
-        return DataLoader(
-            ds,
-            batch_size=batch_size or (self.cfg.train.batch_size if train else self.cfg.train.eval_batch_size),
-            shuffle=train,
-            drop_last=False,
-            generator=gen,
-            collate_fn=self.data.collate,
-            num_workers=self.cfg.data.workers,
-            persistent_workers=False,
-        )
-
-
-class Classify(Task):
-    def __init__(self, cfg: TrialConfig, data: Splits, device: torch.device) -> None:
-        super().__init__(cfg, data, device)
-        t = cfg.train
-        self.mixup = None
-        if t.mixup > 0 or t.cutmix > 0:
-            from timm.data import Mixup
-
-            self.mixup = Mixup(mixup_alpha=t.mixup, cutmix_alpha=t.cutmix, label_smoothing=t.label_smoothing, num_classes=data.num_classes)
-
-    def inputs(self, batch: Any) -> tuple[tuple[Tensor, ...], Tensor]:
-        x, y = batch
-        x = x.to(self.device, non_blocking=True)
-        if self.device.type == "cuda" and self.cfg.train.channels_last:
-            x = x.contiguous(memory_format=torch.channels_last)
-        return (x,), y.to(self.device, non_blocking=True)
-
-    def mix(self, x: tuple[Tensor, ...], y: Tensor) -> tuple[tuple[Tensor, ...], Tensor]:
-        """Training-time batch augmentation: random shift, then mixup/cutmix."""
-        images = shift_images(x[0], self.cfg.train.shift) if self.cfg.train.shift else x[0]
-        if self.mixup is None or len(y) % 2:  # timm's mixup needs an even batch
-            return (images,), y
-        mixed, target = self.mixup(images, y)
-        return (mixed,), target
-
-    def loss(self, out: Tensor, target: Tensor) -> Tensor:
-        if target.ndim == 2:  # soft targets from mixup/cutmix (label smoothing folded in)
-            return torch.sum(-target * F.log_softmax(out, dim=-1), dim=-1).mean()
-        return F.cross_entropy(out, target, label_smoothing=self.cfg.train.label_smoothing)
-
-    def score(self, outs: Tensor, targets: Tensor) -> dict[str, float]:
-        k = min(5, outs.shape[1])
-        topk = outs.topk(k, dim=1).indices
-        hit = topk == targets[:, None]
-        return {
-            "loss": F.cross_entropy(outs, targets).item(),
-            "top1": hit[:, 0].float().mean().item() * 100,
-            "top5": hit.any(1).float().mean().item() * 100,
-        }
-
-
-def shift_images(x: Tensor, shift: int) -> Tensor:
-    """Translate each image by its own random offset in [-shift, shift]^2, filling with zeros.
-
-    One gather over a zero-padded batch: cheap enough to run on the batch in the loop, so in-memory
-    datasets (mnist5k, digits) get augmentation without a per-item transform.
-    """
-    b, _, h, w = x.shape
-    padded = F.pad(x, (shift, shift, shift, shift))
-    dy, dx = torch.randint(0, 2 * shift + 1, (2, b), device=x.device)
-    rows = (dy[:, None] + torch.arange(h, device=x.device))[:, None, :, None]
-    cols = (dx[:, None] + torch.arange(w, device=x.device))[:, None, None, :]
-    idx = torch.arange(b, device=x.device)[:, None, None, None]
-    chan = torch.arange(x.shape[1], device=x.device)[None, :, None, None]
-    return padded[idx, chan, rows, cols]
-
-
-class MIL(Task):
-    def inputs(self, batch: Any) -> tuple[tuple[Tensor, ...], Tensor]:
-        x, mask, y = batch
-        return (x.to(self.device), mask.to(self.device)), y.to(self.device).float()
-
-    def loss(self, out: Tensor, target: Tensor) -> Tensor:
-        return F.binary_cross_entropy_with_logits(out.reshape(-1), target)
-
-    def score(self, outs: Tensor, targets: Tensor) -> dict[str, float]:
-        outs = outs.reshape(-1)
-        return {
-            "loss": F.binary_cross_entropy_with_logits(outs, targets).item(),
-            "auc": auc(outs.numpy(), targets.numpy()),
-            "acc": ((outs > 0).float() == targets).float().mean().item() * 100,
-        }
-
-
-TASKS: dict[str, type[Task]] = {"classify": Classify, "mil": MIL}
-
-
 # ------------------------------------------------------------------------------------------------ the loop
 def _autocast(cfg: TrialConfig, device: torch.device) -> Any:
     return torch.autocast(device.type, dtype=torch.bfloat16, enabled=cfg.train.amp and device.type == "cuda")
@@ -265,7 +145,7 @@ def run_trial(config: TrialConfig, report: Report | None = None, checkpoint_dir:
     seed_everything(cfg.seed)
     data = build_data(cfg)  # DataError before any training
     model = create_model(cfg, data.num_classes, data.in_chans).to(device)
-    task = TASKS[cfg.task](cfg, data, device)
+    task = TASKS.get(cfg.task)(cfg, data, device)
     info: dict[str, Any] = {
         "params": count_params(model),
         "flops": count_flops(model, task.example()),

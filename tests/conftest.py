@@ -8,9 +8,18 @@ from pathlib import Path
 import pytest
 import yaml
 
+from ablate.plugins import load_builtins
+from ablate.registry import MECHANISMS
+
 ROOT = Path(__file__).resolve().parents[1]
 #: A real MIDatasets file (MIT, licence beside it), for the .jld reader.
 MUSK1_JLD = ROOT / "tests" / "data" / "mil" / "Musk1.jld"
+
+load_builtins()
+#: The built-in mechanisms: every one must be registered (a missing registration fails the tests over KINDS).
+BUILTIN_KINDS = ("softmax", "csan", "syn", "gaussian", "laplace", "sparsemax", "entmax15", "ista")
+#: Every registered mechanism kind, for tests parametrised over the registry.
+KINDS = sorted(MECHANISMS.names())
 
 #: A tiny real trial: scikit-learn's 8x8 digits, a 2-block ViT; about a second per epoch here.
 TINY = {

@@ -8,10 +8,10 @@ import torch.nn.functional as F
 from torch import nn
 
 import ablate.nn  # noqa: F401  (registers every variant)
-from ablate.config import ATTENTION_KINDS, TrialConfig
+from ablate.config import TrialConfig
 from ablate.nn.accounting import count_flops, count_params, data_dims, example_input, flops, model_cost, peak_memory
 from ablate.nn.factory import create_model, meta_params
-from ablate.nn.mixer import REGISTRY
+from conftest import BUILTIN_KINDS, KINDS
 
 CSAN = {"kind": "csan"}
 #: (model fields, attention, published params in millions) at ImageNet defaults (224 px, 1000 classes).
@@ -155,10 +155,10 @@ def swin_variant_macs(kind: str) -> int:
 def test_every_configurable_kind_is_registered() -> None:
     """Every attention.kind the config accepts has a mixer: a kind that validates but cannot be built
     would fail only at trial time."""
-    assert set(ATTENTION_KINDS) <= set(REGISTRY)
+    assert set(BUILTIN_KINDS) <= set(KINDS)
 
 
-@pytest.mark.parametrize("kind", ATTENTION_KINDS)  # the config's kinds: an unregistered one fails here
+@pytest.mark.parametrize("kind", KINDS)  # the config's kinds: an unregistered one fails here
 def test_model_cost_of_every_variant_matches_a_real_cpu_model(kind: str) -> None:
     """The meta-device count (or its CPU fallback), and counting a real model on CPU, equal the count by
     hand from the shapes."""

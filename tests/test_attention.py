@@ -10,8 +10,11 @@ import torch.nn.functional as F
 from pydantic import TypeAdapter
 
 from ablate import _tv_compat  # noqa: F401  (before timm)
-from ablate.config import AttentionConfig, CSaNAttention, ISTAAttention
-from ablate.nn import REGISTRY, create_mixer
+from ablate.config import AttentionConfig
+from ablate.nn import create_mixer
+from ablate.nn.csan import CSaNAttention
+from ablate.nn.sparse import ISTAAttention
+from conftest import KINDS
 from ablate.nn.accounting import flops
 from ablate.nn.csan import CSaN, _KneeLogits, _RowMeanPhi
 from ablate.nn.sparse import Entmax15, Sparsemax, ista_step_size
@@ -67,12 +70,12 @@ def reference_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias:
 #: Inputs a kind genuinely does not read, so they get no gradient (None); every other input and every
 #: parameter must get a finite, nonzero one. x feeds CSaN's gates only; ISTA uses the bias only as a
 #: key mask (bias <= MASK_LEVEL), a comparison with no gradient.
-UNUSED: dict[str, set[str]] = {kind: {"x"} for kind in REGISTRY}
+UNUSED: dict[str, set[str]] = {kind: {"x"} for kind in KINDS}
 UNUSED["csan"] = set()
 UNUSED["ista"] = {"x", "bias"}
 
 
-@pytest.mark.parametrize("kind", sorted(REGISTRY))
+@pytest.mark.parametrize("kind", KINDS)
 def test_forward_backward_finite_and_masked_rows_safe(kind: str) -> None:
     mixer = create_mixer(config(kind), DIM, H)
     q, k, v, x = inputs()
@@ -91,7 +94,7 @@ def test_forward_backward_finite_and_masked_rows_safe(kind: str) -> None:
     assert mixer.last_attn is None  # nothing kept unless recording
 
 
-@pytest.mark.parametrize("kind", sorted(REGISTRY))
+@pytest.mark.parametrize("kind", KINDS)
 def test_pooled_queries(kind: str) -> None:
     """Hiera's pooled-query blocks: 4x fewer queries than keys, tokens wider than the attention."""
     mixer = create_mixer(config(kind), DIM, H, in_dim=DIM // 2)
@@ -102,7 +105,7 @@ def test_pooled_queries(kind: str) -> None:
     assert q.grad.isfinite().all() and k.grad.isfinite().all()
 
 
-@pytest.mark.parametrize("kind", sorted(REGISTRY))
+@pytest.mark.parametrize("kind", KINDS)
 def test_recording_keeps_rows_and_agrees_with_fused_path(kind: str) -> None:
     mixer = create_mixer(config(kind), DIM, H)
     q, k, v, x = inputs()

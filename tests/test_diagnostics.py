@@ -10,7 +10,8 @@ from pydantic import TypeAdapter
 from torch import Tensor, nn
 
 from ablate.config import AttentionConfig
-from ablate.nn import REGISTRY, argmax_keys, create_mixer, recording, summarize, winner_transfer
+from conftest import KINDS
+from ablate.nn import argmax_keys, create_mixer, recording, summarize, winner_transfer
 from ablate.nn.diagnostics import column_gini, row_entropy
 
 DIM, HEADS, N = 16, 2, 9
@@ -38,7 +39,7 @@ def model(kind: str = "softmax") -> nn.Module:
     return nn.Sequential(Block(kind), Block(kind))
 
 
-@pytest.mark.parametrize("kind", sorted(REGISTRY))
+@pytest.mark.parametrize("kind", KINDS)
 def test_summary_for_every_kind(kind: str) -> None:
     net, x = model(kind), torch.randn(3, N, DIM)
     net(x)

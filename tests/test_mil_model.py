@@ -8,11 +8,13 @@ import torch
 import ablate.nn  # noqa: F401  (registers every variant)
 from ablate.config import TrialConfig
 from ablate.nn.factory import create_model
-from ablate.nn.mil import SELF_ATTENTION_ONLY, SynPoolingNet
-from ablate.nn.mixer import REGISTRY
+from ablate.nn.mil import SynPoolingNet
+from ablate.registry import MECHANISMS
+from conftest import KINDS
 
 F = 5
-POOLING_KINDS = sorted(set(REGISTRY) - set(SELF_ATTENTION_ONLY))
+POOLING_KINDS = [k for k in KINDS if not MECHANISMS.get(k).self_attention_only]
+SELF_ATTENTION_ONLY = [k for k in KINDS if MECHANISMS.get(k).self_attention_only]
 
 
 def net(kind: str = "softmax", **attention: object) -> SynPoolingNet:

@@ -13,9 +13,11 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 import golden_keys
-from ablate.config import TrialConfig
+from ablate.config import AnyMechanism, TrialConfig
 from ablate.errors import SpecError
 from ablate.planner import Plan, plan, trial_key, variant_key
+from ablate.plugins import load_builtins
+from ablate.registry import MECHANISMS
 
 BASE = {
     "data": {"name": "mnist5k"},
@@ -250,7 +252,7 @@ EXPECTED_NOKEY = {
 #: The replicate fields: a variant's trials differ only in these.
 REPLICATES = {"seed", "data.fold"}
 #: Perturbations that need a hand-picked valid value (tried before the generic candidates).
-HAND_PICKED: dict[str, list] = {"model.size": ["vit-small"]}
+HAND_PICKED: dict[str, list] = {"model.size": ["vit-small"], "data.name": ["digits"], "model.backbone": ["swin"]}
 #: Fields that validation ties to others, so no valid config differs in them alone: set without validation.
 UNVALIDATED: dict[str, object] = {"task": "mil"}  # task follows data.name and model.backbone (TrialConfig._check)
 #: Valid bases a perturbation is tried on, in order (a model field may need another backbone: dwconv is swin).
@@ -280,12 +282,13 @@ def _leaves(model: type[BaseModel], prefix: str = "", kind: str | None = None) -
         path = f"{prefix}{name}"
         models = [a for a in (typing.get_args(field.annotation) or (field.annotation,))
                   if isinstance(a, type) and issubclass(a, BaseModel)]  # fmt: skip
-        if field.discriminator:  # a tagged union: each member's fields, under its tag
+        if any(isinstance(meta, AnyMechanism) for meta in field.metadata):  # every registered mechanism, by kind
+            models = [cls for _, cls in MECHANISMS.items()]
             for m in models:
-                tag = typing.get_args(m.model_fields[field.discriminator].annotation)[0]
-                out += [leaf for leaf in _leaves(m, f"{path}.", tag) if leaf.path != f"{path}.{field.discriminator}"]
-            tags = tuple(typing.get_args(m.model_fields[field.discriminator].annotation)[0] for m in models)
-            out.append(Leaf(f"{path}.{field.discriminator}", None, typing.Literal[tags], tag=True))
+                tag = typing.get_args(m.model_fields["kind"].annotation)[0]
+                out += [leaf for leaf in _leaves(m, f"{path}.", tag) if leaf.path != f"{path}.kind"]
+            tags = tuple(typing.get_args(m.model_fields["kind"].annotation)[0] for m in models)
+            out.append(Leaf(f"{path}.kind", None, typing.Literal[tags], tag=True))
         elif models:
             (m,) = models
             out += _leaves(m, f"{path}.", kind)
@@ -294,6 +297,7 @@ def _leaves(model: type[BaseModel], prefix: str = "", kind: str | None = None) -
     return out
 
 
+load_builtins()
 LEAVES = _leaves(TrialConfig)
 
 

@@ -18,7 +18,8 @@ from scipy import stats as sps
 from typer.testing import CliRunner
 
 from ablate.cli import app
-from ablate.config import ATTENTION_KINDS, TrialConfig
+from ablate.config import TrialConfig
+from conftest import KINDS
 from ablate.planner import plan
 from ablate.reporting import ReportError, describe, effects, frames, published, report, stats
 from ablate.reporting.plots import pareto
@@ -194,7 +195,7 @@ def test_mil_pairs_folds_and_seeds_within_each_dataset(store, tmp_path):
 
 
 # ------------------------------------------------------------------------------------ words, published
-@pytest.mark.parametrize("kind", ATTENTION_KINDS)
+@pytest.mark.parametrize("kind", KINDS)
 def test_every_attention_kind_has_words(kind):
     cfg = TrialConfig.model_validate({"attention": {"kind": kind}}).model_dump(mode="json")
     words = describe.mixer(cfg)
@@ -215,8 +216,9 @@ def test_variant_words_and_published_rows():
     assert describe.architecture(pure_csan) == "Swin-Min"
     assert describe.mixer(pure_csan) == "CSaN (tau, mu, private; unit readout), pure attention"
     assert describe.architecture(cfg(model__size="vit-base-slim")) == "ViT-Base-Slim/16"
-    row, comparable = published.match(pure_csan)
+    row, table, comparable = published.match(pure_csan)
     assert (row.model, row.setting, row.top1, comparable) == ("Swin-Min", "CSaN pure attention", 72.4, True)
+    assert table is not None and table.source.startswith("CSaN: Selection-as-Nonlinearity")
     diamond = cfg(model__stack="pure", attention__kind="softmax", model__match_params={"model.stack": "alternating"})
     assert describe.mixer(diamond).endswith("pure attention ♢") and published.match(diamond)[0].top1 == 67.5
     v2 = cfg(attention__kind="csan", model__dwconv=True)
@@ -224,10 +226,10 @@ def test_variant_words_and_published_rows():
     head = cfg(model__size="swin-tiny", attention__kind="csan", attention__kappa_pub="head")
     assert published.match(head)[0].setting == "CSaN head-wise"
     mnist = TrialConfig.model_validate({"attention": {"kind": "csan"}}).model_dump(mode="json")
-    row, comparable = published.match(mnist)
+    row, _, comparable = published.match(mnist)
     assert row is not None and not comparable  # for orientation only
     ablated = cfg(attention__kind="csan", attention__mu=False)
-    assert published.match(ablated) == (None, False)
+    assert published.match(ablated) == (None, None, False)
 
 
 # --------------------------------------------------------------------- the report: files, formats, CLI

@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from ablate.config import SynAttention
+from ablate.nn.syn import SynAttention
 from ablate.nn import create_mixer
 from ablate.nn.syn import concentrate, distract, syn_steps
 

@@ -9,7 +9,8 @@ import torch
 
 from ablate.config import TrialConfig
 from ablate.data import DataError
-from ablate.trial import CHECKPOINT, load_checkpoint, run_trial, shift_images
+from ablate.tasks import shift_images
+from ablate.trial import CHECKPOINT, load_checkpoint, run_trial
 from conftest import TINY
 
 pytestmark = pytest.mark.timeout(300)

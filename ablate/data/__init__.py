@@ -85,17 +85,13 @@ def stamp(*paths: Path) -> tuple[tuple[int, int], ...]:
 
 
 def build_data(cfg: TrialConfig) -> Splits:
-    """The train / val / test splits of `cfg.data`, checked against `cfg.model.num_classes`.
+    """The train / val / test splits of `cfg.data` (built by its registered dataset), checked against
+    `cfg.model.num_classes`."""
+    from ablate.registry import DATASETS
 
-    The two families are imported lazily so a MIL trial never pays for timm's image stack.
-    """
-    if cfg.data.is_mil:
-        from ablate.data.mil import build
-    else:
-        from ablate.data.images import build
-    splits = build(cfg)
+    splits = DATASETS.get(cfg.data.name).build(cfg)
     wanted = cfg.model.num_classes
     if wanted is not None and wanted != splits.num_classes:
-        kind = "binary MIL (num_classes 2, one logit)" if cfg.data.is_mil else f"{splits.num_classes} classes"
+        kind = "binary MIL (num_classes 2, one logit)" if cfg.task == "mil" else f"{splits.num_classes} classes"
         raise DataError(cfg.data.name, cfg.data.path, f"model.num_classes is {wanted} but the data is {kind}")
     return splits

@@ -20,15 +20,19 @@ import copy
 import functools
 import importlib.resources
 import pickle
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 from torch.utils.data import Dataset, Subset
 
+from ablate import components
 from ablate.config import TrialConfig
 from ablate.data import DataError, Splits, holdout, stamp
+from ablate.registry import register_dataset
 
 #: Above this many bytes of resized float images, resize per item instead of holding them all.
 RESIDENT_BYTES = 1 << 30
@@ -273,12 +277,40 @@ def _imagefolder(cfg: TrialConfig) -> Splits:
     return Splits(Subset(train, train_idx), val, test, num_classes=len(class_to_idx), in_chans=3)
 
 
-BUILDERS = {"mnist5k": _mnist5k, "digits": _digits, "cifar10": _cifar, "cifar100": _cifar, "imagefolder": _imagefolder}
+class Images(components.Dataset):
+    """An image classification dataset of this module: a given path must exist, then `loader` builds."""
+
+    def __init__(self, name: str, loader: Callable[[TrialConfig], Splits], dims: tuple[int, int] | None,
+                 needs_path: bool = False) -> None:  # fmt: skip
+        self.name, self.loader, self.fixed_dims, self.needs_path = name, loader, dims, needs_path
+
+    def dims(self, cfg: TrialConfig) -> tuple[int, int]:
+        """Fixed for the packaged and CIFAR sets; imagefolder counts the class folders under train/ (or
+        takes model.num_classes)."""
+        if self.fixed_dims is not None:
+            return self.fixed_dims
+        path = Path(str(cfg.data.path)).expanduser()
+        classes = cfg.model.num_classes or sum(p.is_dir() for p in (path / "train").glob("*"))
+        if not classes:
+            raise ValueError(
+                f"imagefolder at {path}: no class folders under train/ to count; set model.num_classes "
+                "(e.g. 1000 for ImageNet-1k) so its cost can be computed without the data"
+            )
+        return 3, classes
+
+    def build(self, cfg: TrialConfig) -> Splits:
+        path = cfg.data.path
+        if path is not None and not Path(path).expanduser().exists():
+            raise DataError(cfg.data.name, path, "path does not exist")
+        return self.loader(cfg)
+
+    def describe(self, d: dict[str, Any]) -> str:
+        """A folder of images is named by its contents (`data.id`)."""
+        return str(d.get("id") or self.name) if self.fixed_dims is None else self.name
 
 
-def build(cfg: TrialConfig) -> Splits:
-    """Splits of an image dataset; a missing path is a DataError naming it."""
-    path = cfg.data.path
-    if path is not None and not Path(path).expanduser().exists():
-        raise DataError(cfg.data.name, path, "path does not exist")
-    return BUILDERS[cfg.data.name](cfg)
+register_dataset(Images("mnist5k", _mnist5k, (1, 10)))
+register_dataset(Images("digits", _digits, (1, 10)))
+register_dataset(Images("cifar10", _cifar, (3, 10), needs_path=True))
+register_dataset(Images("cifar100", _cifar, (3, 100), needs_path=True))
+register_dataset(Images("imagefolder", _imagefolder, None, needs_path=True))

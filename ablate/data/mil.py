@@ -27,6 +27,7 @@ import importlib.resources
 import importlib.util
 import sys
 from pathlib import Path
+from typing import Any
 
 import h5py
 import numpy as np
@@ -35,8 +36,10 @@ import torch
 from torch.nn.utils.rnn import pad_sequence
 from torch.utils.data import Dataset
 
+from ablate import components
 from ablate.config import TrialConfig
 from ablate.data import DataError, Splits, holdout, kfold, stamp
+from ablate.registry import register_dataset
 
 #: Datasets packed inside ablate (`ablate/data/bags/<name>.npz`), from the MIDatasets collection.
 SHIPPED = ("fox", "tiger", "elephant", "musk1")
@@ -229,6 +232,32 @@ def build(cfg: TrialConfig) -> Splits:
         in_chans=bags[0].shape[1],
         collate=pad_bags,
     )
+
+
+class Bags(components.Dataset):
+    """A MIL benchmark of this module (binary bags; `features` per instance, None: read from the file)."""
+
+    task = "mil"
+
+    def __init__(self, name: str, features: int | None) -> None:
+        self.name, self.features, self.needs_path = name, features, features is None
+
+    def dims(self, cfg: TrialConfig) -> tuple[int, int]:
+        if self.features is not None:
+            return self.features, 2
+        with open(Path(str(cfg.data.path)).expanduser()) as f:  # a CSV in the `mil` layout
+            return len(f.readline().split(",")) - 2, 2
+
+    def build(self, cfg: TrialConfig) -> Splits:
+        return build(cfg)
+
+    def describe(self, d: dict[str, Any]) -> str:
+        return str(d.get("id") or self.name) if self.features is None else self.name
+
+
+for _name, _features in [("musk1", 166), ("musk2", 166), ("elephant", 230), ("fox", 230), ("tiger", 230),
+                         ("ucsb_breast_cancer", 708), ("web_recommendation_1", 5863), ("mil_csv", None)]:  # fmt: skip
+    register_dataset(Bags(_name, _features))
 
 
 if __name__ == "__main__":

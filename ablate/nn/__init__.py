@@ -1,17 +1,8 @@
-"""Attention variants behind one registry, backbone surgery on timm models, and accounting."""
+"""Networks: the token-mixer interface, mechanisms and backbones (each a registered component module),
+backbone surgery on timm models, param/FLOP accounting and attention diagnostics."""
 
 from ablate import _tv_compat  # noqa: F401  (must precede every timm import)
-from ablate.nn import csan, kernel, sparse, syn  # noqa: F401  (importing registers the variants)
 from ablate.nn.diagnostics import argmax_keys, recording, summarize, winner_transfer
-from ablate.nn.mixer import REGISTRY, TokenMixer, create_mixer, register
+from ablate.nn.mixer import TokenMixer, create_mixer
 
-__all__ = [
-    "REGISTRY",
-    "TokenMixer",
-    "argmax_keys",
-    "create_mixer",
-    "recording",
-    "register",
-    "summarize",
-    "winner_transfer",
-]
+__all__ = ["TokenMixer", "argmax_keys", "create_mixer", "recording", "summarize", "winner_transfer"]

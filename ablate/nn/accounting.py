@@ -8,7 +8,6 @@ so a plan of thousands of trials over a few distinct models builds each model on
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Callable, Sequence
 
 import torch
@@ -18,28 +17,13 @@ from torch.utils.flop_counter import FlopCounterMode, sdpa_backward_flop_count, 
 
 from ablate.config import TrialConfig
 from ablate.nn.factory import count_params, create_model, model_key
+from ablate.registry import BACKBONES, DATASETS
 
 __all__ = [
     "Cost", "count_flops", "count_params", "data_dims", "example_input", "flops", "model_cost", "peak_bytes",
     "peak_memory",
 ]
 
-#: Instances in the nominal bag that MIL FLOPs are counted on (costs grow linearly with the bag).
-MIL_BAG = 64
-#: (in_chans, num_classes) of the datasets whose shape is fixed; MIL: (feature width F, 2).
-DATA_DIMS = {
-    "mnist5k": (1, 10),
-    "digits": (1, 10),
-    "cifar10": (3, 10),
-    "cifar100": (3, 100),
-    "musk1": (166, 2),
-    "musk2": (166, 2),
-    "elephant": (230, 2),
-    "fox": (230, 2),
-    "tiger": (230, 2),
-    "ucsb_breast_cancer": (708, 2),
-    "web_recommendation_1": (5863, 2),
-}
 @dataclass(frozen=True)
 class Cost:
     params: int
@@ -150,33 +134,13 @@ def _allocations(events: list) -> list[tuple[int, int]]:
 
 
 def data_dims(cfg: TrialConfig) -> tuple[int, int]:
-    """(in_chans, num_classes) of the trial's data without loading it.
-
-    Fixed datasets come from DATA_DIMS; imagefolder counts the class folders under train/ (or takes
-    model.num_classes); mil_csv reads the CSV header (label, bag_id, features...).
-    """
-    name = cfg.data.name
-    if name in DATA_DIMS:
-        return DATA_DIMS[name]
-    path = Path(cfg.data.path).expanduser()
-    if name == "mil_csv":
-        with open(path) as f:
-            return len(f.readline().split(",")) - 2, 2
-    classes = cfg.model.num_classes or sum(p.is_dir() for p in (path / "train").glob("*"))
-    if not classes:
-        raise ValueError(
-            f"imagefolder at {path}: no class folders under train/ to count; set model.num_classes "
-            "(e.g. 1000 for ImageNet-1k) so its cost can be computed without the data"
-        )
-    return 3, classes
+    """(in_chans, num_classes) of the trial's data without loading it: its dataset component says."""
+    return DATASETS.get(cfg.data.name).dims(cfg)
 
 
 def example_input(cfg: TrialConfig, in_chans: int, batch: int = 1, device: str | torch.device = "cpu") -> Inputs:
-    """A batch of the shape the trial's model takes: images, or MIL bags of MIL_BAG instances with a mask."""
-    if cfg.model.backbone == "synpool":
-        mask = torch.ones(batch, MIL_BAG, dtype=torch.bool, device=device)
-        return torch.randn(batch, MIL_BAG, in_chans, device=device), mask
-    return torch.randn(batch, in_chans, cfg.model.img_size, cfg.model.img_size, device=device)
+    """A batch of the shape the trial's model takes (its backbone component says: images, bags and a mask)."""
+    return BACKBONES.get(cfg.model.backbone).example(cfg.model, in_chans, batch, device)
 
 
 def model_cost(cfg: TrialConfig, in_chans: int | None = None, num_classes: int | None = None) -> Cost:

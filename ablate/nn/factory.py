@@ -1,4 +1,4 @@
-"""`create_model(cfg, num_classes, in_chans)`: one network for a trial, dispatched on `model.backbone`.
+"""`create_model(cfg, num_classes, in_chans)`: one network for a trial, built by its registered backbone.
 
 `model.match_params` is solved here: the embed dim is searched (every stage keeping its heads dividing its
 width) until the parameter count lands within MATCH_TOLERANCE of the target, a number or the count of a
@@ -8,19 +8,13 @@ reference model described by dotted overrides of the same config. Solutions are 
 from __future__ import annotations
 
 import json
-import math
-from typing import Any, Callable
+from typing import Any
 
 import torch
 from torch import nn
 
-from ablate.config import SIZES, AttentionConfig, ModelConfig, TrialConfig, identity
-from ablate.nn.backbones import build_hiera, build_swin, build_vit
-from ablate.nn.mil import build_synpool
-from ablate.nn.mixer import REGISTRY
-
-Builder = Callable[[ModelConfig, AttentionConfig, int, int], nn.Module]
-BUILDERS: dict[str, Builder] = {"swin": build_swin, "vit": build_vit, "hiera": build_hiera, "synpool": build_synpool}
+from ablate.config import TrialConfig, identity, size_preset
+from ablate.registry import BACKBONES
 MATCH_TOLERANCE = 0.02
 MAX_MULTIPLE = 2**16
 """The width search stops doubling here (embed_dim = MAX_MULTIPLE x step): a target no width reaches."""
@@ -33,11 +27,8 @@ def create_model(cfg: TrialConfig, num_classes: int, in_chans: int) -> nn.Module
     Image backbones take (B, in_chans, H, W) and return (B, num_classes) logits; synpool takes a padded
     batch of bags (B, N, F = in_chans) and a mask (B, N) and returns (B,) logits.
     """
-    if cfg.attention.kind not in REGISTRY:
-        kind = cfg.attention.kind
-        raise ValueError(f"attention.kind {kind!r} has no registered mixer (registered: {sorted(REGISTRY)})")
     cfg = match_width(cfg, num_classes, in_chans)
-    return BUILDERS[cfg.model.backbone](cfg.model, cfg.attention, num_classes, in_chans)
+    return BACKBONES.get(cfg.model.backbone).build(cfg.model, cfg.attention, num_classes, in_chans)
 
 
 def model_key(cfg: TrialConfig, num_classes: int, in_chans: int) -> str:
@@ -76,23 +67,14 @@ def reference_config(cfg: TrialConfig, overrides: dict[str, Any]) -> TrialConfig
         value = overrides[key]
         if key == "attention.kind" and value != node["kind"]:
             node.clear()
-        if key == "model.size" and value in SIZES:
-            for preset_field in SIZES[value]:
+        if key == "model.size":
+            for preset_field in ("backbone", *size_preset(value)[1]):
                 node.pop(preset_field, None)
         node[leaf] = value
     try:
         return TrialConfig.model_validate(data)
     except ValueError as e:
         raise ValueError(f"model.match_params {overrides} does not describe a valid reference model: {e}") from e
-
-
-def width_step(m: ModelConfig) -> int:
-    """Smallest embed_dim increment that keeps every stage's heads dividing its width."""
-    if m.backbone == "swin":  # stage i: width e * 2^i, num_heads[i] heads
-        return math.lcm(*(h // math.gcd(h, 2**i) for i, h in enumerate(m.num_heads)))
-    if m.backbone == "synpool":  # the heads split pool_dim, not D
-        return 1
-    return m.num_heads[0]  # vit: one stage; hiera: widths and heads both double per stage
 
 
 def match_width(cfg: TrialConfig, num_classes: int, in_chans: int) -> TrialConfig:
@@ -119,7 +101,7 @@ def _with_width(cfg: TrialConfig, embed_dim: int) -> TrialConfig:
 
 
 def _solve(cfg: TrialConfig, goal: float, num_classes: int, in_chans: int) -> int:
-    step = width_step(cfg.model)
+    step = BACKBONES.get(cfg.model.backbone).width_step(cfg.model)
     counts: dict[int, int | None] = {}
 
     def params(mult: int) -> int | None:

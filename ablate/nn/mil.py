@@ -8,11 +8,19 @@ and the query start Xavier-uniform with zero biases, as in the paper; mixers kee
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from torch import Tensor, nn
 
-from ablate.config import AttentionConfig, ModelConfig
+from ablate.components import Backbone
+from ablate.config import Mechanism, ModelConfig
 from ablate.nn.mixer import create_mixer
+from ablate.nn.vit import no_dwconv, one_stage
+from ablate.registry import register_backbone
+
+#: Instances in the nominal bag that MIL FLOPs are counted on (costs grow linearly with the bag).
+MIL_BAG = 64
 
 
 class SynPooling(nn.Module):
@@ -22,7 +30,7 @@ class SynPooling(nn.Module):
     The mixer divides by sqrt(d) itself, so the query enters it pre-scaled by S * sqrt(d).
     """
 
-    def __init__(self, att: AttentionConfig, dim: int, pool_dim: int, num_heads: int, scale: float) -> None:
+    def __init__(self, att: Mechanism, dim: int, pool_dim: int, num_heads: int, scale: float) -> None:
         super().__init__()
         self.num_heads, self.head_dim = num_heads, pool_dim // num_heads
         self.q_scale = scale * self.head_dim**0.5
@@ -52,7 +60,7 @@ class SynPooling(nn.Module):
 class SynPoolingNet(nn.Module):
     """Bag classifier: forward(x (B, N, F), mask (B, N) True = real instance) -> (B,) logits."""
 
-    def __init__(self, m: ModelConfig, att: AttentionConfig, in_features: int) -> None:
+    def __init__(self, m: ModelConfig, att: Mechanism, in_features: int) -> None:
         super().__init__()
         layers: list[nn.Module] = []
         for i in range(m.depths[0]):
@@ -71,17 +79,50 @@ class SynPoolingNet(nn.Module):
         return self.head(self.pool(self.embed(self.drop(x)), mask)).squeeze(-1)
 
 
-#: Variants that calibrate self-attention from each key's own query (CSaN's column gains and private path):
-#: a single pooling query has none, so they are refused rather than silently pooling padded instances.
-SELF_ATTENTION_ONLY = ("csan",)
+class SynPool(Backbone):
+    """The Syn paper's bag classifier: inputs (x (B, N, F), mask (B, N)), one logit per bag."""
+
+    name = "synpool"
+    task = "mil"
+    family = "SynPool MIL"
+    patch_size = 1
+    sizes = {"synpool": dict(embed_dim=256, depths=(1,), num_heads=(4,))}
+
+    def check(self, m: ModelConfig) -> None:
+        one_stage(m)
+        no_dwconv(m)
+        if m.stack != "alternating":
+            raise ValueError("stack applies to image backbones only")
+        if m.pool_dim % m.num_heads[0]:
+            raise ValueError(f"pool_dim {m.pool_dim} is not divisible by num_heads {m.num_heads[0]}")
+
+    def accepts(self, attention: Mechanism) -> None:
+        """Mechanisms that calibrate each key from its own query have none here: one pooling query."""
+        if attention.self_attention_only:
+            raise ValueError(f"synpool cannot pool with attention.kind {attention.kind!r}: it calibrates self-attention")
+
+    def build(self, m: ModelConfig, attention: Mechanism, num_classes: int, in_chans: int) -> nn.Module:
+        """The MIL network; in_chans is the instance feature width F, num_classes 2 (or 1): one logit."""
+        if num_classes not in (1, 2):
+            raise ValueError(f"synpool is a binary bag classifier (one logit); got num_classes {num_classes}")
+        if m.depths[0] < 1:
+            raise ValueError(f"synpool needs at least one embedding layer (depths [L], L >= 1); got {m.depths}")
+        self.accepts(attention)
+        return SynPoolingNet(m, attention, in_chans)
+
+    def example(self, m: ModelConfig, in_chans: int, batch: int, device: Any) -> tuple[Any, ...]:
+        mask = torch.ones(batch, MIL_BAG, dtype=torch.bool, device=device)
+        return torch.randn(batch, MIL_BAG, in_chans, device=device), mask
+
+    def width_step(self, m: ModelConfig) -> int:
+        return 1  # the heads split pool_dim, not D
+
+    def describe_size(self, words: str, m: dict[str, Any]) -> str:
+        return f"SynPool MIL (D={m.get('embed_dim')})"
+
+    def describe(self, m: dict[str, Any]) -> str:
+        depths = m.get("depths") or ()
+        return f"SynPool MIL (D={m.get('embed_dim')}, L={depths[0] if len(depths) == 1 else depths})"
 
 
-def build_synpool(m: ModelConfig, att: AttentionConfig, num_classes: int, in_chans: int) -> nn.Module:
-    """The MIL network; in_chans is the instance feature width F, num_classes 2 (or 1): one logit."""
-    if num_classes not in (1, 2):
-        raise ValueError(f"synpool is a binary bag classifier (one logit); got num_classes {num_classes}")
-    if att.kind in SELF_ATTENTION_ONLY:
-        raise ValueError(f"synpool cannot pool with attention.kind {att.kind!r}: it calibrates self-attention")
-    if m.depths[0] < 1:
-        raise ValueError(f"synpool needs at least one embedding layer (depths [L], L >= 1); got {m.depths}")
-    return SynPoolingNet(m, att, in_chans)
+register_backbone(SynPool())

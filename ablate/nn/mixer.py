@@ -1,8 +1,10 @@
 """The token-mixer interface every attention variant implements, and the registry that selects one.
 
 A mixer sees what an attention module has after its q/k/v projection and returns the mixed values; the
-module around it (timm's, patched by `ablate.nn.backbones`) keeps its projections, bias and output
-projection. So one variant works unchanged in ViT, Swin windows and Hiera's pooled-query blocks.
+module around it (timm's, patched by `ablate.nn.surgery`) keeps its projections, bias and output
+projection. So one variant works unchanged in ViT, Swin windows and Hiera's pooled-query blocks. Which
+mixer a config gets is the mechanism's own business (`Mechanism.build`); mechanisms are registered in
+`ablate.registry.MECHANISMS`.
 """
 
 from __future__ import annotations
@@ -10,10 +12,9 @@ from __future__ import annotations
 from typing import Callable
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ablate.config import AttentionConfig, SoftmaxAttention
+from ablate.config import Mechanism
 
 
 class TokenMixer(nn.Module):
@@ -30,7 +31,7 @@ class TokenMixer(nn.Module):
     in ``self.last_attn`` (B, H, Nq, Nk, detached); otherwise it must not materialise them.
     """
 
-    def __init__(self, cfg: AttentionConfig, dim: int, num_heads: int, in_dim: int | None = None) -> None:
+    def __init__(self, cfg: Mechanism, dim: int, num_heads: int, in_dim: int | None = None) -> None:
         super().__init__()
         self.cfg = cfg
         self.dim = dim
@@ -47,22 +48,12 @@ class TokenMixer(nn.Module):
             self.last_attn = attn.detach()
 
 
-REGISTRY: dict[str, type[TokenMixer]] = {}
-
-
-def register(kind: str) -> Callable[[type[TokenMixer]], type[TokenMixer]]:
-    """Class decorator: make a mixer selectable as ``attention.kind: <kind>``."""
-
-    def deco(cls: type[TokenMixer]) -> type[TokenMixer]:
-        REGISTRY[kind] = cls
-        return cls
-
-    return deco
-
-
-def create_mixer(cfg: AttentionConfig, dim: int, num_heads: int, in_dim: int | None = None) -> TokenMixer:
-    """The mixer for ``cfg.kind`` (the timm ``create_model`` pattern)."""
-    return REGISTRY[cfg.kind](cfg, dim, num_heads, in_dim)
+def create_mixer(cfg: Mechanism, dim: int, num_heads: int, in_dim: int | None = None) -> TokenMixer:
+    """The mixer of an attention config (the timm ``create_model`` pattern), checked to be a TokenMixer."""
+    mixer = cfg.build(dim, num_heads, in_dim)
+    if not isinstance(mixer, TokenMixer):
+        raise TypeError(f"mechanism {cfg.kind!r}: build() returned {type(mixer).__name__}, not a TokenMixer")
+    return mixer
 
 
 #: An additive bias at or below this masks a key (-inf does too). exp(-50) ~ 2e-22 is zero next to float32's
@@ -113,13 +104,3 @@ class RowsMixer(TokenMixer):
         a = self.rows(q, k, bias)
         self._keep(a)
         return a.to(v.dtype) @ v
-
-
-@register("softmax")
-class Softmax(TokenMixer):
-    """Plain attention through the fused SDPA kernel."""
-
-    def forward(self, q: Tensor, k: Tensor, v: Tensor, bias: Tensor | None = None, x: Tensor | None = None) -> Tensor:
-        if self.record:
-            self._keep(softmax_rows(q, k, bias))
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=None if bias is None else bias.to(q.dtype))

@@ -10,13 +10,38 @@ paper: the polynomial's repeated chain rule explodes or vanishes.
 from __future__ import annotations
 
 import math
+from typing import ClassVar, Literal
 
 import torch
 import torch.nn.functional as F
+from pydantic import Field
 from torch import Tensor
 
-from ablate.config import SynAttention
-from ablate.nn.mixer import TokenMixer, key_keep, logits, normalize_rows, register
+from ablate.config import Mechanism
+from ablate.nn.mixer import TokenMixer, key_keep, logits, normalize_rows
+from ablate.registry import register_mechanism
+
+
+@register_mechanism
+class SynAttention(Mechanism):
+    """Syn layer: a polynomial map iterated on each attention row (concentrate or distract)."""
+
+    kind: Literal["syn"] = "syn"
+    said: ClassVar[tuple[str, ...]] = ("steps", "gamma", "bypass")
+    steps: int = Field(0, ge=-1000, le=1000)
+    """Iterations I: > 0 concentrate (forward steps), < 0 distract (backward steps), 0 none."""
+    gamma: float = Field(0.5, gt=0, le=1)
+    """Cubic weight of the map a' = gamma a^3 + (1 - gamma) a, in (0, 1]."""
+    bypass: bool = True
+    """Gradient bypass (straight-through): gradients flow as if no steps were taken."""
+
+    def build(self, dim: int, num_heads: int, in_dim: int | None = None) -> TokenMixer:
+        return Syn(self, dim, num_heads, in_dim)
+
+    def describe(self) -> str:
+        mode = "concentrate" if self.steps > 0 else "distract" if self.steps < 0 else "no steps"
+        bypass = "" if self.bypass else ", no bypass"
+        return f"Syn (I={self.steps}: {mode}; gamma={self.gamma}{bypass})"
 
 #: Floor of a row's L2 norm: an all-zero (fully masked) row stays zero instead of becoming NaN.
 NORM_EPS = 1e-12
@@ -61,7 +86,6 @@ def syn_steps(a: Tensor, steps: int, gamma: float, keep: Tensor | None = None) -
     return a
 
 
-@register("syn")
 class Syn(TokenMixer):
     """Softmax attention whose rows go through ``steps`` Syn iterations before they weight the values.
 

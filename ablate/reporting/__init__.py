@@ -12,7 +12,7 @@ lists every report under the output folder. Re-running on an unchanged store rew
 (the date shown is the sweep's last change, not the time of writing).
 
 Modules: `frames` (store -> frames, per-variant statistics), `stats` (intervals, paired tests),
-`effects` (factorial effects), `describe` (variants in words), `published` (+ published.json),
+`effects` (factorial effects), `describe` (variants in words), `published` (the tables mechanisms declare),
 `plots` (matplotlib), `tables` (formatted cells), `render` (HTML, Markdown).
 """
 

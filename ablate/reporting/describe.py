@@ -1,70 +1,58 @@
-"""A variant in words, from its trial config: the architecture and token-mixer columns of a paper table.
+"""A variant in words, from its stored trial config: the architecture and token-mixer columns of a paper table.
 
     architecture({"model": {"size": "swin-min", ...}})         -> "Swin-Min"
     mixer(config)  -> "CSaN (tau, mu, private; unit readout), pure attention ♢"
 
-Paths these words already say are `SAID`; any other axis that varies in a sweep is appended as
-`name=value` by the caller, so two variants never read the same.
+The words come from the components themselves (`Mechanism.describe`, `Backbone.describe`,
+`Dataset.describe`), found through the registries. Paths these words already say are `said`; any other
+axis that varies in a sweep is appended as `name=value` by the caller, so two variants never read the same.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from ablate.config import SIZES
+from ablate.registry import BACKBONES, DATASETS, MECHANISMS
 
-FAMILY = {"swin": "Swin", "vit": "ViT", "hiera": "Hiera", "synpool": "SynPool MIL"}
-#: Config paths that `architecture`, `mixer` and `dataset` put in words.
+#: Config paths that `architecture`, `mixer` and `dataset` put in words, whatever the components.
 SAID = {
     "model.size", "model.backbone", "model.embed_dim", "model.depths", "model.num_heads", "model.patch_size",
-    "model.stack", "model.dwconv", "model.match_params", "data.name", "data.id", "data.path",
-    *(f"attention.{k}" for k in ("kind", "tau", "mu", "kappa_pub", "kappa_priv", "bounded", "steps", "gamma",
-                                 "bypass", "sigma", "threshold", "signed", "zero_diag")),
+    "model.stack", "model.dwconv", "model.match_params", "data.name", "data.id", "data.path", "attention.kind",
 }  # fmt: skip
 
 
 def said(path: str) -> bool:
-    return path in SAID
+    if path in SAID:
+        return True
+    section, _, knob = path.partition(".")
+    return section == "attention" and any(knob in cls.said for _, cls in MECHANISMS.items())
 
 
 def architecture(cfg: dict[str, Any]) -> str:
     """The named size as the papers write it (Swin-Min, ViT-Base-Slim/16), else family and widths."""
     m = cfg.get("model", {})
-    family = m.get("backbone", "vit")
+    name = m.get("backbone", "vit")
+    if name not in BACKBONES:
+        return str(name)
+    backbone = BACKBONES.get(name)
     size = m.get("size")
-    preset = SIZES.get(size or "", {})
+    preset = backbone.sizes.get(size or "", {})
     if preset and all(_same(m.get(k), v) for k, v in preset.items()):
-        if family == "synpool":
-            return f"SynPool MIL (D={m.get('embed_dim')})"
-        name = "-".join("ViT" if part == "vit" else part.capitalize() for part in size.split("-"))
-        return f"{name}/{m.get('patch_size')}" if family == "vit" else name
-    if family == "synpool":
-        return f"SynPool MIL (D={m.get('embed_dim')}, L={_n(m.get('depths'))})"
-    blocks = sum(m.get("depths") or ())
-    heads = (m.get("num_heads") or [None])[0]
-    return f"{FAMILY.get(family, family)} ({m.get('embed_dim')}-d, {blocks} blocks, {heads} heads)"
+        words = "-".join("ViT" if part == "vit" else part.capitalize() for part in size.split("-"))
+        return backbone.describe_size(words, m)
+    return backbone.describe(m)
 
 
 def attention(cfg: dict[str, Any]) -> str:
-    """The token mixer's words: kind and its switches."""
+    """The token mixer's words: the mechanism's own `describe` (its kind for a config no longer valid)."""
     a = cfg.get("attention", {})
-    kind = a.get("kind", "softmax")
-    if kind == "csan":
-        parts = [name for name, on in (("tau", a.get("tau")), ("mu", a.get("mu")), ("private", a.get("kappa_priv"))) if on]
-        readout = {"unit": "unit readout", "head": "head-wise readout", "off": "no public gain"}[a.get("kappa_pub", "unit")]
-        extra = "; bounded" if a.get("bounded") else ""
-        return f"CSaN ({', '.join(parts) or 'no calibration'}; {readout}{extra})"
-    if kind == "syn":
-        steps = int(a.get("steps", 0))
-        mode = "concentrate" if steps > 0 else "distract" if steps < 0 else "no steps"
-        bypass = "" if a.get("bypass", True) else ", no bypass"
-        return f"Syn (I={steps}: {mode}; gamma={a.get('gamma')}{bypass})"
-    if kind in ("gaussian", "laplace"):
-        return f"{kind.capitalize()} kernel (sigma0={a.get('sigma')})"
-    if kind == "ista":
-        flags = "".join(f", {f.replace('_', ' ')}" for f in ("signed", "zero_diag") if a.get(f))
-        return f"unrolled ISTA (T={a.get('steps')}, thr={a.get('threshold')}{flags})"
-    return {"softmax": "Softmax", "entmax15": "1.5-entmax"}.get(kind, kind)
+    kind = a.get("kind")
+    if kind not in MECHANISMS:
+        return str(kind)
+    try:
+        return MECHANISMS.get(kind).model_validate(a).describe()
+    except ValueError:
+        return str(kind)
 
 
 def mixer(cfg: dict[str, Any]) -> str:
@@ -72,7 +60,7 @@ def mixer(cfg: dict[str, Any]) -> str:
     ♢ for param-matched widths, + 7x7 DWConv for CSaN-V2."""
     m = cfg.get("model", {})
     words = attention(cfg)
-    if m.get("backbone") != "synpool":
+    if m.get("backbone") in BACKBONES and BACKBONES.get(m["backbone"]).task == "classify":
         words += ", pure attention" if m.get("stack") == "pure" else ", attn-FFN"
     if m.get("match_params") is not None:
         words += " ♢"
@@ -87,10 +75,10 @@ def short(path: str) -> str:
 
 
 def dataset(cfg: dict[str, Any]) -> str:
-    """The dataset's name; for a folder or file of data (imagefolder, mil_csv) the id of its contents."""
+    """The dataset's words (for a folder or file of data, the id of its contents)."""
     d = cfg.get("data", {})
     name = d.get("name") or "?"
-    return (d.get("id") or name) if name in ("imagefolder", "mil_csv") else name
+    return DATASETS.get(name).describe(d) if name in DATASETS else str(name)
 
 
 def value(v: Any) -> str:
@@ -100,10 +88,6 @@ def value(v: Any) -> str:
     if isinstance(v, bool):
         return "on" if v else "off"
     return f"{v:g}" if isinstance(v, float) else str(v)
-
-
-def _n(x: Any) -> Any:
-    return x[0] if isinstance(x, (list, tuple)) and len(x) == 1 else x
 
 
 def _same(a: Any, b: Any) -> bool:

@@ -90,16 +90,17 @@ def _best(table: pd.DataFrame, higher: bool) -> set[tuple[int, int]]:
 
 
 def published_tables(table: pd.DataFrame, data: SweepData) -> list[Table]:
-    """Published ImageNet-1K rows beside the measured variants they correspond to; rows that only share
-    the token mixer and stack (other size or dataset) in a second table, for orientation only."""
+    """Published rows beside the measured variants they correspond to; rows that only share the token mixer
+    and stack (other size or dataset) in a second table, for orientation only."""
     done = data.trials[data.trials["state"] == "done"]
     top1 = pd.to_numeric(done["test.top1"], errors="coerce") if "test.top1" in done else pd.Series(math.nan, done.index)
     measured = top1.groupby(done["variant"]).mean()
-    exact, near = [], []
+    exact, near, sources = [], [], {}
     for variant, cfg in data.variants["config"].items():
-        row, comparable = published.match(cfg)
-        if row is None:
+        row, source, comparable = published.match(cfg)
+        if row is None or source is None:
             continue
+        sources[source.source] = source.dataset
         r = table.loc[variant]
         m_top1 = measured.get(variant, float("nan"))
         if comparable:
@@ -110,7 +111,8 @@ def published_tables(table: pd.DataFrame, data: SweepData) -> list[Table]:
         else:
             near.append([r["label"], f"{r['architecture']} on {r['dataset']}", f"{row.model}, {row.setting}",
                          f"{row.params_m:.1f}M", num(row.gflops, 1), num(row.top1, 1), num(m_top1, 2)])  # fmt: skip
-    src = published.table()["source"]
+    src = "; ".join(sources)
+    datasets = "/".join(dict.fromkeys(sources.values()))
     out = []
     if exact:
         header = ["Variant", "published row", "#Params", "published", "Δ", "GFLOPs", "published", "Δ",
@@ -119,9 +121,9 @@ def published_tables(table: pd.DataFrame, data: SweepData) -> list[Table]:
                          "measured - published (params in M, GFLOPs in multiply-accumulates, top-1 in points).",
                          header, exact))  # fmt: skip
     if near:
-        header = ["Variant", "measured on", "published row (ImageNet-1K)", "#Params", "GFLOPs", "top-1 (%)",
+        header = ["Variant", "measured on", f"published row ({datasets})", "#Params", "GFLOPs", "top-1 (%)",
                   "measured top-1 (%)"]  # fmt: skip
-        out.append(Table(f"For orientation only, not comparable: published ImageNet-1K rows ({src}) with the "
+        out.append(Table(f"For orientation only, not comparable: published {datasets} rows ({src}) with the "
                          "same token mixer and stack but another model size or dataset.", header, near, left=3))  # fmt: skip
     return out
 

@@ -2,13 +2,13 @@
 
     from ablate.store import Store
     with Store() as store:                          # sqlite:///db/ablate.sqlite, migrated to the newest schema
-        store.upsert_sweep("csan", spec_path="experiments.yaml", metric="test.top1", baseline=plan.baseline)
-        store.add_trials("csan", plan.trials)       # new keys pending; known keys keep their state
+        store.upsert_sweep("cpu", spec_path="experiments.yaml", metric="test.top1", baseline=plan.baseline)
+        store.add_trials("cpu", plan.trials)       # new keys pending; known keys keep their state
         done = store.done_keys(t.key for t in plan.trials)   # done in any sweep: never trained twice
         store.mark_running(key, host=..., node_id=..., device=...)
         store.log_metrics(key, epoch, {"train.loss": 0.7, "val.top1": 0.61}, wall_time=time.time())
         store.finish(key, "done", result={"test": {"top1": 0.64}}, params=..., flops=...)
-        store.trials_frame("csan"); store.metrics_frame("csan", names=["val.top1"]); store.status()
+        store.trials_frame("cpu"); store.metrics_frame("cpu", names=["val.top1"]); store.status()
 
 Writes (one writer: the launcher or its recorder actor): upsert_sweep, set_sweep_mlflow, add_trials,
 mark_running, record, log_metrics, log_metric_rows, finish, interrupt, set_mlflow_run.

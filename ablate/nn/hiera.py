@@ -1,0 +1,99 @@
+"""Hiera (timm Hiera: widths and heads doubling per stage, mask-unit attention, pooled queries) with every
+attention running the trial's mixer."""
+
+from __future__ import annotations
+
+from ablate import _tv_compat  # noqa: F401  (must precede every timm import)
+
+import timm
+from timm.models.hiera import HieraBlock, MaskUnitAttention
+from torch import Tensor, nn
+
+from ablate.components import Backbone
+from ablate.config import Mechanism, ModelConfig
+from ablate.nn.surgery import Mixed, mix_blocks, timm_args
+from ablate.nn.vit import heads_divide, no_dwconv
+from ablate.registry import register_backbone
+
+
+class MixedMaskUnitAttention(Mixed, MaskUnitAttention):
+    """Hiera attention, mask-unit (windows folded into the batch) or global, with optional query pooling.
+
+    Pooled-query blocks: timm max-pools q over the q_stride positions of each output token; the tokens the
+    mixer sees (`x`, for variants whose gates read the token, e.g. CSaN's descriptor gates) are the block's
+    normalised input tokens max-pooled the same way, so there is one token per pooled query, of width
+    in_dim = the block's input width (the mixer's dim is the output width).
+    """
+
+    @staticmethod
+    def blank(attn: MaskUnitAttention) -> MaskUnitAttention:
+        return MaskUnitAttention(attn.dim_out, attn.dim_out, attn.heads, 1, attn.window_size, attn.use_mask_unit_attn)
+
+    def forward(self, x: Tensor) -> Tensor:
+        B, N, C = x.shape
+        nw = N // (self.q_stride * self.window_size) if self.use_mask_unit_attn else 1
+        # token n = t * nw + w (Hiera's unrolled order); fold windows into the batch: (B * nw, H, t, d)
+        qkv = self.qkv(x).reshape(B, -1, nw, 3, self.heads, self.head_dim).permute(3, 0, 2, 4, 1, 5)
+        q, k, v = qkv.reshape(3, B * nw, self.heads, -1, self.head_dim).unbind(0)
+        tokens = x.view(B, -1, nw, C).transpose(1, 2).reshape(B * nw, -1, C)
+        if self.q_stride > 1:
+            q = q.view(B * nw, self.heads, self.q_stride, -1, self.head_dim).amax(dim=2)
+            tokens = tokens.view(B * nw, self.q_stride, -1, C).amax(dim=1)
+        out = self.mixer(q, k, v, x=tokens)
+        out = out.view(B, nw, self.heads, -1, self.head_dim).permute(0, 3, 1, 2, 4).reshape(B, -1, self.dim_out)
+        return self.proj(out)
+
+
+def check_hiera(m: ModelConfig) -> None:
+    """Raise a ValueError when timm's Hiera cannot take this geometry.
+
+    Hiera pools queries 2x2 at every stage transition (q_pool = stages - 1) inside mask units of
+    window_size^2 tokens, so the window must be a multiple of 2^(stages-1) and divide the token grid.
+    """
+    stages, grid = len(m.depths), m.img_size // m.patch_size
+    if len(m.num_heads) != 1:
+        raise ValueError(f"hiera takes one num_heads entry (the first stage's, doubled per stage), got {m.num_heads}")
+    if m.img_size % m.patch_size or grid % m.window_size or m.window_size % 2 ** (stages - 1):
+        raise ValueError(
+            f"hiera needs window_size (the mask unit) to be a multiple of 2^(stages-1) = {2 ** (stages - 1)} and to "
+            f"divide the token grid img_size / patch_size = {m.img_size}/{m.patch_size}; "
+            f"got window_size {m.window_size}"
+        )
+
+
+class Hiera(Backbone):
+    name = "hiera"
+    family = "Hiera"
+    patch_size = 4
+    sizes = {
+        "hiera-tiny": dict(embed_dim=96, depths=(1, 2, 7, 2), num_heads=(1,), window_size=8),
+        "hiera-tiny-plus": dict(embed_dim=96, depths=(1, 2, 7, 2), num_heads=(3,), window_size=8),
+        "hiera-small": dict(embed_dim=96, depths=(1, 2, 11, 2), num_heads=(1,), window_size=8),
+        "hiera-base": dict(embed_dim=96, depths=(2, 3, 16, 3), num_heads=(1,), window_size=8),
+    }
+
+    def check(self, m: ModelConfig) -> None:
+        heads_divide(m)
+        no_dwconv(m)
+
+    def build(self, m: ModelConfig, attention: Mechanism, num_classes: int, in_chans: int) -> nn.Module:
+        """timm Hiera (widths and heads doubling per stage; mask-unit attention in the first half of the
+        stages, global after; patch embed kernel 2p-1, stride p, padding p-1, i.e. timm's 7/4/3 at p = 4)."""
+        check_hiera(m)
+        stages, p = len(m.depths), m.patch_size
+        model = timm.create_model(
+            "hiera_base_224",
+            **timm_args(m, num_classes, in_chans),
+            num_heads=m.num_heads[0],
+            stages=m.depths,
+            q_pool=stages - 1,
+            mask_unit_size=(m.window_size, m.window_size),
+            mask_unit_attn=tuple(i < stages // 2 for i in range(stages)),
+            patch_kernel=(2 * p - 1,) * 2,
+            patch_stride=(p, p),
+            patch_padding=(p - 1,) * 2,
+        )
+        return mix_blocks(model, HieraBlock, MixedMaskUnitAttention, m, attention)
+
+
+register_backbone(Hiera())

@@ -1,0 +1,125 @@
+"""Swin (timm SwinTransformer, stage widths embed_dim * 2^i) with every window attention running the trial's
+mixer; CSaN-V2's depthwise conv on the attention branches."""
+
+from __future__ import annotations
+
+from ablate import _tv_compat  # noqa: F401  (must precede every timm import)
+
+import math
+
+import timm
+import torch
+import torch.nn.functional as F
+from timm.models.swin_transformer import SwinTransformerBlock, WindowAttention, window_partition, window_reverse
+from torch import Tensor, nn
+
+from ablate.components import Backbone
+from ablate.config import Mechanism, ModelConfig
+from ablate.nn.surgery import Mixed, timm_args
+from ablate.nn.vit import heads_divide
+from ablate.registry import register_backbone
+
+
+class MixedWindowAttention(Mixed, WindowAttention):
+    """Swin window attention; bias = relative-position bias + shift mask (-100 across sub-windows)."""
+
+    @staticmethod
+    def blank(attn: WindowAttention) -> WindowAttention:
+        qkv_bias = attn.qkv.bias is not None
+        return WindowAttention(attn.dim, attn.num_heads, window_size=attn.window_size, qkv_bias=qkv_bias)
+
+    def forward(self, x: Tensor, mask: Tensor | None = None) -> Tensor:
+        B_, N, _ = x.shape
+        q, k, v = self.qkv(x).reshape(B_, N, 3, self.num_heads, -1).permute(2, 0, 3, 1, 4).unbind(0)
+        bias = self._get_rel_pos_bias()  # (1, H, N, N)
+        if mask is not None:  # (num_windows, N, N), windows vary fastest along the batch
+            bias = (bias + mask.unsqueeze(1)).expand(B_ // mask.shape[0], -1, -1, -1, -1).reshape(B_, -1, N, N)
+        out = self.mixer(q, k, v, bias=bias, x=x)
+        return self.proj_drop(self.proj(out.transpose(1, 2).reshape(B_, N, -1)))
+
+
+class DWConv(nn.Module):
+    """CSaN-V2's 7x7 depthwise conv (with bias) on a channels-last (B, H, W, C) map."""
+
+    def __init__(self, dim: int, kernel_size: int = 7) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(dim, dim, kernel_size, padding=kernel_size // 2, groups=dim)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.conv(x.permute(0, 3, 1, 2)).permute(0, 2, 3, 1)
+
+
+class MixedSwinBlock(SwinTransformerBlock):
+    """Swin block whose attention branches (one, or two in a pure stack) share timm's windowing."""
+
+    @classmethod
+    def adopt(cls, block: SwinTransformerBlock, m: ModelConfig, att: Mechanism) -> SwinTransformerBlock:
+        """Re-class a timm block in place: mixed attention, pure stack's twin in `mlp`, dwconv per branch."""
+        block.__class__ = cls
+        MixedWindowAttention.adopt(block.attn, att)
+        pure = m.stack == "pure"
+        if pure:
+            block.mlp = MixedWindowAttention.twin(block.attn, att)
+        block.dwconv1 = DWConv(block.dim) if m.dwconv else nn.Identity()
+        block.dwconv2 = DWConv(block.dim) if m.dwconv and pure else nn.Identity()
+        return block
+
+    def _windowed(self, x: Tensor, attn: nn.Module, post: nn.Module) -> Tensor:
+        """timm's branch (shift, pad, partition, attention, reverse, crop, unshift) with `post` before unshift."""
+        B, H, W, C = x.shape
+        shifted = any(self.shift_size)
+        if shifted:
+            x = torch.roll(x, shifts=(-self.shift_size[0], -self.shift_size[1]), dims=(1, 2))
+        pad_h = (self.window_size[0] - H % self.window_size[0]) % self.window_size[0]
+        pad_w = (self.window_size[1] - W % self.window_size[1]) % self.window_size[1]
+        x = F.pad(x, (0, 0, 0, pad_w, 0, pad_h))
+        Hp, Wp = x.shape[1:3]
+        mask = self.get_attn_mask(x) if self.dynamic_mask else self.attn_mask
+        windows = attn(window_partition(x, self.window_size).view(-1, self.window_area, C), mask=mask)
+        x = post(window_reverse(windows.view(-1, *self.window_size, C), self.window_size, Hp, Wp)[:, :H, :W])
+        if shifted:
+            x = torch.roll(x, shifts=self.shift_size, dims=(1, 2))
+        return x
+
+    def _attn(self, x: Tensor) -> Tensor:
+        return self._windowed(x, self.attn, self.dwconv1)
+
+    def forward(self, x: Tensor) -> Tensor:
+        x = x + self.drop_path1(self._attn(self.norm1(x)))
+        if isinstance(self.mlp, WindowAttention):
+            return x + self.drop_path2(self._windowed(self.norm2(x), self.mlp, self.dwconv2))
+        return x + self.drop_path2(self.mlp(self.norm2(x)))
+
+
+class Swin(Backbone):
+    name = "swin"
+    family = "Swin"
+    patch_size = 4
+    sizes = {
+        "swin-min": dict(embed_dim=96, depths=(1, 1, 1, 1), num_heads=(3, 6, 12, 24)),
+        "swin-micro": dict(embed_dim=64, depths=(1, 1, 1, 1), num_heads=(2, 4, 8, 16)),
+        "swin-tiny": dict(embed_dim=96, depths=(2, 2, 6, 2), num_heads=(3, 6, 12, 24)),
+        "swin-small": dict(embed_dim=96, depths=(2, 2, 18, 2), num_heads=(3, 6, 12, 24)),
+        "swin-base": dict(embed_dim=128, depths=(2, 2, 18, 2), num_heads=(4, 8, 16, 32)),
+    }
+
+    def check(self, m: ModelConfig) -> None:
+        if len(m.num_heads) != len(m.depths):
+            raise ValueError("swin needs one num_heads entry per stage (len(num_heads) == len(depths))")
+        heads_divide(m)
+
+    def build(self, m: ModelConfig, attention: Mechanism, num_classes: int, in_chans: int) -> nn.Module:
+        """timm SwinTransformer (stage widths embed_dim * 2^i) with every window attention mixed."""
+        model = timm.create_model("swin_tiny_patch4_window7_224", **timm_args(m, num_classes, in_chans),
+                                  patch_size=m.patch_size, depths=m.depths, num_heads=m.num_heads,
+                                  window_size=m.window_size)  # fmt: skip
+        for block in [b for b in model.modules() if isinstance(b, SwinTransformerBlock)]:
+            MixedSwinBlock.adopt(block, m, attention)
+        return model
+
+    def width_step(self, m: ModelConfig) -> int:
+        """Stage i has width e * 2^i and num_heads[i] heads: e must make every stage divisible."""
+        return math.lcm(*(h // math.gcd(h, 2**i) for i, h in enumerate(m.num_heads)))
+
+
+register_backbone(Swin())

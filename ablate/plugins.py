@@ -1,0 +1,153 @@
+"""Loading components: the built-ins, a file's `plugins:` list, and installed entry points.
+
+Every way in ends in importing a module whose top level calls a registry's `register` (see
+`ablate.registry`). A `Plugins` value says what to import and travels with each Ray task, so a worker on any
+node imports the same components before it validates its trial's config:
+- a module name (`my_pkg.attention`) is imported by name: an installed package, or a local one, whose
+  folder is shipped to the cluster with the task's runtime environment (`py_modules`);
+- a file (`./local/myattn.py`, relative to the experiments file) is imported from its source text, which
+  travels with the task, under the name `ablate_plugin_<stem>` on every process;
+- entry points of the groups in `GROUPS` of every installed distribution (installed on every node, like
+  ablate itself).
+Any failure to import or register is a `PluginError` naming the plugin.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.metadata
+import importlib.util
+import sys
+import sysconfig
+import traceback
+import types
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ablate.registry import BUILTINS
+
+GROUPS = ("ablate.mechanisms", "ablate.backbones", "ablate.datasets")
+
+
+class PluginError(ValueError):
+    """A plugin that cannot be found, imported or registered."""
+
+
+@dataclass(frozen=True)
+class FilePlugin:
+    """A plugin module given as a file: its source travels with every task."""
+
+    path: str
+    source: str
+
+    @property
+    def module(self) -> str:
+        return f"ablate_plugin_{Path(self.path).stem}"
+
+
+@dataclass(frozen=True)
+class Plugins:
+    """What a process must import before it validates configs: module names and files."""
+
+    modules: tuple[str, ...] = ()
+    files: tuple[FilePlugin, ...] = ()
+    local_packages: tuple[str, ...] = field(default=(), compare=False)
+    """Folders of module plugins that are not installed: shipped to the cluster as `py_modules`."""
+
+    @classmethod
+    def from_list(cls, entries: list[str], base: Path) -> Plugins:
+        """Resolve a file's `plugins:` entries: paths (containing '/' or ending in .py) relative to `base`."""
+        modules: list[str] = []
+        files: list[FilePlugin] = []
+        for entry in entries:
+            if "/" in entry or entry.endswith(".py"):
+                path = (base / entry).expanduser().resolve()
+                try:
+                    files.append(FilePlugin(str(path), path.read_text()))
+                except OSError as e:
+                    raise PluginError(f"plugin {entry}: cannot read {path}: {e.strerror or e}") from None
+            else:
+                modules.append(entry)
+        return cls(tuple(modules), tuple(files), tuple(_local_folders(modules, base)))
+
+    def merged(self, other: Plugins) -> Plugins:
+        return Plugins(tuple(dict.fromkeys(self.modules + other.modules)),
+                       tuple(dict.fromkeys(self.files + other.files)),
+                       tuple(dict.fromkeys(self.local_packages + other.local_packages)))  # fmt: skip
+
+    def load(self) -> None:
+        """Import built-ins, entry points, then these plugins (idempotent: a module is imported once)."""
+        load_builtins()
+        load_entry_points()
+        for name in self.modules:
+            _guarded(name, lambda name=name: importlib.import_module(name))
+        for plugin in self.files:
+            _guarded(plugin.path, lambda plugin=plugin: _exec_file(plugin))
+
+    def runtime_env(self) -> dict[str, list[str]]:
+        """Ray runtime environment that makes local module plugins importable on every node."""
+        return {"py_modules": list(self.local_packages)} if self.local_packages else {}
+
+
+def load_builtins() -> None:
+    """Import the built-in component modules (each registers itself)."""
+    for name in BUILTINS:
+        importlib.import_module(name)
+
+
+_ENTRY_POINTS_LOADED = False
+
+
+def load_entry_points() -> None:
+    """Import every installed distribution's `ablate.*` entry points, once per process."""
+    global _ENTRY_POINTS_LOADED
+    if _ENTRY_POINTS_LOADED:
+        return
+    _ENTRY_POINTS_LOADED = True
+    for group in GROUPS:
+        for ep in importlib.metadata.entry_points(group=group):
+            where = f"{ep.name} = {ep.value} (entry point {group}, {ep.dist.name if ep.dist else '?'})"
+            _guarded(where, ep.load)
+
+
+def _guarded(what: str, load: object) -> None:
+    try:
+        load()  # type: ignore[operator]
+    except PluginError:
+        raise
+    except Exception as e:  # any error inside a plugin: name the plugin, keep the cause's last frame
+        last = traceback.extract_tb(e.__traceback__)[-1:] if e.__traceback__ else []
+        at = f" ({last[0].filename}:{last[0].lineno})" if last else ""
+        raise PluginError(f"plugin {what} failed to load: {type(e).__name__}: {e}{at}") from e
+
+
+def _exec_file(plugin: FilePlugin) -> None:
+    """Import a file plugin from its source under a stable name (the same on every Ray worker)."""
+    if plugin.module in sys.modules:
+        return
+    module = types.ModuleType(plugin.module)
+    module.__file__ = plugin.path
+    sys.modules[plugin.module] = module
+    try:
+        exec(compile(plugin.source, plugin.path, "exec"), module.__dict__)
+    except BaseException:
+        del sys.modules[plugin.module]
+        raise
+
+
+def _local_folders(modules: list[str], base: Path) -> list[str]:
+    """Top-level package folders of module plugins that are importable here but not installed."""
+    installed = {Path(p).resolve() for p in (sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"])}
+    folders = []
+    for name in modules:
+        top = name.split(".")[0]
+        if str(base) not in sys.path and (base / top).exists():
+            sys.path.insert(0, str(base))
+        spec = importlib.util.find_spec(top)
+        if spec is None:
+            raise PluginError(f"plugin {name}: no module named {top!r} (install it, or put it beside the experiments file)")
+        if spec.submodule_search_locations:
+            folder = Path(next(iter(spec.submodule_search_locations))).resolve()
+            if not any(folder.is_relative_to(p) for p in installed):
+                folders.append(str(folder))
+    return folders

@@ -1,0 +1,146 @@
+"""Tasks: how a batch becomes a loss and how a split is scored (classify images, MIL bags).
+
+A task is registered (`ablate.registry.TASKS`) under the name `config.task` takes; datasets and
+backbones declare which task they serve, and validation checks the three agree.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+from torch.utils.data import DataLoader
+
+from ablate.config import TrialConfig
+from ablate.data import Splits
+from ablate.registry import register_task
+
+
+def auc(scores: np.ndarray, labels: np.ndarray) -> float:
+    from sklearn.metrics import roc_auc_score
+
+    return float(roc_auc_score(labels, scores)) if len(np.unique(labels)) == 2 else float("nan")
+
+
+class Task:
+    """How a batch becomes a loss and how a split is scored; one registered subclass per `config.task`."""
+
+    name: ClassVar[str]
+
+    def __init__(self, cfg: TrialConfig, data: Splits, device: torch.device) -> None:
+        self.cfg, self.data, self.device = cfg, data, device
+
+    def inputs(self, batch: Any) -> tuple[tuple[Tensor, ...], Tensor]:
+        raise NotImplementedError
+
+    def mix(self, x: tuple[Tensor, ...], y: Tensor) -> tuple[tuple[Tensor, ...], Tensor]:
+        """Training-time batch augmentation (none by default)."""
+        return x, y
+
+    def loss(self, out: Tensor, target: Tensor) -> Tensor:
+        raise NotImplementedError
+
+    def score(self, outs: Tensor, targets: Tensor) -> dict[str, float]:
+        raise NotImplementedError
+
+    def example(self) -> tuple[Tensor, ...]:
+        """One example (batch of 1) for FLOP counting."""
+        batch = next(iter(self.loader(self.data.test, train=False, batch_size=1)))
+        return self.inputs(batch)[0]
+
+    def loader(self, ds: Any, train: bool, epoch: int = 0, batch_size: int | None = None) -> DataLoader:
+        # The order of an epoch depends only on (seed, epoch), so a resumed trial sees the same batches.
+        gen = torch.Generator().manual_seed(self.cfg.seed * 100_003 + epoch)
+        return DataLoader(
+            ds,
+            batch_size=batch_size or (self.cfg.train.batch_size if train else self.cfg.train.eval_batch_size),
+            shuffle=train,
+            drop_last=False,
+            generator=gen,
+            collate_fn=self.data.collate,
+            num_workers=self.cfg.data.workers,
+            persistent_workers=False,
+        )
+
+
+@register_task
+class Classify(Task):
+    name = "classify"
+
+    def __init__(self, cfg: TrialConfig, data: Splits, device: torch.device) -> None:
+        super().__init__(cfg, data, device)
+        t = cfg.train
+        self.mixup = None
+        if t.mixup > 0 or t.cutmix > 0:
+            from timm.data import Mixup
+
+            self.mixup = Mixup(mixup_alpha=t.mixup, cutmix_alpha=t.cutmix, label_smoothing=t.label_smoothing, num_classes=data.num_classes)
+
+    def inputs(self, batch: Any) -> tuple[tuple[Tensor, ...], Tensor]:
+        x, y = batch
+        x = x.to(self.device, non_blocking=True)
+        if self.device.type == "cuda" and self.cfg.train.channels_last:
+            x = x.contiguous(memory_format=torch.channels_last)
+        return (x,), y.to(self.device, non_blocking=True)
+
+    def mix(self, x: tuple[Tensor, ...], y: Tensor) -> tuple[tuple[Tensor, ...], Tensor]:
+        """Training-time batch augmentation: random shift, then mixup/cutmix."""
+        images = shift_images(x[0], self.cfg.train.shift) if self.cfg.train.shift else x[0]
+        if self.mixup is None or len(y) % 2:  # timm's mixup needs an even batch
+            return (images,), y
+        mixed, target = self.mixup(images, y)
+        return (mixed,), target
+
+    def loss(self, out: Tensor, target: Tensor) -> Tensor:
+        if target.ndim == 2:  # soft targets from mixup/cutmix (label smoothing folded in)
+            return torch.sum(-target * F.log_softmax(out, dim=-1), dim=-1).mean()
+        return F.cross_entropy(out, target, label_smoothing=self.cfg.train.label_smoothing)
+
+    def score(self, outs: Tensor, targets: Tensor) -> dict[str, float]:
+        k = min(5, outs.shape[1])
+        topk = outs.topk(k, dim=1).indices
+        hit = topk == targets[:, None]
+        return {
+            "loss": F.cross_entropy(outs, targets).item(),
+            "top1": hit[:, 0].float().mean().item() * 100,
+            "top5": hit.any(1).float().mean().item() * 100,
+        }
+
+
+def shift_images(x: Tensor, shift: int) -> Tensor:
+    """Translate each image by its own random offset in [-shift, shift]^2, filling with zeros.
+
+    One gather over a zero-padded batch: cheap enough to run on the batch in the loop, so in-memory
+    datasets (mnist5k, digits) get augmentation without a per-item transform.
+    """
+    b, _, h, w = x.shape
+    padded = F.pad(x, (shift, shift, shift, shift))
+    dy, dx = torch.randint(0, 2 * shift + 1, (2, b), device=x.device)
+    rows = (dy[:, None] + torch.arange(h, device=x.device))[:, None, :, None]
+    cols = (dx[:, None] + torch.arange(w, device=x.device))[:, None, None, :]
+    idx = torch.arange(b, device=x.device)[:, None, None, None]
+    chan = torch.arange(x.shape[1], device=x.device)[None, :, None, None]
+    return padded[idx, chan, rows, cols]
+
+
+@register_task
+class MIL(Task):
+    name = "mil"
+
+    def inputs(self, batch: Any) -> tuple[tuple[Tensor, ...], Tensor]:
+        x, mask, y = batch
+        return (x.to(self.device), mask.to(self.device)), y.to(self.device).float()
+
+    def loss(self, out: Tensor, target: Tensor) -> Tensor:
+        return F.binary_cross_entropy_with_logits(out.reshape(-1), target)
+
+    def score(self, outs: Tensor, targets: Tensor) -> dict[str, float]:
+        outs = outs.reshape(-1)
+        return {
+            "loss": F.binary_cross_entropy_with_logits(outs, targets).item(),
+            "auc": auc(outs.numpy(), targets.numpy()),
+            "acc": ((outs > 0).float() == targets).float().mean().item() * 100,
+        }
