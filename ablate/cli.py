@@ -153,12 +153,19 @@ def launch(
     gpus: Optional[float] = typer.Option(None, help="GPUs per trial, fractions allowed (overrides resources.gpus)."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Print what would run and what is skipped; write nothing."),
     live: Optional[bool] = typer.Option(None, "--live/--plain", help="Live table or log lines [default: live on a terminal]."),
+    check: bool = typer.Option(True, "--check/--no-check", help="One training step of every architecture to run, on "
+                               "CPU, before anything is written or submitted."),
 ) -> None:
     """Run every unfinished trial of the sweeps on Ray; record to the store and MLflow."""
     plans = plans_of(file, sweep)
     if dry_run:
         _dry_run(plans, db)
         return
+    if check:
+        failed = [c for c in _check(plans, _done_keys(db)) if not c.ok]
+        if failed:
+            fail("the pre-launch check failed (`ablate check` shows every variant; --no-check skips it):\n"
+                 + "\n".join(f"  {c.sweep} {c.variant[:10]}: {c.error}" for c in failed))
     from ablate.launcher import launch as run
     from ablate.launcher import reachable
     from ablate.progress import Progress
@@ -184,6 +191,49 @@ def launch(
     out.print(f"{counts}; {result.skipped} already done; {result.seconds:.1f} s")
     if result.interrupted:
         raise typer.Exit(130)
+
+
+def _check(plans: list[Any], done: set[str] | None = None) -> list[Any]:
+    from ablate.check import check as run_check
+
+    return run_check(plans, done)
+
+
+def _done_keys(db: str | None) -> set[str]:
+    """Keys already done in the store, without creating a database."""
+    if not _db_exists(db):
+        return set()
+    from ablate.store import Store
+
+    with Store(db) as store:
+        return store.done_keys()
+
+
+@app.command()
+def check(
+    file: Path = typer.Argument(Path("experiments.yaml"), help="The experiments file."),
+    sweep: Optional[list[str]] = typer.Argument(None, help="Sweeps to check (default: every sweep)."),
+) -> None:
+    """Build every distinct model of the plan and run one forward and backward step on CPU; exit 2 on failure."""
+    plans = plans_of(file, sweep)
+    results = _check(plans)
+    table = Table(title="pre-launch check: one training step per variant (batch 2, CPU)", title_justify="left")
+    for col in ("sweep", "variant", "params", "GFLOPs", "Δ params vs baseline", "status"):
+        table.add_column(col, justify="right" if col in ("params", "GFLOPs", "Δ params vs baseline") else "left")
+    base = {p.sweep: next((c.params for c in results if c.sweep == p.sweep and c.variant == p.baseline), None)
+            for p in plans}  # fmt: skip
+    labels = {(p.sweep, t.variant): ", ".join(f"{k}={_cell(v)}" for k, v in t.axes.items() if k != "seed")
+              for p in plans for t in p.trials}  # fmt: skip
+    for c in results:
+        ref = base.get(c.sweep)
+        delta = "-" if c.params is None or ref is None else f"{(c.params - ref) / 1e6:+.3g}M"
+        params = "-" if c.params is None else f"{c.params / 1e6:.3g}M"
+        gflops = "-" if c.gflops is None else f"{c.gflops:.3g}"
+        status = "ok" if c.ok else f"[red]error[/]: {c.error}"
+        table.add_row(c.sweep, labels.get((c.sweep, c.variant)) or c.variant[:10], params, gflops, delta, status)
+    out.print(table)
+    if not all(c.ok for c in results):
+        raise typer.Exit(2)
 
 
 def _db_exists(db: str | None) -> bool:
@@ -325,12 +375,49 @@ def report(
         out.print(str(f), highlight=False)
 
 
+def file_plugins(file: Path | None) -> None:
+    """Load the built-ins, entry points and `file`'s plugins (exit 2 naming the plugin if one fails)."""
+    from ablate.plugins import load_builtins, load_entry_points
+    from ablate.spec import load_plugins, read_yaml
+
+    try:
+        load_builtins()
+        load_entry_points()
+        if file is not None:
+            data, lines = read_yaml(file)
+            load_plugins(data.get("plugins") if isinstance(data, dict) else None, file, lines)
+    except SpecError as e:
+        fail("; ".join(str(p) for p in e.problems))
+    except ValueError as e:  # PluginError from an entry point
+        fail(str(e))
+
+
 @app.command()
-def schema() -> None:
-    """Print the JSON schema of experiments.yaml (for editor completion and checking)."""
+def schema(
+    file: Optional[Path] = typer.Argument(None, help="An experiments file whose plugins' configs to include."),
+) -> None:
+    """Print the JSON schema of experiments.yaml (for editor completion and checking), plugins included."""
     from ablate.spec import json_schema
 
+    file_plugins(file)
     sys.stdout.write(json.dumps(json_schema(), indent=2) + "\n")
+
+
+@app.command()
+def plugins(
+    file: Optional[Path] = typer.Argument(None, help="An experiments file whose `plugins:` to load too."),
+) -> None:
+    """Every registered component: kind, name and where it came from (built-in, entry point or plugin)."""
+    from ablate.registry import BACKBONES, DATASETS, MECHANISMS, TABLES, TASKS
+
+    file_plugins(file)
+    table = Table(title="registered components", title_justify="left")
+    for col in ("kind", "name", "source"):
+        table.add_column(col)
+    for registry in (MECHANISMS, BACKBONES, DATASETS, TASKS, TABLES):
+        for entry in registry.entries():
+            table.add_row(registry.kind, entry.name, entry.source)
+    out.print(table)
 
 
 def main() -> None:

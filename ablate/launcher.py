@@ -28,6 +28,7 @@ import ray
 
 from ablate.config import TrialConfig
 from ablate.planner import Plan, Trial
+from ablate.plugins import Plugins
 from ablate.progress import Progress
 from ablate.recorder import Inbox, Recorder
 from ablate.store import Store
@@ -48,13 +49,15 @@ class LaunchResult:
     interrupted: bool = False
 
 
-def _trial_task(config: dict[str, Any], key: str, storage: str, inbox: Any, runner: Callable) -> dict[str, Any]:
-    """Body of one Ray task: run the trial, streaming its messages to the inbox.
+def _trial_task(config: dict[str, Any], key: str, storage: str, inbox: Any, runner: Callable,
+                plugins: Plugins) -> dict[str, Any]:  # fmt: skip
+    """Body of one Ray task: import the sweep's plugins, run the trial, streaming its messages to the inbox.
 
     A trial's calls to the inbox run in the order they were made; waiting for the first and the last
     of them means that when the task's result is ready, every message it sent is in the inbox, so the
     launcher records them before the outcome (a late `start` would otherwise reopen a finished trial).
     """
+    plugins.load()
     cfg = TrialConfig.model_validate(config)
     ctx = ray.get_runtime_context()
     ray.get(inbox.put.remote(("start", key, {"host": socket.gethostname(), "node_id": ctx.get_node_id(),
@@ -154,7 +157,9 @@ def launch(
     result = LaunchResult()
     sweep_of: dict[str, str] = {}
     todo: dict[str, Trial] = {}
+    plugins = Plugins()
     for plan in plans:
+        plugins = plugins.merged(plan.plugins)
         for t in plan.trials:
             sweep_of.setdefault(t.key, plan.sweep)
             todo.setdefault(t.key, t)
@@ -166,7 +171,8 @@ def launch(
     try:
         for plan in plans:
             store.upsert_sweep(plan.sweep, spec_path=plan.file, metric=plan.metric, baseline=plan.baseline,
-                               description=plan.description, spec={"axes": plan.axes})  # fmt: skip
+                               description=plan.description,
+                               spec={"axes": plan.axes, "plugins": plan.plugins.to_json()})  # fmt: skip
             store.add_trials(plan.sweep, plan.trials)
         store.interrupt(todo)  # left `running` by a launcher that was killed: they resume now
         progress = progress or Progress()
@@ -190,7 +196,7 @@ def launch(
             opts = {"num_cpus": cpus if cpus is not None else cfg.resources.cpus,
                     "num_gpus": gpus if gpus is not None else cfg.resources.gpus,
                     "max_retries": SYSTEM_RETRIES, "retry_exceptions": False, "name": f"trial-{key[:10]}"}  # fmt: skip
-            ref = task.options(**opts).remote(cfg.model_dump(mode="json"), key, storage, inbox, runner)
+            ref = task.options(**opts).remote(cfg.model_dump(mode="json"), key, storage, inbox, runner, plugins)
             pending[ref] = key
             progress.submitted(todo[key])
 

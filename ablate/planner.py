@@ -22,7 +22,7 @@ from pydantic import BaseModel, ValidationError
 
 from ablate.config import AnyMechanism, TrialConfig, identity
 from ablate.errors import SpecError
-from ablate.plugins import load_builtins
+from ablate.plugins import Plugins, load_builtins
 from ablate.registry import MECHANISMS
 from ablate.spec import Sweep, clean_loc, error_message, load_sweeps
 
@@ -56,6 +56,8 @@ class Plan:
     metric: str
     file: str = ""
     description: str = ""
+    plugins: Plugins = field(default_factory=Plugins)
+    """What every process that runs these trials must import first (see `ablate.plugins`)."""
     variants: list[str] = field(init=False)
 
     def __post_init__(self) -> None:
@@ -312,7 +314,7 @@ def expand(sweep: Sweep) -> Plan:
             raise SpecError([sweep.problem(("baseline",), f"matches no cell of the grid: {spec.baseline}")])
         baseline = hit.variant
     metric = spec.metric or ("test.auc" if trials[0].config.task == "mil" else "test.top1")
-    plan = Plan(sweep.name, trials, axes, baseline, metric, sweep.source, spec.description)
+    plan = Plan(sweep.name, trials, axes, baseline, metric, sweep.source, spec.description, sweep.plugins)
     sweep.plan = plan
     return plan
 

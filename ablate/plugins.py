@@ -3,8 +3,9 @@
 Every way in ends in importing a module whose top level calls a registry's `register` (see
 `ablate.registry`). A `Plugins` value says what to import and travels with each Ray task, so a worker on any
 node imports the same components before it validates its trial's config:
-- a module name (`my_pkg.attention`) is imported by name: an installed package, or a local one, whose
-  folder is shipped to the cluster with the task's runtime environment (`py_modules`);
+- a module name (`my_pkg.attention`) is imported by name: an installed package (install it on every
+  node, like ablate), or a local one beside the experiments file, whose folder travels with the task as a
+  zip and is unpacked on each worker (a shared filesystem is not needed);
 - a file (`./local/myattn.py`, relative to the experiments file) is imported from its source text, which
   travels with the task, under the name `ablate_plugin_<stem>` on every process;
 - entry points of the groups in `GROUPS` of every installed distribution (installed on every node, like
@@ -14,15 +15,20 @@ Any failure to import or register is a `PluginError` naming the plugin.
 
 from __future__ import annotations
 
+import hashlib
 import importlib
 import importlib.metadata
+import io
 import importlib.util
 import sys
 import sysconfig
+import tempfile
 import traceback
 import types
+import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from ablate.registry import BUILTINS
 
@@ -51,8 +57,8 @@ class Plugins:
 
     modules: tuple[str, ...] = ()
     files: tuple[FilePlugin, ...] = ()
-    local_packages: tuple[str, ...] = field(default=(), compare=False)
-    """Folders of module plugins that are not installed: shipped to the cluster as `py_modules`."""
+    packages: tuple[bytes, ...] = field(default=(), compare=False, repr=False)
+    """Zips of the local (not installed) packages of module plugins: unpacked on workers that lack them."""
 
     @classmethod
     def from_list(cls, entries: list[str], base: Path) -> Plugins:
@@ -68,25 +74,36 @@ class Plugins:
                     raise PluginError(f"plugin {entry}: cannot read {path}: {e.strerror or e}") from None
             else:
                 modules.append(entry)
-        return cls(tuple(modules), tuple(files), tuple(_local_folders(modules, base)))
+        return cls(tuple(modules), tuple(files), tuple(_zip(Path(folder)) for folder in _local_folders(modules, base)))
 
     def merged(self, other: Plugins) -> Plugins:
         return Plugins(tuple(dict.fromkeys(self.modules + other.modules)),
                        tuple(dict.fromkeys(self.files + other.files)),
-                       tuple(dict.fromkeys(self.local_packages + other.local_packages)))  # fmt: skip
+                       tuple(dict.fromkeys(self.packages + other.packages)))  # fmt: skip
 
     def load(self) -> None:
         """Import built-ins, entry points, then these plugins (idempotent: a module is imported once)."""
         load_builtins()
         load_entry_points()
+        for package in self.packages:
+            _unpack(package)
         for name in self.modules:
             _guarded(name, lambda name=name: importlib.import_module(name))
         for plugin in self.files:
             _guarded(plugin.path, lambda plugin=plugin: _exec_file(plugin))
 
-    def runtime_env(self) -> dict[str, list[str]]:
-        """Ray runtime environment that makes local module plugins importable on every node."""
-        return {"py_modules": list(self.local_packages)} if self.local_packages else {}
+    def to_json(self) -> dict[str, Any]:
+        """What the store keeps with a sweep, so a report (anywhere) loads the same components."""
+        return {"modules": list(self.modules), "files": [{"path": f.path, "source": f.source} for f in self.files]}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any] | None) -> Plugins:
+        data = data or {}
+        files = tuple(FilePlugin(f["path"], f["source"]) for f in data.get("files", []))
+        return cls(tuple(data.get("modules", [])), files)
+
+    def __bool__(self) -> bool:
+        return bool(self.modules or self.files)
 
 
 def load_builtins() -> None:
@@ -151,3 +168,28 @@ def _local_folders(modules: list[str], base: Path) -> list[str]:
             if not any(folder.is_relative_to(p) for p in installed):
                 folders.append(str(folder))
     return folders
+
+
+def _zip(folder: Path) -> bytes:
+    """A package folder as zip bytes (sources only), its top-level name as the archive's first folder."""
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as zf:
+        for path in sorted(folder.rglob("*")):
+            if path.is_file() and "__pycache__" not in path.parts:
+                zf.write(path, Path(folder.name) / path.relative_to(folder))
+    return buffer.getvalue()
+
+
+def _unpack(package: bytes) -> None:
+    """Make a zipped package importable here: unpacked once per content into the temp folder, whose path
+    goes on sys.path; a process that can already import the package (the launcher) is left as it is."""
+    with zipfile.ZipFile(io.BytesIO(package)) as zf:
+        top = zf.namelist()[0].split("/")[0]
+        if importlib.util.find_spec(top) is not None:
+            return
+        target = Path(tempfile.gettempdir()) / "ablate-plugins" / hashlib.sha256(package).hexdigest()[:16]
+        if not (target / top).exists():
+            zf.extractall(target)
+    if str(target) not in sys.path:
+        sys.path.insert(0, str(target))
+        importlib.invalidate_caches()

@@ -21,6 +21,7 @@ from pydantic import Field, ValidationError, field_validator
 
 from ablate.config import Strict, TrialConfig
 from ablate.errors import Problem, SpecError
+from ablate.plugins import PluginError, Plugins
 
 Assignment = dict[str, Any]
 """A partial assignment of dotted config paths to values, e.g. {"attention.kind": "sparsemax"}."""
@@ -73,6 +74,9 @@ class SweepSpec(Strict):
 class SpecFile(Strict):
     """The whole experiments file."""
 
+    plugins: list[str] = []
+    """Modules (`my_pkg.attention`) or files (`./plugins/myattn.py`, relative to this file) that register
+    mechanisms, backbones or datasets; imported before the sweeps are validated, and on every Ray worker."""
     defaults: dict[str, Any] = {}
     """A partial trial config shared by every sweep of the file."""
     sweeps: dict[str, SweepSpec] = Field(min_length=1)
@@ -89,6 +93,8 @@ class Sweep:
     base: dict[str, Any]
     """defaults merged with the sweep's base, relative data paths made absolute."""
     lines: dict[tuple[str | int, ...], int] = field(default_factory=dict, repr=False)
+    plugins: Plugins = field(default_factory=Plugins)
+    """The file's plugins: loaded here, and by every process that runs or reports this sweep's trials."""
     plan: Any = field(default=None, repr=False)
     """The expanded `planner.Plan`, set once by `planner.expand`."""
 
@@ -199,6 +205,25 @@ def _absolute_data_path(cfg: dict[str, Any], folder: Path) -> dict[str, Any]:
     return cfg
 
 
+def load_plugins(entries: Any, path: Path, lines: dict[tuple[str | int, ...], int]) -> Plugins:
+    """Import a file's `plugins:` (after the built-ins and entry points); a SpecError naming the entry if one
+    cannot be found, imported or registered, before any sweep is looked at."""
+    src = str(path)
+    if entries is None:
+        entries = []
+    if not isinstance(entries, list) or not all(isinstance(e, str) and e for e in entries):
+        raise SpecError([Problem(src, ("plugins",), "expected a list of module names or .py paths",
+                                 nearest_line(lines, ("plugins",)))])  # fmt: skip
+    try:
+        plugins = Plugins.from_list(entries, path.resolve().parent)
+        plugins.load()
+    except PluginError as e:
+        at = next((i for i, entry in enumerate(entries) if entry in str(e) or Path(entry).name in str(e)), None)
+        where = ("plugins",) if at is None else ("plugins", at)
+        raise SpecError([Problem(src, where, str(e), nearest_line(lines, where))]) from None
+    return plugins
+
+
 def load_sweeps(path: str | Path) -> dict[str, Sweep]:
     """Read, validate and plan every sweep of `path`; raise one SpecError with every problem found."""
     from ablate.planner import expand  # plan builds on spec's types
@@ -208,6 +233,7 @@ def load_sweeps(path: str | Path) -> dict[str, Sweep]:
     data, lines = read_yaml(path)
     if not isinstance(data, dict):
         raise SpecError([Problem(src, (), "expected a mapping with a `sweeps` key", 1)])
+    plugins = load_plugins(data.get("plugins"), path, lines)
     problems: list[Problem] = []
     try:
         spec = SpecFile.model_validate(data)
@@ -226,7 +252,7 @@ def load_sweeps(path: str | Path) -> dict[str, Sweep]:
     sweeps: dict[str, Sweep] = {}
     for name, sweep_spec in specs.items():
         base = _absolute_data_path(deep_merge(defaults, sweep_spec.base), path.resolve().parent)
-        sweep = Sweep(name, sweep_spec, path, base, lines)
+        sweep = Sweep(name, sweep_spec, path, base, lines, plugins)
         try:
             expand(sweep)
         except SpecError as err:
@@ -239,7 +265,8 @@ def load_sweeps(path: str | Path) -> dict[str, Sweep]:
 
 
 def json_schema() -> dict[str, Any]:
-    """JSON schema of experiments.yaml, with base/defaults typed as (partial) TrialConfig for editors."""
+    """JSON schema of experiments.yaml, with base/defaults typed as (partial) TrialConfig for editors
+    (every registered mechanism's knobs included: load a file's plugins first to see theirs)."""
     schema = SpecFile.model_json_schema()
     trial = TrialConfig.model_json_schema(ref_template="#/$defs/{model}")
     defs = schema.setdefault("$defs", {})

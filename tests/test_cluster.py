@@ -1,4 +1,6 @@
-"""A real two-node Ray cluster on loopback: a sweep launched with --address runs on both nodes."""
+"""A real two-node Ray cluster on loopback: a sweep over a plugin's mechanism, launched with --address, runs on
+both nodes (so the plugin is imported on the second node), lands in the store and MLflow, and its report
+uses the plugin's words."""
 
 from __future__ import annotations
 
@@ -13,8 +15,12 @@ from pathlib import Path
 
 import pytest
 
+import yaml
+
 from ablate.store import Store
-from conftest import TINY, write_sweeps
+from ablate.tracking import Tracker
+from conftest import TINY
+from test_plugins import plugin_source
 
 pytestmark = pytest.mark.timeout(420)
 RAY = str(Path(sys.executable).with_name("ray"))
@@ -55,16 +61,28 @@ def test_sweep_runs_across_two_nodes(tmp_path: Path) -> None:
             assert time.monotonic() < deadline + 60, "second node did not join"
             time.sleep(1)
         cfg = {**TINY, "train": {**TINY["train"], "epochs": 3}}
-        f = write_sweeps(tmp_path / "e.yaml", {"two": {"base": cfg, "seeds": 4}})
-        db = f"sqlite:///{tmp_path}/r.sqlite"
+        plugin_dir = tmp_path / "plugin"  # outside the repository, not installed
+        plugin_dir.mkdir()
+        (plugin_dir / "relu.py").write_text(plugin_source())
+        f = tmp_path / "e.yaml"
+        f.write_text(yaml.safe_dump({"plugins": ["./plugin/relu.py"], "sweeps": {
+            "two": {"base": {**cfg, "attention": {"kind": "relu"}}, "seeds": 4}}}))
+        db, ml = f"sqlite:///{tmp_path}/r.sqlite", f"sqlite:///{tmp_path}/m.sqlite"
         run = subprocess.run([sys.executable, "-m", "ablate.cli", "launch", str(f), "--address", address, "--db", db,
-                              "--no-mlflow", "--plain", "--storage", str(tmp_path / "ck")],
+                              "--mlflow-uri", ml, "--plain", "--storage", str(tmp_path / "ck")],
                              cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)  # fmt: skip
         assert run.returncode == 0, run.stdout + run.stderr
         with Store(db) as store:
             t = store.trials_frame("two")
         assert set(t["state"]) == {"done"} and len(t) == 4
-        assert t["node_id"].nunique() == 2
+        assert t["node_id"].nunique() == 2  # the plugin's trials ran on both nodes
+        tracker = Tracker(ml, str(tmp_path / "art"))
+        runs = tracker.client.search_runs([tracker.experiment("two")], "tags.trial_key != ''")
+        assert {r.data.tags["trial_key"] for r in runs} == set(t["key"])
+        report = subprocess.run([sys.executable, "-m", "ablate.cli", "report", "two", "--db", db, "--format", "md"],
+                                cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)  # fmt: skip
+        assert report.returncode == 0, report.stderr
+        assert "ReLU attention, attn-FFN" in (tmp_path / "reports" / "two" / "report.md").read_text()
     finally:
         for p in nodes:
             os.killpg(p.pid, signal.SIGKILL)

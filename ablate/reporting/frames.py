@@ -18,6 +18,7 @@ import pandas as pd
 import yaml
 
 from ablate.planner import matches
+from ablate.plugins import PluginError, Plugins
 from ablate.reporting import describe, stats
 from ablate.store import TRIAL_COLUMNS, Store
 
@@ -74,6 +75,10 @@ def load(store: Store, name: str, metric: str | None = None, baseline: str | Non
     trials = store.trials_frame(name)
     if trials.empty:
         raise ReportError(f"sweep {name!r} has no trials")
+    try:
+        Plugins.from_json((record.spec or {}).get("plugins")).load()  # its components label the variants
+    except PluginError as e:
+        raise ReportError(f"sweep {name!r}: {e}") from None
     spec_axes = (record.spec or {}).get("axes") or [c[5:] for c in trials if c.startswith("axis.")]
     axes = [a for a in spec_axes if a not in REPLICATES and f"axis.{a}" in trials]
     variants = _variants(store, trials, axes)

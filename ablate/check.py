@@ -1,0 +1,89 @@
+"""Check before fan-out: build every distinct model of a plan and run one training step on CPU.
+
+A broken mechanism (a mixer that raises, returns the wrong shape or no gradient) fails here in seconds,
+before Ray starts, instead of in every trial on the cluster. Each distinct architecture (`model_key`:
+model, mechanism, data widths) is checked once per process: a batch of two real-shaped inputs, forward,
+loss, backward. Results are cached by model key, so a relaunch in the same process does not repeat them.
+"""
+
+from __future__ import annotations
+
+import traceback
+from dataclasses import dataclass
+
+import torch
+
+from ablate.config import TrialConfig
+from ablate.nn.accounting import data_dims, example_input, model_cost
+from ablate.nn.factory import create_model, model_key
+from ablate.planner import Plan
+from ablate.registry import MECHANISMS
+
+BATCH = 2
+
+
+@dataclass(frozen=True)
+class Checked:
+    """One variant's check: its cost and whether a training step ran."""
+
+    sweep: str
+    variant: str
+    params: int | None
+    gflops: float | None
+    """Multiply-accumulates per example (the papers' convention)."""
+    error: str | None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+_CACHE: dict[str, str | None] = {}
+
+
+def step(cfg: TrialConfig) -> None:
+    """One forward and backward pass at batch 2 on CPU; raise with what went wrong."""
+    in_chans, num_classes = data_dims(cfg)
+    model = create_model(cfg, num_classes, in_chans).train()
+    inputs = example_input(cfg, in_chans, batch=BATCH)
+    out = model(*inputs)
+    if out.shape[0] != BATCH or not torch.isfinite(out).all():
+        raise ValueError(f"the model returned {tuple(out.shape)} (finite: {bool(torch.isfinite(out).all())}) "
+                         f"for a batch of {BATCH}")  # fmt: skip
+    out.float().sum().backward()  # a loss with a gradient even at a zero-initialised head (Hiera)
+    if not any(p.grad is not None and p.grad.abs().sum() > 0 for p in model.parameters()):
+        raise ValueError("no parameter received a gradient")
+
+
+def check_config(cfg: TrialConfig) -> str | None:
+    """None when a step runs, else the error naming the mechanism and where it was registered (cached)."""
+    key = model_key(cfg, *reversed(data_dims(cfg)))
+    if key not in _CACHE:
+        try:
+            step(cfg)
+            _CACHE[key] = None
+        except Exception as e:  # anything a component raises is the check's finding
+            frame = traceback.extract_tb(e.__traceback__)[-1]
+            source = MECHANISMS.entry(cfg.attention.kind).source
+            _CACHE[key] = (f"attention.kind {cfg.attention.kind!r} ({source}) on {cfg.model.backbone}: "
+                           f"{type(e).__name__}: {e} ({frame.filename}:{frame.lineno})")  # fmt: skip
+    return _CACHE[key]
+
+
+def check(plans: list[Plan], skip: set[str] | None = None) -> list[Checked]:
+    """Every distinct variant of the plans with a trial not in `skip` (done keys), checked; the first such
+    trial of each variant stands for it."""
+    out = []
+    for plan in plans:
+        seen: set[str] = set()
+        for t in plan.trials:
+            if t.variant in seen or t.key in (skip or ()):
+                continue
+            seen.add(t.variant)
+            error = check_config(t.config)
+            params = gflops = None
+            if error is None:
+                cost = model_cost(t.config)
+                params, gflops = cost.params, cost.gflops / 2
+            out.append(Checked(plan.sweep, t.variant, params, gflops, error))
+    return out

@@ -1,0 +1,169 @@
+"""Plugins: a user's mechanism from a file or an installed distribution, used exactly like a built-in one;
+every way a plugin can be broken is a clear error (exit 2, nothing written) before anything runs."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from ablate.check import check_config
+from ablate.cli import app
+from ablate.config import TrialConfig
+from ablate.registry import BACKBONES, Registry, RegistryError
+from conftest import KINDS, TINY
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLE = ROOT / "examples" / "cosine_attention" / "experiments.yaml"
+
+#: A minimal mechanism module; {kind}, {body} and {extra} are filled per test.
+PLUGIN = '''
+from typing import Literal
+import torch.nn.functional as F
+from ablate.config import Mechanism
+from ablate.nn.mixer import TokenMixer
+from ablate.registry import register_mechanism
+
+
+@register_mechanism
+class ReluConfig(Mechanism):
+    """ReLU attention: relu(q k^T / sqrt(d)) / N, no softmax."""
+
+    kind: Literal["{kind}"] = "{kind}"
+
+    def build(self, dim, num_heads, in_dim=None):
+        return Relu(self, dim, num_heads, in_dim)
+
+    def describe(self):
+        return "ReLU attention"
+
+
+class Relu(TokenMixer):
+    def forward(self, q, k, v, bias=None, x=None):
+        a = F.relu(q @ k.transpose(-2, -1) * q.shape[-1] ** -0.5 + (0 if bias is None else bias)) / k.shape[-2]
+        {body}
+{extra}
+'''
+GOOD_BODY = "return a @ v"
+
+
+def plugin_source(kind: str = "relu", body: str = GOOD_BODY, extra: str = "") -> str:
+    return PLUGIN.format(kind=kind, body=body, extra=extra)
+
+
+def experiments(folder: Path, plugins: list[str], kind: str = "relu") -> Path:
+    sweeps = {"p": {"base": {**TINY, "attention": {"kind": kind}}, "seeds": 1}}
+    path = folder / "e.yaml"
+    path.write_text(yaml.safe_dump({"plugins": plugins, "sweeps": sweeps}, sort_keys=False))
+    return path
+
+
+def cli(args: list[str], cwd: Path, env: dict | None = None) -> subprocess.CompletedProcess:
+    env = {**os.environ, "RAY_ADDRESS": "", "RAY_AUTH_MODE": "disabled", **(env or {})}
+    return subprocess.run([sys.executable, "-m", "ablate.cli", *args], cwd=cwd, env=env, capture_output=True,
+                          text=True, timeout=300)  # fmt: skip
+
+
+BROKEN = {
+    "duplicate": (plugin_source(kind="csan"), "mechanism 'csan' is registered twice: by ablate.nn.csan:CSaNAttention"),
+    "raises": (plugin_source(extra="raise RuntimeError('broken at import')"), "RuntimeError: broken at import"),
+    "no-kind": (plugin_source().replace('kind: Literal["relu"] = "relu"', "tau: float = 1.0"),
+                "needs a field kind: Literal['<name>'] = '<name>'"),
+    "wrong-shape": (plugin_source(body="return (a @ v)[..., :1]"), "attention.kind 'relu' (ablate_plugin_relu:ReluConfig"),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", list(BROKEN))
+def test_a_broken_plugin_exits_2_naming_it_and_writes_nothing(case: str, tmp_path: Path) -> None:
+    source, message = BROKEN[case]
+    (tmp_path / "relu.py").write_text(source)
+    f = experiments(tmp_path, ["./relu.py"])
+    res = cli(["launch", str(f), "--no-mlflow", "--plain"], tmp_path)
+    assert res.returncode == 2, res.stdout + res.stderr
+    text = " ".join((res.stdout + res.stderr).split())
+    assert message in text and ("relu.py" in text or case == "wrong-shape"), text
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["e.yaml", "relu.py"]  # no db/, no checkpoints
+
+
+def test_a_missing_plugin_is_a_spec_error_at_its_line(tmp_path: Path) -> None:
+    f = experiments(tmp_path, ["no_such_pkg.attention"])
+    res = CliRunner().invoke(app, ["plan", str(f), "--no-costs"])
+    assert res.exit_code == 2
+    line = next(i for i, text in enumerate(f.read_text().splitlines(), 1) if "no_such_pkg" in text)
+    assert f"{f}:{line}: plugins[0]: plugin no_such_pkg.attention: no module named 'no_such_pkg'" in res.output.replace("\n", "")
+
+
+def test_entry_point_plugin_is_listed_and_used_without_a_plugins_key(tmp_path: Path) -> None:
+    """An installed distribution (a dist-info on sys.path) exposing `ablate.mechanisms`: no `plugins:` needed."""
+    site = tmp_path / "site"
+    (site / "relu_attention-0.1.dist-info").mkdir(parents=True)
+    (site / "relu_attention.py").write_text(plugin_source())
+    (site / "relu_attention-0.1.dist-info" / "METADATA").write_text("Metadata-Version: 2.1\nName: relu-attention\nVersion: 0.1\n")
+    (site / "relu_attention-0.1.dist-info" / "entry_points.txt").write_text("[ablate.mechanisms]\nrelu = relu_attention\n")
+    env = {"PYTHONPATH": str(site)}
+    listed = cli(["plugins"], tmp_path, env)
+    assert listed.returncode == 0, listed.stderr
+    row = next(line for line in listed.stdout.splitlines() if " relu " in line)
+    assert "mechanism" in row and "relu_attention" in row
+    f = experiments(tmp_path, [])
+    checked = cli(["check", str(f)], tmp_path, env)
+    assert checked.returncode == 0 and "ok" in checked.stdout, checked.stdout + checked.stderr
+    assert cli(["check", str(f)], tmp_path).returncode == 2  # without the distribution: unknown kind
+
+
+def test_the_example_plugin_checks_and_its_knobs_are_in_the_schema(tmp_path: Path) -> None:
+    """In a subprocess, as a user runs it (and so the example's registration stays out of this process)."""
+    res = cli(["check", str(EXAMPLE)], tmp_path, {"COLUMNS": "200"})
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert res.stdout.count(" ok ") == 3  # softmax, cosine learnt, cosine fixed
+    schema = cli(["schema", str(EXAMPLE)], tmp_path)
+    assert "Initial temperature multiplying the cosine logits." in schema.stdout  # the plugin's field docstring
+
+
+def test_registry_refuses_a_second_source_for_a_name() -> None:
+    reg: Registry[int] = Registry("thing")
+    reg.register("a", 1, source="first.py")
+    reg.register("a", 1, source="first.py")  # the same module imported again: a no-op
+    with pytest.raises(RegistryError, match="thing 'a' is registered twice: by first.py and by second.py"):
+        reg.register("a", 2, source="second.py")
+    with pytest.raises(RegistryError, match="unknown thing 'b'; registered: a"):
+        reg.get("b")
+
+
+MIL = {"task": "mil", "data": {"name": "musk1"}, "model": {"size": "synpool", "embed_dim": 16},
+       "train": {"batch_size": 2}}  # fmt: skip
+SIZES = {"vit": TINY["model"], **{b: dict(backbone=b, **m) for b, m in {
+    "swin": dict(embed_dim=24, depths=(2, 2), num_heads=(2, 4), img_size=8, patch_size=1, window_size=4),
+    "hiera": dict(embed_dim=8, depths=(1, 1), num_heads=(1,), img_size=8, patch_size=1, window_size=2),
+}.items()}}  # fmt: skip
+
+
+@pytest.mark.parametrize("backbone", sorted(BACKBONES.names()))
+@pytest.mark.parametrize("kind", KINDS)
+def test_every_mechanism_passes_the_check_on_every_backbone_that_takes_it(kind: str, backbone: str) -> None:
+    raw = MIL if BACKBONES.get(backbone).task == "mil" else {**TINY, "model": SIZES[backbone]}
+    raw = {**raw, "attention": {"kind": kind, **({"steps": 2} if kind == "syn" else {})}}
+    try:
+        cfg = TrialConfig.model_validate(raw)
+    except ValueError as e:  # a backbone may refuse a mechanism, with a reason
+        assert "cannot pool with attention.kind" in str(e) and kind == "csan", e
+        return
+    assert check_config(cfg) is None
+
+
+def test_a_plugin_package_beside_the_experiments_file_is_shipped_to_workers(tmp_path: Path) -> None:
+    """`plugins: [mypkg.relu]` for a package that is not installed: its folder travels in the runtime env."""
+    (tmp_path / "mypkg").mkdir()
+    (tmp_path / "mypkg" / "__init__.py").write_text("")
+    (tmp_path / "mypkg" / "relu.py").write_text(textwrap.dedent(plugin_source()))
+    f = experiments(tmp_path, ["mypkg.relu"])
+    elsewhere = tmp_path / "run"  # the launcher runs from another folder: only the shipped zip has mypkg
+    elsewhere.mkdir()
+    res = cli(["launch", str(f), "--no-mlflow", "--plain", "--db", f"sqlite:///{tmp_path}/r.sqlite"], elsewhere)
+    assert res.returncode == 0 and "done 1" in res.stdout, res.stdout + res.stderr
