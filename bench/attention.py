@@ -105,15 +105,15 @@ def make_layer(s: Shape, label: str, device: torch.device) -> tuple[nn.Module, T
     return layer.to(device), None if mask is None else mask.to(device)
 
 
-def mixer_inputs(layer: nn.Module, x: Tensor, mask: Tensor | None) -> dict[str, Tensor | None]:
-    """What the layer hands its mixer for ``x``, as leaves that keep their memory layout."""
+def mixer_inputs(layer: nn.Module, x: Tensor, mask: Tensor | None, autocast: Callable) -> dict[str, Tensor | None]:
+    """What the layer hands its mixer for ``x`` (under the run's autocast), as leaves that keep their layout."""
     seen: dict[str, Tensor | None] = {}
 
     def grab(_: nn.Module, args: tuple, kwargs: dict) -> None:
         seen.update(zip("qkv", args), **kwargs)
 
     handle = layer.mixer.register_forward_pre_hook(grab, with_kwargs=True)
-    with torch.no_grad():
+    with torch.no_grad(), autocast():
         layer(x) if mask is None else layer(x, mask)
     handle.remove()
     return {
@@ -167,7 +167,7 @@ def variant_steps(s: Shape, label: str, device: torch.device, dtype: torch.dtype
     g = torch.Generator(device="cpu").manual_seed(0)
     x = torch.randn(s.batch, s.tokens, s.dim, generator=g).to(device, dtype).requires_grad_()
     y_grad = torch.randn(s.batch, s.tokens, s.dim, generator=g).to(device, dtype)
-    inp = mixer_inputs(layer, x, mask)
+    inp = mixer_inputs(layer, x, mask, autocast)
     out_grad = torch.randn(inp["q"].shape, generator=g).to(device, dtype)
     leaves = [t for t in inp.values() if t is not None and t.requires_grad]
     mix = lambda: layer.mixer(inp["q"], inp["k"], inp["v"], bias=inp.get("bias"), x=inp.get("x"))  # noqa: E731

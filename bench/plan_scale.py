@@ -13,13 +13,13 @@ from __future__ import annotations
 import argparse
 import statistics
 import tempfile
-import time
 from pathlib import Path
 
 import yaml
 
 from ablate.config import TrialConfig
 from ablate.planner import plan
+from timing import alternate
 
 GRID = {
     "attention.tau": [True, False], "attention.mu": [True, False], "attention.kappa_pub": ["unit", "head", "off"],
@@ -39,12 +39,7 @@ def main() -> None:
         dumped = [t.config.model_dump() for t in plan(f, "big").trials]  # also the warm-up of the plan side
         sides = {"plan": lambda: plan(f, "big"), "floor": lambda: [TrialConfig.model_validate(c) for c in dumped]}
         sides["floor"]()  # the same warm-up for the floor
-        times: dict[str, list[float]] = {name: [] for name in sides}
-        for r in range(args.repeats):
-            for name in list(sides) if r % 2 == 0 else list(sides)[::-1]:  # ABAB, BABA, ...
-                t0 = time.perf_counter()
-                sides[name]()
-                times[name].append(time.perf_counter() - t0)
+        times = alternate(sides, args.repeats)
     n = len(dumped)
     full, floor = statistics.median(times["plan"]), statistics.median(times["floor"])
     print(f"trials {n}: plan {full:.2f} s ({full / n * 1e6:.0f} us/trial); one validation per trial {floor:.2f} s; "

@@ -30,6 +30,7 @@ from ablate.planner import plan
 from ablate.reporting import report
 from ablate.reporting.synthetic import fill
 from ablate.store import Store
+from timing import alternate
 
 GRID = {
     "attention.tau": [True, False], "attention.mu": [True, False], "attention.kappa_pub": ["unit", "off"],
@@ -94,12 +95,7 @@ def main() -> None:
                  "floor": lambda: store.trials_frame("big")}  # fmt: skip
         files = sides["report"]()  # the same untimed warm-up for both
         sides["floor"]()
-        times: dict[str, list[float]] = {name: [] for name in sides}
-        for r in range(args.repeats):
-            for name in list(sides) if r % 2 == 0 else list(sides)[::-1]:  # ABAB, BABA, ...
-                t0 = time.perf_counter()
-                sides[name]()
-                times[name].append(time.perf_counter() - t0)
+        times = alternate(sides, args.repeats)
         html = (Path(out) / "0" / "big" / "index.html").stat().st_size
     took, floor = statistics.median(times["report"]), statistics.median(times["floor"])
     print(f"store {size / 2**20:.0f} MiB: {int(counts['total'].iloc[0])} trials, {rows} epoch rows per metric name")
