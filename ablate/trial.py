@@ -19,13 +19,11 @@ from typing import Any, Callable, Literal
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
-from torch.utils.data import DataLoader
 
 from ablate import _tv_compat  # noqa: F401  (torchvision shim before timm)
 from ablate.config import TrialConfig
-from ablate.data import Splits, build_data
+from ablate.data import build_data
 from ablate.environment import environment
 from ablate.nn.accounting import count_flops, count_params
 from ablate.nn.diagnostics import argmax_keys, recording, summarize, winner_transfer

@@ -19,7 +19,7 @@ from typer.testing import CliRunner
 
 from ablate.cli import app
 from ablate.config import TrialConfig
-from conftest import KINDS
+from conftest import KINDS as REGISTERED_KINDS
 from ablate.planner import plan
 from ablate.reporting import ReportError, describe, effects, frames, published, report, stats
 from ablate.reporting.plots import pareto
@@ -195,7 +195,7 @@ def test_mil_pairs_folds_and_seeds_within_each_dataset(store, tmp_path):
 
 
 # ------------------------------------------------------------------------------------ words, published
-@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("kind", REGISTERED_KINDS)
 def test_every_attention_kind_has_words(kind):
     cfg = TrialConfig.model_validate({"attention": {"kind": kind}}).model_dump(mode="json")
     words = describe.mixer(cfg)

@@ -234,7 +234,7 @@ def build(cfg: TrialConfig) -> Splits:
     )
 
 
-class Bags(components.Dataset):
+class Benchmark(components.Dataset):
     """A MIL benchmark of this module (binary bags; `features` per instance, None: read from the file)."""
 
     task = "mil"
@@ -257,7 +257,7 @@ class Bags(components.Dataset):
 
 for _name, _features in [("musk1", 166), ("musk2", 166), ("elephant", 230), ("fox", 230), ("tiger", 230),
                          ("ucsb_breast_cancer", 708), ("web_recommendation_1", 5863), ("mil_csv", None)]:  # fmt: skip
-    register_dataset(Bags(_name, _features))
+    register_dataset(Benchmark(_name, _features))
 
 
 if __name__ == "__main__":

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from typing import Callable
 
-import torch
 from torch import Tensor, nn
 
 from ablate.config import Mechanism

@@ -12,7 +12,7 @@ import io
 import numpy as np
 import pandas as pd
 from matplotlib.backends.backend_agg import FigureCanvasAgg
-from matplotlib.figure import Figure, SubplotParams
+from matplotlib.figure import Figure
 
 from ablate.reporting.frames import DIAGNOSTICS, LOSSES, SweepData, val_metric
 
