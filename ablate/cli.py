@@ -222,8 +222,11 @@ def check(
         table.add_column(col, justify="right" if col in ("params", "GFLOPs", "Δ params vs baseline") else "left")
     base = {p.sweep: next((c.params for c in results if c.sweep == p.sweep and c.variant == p.baseline), None)
             for p in plans}  # fmt: skip
-    labels = {(p.sweep, t.variant): ", ".join(f"{k}={_cell(v)}" for k, v in t.axes.items() if k != "seed")
-              for p in plans for t in p.trials}  # fmt: skip
+    labels: dict[tuple[str, str], str] = {}
+    for p in plans:  # a variant is a cell without its replicates (seed, CV fold)
+        for t in p.trials:
+            words = ", ".join(f"{k}={_cell(v)}" for k, v in t.axes.items() if k not in ("seed", "data.fold"))
+            labels.setdefault((p.sweep, t.variant), words)
     for c in results:
         ref = base.get(c.sweep)
         delta = "-" if c.params is None or ref is None else f"{(c.params - ref) / 1e6:+.3g}M"

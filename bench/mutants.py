@@ -43,6 +43,7 @@ def section(modules: list[str], tests: list[str]) -> str:
         f"only_mutate = {json.dumps(modules)}",
         f"pytest_add_cli_args_test_selection = {json.dumps(tests)}",
         'pytest_add_cli_args = ["-p", "no:cacheprovider", "-x", "-q"]',
+        'also_copy = ["experiments.yaml", "examples"]',
         "",
     ])  # fmt: skip
 
@@ -52,8 +53,10 @@ def run_group(name: str, children: int) -> dict[str, int]:
     modules, tests = GROUPS[name]
     with tempfile.TemporaryDirectory(prefix=f"mutants-{name}-") as tmp:
         work = Path(tmp)
-        for part in ("ablate", "tests"):
-            shutil.copytree(ROOT / part, work / part, ignore=shutil.ignore_patterns("__pycache__"))
+        for part in ("ablate", "tests", "examples"):
+            if (ROOT / part).is_dir():
+                shutil.copytree(ROOT / part, work / part, ignore=shutil.ignore_patterns("__pycache__"))
+        shutil.copy(ROOT / "experiments.yaml", work)
         text = (ROOT / "pyproject.toml").read_text()
         text = text.split("[tool.mutmut]")[0] + section(modules, tests)
         (work / "pyproject.toml").write_text(text)
