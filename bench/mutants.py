@@ -26,7 +26,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 GROUPS: dict[str, tuple[list[str], list[str]]] = {
-    "planner": (["ablate/planner.py"], ["tests/test_planner.py"]),
+    "planner": (["ablate/planner.py"], ["tests/test_planner.py", "tests/test_spec.py"]),
     "store": (["ablate/store/store.py", "ablate/store/queries.py"], ["tests/test_store.py"]),
     "launcher": (["ablate/launcher.py"], ["tests/test_launcher.py", "tests/test_cli.py"]),
     "trial": (["ablate/trial.py"], ["tests/test_trial.py"]),

@@ -400,3 +400,20 @@ def test_exactly_the_result_relevant_fields_change_the_key(leaf: Leaf) -> None:
         f"{leaf.id} -> {value!r}: the variant key must ignore exactly the replicate fields {sorted(REPLICATES)} "
         "(and the nokey fields)"
     )
+
+
+def test_when_and_exclude_match_list_valued_fields_against_tuple_defaults(tmp_path: Path) -> None:
+    """`when: {model.num_heads: [3]}` matches a default (3,) the file never wrote (the tuple branch of
+    `matches`), and only there; exclude rules match a list-valued axis value exactly."""
+    f = tmp_path / "e.yaml"
+    sweep = {"base": {"train": {"epochs": 1}}, "grid": {"attention.kind": ["softmax", "sparsemax"]},
+             "when": [{"when": {"model.num_heads": [3]}, "grid": {"train.lr": [0.1, 0.01]}}]}  # fmt: skip
+    f.write_text(yaml.safe_dump({"sweeps": {"w": sweep}}))
+    assert len(plan(f, "w").trials) == 4  # vit-tiny's default num_heads (3,) matched: 2 kinds x 2 lr
+    sweep["when"][0]["when"] = {"model.num_heads": [6]}
+    f.write_text(yaml.safe_dump({"sweeps": {"w": sweep}}))
+    assert len(plan(f, "w").trials) == 2  # no match: the when block adds nothing
+    excl = {"base": {"train": {"epochs": 1}, "model": {"size": "vit-tiny"}}, "grid": {"model.depths": [[2], [3]]},
+            "exclude": [{"model.depths": [3]}]}  # fmt: skip
+    f.write_text(yaml.safe_dump({"sweeps": {"x": excl}}))
+    assert [t.config.model.depths for t in plan(f, "x").trials] == [(2,)]
