@@ -24,7 +24,7 @@ from ablate.errors import Problem, SpecError
 from ablate.plugins import PluginError, Plugins
 
 Assignment = dict[str, Any]
-"""A partial assignment of dotted config paths to values, e.g. {"attention.kind": "sparsemax"}."""
+"""A partial assignment of dotted config paths to values, e.g. {"model.stack": "pure"}."""
 
 
 class When(Strict):
