@@ -47,6 +47,6 @@ def test_no_tracked_file_refers_outside_the_repository() -> None:
 
 def test_the_scan_catches_a_path_that_leaves() -> None:
     """The scan itself: the old MIL folder reference is caught; a path that stays inside is not."""
-    assert leaving_paths(ROOT / "experiments.yaml", "data: {path: ../shared/data/mil}") == ["../shared/data/mil"]
+    assert leaving_paths(ROOT / "experiments.yaml", "data: {path: ../elsewhere/bags}") == ["../elsewhere/bags"]
     assert leaving_paths(ROOT / "tests" / "x.py", "path: ../ablate/data") == []
     assert leaving_paths(ROOT / "README.md", "see REFERENCE.md") == ["REFERENCE.md"]
