@@ -1,6 +1,6 @@
 """ablate: ablation studies of attention mechanisms, from a YAML grid to paper-style reports.
 
-The library API (the CLI is a thin layer over it): `load_sweeps`, `plan`, `launch`, `report`.
+The library API (the CLI is a thin layer over it): `load_plans`, `plan`, `launch`, `report`.
 Imports are lazy so that validating or planning a file never pays for torch or Ray. Modules are named
 apart from the API functions (planner.plan, launcher.launch, reporting.report) so that importing a
 module never shadows a function of the same name.
@@ -13,12 +13,15 @@ from typing import Any
 __version__ = "0.1.0"
 
 _API = {
-    "load_sweeps": "ablate.spec",
+    "load_plans": "ablate.planner",
     "plan": "ablate.planner",
+    "plan_all": "ablate.planner",
     "TrialConfig": "ablate.config",
     "SpecError": "ablate.errors",
     "run_trial": "ablate.trial",
     "launch": "ablate.launcher",
+    "Cluster": "ablate.launcher",
+    "RunConfig": "ablate.launcher",
     "Store": "ablate.store",
     "report": "ablate.reporting",
 }

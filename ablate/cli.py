@@ -42,11 +42,10 @@ def fail(message: str, code: int = 2) -> None:
 
 def plans_of(file: Path, sweeps: list[str] | None) -> list[Any]:
     """Load and plan the named sweeps of `file` (all when none named); exit 2 on any problem."""
-    from ablate.planner import expand
-    from ablate.spec import load_sweeps
+    from ablate.planner import load_plans
 
     try:
-        loaded = load_sweeps(file)
+        loaded = load_plans(file)
     except SpecError as e:
         err.print(f"[bold red]{file}: {len(e.problems)} problem(s)[/]")
         for p in e.problems:
@@ -55,7 +54,7 @@ def plans_of(file: Path, sweeps: list[str] | None) -> list[Any]:
     unknown = [s for s in sweeps or [] if s not in loaded]
     if unknown:
         fail(f"{file}: no sweep named {', '.join(map(repr, unknown))}; the file has {', '.join(loaded)}")
-    return [expand(loaded[s]) for s in (sweeps or list(loaded))]
+    return [loaded[s] for s in (sweeps or list(loaded))]
 
 
 def _cell(value: Any) -> str:
@@ -166,8 +165,8 @@ def launch(
         if failed:
             fail("the pre-launch check failed (`ablate check` shows every variant; --no-check skips it):\n"
                  + "\n".join(f"  {c.sweep} {c.variant[:10]}: {c.error}" for c in failed))
+    from ablate.launcher import Cluster, RunConfig, reachable
     from ablate.launcher import launch as run
-    from ablate.launcher import reachable
     from ablate.progress import Progress
     from ablate.store import Store
 
@@ -183,7 +182,7 @@ def launch(
 
             tracker = Tracker(mlflow_uri)
         try:
-            result = run(plans, store=store, tracker=tracker, address=address, storage=storage, cpus=cpus, gpus=gpus,
+            result = run(plans, store, tracker, cluster=Cluster(address), run=RunConfig(storage, cpus, gpus),
                          progress=Progress(live=live, console=out))  # fmt: skip
         except ConnectionError as e:
             fail(str(e))
@@ -201,9 +200,10 @@ def _check(plans: list[Any], done: set[str] | None = None) -> list[Any]:
 
 def _done_keys(db: str | None) -> set[str]:
     """Keys already done in the store, without creating a database."""
-    if not _db_exists(db):
+    from ablate.store import Store, database_exists
+
+    if not database_exists(db):
         return set()
-    from ablate.store import Store
 
     with Store(db) as store:
         return store.done_keys()
@@ -239,27 +239,20 @@ def check(
         raise typer.Exit(2)
 
 
-def _db_exists(db: str | None) -> bool:
-    """False only for a SQLite file that is not there (reading commands must not create one)."""
-    from ablate.store import DEFAULT_URL
-    from ablate.tracking import sqlite_file
-
-    path = sqlite_file(db or DEFAULT_URL)
-    return path is None or path.exists()
-
-
 def existing_store(db: str | None) -> Any:
     """The results store for reading; exit 2, creating nothing, when there is no database yet."""
-    from ablate.store import DEFAULT_URL, Store
+    from ablate.store import DEFAULT_URL, Store, database_exists
 
-    if not _db_exists(db):
+    if not database_exists(db):
         fail(f"no results database at {db or DEFAULT_URL}: run `ablate launch` first (or pass --db)")
     return Store(db)
 
 
 def _dry_run(plans: list[Any], db: str | None) -> None:
+    from ablate.store import database_exists
+
     states: dict[str, str] = {}
-    if _db_exists(db):
+    if database_exists(db):
         with existing_store(db) as store:
             states = store.states({t.key for p in plans for t in p.trials})
     for p in plans:

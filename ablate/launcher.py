@@ -20,18 +20,20 @@ import time
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import ray
 
 from ablate.config import TrialConfig
+from ablate.messages import EpochEnd, Finished, Runner, Started, TrialResult
 from ablate.planner import Plan, Trial
 from ablate.plugins import Plugins
 from ablate.progress import Progress
 from ablate.recorder import Inbox, Recorder
 from ablate.store import Store
+from ablate.tracking import Tracker
 
 DEFAULT_STORAGE = "db/checkpoints"
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
@@ -43,35 +45,60 @@ SYSTEM_RETRIES = 3
 class LaunchResult:
     """What a launch did: trials per final state, and how many were already done."""
 
-    counts: Counter = field(default_factory=Counter)
+    counts: Counter[str] = field(default_factory=Counter)
     skipped: int = 0
     seconds: float = 0.0
     interrupted: bool = False
 
 
-def _trial_task(config: dict[str, Any], key: str, storage: str, inbox: Any, runner: Callable,
-                plugins: Plugins) -> dict[str, Any]:  # fmt: skip
+@dataclass(frozen=True)
+class Cluster:
+    """Where trials run."""
+
+    address: str | None = None
+    """A Ray cluster (`host:port`, `ray://...`, `auto`); None: RAY_ADDRESS if set, else an embedded local Ray."""
+    num_cpus: int | None = None
+    """CPUs of an embedded local Ray (default: every core of this machine)."""
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """How each trial runs (Ray Tune's `RunConfig` plays the same part)."""
+
+    storage: str | Path = DEFAULT_STORAGE
+    """Checkpoint folder, `<storage>/<trial key>`; on a cluster it must be shared by every node."""
+    cpus: float | None = None
+    """CPUs per trial, overriding each sweep's `resources.cpus`."""
+    gpus: float | None = None
+    """GPUs per trial (fractions share a GPU), overriding `resources.gpus`."""
+    runner: Runner | None = None
+    """What trains a trial (default `ablate.trial.run_trial`); tests and benchmarks pass lighter ones."""
+    poll: float = 0.2
+    """Seconds between looks at finished tasks and new messages."""
+
+
+def _trial_task(config: dict[str, Any], key: str, storage: str, inbox: Any, runner: Runner,
+                plugins: Plugins) -> TrialResult:  # fmt: skip
     """Body of one Ray task: import the sweep's plugins, run the trial, streaming its messages to the inbox.
 
     A trial's calls to the inbox run in the order they were made; waiting for the first and the last
     of them means that when the task's result is ready, every message it sent is in the inbox, so the
-    launcher records them before the outcome (a late `start` would otherwise reopen a finished trial).
+    launcher records them before the outcome (a late `Started` would otherwise reopen a finished trial).
     """
     plugins.load()
     cfg = TrialConfig.model_validate(config)
     ctx = ray.get_runtime_context()
-    ray.get(inbox.put.remote(("start", key, {"host": socket.gethostname(), "node_id": ctx.get_node_id(),
-                                             "device": "cuda" if cfg.resources.gpus > 0 else "cpu"})))  # fmt: skip
+    device = "cuda" if cfg.resources.gpus > 0 else "cpu"
+    ray.get(inbox.put.remote(Started(key, socket.gethostname(), ctx.get_node_id(), device)))
     last: list[Any] = []
 
     def report(epoch: int, metrics: dict[str, float]) -> None:
-        last[:] = [inbox.put.remote(("epoch", key, epoch, metrics, time.time()))]
+        last[:] = [inbox.put.remote(EpochEnd(key, epoch, metrics, time.time()))]
 
     try:
-        result = runner(cfg, report, Path(storage) / key)
+        return runner(cfg, report, Path(storage) / key)
     finally:
         ray.get(last)
-    return asdict(result)
 
 
 class Stop:
@@ -137,22 +164,21 @@ def _connect(address: str | None, num_cpus: int | None) -> bool:
 
 def launch(
     plans: list[Plan],
-    *,
     store: Store,
-    tracker: Any = None,
-    address: str | None = None,
-    storage: str | Path = DEFAULT_STORAGE,
-    cpus: float | None = None,
-    gpus: float | None = None,
-    num_cpus: int | None = None,
-    runner: Callable | None = None,
+    tracker: Tracker | None = None,
+    *,
+    cluster: Cluster = Cluster(),
+    run: RunConfig = RunConfig(),
     progress: Progress | None = None,
-    poll: float = 0.2,
 ) -> LaunchResult:
-    """Run every unfinished trial of `plans`; return counts per outcome. See the module docstring."""
-    from ablate.trial import run_trial
+    """Run every unfinished trial of `plans`, recording to `store` (and MLflow through `tracker`); return
+    counts per outcome. See the module docstring."""
+    if run.runner is None:
+        from ablate.trial import run_trial
 
-    runner = runner or run_trial
+        runner: Runner = run_trial
+    else:
+        runner = run.runner
     started = time.perf_counter()
     result = LaunchResult()
     sweep_of: dict[str, str] = {}
@@ -167,7 +193,7 @@ def launch(
     result.skipped = len(done)
     todo = {k: t for k, t in todo.items() if k not in done}
     # Ray first: an unreachable cluster is an error before anything is written to the store.
-    ours = _connect(address, num_cpus) if todo else False
+    ours = _connect(cluster.address, cluster.num_cpus) if todo else False
     try:
         for plan in plans:
             store.upsert_sweep(plan.sweep, spec_path=plan.file, metric=plan.metric, baseline=plan.baseline,
@@ -184,17 +210,17 @@ def launch(
         if tracker is not None:
             for plan in plans:
                 tracker.start_sweep(store, plan.sweep)
-        storage = str(Path(storage).resolve())
+        storage = str(Path(run.storage).resolve())
         recorder = Recorder(store, tracker, sweep_of)
         inbox = Inbox.remote()
         task = ray.remote(_trial_task)
         pending: dict[Any, str] = {}
-        failures: Counter = Counter()
+        failures: Counter[str] = Counter()
 
         def submit(key: str) -> None:
             cfg = todo[key].config
-            opts = {"num_cpus": cpus if cpus is not None else cfg.resources.cpus,
-                    "num_gpus": gpus if gpus is not None else cfg.resources.gpus,
+            opts = {"num_cpus": run.cpus if run.cpus is not None else cfg.resources.cpus,
+                    "num_gpus": run.gpus if run.gpus is not None else cfg.resources.gpus,
                     "max_retries": SYSTEM_RETRIES, "retry_exceptions": False, "name": f"trial-{key[:10]}"}  # fmt: skip
             ref = task.options(**opts).remote(cfg.model_dump(mode="json"), key, storage, inbox, runner, plugins)
             pending[ref] = key
@@ -203,11 +229,11 @@ def launch(
         def drain() -> None:
             messages = ray.get(inbox.drain.remote())
             recorder.handle(messages)
-            for kind, key, *body in messages:
-                if kind == "start":
-                    progress.started(key)
-                elif kind == "epoch":
-                    progress.epoch(key, body[0], body[1])
+            for m in messages:
+                if isinstance(m, Started):
+                    progress.started(m.key)
+                elif isinstance(m, EpochEnd):
+                    progress.epoch(m.key, m.epoch, m.metrics)
 
         def interrupt() -> None:
             for ref in pending:
@@ -223,11 +249,11 @@ def launch(
                 for key in todo:
                     submit(key)
                 while pending and not stop:
-                    ready, _ = ray.wait(list(pending), num_returns=len(pending), timeout=poll)
+                    ready, _ = ray.wait(list(pending), num_returns=len(pending), timeout=run.poll)
                     drain()
                     for ref in ready:
                         key = pending.pop(ref)
-                        state = _settle(ref, key, todo[key].config, recorder, failures)
+                        state = _settle(ref, key, todo[key].config, recorder, failures, progress)
                         if state == "retry":
                             submit(key)
                             continue
@@ -251,10 +277,11 @@ def launch(
     return result
 
 
-def _settle(ref: Any, key: str, cfg: TrialConfig, recorder: Recorder, failures: Counter) -> str:
+def _settle(ref: Any, key: str, cfg: TrialConfig, recorder: Recorder, failures: Counter[str],
+            progress: Progress) -> str:  # fmt: skip
     """Record a finished task; return its state, or "retry" for an application error with retries left."""
     try:
-        out = ray.get(ref)
+        out: TrialResult = ray.get(ref)
     except ray.exceptions.RayError as e:  # the trial raised, or its worker/node died past the retries
         failures[key] += 1
         if isinstance(e, ray.exceptions.RayTaskError) and failures[key] <= cfg.resources.retries:
@@ -262,15 +289,9 @@ def _settle(ref: Any, key: str, cfg: TrialConfig, recorder: Recorder, failures: 
         # A RayTaskError's text is the worker's formatted traceback; its cause is the original exception.
         cause = getattr(e, "cause", None) if isinstance(e, ray.exceptions.RayTaskError) else None
         text = _ANSI.sub("", str(e))
-        recorder.finish(key, "failed", error=f"{type(cause or e).__name__}: {cause or e}", traceback=text)
+        recorder.finish(Finished(key, "failed", error=f"{type(cause or e).__name__}: {cause or e}", traceback=text))
         return "failed"
-    info = out.get("info", {})
-    fields = {"params": info.get("params"), "flops": info.get("flops"), "peak_memory": info.get("peak_memory"),
-              "environment": info.get("env"), "resumed_from": info.get("resumed_from", 0)}  # fmt: skip
-    fields = {k: v for k, v in fields.items() if v is not None}
-    if out["outcome"] == "diverged":
-        at = out.get("diverged_at") or {}
-        recorder.finish(key, "diverged", diverged_epoch=at.get("epoch"), diverged_step=at.get("step"), **fields)
-        return "diverged"
-    recorder.finish(key, "done", result=out["metrics"], **fields)
-    return "done"
+    for warning in out.warnings:
+        progress.message(f"{key[:10]}: {warning}")
+    recorder.finish(Finished.of(key, out))
+    return out.outcome

@@ -24,7 +24,8 @@ from ablate.config import AnyMechanism, TrialConfig, identity
 from ablate.errors import SpecError
 from ablate.plugins import Plugins, load_builtins
 from ablate.registry import MECHANISMS
-from ablate.spec import Sweep, clean_loc, error_message, load_sweeps
+from ablate.paths import get_path, matches, set_path
+from ablate.spec import SweepFile, SweepSource, clean_loc, error_message, read_sweeps
 
 KEY_VERSION = "ablate-trial-v1"
 """Bumped only when the meaning of a config changes, so old keys stop matching new trials."""
@@ -94,27 +95,6 @@ def variant_key(cfg: TrialConfig) -> str:
     return digest(variant_identity(cfg))
 
 
-# ------------------------------------------------------------------------------------------ path helpers
-def get_path(data: Any, path: str, default: Any = None) -> Any:
-    node = data
-    for part in path.split("."):
-        if not isinstance(node, dict) or part not in node:
-            return default
-        node = node[part]
-    return node
-
-
-def set_path(data: dict[str, Any], path: str, value: Any) -> None:
-    *parents, leaf = path.split(".")
-    node = data
-    for part in parents:
-        child = node.get(part)
-        if not isinstance(child, dict):
-            child = node[part] = {}
-        node = child
-    node[leaf] = copy.deepcopy(value)
-
-
 def _models_in(annotation: Any, metadata: list[Any] | tuple[Any, ...] = ()) -> list[type[BaseModel]]:
     """The config models a field holds; for the attention field, every registered mechanism's config."""
     if any(isinstance(meta, AnyMechanism) for meta in metadata):
@@ -145,31 +125,8 @@ def path_problem(path: str) -> str | None:
     return None
 
 
-_YAML11_BOOLS = {False: ("off", "no", "false"), True: ("on", "yes", "true")}
-
-
-def _same(want: Any, have: Any) -> bool:
-    """Equality, except that a YAML 1.1 boolean matches the word it was written as (`off` -> false)."""
-    if isinstance(want, bool) and isinstance(have, str):
-        return have.lower() in _YAML11_BOOLS[want]
-    return want == have
-
-
-def matches(rule: dict[str, Any], resolved: dict[str, Any], flat: bool = False) -> bool:
-    """A partial assignment matches when each value equals the resolved one (a list of scalars: any of).
-    `resolved` is a nested config, or with `flat` a mapping of dotted paths to values."""
-    for path, want in rule.items():
-        have = resolved.get(path) if flat else get_path(resolved, path)
-        if _same(want, have) or (isinstance(want, list) and not isinstance(have, (list, tuple)) and any(_same(w, have) for w in want)):
-            continue
-        if isinstance(have, tuple) and list(have) == want:
-            continue
-        return False
-    return True
-
-
 # ------------------------------------------------------------------------------------------------- expand
-def _groups(grid: dict[str, list[Any]], linked: list, at: Loc, sweep: Sweep, problems: list) -> list[list[Cell]]:
+def _groups(grid: dict[str, list[Any]], linked: list, at: Loc, sweep: SweepSource, problems: list) -> list[list[Cell]]:
     """Each axis group as its list of rows (a row is a partial cell)."""
     groups: list[list[Cell]] = []
     for path, values in grid.items():
@@ -205,7 +162,7 @@ def _product(groups: list[list[Cell]]) -> Iterable[Cell]:
         yield tuple(a for row in combo for a in row)
 
 
-def _where(sweep: Sweep, cell: Cell, err_path: str, msg: str) -> list:
+def _where(sweep: SweepSource, cell: Cell, err_path: str, msg: str) -> list:
     """Place a cell's validation error at the axes that set the offending path, else in the base."""
     hits = [
         sweep.problem(loc, msg if "(got " in msg else f"{msg} (value {value!r})")
@@ -220,7 +177,7 @@ def _where(sweep: Sweep, cell: Cell, err_path: str, msg: str) -> list:
     return [sweep.problem(("base", *err_path.split(".")), msg)]
 
 
-def _raw_config(sweep: Sweep, cell: Cell) -> dict[str, Any]:
+def _raw_config(sweep: SweepSource, cell: Cell) -> dict[str, Any]:
     raw = copy.deepcopy(sweep.base)
     for path, value, _ in cell:
         set_path(raw, path, value)
@@ -246,10 +203,8 @@ def match_problem(cfg: TrialConfig) -> str | None:
     return None
 
 
-def expand(sweep: Sweep) -> Plan:
-    """Expand a sweep into trials (cached on the sweep); raise SpecError naming every bad axis value."""
-    if sweep.plan is not None:
-        return sweep.plan
+def expand(sweep: SweepSource) -> Plan:
+    """Expand a sweep into trials; raise SpecError naming every bad axis value."""
     spec, problems = sweep.spec, []
     defaults = TrialConfig().model_dump()
     cells = list(_product(_groups(spec.grid, spec.linked, (), sweep, problems)))
@@ -314,21 +269,41 @@ def expand(sweep: Sweep) -> Plan:
             raise SpecError([sweep.problem(("baseline",), f"matches no cell of the grid: {spec.baseline}")])
         baseline = hit.variant
     metric = spec.metric or ("test.auc" if trials[0].config.task == "mil" else "test.top1")
-    plan = Plan(sweep.name, trials, axes, baseline, metric, sweep.source, spec.description, sweep.plugins)
-    sweep.plan = plan
-    return plan
+    return Plan(sweep.name, trials, axes, baseline, metric, sweep.source, spec.description, sweep.plugins)
 
 
-def plan(source: str | Path | Sweep, sweep: str | None = None) -> Plan | list[Plan]:
-    """Plan a sweep: from a Sweep, or from a file and a sweep name (no name: every sweep, as a list)."""
-    if isinstance(source, Sweep):
-        return expand(source)
-    sweeps = load_sweeps(source)
-    if sweep is None:
-        return [expand(s) for s in sweeps.values()]
-    if sweep not in sweeps:
-        raise KeyError(f"{source}: no sweep named {sweep!r}; the file has {sorted(sweeps)}")
-    return expand(sweeps[sweep])
+def load_plans(path: str | Path) -> dict[str, Plan]:
+    """Read, check and expand every sweep of `path`; raise one SpecError with every problem of the file."""
+    return _expand_all(read_sweeps(path))
 
 
-__all__ = ["Trial", "Plan", "plan", "expand", "trial_key", "variant_key"]
+def _expand_all(file: SweepFile) -> dict[str, Plan]:
+    problems = list(file.problems)
+    plans: dict[str, Plan] = {}
+    for name, sweep in file.sweeps.items():
+        try:
+            plans[name] = expand(sweep)
+        except SpecError as err:
+            problems.extend(err.problems)
+    if problems:
+        raise SpecError(problems)
+    return plans
+
+
+def plan(path: str | Path, sweep: str | None = None) -> Plan:
+    """Plan one sweep of an experiments file (default: the file's `default:`, else its first sweep). The
+    whole file is checked: SpecError if it has any problem, KeyError if it has no such sweep."""
+    file = read_sweeps(path)
+    plans = _expand_all(file)
+    name = sweep if sweep is not None else file.default
+    if name not in plans:
+        raise KeyError(f"{path}: no sweep named {name!r}; the file has {sorted(plans)}")
+    return plans[name]
+
+
+def plan_all(path: str | Path) -> list[Plan]:
+    """Plan every sweep of an experiments file, in file order."""
+    return list(load_plans(path).values())
+
+
+__all__ = ["Trial", "Plan", "plan", "plan_all", "load_plans", "expand", "trial_key", "variant_key"]

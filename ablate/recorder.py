@@ -9,11 +9,11 @@ metric, step), so a message sent twice (a resumed trial replays its epoch histor
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 import ray
 
-from ablate.store import Store
+from ablate.messages import EpochEnd, Finished, Message, Started
+from ablate.store import MetricRow, Store
 from ablate.tracking import Tracker
 
 
@@ -22,12 +22,12 @@ class Inbox:
     """Where trials drop messages; the launcher drains it. Calls from one trial arrive in order."""
 
     def __init__(self) -> None:
-        self.items: list[tuple] = []
+        self.items: list[Message] = []
 
-    def put(self, item: tuple) -> None:
+    def put(self, item: Message) -> None:
         self.items.append(item)
 
-    def drain(self) -> list[tuple]:
+    def drain(self) -> list[Message]:
         items, self.items = self.items, []
         return items
 
@@ -40,45 +40,40 @@ class Recorder:
     tracker: Tracker | None
     sweep_of: dict[str, str]
     runs: dict[str, str] = field(default_factory=dict)
-    latest: dict[str, tuple[int, dict[str, float]]] = field(default_factory=dict)
-    """Last epoch and metrics per trial, for progress displays."""
+    latest: dict[str, int] = field(default_factory=dict)
+    """Last epoch per trial: the step of its MLflow run's final metrics."""
 
-    def handle(self, messages: list[tuple]) -> None:
-        rows: list[tuple[str, str, int, float, float | None]] = []
-        for kind, key, *body in messages:
-            if kind == "start":
-                info = body[0]
-                self.store.mark_running(key, host=info.get("host"), node_id=info.get("node_id"), device=info.get("device"))
-                if self.tracker is not None and key not in self.runs:
-                    self.runs[key] = self.tracker.start_trial(self.store, self.sweep_of[key], key)
-            elif kind == "epoch":
-                epoch, metrics, wall = body
-                rows += [(key, name, epoch, float(value), wall) for name, value in metrics.items()]
-                if epoch >= self.latest.get(key, (0, {}))[0]:
-                    self.latest[key] = (epoch, metrics)
-            elif kind == "info":
-                self.store.record(key, **body[0])
+    def handle(self, messages: list[Message]) -> None:
+        rows: list[MetricRow] = []
+        for m in messages:
+            if isinstance(m, Started):
+                self.store.mark_running(m.key, host=m.host, node_id=m.node_id, device=m.device)
+                if self.tracker is not None and m.key not in self.runs:
+                    self.runs[m.key] = self.tracker.start_trial(self.store, self.sweep_of[m.key], m.key)
+            elif isinstance(m, EpochEnd):
+                rows += [(m.key, name, m.epoch, float(value), m.wall) for name, value in m.metrics.items()]
+                self.latest[m.key] = max(m.epoch, self.latest.get(m.key, 0))
         if rows:
             self.store.log_metric_rows(rows)
             if self.tracker is not None:
-                by_run: dict[str, list] = {}
+                by_run: dict[str, list[tuple[str, int, float, float | None]]] = {}
                 for key, name, step, value, wall in rows:
                     if key in self.runs:
                         by_run.setdefault(self.runs[key], []).append((name, step, value, wall))
                 for run_id, run_rows in by_run.items():
                     self.tracker.log_metric_rows(run_id, run_rows)
 
-    def finish(self, key: str, state: str, **fields: Any) -> None:
+    def finish(self, done: Finished) -> None:
         """A trial's outcome: store first (the source of truth), then its MLflow run."""
-        self.store.finish(key, state, **fields)
-        run = self.runs.pop(key, None)
+        self.store.finish(done.key, done.state, **done.fields())
+        run = self.runs.pop(done.key, None)
         if self.tracker is not None and run is not None:
-            step = self.latest.get(key, (0, {}))[0]
-            self.tracker.end_trial(run, state, result=fields.get("result"), error=fields.get("traceback"), step=step)
+            self.tracker.end_trial(run, done.state, result=done.result, error=done.traceback,
+                                   step=self.latest.get(done.key, 0))  # fmt: skip
 
     def interrupt(self, keys: list[str]) -> None:
         self.store.interrupt(keys)
         for key in keys:
             run = self.runs.pop(key, None)
             if self.tracker is not None and run is not None:
-                self.tracker.client.set_terminated(run, "KILLED")
+                self.tracker.end_trial(run, "interrupted")

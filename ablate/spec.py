@@ -4,8 +4,8 @@ A file holds named sweeps. Each sweep is a base config (a partial `TrialConfig`,
 `defaults`) and a grid over dotted config paths: cartesian `grid` axes, `linked` axes that move together,
 `when` blocks whose axes apply only where a condition holds, `exclude` rules, `seeds` and a `baseline`.
 Everything wrong in a file is collected and raised as one `SpecError` whose problems name the file, the
-key path and the YAML line. Expanding the grid into trials is `ablate.plan`'s job; `load_sweeps` runs it
-once so that errors in cells (a bad knob value on one axis) surface before anything is launched.
+key path and the YAML line. This module reads and checks the file's structure (`read_sweeps`); expanding
+a sweep into trials, which finds the errors inside cells, is `ablate.planner`'s job (`load_plans` does both).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Union
 
 import yaml
-from pydantic import Field, ValidationError, field_validator
+from pydantic import Field, ValidationError, ValidationInfo, field_validator
 
 from ablate.config import Strict, TrialConfig
 from ablate.errors import Problem, SpecError
@@ -81,11 +81,21 @@ class SpecFile(Strict):
     """A partial trial config shared by every sweep of the file."""
     sweeps: dict[str, SweepSpec] = Field(min_length=1)
     """Named sweeps."""
+    default: str | None = None
+    """The sweep that runs when none is named (default: the first one)."""
+
+    @field_validator("default")
+    @classmethod
+    def _default(cls, v: str | None, info: ValidationInfo) -> str | None:
+        sweeps = info.data.get("sweeps")
+        if v is not None and sweeps is not None and v not in sweeps:
+            raise ValueError(f"{v!r} names no sweep of the file; it has {list(sweeps)}")
+        return v
 
 
 @dataclass
-class Sweep:
-    """A validated sweep, ready to plan."""
+class SweepSource:
+    """A sweep as its file gives it, ready to plan: its spec, merged base, YAML lines and the file's plugins."""
 
     name: str
     spec: SweepSpec
@@ -95,8 +105,6 @@ class Sweep:
     lines: dict[tuple[str | int, ...], int] = field(default_factory=dict, repr=False)
     plugins: Plugins = field(default_factory=Plugins)
     """The file's plugins: loaded here, and by every process that runs or reports this sweep's trials."""
-    plan: Any = field(default=None, repr=False)
-    """The expanded `planner.Plan`, set once by `planner.expand`."""
 
     @property
     def source(self) -> str:
@@ -224,10 +232,21 @@ def load_plugins(entries: Any, path: Path, lines: dict[tuple[str | int, ...], in
     return plugins
 
 
-def load_sweeps(path: str | Path) -> dict[str, Sweep]:
-    """Read, validate and plan every sweep of `path`; raise one SpecError with every problem found."""
-    from ablate.planner import expand  # plan builds on spec's types
+@dataclass
+class SweepFile:
+    """An experiments file read and checked: its well-formed sweeps, and every problem found so far (the
+    planner adds the problems inside cells and raises them together)."""
 
+    path: Path
+    sweeps: dict[str, SweepSource]
+    default: str | None
+    """The sweep to run when none is named; None when the file has no well-formed sweep."""
+    problems: list[Problem] = field(default_factory=list)
+
+
+def read_sweeps(path: str | Path) -> SweepFile:
+    """Read and check `path`: YAML, plugins, and each sweep's structure. Problems that stop the file from
+    being read at all (unreadable YAML, a failing plugin) raise SpecError; the rest are collected."""
     path = Path(path)
     src = str(path)
     data, lines = read_yaml(path)
@@ -237,7 +256,7 @@ def load_sweeps(path: str | Path) -> dict[str, Sweep]:
     problems: list[Problem] = []
     try:
         spec = SpecFile.model_validate(data)
-        defaults, specs = spec.defaults, spec.sweeps
+        defaults, specs, default = spec.defaults, spec.sweeps, spec.default
     except ValidationError as err:
         # Keep going with the sweeps that are well-formed, so one run reports every problem of the file.
         problems += validation_problems(err, data, lambda p, m: Problem(src, p, m, nearest_line(lines, p)))
@@ -249,19 +268,13 @@ def load_sweeps(path: str | Path) -> dict[str, Sweep]:
                 specs[name] = SweepSpec.model_validate(body)
             except ValidationError:
                 pass  # already reported through SpecFile
-    sweeps: dict[str, Sweep] = {}
-    for name, sweep_spec in specs.items():
-        base = _absolute_data_path(deep_merge(defaults, sweep_spec.base), path.resolve().parent)
-        sweep = Sweep(name, sweep_spec, path, base, lines, plugins)
-        try:
-            expand(sweep)
-        except SpecError as err:
-            problems.extend(err.problems)
-            continue
-        sweeps[name] = sweep
-    if problems:
-        raise SpecError(problems)
-    return sweeps
+        default = data.get("default") if data.get("default") in specs else None
+    folder = path.resolve().parent
+    sweeps = {
+        name: SweepSource(name, body, path, _absolute_data_path(deep_merge(defaults, body.base), folder), lines, plugins)
+        for name, body in specs.items()
+    }
+    return SweepFile(path, sweeps, default or next(iter(sweeps), None), problems)
 
 
 def json_schema() -> dict[str, Any]:

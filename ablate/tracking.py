@@ -28,9 +28,8 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
-from sqlalchemy import make_url
 
-from ablate.store import Store, error_line, flatten
+from ablate.store import Store, error_line, flatten, sqlite_file
 
 if TYPE_CHECKING:
     from mlflow.entities import Run
@@ -63,14 +62,6 @@ def params_of(config: Mapping[str, Any], axes: Mapping[str, Any] | None = None) 
     non-string values as JSON, values clipped to 6000 characters."""
     flat = {**flatten(axes or {}, "axis"), **flatten(config)}
     return {mlflow_name(k): clip(v if isinstance(v, str) else json.dumps(v), MAX_PARAM) for k, v in flat.items()}
-
-
-def sqlite_file(uri: str) -> Path | None:
-    """The database file of a `sqlite:///` URI, None for anything else (a server, memory)."""
-    if not uri.startswith("sqlite"):
-        return None
-    db = make_url(uri).database
-    return Path(db) if db and db != ":memory:" else None
 
 
 def _fast_sqlite(db: Path) -> None:

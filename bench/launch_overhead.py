@@ -28,12 +28,10 @@ the median of --repeats runs of each side is used.
 from __future__ import annotations
 
 import argparse
-import inspect
 import os
 import statistics
 import tempfile
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
@@ -43,7 +41,8 @@ import yaml
 from ray import tune
 from rich.console import Console
 
-from ablate.launcher import launch
+from ablate.launcher import RunConfig, launch
+from ablate.messages import TrialResult
 from ablate.planner import plan
 from ablate.progress import Progress
 from ablate.store import Store
@@ -51,26 +50,16 @@ from ablate.tracking import Tracker
 
 BASE = {"data": {"name": "digits"}, "model": {"backbone": "vit", "embed_dim": 16, "depths": [1], "num_heads": [1], "patch_size": 2, "img_size": 8},
         "resources": {"cpus": 1}}  # fmt: skip
-POLL = inspect.signature(launch).parameters["poll"].default
+POLL = RunConfig().poll
 """The poll interval `ablate launch` uses (the CLI does not pass one)."""
 
 
-@dataclass
-class Result:
-    """`ablate.trial.TrialResult`'s fields, without importing torch: the shared trial body stays light."""
-
-    outcome: str
-    epochs: int
-    metrics: dict = field(default_factory=dict)
-    info: dict = field(default_factory=dict)
-
-
-def noop(cfg, report, checkpoint_dir) -> Result:
+def noop(cfg, report, checkpoint_dir) -> TrialResult:
     report(1, {"val.top1": 1.0})
-    return Result("done", 1, {"test.top1": 1.0})
+    return TrialResult("done", 1, {"test.top1": 1.0})
 
 
-def busy(cfg, report, checkpoint_dir) -> Result:
+def busy(cfg, report, checkpoint_dir) -> TrialResult:
     """A fixed amount of single-threaded CPU work (`train.lr` seconds' worth on an idle core)."""
     import numpy as np
 
@@ -79,7 +68,7 @@ def busy(cfg, report, checkpoint_dir) -> Result:
     while time.process_time() < end:
         a = a @ a / a.sum()
     report(1, {"val.top1": 1.0})
-    return Result("done", 1, {"test.top1": 1.0})
+    return TrialResult("done", 1, {"test.top1": 1.0})
 
 
 def fresh_ray(cpus: int) -> None:
@@ -102,7 +91,7 @@ def run_ablate(folder: Path, n: int, runner: Callable = noop, lr: float = 1e-3) 
     p = plan(f, "bench")
     with Store(f"sqlite:///{folder}/r.sqlite") as store:
         tracker = Tracker(f"sqlite:///{folder}/m.sqlite", str(folder / "art"))
-        res = launch([p], store=store, tracker=tracker, storage=folder / "ck", runner=runner, poll=POLL,
+        res = launch([p], store, tracker, run=RunConfig(folder / "ck", runner=runner, poll=POLL),
                      progress=Progress(live=False, console=Console(quiet=True)))  # fmt: skip
     seconds = time.perf_counter() - t0
     assert res.counts["done"] == n, res.counts

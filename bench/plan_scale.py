@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/plan_scale.py [--seeds 17] [--repeats 3]
 
-Prints the time per trial of the full path (`ablate.plan`: load_sweeps + expand) against the time of just
+Prints the time per trial of the full path (`ablate.plan`: read, check and expand) against the time of just
 validating one TrialConfig per trial (the planned trials' configs, dumped beforehand), the floor any
 pydantic-based planner pays. Wall clock around each whole call, from outside; the same warm-up for both
 (one untimed call of each); order alternated between repeats (ABAB, BABA, ...); medians of --repeats.

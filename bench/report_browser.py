@@ -26,6 +26,7 @@ import re
 import shutil
 import statistics
 import subprocess
+import sys
 import tempfile
 import time
 from html.parser import HTMLParser
@@ -107,8 +108,10 @@ def synthetic(folder: Path) -> Path:
 
     from ablate.planner import plan
     from ablate.reporting import report
-    from ablate.reporting.synthetic import DIAGNOSTICS, EPOCH_METRICS, fill
     from ablate.store import Store
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # the synthetic-store filler
+    from synthetic import DIAGNOSTICS, EPOCH_METRICS, fill
 
     base = {"data": {"name": "mnist5k"}, "model": {"backbone": "vit", "embed_dim": 64, "depths": [4], "num_heads": [4],
             "patch_size": 4, "img_size": 28, "mlp_ratio": 2}}  # fmt: skip

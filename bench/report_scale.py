@@ -20,6 +20,7 @@ import argparse
 import itertools
 import math
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -28,9 +29,11 @@ import yaml
 
 from ablate.planner import plan
 from ablate.reporting import report
-from ablate.reporting.synthetic import fill
 from ablate.store import Store
 from timing import alternate
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # the synthetic-store filler
+from synthetic import fill  # noqa: E402
 
 GRID = {
     "attention.tau": [True, False], "attention.mu": [True, False], "attention.kappa_pub": ["unit", "off"],

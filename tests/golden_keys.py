@@ -27,9 +27,9 @@ IMAGENET_DIR = "/imagenet"
 def current_keys() -> dict:
     """{"key_version": KEY_VERSION, "sweeps": {sweep: [trial key, in plan order]}} of experiments.yaml.
     Needs IMAGENET_DIR set (to anything)."""
-    from ablate.planner import KEY_VERSION, plan
+    from ablate.planner import KEY_VERSION, plan_all
 
-    return {"key_version": KEY_VERSION, "sweeps": {p.sweep: [t.key for t in p.trials] for p in plan(EXPERIMENTS)}}
+    return {"key_version": KEY_VERSION, "sweeps": {p.sweep: [t.key for t in p.trials] for p in plan_all(EXPERIMENTS)}}
 
 
 def main() -> None:

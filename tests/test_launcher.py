@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from ablate.launcher import launch
-from ablate.planner import plan
+from ablate.launcher import RunConfig, launch
+from ablate.planner import plan, plan_all
 from ablate.progress import Progress
 from ablate.store import Store
 from ablate.tracking import Tracker
@@ -33,7 +33,7 @@ def test_launch_records_everything_and_never_reruns(ray_local, tmp_path: Path) -
     p = plan(f, "s")
     with Store(f"sqlite:///{tmp_path}/r.sqlite") as store:
         tracker = Tracker(f"sqlite:///{tmp_path}/m.sqlite", str(tmp_path / "art"))
-        res = launch([p], store=store, tracker=tracker, storage=tmp_path / "ck", progress=quiet())
+        res = launch([p], store=store, tracker=tracker, run=RunConfig(storage=tmp_path / "ck"), progress=quiet())
         assert res.counts == {"done": 2} and res.skipped == 0
         trials = store.trials_frame("s")
         assert set(trials["state"]) == {"done"}
@@ -46,7 +46,7 @@ def test_launch_records_everything_and_never_reruns(ray_local, tmp_path: Path) -
         assert {r.data.tags["trial_key"] for r in runs} == set(trials["key"])
         assert all(r.info.status == "FINISHED" and "val.top1" in r.data.metrics for r in runs)
 
-        again = launch([p], store=store, tracker=tracker, storage=tmp_path / "ck", progress=quiet())
+        again = launch([p], store=store, tracker=tracker, run=RunConfig(storage=tmp_path / "ck"), progress=quiet())
         assert again.counts == {} and again.skipped == 2
         assert set(store.trials_frame("s")["attempts"]) == {1}
         assert len(tracker.client.search_runs([tracker.experiment("s")], "tags.trial_key != ''")) == 2
@@ -55,9 +55,9 @@ def test_launch_records_everything_and_never_reruns(ray_local, tmp_path: Path) -
 def test_extended_grid_runs_only_new_cells(ray_local, tmp_path: Path) -> None:
     f = write_sweeps(tmp_path / "e.yaml", {"s": {"base": TINY, "grid": {"attention.kind": ["softmax"]}}})
     with Store(f"sqlite:///{tmp_path}/r.sqlite") as store:
-        launch([plan(f, "s")], store=store, storage=tmp_path / "ck", progress=quiet())
+        launch([plan(f, "s")], store=store, run=RunConfig(storage=tmp_path / "ck"), progress=quiet())
         write_sweeps(f, {"s": {"base": TINY, "grid": {"attention.kind": ["softmax", "sparsemax"]}}})
-        res = launch([plan(f, "s")], store=store, storage=tmp_path / "ck", progress=quiet())
+        res = launch([plan(f, "s")], store=store, run=RunConfig(storage=tmp_path / "ck"), progress=quiet())
         assert res.counts == {"done": 1} and res.skipped == 1
 
 
@@ -65,9 +65,9 @@ def test_failure_and_divergence_are_recorded(ray_local, tmp_path: Path) -> None:
     broken = {**TINY, "task": "mil", "data": {"name": "mil_csv", "path": str(tmp_path / "missing.csv")}, "model": {"size": "synpool"}}
     nan = {**TINY, "train": {**TINY["train"], "lr": 1e30, "weight_decay": 0.0}}
     f = write_sweeps(tmp_path / "e.yaml", {"broken": {"base": broken}, "nan": {"base": nan}, "ok": {"base": TINY}})
-    plans = plan(f)
+    plans = plan_all(f)
     with Store(f"sqlite:///{tmp_path}/r.sqlite") as store:
-        res = launch(plans, store=store, storage=tmp_path / "ck", progress=quiet())
+        res = launch(plans, store=store, run=RunConfig(storage=tmp_path / "ck"), progress=quiet())
         assert res.counts == {"failed": 1, "diverged": 1, "done": 1}
         t = store.trials_frame().set_index("sweep")
         assert "missing.csv" in t.loc["broken", "error"]
@@ -95,8 +95,8 @@ def test_killed_worker_is_retried_and_resumes_from_its_checkpoint(ray_local, tmp
     gate = Gate(tmp_path / "gate", epoch=2)
     with Store(f"sqlite:///{tmp_path}/r.sqlite") as store:
         box: dict = {}
-        th = threading.Thread(target=lambda: box.update(res=launch([p], store=store, storage=tmp_path / "ck",
-                                                                   runner=gate.runner(), progress=quiet())))  # fmt: skip
+        th = threading.Thread(target=lambda: box.update(res=launch([p], store=store, run=RunConfig(
+                                                                   storage=tmp_path / "ck", runner=gate.runner()), progress=quiet())))  # fmt: skip
         th.start()
         pid = gate.wait(1)[key]  # the worker sits at epoch 2, its epoch-2 checkpoint written
         os.kill(pid, signal.SIGKILL)
@@ -114,7 +114,7 @@ def test_killed_worker_is_retried_and_resumes_from_its_checkpoint(ray_local, tmp
 
 def flaky_runner(cfg, report, checkpoint_dir):
     """Raises until it has been called `cfg.seed` times before (a count kept in the checkpoint folder)."""
-    from ablate.trial import TrialResult
+    from ablate.messages import TrialResult
 
     calls = Path(checkpoint_dir) / "calls"
     calls.parent.mkdir(parents=True, exist_ok=True)
@@ -134,7 +134,7 @@ def test_application_errors_are_retried_exactly_resources_retries_times(ray_loca
                                                  "seeds": [0, 1, 2, 3]}})  # fmt: skip
     p = plan(f, "s")
     with Store(f"sqlite:///{tmp_path}/r.sqlite") as store:
-        res = launch([p], store=store, storage=tmp_path / "ck", runner=flaky_runner, progress=quiet())
+        res = launch([p], store=store, run=RunConfig(storage=tmp_path / "ck", runner=flaky_runner), progress=quiet())
         t = store.trials_frame("s").set_index("seed")
     assert res.counts == {"done": retries + 1, "failed": 3 - retries}
     for trial in p.trials:
@@ -149,7 +149,7 @@ def test_application_errors_are_retried_exactly_resources_retries_times(ray_loca
 
 def burst_runner(cfg, report, checkpoint_dir):
     """A trial body that reports 40 epochs x 10 metrics at once (what many trials ending together send)."""
-    from ablate.trial import TrialResult
+    from ablate.messages import TrialResult
 
     for epoch in range(1, 41):
         report(epoch, {f"m{i}": epoch + i / 10 for i in range(10)})
@@ -163,7 +163,7 @@ def test_many_trials_finishing_at_once_lose_nothing(ray_local, tmp_path: Path) -
     f = write_sweeps(tmp_path / "e.yaml", {"s": {"base": {**TINY, "resources": {"cpus": 0.1}}, "seeds": 24}})
     with Store(f"sqlite:///{tmp_path}/r.sqlite") as store:
         tracker = Tracker(f"sqlite:///{tmp_path}/m.sqlite", str(tmp_path / "art"))
-        res = launch([plan(f, "s")], store=store, tracker=tracker, storage=tmp_path / "ck", runner=burst_runner, progress=quiet())
+        res = launch([plan(f, "s")], store=store, tracker=tracker, run=RunConfig(storage=tmp_path / "ck", runner=burst_runner), progress=quiet())
         assert res.counts == {"done": 24}
         assert len(store.metrics_frame("s")) == 24 * 40 * 10
 

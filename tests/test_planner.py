@@ -15,7 +15,7 @@ from pydantic import BaseModel, ValidationError
 import golden_keys
 from ablate.config import AnyMechanism, TrialConfig
 from ablate.errors import SpecError
-from ablate.planner import Plan, plan, trial_key, variant_key
+from ablate.planner import Plan, plan, plan_all, trial_key, variant_key
 from ablate.plugins import load_builtins
 from ablate.registry import MECHANISMS
 
@@ -182,9 +182,24 @@ def test_same_config_in_two_sweeps_is_the_same_trial(tmp_path: Path) -> None:
         "a": {"base": BASE, "grid": {"attention.kind": ["softmax", "csan"]}},
         "b": {"base": {**BASE, "attention": {"kind": "csan"}}, "grid": {"model.stack": ["alternating", "pure"]}},
     }}))
-    a, b = plan(f)
+    a, b = plan_all(f)
     shared = {t.key for t in a.trials} & {t.key for t in b.trials}
     assert len(shared) == 1
+
+
+def test_plan_without_a_name_is_the_default_sweep(tmp_path: Path) -> None:
+    """`plan(file)` is the file's `default:` sweep, else its first; a default naming no sweep is a problem."""
+    f = tmp_path / "e.yaml"
+    sweeps = {"a": {"base": BASE}, "b": {"base": BASE, "grid": {"attention.kind": ["softmax", "csan"]}}}
+    f.write_text(yaml.safe_dump({"sweeps": sweeps}, sort_keys=False))
+    assert plan(f).sweep == "a"
+    f.write_text(yaml.safe_dump({"default": "b", "sweeps": sweeps}, sort_keys=False))
+    assert plan(f).sweep == "b" and [p.sweep for p in plan_all(f)] == ["a", "b"]
+    f.write_text(yaml.safe_dump({"default": "c", "sweeps": sweeps}, sort_keys=False))
+    with pytest.raises(SpecError) as err:
+        plan(f)
+    (problem,) = err.value.problems
+    assert problem.path == ("default",) and "'c' names no sweep" in str(problem)
 
 
 def test_large_grid_plans(tmp_path: Path) -> None:

@@ -23,7 +23,7 @@ from conftest import KINDS as REGISTERED_KINDS
 from ablate.planner import plan
 from ablate.reporting import ReportError, describe, effects, frames, published, report, stats
 from ablate.reporting.plots import pareto
-from ablate.reporting.synthetic import DIAGNOSTICS, EPOCH_METRICS, fill
+from synthetic import DIAGNOSTICS, EPOCH_METRICS, fill
 from ablate.store import Store
 from conftest import TINY, write_sweeps
 
@@ -216,20 +216,21 @@ def test_variant_words_and_published_rows():
     assert describe.architecture(pure_csan) == "Swin-Min"
     assert describe.mixer(pure_csan) == "CSaN (tau, mu, private; unit readout), pure attention"
     assert describe.architecture(cfg(model__size="vit-base-slim")) == "ViT-Base-Slim/16"
-    row, table, comparable = published.match(pure_csan)
-    assert (row.model, row.setting, row.top1, comparable) == ("Swin-Min", "CSaN pure attention", 72.4, True)
-    assert table is not None and table.source.startswith("CSaN: Selection-as-Nonlinearity")
+    found = published.match(pure_csan)
+    assert found is not None
+    assert (found.row.model, found.row.setting, found.row.top1, found.comparable) == ("Swin-Min", "CSaN pure attention", 72.4, True)
+    assert found.table.source.startswith("CSaN: Selection-as-Nonlinearity")
     diamond = cfg(model__stack="pure", attention__kind="softmax", model__match_params={"model.stack": "alternating"})
-    assert describe.mixer(diamond).endswith("pure attention ♢") and published.match(diamond)[0].top1 == 67.5
+    assert describe.mixer(diamond).endswith("pure attention ♢") and published.match(diamond).row.top1 == 67.5
     v2 = cfg(attention__kind="csan", model__dwconv=True)
-    assert published.match(v2)[0].setting == "CSaN-V2"
+    assert published.match(v2).row.setting == "CSaN-V2"
     head = cfg(model__size="swin-tiny", attention__kind="csan", attention__kappa_pub="head")
-    assert published.match(head)[0].setting == "CSaN head-wise"
+    assert published.match(head).row.setting == "CSaN head-wise"
     mnist = TrialConfig.model_validate({"attention": {"kind": "csan"}}).model_dump(mode="json")
-    row, _, comparable = published.match(mnist)
-    assert row is not None and not comparable  # for orientation only
+    found = published.match(mnist)
+    assert found is not None and not found.comparable  # for orientation only
     ablated = cfg(attention__kind="csan", attention__mu=False)
-    assert published.match(ablated) == (None, None, False)
+    assert published.match(ablated) is None
 
 
 # --------------------------------------------------------------------- the report: files, formats, CLI
@@ -355,13 +356,13 @@ def test_cli_report(store, tmp_path):
 
 def test_report_of_a_real_launch(ray_local, store, tmp_path):
     """What the launcher really records (results, costs, per-epoch metrics, diagnostics) reports whole."""
-    from ablate.launcher import launch
+    from ablate.launcher import RunConfig, launch
     from ablate.progress import Progress
 
     base = {**TINY, "train": {**TINY["train"], "diagnostics": True}}
     p = planned(tmp_path, "real", base=base, grid={"attention.kind": ["softmax", "csan"]}, seeds=1,
                 baseline={"attention.kind": "softmax"})  # fmt: skip
-    launch([p], store=store, storage=tmp_path / "ck", progress=Progress(live=False))
+    launch([p], store, run=RunConfig(storage=tmp_path / "ck"), progress=Progress(live=False))
     files = {f.name: f for f in report("real", store=store, out=tmp_path / "reports")}
     assert {"curves.png", "diagnostics.png", "cost.png"} <= set(files)
     v = read_csv(files["variants.csv"])

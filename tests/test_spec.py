@@ -11,7 +11,8 @@ from typer.testing import CliRunner
 
 from ablate.cli import app
 from ablate.errors import SpecError
-from ablate.spec import json_schema, load_sweeps
+from ablate.planner import load_plans
+from ablate.spec import json_schema
 
 BAD = sorted((Path(__file__).parent / "specs" / "bad").glob("*.yaml"))
 ROOT = Path(__file__).resolve().parents[1]
@@ -30,7 +31,7 @@ def test_corpus_is_large_enough() -> None:
 @pytest.mark.parametrize("path", BAD, ids=[p.stem for p in BAD])
 def test_malformed_file_names_file_path_and_expectation(path: Path) -> None:
     with pytest.raises(SpecError) as info:
-        load_sweeps(path)
+        load_plans(path)
     text = str(info.value)
     assert str(path) in text
     assert expected(path) in text, text
@@ -62,7 +63,7 @@ def test_all_problems_of_a_file_are_reported(tmp_path: Path) -> None:
         "    grid: {attention.gamma: [0, 2]}\n"
     )
     with pytest.raises(SpecError) as info:
-        load_sweeps(f)
+        load_plans(f)
     lines = [str(p) for p in info.value.problems]
     assert any("sweeps.a.grid" in p and "model.nope" in p for p in lines)
     assert any("sweeps.b.seeds" in p for p in lines)
@@ -74,11 +75,11 @@ def test_yaml_is_loaded_safely(tmp_path: Path) -> None:
     f = tmp_path / "evil.yaml"
     f.write_text("sweeps: !!python/object/apply:os.system ['echo pwned']\n")
     with pytest.raises(SpecError, match="invalid YAML"):
-        load_sweeps(f)
+        load_plans(f)
 
 
 def test_repository_experiments_file_is_valid() -> None:
-    sweeps = load_sweeps(ROOT / "experiments.yaml")
+    sweeps = load_plans(ROOT / "experiments.yaml")
     assert {"cpu", "csan-paper", "syn-mil", "self-expression"} <= set(sweeps)
 
 

@@ -168,7 +168,7 @@ def test_trial_lifecycle(store):
     with pytest.raises(ValueError, match="finish state"):
         store.finish(t1.key, "running")
     with pytest.raises(TypeError, match="unknown trial fields"):
-        store.record(t1.key, colour="red")
+        store.finish(t1.key, "done", colour="red")
 
 
 # ----------------------------------------------------------------------------------------- concurrency
@@ -179,7 +179,7 @@ def _hammer(url: str, keys: list[str], worker: int, rounds: int) -> int:
             for key in keys:
                 s.mark_running(key, host=f"w{worker}", attempt=r + 1)
                 s.log_metrics(key, r, {f"w{worker}.loss": float(r), f"w{worker}.acc": 0.5})
-                s.record(key, params=r)
+                s.finish(key, "done", params=r)
         return rounds * len(keys) * 2
 
 

@@ -10,7 +10,8 @@ import torch
 from ablate.config import TrialConfig
 from ablate.data import DataError
 from ablate.tasks import shift_images
-from ablate.trial import CHECKPOINT, load_checkpoint, run_trial
+from ablate import checkpoints
+from ablate.trial import run_trial
 from conftest import TINY
 
 pytestmark = pytest.mark.timeout(300)
@@ -35,8 +36,9 @@ def test_classify_trial_reports_every_epoch_and_tests_once() -> None:
         assert name in seen[0][1], name
     assert "diag.winner_transfer" in seen[1][1] and "diag.winner_transfer" not in seen[0][1]
     assert set(res.metrics) == {"test.loss", "test.top1", "test.top5"}
-    assert res.info["params"] > 0 and res.info["flops"] > 0 and res.info["peak_memory"] > 0
-    env = res.info["env"]
+    assert res.params and res.params > 0 and res.flops and res.flops > 0 and res.peak_memory and res.peak_memory > 0
+    env = res.environment
+    assert env is not None
     assert env["packages"]["torch"] and env["device"].startswith("cpu") and "git_sha" in env
 
 
@@ -73,11 +75,11 @@ def test_resume_equals_an_uninterrupted_run(tmp_path: Path) -> None:
 
     with pytest.raises(Stop):
         run_trial(cfg, stop_after_two, tmp_path / "cut")
-    state, problem = load_checkpoint(tmp_path / "cut" / CHECKPOINT)
+    state, problem = checkpoints.read(tmp_path / "cut")
     assert problem is None and state["epoch"] == 2
     seen, report = collect()
     resumed = run_trial(cfg, report, tmp_path / "cut")
-    assert resumed.info["resumed_from"] == 2
+    assert resumed.resumed_from == 2
     assert resumed.metrics == whole.metrics
     # the history is replayed (idempotent writes downstream), then epoch 3 is trained
     assert [e for e, _ in seen] == [1, 2, 3]
@@ -85,16 +87,17 @@ def test_resume_equals_an_uninterrupted_run(tmp_path: Path) -> None:
 
 
 def test_corrupt_checkpoint_is_reported_and_the_trial_restarts(tmp_path: Path) -> None:
-    (tmp_path / CHECKPOINT).write_bytes(b"not a checkpoint")
+    (tmp_path / checkpoints.FILE).write_bytes(b"not a checkpoint")
     res = run_trial(config(), None, tmp_path)
     assert res.outcome == "done"
-    assert "corrupt checkpoint" in res.info["checkpoint_problem"] and "resumed_from" not in res.info
+    (warning,) = res.warnings
+    assert "corrupt checkpoint" in warning and res.resumed_from == 0
     assert run_trial(config()).metrics == res.metrics
 
 
 def test_checkpoint_loads_with_weights_only(tmp_path: Path) -> None:
     run_trial(config(), None, tmp_path)
-    state = torch.load(tmp_path / CHECKPOINT, weights_only=True)
+    state = torch.load(tmp_path / checkpoints.FILE, weights_only=True)
     assert {"model", "optimizer", "scheduler", "rng", "epoch", "history"} <= set(state)
     assert not list(tmp_path.glob("*.tmp"))
 
@@ -102,7 +105,7 @@ def test_checkpoint_loads_with_weights_only(tmp_path: Path) -> None:
 def test_nan_loss_ends_the_trial_as_diverged() -> None:
     res = run_trial(config(train={**TINY["train"], "lr": 1e30, "weight_decay": 0.0}))
     assert res.outcome == "diverged"
-    assert res.diverged_at["epoch"] == 1 and res.diverged_at["step"] >= 1
+    assert res.diverged_at is not None and res.diverged_at.epoch == 1 and res.diverged_at.step >= 1
 
 
 def test_data_errors_come_before_training(tmp_path: Path) -> None:

@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 import yaml
 
-from ablate.planner import matches
+from ablate.paths import matches
 from ablate.plugins import PluginError, Plugins
 from ablate.reporting import describe, stats
 from ablate.store import TRIAL_COLUMNS, Store

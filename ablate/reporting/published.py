@@ -9,6 +9,7 @@ the numbers are comparable. A variant that agrees on everything but size or data
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from typing import Any
 
 from ablate.components import PublishedRow, PublishedTable
@@ -40,17 +41,25 @@ def _normalised(ident: Any) -> str:
     return re.sub(r"[^a-z0-9]", "", str(ident or "").lower())
 
 
-def match(cfg: dict[str, Any]) -> tuple[PublishedRow | None, PublishedTable | None, bool]:
-    """(the published row for this variant, its table, whether it is comparable); Nones when none fits."""
+@dataclass(frozen=True)
+class Match:
+    """The published row nearest a variant, its table, and whether the two are comparable."""
+
+    row: PublishedRow
+    table: PublishedTable
+    comparable: bool
+
+
+def match(cfg: dict[str, Any]) -> Match | None:
+    """The published row for this variant; None when no table publishes its mechanism and stack."""
     sig = signature(cfg)
     if sig is None:
-        return None, None, False
+        return None
     size = cfg.get("model", {}).get("size")
     family = cfg.get("model", {}).get("backbone", "")
     same = [(r, t) for t in TABLES.entries() for r in t.component.rows if r.key() == sig]
     if not same:
-        return None, None, False
+        return None
     row, entry = min(same, key=lambda rt: (rt[0].size != size, not rt[0].size.startswith(family)))
     table = entry.component
-    comparable = row.size == size and _normalised(cfg.get("data", {}).get("id")) in table.data_ids
-    return row, table, comparable
+    return Match(row, table, row.size == size and _normalised(cfg.get("data", {}).get("id")) in table.data_ids)

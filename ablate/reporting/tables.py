@@ -95,15 +95,17 @@ def published_tables(table: pd.DataFrame, data: SweepData) -> list[Table]:
     done = data.trials[data.trials["state"] == "done"]
     top1 = pd.to_numeric(done["test.top1"], errors="coerce") if "test.top1" in done else pd.Series(math.nan, done.index)
     measured = top1.groupby(done["variant"]).mean()
-    exact, near, sources = [], [], {}
+    exact, near, sources, notes = [], [], {}, {}
     for variant, cfg in data.variants["config"].items():
-        row, source, comparable = published.match(cfg)
-        if row is None or source is None:
+        found = published.match(cfg)
+        if found is None:
             continue
-        sources[source.source] = source.dataset
+        row = found.row
+        sources[found.table.source] = found.table.dataset
         r = table.loc[variant]
         m_top1 = measured.get(variant, float("nan"))
-        if comparable:
+        if found.comparable:
+            notes[found.table.note] = None
             exact.append([r["label"], f"{row.model}, {row.setting}", params(r["params"]), f"{row.params_m:.1f}M",
                           num(r["params"] / 1e6 - row.params_m, 1, True), num(r["gflops"], 2),
                           num(row.gflops, 1), num(r["gflops"] - (row.gflops or math.nan), 2, True),
@@ -118,8 +120,7 @@ def published_tables(table: pd.DataFrame, data: SweepData) -> list[Table]:
         header = ["Variant", "published row", "#Params", "published", "Δ", "GFLOPs", "published", "Δ",
                   "top-1 (%)", "published", "Δ"]  # fmt: skip
         out.append(Table(f"Measured vs published ({src}): same size, stack, token mixer and dataset; Δ = "
-                         "measured - published (params in M, GFLOPs in multiply-accumulates, top-1 in points).",
-                         header, exact))  # fmt: skip
+                         f"measured - published (published {'; '.join(notes)}).", header, exact))  # fmt: skip
     if near:
         header = ["Variant", "measured on", f"published row ({datasets})", "#Params", "GFLOPs", "top-1 (%)",
                   "measured top-1 (%)"]  # fmt: skip

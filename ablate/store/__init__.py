@@ -11,18 +11,18 @@
         store.trials_frame("cpu"); store.metrics_frame("cpu", names=["val.top1"]); store.status()
 
 Writes (one writer: the launcher or its recorder actor): upsert_sweep, set_sweep_mlflow, add_trials,
-mark_running, record, log_metrics, log_metric_rows, finish, interrupt, set_mlflow_run.
+mark_running, log_metrics, log_metric_rows, finish, interrupt, set_mlflow_run.
 Reads: done_keys, states, trial, sweep, membership, and the frames sweeps_frame, trials_frame,
 metrics_frame, status, runs (the only way reports read the store).
 PostgreSQL needs its driver installed (e.g. psycopg); open the first Store on a new PostgreSQL database
 from one process (SQLite serialises concurrent first opens itself).
 Modules: `schema` (ORM models), `engine` (SQLite WAL + busy timeout, Alembic upgrade, upserts),
-`queries` (frames), `store` (writes), `migrations/` (Alembic scripts).
+`queries` (frames), `writes` (the write side), `migrations/` (Alembic scripts).
 """
 
-from ablate.store.engine import DEFAULT_URL
+from ablate.store.engine import DEFAULT_URL, database_exists, sqlite_file
 from ablate.store.queries import TRIAL_COLUMNS, flatten
 from ablate.store.schema import FINAL_STATES, STATES
-from ablate.store.store import MetricRow, Store, error_line
+from ablate.store.writes import MetricRow, Store, error_line
 
-__all__ = ["Store", "DEFAULT_URL", "STATES", "FINAL_STATES", "TRIAL_COLUMNS", "MetricRow", "flatten", "error_line"]
+__all__ = ["Store", "DEFAULT_URL", "database_exists", "sqlite_file", "STATES", "FINAL_STATES", "TRIAL_COLUMNS", "MetricRow", "flatten", "error_line"]

@@ -23,6 +23,20 @@ WRITER_OPTION = "ablate_write"
 WRITE = {WRITER_OPTION: True}
 
 
+def sqlite_file(url: str) -> Path | None:
+    """The database file of a `sqlite:///` URL, None for anything else (a server, memory)."""
+    if not url.startswith("sqlite"):
+        return None
+    db = make_url(url).database
+    return Path(db) if db and db != ":memory:" else None
+
+
+def database_exists(url: str | None = None) -> bool:
+    """False only for a SQLite file that is not there (so reading commands need not create one)."""
+    path = sqlite_file(url or DEFAULT_URL)
+    return path is None or path.exists()
+
+
 def make_engine(url: str | None = None) -> Engine:
     """An engine for `url` (default: db/ablate.sqlite under the cwd; its folder is created)."""
     sa_url = make_url(url or DEFAULT_URL)

@@ -14,10 +14,10 @@ import numpy as np
 import pandas as pd
 from sqlalchemy import Engine, func, select
 
-from ablate.store.schema import STATES, Membership, Metric, Sweep, Trial
+from ablate.store.schema import STATES, Membership, Metric, SweepRecord, TrialRecord
 
-SWEEPS = Sweep.__table__
-TRIALS = Trial.__table__
+SWEEPS = SweepRecord.__table__
+TRIALS = TrialRecord.__table__
 MEMBERS = Membership.__table__
 METRICS = Metric.__table__
 

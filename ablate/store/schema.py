@@ -36,7 +36,7 @@ class Base(DeclarativeBase):
     type_annotation_map = {dict[str, Any]: JSON, datetime: DateTime(timezone=True), str: Text, int: BigInteger}
 
 
-class Sweep(Base):
+class SweepRecord(Base):
     """A named set of trials, with the spec it was planned from and its MLflow parent run."""
 
     __tablename__ = "sweeps"
@@ -53,7 +53,7 @@ class Sweep(Base):
     mlflow_run_id: Mapped[str | None] = mapped_column(String(64))
 
 
-class Trial(Base):
+class TrialRecord(Base):
     """One training run, shared by every sweep that planned the same config."""
 
     __tablename__ = "trials"

@@ -18,9 +18,9 @@ from sqlalchemy.orm import Session
 
 from ablate.store import engine as eng
 from ablate.store.queries import MEMBERS, METRICS, SWEEPS, TRIALS, Queries
-from ablate.store.schema import FINAL_STATES, Membership, Sweep, Trial
+from ablate.store.schema import FINAL_STATES, Membership, SweepRecord, TrialRecord
 
-#: Facts about a run that `record` and `finish` accept (known once a trial has built its model).
+#: Facts about a run that `finish` accepts (known once a trial has built its model).
 INFO_FIELDS = frozenset({"params", "flops", "peak_memory", "environment", "host", "node_id", "device", "resumed_from"})
 #: Bound parameters per IN (...) query; below every backend's limit.
 CHUNK = 500
@@ -148,11 +148,6 @@ class Store(Queries):
                      finished_at=None, error=None, traceback=None, result=None, diverged_epoch=None,
                      diverged_step=None, host=host, node_id=node_id, device=device)  # fmt: skip
 
-    def record(self, key: str, **info: Any) -> None:
-        """Facts about a trial's run (INFO_FIELDS: params, flops, peak_memory, environment, host, ...)."""
-        if _check_info(info):
-            self._update(TRIALS, TRIALS.c.key == key, key, **info)
-
     def finish(
         self,
         key: str,
@@ -167,7 +162,7 @@ class Store(Queries):
     ) -> None:
         """A trial ends in `state` (done | failed | diverged | interrupted) with its final result
         ({"test": {"top1": ...}}; NaN/inf kept as null) or its error (message and/or traceback; the `error`
-        column keeps the line that names it); `info` as in `record`. One transaction."""
+        column keeps the line that names it); `info`: facts about the run (INFO_FIELDS). One transaction."""
         if state not in FINAL_STATES:
             raise ValueError(f"finish state must be one of {FINAL_STATES}, not {state!r}")
         self._update(TRIALS, TRIALS.c.key == key, key, state=state, finished_at=now(), result=_finite(result),
@@ -217,13 +212,13 @@ class Store(Queries):
                 out.update(conn.execute(select(TRIALS.c.key, TRIALS.c.state).where(where)).all())
         return out
 
-    def trial(self, key: str) -> Trial | None:
+    def trial(self, key: str) -> TrialRecord | None:
         """The trial's full record (a detached ORM object), or None."""
-        return self._get(Trial, key)
+        return self._get(TrialRecord, key)
 
-    def sweep(self, name: str) -> Sweep | None:
+    def sweep(self, name: str) -> SweepRecord | None:
         """The sweep's record (a detached ORM object), or None."""
-        return self._get(Sweep, name)
+        return self._get(SweepRecord, name)
 
     def membership(self, sweep: str, key: str) -> Membership | None:
         """The trial's place in the sweep (axes, position), or None."""
