@@ -1,10 +1,10 @@
-"""The base classes of backbone and dataset components (mechanisms subclass `ablate.config.Mechanism`),
-and the published tables a mechanism's module may declare.
+"""The base classes of components: mechanisms (`Mechanism`, a config section), backbones, datasets, and
+the published tables a mechanism's module may declare.
 
-A component is one module: it subclasses one of these, fills in what it knows, and registers an instance
-(`ablate.registry.register_backbone` / `register_dataset`). The rest of ablate asks the registry, never
-the module, so a plugin's backbone or dataset is used exactly like a built-in one. Nothing here imports
-torch: validation asks `check` and `dims` before any model or data is built.
+A component is one module: it subclasses one of these, fills in what it knows, and registers it
+(`ablate.registry.register_mechanism` / `register_backbone` / `register_dataset`). The rest of ablate asks
+the registry, never the module, so a plugin's component is used exactly like a built-in one. Nothing here
+imports torch: validation asks `check` and `dims` before any model or data is built.
 """
 
 from __future__ import annotations
@@ -12,11 +12,47 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from pydantic import BaseModel, ConfigDict
+
 if TYPE_CHECKING:
     from torch import nn
 
-    from ablate.config import Mechanism, ModelConfig, TrialConfig
+    from ablate.config import ModelConfig, TrialConfig
     from ablate.data import Splits
+    from ablate.nn.mixer import TokenMixer
+
+
+class Strict(BaseModel):
+    """Base of every config section: unknown keys are errors, docstrings are field descriptions."""
+
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True, validate_default=True)
+
+
+class Mechanism(Strict):
+    """Base of every attention mechanism's config; a mechanism is one module that subclasses it.
+
+    A subclass sets `kind: Literal["<name>"] = "<name>"` (the `attention.kind` it answers to), adds its knobs
+    as fields with docstrings, builds its token mixer in `build`, and is registered with
+    `ablate.registry.register_mechanism`. Everything the rest of ablate knows about it is asked here.
+    """
+
+    kind: str
+    self_attention_only: ClassVar[bool] = False
+    """True when the mixer calibrates each key from its own token: it cannot pool with a single query."""
+    said: ClassVar[tuple[str, ...]] = ()
+    """Knobs that `describe` puts in words (reports append the other varying knobs as name=value)."""
+
+    def build(self, dim: int, num_heads: int, in_dim: int | None = None) -> TokenMixer:
+        """The token mixer of this config (see `ablate.nn.mixer.TokenMixer` for the interface)."""
+        raise NotImplementedError(f"mechanism {self.kind!r} does not build a mixer")
+
+    def describe(self) -> str:
+        """The mechanism in a paper table's words, e.g. 'CSaN (tau, mu, private; unit readout)'."""
+        return self.kind
+
+    def published_key(self) -> tuple[Any, ...] | None:
+        """The key of published rows this variant corresponds to (`ablate.reporting.published`), or None."""
+        return None
 
 
 class Backbone:

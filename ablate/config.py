@@ -10,15 +10,13 @@ planning and validation stay fast: what a mechanism, backbone, dataset or task i
 from __future__ import annotations
 
 from pathlib import PurePath
-from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal, TypeVar
+from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, GetCoreSchemaHandler, field_validator, model_validator
 from pydantic_core import core_schema
 
+from ablate.components import Mechanism, Strict
 from ablate.registry import BACKBONES, DATASETS, MECHANISMS, TASKS, Registry
-
-if TYPE_CHECKING:
-    from ablate.nn.mixer import TokenMixer
 
 T = TypeVar("T")
 
@@ -29,40 +27,6 @@ NOKEY = {"x-nokey": True}
 def nokey(default: Any = None, **kw: Any) -> Any:
     """A field that does not change a trial's result, so it is left out of the trial key."""
     return Field(default, json_schema_extra=NOKEY, **kw)
-
-
-class Strict(BaseModel):
-    """Base of every config section: unknown keys are errors, docstrings are field descriptions."""
-
-    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True, validate_default=True)
-
-
-# ----------------------------------------------------------------------------------------------- attention
-class Mechanism(Strict):
-    """Base of every attention mechanism's config; a mechanism is one module that subclasses it.
-
-    A subclass sets `kind: Literal["<name>"] = "<name>"` (the `attention.kind` it answers to), adds its knobs
-    as fields with docstrings, builds its token mixer in `build`, and is registered with
-    `ablate.registry.register_mechanism`. Everything the rest of ablate knows about it is asked here.
-    """
-
-    kind: str
-    self_attention_only: ClassVar[bool] = False
-    """True when the mixer calibrates each key from its own token: it cannot pool with a single query."""
-    said: ClassVar[tuple[str, ...]] = ()
-    """Knobs that `describe` puts in words (reports append the other varying knobs as name=value)."""
-
-    def build(self, dim: int, num_heads: int, in_dim: int | None = None) -> TokenMixer:
-        """The token mixer of this config (see `ablate.nn.mixer.TokenMixer` for the interface)."""
-        raise NotImplementedError(f"mechanism {self.kind!r} does not build a mixer")
-
-    def describe(self) -> str:
-        """The mechanism in a paper table's words, e.g. 'CSaN (tau, mu, private; unit readout)'."""
-        return self.kind
-
-    def published_key(self) -> tuple[Any, ...] | None:
-        """The key of published rows this variant corresponds to (`ablate.reporting.published`), or None."""
-        return None
 
 
 class AnyMechanism:

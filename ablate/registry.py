@@ -18,10 +18,10 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
+from ablate.components import Backbone, Dataset, Mechanism, PublishedTable
+
 if TYPE_CHECKING:
-    from ablate.components import Backbone, Dataset, PublishedTable
     from ablate.tasks import Task
-    from ablate.config import Mechanism
 
 T = TypeVar("T")
 
@@ -137,8 +137,6 @@ BUILTINS = (
 
 def register_mechanism(cls: type[Mechanism]) -> type[Mechanism]:
     """Class decorator: make a `Mechanism` config selectable as `attention.kind: <its kind literal>`."""
-    from ablate.config import Mechanism
-
     if not (inspect.isclass(cls) and issubclass(cls, Mechanism)):
         raise RegistryError(f"mechanism {describe_source(cls)}: must be a subclass of ablate.config.Mechanism")
     field = cls.model_fields.get("kind")

@@ -19,7 +19,8 @@ from typing import Any, Union
 import yaml
 from pydantic import Field, ValidationError, ValidationInfo, field_validator
 
-from ablate.config import Strict, TrialConfig
+from ablate.components import Strict
+from ablate.config import TrialConfig
 from ablate.errors import Problem, SpecError
 from ablate.plugins import PluginError, Plugins
 
