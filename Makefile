@@ -1,6 +1,6 @@
 # Two commands do all the set-up on a fresh machine:
 #   make run   - create .venv, install, run the default sweep of experiments.yaml and write its report
-#   make test  - create .venv if needed, install, run the whole test suite
+#   make test  - create .venv if needed, install, lint (ruff, mypy) and run the whole test suite
 # torch/torchvision are installed in the same pip call as everything else, from constraints.txt, so pip
 # never swaps in another (CUDA) torch build.
 
@@ -10,7 +10,7 @@ BIN := $(VENV)/bin
 SWEEP ?= cpu
 STAMP := $(VENV)/.installed
 
-.PHONY: run test install clean mutants
+.PHONY: run test lint install clean mutants
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -24,11 +24,17 @@ run: $(STAMP)
 	$(BIN)/ablate launch experiments.yaml $(SWEEP)
 	$(BIN)/ablate report $(SWEEP)
 
-test: $(STAMP)
+test: lint $(STAMP)
 	$(BIN)/python -m pytest -q
 
+# Lint, format and types (strict on ablate/); part of `make test`, so CI runs them.
+lint: $(STAMP)
+	$(BIN)/ruff check ablate tests bench examples
+	$(BIN)/ruff format --check ablate tests bench examples
+	$(BIN)/mypy
+
 # Mutation testing of the core modules, score per module (bench/mutants.py); not part of `make test`.
-# GROUPS narrows it, e.g. make mutants GROUPS='planner stats'; surviving mutants land in mutants-survivors/.
+# GROUPS narrows it, e.g. make mutants GROUPS='planner stats'; surviving mutants and their diffs land in mutants-survivors/.
 GROUPS ?=
 mutants: $(STAMP)
 	$(BIN)/python bench/mutants.py $(GROUPS)

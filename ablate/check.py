@@ -3,13 +3,20 @@
 A broken mechanism (a mixer that raises, returns the wrong shape or no gradient) fails here in seconds,
 before Ray starts, instead of in every trial on the cluster. Each distinct architecture (`model_key`:
 model, mechanism, data widths) is checked once per process: a batch of two real-shaped inputs, forward,
-loss, backward. Results are cached by model key, so a relaunch in the same process does not repeat them.
+loss, backward. Passing checks are also remembered in a file (`launch` keeps it beside the checkpoints) under
+a fingerprint of the architecture and of the code that builds it, so a relaunch does not repeat them, while
+an edited mechanism or backbone module is checked again.
 """
 
 from __future__ import annotations
 
+import hashlib
+import inspect
+import json
+import os
 import traceback
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 
@@ -17,7 +24,7 @@ from ablate.config import TrialConfig
 from ablate.nn.accounting import data_dims, example_input, model_cost
 from ablate.nn.factory import create_model, model_key
 from ablate.planner import Plan
-from ablate.registry import MECHANISMS
+from ablate.registry import BACKBONES, MECHANISMS
 
 BATCH = 2
 
@@ -70,9 +77,50 @@ def check_config(cfg: TrialConfig) -> str | None:
     return _CACHE[key]
 
 
-def check(plans: list[Plan], skip: set[str] | None = None) -> list[Checked]:
+def fingerprint(cfg: TrialConfig) -> str | None:
+    """The architecture and the source of the modules that build it (mechanism, backbone, ablate.nn), with
+    the torch and timm versions; None when a module's source cannot be read (then nothing is remembered)."""
+    import timm
+
+    import ablate.nn
+
+    modules = {inspect.getmodule(MECHANISMS.get(cfg.attention.kind)),
+               inspect.getmodule(type(BACKBONES.get(cfg.model.backbone)))}  # fmt: skip
+    parts = [model_key(cfg, *reversed(data_dims(cfg))), torch.__version__, timm.__version__]
+    try:
+        parts += sorted(inspect.getsource(m) for m in modules if m is not None)
+    except (OSError, TypeError):
+        return None
+    parts += [p.read_text() for p in sorted(Path(ablate.nn.__file__).parent.glob("*.py"))]
+    return hashlib.sha256(json.dumps(parts).encode()).hexdigest()[:20]
+
+
+class Remembered:
+    """Fingerprints of architectures that passed, in a JSON file (written atomically; unreadable: empty)."""
+
+    def __init__(self, path: Path | None) -> None:
+        self.path = path
+        self.passed: set[str] = set()
+        if path is not None and path.exists():
+            try:
+                self.passed = set(json.loads(path.read_text()))
+            except (OSError, ValueError):
+                self.passed = set()
+
+    def save(self) -> None:
+        if self.path is None:
+            return
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_name(f"{self.path.name}.{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(sorted(self.passed)))
+        tmp.replace(self.path)
+
+
+def check(plans: list[Plan], skip: set[str] | None = None, remember: Path | None = None) -> list[Checked]:
     """Every distinct variant of the plans with a trial not in `skip` (done keys), checked; the first such
-    trial of each variant stands for it."""
+    trial of each variant stands for it. `remember`: a file of passing fingerprints, read, and extended when
+    every variant passes."""
+    memory = Remembered(remember)
     out = []
     for plan in plans:
         seen: set[str] = set()
@@ -80,10 +128,15 @@ def check(plans: list[Plan], skip: set[str] | None = None) -> list[Checked]:
             if t.variant in seen or t.key in (skip or ()):
                 continue
             seen.add(t.variant)
-            error = check_config(t.config)
+            fp = fingerprint(t.config) if remember is not None else None
+            error = None if fp is not None and fp in memory.passed else check_config(t.config)
+            if error is None and fp is not None:
+                memory.passed.add(fp)
             params = gflops = None
             if error is None:
                 cost = model_cost(t.config)
                 params, gflops = cost.params, cost.gflops / 2
             out.append(Checked(plan.sweep, t.variant, params, gflops, error))
+    if all(c.ok for c in out):  # a failed check exits before anything is written
+        memory.save()
     return out

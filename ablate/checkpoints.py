@@ -11,7 +11,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -36,7 +36,8 @@ class Progress:
 
 def _rng_state() -> dict[str, Any]:
     """RNG states as tensors and plain values, so the checkpoint loads with weights_only=True."""
-    kind, keys, pos, has_gauss, gauss = np.random.get_state()
+    legacy = cast(tuple[str, np.ndarray[Any, Any], int, int, float], np.random.get_state(legacy=True))
+    kind, keys, pos, has_gauss, gauss = legacy
     state = {
         "torch": torch.get_rng_state(),
         "numpy": [kind, torch.from_numpy(keys.astype(np.int64)), pos, has_gauss, gauss],

@@ -10,7 +10,7 @@ import json
 import sys
 from enum import Enum
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 import typer
 from rich.console import Console
@@ -27,6 +27,9 @@ app = typer.Typer(
 )
 out = Console(soft_wrap=True)
 err = Console(stderr=True, soft_wrap=True)
+
+CHECKED = "checked.json"
+"""Passing pre-launch checks, remembered in the checkpoint folder (see `ablate.check`)."""
 
 
 class Format(str, Enum):
@@ -50,7 +53,7 @@ def plans_of(file: Path, sweeps: list[str] | None) -> list[Any]:
         err.print(f"[bold red]{file}: {len(e.problems)} problem(s)[/]")
         for p in e.problems:
             err.print(str(p), markup=False, highlight=False)
-        raise typer.Exit(2)
+        raise typer.Exit(2) from None
     unknown = [s for s in sweeps or [] if s not in loaded]
     if unknown:
         fail(f"{file}: no sweep named {', '.join(map(repr, unknown))}; the file has {', '.join(loaded)}")
@@ -87,7 +90,7 @@ def plan_rows(plan: Any, costs: bool) -> list[dict[str, Any]]:
 @app.command()
 def plan(
     file: Path = typer.Argument(Path("experiments.yaml"), help="The experiments file."),
-    sweep: Optional[list[str]] = typer.Argument(None, help="Sweeps to plan (default: every sweep)."),
+    sweep: list[str] | None = typer.Argument(None, help="Sweeps to plan (default: every sweep)."),
     format: Format = typer.Option(Format.table, "--format", "-f", help="table (rich), csv or json rows."),
     costs: bool = typer.Option(True, "--costs/--no-costs", help="Compute params and GFLOPs per trial."),
     limit: int = typer.Option(200, help="Rows shown in the table (csv/json always print every row)."),
@@ -126,45 +129,51 @@ def plan(
         out.print(table)
         if len(prows) > limit:
             out.print(f"... {len(prows) - limit} more rows (--limit, or --format csv)")
-        counts = "; ".join(
-            f"{a}: " + ", ".join(f"{_cell(v)}={n}" for v, n in c.items()) for a, c in p.counts().items()
-        )
+        counts = "; ".join(f"{a}: " + ", ".join(f"{_cell(v)}={n}" for v, n in c.items()) for a, c in p.counts().items())
         out.print(f"total {len(p.trials)}; {counts}; seeds {len(set(t.axes['seed'] for t in p.trials))}")
         if p.baseline:
             out.print("* = baseline variant")
 
 
 DB = typer.Option(None, "--db", envvar="ABLATE_DB", help="Results database URL [default: sqlite:///db/ablate.sqlite].")
-MLFLOW = typer.Option(None, "--mlflow-uri", envvar="ABLATE_MLFLOW_URI",
-                      help="MLflow tracking URI [default: sqlite:///db/mlflow.sqlite]; a server URL on a cluster.")
+MLFLOW = typer.Option(
+    None,
+    "--mlflow-uri",
+    envvar="ABLATE_MLFLOW_URI",
+    help="MLflow tracking URI [default: sqlite:///db/mlflow.sqlite]; a server URL on a cluster.",
+)
 
 
 @app.command()
 def launch(
     file: Path = typer.Argument(Path("experiments.yaml"), help="The experiments file."),
-    sweep: Optional[list[str]] = typer.Argument(None, help="Sweeps to launch (default: every sweep)."),
-    address: Optional[str] = typer.Option(None, envvar="RAY_ADDRESS", help="Ray cluster address; none: an embedded local Ray."),
-    storage: Path = typer.Option(Path("db/checkpoints"), help="Checkpoint folder; must be shared by all nodes on a cluster."),
-    db: Optional[str] = DB,
-    mlflow_uri: Optional[str] = MLFLOW,
+    sweep: list[str] | None = typer.Argument(None, help="Sweeps to launch (default: every sweep)."),
+    address: str | None = typer.Option(
+        None, envvar="RAY_ADDRESS", help="Ray cluster address; none: an embedded local Ray."
+    ),
+    storage: Path = typer.Option(
+        Path("db/checkpoints"), help="Checkpoint folder; must be shared by all nodes on a cluster."
+    ),
+    db: str | None = DB,
+    mlflow_uri: str | None = MLFLOW,
     mlflow: bool = typer.Option(True, "--mlflow/--no-mlflow", help="Also record to MLflow."),
-    cpus: Optional[float] = typer.Option(None, help="CPUs per trial (overrides the sweep's resources.cpus)."),
-    gpus: Optional[float] = typer.Option(None, help="GPUs per trial, fractions allowed (overrides resources.gpus)."),
+    cpus: float | None = typer.Option(None, help="CPUs per trial (overrides the sweep's resources.cpus)."),
+    gpus: float | None = typer.Option(None, help="GPUs per trial, fractions allowed (overrides resources.gpus)."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Print what would run and what is skipped; write nothing."),
-    live: Optional[bool] = typer.Option(None, "--live/--plain", help="Live table or log lines [default: live on a terminal]."),
-    check: bool = typer.Option(True, "--check/--no-check", help="One training step of every architecture to run, on "
-                               "CPU, before anything is written or submitted."),
+    live: bool | None = typer.Option(
+        None, "--live/--plain", help="Live table or log lines [default: live on a terminal]."
+    ),
+    check: bool = typer.Option(
+        True,
+        "--check/--no-check",
+        help="One training step of every architecture to run, on CPU, before anything is written or submitted.",
+    ),
 ) -> None:
     """Run every unfinished trial of the sweeps on Ray; record to the store and MLflow."""
     plans = plans_of(file, sweep)
     if dry_run:
         _dry_run(plans, db)
         return
-    if check:
-        failed = [c for c in _check(plans, _done_keys(db)) if not c.ok]
-        if failed:
-            fail("the pre-launch check failed (`ablate check` shows every variant; --no-check skips it):\n"
-                 + "\n".join(f"  {c.sweep} {c.variant[:10]}: {c.error}" for c in failed))
     from ablate.launcher import Cluster, RunConfig, reachable
     from ablate.launcher import launch as run
     from ablate.progress import Progress
@@ -175,6 +184,13 @@ def launch(
             reachable(address)  # before anything is written
         except ConnectionError as e:
             fail(str(e))
+    if check:
+        failed = [c for c in _check(plans, _done_keys(db), storage / CHECKED) if not c.ok]
+        if failed:
+            fail(
+                "the pre-launch check failed (`ablate check` shows every variant; --no-check skips it):\n"
+                + "\n".join(f"  {c.sweep} {c.variant[:10]}: {c.error}" for c in failed)
+            )
     with Store(db) as store:
         tracker = None
         if mlflow:
@@ -192,10 +208,10 @@ def launch(
         raise typer.Exit(130)
 
 
-def _check(plans: list[Any], done: set[str] | None = None) -> list[Any]:
+def _check(plans: list[Any], done: set[str] | None = None, remember: Path | None = None) -> list[Any]:
     from ablate.check import check as run_check
 
-    return run_check(plans, done)
+    return run_check(plans, done, remember)
 
 
 def _done_keys(db: str | None) -> set[str]:
@@ -212,7 +228,7 @@ def _done_keys(db: str | None) -> set[str]:
 @app.command()
 def check(
     file: Path = typer.Argument(Path("experiments.yaml"), help="The experiments file."),
-    sweep: Optional[list[str]] = typer.Argument(None, help="Sweeps to check (default: every sweep)."),
+    sweep: list[str] | None = typer.Argument(None, help="Sweeps to check (default: every sweep)."),
 ) -> None:
     """Build every distinct model of the plan and run one forward and backward step on CPU; exit 2 on failure."""
     plans = plans_of(file, sweep)
@@ -270,8 +286,8 @@ def _dry_run(plans: list[Any], db: str | None) -> None:
 
 @app.command()
 def status(
-    sweep: Optional[list[str]] = typer.Argument(None, help="Sweeps (default: all in the store)."),
-    db: Optional[str] = DB,
+    sweep: list[str] | None = typer.Argument(None, help="Sweeps (default: all in the store)."),
+    db: str | None = DB,
 ) -> None:
     """Counts per state, running trials, and failures with the first line of their error."""
     with existing_store(db) as store:
@@ -291,11 +307,11 @@ def status(
 
 @app.command()
 def runs(
-    sweep: Optional[list[str]] = typer.Argument(None, help="Sweeps (default: all)."),
-    state: Optional[str] = typer.Option(None, help="Only trials in this state."),
-    where: Optional[list[str]] = typer.Option(None, help="Filter PATH=VALUE on axis values, e.g. attention.kind=csan."),
+    sweep: list[str] | None = typer.Argument(None, help="Sweeps (default: all)."),
+    state: str | None = typer.Option(None, help="Only trials in this state."),
+    where: list[str] | None = typer.Option(None, help="Filter PATH=VALUE on axis values, e.g. attention.kind=csan."),
     format: Format = typer.Option(Format.table, "--format", "-f", help="table, csv or json."),
-    db: Optional[str] = DB,
+    db: str | None = DB,
 ) -> None:
     """A table of trials with their axis values and final metrics."""
     filters: dict[str, Any] = {"state": state} if state else {}
@@ -328,7 +344,7 @@ def _print_frame(frame: Any, title: str) -> None:
 
 @app.command()
 def ui(
-    mlflow_uri: Optional[str] = MLFLOW,
+    mlflow_uri: str | None = MLFLOW,
     host: str = typer.Option("127.0.0.1", help="Interface to bind; 0.0.0.0 exposes the UI on purpose."),
     port: int = typer.Option(5000, help="Port."),
 ) -> None:
@@ -348,13 +364,18 @@ def ui(
 
 @app.command()
 def report(
-    sweep: Optional[list[str]] = typer.Argument(None, help="Sweeps to report (default: every sweep in the store)."),
-    metric: Optional[str] = typer.Option(None, help="Headline metric, e.g. test.top5 [default: the sweep's]."),
-    baseline: Optional[str] = typer.Option(None, help="Baseline: PATH=VALUE[,PATH=VALUE] on axis values, or a variant key "
-                                           "(prefix) [default: the sweep's]."),
-    out_dir: Path = typer.Option(Path("reports"), "--out", help="Output folder: <out>/<sweep>/ per sweep and <out>/index.html."),
-    format: Optional[list[str]] = typer.Option(None, "--format", "-f", help="html, md, csv; repeat or comma list [default: all]."),
-    db: Optional[str] = DB,
+    sweep: list[str] | None = typer.Argument(None, help="Sweeps to report (default: every sweep in the store)."),
+    metric: str | None = typer.Option(None, help="Headline metric, e.g. test.top5 [default: the sweep's]."),
+    baseline: str | None = typer.Option(
+        None, help="Baseline: PATH=VALUE[,PATH=VALUE] on axis values, or a variant key (prefix) [default: the sweep's]."
+    ),
+    out_dir: Path = typer.Option(
+        Path("reports"), "--out", help="Output folder: <out>/<sweep>/ per sweep and <out>/index.html."
+    ),
+    format: list[str] | None = typer.Option(
+        None, "--format", "-f", help="html, md, csv; repeat or comma list [default: all]."
+    ),
+    db: str | None = DB,
 ) -> None:
     """Paper-style tables, seed statistics, effects of each knob and plots: HTML, Markdown, CSV."""
     from ablate.reporting import FORMATS, ReportError
@@ -390,7 +411,7 @@ def file_plugins(file: Path | None) -> None:
 
 @app.command()
 def schema(
-    file: Optional[Path] = typer.Argument(None, help="An experiments file whose plugins' configs to include."),
+    file: Path | None = typer.Argument(None, help="An experiments file whose plugins' configs to include."),
 ) -> None:
     """Print the JSON schema of experiments.yaml (for editor completion and checking), plugins included."""
     from ablate.spec import json_schema
@@ -401,7 +422,7 @@ def schema(
 
 @app.command()
 def plugins(
-    file: Optional[Path] = typer.Argument(None, help="An experiments file whose `plugins:` to load too."),
+    file: Path | None = typer.Argument(None, help="An experiments file whose `plugins:` to load too."),
 ) -> None:
     """Every registered component: kind, name and where it came from (built-in, entry point or plugin)."""
     from ablate.registry import BACKBONES, DATASETS, MECHANISMS, TABLES, TASKS

@@ -86,6 +86,7 @@ class Backbone:
 
     def width_step(self, m: ModelConfig) -> int:
         """Smallest `embed_dim` increment that keeps the model valid (the `match_params` search grid)."""
+        assert m.num_heads is not None  # set by validation
         return m.num_heads[0]
 
     def describe_size(self, words: str, m: dict[str, Any]) -> str:

@@ -13,6 +13,7 @@ from pathlib import PurePath
 from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, GetCoreSchemaHandler, field_validator, model_validator
+from pydantic.config import JsonDict
 from pydantic_core import core_schema
 
 from ablate.components import Mechanism, Strict
@@ -21,7 +22,7 @@ from ablate.registry import BACKBONES, DATASETS, MECHANISMS, TASKS, Registry
 T = TypeVar("T")
 
 #: Marks a field as not part of the trial key (``json_schema_extra``); read by :func:`identity`.
-NOKEY = {"x-nokey": True}
+NOKEY: JsonDict = {"x-nokey": True}
 
 
 def nokey(default: Any = None, **kw: Any) -> Any:
@@ -254,7 +255,7 @@ class TrialConfig(Strict):
     """A registered task: classify (images), mil (bags), or a plugin's."""
     data: DataConfig = Field(default_factory=DataConfig)
     model: ModelConfig = Field(default_factory=lambda: ModelConfig(size="vit-tiny"))
-    attention: AttentionConfig = Field(default_factory=lambda: MECHANISMS.get("softmax")())
+    attention: AttentionConfig = Field(default_factory=lambda: MECHANISMS.get("softmax").model_validate({}))
     train: TrainConfig = Field(default_factory=TrainConfig)
     resources: Resources = nokey(Resources())
     seed: int = 0

@@ -31,7 +31,7 @@ from ablate.messages import EpochEnd, Finished, Runner, Started, TrialResult
 from ablate.planner import Plan, Trial
 from ablate.plugins import Plugins
 from ablate.progress import Progress
-from ablate.recorder import Inbox, Recorder
+from ablate.recorder import Recorder, start_inbox
 from ablate.store import Store
 from ablate.tracking import Tracker
 
@@ -155,7 +155,9 @@ def _connect(address: str | None, num_cpus: int | None) -> bool:
             ray.init(address=address, log_to_driver=False, configure_logging=False)
         except (SystemExit, ConnectionError) as e:  # Ray exits the process when no GCS answers
             ray.shutdown()  # drop the half-made connection, or interpreter exit waits on it
-            raise ConnectionError(f"cannot connect to the Ray cluster at {address} (no answer; exit code {e})") from None
+            raise ConnectionError(
+                f"cannot connect to the Ray cluster at {address} (no answer; exit code {e})"
+            ) from None
         return True
     ray.init(address="local", num_cpus=num_cpus or os.cpu_count(), include_dashboard=False, log_to_driver=False,
              configure_logging=False, object_store_memory=256 * 2**20)  # fmt: skip
@@ -212,7 +214,7 @@ def launch(
                 tracker.start_sweep(store, plan.sweep)
         storage = str(Path(run.storage).resolve())
         recorder = Recorder(store, tracker, sweep_of)
-        inbox = Inbox.remote()
+        inbox = start_inbox()
         task = ray.remote(_trial_task)
         pending: dict[Any, str] = {}
         failures: Counter[str] = Counter()

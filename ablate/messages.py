@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 if TYPE_CHECKING:
     from ablate.config import TrialConfig
 
+
 class Reporter(Protocol):
     """Called after every epoch with the epoch (1-based) and its metrics."""
 

@@ -44,7 +44,9 @@ def matches(rule: dict[str, Any], resolved: dict[str, Any], flat: bool = False) 
     `resolved` is a nested config, or with `flat` a mapping of dotted paths to values."""
     for path, want in rule.items():
         have = resolved.get(path) if flat else get_path(resolved, path)
-        if same(want, have) or (isinstance(want, list) and not isinstance(have, (list, tuple)) and any(same(w, have) for w in want)):
+        if same(want, have) or (
+            isinstance(want, list) and not isinstance(have, (list, tuple)) and any(same(w, have) for w in want)
+        ):
             continue
         if isinstance(have, tuple) and list(have) == want:
             continue

@@ -14,23 +14,23 @@ import itertools
 import json
 import typing
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
 from ablate.config import AnyMechanism, TrialConfig, identity
-from ablate.errors import SpecError
+from ablate.errors import Problem, SpecError
+from ablate.paths import get_path, matches, set_path
 from ablate.plugins import Plugins, load_builtins
 from ablate.registry import MECHANISMS
-from ablate.paths import get_path, matches, set_path
-from ablate.spec import SweepFile, SweepSource, clean_loc, error_message, read_sweeps
+from ablate.spec import Linked, Loc, SweepFile, SweepSource, clean_loc, error_message, read_sweeps
 
 KEY_VERSION = "ablate-trial-v1"
 """Bumped only when the meaning of a config changes, so old keys stop matching new trials."""
 
-Loc = tuple[str | int, ...]
 Cell = tuple[tuple[str, Any, Loc], ...]
 """A grid cell: (dotted path, value, where in the sweep's YAML it came from) per assigned axis."""
 
@@ -64,7 +64,7 @@ class Plan:
     def __post_init__(self) -> None:
         self.variants = list(dict.fromkeys(t.variant for t in self.trials))
 
-    def counts(self) -> dict[str, Counter]:
+    def counts(self) -> dict[str, Counter[Any]]:
         """Trials per value of each axis."""
         return {a: Counter(_hashable(t.axes[a]) for t in self.trials) for a in self.axes}
 
@@ -105,7 +105,11 @@ def _models_in(annotation: Any, metadata: list[Any] | tuple[Any, ...] = ()) -> l
 
 
 def _takes_dict(annotation: Any) -> bool:
-    return annotation is dict or typing.get_origin(annotation) is dict or any(_takes_dict(a) for a in typing.get_args(annotation))
+    return (
+        annotation is dict
+        or typing.get_origin(annotation) is dict
+        or any(_takes_dict(a) for a in typing.get_args(annotation))
+    )
 
 
 def path_problem(path: str) -> str | None:
@@ -126,7 +130,9 @@ def path_problem(path: str) -> str | None:
 
 
 # ------------------------------------------------------------------------------------------------- expand
-def _groups(grid: dict[str, list[Any]], linked: list, at: Loc, sweep: SweepSource, problems: list) -> list[list[Cell]]:
+def _groups(
+    grid: dict[str, list[Any]], linked: list[Linked], at: Loc, sweep: SweepSource, problems: list[Problem]
+) -> list[list[Cell]]:
     """Each axis group as its list of rows (a row is a partial cell)."""
     groups: list[list[Cell]] = []
     for path, values in grid.items():
@@ -141,7 +147,9 @@ def _groups(grid: dict[str, list[Any]], linked: list, at: Loc, sweep: SweepSourc
         if isinstance(group, dict):
             lengths = {len(v) for v in group.values()}
             if len(lengths) > 1:
-                problems.append(sweep.problem(loc, f"linked axes need lists of one length, got lengths {sorted(lengths)}"))
+                problems.append(
+                    sweep.problem(loc, f"linked axes need lists of one length, got lengths {sorted(lengths)}")
+                )
                 continue
             rows = [{p: vals[i] for p, vals in group.items()} for i in range(lengths.pop() if lengths else 0)]
             locs = [{p: loc + (p, i) for p in group} for i in range(len(rows))]
@@ -162,7 +170,7 @@ def _product(groups: list[list[Cell]]) -> Iterable[Cell]:
         yield tuple(a for row in combo for a in row)
 
 
-def _where(sweep: SweepSource, cell: Cell, err_path: str, msg: str) -> list:
+def _where(sweep: SweepSource, cell: Cell, err_path: str, msg: str) -> list[Problem]:
     """Place a cell's validation error at the axes that set the offending path, else in the base."""
     hits = [
         sweep.problem(loc, msg if "(got " in msg else f"{msg} (value {value!r})")
@@ -205,7 +213,7 @@ def match_problem(cfg: TrialConfig) -> str | None:
 
 def expand(sweep: SweepSource) -> Plan:
     """Expand a sweep into trials; raise SpecError naming every bad axis value."""
-    spec, problems = sweep.spec, []
+    spec, problems = sweep.spec, list[Problem]()
     defaults = TrialConfig().model_dump()
     cells = list(_product(_groups(spec.grid, spec.linked, (), sweep, problems)))
     for w, block in enumerate(spec.when):
@@ -306,4 +314,4 @@ def plan_all(path: str | Path) -> list[Plan]:
     return list(load_plans(path).values())
 
 
-__all__ = ["Trial", "Plan", "plan", "plan_all", "load_plans", "expand", "trial_key", "variant_key"]
+__all__ = ["Plan", "Trial", "expand", "load_plans", "plan", "plan_all", "trial_key", "variant_key"]

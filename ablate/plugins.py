@@ -18,8 +18,8 @@ from __future__ import annotations
 import hashlib
 import importlib
 import importlib.metadata
-import io
 import importlib.util
+import io
 import sys
 import sysconfig
 import tempfile
@@ -162,7 +162,9 @@ def _local_folders(modules: list[str], base: Path) -> list[str]:
             sys.path.insert(0, str(base))
         spec = importlib.util.find_spec(top)
         if spec is None:
-            raise PluginError(f"plugin {name}: no module named {top!r} (install it, or put it beside the experiments file)")
+            raise PluginError(
+                f"plugin {name}: no module named {top!r} (install it, or put it beside the experiments file)"
+            )
         if spec.submodule_search_locations:
             folder = Path(next(iter(spec.submodule_search_locations))).resolve()
             if not any(folder.is_relative_to(p) for p in installed):

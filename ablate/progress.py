@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 import time
 from collections import Counter
+from types import TracebackType
 from typing import Any
 
 from rich.console import Console, Group
@@ -26,7 +27,7 @@ class Progress:
         self.console = console or Console()
         self.live = sys.stdout.isatty() if live is None else live
         self.total = total
-        self.counts: Counter = Counter(done=done)
+        self.counts: Counter[str] = Counter(done=done)
         self.trials: dict[str, Trial] = {}
         self.running: dict[str, dict[str, Any]] = {}
         self._live: Live | None = None
@@ -37,10 +38,10 @@ class Progress:
             self._live.__enter__()
         return self
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
         if self._live is not None:
             self._live.update(self.render())
-            self._live.__exit__(*exc)
+            self._live.__exit__(kind, exc, tb)
             self._live = None
 
     def begin(self, sweeps: list[str], total: int, done: int) -> None:

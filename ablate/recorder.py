@@ -9,6 +9,7 @@ metric, step), so a message sent twice (a resumed trial replays its epoch histor
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import ray
 
@@ -17,7 +18,6 @@ from ablate.store import MetricRow, Store
 from ablate.tracking import Tracker
 
 
-@ray.remote(num_cpus=0, max_restarts=-1, max_task_retries=-1)
 class Inbox:
     """Where trials drop messages; the launcher drains it. Calls from one trial arrive in order."""
 
@@ -30,6 +30,12 @@ class Inbox:
     def drain(self) -> list[Message]:
         items, self.items = self.items, []
         return items
+
+
+def start_inbox() -> Any:
+    """An Inbox actor for one launch: restarted by Ray if its worker dies, its calls retried."""
+    actor: Any = ray.remote(num_cpus=0, max_restarts=-1, max_task_retries=-1)(Inbox)
+    return actor.remote()
 
 
 @dataclass

@@ -67,7 +67,9 @@ class Registry(Generic[T]):
         try:
             return self._entries[name].component
         except KeyError:
-            raise RegistryError(f"unknown {self.kind} {name!r}; registered: {', '.join(self._entries) or 'none'}") from None
+            raise RegistryError(
+                f"unknown {self.kind} {name!r}; registered: {', '.join(self._entries) or 'none'}"
+            ) from None
 
     def entry(self, name: str) -> Entry[T]:
         self.get(name)

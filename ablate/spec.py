@@ -10,11 +10,12 @@ a sweep into trials, which finds the errors inside cells, is `ablate.planner`'s 
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Union
+from typing import Any
 
 import yaml
 from pydantic import Field, ValidationError, ValidationInfo, field_validator
@@ -24,8 +25,12 @@ from ablate.config import TrialConfig
 from ablate.errors import Problem, SpecError
 from ablate.plugins import PluginError, Plugins
 
+Loc = tuple[str | int, ...]
+"""A key path inside the YAML file, e.g. ("sweeps", "cpu", "grid", "train.lr", 0)."""
 Assignment = dict[str, Any]
 """A partial assignment of dotted config paths to values, e.g. {"model.stack": "pure"}."""
+Linked = dict[str, list[Any]] | list[Assignment]
+"""A linked axis group: columns of equal length, or a list of rows."""
 
 
 class When(Strict):
@@ -35,7 +40,7 @@ class When(Strict):
     """Condition: path -> value (a list of scalars matches any of them)."""
     grid: dict[str, list[Any]] = {}
     """Cartesian axes added to matching cells."""
-    linked: list[Union[dict[str, list[Any]], list[Assignment]]] = []
+    linked: list[Linked] = []
     """Linked axis groups added to matching cells."""
 
 
@@ -47,24 +52,28 @@ class SweepSpec(Strict):
     """A partial trial config (task, data, model, attention, train, resources); merged over `defaults`."""
     grid: dict[str, list[Any]] = {}
     """Cartesian axes: dotted config path -> values."""
-    linked: list[Union[dict[str, list[Any]], list[Assignment]]] = []
+    linked: list[Linked] = []
     """Axes that move together: {path: [values...]} columns of equal length, or a list of rows
     (partial assignments; a path a row leaves out keeps the base value)."""
     when: list[When] = []
     """Conditional axes."""
     exclude: list[Assignment] = []
     """Cells matching any of these partial assignments are dropped."""
-    seeds: Union[list[int], int] = [0]
+    seeds: list[int] = [0]
     """Seeds per cell: a list, or a count n meaning 0..n-1."""
     baseline: Assignment | None = None
     """The cell reports compare against (a partial assignment matching at least one cell)."""
     metric: str | None = None
     """Headline metric of reports (default: test.top1 for classify, test.auc for mil)."""
 
+    @field_validator("seeds", mode="before", json_schema_input_type=list[int] | int)
+    @classmethod
+    def _count(cls, v: Any) -> Any:
+        return list(range(v)) if isinstance(v, int) and not isinstance(v, bool) else v
+
     @field_validator("seeds")
     @classmethod
-    def _seeds(cls, v: list[int] | int) -> list[int]:
-        seeds = list(range(v)) if isinstance(v, int) else v
+    def _seeds(cls, seeds: list[int]) -> list[int]:
         if not seeds:
             raise ValueError("at least one seed is required")
         if len(set(seeds)) != len(seeds):
@@ -124,7 +133,7 @@ def nearest_line(lines: dict[tuple[str | int, ...], int], path: tuple[str | int,
     return None
 
 
-def _line_map(node: yaml.Node, path: tuple[str | int, ...], out: dict, dups: list) -> None:
+def _line_map(node: yaml.Node, path: Loc, out: dict[Loc, int], dups: list[tuple[Loc, int]]) -> None:
     """Record the 1-based line of every key and list item; note duplicate keys (PyYAML keeps the last)."""
     out[path] = node.start_mark.line + 1
     if isinstance(node, yaml.MappingNode):
@@ -141,15 +150,14 @@ def _line_map(node: yaml.Node, path: tuple[str | int, ...], out: dict, dups: lis
             _line_map(v, path + (i,), out, dups)
 
 
-def clean_loc(loc: tuple[str | int, ...], data: Any) -> tuple[str | int, ...]:
+def clean_loc(loc: Loc, data: Any) -> Loc:
     """The user's key path of a pydantic error: walk the input and drop union tags and type labels
     (parts that name no key of the input), except a last part, which is a missing key."""
     out: list[str | int] = []
     node = data
     for i, part in enumerate(loc):
-        if isinstance(node, dict) and part in node:
-            node = node[part]
-        elif isinstance(node, list) and isinstance(part, int) and part < len(node):
+        keys = node if isinstance(node, dict) else range(len(node)) if isinstance(node, list) else ()
+        if part in keys:
             node = node[part]
         elif i < len(loc) - 1:
             continue
@@ -166,7 +174,7 @@ def error_message(e: Any) -> str:
         return "missing required key"
     if e["type"] in ("literal_error", "union_tag_invalid"):
         return f"{msg} (got {e.get('input')!r})"
-    return msg
+    return str(msg)
 
 
 def validation_problems(err: ValidationError, data: Any, where: Any) -> list[Problem]:
@@ -261,18 +269,18 @@ def read_sweeps(path: str | Path) -> SweepFile:
     except ValidationError as err:
         # Keep going with the sweeps that are well-formed, so one run reports every problem of the file.
         problems += validation_problems(err, data, lambda p, m: Problem(src, p, m, nearest_line(lines, p)))
-        defaults = data.get("defaults") if isinstance(data.get("defaults"), dict) else {}
-        raw = data.get("sweeps") if isinstance(data.get("sweeps"), dict) else {}
+        defaults = data["defaults"] if isinstance(data.get("defaults"), dict) else {}
+        raw = data["sweeps"] if isinstance(data.get("sweeps"), dict) else {}
         specs = {}
         for name, body in raw.items():
-            try:
+            with contextlib.suppress(ValidationError):  # already reported through SpecFile
                 specs[name] = SweepSpec.model_validate(body)
-            except ValidationError:
-                pass  # already reported through SpecFile
         default = data.get("default") if data.get("default") in specs else None
     folder = path.resolve().parent
     sweeps = {
-        name: SweepSource(name, body, path, _absolute_data_path(deep_merge(defaults, body.base), folder), lines, plugins)
+        name: SweepSource(
+            name, body, path, _absolute_data_path(deep_merge(defaults, body.base), folder), lines, plugins
+        )
         for name, body in specs.items()
     }
     return SweepFile(path, sweeps, default or next(iter(sweeps), None), problems)
@@ -291,4 +299,3 @@ def json_schema() -> dict[str, Any]:
         props[key] = {"$ref": "#/$defs/TrialConfig", "description": props[key].get("description", "")}
     schema["title"] = "ablate experiments file"
     return schema
-

@@ -51,7 +51,7 @@ class Task:
         batch = next(iter(self.loader(self.data.test, train=False, batch_size=1)))
         return self.inputs(batch)[0]
 
-    def loader(self, ds: Any, train: bool, epoch: int = 0, batch_size: int | None = None) -> DataLoader:
+    def loader(self, ds: Any, train: bool, epoch: int = 0, batch_size: int | None = None) -> DataLoader[Any]:
         # The order of an epoch depends only on (seed, epoch), so a resumed trial sees the same batches.
         gen = torch.Generator().manual_seed(self.cfg.seed * 100_003 + epoch)
         return DataLoader(
@@ -77,7 +77,12 @@ class Classify(Task):
         if t.mixup > 0 or t.cutmix > 0:
             from timm.data import Mixup
 
-            self.mixup = Mixup(mixup_alpha=t.mixup, cutmix_alpha=t.cutmix, label_smoothing=t.label_smoothing, num_classes=data.num_classes)
+            self.mixup = Mixup(
+                mixup_alpha=t.mixup,
+                cutmix_alpha=t.cutmix,
+                label_smoothing=t.label_smoothing,
+                num_classes=data.num_classes,
+            )
 
     def inputs(self, batch: Any) -> tuple[tuple[Tensor, ...], Tensor]:
         x, y = batch

@@ -25,9 +25,9 @@ import hashlib
 import json
 import re
 import time
+from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable, Mapping
-
+from typing import TYPE_CHECKING, Any
 
 from ablate.store import Store, error_line, flatten, sqlite_file
 
@@ -164,11 +164,9 @@ class Tracker:
                 run = self.client.create_run(exp, tags=tags, run_name=key)
             store.set_mlflow_run(key, run.info.run_id)
         self._log_params(run, params_of(trial.config, member.axes))
-        return run.info.run_id
+        return str(run.info.run_id)
 
-    def log_metrics(
-        self, run_id: str, step: int, values: Mapping[str, float], wall_time: float | None = None
-    ) -> None:
+    def log_metrics(self, run_id: str, step: int, values: Mapping[str, float], wall_time: float | None = None) -> None:
         """One step's metrics of a run, in batches."""
         self.log_metric_rows(run_id, [(name, step, value, wall_time) for name, value in values.items()])
 

@@ -15,13 +15,14 @@ import random
 import resource
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
+
+import ablate._tv_compat  # noqa: F401  (the torchvision shim, before timm)
 
 import numpy as np
 import torch
 from torch import Tensor, nn
 
-from ablate import _tv_compat  # noqa: F401  (torchvision shim before timm)
 from ablate import checkpoints
 from ablate.config import TrialConfig
 from ablate.data import build_data
@@ -75,7 +76,9 @@ def pick_device(cfg: TrialConfig) -> torch.device:
     return torch.device("cuda") if cfg.resources.gpus > 0 and torch.cuda.is_available() else torch.device("cpu")
 
 
-def run_trial(config: TrialConfig, report: Reporter | None = None, checkpoint_dir: str | Path | None = None) -> TrialResult:
+def run_trial(
+    config: TrialConfig, report: Reporter | None = None, checkpoint_dir: str | Path | None = None
+) -> TrialResult:
     """Train and evaluate one resolved config; resume from `checkpoint_dir` when it holds a checkpoint."""
     cfg = config
     report = report or (lambda epoch, metrics: None)
@@ -97,8 +100,14 @@ def run_trial(config: TrialConfig, report: Reporter | None = None, checkpoint_di
     scheduler = None
     if t.sched != "none":
         scheduler, _ = create_scheduler_v2(
-            optimizer, sched=t.sched, num_epochs=t.epochs, warmup_epochs=t.warmup_epochs, warmup_lr=t.min_lr,
-            min_lr=t.min_lr, cooldown_epochs=t.cooldown_epochs, updates_per_epoch=steps_per_epoch,
+            optimizer,
+            sched=t.sched,
+            num_epochs=t.epochs,
+            warmup_epochs=t.warmup_epochs,
+            warmup_lr=t.min_lr,
+            min_lr=t.min_lr,
+            cooldown_epochs=t.cooldown_epochs,
+            updates_per_epoch=steps_per_epoch,
             step_on_epochs=False,
         )
     folder = Path(checkpoint_dir) if checkpoint_dir else None
@@ -108,7 +117,7 @@ def run_trial(config: TrialConfig, report: Reporter | None = None, checkpoint_di
     result.resumed_from = progress.epoch
     for epoch, metrics in progress.history:  # metrics a crashed recorder may have missed; writes are idempotent
         report(epoch, metrics)
-    train_model = torch.compile(model) if t.compile else model
+    train_model = cast(nn.Module, torch.compile(model)) if t.compile else model
     total_epochs = t.epochs + t.cooldown_epochs
     for epoch in range(progress.epoch, total_epochs):
         try:
@@ -133,7 +142,9 @@ def run_trial(config: TrialConfig, report: Reporter | None = None, checkpoint_di
     return result
 
 
-def train_epoch(model: nn.Module, task: Task, optimizer: Any, scheduler: Any, epoch: int, steps: int) -> dict[str, float]:
+def train_epoch(
+    model: nn.Module, task: Task, optimizer: Any, scheduler: Any, epoch: int, steps: int
+) -> dict[str, float]:
     cfg = task.cfg
     model.train()
     loss_sum, seen, t0 = 0.0, 0, time.perf_counter()
@@ -163,7 +174,9 @@ def train_epoch(model: nn.Module, task: Task, optimizer: Any, scheduler: Any, ep
 
 
 @torch.no_grad()
-def diagnose(model: nn.Module, task: Task, cfg: TrialConfig, prev: dict[str, Tensor] | None) -> tuple[dict[str, float], dict[str, Tensor]]:
+def diagnose(
+    model: nn.Module, task: Task, cfg: TrialConfig, prev: dict[str, Tensor] | None
+) -> tuple[dict[str, float], dict[str, Tensor]]:
     """Attention diagnostics on a fixed probe batch of the validation (else test) split."""
     model.eval()
     probe = task.data.val if task.data.val is not None else task.data.test

@@ -29,25 +29,25 @@ from __future__ import annotations
 
 import argparse
 import time
+from collections.abc import Callable
 from contextlib import nullcontext
 from dataclasses import dataclass
-from typing import Callable
+
+import ablate._tv_compat  # noqa: F401  (the torchvision shim, before timm)
 
 import torch
 from pydantic import TypeAdapter
 from rich.console import Console
 from rich.table import Table
+from timm.layers import Attention
+from timm.models.swin_transformer import SwinTransformerBlock
 from torch import Tensor, nn
 
-from ablate import _tv_compat  # noqa: F401  (before timm)
 from ablate.config import AttentionConfig, TrialConfig
-from ablate.nn.factory import create_model
 from ablate.nn.accounting import flops, peak_bytes
+from ablate.nn.factory import create_model
 from ablate.nn.swin import MixedWindowAttention
 from ablate.nn.vit import MixedAttention
-
-from timm.layers import Attention  # noqa: E402  (after the torchvision shim)
-from timm.models.swin_transformer import SwinTransformerBlock  # noqa: E402
 
 
 @dataclass(frozen=True)
@@ -117,7 +117,9 @@ def mixer_inputs(layer: nn.Module, x: Tensor, mask: Tensor | None, autocast: Cal
         layer(x) if mask is None else layer(x, mask)
     handle.remove()
     return {
-        name: None if t is None else torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device=t.device)
+        name: None
+        if t is None
+        else torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device=t.device)
         .copy_(t)
         .requires_grad_(t.is_floating_point())
         for name, t in seen.items()
@@ -221,9 +223,16 @@ def main() -> None:
             base = base or v
             t_base, t, tl_base, tl = seconds([base.mixer, v.mixer, base.layer, v.layer], sync, args.budget)
             table.add_row(
-                s.name, label, f"{1e3 * t:.1f}", f"{t / t_base:.2f}", f"{v.mixer_flops / base.mixer_flops:.2f}",
-                f"{v.peak / 2**20:.1f}", f"{v.peak / max(base.peak, 1):.2f}",
-                f"{1e3 * tl:.1f}", f"{tl / tl_base:.2f}", f"{v.layer_flops / base.layer_flops:.2f}",
+                s.name,
+                label,
+                f"{1e3 * t:.1f}",
+                f"{t / t_base:.2f}",
+                f"{v.mixer_flops / base.mixer_flops:.2f}",
+                f"{v.peak / 2**20:.1f}",
+                f"{v.peak / max(base.peak, 1):.2f}",
+                f"{1e3 * tl:.1f}",
+                f"{tl / tl_base:.2f}",
+                f"{v.layer_flops / base.layer_flops:.2f}",
             )
         table.add_section()
     console = Console(width=150)

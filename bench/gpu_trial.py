@@ -28,7 +28,8 @@ SETTINGS = {"fp32": {"amp": False, "compile": False}, "bf16": {"amp": True, "com
 def config(kind: str, epochs: int, setting: dict[str, bool]) -> TrialConfig:
     return TrialConfig.model_validate({
         "data": {"name": "mnist5k"},
-        "model": {"backbone": "vit", "embed_dim": 192, "depths": [6], "num_heads": [3], "patch_size": 4, "img_size": 28},
+        "model": {"backbone": "vit", "embed_dim": 192, "depths": [6], "num_heads": [3], "patch_size": 4,
+                  "img_size": 28},
         "attention": {"kind": kind},
         "train": {"epochs": epochs, "batch_size": 256, "lr": 1e-3, **setting},
         "resources": {"cpus": 4, "gpus": 1},

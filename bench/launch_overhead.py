@@ -32,8 +32,8 @@ import os
 import statistics
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import mlflow  # noqa: F401  (imported once here, not inside a timed run; a Tracker imports it)
 import ray
@@ -48,7 +48,8 @@ from ablate.progress import Progress
 from ablate.store import Store
 from ablate.tracking import Tracker
 
-BASE = {"data": {"name": "digits"}, "model": {"backbone": "vit", "embed_dim": 16, "depths": [1], "num_heads": [1], "patch_size": 2, "img_size": 8},
+BASE = {"data": {"name": "digits"},
+        "model": {"backbone": "vit", "embed_dim": 16, "depths": [1], "num_heads": [1], "patch_size": 2, "img_size": 8},
         "resources": {"cpus": 1}}  # fmt: skip
 POLL = RunConfig().poll
 """The poll interval `ablate launch` uses (the CLI does not pass one)."""
@@ -119,7 +120,7 @@ def run_tune(folder: Path, n: int) -> float:
 
 
 def alternate(sides: dict[str, tuple[int, Callable[[Path], float]]], repeats: int, root: Path) -> dict[str, float]:
-    """Median seconds of each side (name: (Ray CPUs, run)) over `repeats`, each run on a fresh Ray, order ABAB / BABA."""
+    """Median seconds of each side (name: (Ray CPUs, run)) over `repeats`, each run on a fresh Ray, order ABAB/BABA."""
     times: dict[str, list[float]] = {name: [] for name in sides}
     for r in range(repeats):
         for name in list(sides) if r % 2 == 0 else list(sides)[::-1]:
@@ -142,9 +143,14 @@ def main() -> None:
     n = args.trials
     with tempfile.TemporaryDirectory() as d:
         root = Path(d)
-        t = alternate({"ablate": (2, lambda f: run_ablate(f, n)), "tune": (2, lambda f: run_tune(f, n))}, args.repeats, root)
+        t = alternate(
+            {"ablate": (2, lambda f: run_ablate(f, n)), "tune": (2, lambda f: run_tune(f, n))}, args.repeats, root
+        )
         ms = lambda s: s / n * 1e3  # noqa: E731
-        print(f"wall time per trial ({n} no-op trials, 2 CPUs, fresh Ray per run, median of {args.repeats}, order alternated):")
+        print(
+            f"wall time per trial ({n} no-op trials, 2 CPUs, fresh Ray per run, median of {args.repeats}, "
+            "order alternated):"
+        )
         print(f"  ablate launch (store + MLflow, poll {POLL} s) {ms(t['ablate']):7.1f} ms")
         print(f"  Ray Tune Tuner.fit (with its logs)          {ms(t['tune']):7.1f} ms")
         print(f"  ratio ablate/Tune: {t['ablate'] / t['tune']:.3f} (target <= 0.2)")
@@ -156,8 +162,9 @@ def main() -> None:
 
         t = alternate({"1 worker": (1, scaled), "2 workers": (2, scaled)}, args.repeats, root)
         eff = t["1 worker"] / (2 * t["2 workers"])
-        print(f"parallel efficiency, 8 trials x {args.work:.1f} CPU s, median of {args.repeats}: 1 worker {t['1 worker']:.1f} s, "
-              f"2 workers {t['2 workers']:.1f} s, efficiency {eff:.2f} (target >= 0.9)")  # fmt: skip
+        print(f"parallel efficiency, 8 trials x {args.work:.1f} CPU s, median of {args.repeats}: "
+              f"1 worker {t['1 worker']:.1f} s, 2 workers {t['2 workers']:.1f} s, "
+              f"efficiency {eff:.2f} (target >= 0.9)")  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -65,9 +65,11 @@ def run_group(name: str, children: int) -> dict[str, int]:
                        stdout=subprocess.DEVNULL)  # fmt: skip
         subprocess.run([mutmut, "export-cicd-stats"], cwd=work, check=True, stdout=subprocess.DEVNULL)
         stats = json.loads((work / "mutants" / "mutmut-cicd-stats.json").read_text())
-        survivors = subprocess.run([mutmut, "results"], cwd=work, capture_output=True, text=True).stdout
+        results = subprocess.run([mutmut, "results"], cwd=work, capture_output=True, text=True).stdout
+        names = [line.split(":")[0].strip() for line in results.splitlines() if line.strip().endswith("survived")]
+        diffs = [subprocess.run([mutmut, "show", m], cwd=work, capture_output=True, text=True).stdout for m in names]
         (ROOT / "mutants-survivors").mkdir(exist_ok=True)
-        (ROOT / "mutants-survivors" / f"{name}.txt").write_text(survivors)
+        (ROOT / "mutants-survivors" / f"{name}.txt").write_text(results + "\n" + "\n".join(diffs))
     return stats
 
 

@@ -16,14 +16,18 @@ import tempfile
 from pathlib import Path
 
 import yaml
+from timing import alternate
 
 from ablate.config import TrialConfig
 from ablate.planner import plan
-from timing import alternate
 
 GRID = {
-    "attention.tau": [True, False], "attention.mu": [True, False], "attention.kappa_pub": ["unit", "head", "off"],
-    "attention.kappa_priv": [True, False], "attention.beta": [0.1, 0.25, 0.5, 1.0, 2.0], "train.lr": [1e-3, 2e-3, 3e-3, 4e-3, 5e-3],
+    "attention.tau": [True, False],
+    "attention.mu": [True, False],
+    "attention.kappa_pub": ["unit", "head", "off"],
+    "attention.kappa_priv": [True, False],
+    "attention.beta": [0.1, 0.25, 0.5, 1.0, 2.0],
+    "train.lr": [1e-3, 2e-3, 3e-3, 4e-3, 5e-3],
 }
 BASE = {"model": {"backbone": "vit", "embed_dim": 32, "depths": [2], "num_heads": [2]}, "attention": {"kind": "csan"}}
 
@@ -42,8 +46,10 @@ def main() -> None:
         times = alternate(sides, args.repeats)
     n = len(dumped)
     full, floor = statistics.median(times["plan"]), statistics.median(times["floor"])
-    print(f"trials {n}: plan {full:.2f} s ({full / n * 1e6:.0f} us/trial); one validation per trial {floor:.2f} s; "
-          f"medians of {args.repeats}, order alternated; ratio {full / floor:.2f}")
+    print(
+        f"trials {n}: plan {full:.2f} s ({full / n * 1e6:.0f} us/trial); one validation per trial {floor:.2f} s; "
+        f"medians of {args.repeats}, order alternated; ratio {full / floor:.2f}"
+    )
 
 
 if __name__ == "__main__":

@@ -75,7 +75,10 @@ def run(args: list[str], profile: Path) -> str:
 
 def plain_page(folder: Path, size: int) -> Path:
     """A static page of `size` bytes: one paragraph of plain text, nothing else."""
-    head, tail = '<!doctype html><html><head><meta charset="utf-8"><title>plain</title></head><body><p>', "</p></body></html>"
+    head, tail = (
+        '<!doctype html><html><head><meta charset="utf-8"><title>plain</title></head><body><p>',
+        "</p></body></html>",
+    )
     words = "attention selection nonlinearity ablation softmax baseline seed variant trial report "
     text = (words * (size // len(words) + 1))[: max(0, size - len(head) - len(tail))]
     page = folder / "plain.html"
@@ -123,7 +126,9 @@ def synthetic(folder: Path) -> Path:
     gain = {("alternating", "softmax"): 90, ("pure", "softmax"): 84, ("pure", "csan"): 91, ("alternating", "csan"): 92}
 
     def value(t):
-        return gain[t.axes["model.stack"], t.axes["attention.kind"]] + 0.4 * np.sin(3 * t.axes["seed"] + int(t.variant[:4], 16))
+        return gain[t.axes["model.stack"], t.axes["attention.kind"]] + 0.4 * np.sin(
+            3 * t.axes["seed"] + int(t.variant[:4], 16)
+        )
 
     with Store(f"sqlite:///{folder / 'db.sqlite'}") as store:
         fill(store, p, value, state=lambda t: "failed" if t is p.trials[-1] else "done", epochs=6,
@@ -165,11 +170,16 @@ def main() -> None:
     assert all(t["shown"] and t["rows"] >= 2 for t in tables), tables
     assert shot.std() > 10, "the screenshot is blank"
     sizes = ", ".join(f"{i['width']}x{i['height']}" for i in images)
-    print(f"{page}: {len(images)}/{len(images)} images decoded and laid out ({sizes}); {len(tables)} tables laid out "
-          f"({', '.join(str(t['rows']) for t in tables)} rows); no script; screenshot {args.shot} "
-          f"{shot.shape[1]}x{shot.shape[0]}")
-    print(f"render to screenshot, headless Chromium, median of {args.repeats} (order alternated): report {took['report']:.2f} s, "
-          f"plain static page of the same {size / 2**10:.0f} KiB {took['plain']:.2f} s; ratio {took['report'] / took['plain']:.2f}")
+    print(
+        f"{page}: {len(images)}/{len(images)} images decoded and laid out ({sizes}); {len(tables)} tables laid out "
+        f"({', '.join(str(t['rows']) for t in tables)} rows); no script; screenshot {args.shot} "
+        f"{shot.shape[1]}x{shot.shape[0]}"
+    )
+    print(
+        f"render to screenshot, headless Chromium, median of {args.repeats} (order alternated): "
+        f"report {took['report']:.2f} s, plain static page of the same {size / 2**10:.0f} KiB {took['plain']:.2f} s; "
+        f"ratio {took['report'] / took['plain']:.2f}"
+    )
 
 
 if __name__ == "__main__":

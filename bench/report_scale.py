@@ -26,14 +26,14 @@ import time
 from pathlib import Path
 
 import yaml
+from timing import alternate
 
 from ablate.planner import plan
 from ablate.reporting import report
 from ablate.store import Store
-from timing import alternate
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # the synthetic-store filler
-from synthetic import fill  # noqa: E402
+from synthetic import fill
 
 GRID = {
     "attention.tau": [True, False], "attention.mu": [True, False], "attention.kappa_pub": ["unit", "off"],
@@ -50,7 +50,12 @@ def value(t) -> float:
     """Known effects: tau +2, mu +1, public +1.5, private +3, tau x mu +0.5, lr off 3e-3 costs; seed noise."""
     a = t.axes
     seed = a["seed"]
-    tau, mu, pub, priv = a["attention.tau"], a["attention.mu"], a["attention.kappa_pub"] == "unit", a["attention.kappa_priv"]
+    tau, mu, pub, priv = (
+        a["attention.tau"],
+        a["attention.mu"],
+        a["attention.kappa_pub"] == "unit",
+        a["attention.kappa_priv"],
+    )
     noise = math.sin(7.1 * seed) + 0.3 * math.sin(13.7 * seed + int(t.variant[:6], 16) % 97)
     return 60 + 2 * tau + mu + 1.5 * pub + 3 * priv + 0.5 * tau * mu - 2 * abs(math.log(a["train.lr"] / 3e-3)) + noise
 
@@ -71,8 +76,8 @@ def generate(db: Path, seeds: int, epochs: int) -> None:
     with tempfile.TemporaryDirectory() as d:
         f = Path(d) / "big.yaml"
         base = {**BASE, "train": {"epochs": epochs}}
-        f.write_text(yaml.safe_dump({"sweeps": {"big": {"description": "report scale bench", "base": base,
-                                                         "grid": GRID, "seeds": seeds, "baseline": BASELINE}}}))  # fmt: skip
+        big = {"description": "report scale bench", "base": base, "grid": GRID, "seeds": seeds, "baseline": BASELINE}
+        f.write_text(yaml.safe_dump({"sweeps": {"big": big}}))
         p = plan(f, "big")
     with Store(f"sqlite:///{db}") as store:
         fill(store, p, value, state=state, cost=cost, epochs=epochs)
@@ -102,9 +107,11 @@ def main() -> None:
         html = (Path(out) / "0" / "big" / "index.html").stat().st_size
     took, floor = statistics.median(times["report"]), statistics.median(times["floor"])
     print(f"store {size / 2**20:.0f} MiB: {int(counts['total'].iloc[0])} trials, {rows} epoch rows per metric name")
-    print(f"report {took:.2f} s ({len(files)} files, index.html {html / 2**10:.0f} KiB); "
-          f"reading the trials frame alone {floor:.2f} s; medians of {args.repeats}, warm, order alternated; "
-          f"ratio {took / floor:.2f}; target < 5 s")
+    print(
+        f"report {took:.2f} s ({len(files)} files, index.html {html / 2**10:.0f} KiB); "
+        f"reading the trials frame alone {floor:.2f} s; medians of {args.repeats}, warm, order alternated; "
+        f"ratio {took / floor:.2f}; target < 5 s"
+    )
 
 
 if __name__ == "__main__":

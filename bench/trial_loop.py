@@ -108,8 +108,9 @@ def main() -> None:
             sides[name](cfg)
             times[name].append(time.perf_counter() - t0)
     ours, plain = statistics.median(times["run_trial"]), statistics.median(times["plain"])
-    print(f"model: {cfg.model.backbone} embed {cfg.model.embed_dim} depth {cfg.model.depths[0]}, batch {cfg.train.batch_size}, "
-          f"{args.threads} thread(s), {args.epochs} epochs + evaluation, median of {args.repeats} (order alternated)")  # fmt: skip
+    print(f"model: {cfg.model.backbone} embed {cfg.model.embed_dim} depth {cfg.model.depths[0]}, "
+          f"batch {cfg.train.batch_size}, {args.threads} thread(s), {args.epochs} epochs + evaluation, "
+          f"median of {args.repeats} (order alternated)")  # fmt: skip
     print(f"run_trial  {ours:7.2f} s  (runs: {', '.join(f'{t:.2f}' for t in times['run_trial'])})")
     print(f"plain loop {plain:7.2f} s  (runs: {', '.join(f'{t:.2f}' for t in times['plain'])})")
     print(f"ratio plain/run_trial {plain / ours:.3f} (run_trial's relative throughput; target >= 0.97)")

@@ -24,7 +24,15 @@ KINDS = sorted(MECHANISMS.names())
 #: A tiny real trial: scikit-learn's 8x8 digits, a 2-block ViT; about a second per epoch here.
 TINY = {
     "data": {"name": "digits"},
-    "model": {"backbone": "vit", "embed_dim": 32, "depths": [2], "num_heads": [2], "patch_size": 2, "img_size": 8, "mlp_ratio": 2},
+    "model": {
+        "backbone": "vit",
+        "embed_dim": 32,
+        "depths": [2],
+        "num_heads": [2],
+        "patch_size": 2,
+        "img_size": 8,
+        "mlp_ratio": 2,
+    },
     "train": {"epochs": 2, "batch_size": 128, "lr": 2e-3},
 }
 

@@ -15,8 +15,9 @@ from __future__ import annotations
 import os
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 WAIT_LIMIT = 300.0
 """A gate nobody opens fails the trial after this long rather than hang a test run."""

@@ -7,7 +7,7 @@ benchmarked on stores whose true values and effects are known, through the same 
 from __future__ import annotations
 
 import math
-from typing import Callable
+from collections.abc import Callable
 
 from ablate.planner import Plan, Trial
 from ablate.store import MetricRow, Store

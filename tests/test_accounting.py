@@ -5,13 +5,13 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
+from conftest import BUILTIN_KINDS, KINDS
 from torch import nn
 
 import ablate.nn  # noqa: F401  (registers every variant)
 from ablate.config import TrialConfig
 from ablate.nn.accounting import count_flops, count_params, data_dims, example_input, flops, model_cost, peak_memory
 from ablate.nn.factory import create_model, meta_params
-from conftest import BUILTIN_KINDS, KINDS
 
 CSAN = {"kind": "csan"}
 #: (model fields, attention, published params in millions) at ImageNet defaults (224 px, 1000 classes).

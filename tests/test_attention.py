@@ -4,22 +4,20 @@ from __future__ import annotations
 
 import math
 
+import ablate._tv_compat  # noqa: F401  (the torchvision shim, before timm)
+
 import pytest
+import timm
 import torch
 import torch.nn.functional as F
+from conftest import KINDS
 from pydantic import TypeAdapter
 
-from ablate import _tv_compat  # noqa: F401  (before timm)
 from ablate.config import AttentionConfig
 from ablate.nn import create_mixer
-from ablate.nn.csan import CSaNAttention
-from ablate.nn.sparse import ISTAAttention
-from conftest import KINDS
 from ablate.nn.accounting import flops
-from ablate.nn.csan import CSaN, _KneeLogits, _RowMeanPhi
-from ablate.nn.sparse import Entmax15, Sparsemax, ista_step_size
-
-import timm  # noqa: E402  (after the torchvision shim)
+from ablate.nn.csan import CSaN, CSaNAttention, _KneeLogits, _RowMeanPhi
+from ablate.nn.sparse import Entmax15, ISTAAttention, Sparsemax, ista_step_size
 
 B, H, N, D = 2, 3, 10, 8
 DIM = H * D
@@ -192,7 +190,10 @@ def test_csan_gradients_reach_every_enabled_component(knobs: dict) -> None:
 
 
 def phi(s: torch.Tensor, beta: float) -> torch.Tensor:
-    """phi_beta as the CSaN paper (Selection-as-Nonlinearity) writes it: s above beta, beta * exp(min(s, beta) / beta - 1) below."""
+    """phi_beta as the CSaN paper (Selection-as-Nonlinearity) writes it.
+
+    s above beta, beta * exp(min(s, beta) / beta - 1) below.
+    """
     return torch.where(s > beta, s, beta * torch.exp(torch.clamp(s, max=beta) / beta - 1))
 
 

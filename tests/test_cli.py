@@ -13,11 +13,11 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from conftest import TINY, write_sweeps
 from typer.testing import CliRunner
 
 from ablate.cli import app
 from ablate.store import STATES, Store
-from conftest import TINY, write_sweeps
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -41,7 +41,7 @@ def table(output: str, title: str) -> list[dict[str, str]] | None:
         return None
     header: list[str] = []
     body: list[list[str]] = []
-    for line in lines[lines.index(title) + 1:]:
+    for line in lines[lines.index(title) + 1 :]:
         cells = [c.strip() for c in line.strip()[1:-1].replace("┃", "│").split("│")]
         if line.startswith("┃"):
             header = [f"{a} {b}".strip() for a, b in zip(header, cells)] if header else cells
@@ -70,7 +70,16 @@ def store_with_trials(tmp_path: Path) -> tuple[str, dict[str, dict[str, int]]]:
         store.interrupt(["i1"])
     zero = dict.fromkeys(STATES, 0)
     want = {
-        "alpha": {**zero, "pending": 2, "running": 1, "done": 2, "failed": 1, "diverged": 1, "interrupted": 1, "total": 8},
+        "alpha": {
+            **zero,
+            "pending": 2,
+            "running": 1,
+            "done": 2,
+            "failed": 1,
+            "diverged": 1,
+            "interrupted": 1,
+            "total": 8,
+        },
         "beta-sweep": {**zero, "pending": 1, "done": 1, "failed": 1, "total": 3},
     }
     return db, want
@@ -89,11 +98,16 @@ def test_status_prints_the_counts_per_state_of_the_store(tmp_path: Path) -> None
     assert [(r["sweep"], r["key"], r["host"]) for r in running] == [("alpha", "r1", "node-7")]
     failures = table(output, "failures")
     assert sorted((r["sweep"], r["key"], r["state"]) for r in failures) == [
-        ("alpha", "f1", "failed"), ("alpha", "v1", "diverged"), ("beta-sweep", "b1", "failed")]
+        ("alpha", "f1", "failed"),
+        ("alpha", "v1", "diverged"),
+        ("beta-sweep", "b1", "failed"),
+    ]
     errors = {r["key"]: r["error"] for r in failures}
     assert errors["f1"] == "ValueError: boom" and errors["b1"] == "RuntimeError: out of memory"
     only_beta = table(status("beta-sweep", "--db", db), "trials per state")
-    assert [{k: v for k, v in r.items() if k != "sweep"} for r in only_beta] == [{k: str(v) for k, v in want["beta-sweep"].items()}]
+    assert [{k: v for k, v in r.items() if k != "sweep"} for r in only_beta] == [
+        {k: str(v) for k, v in want["beta-sweep"].items()}
+    ]
 
 
 def test_status_names_the_sweep_of_each_row(tmp_path: Path) -> None:
@@ -103,7 +117,9 @@ def test_status_names_the_sweep_of_each_row(tmp_path: Path) -> None:
 
 
 def test_plan_json_rows_carry_key_axes_cost_and_config(tmp_path: Path) -> None:
-    f = write_sweeps(tmp_path / "e.yaml", {"s": {"base": TINY, "grid": {"attention.kind": ["softmax", "csan"]}, "seeds": 2}})
+    f = write_sweeps(
+        tmp_path / "e.yaml", {"s": {"base": TINY, "grid": {"attention.kind": ["softmax", "csan"]}, "seeds": 2}}
+    )
     rows = json.loads(invoke("plan", str(f), "--format", "json"))
     assert len(rows) == 4
     assert {"key", "variant", "attention.kind", "seed", "params", "gflops", "config"} <= set(rows[0])
@@ -145,8 +161,19 @@ def test_ui_serves_the_mlflow_store_on_loopback(tmp_path: Path) -> None:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    cmd = [sys.executable, "-m", "ablate.cli", "ui", "--mlflow-uri", f"sqlite:///{tmp_path}/m.sqlite", "--port", str(port)]
-    proc = subprocess.Popen(cmd, cwd=tmp_path, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    cmd = [
+        sys.executable,
+        "-m",
+        "ablate.cli",
+        "ui",
+        "--mlflow-uri",
+        f"sqlite:///{tmp_path}/m.sqlite",
+        "--port",
+        str(port),
+    ]
+    proc = subprocess.Popen(
+        cmd, cwd=tmp_path, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
     try:
         deadline = time.monotonic() + 120
         while True:

@@ -14,13 +14,12 @@ import time
 from pathlib import Path
 
 import pytest
-
 import yaml
+from conftest import TINY
+from test_plugins import plugin_source
 
 from ablate.store import Store
 from ablate.tracking import Tracker
-from conftest import TINY
-from test_plugins import plugin_source
 
 pytestmark = pytest.mark.timeout(420)
 RAY = str(Path(sys.executable).with_name("ray"))
@@ -37,7 +36,8 @@ def start_node(args: list[str], env: dict) -> subprocess.Popen:
     """`ray start --block` in its own process group, so the test can stop exactly what it started."""
     return subprocess.Popen([RAY, "start", "--block", "--node-ip-address", IP, "--num-cpus", "1",
                              "--object-store-memory", str(80 * 2**20), "--disable-usage-stats", *args],
-                            env=env, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+                            env=env, start_new_session=True,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
 
 
 def nodes_alive(address: str, env: dict) -> int:
@@ -65,8 +65,14 @@ def test_sweep_runs_across_two_nodes(tmp_path: Path) -> None:
         plugin_dir.mkdir()
         (plugin_dir / "relu.py").write_text(plugin_source())
         f = tmp_path / "e.yaml"
-        f.write_text(yaml.safe_dump({"plugins": ["./plugin/relu.py"], "sweeps": {
-            "two": {"base": {**cfg, "attention": {"kind": "relu"}}, "seeds": 4}}}))
+        f.write_text(
+            yaml.safe_dump(
+                {
+                    "plugins": ["./plugin/relu.py"],
+                    "sweeps": {"two": {"base": {**cfg, "attention": {"kind": "relu"}}, "seeds": 4}},
+                }
+            )
+        )
         db, ml = f"sqlite:///{tmp_path}/r.sqlite", f"sqlite:///{tmp_path}/m.sqlite"
         run = subprocess.run([sys.executable, "-m", "ablate.cli", "launch", str(f), "--address", address, "--db", db,
                               "--mlflow-uri", ml, "--plain", "--storage", str(tmp_path / "ck")],

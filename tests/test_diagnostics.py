@@ -6,11 +6,11 @@ import math
 
 import pytest
 import torch
+from conftest import KINDS
 from pydantic import TypeAdapter
 from torch import Tensor, nn
 
 from ablate.config import AttentionConfig
-from conftest import KINDS
 from ablate.nn import argmax_keys, create_mixer, recording, summarize, winner_transfer
 from ablate.nn.diagnostics import column_gini, row_entropy
 

@@ -10,14 +10,14 @@ import threading
 from pathlib import Path
 
 import pytest
+from conftest import TINY, write_sweeps
+from gate import Gate, wait_for
 
 from ablate.launcher import RunConfig, launch
 from ablate.planner import plan, plan_all
 from ablate.progress import Progress
 from ablate.store import Store
 from ablate.tracking import Tracker
-from conftest import TINY, write_sweeps
-from gate import Gate, wait_for
 
 GATE_SCRIPT = Path(__file__).with_name("gate.py")
 
@@ -29,7 +29,9 @@ def quiet() -> Progress:
 
 
 def test_launch_records_everything_and_never_reruns(ray_local, tmp_path: Path) -> None:
-    f = write_sweeps(tmp_path / "e.yaml", {"s": {"base": TINY, "grid": {"attention.kind": ["softmax", "csan"]}, "seeds": 1}})
+    f = write_sweeps(
+        tmp_path / "e.yaml", {"s": {"base": TINY, "grid": {"attention.kind": ["softmax", "csan"]}, "seeds": 1}}
+    )
     p = plan(f, "s")
     with Store(f"sqlite:///{tmp_path}/r.sqlite") as store:
         tracker = Tracker(f"sqlite:///{tmp_path}/m.sqlite", str(tmp_path / "art"))
@@ -62,7 +64,12 @@ def test_extended_grid_runs_only_new_cells(ray_local, tmp_path: Path) -> None:
 
 
 def test_failure_and_divergence_are_recorded(ray_local, tmp_path: Path) -> None:
-    broken = {**TINY, "task": "mil", "data": {"name": "mil_csv", "path": str(tmp_path / "missing.csv")}, "model": {"size": "synpool"}}
+    broken = {
+        **TINY,
+        "task": "mil",
+        "data": {"name": "mil_csv", "path": str(tmp_path / "missing.csv")},
+        "model": {"size": "synpool"},
+    }
     nan = {**TINY, "train": {**TINY["train"], "lr": 1e30, "weight_decay": 0.0}}
     f = write_sweeps(tmp_path / "e.yaml", {"broken": {"base": broken}, "nan": {"base": nan}, "ok": {"base": TINY}})
     plans = plan_all(f)
@@ -78,9 +85,8 @@ def test_failure_and_divergence_are_recorded(ray_local, tmp_path: Path) -> None:
 
 def by_value() -> None:
     """Ship this module's and the gate's runners to Ray workers by value (tests/ is not on their path)."""
-    import ray.cloudpickle
-
     import gate
+    import ray.cloudpickle
 
     ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
     ray.cloudpickle.register_pickle_by_value(gate)
@@ -95,8 +101,8 @@ def test_killed_worker_is_retried_and_resumes_from_its_checkpoint(ray_local, tmp
     gate = Gate(tmp_path / "gate", epoch=2)
     with Store(f"sqlite:///{tmp_path}/r.sqlite") as store:
         box: dict = {}
-        th = threading.Thread(target=lambda: box.update(res=launch([p], store=store, run=RunConfig(
-                                                                   storage=tmp_path / "ck", runner=gate.runner()), progress=quiet())))  # fmt: skip
+        run = RunConfig(storage=tmp_path / "ck", runner=gate.runner())
+        th = threading.Thread(target=lambda: box.update(res=launch([p], store=store, run=run, progress=quiet())))
         th.start()
         pid = gate.wait(1)[key]  # the worker sits at epoch 2, its epoch-2 checkpoint written
         os.kill(pid, signal.SIGKILL)
@@ -127,7 +133,9 @@ def flaky_runner(cfg, report, checkpoint_dir):
 
 
 @pytest.mark.parametrize("retries", [0, 2])
-def test_application_errors_are_retried_exactly_resources_retries_times(ray_local, tmp_path: Path, retries: int) -> None:
+def test_application_errors_are_retried_exactly_resources_retries_times(
+    ray_local, tmp_path: Path, retries: int
+) -> None:
     """Seed n fails n times: with `retries` r, seeds up to r end done after n + 1 calls, the rest failed after r + 1."""
     by_value()
     f = write_sweeps(tmp_path / "e.yaml", {"s": {"base": {**TINY, "resources": {"cpus": 0.5, "retries": retries}},
@@ -163,7 +171,13 @@ def test_many_trials_finishing_at_once_lose_nothing(ray_local, tmp_path: Path) -
     f = write_sweeps(tmp_path / "e.yaml", {"s": {"base": {**TINY, "resources": {"cpus": 0.1}}, "seeds": 24}})
     with Store(f"sqlite:///{tmp_path}/r.sqlite") as store:
         tracker = Tracker(f"sqlite:///{tmp_path}/m.sqlite", str(tmp_path / "art"))
-        res = launch([plan(f, "s")], store=store, tracker=tracker, run=RunConfig(storage=tmp_path / "ck", runner=burst_runner), progress=quiet())
+        res = launch(
+            [plan(f, "s")],
+            store=store,
+            tracker=tracker,
+            run=RunConfig(storage=tmp_path / "ck", runner=burst_runner),
+            progress=quiet(),
+        )
         assert res.counts == {"done": 24}
         assert len(store.metrics_frame("s")) == 24 * 40 * 10
 
@@ -184,7 +198,9 @@ def test_killed_launcher_is_finished_by_the_next_launch(tmp_path: Path) -> None:
     """SIGKILL the launcher's process group (it and its embedded Ray) with one trial done and two provably
     mid-run; the next launch keeps the done trial and resumes the other two from their checkpoints."""
     cfg = {**TINY, "train": {**TINY["train"], "epochs": 3}, "resources": {"cpus": 0.5}}
-    f = write_sweeps(tmp_path / "e.yaml", {"s": {"base": cfg, "grid": {"attention.kind": ["softmax", "sparsemax", "entmax15"]}}})
+    f = write_sweeps(
+        tmp_path / "e.yaml", {"s": {"base": cfg, "grid": {"attention.kind": ["softmax", "sparsemax", "entmax15"]}}}
+    )
     first, *gated = [t.key for t in plan(f, "s").trials]
     gate = Gate(tmp_path / "gate", epoch=1, keys=gated)
     proc = subprocess.Popen(launch_cmd(f, tmp_path, gate), cwd=tmp_path, env=CLI_ENV, start_new_session=True,
@@ -197,7 +213,9 @@ def test_killed_launcher_is_finished_by_the_next_launch(tmp_path: Path) -> None:
     finally:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(timeout=30)
-    res = subprocess.run(launch_cmd(f, tmp_path), cwd=tmp_path, env=CLI_ENV, capture_output=True, text=True, timeout=240)
+    res = subprocess.run(
+        launch_cmd(f, tmp_path), cwd=tmp_path, env=CLI_ENV, capture_output=True, text=True, timeout=240
+    )
     assert res.returncode == 0, res.stderr
     with Store(db) as store:
         t = store.trials_frame("s").set_index("key")
@@ -225,7 +243,9 @@ def test_ctrl_c_marks_running_trials_interrupted_and_the_next_launch_resumes(tmp
     assert "interrupted 2" in out
     with Store(f"sqlite:///{tmp_path}/r.sqlite") as store:
         assert set(store.states().values()) == {"interrupted"}
-        res = subprocess.run(launch_cmd(f, tmp_path), cwd=tmp_path, env=CLI_ENV, capture_output=True, text=True, timeout=300)
+        res = subprocess.run(
+            launch_cmd(f, tmp_path), cwd=tmp_path, env=CLI_ENV, capture_output=True, text=True, timeout=300
+        )
         assert res.returncode == 0, res.stdout + res.stderr
         t = store.trials_frame("s")
         assert set(t["state"]) == {"done"}

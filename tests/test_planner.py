@@ -8,11 +8,11 @@ import typing
 from dataclasses import dataclass
 from pathlib import Path
 
+import golden_keys
 import pytest
 import yaml
 from pydantic import BaseModel, ValidationError
 
-import golden_keys
 from ablate.config import AnyMechanism, TrialConfig
 from ablate.errors import SpecError
 from ablate.planner import Plan, plan, plan_all, trial_key, variant_key
@@ -34,7 +34,10 @@ def plan_of(tmp_path: Path, sweep: dict, name: str = "s") -> Plan:
 
 
 def test_cartesian_with_seeds(tmp_path: Path) -> None:
-    p = plan_of(tmp_path, {"grid": {"model.stack": ["alternating", "pure"], "attention.kind": ["softmax", "csan", "syn"]}, "seeds": 3})
+    p = plan_of(
+        tmp_path,
+        {"grid": {"model.stack": ["alternating", "pure"], "attention.kind": ["softmax", "csan", "syn"]}, "seeds": 3},
+    )
     assert len(p.trials) == 2 * 3 * 3
     assert len(p.variants) == 6
     assert sorted(p.axes) == ["attention.kind", "model.stack"]
@@ -43,45 +46,74 @@ def test_cartesian_with_seeds(tmp_path: Path) -> None:
 
 
 def test_linked_axes_move_together(tmp_path: Path) -> None:
-    p = plan_of(tmp_path, {
-        "grid": {"attention.kind": ["softmax", "csan"]},
-        "linked": [{"model.embed_dim": [32, 64], "model.num_heads": [[2], [4]]}],
-    })
+    p = plan_of(
+        tmp_path,
+        {
+            "grid": {"attention.kind": ["softmax", "csan"]},
+            "linked": [{"model.embed_dim": [32, 64], "model.num_heads": [[2], [4]]}],
+        },
+    )
     assert len(p.trials) == 4
     assert {(t.config.model.embed_dim, t.config.model.num_heads) for t in p.trials} == {(32, (2,)), (64, (4,))}
 
 
 def test_linked_rows_may_set_different_paths(tmp_path: Path) -> None:
-    p = plan_of(tmp_path, {"linked": [[
-        {"attention.kind": "softmax"},
-        {"attention.kind": "csan", "attention.kappa_pub": "head"},
-        {"attention.kind": "csan", "model.stack": "pure"},
-    ]]})
-    got = [(t.config.attention.kind, getattr(t.config.attention, "kappa_pub", None), t.config.model.stack) for t in p.trials]
+    p = plan_of(
+        tmp_path,
+        {
+            "linked": [
+                [
+                    {"attention.kind": "softmax"},
+                    {"attention.kind": "csan", "attention.kappa_pub": "head"},
+                    {"attention.kind": "csan", "model.stack": "pure"},
+                ]
+            ]
+        },
+    )
+    got = [
+        (t.config.attention.kind, getattr(t.config.attention, "kappa_pub", None), t.config.model.stack)
+        for t in p.trials
+    ]
     assert got == [("softmax", None, "alternating"), ("csan", "head", "alternating"), ("csan", "unit", "pure")]
 
 
 def test_exclude_drops_matching_cells(tmp_path: Path) -> None:
-    p = plan_of(tmp_path, {
-        "grid": {"model.stack": ["alternating", "pure"], "attention.kind": ["softmax", "csan"]},
-        "exclude": [{"model.stack": "pure", "attention.kind": "softmax"}],
-    })
+    p = plan_of(
+        tmp_path,
+        {
+            "grid": {"model.stack": ["alternating", "pure"], "attention.kind": ["softmax", "csan"]},
+            "exclude": [{"model.stack": "pure", "attention.kind": "softmax"}],
+        },
+    )
     assert len(p.trials) == 3
     assert not any(t.config.model.stack == "pure" and t.config.attention.kind == "softmax" for t in p.trials)
 
 
 def test_exclude_with_any_of_list(tmp_path: Path) -> None:
-    p = plan_of(tmp_path, {"grid": {"attention.kind": ["softmax", "csan", "syn", "sparsemax"]},
-                           "exclude": [{"attention.kind": ["syn", "sparsemax"]}]})
+    p = plan_of(
+        tmp_path,
+        {
+            "grid": {"attention.kind": ["softmax", "csan", "syn", "sparsemax"]},
+            "exclude": [{"attention.kind": ["syn", "sparsemax"]}],
+        },
+    )
     assert [t.config.attention.kind for t in p.trials] == ["softmax", "csan"]
 
 
 def test_conditional_axes_apply_only_where_condition_holds(tmp_path: Path) -> None:
-    p = plan_of(tmp_path, {
-        "grid": {"attention.kind": ["softmax", "csan"]},
-        "when": [{"when": {"attention.kind": "csan"}, "grid": {"attention.tau": [True, False], "attention.mu": [True, False]}}],
-        "seeds": 2,
-    })
+    p = plan_of(
+        tmp_path,
+        {
+            "grid": {"attention.kind": ["softmax", "csan"]},
+            "when": [
+                {
+                    "when": {"attention.kind": "csan"},
+                    "grid": {"attention.tau": [True, False], "attention.mu": [True, False]},
+                }
+            ],
+            "seeds": 2,
+        },
+    )
     kinds = [t.config.attention.kind for t in p.trials]
     assert kinds.count("softmax") == 2  # no duplicate softmax cells
     assert kinds.count("csan") == 4 * 2
@@ -91,24 +123,44 @@ def test_conditional_axes_apply_only_where_condition_holds(tmp_path: Path) -> No
 
 def test_conditions_see_base_values(tmp_path: Path) -> None:
     f = tmp_path / "e.yaml"
-    f.write_text(yaml.safe_dump({"sweeps": {"s": {
-        "base": {**BASE, "attention": {"kind": "syn"}},
-        "when": [{"when": {"attention.kind": "syn"}, "grid": {"attention.steps": [-1, 0, 1]}}],
-    }}}))
+    f.write_text(
+        yaml.safe_dump(
+            {
+                "sweeps": {
+                    "s": {
+                        "base": {**BASE, "attention": {"kind": "syn"}},
+                        "when": [{"when": {"attention.kind": "syn"}, "grid": {"attention.steps": [-1, 0, 1]}}],
+                    }
+                }
+            }
+        )
+    )
     assert len(plan(f, "s").trials) == 3
 
 
 def test_baseline_is_a_variant(tmp_path: Path) -> None:
-    p = plan_of(tmp_path, {"grid": {"attention.kind": ["softmax", "csan"]}, "seeds": 2, "baseline": {"attention.kind": "csan"}})
+    p = plan_of(
+        tmp_path, {"grid": {"attention.kind": ["softmax", "csan"]}, "seeds": 2, "baseline": {"attention.kind": "csan"}}
+    )
     base = [t for t in p.trials if t.variant == p.baseline]
     assert len(base) == 2 and all(t.config.attention.kind == "csan" for t in base)
 
 
 def test_folds_are_replicates_of_one_variant(tmp_path: Path) -> None:
     f = tmp_path / "e.yaml"
-    f.write_text(yaml.safe_dump({"sweeps": {"m": {
-        "base": {"task": "mil", "data": {"name": "musk1"}, "model": {"size": "synpool"}},
-        "grid": {"data.fold": [0, 1, 2]}, "seeds": 2}}}))
+    f.write_text(
+        yaml.safe_dump(
+            {
+                "sweeps": {
+                    "m": {
+                        "base": {"task": "mil", "data": {"name": "musk1"}, "model": {"size": "synpool"}},
+                        "grid": {"data.fold": [0, 1, 2]},
+                        "seeds": 2,
+                    }
+                }
+            }
+        )
+    )
     p = plan(f, "m")
     assert len(p.trials) == 6 and len(p.variants) == 1
     assert p.metric == "test.auc"
@@ -117,7 +169,17 @@ def test_folds_are_replicates_of_one_variant(tmp_path: Path) -> None:
 def test_relative_data_paths_resolve_against_the_file(tmp_path: Path) -> None:
     f = tmp_path / "sub" / "e.yaml"
     f.parent.mkdir()
-    f.write_text(yaml.safe_dump({"sweeps": {"m": {"base": {"task": "mil", "data": {"name": "fox", "path": "../mil"}, "model": {"size": "synpool"}}}}}))
+    f.write_text(
+        yaml.safe_dump(
+            {
+                "sweeps": {
+                    "m": {
+                        "base": {"task": "mil", "data": {"name": "fox", "path": "../mil"}, "model": {"size": "synpool"}}
+                    }
+                }
+            }
+        )
+    )
     cfg = plan(f, "m").trials[0].config
     assert cfg.data.path == str((tmp_path / "mil").resolve())
     assert cfg.data.id == "mil"
@@ -126,45 +188,59 @@ def test_relative_data_paths_resolve_against_the_file(tmp_path: Path) -> None:
 # ------------------------------------------------------------------------------------------- identity
 def test_key_ignores_key_order_and_explicit_defaults() -> None:
     a = TrialConfig.model_validate({"model": BASE["model"], "data": {"name": "mnist5k"}})
-    b = TrialConfig.model_validate({
-        "data": {"split_seed": 0, "name": "mnist5k"},
-        "model": {**BASE["model"], "stack": "alternating", "mlp_ratio": 4},
-        "attention": {"kind": "softmax"},
-        "train": {"lr": 0.001, "epochs": 10},
-        "seed": 0,
-    })
+    b = TrialConfig.model_validate(
+        {
+            "data": {"split_seed": 0, "name": "mnist5k"},
+            "model": {**BASE["model"], "stack": "alternating", "mlp_ratio": 4},
+            "attention": {"kind": "softmax"},
+            "train": {"lr": 0.001, "epochs": 10},
+            "seed": 0,
+        }
+    )
     assert trial_key(a) == trial_key(b)
 
 
 def test_named_size_and_its_values_share_a_key() -> None:
     named = TrialConfig.model_validate({"model": {"size": "swin-min"}})
-    explicit = TrialConfig.model_validate({"model": {"backbone": "swin", "embed_dim": 96, "depths": [1, 1, 1, 1], "num_heads": [3, 6, 12, 24]}})
+    explicit = TrialConfig.model_validate(
+        {"model": {"backbone": "swin", "embed_dim": 96, "depths": [1, 1, 1, 1], "num_heads": [3, 6, 12, 24]}}
+    )
     assert trial_key(named) == trial_key(explicit)
 
 
 def test_key_ignores_paths_resources_and_logging() -> None:
-    a = TrialConfig.model_validate({"task": "mil", "data": {"name": "fox", "path": "/a/mil"}, "model": {"size": "synpool"}})
-    b = TrialConfig.model_validate({
-        "task": "mil", "data": {"name": "fox", "path": "/elsewhere/mil", "workers": 4}, "model": {"size": "synpool"},
-        "resources": {"cpus": 4, "gpus": 0.5, "retries": 2}, "train": {"diagnostics": True, "compile": True, "eval_batch_size": 7},
-    })
+    a = TrialConfig.model_validate(
+        {"task": "mil", "data": {"name": "fox", "path": "/a/mil"}, "model": {"size": "synpool"}}
+    )
+    b = TrialConfig.model_validate(
+        {
+            "task": "mil",
+            "data": {"name": "fox", "path": "/elsewhere/mil", "workers": 4},
+            "model": {"size": "synpool"},
+            "resources": {"cpus": 4, "gpus": 0.5, "retries": 2},
+            "train": {"diagnostics": True, "compile": True, "eval_batch_size": 7},
+        }
+    )
     assert trial_key(a) == trial_key(b)
 
 
-@pytest.mark.parametrize("change", [
-    {"seed": 1},
-    {"train": {"lr": 0.002}},
-    {"train": {"epochs": 11}},
-    {"train": {"amp": True}},
-    {"data": {"name": "digits"}},
-    {"data": {"name": "mnist5k", "split_seed": 1}},
-    {"data": {"name": "mnist5k", "val_fraction": 0.2}},
-    {"model": {**BASE["model"], "stack": "pure"}},
-    {"model": {**BASE["model"], "embed_dim": 64}},
-    {"attention": {"kind": "csan"}},
-    {"attention": {"kind": "csan", "tau": False}},
-    {"attention": {"kind": "syn", "steps": 2}},
-])
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"seed": 1},
+        {"train": {"lr": 0.002}},
+        {"train": {"epochs": 11}},
+        {"train": {"amp": True}},
+        {"data": {"name": "digits"}},
+        {"data": {"name": "mnist5k", "split_seed": 1}},
+        {"data": {"name": "mnist5k", "val_fraction": 0.2}},
+        {"model": {**BASE["model"], "stack": "pure"}},
+        {"model": {**BASE["model"], "embed_dim": 64}},
+        {"attention": {"kind": "csan"}},
+        {"attention": {"kind": "csan", "tau": False}},
+        {"attention": {"kind": "syn", "steps": 2}},
+    ],
+)
 def test_key_changes_with_every_result_relevant_value(change: dict) -> None:
     base = {"model": BASE["model"], "data": {"name": "mnist5k"}}
     assert trial_key(TrialConfig.model_validate(base)) != trial_key(TrialConfig.model_validate({**base, **change}))
@@ -178,10 +254,19 @@ def test_variant_key_ignores_seed_only() -> None:
 
 def test_same_config_in_two_sweeps_is_the_same_trial(tmp_path: Path) -> None:
     f = tmp_path / "e.yaml"
-    f.write_text(yaml.safe_dump({"sweeps": {
-        "a": {"base": BASE, "grid": {"attention.kind": ["softmax", "csan"]}},
-        "b": {"base": {**BASE, "attention": {"kind": "csan"}}, "grid": {"model.stack": ["alternating", "pure"]}},
-    }}))
+    f.write_text(
+        yaml.safe_dump(
+            {
+                "sweeps": {
+                    "a": {"base": BASE, "grid": {"attention.kind": ["softmax", "csan"]}},
+                    "b": {
+                        "base": {**BASE, "attention": {"kind": "csan"}},
+                        "grid": {"model.stack": ["alternating", "pure"]},
+                    },
+                }
+            }
+        )
+    )
     a, b = plan_all(f)
     shared = {t.key for t in a.trials} & {t.key for t in b.trials}
     assert len(shared) == 1
@@ -204,21 +289,32 @@ def test_plan_without_a_name_is_the_default_sweep(tmp_path: Path) -> None:
 
 def test_large_grid_plans(tmp_path: Path) -> None:
     """10,000+ trials expand (speed is measured in bench/plan_scale.py, not asserted here)."""
-    p = plan_of(tmp_path, {
-        "base": {**BASE, "attention": {"kind": "csan"}},
-        "grid": {"attention.tau": [True, False], "attention.mu": [True, False], "attention.kappa_pub": ["unit", "head", "off"],
-                 "attention.kappa_priv": [True, False], "attention.beta": [0.1, 0.25, 0.5, 1.0, 2.0],
-                 "train.lr": [1e-3, 2e-3, 3e-3, 4e-3, 5e-3]},
-        "seeds": 17,
-    })
+    p = plan_of(
+        tmp_path,
+        {
+            "base": {**BASE, "attention": {"kind": "csan"}},
+            "grid": {
+                "attention.tau": [True, False],
+                "attention.mu": [True, False],
+                "attention.kappa_pub": ["unit", "head", "off"],
+                "attention.kappa_priv": [True, False],
+                "attention.beta": [0.1, 0.25, 0.5, 1.0, 2.0],
+                "train.lr": [1e-3, 2e-3, 3e-3, 4e-3, 5e-3],
+            },
+            "seeds": 17,
+        },
+    )
     assert len(p.trials) == 2 * 2 * 3 * 2 * 5 * 5 * 17 == 10200
     assert len({t.key for t in p.trials}) == 10200
 
 
 def test_unreachable_match_params_is_a_spec_error_naming_the_key(tmp_path: Path) -> None:
     """A target no accepted width reaches: a SpecError at the linked entry, with the target and closest count."""
-    base = {"data": {"name": "digits"}, "train": {"epochs": 1},
-            "model": {"backbone": "vit", "embed_dim": 16, "depths": [2], "num_heads": [2], "patch_size": 2, "img_size": 8}}
+    base = {
+        "data": {"name": "digits"},
+        "train": {"epochs": 1},
+        "model": {"backbone": "vit", "embed_dim": 16, "depths": [2], "num_heads": [2], "patch_size": 2, "img_size": 8},
+    }
     f = tmp_path / "e.yaml"
     f.write_text(yaml.safe_dump({"sweeps": {"m": {"base": base, "grid": {"attention.kind": ["csan"]},
                                                   "linked": [[{"model.match_params": 3000}]]}}}))  # fmt: skip
@@ -238,11 +334,15 @@ def test_shipped_sweeps_keep_their_golden_keys(monkeypatch: pytest.MonkeyPatch) 
     now = golden_keys.current_keys()
     if now == golden:
         return
-    moved = {s: sum(a != b for a, b in zip(keys, golden["sweeps"].get(s, []))) + abs(len(keys) - len(golden["sweeps"].get(s, [])))
-             for s, keys in now["sweeps"].items()}  # fmt: skip
-    why = (f"KEY_VERSION was bumped ({golden['key_version']} -> {now['key_version']}): regenerate the golden keys"
-           if now["key_version"] != golden["key_version"] else
-           "a change to the config models or to the key computation moved them without a KEY_VERSION bump")
+    moved = {}
+    for s, keys in now["sweeps"].items():
+        old = golden["sweeps"].get(s, [])
+        moved[s] = sum(a != b for a, b in zip(keys, old)) + abs(len(keys) - len(old))
+    why = (
+        f"KEY_VERSION was bumped ({golden['key_version']} -> {now['key_version']}): regenerate the golden keys"
+        if now["key_version"] != golden["key_version"]
+        else "a change to the config models or to the key computation moved them without a KEY_VERSION bump"
+    )
     pytest.fail(
         f"trial keys of the shipped sweeps changed (keys moved per sweep: {moved}; sweeps now {sorted(now['sweeps'])}, "
         f"golden {sorted(golden['sweeps'])}). {why}.\n"
@@ -250,7 +350,8 @@ def test_shipped_sweeps_keep_their_golden_keys(monkeypatch: pytest.MonkeyPatch) 
         "runs them all again. Only a change in what a config means may do that, and then ablate.planner.KEY_VERSION "
         "must be bumped deliberately. Note that a new result-relevant field re-keys every trial even at its default "
         "(the key hashes every field), and a field that does not change results must be marked nokey.\n"
-        f"After a deliberate KEY_VERSION bump (or an edit of experiments.yaml) regenerate with: {golden_keys.REGENERATE}"
+        "After a deliberate KEY_VERSION bump (or an edit of experiments.yaml) regenerate with: "
+        f"{golden_keys.REGENERATE}"
     )
 
 
@@ -275,7 +376,10 @@ UNVALIDATED: dict[str, object] = {"task": "mil"}  # task follows data.name and m
 BASES = [
     {"data": {"name": "mnist5k", "path": "/data/mnist5k"}, "model": {"size": "vit-tiny"}},
     {"data": {"name": "mnist5k", "path": "/data/mnist5k"}, "model": {"size": "swin-min"}},
-    {"data": {"name": "mnist5k", "path": "/data/mnist5k"}, "model": {"backbone": "vit", "embed_dim": 96, "depths": [2], "num_heads": [3]}},
+    {
+        "data": {"name": "mnist5k", "path": "/data/mnist5k"},
+        "model": {"backbone": "vit", "embed_dim": 96, "depths": [2], "num_heads": [3]},
+    },
 ]
 
 
@@ -383,17 +487,21 @@ def _perturb(leaf: Leaf) -> tuple[TrialConfig, TrialConfig, object]:
                 node[name] = current
             changed = {p for p, v in _flat(other.model_dump(mode="json")).items() if flat.get(p, object()) != v}
             # another attention kind brings its own fields along
-            alone = {leaf.path} | ({p for p in changed if p.startswith("attention.")} if leaf.path == "attention.kind" else set())
+            alone = {leaf.path} | (
+                {p for p in changed if p.startswith("attention.")} if leaf.path == "attention.kind" else set()
+            )
             if changed == alone:
                 return base, other, value
             tried.append(f"{value!r}: also changed {sorted(changed - {leaf.path})}")
-    pytest.fail(f"{leaf.id}: no valid value changes this field alone (tried {tried}); add one to HAND_PICKED "
-                "(or to UNVALIDATED if validation ties it to other fields)")
+    pytest.fail(
+        f"{leaf.id}: no valid value changes this field alone (tried {tried}); add one to HAND_PICKED "
+        "(or to UNVALIDATED if validation ties it to other fields)"
+    )
 
 
 def test_the_walk_finds_every_leaf_of_every_section() -> None:
     ids = {leaf.id for leaf in LEAVES}
-    assert EXPECTED_NOKEY <= ids, f"EXPECTED_NOKEY names fields that no longer exist: {EXPECTED_NOKEY - ids}"
+    assert ids >= EXPECTED_NOKEY, f"EXPECTED_NOKEY names fields that no longer exist: {EXPECTED_NOKEY - ids}"
     assert {"seed", "task", "data.fold", "train.lr", "model.embed_dim", "attention.kind", "attention[csan].tau",
             "attention[ista].step_size", "attention[syn].gamma", "attention[laplace].sigma"} <= ids  # fmt: skip
     assert {leaf.kind for leaf in LEAVES if leaf.kind} == {"csan", "syn", "gaussian", "laplace", "ista"}
@@ -408,8 +516,11 @@ def test_exactly_the_result_relevant_fields_change_the_key(leaf: Leaf) -> None:
     changed = trial_key(base) != trial_key(other)
     assert changed == relevant, (
         f"{leaf.id} -> {value!r} {'left' if relevant else 'changed'} the trial key, but {leaf.id} "
-        + ("changes a trial's result: it must be part of the key (not nokey)" if relevant else
-           "is expected not to change results (nokey); if it now does, remove it from EXPECTED_NOKEY")
+        + (
+            "changes a trial's result: it must be part of the key (not nokey)"
+            if relevant
+            else "is expected not to change results (nokey); if it now does, remove it from EXPECTED_NOKEY"
+        )
     )
     assert (variant_key(base) != variant_key(other)) == (relevant and leaf.id not in REPLICATES), (
         f"{leaf.id} -> {value!r}: the variant key must ignore exactly the replicate fields {sorted(REPLICATES)} "

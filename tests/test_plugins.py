@@ -4,6 +4,7 @@ every way a plugin can be broken is a clear error (exit 2, nothing written) befo
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -11,13 +12,15 @@ from pathlib import Path
 
 import pytest
 import yaml
+from conftest import KINDS, TINY
 from typer.testing import CliRunner
 
-from ablate.check import check_config
+from ablate import check as check_module
+from ablate.check import check, check_config, fingerprint
 from ablate.cli import app
 from ablate.config import TrialConfig
+from ablate.planner import plan
 from ablate.registry import BACKBONES, Registry, RegistryError
-from conftest import KINDS, TINY
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "cosine_attention" / "experiments.yaml"
@@ -75,7 +78,8 @@ BROKEN = {
     "raises": (plugin_source(extra="raise RuntimeError('broken at import')"), "RuntimeError: broken at import"),
     "no-kind": (plugin_source().replace('kind: Literal["relu"] = "relu"', "tau: float = 1.0"),
                 "needs a field kind: Literal['<name>'] = '<name>'"),
-    "wrong-shape": (plugin_source(body="return (a @ v)[..., :1]"), "attention.kind 'relu' (ablate_plugin_relu:ReluConfig"),
+    "wrong-shape": (plugin_source(body="return (a @ v)[..., :1]"),
+                    "attention.kind 'relu' (ablate_plugin_relu:ReluConfig"),
 }  # fmt: skip
 
 
@@ -96,7 +100,9 @@ def test_a_missing_plugin_is_a_spec_error_at_its_line(tmp_path: Path) -> None:
     res = CliRunner().invoke(app, ["plan", str(f), "--no-costs"])
     assert res.exit_code == 2
     line = next(i for i, text in enumerate(f.read_text().splitlines(), 1) if "no_such_pkg" in text)
-    assert f"{f}:{line}: plugins[0]: plugin no_such_pkg.attention: no module named 'no_such_pkg'" in res.output.replace("\n", "")
+    assert f"{f}:{line}: plugins[0]: plugin no_such_pkg.attention: no module named 'no_such_pkg'" in res.output.replace(
+        "\n", ""
+    )
 
 
 def test_entry_point_plugin_is_listed_and_used_without_a_plugins_key(tmp_path: Path) -> None:
@@ -104,8 +110,12 @@ def test_entry_point_plugin_is_listed_and_used_without_a_plugins_key(tmp_path: P
     site = tmp_path / "site"
     (site / "relu_attention-0.1.dist-info").mkdir(parents=True)
     (site / "relu_attention.py").write_text(plugin_source())
-    (site / "relu_attention-0.1.dist-info" / "METADATA").write_text("Metadata-Version: 2.1\nName: relu-attention\nVersion: 0.1\n")
-    (site / "relu_attention-0.1.dist-info" / "entry_points.txt").write_text("[ablate.mechanisms]\nrelu = relu_attention\n")
+    (site / "relu_attention-0.1.dist-info" / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: relu-attention\nVersion: 0.1\n"
+    )
+    (site / "relu_attention-0.1.dist-info" / "entry_points.txt").write_text(
+        "[ablate.mechanisms]\nrelu = relu_attention\n"
+    )
     env = {"PYTHONPATH": str(site)}
     listed = cli(["plugins"], tmp_path, env)
     assert listed.returncode == 0, listed.stderr
@@ -126,11 +136,35 @@ def test_the_example_plugin_checks_and_its_knobs_are_in_the_schema(tmp_path: Pat
     assert "Initial temperature multiplying the cosine logits." in schema.stdout  # the plugin's field docstring
 
 
+def test_a_passing_check_is_remembered_across_processes_in_a_file(tmp_path: Path) -> None:
+    """A relaunch reads the remembered fingerprints instead of stepping the model again; without the file
+    (or with another architecture) the step runs. The mixer counts its real (non-meta) forwards."""
+    counting = "if q.device.type != 'meta':\n            FORWARDS.append(1)\n        return a @ v"
+    (tmp_path / "counted.py").write_text(plugin_source(kind="counted", body=counting, extra="FORWARDS = []"))
+    p = plan(experiments(tmp_path, ["./counted.py"], kind="counted"), "p")
+    forwards = sys.modules["ablate_plugin_counted"].FORWARDS
+    memory = tmp_path / "ck" / "checked.json"
+
+    def fresh_check(remember: Path | None) -> int:
+        check_module._CACHE.clear()  # what a new process starts with
+        before = len(forwards)
+        assert all(c.ok for c in check([p], remember=remember))
+        return len(forwards) - before
+
+    assert fresh_check(memory) > 0 and memory.exists()
+    assert fresh_check(memory) == 0
+    assert fresh_check(None) > 0
+    other = p.trials[0].config.model_copy(
+        update={"model": p.trials[0].config.model.model_copy(update={"embed_dim": 16})}
+    )
+    assert fingerprint(other) != fingerprint(p.trials[0].config)
+
+
 def test_registry_refuses_a_second_source_for_a_name() -> None:
     reg: Registry[int] = Registry("thing")
     reg.register("a", 1, source="first.py")
     reg.register("a", 1, source="first.py")  # the same module imported again: a no-op
-    with pytest.raises(RegistryError, match="thing 'a' is registered twice: by first.py and by second.py"):
+    with pytest.raises(RegistryError, match=re.escape("thing 'a' is registered twice: by first.py and by second.py")):
         reg.register("a", 2, source="second.py")
     with pytest.raises(RegistryError, match="unknown thing 'b'; registered: a"):
         reg.get("b")

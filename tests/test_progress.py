@@ -5,15 +5,17 @@ from __future__ import annotations
 import io
 from pathlib import Path
 
+from conftest import TINY, write_sweeps
 from rich.console import Console
 
 from ablate.planner import plan
 from ablate.progress import Progress
-from conftest import TINY, write_sweeps
 
 
 def run_events(tmp_path: Path, live: bool) -> str:
-    f = write_sweeps(tmp_path / "e.yaml", {"s": {"base": TINY, "grid": {"attention.kind": ["softmax", "csan"]}, "seeds": 2}})
+    f = write_sweeps(
+        tmp_path / "e.yaml", {"s": {"base": TINY, "grid": {"attention.kind": ["softmax", "csan"]}, "seeds": 2}}
+    )
     trials = plan(f, "s").trials
     buf = io.StringIO()
     progress = Progress(total=4, done=1, live=live, console=Console(file=buf, force_terminal=live, width=140))

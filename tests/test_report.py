@@ -14,18 +14,18 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from conftest import KINDS as REGISTERED_KINDS
+from conftest import TINY, write_sweeps
 from scipy import stats as sps
+from synthetic import DIAGNOSTICS, EPOCH_METRICS, fill
 from typer.testing import CliRunner
 
 from ablate.cli import app
 from ablate.config import TrialConfig
-from conftest import KINDS as REGISTERED_KINDS
 from ablate.planner import plan
 from ablate.reporting import ReportError, describe, effects, frames, published, report, stats
 from ablate.reporting.plots import pareto
-from synthetic import DIAGNOSTICS, EPOCH_METRICS, fill
 from ablate.store import Store
-from conftest import TINY, write_sweeps
 
 KINDS = {"softmax": 0, "csan": 1}
 #: Hand-picked results: csan - softmax per seed = 2, 3, 1.5, 3.5 (seed 4: the baseline failed).
@@ -73,7 +73,9 @@ def test_paired_t_interval_and_wilcoxon_match_hand_computation(store, tmp_path):
     assert csan["p_t"] == pytest.approx(sps.ttest_rel([72, 74, 70.5, 75.5], [70, 71, 69, 72]).pvalue)
     # four positive, distinct differences: the exact signed-rank p is 2 / 2^4; n < 10 reports it
     assert csan["test"] == stats.WILCOXON and csan["p"] == pytest.approx(0.125)
-    assert csan["mean"] == pytest.approx(74.4) and csan["std"] == pytest.approx(np.std([72, 74, 70.5, 75.5, 80], ddof=1))
+    assert csan["mean"] == pytest.approx(74.4) and csan["std"] == pytest.approx(
+        np.std([72, 74, 70.5, 75.5, 80], ddof=1)
+    )
     assert base["n"] == 4 and base["done"] == 4 and base["unfinished"] == "1 failed" and base["delta"] == 0
 
 
@@ -174,7 +176,11 @@ def test_factorial_part_of_linked_and_conditional_grids(store, tmp_path):
     fill(store, q, lambda t: 50.0)
     g = effects.factorial(frames.load(store, "cond"))
     # ISTA's steps do not apply to the others: held at its first value (1), so ISTA joins as a level
-    assert g.factors == ["attention.kind"] and g.levels == [["softmax", "sparsemax", "ista"]] and g.method == effects.POOLED
+    assert (
+        g.factors == ["attention.kind"]
+        and g.levels == [["softmax", "sparsemax", "ista"]]
+        and g.method == effects.POOLED
+    )
     assert np.isnan(effects.effects(g)["lo"]).all()  # one trial per cell: no variance to build an interval on
 
 
@@ -186,7 +192,11 @@ def test_mil_pairs_folds_and_seeds_within_each_dataset(store, tmp_path):
     p = plan(write_sweeps(tmp_path / "m.yaml", {"mil": {"base": base, "grid": grid, "seeds": 2,
                                                         "baseline": {"attention.steps": 0}}}), "mil")  # fmt: skip
     shift = {"musk1": 0.0, "elephant": 0.1}
-    fill(store, p, lambda t: 0.8 + shift[t.axes["data.name"]] + 0.02 * t.axes["attention.steps"] + 0.001 * t.axes["data.fold"])
+    fill(
+        store,
+        p,
+        lambda t: 0.8 + shift[t.axes["data.name"]] + 0.02 * t.axes["attention.steps"] + 0.001 * t.axes["data.fold"],
+    )
     data = frames.load(store, "mil")
     assert data.metric == "test.auc" and set(data.trials["rep"]) == {f"{s}/{f}" for s in (0, 1) for f in (0, 1, 2)}
     table = frames.variant_table(data, pd.Series(dtype=float)).set_index("label")
@@ -218,7 +228,12 @@ def test_variant_words_and_published_rows():
     assert describe.architecture(cfg(model__size="vit-base-slim")) == "ViT-Base-Slim/16"
     found = published.match(pure_csan)
     assert found is not None
-    assert (found.row.model, found.row.setting, found.row.top1, found.comparable) == ("Swin-Min", "CSaN pure attention", 72.4, True)
+    assert (found.row.model, found.row.setting, found.row.top1, found.comparable) == (
+        "Swin-Min",
+        "CSaN pure attention",
+        72.4,
+        True,
+    )
     assert found.table.source.startswith("CSaN: Selection-as-Nonlinearity")
     diamond = cfg(model__stack="pure", attention__kind="softmax", model__match_params={"model.stack": "alternating"})
     assert describe.mixer(diamond).endswith("pure attention ♢") and published.match(diamond).row.top1 == 67.5
@@ -259,7 +274,12 @@ def md_tables(text: str) -> list[list[list[str]]]:
 def test_report_files_formats_and_unfinished_trials(store, tmp_path):
     p = planned(tmp_path, "u", grid={"attention.kind": ["softmax", "csan"], "model.stack": ["alternating", "pure"]},
                 seeds=2, baseline={"attention.kind": "softmax", "model.stack": "alternating"})  # fmt: skip
-    odd = {p.trials[1].key: "failed", p.trials[2].key: "diverged", p.trials[5].key: "running", p.trials[6].key: "pending"}
+    odd = {
+        p.trials[1].key: "failed",
+        p.trials[2].key: "diverged",
+        p.trials[5].key: "running",
+        p.trials[6].key: "pending",
+    }
     fill(store, p, lambda t: 60.0 + 2 * (t.axes["attention.kind"] == "csan") + t.axes["seed"], epochs=3,
          state=lambda t: odd.get(t.key, "done"), names=EPOCH_METRICS + DIAGNOSTICS)  # fmt: skip
     out = tmp_path / "reports"
@@ -284,7 +304,9 @@ def test_report_files_formats_and_unfinished_trials(store, tmp_path):
     assert tables and all(len(row) == len(t[0]) for t in tables for row in t)
     assert all(set(t[1]) <= {":---", "---:"} for t in tables)
     variant_table = tables[0]
-    assert variant_table[0][0] == "Architecture" and len(variant_table) == 2 + 4 + 1  # header, rule, 4 variants, 1 group
+    assert (
+        variant_table[0][0] == "Architecture" and len(variant_table) == 2 + 4 + 1
+    )  # header, rule, 4 variants, 1 group
     assert "baseline" in [row[7] for row in variant_table]
     unfinished = next(t for t in tables if t[0] == ["trial", "variant", "replicate", "state", "error"])
     assert sorted(r[3] for r in unfinished[2:]) == ["diverged", "failed", "pending", "running"]
@@ -300,7 +322,9 @@ def test_report_files_formats_and_unfinished_trials(store, tmp_path):
         assert src.startswith("data:image/png;base64,")
         assert base64.b64decode(src.split(",", 1)[1])[:8] == b"\x89PNG\r\n\x1a\n"
     assert not [t for t, a in page.tags if t in ("script", "link", "iframe", "object")]
-    assert not [a for t, a in page.tags for k, v in a.items() if k in ("src", "href") and re.match(r"https?:|//", v or "")]
+    assert not [
+        a for t, a in page.tags for k, v in a.items() if k in ("src", "href") and re.match(r"https?:|//", v or "")
+    ]
     assert sum(t == "table" for t, _ in page.tags) == len(tables)
 
     overview = (out / "index.html").read_text()
@@ -323,7 +347,7 @@ def test_rerun_is_idempotent_and_index_lists_every_report(store, tmp_path):
 def test_unknown_sweep_baseline_or_metric_is_a_clear_error(store, tmp_path):
     pair_store(store, tmp_path)
     out = tmp_path / "reports"
-    with pytest.raises(ReportError, match="no sweep 'nope' in the store .*pair"):
+    with pytest.raises(ReportError, match=r"no sweep 'nope' in the store .*pair"):
         report("nope", store=store, out=out)
     with pytest.raises(ReportError, match="matches no variant"):
         report("pair", store=store, out=out, baseline="attention.kind=gaussian")
@@ -331,7 +355,7 @@ def test_unknown_sweep_baseline_or_metric_is_a_clear_error(store, tmp_path):
         report("pair", store=store, out=out, baseline="train.lr=0.1")
     with pytest.raises(ReportError, match="is not a variant"):
         report("pair", store=store, out=out, baseline="ffff")
-    with pytest.raises(ReportError, match="metric 'test.top5' is not among the results.*test.top1"):
+    with pytest.raises(ReportError, match=r"metric 'test\.top5' is not among the results.*test\.top1"):
         report("pair", store=store, out=out, metric="test.top5")
     assert not out.exists()  # nothing written on an error
     files = report("pair", store=store, out=out, baseline="attention.kind=csan", formats=["csv"])

@@ -78,7 +78,13 @@ def test_old_schema_is_upgraded_on_open_keeping_its_rows(tmp_path):
         assert s.metrics_frame()["value"].tolist() == [1.5]
         s.finish("k", "diverged", peak_memory=123, diverged_epoch=1, diverged_step=40, resumed_from=2)
         row = s.trials_frame().iloc[0]
-        assert (row.seed, row.peak_memory, row.diverged_epoch, row.diverged_step, row.resumed_from) == (3, 123, 1, 40, 2)
+        assert (row.seed, row.peak_memory, row.diverged_epoch, row.diverged_step, row.resumed_from) == (
+            3,
+            123,
+            1,
+            40,
+            2,
+        )
 
 
 def test_postgresql_upserts_render_on_conflict():
@@ -214,7 +220,7 @@ def test_concurrent_writers_never_see_database_is_locked(tmp_path, pool):
     def run(worker: int) -> None:
         try:
             _hammer(url, keys, worker, 15)
-        except BaseException as exc:  # noqa: BLE001 - collected and asserted below
+        except BaseException as exc:
             errors.append(exc)
 
     procs = [pool.submit(_hammer, url, keys, w, 15) for w in range(3)]

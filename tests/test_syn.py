@@ -1,4 +1,5 @@
-"""Syn layer: the maps and iterations against known values of the Syn paper's maps (synergetic attention for MIL), masks, and the gradient bypass."""
+"""Syn layer: the maps and iterations against known values of the Syn paper's maps (synergetic attention for MIL),
+masks, and the gradient bypass."""
 
 from __future__ import annotations
 
@@ -7,9 +8,8 @@ import math
 import pytest
 import torch
 
-from ablate.nn.syn import SynAttention
 from ablate.nn import create_mixer
-from ablate.nn.syn import concentrate, distract, syn_steps
+from ablate.nn.syn import SynAttention, concentrate, distract, syn_steps
 
 GAMMA = 0.5
 X_FWD = [0.1, 0.3, 0.25, 0.05, 0.299, 0.0]

@@ -15,8 +15,10 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
+from torch import Tensor
 from torch.utils.data import Dataset
 
 from ablate.config import TrialConfig
@@ -28,7 +30,7 @@ class DataError(ValueError):
     """A dataset that cannot be built. Carries the dataset name and path so the launcher can record them;
     the three fields are the exception's args, so it survives pickling across Ray processes."""
 
-    def __init__(self, dataset: str, path: str | os.PathLike | None, problem: str) -> None:
+    def __init__(self, dataset: str, path: str | os.PathLike[str] | None, problem: str) -> None:
         super().__init__(dataset, None if path is None else str(path), problem)
         self.dataset, self.path, self.problem = self.args
 
@@ -40,15 +42,15 @@ class DataError(ValueError):
 class Splits:
     """What a trial trains and evaluates on; `test` is held out and never used for selection."""
 
-    train: Dataset
-    val: Dataset | None
+    train: Dataset[tuple[Tensor, Any]]
+    val: Dataset[tuple[Tensor, Any]] | None
     """None when val_fraction is 0."""
-    test: Dataset
+    test: Dataset[tuple[Tensor, Any]]
     num_classes: int
     """Image classes; MIL: 2 (binary, the model outputs one logit)."""
     in_chans: int
     """Image channels; MIL: instance feature width F."""
-    collate: Callable | None = None
+    collate: Callable[[list[tuple[Tensor, Any]]], Any] | None = None
     """None: torch's default collate. MIL: pads bags to (x (B, Nmax, F), mask (B, Nmax) True=valid, y (B,))."""
 
 

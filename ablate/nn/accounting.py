@@ -7,8 +7,9 @@ so a plan of thousands of trials over a few distinct models builds each model on
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor, nn
@@ -19,10 +20,21 @@ from ablate.config import TrialConfig
 from ablate.nn.factory import count_params, create_model, model_key
 from ablate.registry import BACKBONES, DATASETS
 
+if TYPE_CHECKING:
+    from torch._C._profiler import _ProfilerEvent
+
 __all__ = [
-    "Cost", "count_flops", "count_params", "data_dims", "example_input", "flops", "model_cost", "peak_bytes",
+    "Cost",
+    "count_flops",
+    "count_params",
+    "data_dims",
+    "example_input",
+    "flops",
+    "model_cost",
+    "peak_bytes",
     "peak_memory",
 ]
+
 
 @dataclass(frozen=True)
 class Cost:
@@ -36,7 +48,8 @@ _COSTS: dict[str, Cost] = {}
 
 
 def _call(model: nn.Module, inputs: Inputs) -> Tensor:
-    return model(inputs) if isinstance(inputs, Tensor) else model(*inputs)
+    out: Tensor = model(inputs) if isinstance(inputs, Tensor) else model(*inputs)
+    return out
 
 
 def _batch(inputs: Inputs) -> int:
@@ -61,19 +74,22 @@ def flops(fn: Callable[[], object]) -> int:
     it decomposes into counted bmm; on CPU its fused kernels have no registry entry, so they are mapped
     to the same formulas here.
     """
-    with FlopCounterMode(display=False, custom_mapping=_CPU_SDPA) as counter:
+    counter = FlopCounterMode(display=False, custom_mapping=_CPU_SDPA)
+    with counter:
         fn()
     return counter.get_total_flops()
 
 
 def _sdpa_flops(query: torch.Size, key: torch.Size, value: torch.Size, *_: object, **__: object) -> int:
-    return sdpa_flop_count(query, key, value)
+    count: int = sdpa_flop_count(query, key, value)
+    return count
 
 
 def _sdpa_backward_flops(
     grad: torch.Size, query: torch.Size, key: torch.Size, value: torch.Size, *_: object, **__: object
 ) -> int:
-    return sdpa_backward_flop_count(grad, query, key, value)
+    count: int = sdpa_backward_flop_count(grad, query, key, value)
+    return count
 
 
 _CPU_SDPA = {
@@ -121,14 +137,15 @@ def peak_bytes(fn: Callable[[], object], device: torch.device) -> int:
     return peak
 
 
-def _allocations(events: list) -> list[tuple[int, int]]:
+def _allocations(events: list[_ProfilerEvent]) -> list[tuple[int, int]]:
     """(time, signed bytes) of every CPU allocator event in the profiler's event tree."""
-    from torch._C._profiler import _EventType
+    from torch._C._profiler import _ExtraFields_Allocation
 
-    out = []
+    out: list[tuple[int, int]] = []
     for e in events:
-        if e.tag == _EventType.Allocation and e.extra_fields.device.type == "cpu":
-            out.append((e.start_time_ns, e.extra_fields.alloc_size))
+        fields = e.extra_fields
+        if isinstance(fields, _ExtraFields_Allocation) and fields.device.type == "cpu":
+            out.append((e.start_time_ns, fields.alloc_size))
         out += _allocations(e.children)
     return out
 

@@ -28,17 +28,19 @@ kappa_pub and kappa_priv: h*w + w each; u and the trunk exist only if any of the
 from __future__ import annotations
 
 import math
-from typing import Any, ClassVar, Iterator, Literal, NamedTuple
+from collections.abc import Iterator
+from typing import Any, ClassVar, Literal, NamedTuple
 
 import torch
 import torch.nn.functional as F
 from pydantic import Field, field_validator
 from torch import Tensor, nn
 
-from ablate.config import Mechanism, nokey
-from ablate.nn.mixer import TokenMixer, logits, normalize_rows
+from ablate.components import Mechanism
 from ablate.components import PublishedRow as Row
 from ablate.components import PublishedTable as Table
+from ablate.config import nokey
+from ablate.nn.mixer import TokenMixer, logits, normalize_rows
 from ablate.registry import register_mechanism, register_table
 
 
@@ -94,8 +96,6 @@ class CSaNAttention(Mechanism):
         return None
 
 
-
-
 def _knee_chunks(
     q: Tensor, k: Tensor, bias: Tensor | None, beta: float, chunk: int
 ) -> Iterator[tuple[slice, Tensor, Tensor]]:
@@ -129,9 +129,7 @@ class _RowMeanPhi(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(  # type: ignore[override]
-        ctx, q: Tensor, k: Tensor, bias: Tensor | None, beta: float, chunk: int
-    ) -> Tensor:
+    def forward(ctx: Any, q: Tensor, k: Tensor, bias: Tensor | None, beta: float, chunk: int) -> Tensor:
         ctx.save_for_backward(q, k, bias)
         ctx.beta, ctx.chunk = beta, chunk
         acc = torch.promote_types(q.dtype, torch.float32)
@@ -142,7 +140,7 @@ class _RowMeanPhi(torch.autograd.Function):
         return torch.cat(sums, -1) * (beta / k.shape[-2])
 
     @staticmethod
-    def backward(ctx, gm: Tensor) -> tuple[Tensor | None, ...]:  # type: ignore[override]
+    def backward(ctx: Any, gm: Tensor) -> tuple[Tensor | None, ...]:
         q, k, bias = ctx.saved_tensors
         need_q, need_k, need_b = ctx.needs_input_grad[:3]
         scale = q.shape[-1] ** -0.5
@@ -153,11 +151,11 @@ class _RowMeanPhi(torch.autograd.Function):
         gm = (gm / k.shape[-2]).unsqueeze(-1)
         for rows, qc, t in _knee_chunks(q, k, bias, ctx.beta, ctx.chunk):
             g = t.exp_().clamp_(max=1).mul_(gm[..., rows, :].to(t.dtype))  # d m / d s
-            if need_q:
+            if dq is not None:
                 dq[..., rows, :] = (g @ k).mul_(scale)
-            if need_k:
+            if dk is not None:
                 dk.add_(g.transpose(-2, -1) @ qc, alpha=scale)
-            if need_b:
+            if db is not None:
                 if per_row:
                     db[..., rows, :] += g.sum_to_size(db[..., rows, :].shape)
                 else:
@@ -179,9 +177,7 @@ class _KneeLogits(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(  # type: ignore[override]
-        ctx, q: Tensor, k: Tensor, bias: Tensor | None, beta: float
-    ) -> tuple[Tensor, Tensor]:
+    def forward(ctx: Any, q: Tensor, k: Tensor, bias: Tensor | None, beta: float) -> tuple[Tensor, Tensor]:
         acc = torch.promote_types(q.dtype, torch.float32)
         ((_, _, t),) = _knee_chunks(q, k, bias, beta, q.shape[-2])  # one chunk: every row
         e = t.clamp(math.log(torch.finfo(acc).tiny) + 1, 0).exp_()  # phi_beta' = min(exp t, 1)
@@ -192,7 +188,7 @@ class _KneeLogits(torch.autograd.Function):
         return t, m
 
     @staticmethod
-    def backward(ctx, gt: Tensor, gm: Tensor) -> tuple[Tensor | None, ...]:  # type: ignore[override]
+    def backward(ctx: Any, gt: Tensor, gm: Tensor) -> tuple[Tensor | None, ...]:
         q, k, e = ctx.saved_tensors
         beta, n = ctx.beta, k.shape[-2]
         # dm_i / dt_ij = (beta / n) min(exp(t_ij), 1) = (beta / n) e_ij
@@ -256,6 +252,7 @@ class CSaN(TokenMixer):
     """
 
     cfg: CSaNAttention
+    spread: Tensor
 
     def __init__(self, cfg: CSaNAttention, dim: int, num_heads: int, in_dim: int | None = None) -> None:
         super().__init__(cfg, dim, num_heads, in_dim)
@@ -289,7 +286,9 @@ class CSaN(TokenMixer):
         self, q: Tensor, k: Tensor, v: Tensor, bias: Tensor | None = None, x: Tensor | None = None
     ) -> Tensor:
         """CSaN through SDPA (q scaled by tau, v by mu) with the row-chunked descriptor: no N x N."""
-        m = _RowMeanPhi.apply(q, k, bias, self.cfg.beta, self.cfg.chunk) if self.calibrated else None
+        m = None
+        if self.calibrated:  # Function.apply is unannotated in torch
+            m = _RowMeanPhi.apply(q, k, bias, self.cfg.beta, self.cfg.chunk)  # type: ignore[no-untyped-call]
         g = self.gains(m, x, k.shape[-2])
         if g.tau is not None:
             q = q * g.tau.to(q.dtype)
@@ -307,10 +306,10 @@ class CSaN(TokenMixer):
         everywhere) only when the bias holds -inf: Swin's finite -100 mask takes the plain ops."""
         masked = bias is not None and (bias.is_meta or bool(bias.min() == float("-inf")))  # meta: no values
         if self.calibrated:
-            t, m = _KneeLogits.apply(q, k, bias, self.cfg.beta)
+            t, m = _KneeLogits.apply(q, k, bias, self.cfg.beta)  # type: ignore[no-untyped-call]  # unannotated in torch
             g = self.gains(m, x, k.shape[-2])
             tau = self.cfg.beta if g.tau is None else g.tau * self.cfg.beta
-            s = _scale(t, tau) if masked and g.tau is not None else t * tau
+            s = _scale(t, tau) if masked and isinstance(tau, Tensor) else t * tau
         else:
             s, g = logits(q, k, bias), self.gains(None, x, k.shape[-2])
         a = normalize_rows(s, bias if masked else None)
@@ -325,6 +324,7 @@ class CSaN(TokenMixer):
             return Gains(None, None, None, None)
         if x is None:
             raise ValueError("csan needs the query tokens x (the gates read them)")
+        assert m is not None  # calibrated: the caller computed the descriptor
         z = torch.sigmoid(self.u(x)) * (m.transpose(1, 2) @ self.spread.to(m.dtype))
         t = self.reduce(z)
         t = F.gelu(t) if self.gate is None else t * torch.sigmoid(self.gate(t))
@@ -334,9 +334,10 @@ class CSaN(TokenMixer):
             """offset + f (bounded: offset + tanh f), as (B, H, Nq, width / H)."""
             if layer is None:
                 return None
-            f = layer(t)
+            f: Tensor = layer(t)
             f = offset + (torch.tanh(f) if bounded else f)
-            return f.unflatten(-1, (self.num_heads, -1)).transpose(1, 2)
+            heads: Tensor = f.unflatten(-1, (self.num_heads, -1))
+            return heads.transpose(1, 2)
 
         tau = None
         if self.tau is not None:
@@ -374,7 +375,8 @@ register_table(Table(
         Row("Swin-Min", "pure attention", 8.6, 1.1, 62.8, "swin-min", "pure", ("softmax",)),
         Row("Swin-Min", "pure attention, diamond", 11.8, 1.6, 67.5, "swin-min", "pure", ("softmax",), diamond=True),
         Row("Swin-Min", "CSaN pure attention", 9.5, 1.3, 72.4, "swin-min", "pure", ("csan", "unit")),
-        Row("Swin-Min", "CSaN pure attention, diamond", 13.6, 1.8, 75.9, "swin-min", "pure", ("csan", "unit"), diamond=True),
+        Row("Swin-Min", "CSaN pure attention, diamond", 13.6, 1.8, 75.9, "swin-min", "pure", ("csan", "unit"),
+            diamond=True),
         Row("Swin-Min", "CSaN", 12.2, 1.7, 75.0, "swin-min", "alternating", ("csan", "unit")),
         Row("Swin-Tiny", "original", 28.3, 4.4, 81.3, "swin-tiny", "alternating", ("softmax",)),
         Row("Swin-Tiny", "CSaN head-wise", 29.0, None, 82.5, "swin-tiny", "alternating", ("csan", "head")),

@@ -14,8 +14,8 @@ or ISTA codes thresholded away) are left out.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Iterator
 
 import torch
 from torch import Tensor, nn
@@ -98,7 +98,8 @@ def winner_transfer(prev: dict[str, Tensor], cur: dict[str, Tensor]) -> float:
     """
     if prev.keys() != cur.keys():
         raise ValueError(f"different layers: {sorted(prev.keys() ^ cur.keys())}")
-    changed = total = 0
+    changed: float = 0
+    total = 0
     for name, p in prev.items():
         c = cur[name]
         if p.shape != c.shape:

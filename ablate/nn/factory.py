@@ -15,6 +15,7 @@ from torch import nn
 
 from ablate.config import TrialConfig, identity, size_preset
 from ablate.registry import BACKBONES
+
 MATCH_TOLERANCE = 0.02
 MAX_MULTIPLE = 2**16
 """The width search stops doubling here (embed_dim = MAX_MULTIPLE x step): a target no width reaches."""
@@ -118,6 +119,7 @@ def _solve(cfg: TrialConfig, goal: float, num_classes: int, in_chans: int) -> in
         n = params(mult)
         return n is None or n < goal
 
+    assert cfg.model.embed_dim is not None  # set by validation
     lo, hi = 0, max(1, cfg.model.embed_dim // step)  # invariant: below(lo) and not below(hi)
     while below(hi) and hi < MAX_MULTIPLE:
         lo, hi = hi, 2 * hi

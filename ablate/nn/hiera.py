@@ -3,14 +3,12 @@ attention running the trial's mixer."""
 
 from __future__ import annotations
 
-from ablate import _tv_compat  # noqa: F401  (must precede every timm import)
-
 import timm
 from timm.models.hiera import HieraBlock, MaskUnitAttention
 from torch import Tensor, nn
 
-from ablate.components import Backbone
-from ablate.config import Mechanism, ModelConfig
+from ablate.components import Backbone, Mechanism
+from ablate.config import ModelConfig
 from ablate.nn.surgery import Mixed, mix_blocks, timm_args
 from ablate.nn.vit import heads_divide, no_dwconv
 from ablate.registry import register_backbone
@@ -26,7 +24,8 @@ class MixedMaskUnitAttention(Mixed, MaskUnitAttention):
     """
 
     @staticmethod
-    def blank(attn: MaskUnitAttention) -> MaskUnitAttention:
+    def blank(attn: nn.Module) -> MaskUnitAttention:
+        assert isinstance(attn, MaskUnitAttention)
         return MaskUnitAttention(attn.dim_out, attn.dim_out, attn.heads, 1, attn.window_size, attn.use_mask_unit_attn)
 
     def forward(self, x: Tensor) -> Tensor:
@@ -41,7 +40,8 @@ class MixedMaskUnitAttention(Mixed, MaskUnitAttention):
             tokens = tokens.view(B * nw, self.q_stride, -1, C).amax(dim=1)
         out = self.mixer(q, k, v, x=tokens)
         out = out.view(B, nw, self.heads, -1, self.head_dim).permute(0, 3, 1, 2, 4).reshape(B, -1, self.dim_out)
-        return self.proj(out)
+        y: Tensor = self.proj(out)
+        return y
 
 
 def check_hiera(m: ModelConfig) -> None:
@@ -50,6 +50,7 @@ def check_hiera(m: ModelConfig) -> None:
     Hiera pools queries 2x2 at every stage transition (q_pool = stages - 1) inside mask units of
     window_size^2 tokens, so the window must be a multiple of 2^(stages-1) and divide the token grid.
     """
+    assert m.depths is not None and m.num_heads is not None and m.patch_size is not None  # set by validation
     stages, grid = len(m.depths), m.img_size // m.patch_size
     if len(m.num_heads) != 1:
         raise ValueError(f"hiera takes one num_heads entry (the first stage's, doubled per stage), got {m.num_heads}")
@@ -80,6 +81,7 @@ class Hiera(Backbone):
         """timm Hiera (widths and heads doubling per stage; mask-unit attention in the first half of the
         stages, global after; patch embed kernel 2p-1, stride p, padding p-1, i.e. timm's 7/4/3 at p = 4)."""
         check_hiera(m)
+        assert m.depths is not None and m.num_heads is not None and m.patch_size is not None  # set by validation
         stages, p = len(m.depths), m.patch_size
         model = timm.create_model(
             "hiera_base_224",

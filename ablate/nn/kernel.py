@@ -16,7 +16,7 @@ import torch.nn.functional as F
 from pydantic import Field
 from torch import Tensor, nn
 
-from ablate.config import Mechanism
+from ablate.components import Mechanism
 from ablate.nn.mixer import RowsMixer, TokenMixer, logits, normalize_rows
 from ablate.registry import register_mechanism
 
@@ -50,6 +50,7 @@ class LaplaceAttention(_Kernel):
 
     def build(self, dim: int, num_heads: int, in_dim: int | None = None) -> TokenMixer:
         return Laplace(self, dim, num_heads, in_dim)
+
 
 #: Floor of a squared distance before its square root (Laplace): a finite gradient when q_i == k_j.
 DIST_EPS = 1e-6

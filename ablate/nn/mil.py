@@ -13,8 +13,8 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from ablate.components import Backbone
-from ablate.config import Mechanism, ModelConfig
+from ablate.components import Backbone, Mechanism
+from ablate.config import ModelConfig
 from ablate.nn.mixer import create_mixer
 from ablate.nn.vit import no_dwconv, one_stage
 from ablate.registry import register_backbone
@@ -54,7 +54,8 @@ class SynPooling(nn.Module):
             bias = torch.zeros(B, 1, 1, N, dtype=x.dtype, device=x.device)
             bias = bias.masked_fill(~mask[:, None, None, :], float("-inf"))
         out = self.mixer(q, k, v, bias=bias, x=self.query.expand(B, 1, -1))  # (B, H, 1, d)
-        return self.proj(out.transpose(1, 2).reshape(B, -1))
+        pooled: Tensor = self.proj(out.transpose(1, 2).reshape(B, -1))
+        return pooled
 
 
 class SynPoolingNet(nn.Module):
@@ -62,6 +63,7 @@ class SynPoolingNet(nn.Module):
 
     def __init__(self, m: ModelConfig, att: Mechanism, in_features: int) -> None:
         super().__init__()
+        assert m.depths is not None and m.embed_dim is not None and m.num_heads is not None  # set by validation
         layers: list[nn.Module] = []
         for i in range(m.depths[0]):
             layers += [nn.Linear(in_features if i == 0 else m.embed_dim, m.embed_dim), nn.ReLU()]
@@ -76,7 +78,8 @@ class SynPoolingNet(nn.Module):
         nn.init.xavier_uniform_(self.pool.query)
 
     def forward(self, x: Tensor, mask: Tensor | None = None) -> Tensor:
-        return self.head(self.pool(self.embed(self.drop(x)), mask)).squeeze(-1)
+        logit: Tensor = self.head(self.pool(self.embed(self.drop(x)), mask))
+        return logit.squeeze(-1)
 
 
 class SynPool(Backbone):
@@ -93,18 +96,22 @@ class SynPool(Backbone):
         no_dwconv(m)
         if m.stack != "alternating":
             raise ValueError("stack applies to image backbones only")
+        assert m.num_heads is not None  # set by validation
         if m.pool_dim % m.num_heads[0]:
             raise ValueError(f"pool_dim {m.pool_dim} is not divisible by num_heads {m.num_heads[0]}")
 
     def accepts(self, attention: Mechanism) -> None:
         """Mechanisms that calibrate each key from its own query have none here: one pooling query."""
         if attention.self_attention_only:
-            raise ValueError(f"synpool cannot pool with attention.kind {attention.kind!r}: it calibrates self-attention")
+            raise ValueError(
+                f"synpool cannot pool with attention.kind {attention.kind!r}: it calibrates self-attention"
+            )
 
     def build(self, m: ModelConfig, attention: Mechanism, num_classes: int, in_chans: int) -> nn.Module:
         """The MIL network; in_chans is the instance feature width F, num_classes 2 (or 1): one logit."""
         if num_classes not in (1, 2):
             raise ValueError(f"synpool is a binary bag classifier (one logit); got num_classes {num_classes}")
+        assert m.depths is not None  # set by validation
         if m.depths[0] < 1:
             raise ValueError(f"synpool needs at least one embedding layer (depths [L], L >= 1); got {m.depths}")
         self.accepts(attention)
@@ -121,7 +128,7 @@ class SynPool(Backbone):
         return f"SynPool MIL (D={m.get('embed_dim')})"
 
     def describe(self, m: dict[str, Any]) -> str:
-        depths = m.get("depths") or ()
+        depths: tuple[int, ...] = m.get("depths") or ()
         return f"SynPool MIL (D={m.get('embed_dim')}, L={depths[0] if len(depths) == 1 else depths})"
 
 

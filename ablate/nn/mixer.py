@@ -9,11 +9,11 @@ mixer a config gets is the mechanism's own business (`Mechanism.build`); mechani
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from torch import Tensor, nn
 
-from ablate.config import Mechanism
+from ablate.components import Mechanism
 
 
 class TokenMixer(nn.Module):

@@ -7,7 +7,7 @@ from typing import Any, Literal
 import torch.nn.functional as F
 from torch import Tensor
 
-from ablate.config import Mechanism
+from ablate.components import Mechanism
 from ablate.nn.mixer import TokenMixer, softmax_rows
 from ablate.registry import register_mechanism
 

@@ -7,8 +7,9 @@ cumsum the row). ISTA codes each query as a sparse, by default non-negative, com
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import partial
-from typing import Callable, ClassVar, Literal
+from typing import ClassVar, Literal
 
 import torch
 import torch.nn.functional as F
@@ -16,7 +17,7 @@ from entmax import entmax15, sparsemax
 from pydantic import Field
 from torch import Tensor
 
-from ablate.config import Mechanism
+from ablate.components import Mechanism
 from ablate.nn.mixer import RowsMixer, TokenMixer, key_keep, logits, normalize_rows
 from ablate.registry import register_mechanism
 
@@ -71,6 +72,7 @@ class ISTAAttention(Mechanism):
         flags = "".join(f", {f.replace('_', ' ')}" for f in ("signed", "zero_diag") if getattr(self, f))
         return f"unrolled ISTA (T={self.steps}, thr={self.threshold}{flags})"
 
+
 #: A given ISTA step is clipped to this fraction of 2 / L, strictly inside the convergent range.
 STEP_MARGIN = 0.99
 
@@ -106,7 +108,8 @@ def ista_step_size(k: Tensor, step_size: float | None) -> Tensor:
         return 1 / (k * k).sum((-2, -1), keepdim=True).clamp_min(torch.finfo(k.dtype).tiny)
     with torch.no_grad():  # a guard on the step, not a learnt quantity
         lipschitz = torch.linalg.eigvalsh(k.transpose(-2, -1) @ k)[..., -1:].unsqueeze(-1)
-        return (STEP_MARGIN * 2 / lipschitz.clamp_min(torch.finfo(k.dtype).tiny)).clamp(max=step_size)
+        bound: Tensor = STEP_MARGIN * 2 / lipschitz.clamp_min(torch.finfo(k.dtype).tiny)
+        return bound.clamp(max=step_size)
 
 
 class ISTA(RowsMixer):

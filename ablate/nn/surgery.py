@@ -3,9 +3,9 @@
 Shared by the timm backbone components (`ablate.nn.vit`, `ablate.nn.swin`, `ablate.nn.hiera`).
 
 The models come from `timm.create_model` (never copied). Surgery re-classes timm's attention modules in
-place to `Mixed` subclasses (one per backbone, in its module): timm's parameters, names, buffers and helper methods (window
-resizing, init) all stay, only `forward` changes, and it keeps timm's qkv projection and output projection
-and hands q, k, v, the additive bias and the tokens to the module's `mixer`. So with the `softmax` mixer a
+place to `Mixed` subclasses (one per backbone, in its module): timm's parameters, names, buffers and helper
+methods (window resizing, init) all stay, only `forward` changes, and it keeps timm's qkv projection and output
+projection and hands q, k, v, the additive bias and the tokens to the module's `mixer`. So with the `softmax` mixer a
 patched model computes what timm's model computes (tested).
 
 Stacks: `alternating` is timm's attention/FFN blocks. `pure` replaces every FFN by a second attention of the
@@ -17,13 +17,14 @@ window reverse and before the reverse shift; its output replaces the branch outp
 
 from __future__ import annotations
 
-from ablate import _tv_compat  # noqa: F401  (must precede every timm import)
+from typing import Any
 
 from timm.models import named_apply
 from timm.models.vision_transformer import init_weights_vit_timm
 from torch import nn
 
-from ablate.config import Mechanism, ModelConfig
+from ablate.components import Mechanism
+from ablate.config import ModelConfig
 from ablate.nn.mixer import TokenMixer, create_mixer
 
 
@@ -35,9 +36,10 @@ class Mixed:
     @classmethod
     def adopt(cls, attn: nn.Module, att: Mechanism) -> nn.Module:
         """Re-class `attn` in place and give it a mixer sized from its own qkv projection."""
-        heads = attn.num_heads if hasattr(attn, "num_heads") else attn.heads
-        attn.__class__ = cls
-        attn.mixer = create_mixer(att, attn.qkv.out_features // 3, heads, attn.qkv.in_features)
+        heads, qkv = attn.num_heads if hasattr(attn, "num_heads") else attn.heads, attn.qkv
+        assert isinstance(heads, int) and isinstance(qkv, nn.Linear)  # as in every timm attention
+        attn.__class__ = cls  # type: ignore[assignment]  # re-classed to its Mixed twin (subclasses attn's class)
+        attn.mixer = create_mixer(att, qkv.out_features // 3, heads, qkv.in_features)
         return attn
 
     @classmethod
@@ -56,13 +58,13 @@ def mix_blocks(model: nn.Module, block_type: type[nn.Module], mixed: type[Mixed]
                att: Mechanism) -> nn.Module:  # fmt: skip
     """ViT / Hiera: mixer in every block's attention; pure stacks get a twin attention in the FFN slot."""
     for block in [b for b in model.modules() if isinstance(b, block_type)]:
-        mixed.adopt(block.attn, att)
+        attn = mixed.adopt(block.get_submodule("attn"), att)
         if m.stack == "pure":
-            block.mlp = mixed.twin(block.attn, att)
+            block.mlp = mixed.twin(attn, att)
     return model
 
 
-def timm_args(m: ModelConfig, num_classes: int, in_chans: int) -> dict:
+def timm_args(m: ModelConfig, num_classes: int, in_chans: int) -> dict[str, Any]:
     return dict(
         pretrained=False,
         img_size=m.img_size,

@@ -3,8 +3,6 @@ mixer; CSaN-V2's depthwise conv on the attention branches."""
 
 from __future__ import annotations
 
-from ablate import _tv_compat  # noqa: F401  (must precede every timm import)
-
 import math
 
 import timm
@@ -13,8 +11,8 @@ import torch.nn.functional as F
 from timm.models.swin_transformer import SwinTransformerBlock, WindowAttention, window_partition, window_reverse
 from torch import Tensor, nn
 
-from ablate.components import Backbone
-from ablate.config import Mechanism, ModelConfig
+from ablate.components import Backbone, Mechanism
+from ablate.config import ModelConfig
 from ablate.nn.surgery import Mixed, timm_args
 from ablate.nn.vit import heads_divide
 from ablate.registry import register_backbone
@@ -24,7 +22,8 @@ class MixedWindowAttention(Mixed, WindowAttention):
     """Swin window attention; bias = relative-position bias + shift mask (-100 across sub-windows)."""
 
     @staticmethod
-    def blank(attn: WindowAttention) -> WindowAttention:
+    def blank(attn: nn.Module) -> WindowAttention:
+        assert isinstance(attn, WindowAttention)
         qkv_bias = attn.qkv.bias is not None
         return WindowAttention(attn.dim, attn.num_heads, window_size=attn.window_size, qkv_bias=qkv_bias)
 
@@ -35,7 +34,8 @@ class MixedWindowAttention(Mixed, WindowAttention):
         if mask is not None:  # (num_windows, N, N), windows vary fastest along the batch
             bias = (bias + mask.unsqueeze(1)).expand(B_ // mask.shape[0], -1, -1, -1, -1).reshape(B_, -1, N, N)
         out = self.mixer(q, k, v, bias=bias, x=x)
-        return self.proj_drop(self.proj(out.transpose(1, 2).reshape(B_, N, -1)))
+        y: Tensor = self.proj_drop(self.proj(out.transpose(1, 2).reshape(B_, N, -1)))
+        return y
 
 
 class DWConv(nn.Module):
@@ -46,11 +46,15 @@ class DWConv(nn.Module):
         self.conv = nn.Conv2d(dim, dim, kernel_size, padding=kernel_size // 2, groups=dim)
 
     def forward(self, x: Tensor) -> Tensor:
-        return self.conv(x.permute(0, 3, 1, 2)).permute(0, 2, 3, 1)
+        y: Tensor = self.conv(x.permute(0, 3, 1, 2))
+        return y.permute(0, 2, 3, 1)
 
 
 class MixedSwinBlock(SwinTransformerBlock):
     """Swin block whose attention branches (one, or two in a pure stack) share timm's windowing."""
+
+    dwconv1: nn.Module
+    dwconv2: nn.Module
 
     @classmethod
     def adopt(cls, block: SwinTransformerBlock, m: ModelConfig, att: Mechanism) -> SwinTransformerBlock:
@@ -59,14 +63,14 @@ class MixedSwinBlock(SwinTransformerBlock):
         MixedWindowAttention.adopt(block.attn, att)
         pure = m.stack == "pure"
         if pure:
-            block.mlp = MixedWindowAttention.twin(block.attn, att)
+            block.mlp = MixedWindowAttention.twin(block.attn, att)  # type: ignore[assignment]  # timm types mlp as Mlp
         block.dwconv1 = DWConv(block.dim) if m.dwconv else nn.Identity()
         block.dwconv2 = DWConv(block.dim) if m.dwconv and pure else nn.Identity()
         return block
 
     def _windowed(self, x: Tensor, attn: nn.Module, post: nn.Module) -> Tensor:
         """timm's branch (shift, pad, partition, attention, reverse, crop, unshift) with `post` before unshift."""
-        B, H, W, C = x.shape
+        _, H, W, C = x.shape
         shifted = any(self.shift_size)
         if shifted:
             x = torch.roll(x, shifts=(-self.shift_size[0], -self.shift_size[1]), dims=(1, 2))
@@ -87,8 +91,10 @@ class MixedSwinBlock(SwinTransformerBlock):
     def forward(self, x: Tensor) -> Tensor:
         x = x + self.drop_path1(self._attn(self.norm1(x)))
         if isinstance(self.mlp, WindowAttention):
-            return x + self.drop_path2(self._windowed(self.norm2(x), self.mlp, self.dwconv2))
-        return x + self.drop_path2(self.mlp(self.norm2(x)))
+            branch: Tensor = self.drop_path2(self._windowed(self.norm2(x), self.mlp, self.dwconv2))
+        else:
+            branch = self.drop_path2(self.mlp(self.norm2(x)))
+        return x + branch
 
 
 class Swin(Backbone):
@@ -104,6 +110,7 @@ class Swin(Backbone):
     }
 
     def check(self, m: ModelConfig) -> None:
+        assert m.num_heads is not None and m.depths is not None  # set by validation
         if len(m.num_heads) != len(m.depths):
             raise ValueError("swin needs one num_heads entry per stage (len(num_heads) == len(depths))")
         heads_divide(m)
@@ -119,6 +126,7 @@ class Swin(Backbone):
 
     def width_step(self, m: ModelConfig) -> int:
         """Stage i has width e * 2^i and num_heads[i] heads: e must make every stage divisible."""
+        assert m.num_heads is not None  # set by validation
         return math.lcm(*(h // math.gcd(h, 2**i) for i, h in enumerate(m.num_heads)))
 
 

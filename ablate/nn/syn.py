@@ -17,7 +17,7 @@ import torch.nn.functional as F
 from pydantic import Field
 from torch import Tensor
 
-from ablate.config import Mechanism
+from ablate.components import Mechanism
 from ablate.nn.mixer import TokenMixer, key_keep, logits, normalize_rows
 from ablate.registry import register_mechanism
 
@@ -42,6 +42,7 @@ class SynAttention(Mechanism):
         mode = "concentrate" if self.steps > 0 else "distract" if self.steps < 0 else "no steps"
         bypass = "" if self.bypass else ", no bypass"
         return f"Syn (I={self.steps}: {mode}; gamma={self.gamma}{bypass})"
+
 
 #: Floor of a row's L2 norm: an all-zero (fully masked) row stays zero instead of becoming NaN.
 NORM_EPS = 1e-12

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from ablate import _tv_compat  # noqa: F401  (must precede every timm import)
-
 from typing import Any
 
 import timm
@@ -12,8 +10,8 @@ from timm.layers.attention import resolve_self_attn_mask
 from timm.models.vision_transformer import Block
 from torch import Tensor, nn
 
-from ablate.components import Backbone
-from ablate.config import Mechanism, ModelConfig
+from ablate.components import Backbone, Mechanism
+from ablate.config import ModelConfig
 from ablate.nn.surgery import Mixed, mix_blocks, timm_args
 from ablate.registry import register_backbone
 
@@ -22,7 +20,8 @@ class MixedAttention(Mixed, Attention):
     """ViT attention; bias = timm's optional attention mask, resolved to an additive bias."""
 
     @staticmethod
-    def blank(attn: Attention) -> Attention:
+    def blank(attn: nn.Module) -> Attention:
+        assert isinstance(attn, Attention)
         qkv_bias, proj_bias = attn.qkv.bias is not None, attn.proj.bias is not None
         return Attention(attn.qkv.in_features, attn.num_heads, qkv_bias=qkv_bias, proj_bias=proj_bias)
 
@@ -34,7 +33,8 @@ class MixedAttention(Mixed, Attention):
         out = self.norm(out.transpose(1, 2).reshape(B, N, self.attn_dim))
         if self.gate is not None:
             out = out * self.gate(x).sigmoid()
-        return self.proj_drop(self.proj(out))
+        y: Tensor = self.proj_drop(self.proj(out))
+        return y
 
 
 class ViT(Backbone):
@@ -55,6 +55,7 @@ class ViT(Backbone):
 
     def build(self, m: ModelConfig, attention: Mechanism, num_classes: int, in_chans: int) -> nn.Module:
         """timm VisionTransformer (class token, depth = depths[0]) with every attention mixed."""
+        assert m.depths is not None and m.num_heads is not None  # set by validation
         model = timm.create_model("vit_base_patch16_224", **timm_args(m, num_classes, in_chans),
                                   patch_size=m.patch_size, depth=m.depths[0], num_heads=m.num_heads[0])  # fmt: skip
         return mix_blocks(model, Block, MixedAttention, m, attention)
@@ -64,11 +65,13 @@ class ViT(Backbone):
 
 
 def one_stage(m: ModelConfig) -> None:
+    assert m.depths is not None and m.num_heads is not None  # set by validation
     if len(m.depths) != 1 or len(m.num_heads) != 1:
         raise ValueError(f"{m.backbone} has one stage: depths and num_heads take one entry each")
 
 
 def heads_divide(m: ModelConfig) -> None:
+    assert m.embed_dim is not None and m.num_heads is not None  # set by validation
     if m.embed_dim % m.num_heads[0]:
         raise ValueError(f"embed_dim {m.embed_dim} is not divisible by num_heads {m.num_heads[0]}")
 

@@ -20,17 +20,18 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Iterable
+from typing import Any
 
 import pandas as pd
 
 from ablate.reporting import effects, frames, plots, render, tables
 from ablate.reporting.frames import ReportError, SweepData
-from ablate.reporting.render import Image, Section, Table
+from ablate.reporting.render import Block, Image, Section, Table
 from ablate.store import STATES, Store
 
-__all__ = ["report", "ReportError", "FORMATS"]
+__all__ = ["FORMATS", "ReportError", "report"]
 
 FORMATS = ("html", "md", "csv")
 FIGURES = ("variants", "cost", "curves", "diagnostics", "effects")
@@ -123,9 +124,13 @@ def _counts(states: pd.Series) -> str:
 
 
 def _sections(
-    data: SweepData, table: pd.DataFrame, fac: effects.Factorial | None, eff: pd.DataFrame | None, figures: dict[str, bytes]
+    data: SweepData,
+    table: pd.DataFrame,
+    fac: effects.Factorial | None,
+    eff: pd.DataFrame | None,
+    figures: dict[str, bytes],
 ) -> tuple[str, list[str], list[Section]]:
-    def fig(name: str, alt: str) -> list[Image]:
+    def fig(name: str, alt: str) -> list[Block]:
         return [Image(name, figures[name], alt)] if name in figures else []
 
     base = table.loc[data.baseline, "label"] if data.baseline in table.index else "none"
@@ -137,10 +142,13 @@ def _sections(
     ]
     sections = [
         Section("Variants", [tables.variants(table, data), *fig("variants", f"{data.metric} per variant")]),
-        Section("Cost", fig("cost", f"{data.metric} against params and GFLOPs with the Pareto front")
-                or ["No finished variant with a recorded cost."]),  # fmt: skip
+        Section(
+            "Cost",
+            fig("cost", f"{data.metric} against params and GFLOPs with the Pareto front")
+            or ["No finished variant with a recorded cost."],
+        ),
     ]
-    pub = tables.published_tables(table, data)
+    pub: list[Block] = [*tables.published_tables(table, data)]
     sections.append(Section("Published numbers", pub or ["No variant corresponds to a published row."]))
     if fac is not None and eff is not None and len(eff):
         sections.append(Section("Effects of each knob", [tables.effects(eff, fac, data), *fig("effects", "effects")]))
@@ -153,7 +161,7 @@ def _sections(
     return f"ablate report: {data.name}", meta, sections
 
 
-def summary(data: SweepData, table: pd.DataFrame) -> dict:
+def summary(data: SweepData, table: pd.DataFrame) -> dict[str, Any]:
     """What the overview page shows of a report: name, date, trial counts, best variant."""
     measured = table[table["n"] > 0]
     best = None
@@ -162,7 +170,7 @@ def summary(data: SweepData, table: pd.DataFrame) -> dict:
         best = {"variant": i, "label": measured.loc[i, "label"], "mean": float(measured.loc[i, "mean"])}
     counts = {str(k): int(v) for k, v in data.trials["state"].value_counts().items()}
     return {"sweep": data.name, "description": data.description, "metric": data.metric, "date": data.updated,
-            "trials": int(len(data.trials)), "states": counts, "best": best, "folder": folder(data.name)}  # fmt: skip
+            "trials": len(data.trials), "states": counts, "best": best, "folder": folder(data.name)}  # fmt: skip
 
 
 def index_page(out: Path) -> str:
@@ -175,6 +183,6 @@ def index_page(out: Path) -> str:
         rows.append([s["sweep"], s["description"], s["date"], f"{s['trials']} ({states})",
                      f"{best['label']}: {s['metric']} {best['mean']:.4g}" if best else "-"])  # fmt: skip
         links[i, 0] = f"{s['folder']}/index.html"
-    t = Table(f"{len(found)} reports under {out.name}/.", ["sweep", "description", "last change", "trials", "best variant"],
-              rows, left=5, links=links)  # fmt: skip
+    header = ["sweep", "description", "last change", "trials", "best variant"]
+    t = Table(f"{len(found)} reports under {out.name}/.", header, rows, left=5, links=links)
     return render.html_page("ablate reports", [], [Section("Sweeps", [t])])

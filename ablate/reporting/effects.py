@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -44,7 +45,8 @@ class Factorial:
     @property
     def complete(self) -> np.ndarray:
         """Replicates measured in every cell."""
-        return ~np.isnan(self.values.reshape(len(self.values), -1)).any(axis=1)
+        complete: np.ndarray = ~np.isnan(self.values.reshape(len(self.values), -1)).any(axis=1)
+        return complete
 
     @property
     def method(self) -> str:
@@ -63,11 +65,11 @@ def factorial(data: SweepData) -> Factorial | None:
     candidates = [a for a in data.axes if grid[a].nunique() > 1][:MAX_FACTORS]
     held = {a: _held(grid[a], grid.loc[base, a]) for a in candidates}
     at_base = np.stack([(grid[a] == held[a]) | (grid[a] == NA) for a in candidates], axis=1) if candidates else None
-    best: tuple[int, list[str], np.ndarray] | None = None
+    best: tuple[int, list[str], Any] | None = None
     for size in range(len(candidates), 0, -1):
         for subset in itertools.combinations(range(len(candidates)), size):
             rest = [i for i in range(len(candidates)) if i not in subset]
-            rows = at_base[:, rest].all(axis=1)
+            rows = at_base[:, rest].all(axis=1)  # type: ignore[index]  # candidates is not empty here
             counts = grid.loc[rows, [candidates[i] for i in subset]].nunique()
             if (counts > 1).all() and int(np.prod(counts)) == rows.sum() and (best is None or rows.sum() > best[0]):
                 best = (int(rows.sum()), [candidates[i] for i in subset], rows)
@@ -81,7 +83,8 @@ def factorial(data: SweepData) -> Factorial | None:
     vals = table.reindex(index=sub.index).to_numpy()
     values = np.full((vals.shape[1], *map(len, levels)), np.nan)
     for variant, row in zip(sub.index, vals):
-        values[(slice(None), *(lv.index(sub.loc[variant, f]) for lv, f in zip(levels, factors)))] = row
+        at: tuple[int | slice, ...] = (slice(None), *(lv.index(sub.loc[variant, f]) for lv, f in zip(levels, factors)))
+        values[at] = row
     shown = {f: dict(zip(grid[f], measured[f"axis.{f}"].map(describe.value))) for f in factors}
     return Factorial(factors, [[shown[f][v] for v in lv] for f, lv in zip(factors, levels)], values)
 

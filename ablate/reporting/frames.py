@@ -86,7 +86,9 @@ def load(store: Store, name: str, metric: str | None = None, baseline: str | Non
     results = [c for c in trials.columns if c not in TRIAL_COLUMNS and not c.startswith("axis.")]
     done = trials["state"] == "done"
     if metric not in trials and done.any():
-        raise ReportError(f"metric {metric!r} is not among the results of sweep {name!r}: {', '.join(results) or 'none'}")
+        raise ReportError(
+            f"metric {metric!r} is not among the results of sweep {name!r}: {', '.join(results) or 'none'}"
+        )
     value = pd.to_numeric(trials[metric], errors="coerce") if metric in trials else np.nan
     trials = trials.assign(value=np.where(done, value, np.nan), rep=_replicates(trials))
     ref = resolve_baseline(baseline, variants, axes, name) if baseline else record.baseline
@@ -95,7 +97,9 @@ def load(store: Store, name: str, metric: str | None = None, baseline: str | Non
     variants["ref"] = _references(variants, axes, ref)
     stamps = trials[["created_at", "started_at", "finished_at"]].stack()
     updated = stamps.max().strftime("%Y-%m-%d %H:%M UTC") if len(stamps) else ""
-    return SweepData(name, record.description or "", metric, higher_is_better(metric), axes, trials, variants, ref, updated)
+    return SweepData(
+        name, record.description or "", metric, higher_is_better(metric), axes, trials, variants, ref, updated
+    )
 
 
 def _default_metric(variants: pd.DataFrame) -> str:
@@ -119,7 +123,7 @@ def _variants(store: Store, trials: pd.DataFrame, axes: list[str]) -> pd.DataFra
     out = first[[f"axis.{a}" for a in axes]].copy()
     said = axis_cells(out, [a for a in axes if describe.said(a)])
     words = said.apply(tuple, axis=1) if len(said.columns) else pd.Series([()] * len(out), index=out.index)
-    configs = {w: store.trial(first.loc[v, "key"]).config for v, w in words.drop_duplicates().items()}
+    configs = {w: _config(store, first.loc[v, "key"]) for v, w in words.drop_duplicates().items()}
     out["config"] = words.map(configs)
     varying = [a for a in axes if axis_cells(out, [a])[a].nunique() > 1 and not describe.said(a)]
     out["architecture"] = out["config"].map(describe.architecture)
@@ -137,6 +141,13 @@ def _variants(store: Store, trials: pd.DataFrame, axes: list[str]) -> pd.DataFra
     return out.iloc[np.argsort(out["group"].map(first_seen).to_numpy(), kind="stable")]
 
 
+def _config(store: Store, key: str) -> dict[str, Any]:
+    record = store.trial(key)
+    if record is None:  # the trials frame came from the same store
+        raise ReportError(f"trial {key} is in the sweep but not in the store")
+    return record.config
+
+
 def resolve_baseline(spec: str, variants: pd.DataFrame, axes: list[str], sweep: str) -> str:
     """A baseline given by the user: `PATH=VALUE[,PATH=VALUE]` on axis values, or a variant key (prefix)."""
     if "=" in spec:
@@ -145,7 +156,9 @@ def resolve_baseline(spec: str, variants: pd.DataFrame, axes: list[str], sweep: 
             path, _, text = item.partition("=")
             path = path.strip()
             if path not in axes:
-                raise ReportError(f"baseline: {path!r} is not an axis of sweep {sweep!r} (axes: {', '.join(axes) or 'none'})")
+                raise ReportError(
+                    f"baseline: {path!r} is not an axis of sweep {sweep!r} (axes: {', '.join(axes) or 'none'})"
+                )
             rule[path] = yaml.safe_load(text.strip())
         for key, row in variants.iterrows():
             values = {a: _json_value(row[f"axis.{a}"]) for a in axes}
@@ -157,7 +170,9 @@ def resolve_baseline(spec: str, variants: pd.DataFrame, axes: list[str], sweep: 
         return hits[0]
     sample = "; ".join(f"{k[:10]} = {m}" for k, m in variants["mixer"].head(5).items())
     what = "is ambiguous" if hits else "is not a variant"
-    raise ReportError(f"baseline {spec!r} {what} of sweep {sweep!r}; give PATH=VALUE on axes or a variant key ({sample})")
+    raise ReportError(
+        f"baseline {spec!r} {what} of sweep {sweep!r}; give PATH=VALUE on axes or a variant key ({sample})"
+    )
 
 
 def _json_value(v: Any) -> Any:

@@ -127,7 +127,7 @@ def cost_plot(table: pd.DataFrame, data: SweepData) -> bytes | None:
         ax.set_ylabel(data.metric + _unit(data.metric))
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8, loc="best")
-    fig.suptitle(f"{data.metric} against cost ({int(len(measured))} variants)", fontsize=10)
+    fig.suptitle(f"{data.metric} against cost ({len(measured)} variants)", fontsize=10)
     return _png(fig)
 
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 import base64
 import html
 from dataclasses import dataclass, field
-from typing import Union
 
 
 @dataclass
@@ -36,7 +35,7 @@ class Image:
     alt: str
 
 
-Block = Union[str, Table, Image]
+Block = str | Table | Image
 
 
 @dataclass
@@ -48,7 +47,8 @@ class Section:
 STYLE = """
 body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:2em auto;max-width:1280px;
   padding:0 1.2em;color:#1b1b1b}
-h1{font-size:1.6em;margin-bottom:.2em} h2{font-size:1.25em;border-bottom:1px solid #ddd;padding-bottom:.2em;margin-top:1.8em}
+h1{font-size:1.6em;margin-bottom:.2em}
+h2{font-size:1.25em;border-bottom:1px solid #ddd;padding-bottom:.2em;margin-top:1.8em}
 table{border-collapse:collapse;margin:.6em 0 1.4em;font-size:13px;font-variant-numeric:tabular-nums}
 caption{caption-side:bottom;text-align:left;color:#555;font-size:12px;padding-top:.4em;max-width:1100px}
 th,td{padding:3px 9px;border-bottom:1px solid #e4e4e4;vertical-align:top}

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+from numpy.typing import ArrayLike
 from scipy import stats
 
 LEVEL = 0.95
@@ -22,7 +23,7 @@ T_TEST = "paired t"
 WILCOXON = "Wilcoxon"
 
 
-def t_test(mean: np.ndarray, se: np.ndarray, df: np.ndarray, level: float = LEVEL) -> tuple[np.ndarray, ...]:
+def t_test(mean: ArrayLike, se: ArrayLike, df: ArrayLike, level: float = LEVEL) -> tuple[np.ndarray, ...]:
     """(lo, hi, p): the t interval mean +- t(df) se and the two-sided p of mean == 0 (NaN where se is
     0 or undefined)."""
     mean, se, df = (np.asarray(a, dtype=float) for a in (mean, se, df))

@@ -95,7 +95,7 @@ def published_tables(table: pd.DataFrame, data: SweepData) -> list[Table]:
     done = data.trials[data.trials["state"] == "done"]
     top1 = pd.to_numeric(done["test.top1"], errors="coerce") if "test.top1" in done else pd.Series(math.nan, done.index)
     measured = top1.groupby(done["variant"]).mean()
-    exact, near, sources, notes = [], [], {}, {}
+    exact, near, sources, notes = [], [], {}, dict[str, None]()
     for variant, cfg in data.variants["config"].items():
         found = published.match(cfg)
         if found is None:
@@ -124,8 +124,9 @@ def published_tables(table: pd.DataFrame, data: SweepData) -> list[Table]:
     if near:
         header = ["Variant", "measured on", f"published row ({datasets})", "#Params", "GFLOPs", "top-1 (%)",
                   "measured top-1 (%)"]  # fmt: skip
-        out.append(Table(f"For orientation only, not comparable: published {datasets} rows ({src}) with the "
-                         "same token mixer and stack but another model size or dataset.", header, near, left=3))  # fmt: skip
+        caption = (f"For orientation only, not comparable: published {datasets} rows ({src}) with the same token "
+                   "mixer and stack but another model size or dataset.")  # fmt: skip
+        out.append(Table(caption, header, near, left=3))
     return out
 
 

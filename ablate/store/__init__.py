@@ -25,4 +25,15 @@ from ablate.store.queries import TRIAL_COLUMNS, flatten
 from ablate.store.schema import FINAL_STATES, STATES
 from ablate.store.writes import MetricRow, Store, error_line
 
-__all__ = ["Store", "DEFAULT_URL", "database_exists", "sqlite_file", "STATES", "FINAL_STATES", "TRIAL_COLUMNS", "MetricRow", "flatten", "error_line"]
+__all__ = [
+    "DEFAULT_URL",
+    "FINAL_STATES",
+    "STATES",
+    "TRIAL_COLUMNS",
+    "MetricRow",
+    "Store",
+    "database_exists",
+    "error_line",
+    "flatten",
+    "sqlite_file",
+]

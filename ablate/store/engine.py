@@ -9,8 +9,9 @@ and never block writers (WAL).
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any
 
 from sqlalchemy import Connection, Engine, Table, create_engine, event, make_url
 from sqlalchemy.dialects import postgresql, sqlite

@@ -8,18 +8,19 @@ columns can be grouped on), nested results are flattened to dotted names (`test.
 from __future__ import annotations
 
 import json
-from typing import Any, Iterable, Mapping
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 import numpy as np
 import pandas as pd
 from sqlalchemy import Engine, func, select
 
-from ablate.store.schema import STATES, Membership, Metric, SweepRecord, TrialRecord
+from ablate.store.schema import STATES, Base, Membership, Metric, SweepRecord, TrialRecord
 
-SWEEPS = SweepRecord.__table__
-TRIALS = TrialRecord.__table__
-MEMBERS = Membership.__table__
-METRICS = Metric.__table__
+SWEEPS = Base.metadata.tables[SweepRecord.__tablename__]
+TRIALS = Base.metadata.tables[TrialRecord.__tablename__]
+MEMBERS = Base.metadata.tables[Membership.__tablename__]
+METRICS = Base.metadata.tables[Metric.__tablename__]
 
 #: Leading columns of `trials_frame`; axis, result and expanded columns follow.
 TRIAL_COLUMNS = [
@@ -28,8 +29,17 @@ TRIAL_COLUMNS = [
     "finished_at", "duration_s", "error", "mlflow_run_id",
 ]  # fmt: skip
 TIMES = ["created_at", "started_at", "finished_at"]
-COUNTS = ["position", "attempts", "seed", "params", "flops", "peak_memory", "diverged_epoch", "diverged_step",
-          "resumed_from"]
+COUNTS = [
+    "position",
+    "attempts",
+    "seed",
+    "params",
+    "flops",
+    "peak_memory",
+    "diverged_epoch",
+    "diverged_step",
+    "resumed_from",
+]
 
 
 def flatten(data: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -119,8 +129,8 @@ class Queries:
         where = []
         if (wanted := as_list(sweeps)) is not None:
             where.append(m.trial_key.in_(select(MEMBERS.c.trial_key).where(MEMBERS.c.sweep.in_(wanted))))
-        if names is not None:
-            where.append(m.name.in_(as_list(names)))
+        if (names_in := as_list(names)) is not None:
+            where.append(m.name.in_(names_in))
         if keys is not None:
             where.append(m.trial_key.in_(list(keys)))
         runs = select(m.trial_key, m.name, func.count()).where(*where).group_by(m.trial_key, m.name)

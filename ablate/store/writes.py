@@ -8,9 +8,10 @@ to the newest schema first.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import AbstractContextManager
 from datetime import datetime, timezone
-from typing import Any, Iterable, Iterator, Mapping
+from typing import Any, TypeVar
 
 from pydantic import BaseModel
 from sqlalchemy import Connection, select, update
@@ -18,12 +19,14 @@ from sqlalchemy.orm import Session
 
 from ablate.store import engine as eng
 from ablate.store.queries import MEMBERS, METRICS, SWEEPS, TRIALS, Queries
-from ablate.store.schema import FINAL_STATES, Membership, SweepRecord, TrialRecord
+from ablate.store.schema import FINAL_STATES, Base, Membership, SweepRecord, TrialRecord
 
 #: Facts about a run that `finish` accepts (known once a trial has built its model).
 INFO_FIELDS = frozenset({"params", "flops", "peak_memory", "environment", "host", "node_id", "device", "resumed_from"})
 #: Bound parameters per IN (...) query; below every backend's limit.
 CHUNK = 500
+
+R = TypeVar("R", bound=Base)
 
 MetricRow = tuple[str, str, int, float, float | None]
 """(trial key, metric name, step, value, wall time in unix seconds or None)."""
@@ -224,7 +227,7 @@ class Store(Queries):
         """The trial's place in the sweep (axes, position), or None."""
         return self._get(Membership, (sweep, key))
 
-    def _get(self, model: type, ident: Any) -> Any:
+    def _get(self, model: type[R], ident: Any) -> R | None:
         with Session(self.engine, expire_on_commit=False) as session:
             return session.get(model, ident)
 
