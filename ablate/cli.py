@@ -231,6 +231,8 @@ def check(
     sweep: list[str] | None = typer.Argument(None, help="Sweeps to check (default: every sweep)."),
 ) -> None:
     """Build every distinct model of the plan and run one forward and backward step on CPU; exit 2 on failure."""
+    from ablate.config import REPLICATES
+
     plans = plans_of(file, sweep)
     results = _check(plans)
     table = Table(title="pre-launch check: one training step per variant (batch 2, CPU)", title_justify="left")
@@ -239,9 +241,9 @@ def check(
     base = {p.sweep: next((c.params for c in results if c.sweep == p.sweep and c.variant == p.baseline), None)
             for p in plans}  # fmt: skip
     labels: dict[tuple[str, str], str] = {}
-    for p in plans:  # a variant is a cell without its replicates (seed, CV fold)
+    for p in plans:  # a variant is a cell without its replicates
         for t in p.trials:
-            words = ", ".join(f"{k}={_cell(v)}" for k, v in t.axes.items() if k not in ("seed", "data.fold"))
+            words = ", ".join(f"{k}={_cell(v)}" for k, v in t.axes.items() if k not in REPLICATES)
             labels.setdefault((p.sweep, t.variant), words)
     for c in results:
         ref = base.get(c.sweep)

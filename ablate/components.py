@@ -108,6 +108,8 @@ class Dataset:
     task: str = "classify"
     needs_path: bool = False
     """True when `data.path` is required."""
+    val_fraction: float = 0.1
+    """Default `data.val_fraction`: the share of training examples held out for validation curves."""
 
     def dims(self, cfg: TrialConfig) -> tuple[int, int]:
         """(in_chans, num_classes) without loading the data (costs and checks at plan time)."""

@@ -152,6 +152,8 @@ class DataConfig(Strict):
     id: str | None = None
     """Identity of the data at `path` for the key; defaults to the path's last component."""
     val_fraction: float = Field(0.1, ge=0, lt=1)
+    """Share held out from training for per-epoch validation curves (never for selection). Default: the
+    dataset's (0.1 for images; 0 for the MIL benchmarks, whose protocol trains on every training bag)."""
     test_fraction: float = Field(0.2, gt=0, lt=1)
     split_seed: int = 0
     """Seed of the train/val/test split or of the k-fold assignment (MIL: the CV repeat)."""
@@ -166,6 +168,20 @@ class DataConfig(Strict):
     @classmethod
     def _name(cls, v: str) -> str:
         return known(DATASETS, v)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _dataset_defaults(cls, data: Any) -> Any:
+        """The dataset's own val_fraction when the config gives none (an unknown name fails at `name`)."""
+        if not isinstance(data, dict) or "val_fraction" in data:
+            return data
+        from ablate.plugins import load_builtins
+
+        load_builtins()
+        name = data.get("name", cls.model_fields["name"].default)
+        if not isinstance(name, str) or name not in DATASETS:
+            return data
+        return {**data, "val_fraction": DATASETS.get(name).val_fraction}
 
     @model_validator(mode="after")
     def _check(self) -> DataConfig:
@@ -289,6 +305,11 @@ def _rebuild_on_registration() -> None:
 
 
 MECHANISMS.on_change(_rebuild_on_registration)
+
+
+REPLICATES = ("seed", "data.split_seed", "data.fold")
+"""Config paths whose values repeat one variant rather than make another: the seed, the repeat of a random
+split or of a cross-validation (split_seed), and the CV fold. Variant keys and reports leave them out."""
 
 
 def identity(model: BaseModel) -> dict[str, Any]:

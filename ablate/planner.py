@@ -21,7 +21,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from ablate.config import AnyMechanism, TrialConfig, identity
+from ablate.config import REPLICATES, AnyMechanism, TrialConfig, identity
 from ablate.errors import Problem, SpecError
 from ablate.paths import get_path, matches, set_path
 from ablate.plugins import Plugins, load_builtins
@@ -84,10 +84,14 @@ def trial_key(cfg: TrialConfig) -> str:
 
 
 def variant_identity(cfg: TrialConfig) -> dict[str, Any]:
-    """The identity without the replicate fields (seed, and the CV fold: a variant's folds are its repeats)."""
+    """The identity without the replicate fields (`config.REPLICATES`: seed, split seed, CV fold)."""
     ident = identity(cfg)
-    ident.pop("seed")
-    ident["data"].pop("fold")
+    for path in REPLICATES:
+        *parents, leaf = path.split(".")
+        node = ident
+        for part in parents:
+            node = node[part]
+        node.pop(leaf)
     return ident
 
 

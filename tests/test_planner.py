@@ -366,7 +366,7 @@ EXPECTED_NOKEY = {
     "resources.cpus", "resources.gpus", "resources.retries",
 }  # fmt: skip
 #: The replicate fields: a variant's trials differ only in these.
-REPLICATES = {"seed", "data.fold"}
+REPLICATES = {"seed", "data.split_seed", "data.fold"}
 #: Perturbations that need a hand-picked valid value (tried before the generic candidates).
 HAND_PICKED: dict[str, list] = {"model.size": ["vit-small"], "data.name": ["digits"], "model.backbone": ["swin"]}
 #: Fields that validation ties to others, so no valid config differs in them alone: set without validation.
@@ -510,7 +510,7 @@ def test_the_walk_finds_every_leaf_of_every_section() -> None:
 @pytest.mark.parametrize("leaf", LEAVES, ids=lambda leaf: leaf.id)
 def test_exactly_the_result_relevant_fields_change_the_key(leaf: Leaf) -> None:
     """Perturb one leaf field: the trial key changes iff the field changes results (is not nokey), and the
-    variant key changes iff it does and is no replicate field (seed, data.fold)."""
+    variant key changes iff it does and is no replicate field (seed, data.split_seed, data.fold)."""
     base, other, value = _perturb(leaf)
     relevant = leaf.id not in EXPECTED_NOKEY
     changed = trial_key(base) != trial_key(other)

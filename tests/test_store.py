@@ -133,6 +133,9 @@ def test_add_trials_keeps_state_and_records_membership_per_sweep(store):
     assert store.membership("b", shared.key).axes == {"lr": 0.1}
     assert store.membership("b", shared.key).position == 1
     assert store.trial(shared.key).axes == shared.axes  # the trial keeps its first sweep's axes
+    store.add_trials("b", [Trial(shared.key, "regrouped", shared.config, shared.axes)])
+    assert store.trial(shared.key).variant == "regrouped"  # a variant is derived: the newest plan's wins
+    assert store.states([shared.key]) == {shared.key: "done"}
     status = store.status()
     assert status.loc["a", "done"] == 1 and status.loc["a", "pending"] == 1 and status.loc["b", "total"] == 2
     assert list(status.columns) == [*STATES, "total"]

@@ -21,8 +21,11 @@ def row(values: list[float], dtype: torch.dtype = torch.float32) -> torch.Tensor
 
 
 def test_one_forward_step() -> None:
-    expected = row([0.156940, 0.613277, 0.470256, 0.076244, 0.610170, 0.0])
+    """The paper's eqs. 9-12: the step's output is not normalised again (the option does it)."""
+    expected = row([0.103028, 0.402603, 0.308713, 0.050053, 0.400564, 0.0])
     torch.testing.assert_close(syn_steps(row(X_FWD), 1, GAMMA), expected, atol=1e-6, rtol=0)
+    renormalized = row([0.156940, 0.613277, 0.470256, 0.076244, 0.610170, 0.0])
+    torch.testing.assert_close(syn_steps(row(X_FWD), 1, GAMMA, renormalize=True), renormalized, atol=1e-6, rtol=0)
 
 
 def test_hundred_forward_steps_reach_one_hot() -> None:
@@ -31,17 +34,22 @@ def test_hundred_forward_steps_reach_one_hot() -> None:
 
 def test_tie_concentrates_on_both() -> None:
     s = 1 / math.sqrt(2)
-    torch.testing.assert_close(syn_steps(row([0.4, 0.4, 0.2]), 100, GAMMA), row([s, s, 0]), atol=1e-4, rtol=0)
+    a = syn_steps(row([0.4, 0.4, 0.2]), 100, GAMMA, renormalize=True)
+    torch.testing.assert_close(a, row([s, s, 0]), atol=1e-4, rtol=0)
+    a = syn_steps(row([0.4, 0.4, 0.2]), 100, GAMMA)
+    assert a[0] == a[1] and a[2] < 1e-4 * a[0]
 
 
 def test_one_backward_step() -> None:
-    expected = row([0.893459, 0.414290, 0.122667, 0.0, 0.122667, 0.0])
+    expected = row([0.978155, 0.453562, 0.134295, 0.0, 0.134295, 0.0])
     torch.testing.assert_close(syn_steps(row(X_BWD), -1, GAMMA), expected, atol=1e-6, rtol=0)
+    renormalized = row([0.893459, 0.414290, 0.122667, 0.0, 0.122667, 0.0])
+    torch.testing.assert_close(syn_steps(row(X_BWD), -1, GAMMA, renormalize=True), renormalized, atol=1e-6, rtol=0)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 def test_twenty_backward_steps_spread_over_the_support_and_zeros_stay_zero(dtype: torch.dtype) -> None:
-    a = syn_steps(row(X_BWD, dtype), -20, GAMMA)
+    a = syn_steps(row(X_BWD, dtype), -20, GAMMA, renormalize=True)
     support = row(X_BWD, dtype) > 0
     assert (a[support] - 0.5).abs().max() < 6.3e-5
     assert (a[~support] == 0).all()
@@ -75,7 +83,7 @@ def syn_inputs(n: int = 7):
 
 @pytest.mark.parametrize("steps", [-3, 3])
 def test_masked_keys_stay_exactly_zero(steps: int) -> None:
-    mixer = create_mixer(SynAttention(steps=steps), 8, 2)
+    mixer = create_mixer(SynAttention(steps=steps, renormalize=True), 8, 2)
     mixer.record = True
     q, k, v, bias = syn_inputs()
     out = mixer(q, k, v, bias=bias)
@@ -113,14 +121,15 @@ def _qk_grads_through_values_of(q, k, v, bias, w, steps):
     return torch.autograd.grad((a0 * (w @ v.transpose(-2, -1)).detach()).sum(), (q, k))
 
 
-def reference_syn(q, k, v, steps: int, gamma: float) -> torch.Tensor:
-    """The Syn layer from the paper's definition in float64: softmax rows, L2-normalised, then |steps| times
-    map and normalise, the map gamma a^3 + (1 - gamma) a or (steps < 0) its inverse, found by bisection
-    (monotone on [0, 1], where L2-normalised rows live), not by the library's closed form."""
+def reference_syn(q, k, v, steps: int, gamma: float, renormalize: bool = False) -> torch.Tensor:
+    """The Syn layer from the paper's definition in float64: softmax rows, then |steps| times normalise and
+    map, the map gamma a^3 + (1 - gamma) a or (steps < 0) its inverse, found by bisection (monotone on
+    [0, 1], where L2-normalised rows live), not by the library's closed form; normalised at the end only
+    with `renormalize`."""
     q, k, v = q.double(), k.double(), v.double()
     a = (q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])).softmax(-1)
-    a = a / a.norm(dim=-1, keepdim=True)
     for _ in range(abs(steps)):
+        a = a / a.norm(dim=-1, keepdim=True)
         if steps > 0:
             a = gamma * a**3 + (1 - gamma) * a
         else:
@@ -130,6 +139,7 @@ def reference_syn(q, k, v, steps: int, gamma: float) -> torch.Tensor:
                 below = gamma * mid**3 + (1 - gamma) * mid < a
                 lo, hi = torch.where(below, mid, lo), torch.where(below, hi, mid)
             a = (lo + hi) / 2
+    if renormalize:
         a = a / a.norm(dim=-1, keepdim=True)
     return a @ v
 
@@ -145,6 +155,8 @@ def test_mixer_follows_gamma_and_steps(gamma: float, steps: int) -> None:
     for bypass in (True, False):
         out = create_mixer(SynAttention(steps=steps, gamma=gamma, bypass=bypass), 8, 2)(q, k, v)
         torch.testing.assert_close(out.double(), ref, atol=1e-5, rtol=1e-5)
+    renormalized = create_mixer(SynAttention(steps=steps, gamma=gamma, renormalize=True), 8, 2)(q, k, v)
+    torch.testing.assert_close(renormalized.double(), reference_syn(q, k, v, steps, gamma, True), atol=1e-5, rtol=1e-5)
     if steps > 0:
         w = torch.randn(2, 2, 7, 4, dtype=torch.float64)
         g_ref = torch.autograd.grad((ref * w).sum(), (q, k, v))

@@ -1,8 +1,9 @@
 """Syn layer (synergetic attention, for multiple-instance learning): a cubic map iterated on attention rows.
 
-A row is L2-normalised, then mapped: forward steps ``f(a) = gamma a^3 + (1 - gamma) a`` widen the gap
+Each step L2-normalises a row, then maps it: forward steps ``f(a) = gamma a^3 + (1 - gamma) a`` widen the gap
 between the largest weight and the rest (concentrate, towards one-hot), backward steps ``f^-1`` narrow it
-(distract, towards uniform on the support), and the result is normalised again. Zeros are fixed points of
+(distract, towards uniform on the support). The last step's output is not normalised again (the paper's
+eqs. 9-12 and its reference code; `renormalize` offers it, off by default). Zeros are fixed points of
 both maps, so the support never changes. Gradients bypass the iterations (straight-through), as in the
 paper: the polynomial's repeated chain rule explodes or vanishes.
 """
@@ -27,13 +28,15 @@ class SynAttention(Mechanism):
     """Syn layer: a polynomial map iterated on each attention row (concentrate or distract)."""
 
     kind: Literal["syn"] = "syn"
-    said: ClassVar[tuple[str, ...]] = ("steps", "gamma", "bypass")
+    said: ClassVar[tuple[str, ...]] = ("steps", "gamma", "bypass", "renormalize")
     steps: int = Field(0, ge=-1000, le=1000)
     """Iterations I: > 0 concentrate (forward steps), < 0 distract (backward steps), 0 none."""
     gamma: float = Field(0.5, gt=0, le=1)
     """Cubic weight of the map a' = gamma a^3 + (1 - gamma) a, in (0, 1]."""
     bypass: bool = True
     """Gradient bypass (straight-through): gradients flow as if no steps were taken."""
+    renormalize: bool = False
+    """L2-normalise the rows after the last step as well (not in the paper, whose last step is unnormalised)."""
 
     def build(self, dim: int, num_heads: int, in_dim: int | None = None) -> TokenMixer:
         return Syn(self, dim, num_heads, in_dim)
@@ -41,7 +44,8 @@ class SynAttention(Mechanism):
     def describe(self) -> str:
         mode = "concentrate" if self.steps > 0 else "distract" if self.steps < 0 else "no steps"
         bypass = "" if self.bypass else ", no bypass"
-        return f"Syn (I={self.steps}: {mode}; gamma={self.gamma}{bypass})"
+        renormalized = ", renormalised" if self.renormalize else ""
+        return f"Syn (I={self.steps}: {mode}; gamma={self.gamma}{bypass}{renormalized})"
 
 
 #: Floor of a row's L2 norm: an all-zero (fully masked) row stays zero instead of becoming NaN.
@@ -68,23 +72,22 @@ def distract(y: Tensor, gamma: float) -> Tensor:
     return 2 * math.sqrt(p / 3) * torch.sinh(torch.asinh(c * y) / 3)
 
 
-def syn_steps(a: Tensor, steps: int, gamma: float, keep: Tensor | None = None) -> Tensor:
+def syn_steps(a: Tensor, steps: int, gamma: float, keep: Tensor | None = None, renormalize: bool = False) -> Tensor:
     """Iterate the Syn map |steps| times on the rows (last dim) of ``a``: > 0 concentrate, < 0 distract.
 
-    Each step is normalise -> map -> normalise, so the output rows have unit L2 norm (not unit sum: a row
-    distracted to uniform on n keys holds 1/sqrt(n) each); a step's output is already normalised, so only
-    the first step normalises its input. ``keep`` (True = key not masked) is applied before the first
-    step and re-applied after every step, so masked keys are exactly zero whatever the map does.
+    Each step normalises its input to unit L2 norm, then maps it; the last step's output is left as the map
+    gives it unless ``renormalize``. ``keep`` (True = key not masked) is applied before the first step and
+    re-applied after every step, so masked keys are exactly zero whatever the map does.
     """
     if steps == 0:
         return a
     step = concentrate if steps > 0 else distract
-    a = F.normalize(a if keep is None else a * keep, dim=-1, eps=NORM_EPS)
+    a = a if keep is None else a * keep
     for _ in range(abs(steps)):
-        a = F.normalize(step(a, gamma), dim=-1, eps=NORM_EPS)
+        a = step(F.normalize(a, dim=-1, eps=NORM_EPS), gamma)
         if keep is not None:
             a = a * keep
-    return a
+    return F.normalize(a, dim=-1, eps=NORM_EPS) if renormalize else a
 
 
 class Syn(TokenMixer):
@@ -103,9 +106,9 @@ class Syn(TokenMixer):
         a0 = normalize_rows(logits(q, k, bias).float(), bias)
         if self.cfg.bypass:
             with torch.no_grad():
-                a_steps = syn_steps(a0, steps, gamma, key_keep(bias))
+                a_steps = syn_steps(a0, steps, gamma, key_keep(bias), self.cfg.renormalize)
             a = a0 + (a_steps - a0).detach()  # the steps' values, a0's gradient
         else:
-            a = syn_steps(a0, steps, gamma, key_keep(bias))
+            a = syn_steps(a0, steps, gamma, key_keep(bias), self.cfg.renormalize)
         self._keep(a)
         return a.to(v.dtype) @ v

@@ -17,12 +17,12 @@ import numpy as np
 import pandas as pd
 import yaml
 
+from ablate.config import REPLICATES
 from ablate.paths import matches
 from ablate.plugins import PluginError, Plugins
 from ablate.reporting import describe, stats
 from ablate.store import TRIAL_COLUMNS, Store
 
-REPLICATES = ("seed", "data.fold")
 STRATA = ("data.name", "data.id")
 #: Diagnostics plotted per epoch when recorded (means over layers), with their axis labels.
 DIAGNOSTICS = {
@@ -107,10 +107,11 @@ def _default_metric(variants: pd.DataFrame) -> str:
 
 
 def _replicates(trials: pd.DataFrame) -> pd.Series:
-    """A label per trial that is the same for matching replicates of different variants: seed[/fold]."""
+    """A label per trial that is the same for matching replicates of different variants: seed[/split/fold]."""
     rep = trials["seed"].astype(str)
-    if "axis.data.fold" in trials:
-        rep = rep + "/" + trials["axis.data.fold"].astype(str)
+    for path in REPLICATES[1:]:
+        if f"axis.{path}" in trials:
+            rep = rep + "/" + trials[f"axis.{path}"].astype(str)
     return rep
 
 

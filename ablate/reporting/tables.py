@@ -8,6 +8,7 @@ import math
 
 import pandas as pd
 
+from ablate.config import REPLICATES
 from ablate.reporting import frames, published, stats
 from ablate.reporting.effects import PAIRED, Factorial
 from ablate.reporting.frames import SweepData
@@ -60,7 +61,7 @@ def variants(table: pd.DataFrame, data: SweepData) -> Table:
     ref = table.loc[data.baseline, "label"] if data.baseline in table.index else "none"
     moved = " (the baseline's cell on each variant's own dataset)" if table["ref"].nunique() > 1 else ""
     caption = (
-        f"{data.metric}: mean ± std over replicates (seed{' x fold' if 'axis.data.fold' in data.trials else ''}); "
+        f"{data.metric}: mean ± std over replicates ({' x '.join(_replicate_words(data))}); "
         f"n = finished replicates. Δ: paired difference to the baseline ({ref}){moved} over matching replicates, "
         f"with a 95% t interval. p: t = paired t-test (n ≥ {stats.SMALL_N} pairs), W = Wilcoxon signed-rank "
         f"(n < {stats.SMALL_N}; it cannot fall below 2/2^n, e.g. 0.5 with 2 pairs). GFLOPs = stored FLOPs / 2e9: "
@@ -87,6 +88,11 @@ def _best(table: pd.DataFrame, higher: bool) -> set[tuple[int, int]]:
             if vals.notna().any() and vals.nunique() > 1:
                 marks |= {(order[v], col) for v in vals[vals == vals.max()].index}
     return marks
+
+
+def _replicate_words(data: SweepData) -> list[str]:
+    words = {"seed": "seed", "data.split_seed": "split repeat", "data.fold": "fold"}
+    return [words[p] for p in REPLICATES if p == "seed" or f"axis.{p}" in data.trials]
 
 
 def published_tables(table: pd.DataFrame, data: SweepData) -> list[Table]:

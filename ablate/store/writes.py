@@ -131,7 +131,7 @@ class Store(Queries):
             members.append({"sweep": sweep, "trial_key": key, "axes": axes, "position": pos})
         with self._write() as conn:
             eng.upsert(conn, SWEEPS, [{"name": sweep, "created_at": t, "updated_at": t}], ["name"])
-            eng.upsert(conn, TRIALS, new, ["key"])
+            eng.upsert(conn, TRIALS, new, ["key"], ["variant"])  # derived from the config: always current
             eng.upsert(conn, MEMBERS, members, ["sweep", "trial_key"], ["axes", "position"])
 
     # ------------------------------------------------------------------------------------------ trials
