@@ -9,6 +9,7 @@ planning and validation stay fast: what a mechanism, backbone, dataset or task i
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import PurePath
 from typing import Annotated, Any, Literal, TypeVar
 
@@ -207,7 +208,12 @@ class TrainConfig(Strict):
 
     epochs: int = Field(10, ge=1)
     batch_size: int = Field(64, ge=1)
-    """Images per step (MIL: bags per step; the reference uses 1)."""
+    """Global batch: examples per optimizer step over every worker and accumulation step (MIL: bags; the
+    reference uses 1). A result does not depend on how it is split (`accum_steps`, `device_batch`, workers)."""
+    accum_steps: int | None = nokey(None, ge=1)
+    """Micro-batches accumulated per optimizer step (default: from `device_batch`, else 1)."""
+    device_batch: int | None = nokey(None, ge=1)
+    """Examples per worker per micro-batch (default: batch_size / (workers x accum_steps))."""
     opt: str = "adamw"
     """timm optimizer name."""
     lr: float = Field(1e-3, gt=0)
@@ -252,6 +258,8 @@ class Resources(Strict):
     """Fractional values share a GPU between trials."""
     retries: int = nokey(0, ge=0)
     """Re-runs after an application error (worker or node death is always retried)."""
+    workers: int = nokey(1, ge=1)
+    """Data-parallel processes of one trial, each with these cpus and gpus (gloo on CPU, NCCL on GPUs)."""
 
     @field_validator("gpus")
     @classmethod
@@ -295,7 +303,29 @@ class TrialConfig(Strict):
         if backbone.task != self.task:
             raise ValueError(f"task {self.task} cannot use backbone {self.model.backbone} (a {backbone.task} backbone)")
         backbone.accepts(self.attention)
+        self.batch_split()
         return self
+
+    def batch_split(self) -> BatchSplit:
+        """How the global batch splits: workers x accum_steps x device_batch = batch_size (ValueError if not)."""
+        t, workers = self.train, self.resources.workers
+        accum = t.accum_steps or (t.batch_size // (workers * t.device_batch) if t.device_batch else 1)
+        device = t.device_batch or t.batch_size // (workers * accum)
+        if workers * accum * device != t.batch_size:
+            raise ValueError(
+                f"train.batch_size {t.batch_size} is not resources.workers {workers} x train.accum_steps "
+                f"{accum} x train.device_batch {device}: the global batch must split evenly"
+            )
+        return BatchSplit(workers, accum, device)
+
+
+@dataclass(frozen=True)
+class BatchSplit:
+    """A global batch's split over data-parallel workers and accumulation steps."""
+
+    workers: int
+    accum_steps: int
+    device_batch: int
 
 
 def _rebuild_on_registration() -> None:

@@ -6,7 +6,8 @@ backbones declare which task they serve, and validation checks the three agree.
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from collections.abc import Sized
+from typing import Any, ClassVar, cast
 
 import numpy as np
 import torch
@@ -16,6 +17,7 @@ from torch.utils.data import DataLoader
 
 from ablate.config import TrialConfig
 from ablate.data import Splits
+from ablate.parallel import Step, steps
 from ablate.registry import register_task
 
 
@@ -48,22 +50,43 @@ class Task:
 
     def example(self) -> tuple[Tensor, ...]:
         """One example (batch of 1) for FLOP counting."""
-        batch = next(iter(self.loader(self.data.test, train=False, batch_size=1)))
+        batch = next(iter(self.loader(self.data.test, batch_size=1)))
         return self.inputs(batch)[0]
 
-    def loader(self, ds: Any, train: bool, epoch: int = 0, batch_size: int | None = None) -> DataLoader[Any]:
-        # The order of an epoch depends only on (seed, epoch), so a resumed trial sees the same batches.
-        gen = torch.Generator().manual_seed(self.cfg.seed * 100_003 + epoch)
+    def loader(self, ds: Any, batch_size: int | None = None) -> DataLoader[Any]:
+        """Evaluation batches of `ds`, in order."""
         return DataLoader(
             ds,
-            batch_size=batch_size or (self.cfg.train.batch_size if train else self.cfg.train.eval_batch_size),
-            shuffle=train,
-            drop_last=False,
-            generator=gen,
+            batch_size=batch_size or self.cfg.train.eval_batch_size,
+            shuffle=False,
+            generator=torch.Generator().manual_seed(self.cfg.seed * 100_003),  # no draw from torch's global RNG
             collate_fn=self.data.collate,
             num_workers=self.cfg.data.workers,
-            persistent_workers=False,
         )
+
+    def train_steps(self, epoch: int, rank: int = 0) -> list[Step]:
+        """The optimizer steps of a training epoch for worker `rank` (see `ablate.parallel`). The order depends
+        only on (seed, epoch), so a resumed trial, and every worker, sees the same global batches."""
+        n = len(cast(Sized, self.data.train))
+        order = torch.randperm(n, generator=self._generator(epoch)).tolist()
+        return steps(n, self.cfg.batch_split(), rank, order)
+
+    def micro_batches(self, plan: list[Step], epoch: int) -> DataLoader[Any]:
+        """The non-empty micro-batches of `plan`, loaded in order."""
+        return DataLoader(
+            self.data.train,
+            batch_sampler=[m for step in plan for m in step.micro if m],
+            generator=torch.Generator().manual_seed(self.cfg.seed * 100_003 + epoch),  # loader workers' seeds
+            collate_fn=self.data.collate,
+            num_workers=self.cfg.data.workers,
+        )
+
+    def _generator(self, epoch: int) -> torch.Generator:
+        """The epoch's shuffle generator, after the draw a DataLoader makes for its workers' base seed first
+        (so the order equals that of a shuffling DataLoader with this generator, as trials ran before)."""
+        gen = torch.Generator().manual_seed(self.cfg.seed * 100_003 + epoch)
+        torch.empty((), dtype=torch.int64).random_(generator=gen)
+        return gen
 
 
 @register_task

@@ -23,7 +23,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from ablate import checkpoints
+from ablate import checkpoints, parallel
 from ablate.config import TrialConfig
 from ablate.data import build_data
 from ablate.environment import environment
@@ -31,6 +31,7 @@ from ablate.messages import Divergence, Reporter, TrialResult
 from ablate.nn.accounting import count_flops, count_params
 from ablate.nn.diagnostics import argmax_keys, recording, summarize, winner_transfer
 from ablate.nn.factory import create_model
+from ablate.parallel import Group
 from ablate.registry import TASKS
 from ablate.tasks import Task
 
@@ -64,7 +65,7 @@ def _autocast(cfg: TrialConfig, device: torch.device) -> Any:
 def evaluate(model: nn.Module, task: Task, ds: Any, cfg: TrialConfig) -> dict[str, float]:
     model.eval()
     outs, targets = [], []
-    for batch in task.loader(ds, train=False):
+    for batch in task.loader(ds):
         x, y = task.inputs(batch)
         with _autocast(cfg, task.device):
             outs.append(model(*x).float().cpu())
@@ -81,10 +82,20 @@ def run_trial(
 ) -> TrialResult:
     """Train and evaluate one resolved config; resume from `checkpoint_dir` when it holds a checkpoint."""
     cfg = config
-    report = report or (lambda epoch, metrics: None)
     device = pick_device(cfg)
+    group = parallel.join(cfg.resources.workers, device)
+    try:
+        return _train(cfg, report if group.main and report else (lambda epoch, metrics: None), checkpoint_dir,
+                      device, group)  # fmt: skip
+    finally:
+        parallel.leave(group)
+
+
+def _train(
+    cfg: TrialConfig, report: Reporter, checkpoint_dir: str | Path | None, device: torch.device, group: Group
+) -> TrialResult:
     torch.set_num_threads(max(1, int(cfg.resources.cpus)))
-    seed_everything(cfg.seed)
+    seed_everything(cfg.seed)  # every worker builds the same initial weights
     data = build_data(cfg)  # DataError before any training
     model = create_model(cfg, data.num_classes, data.in_chans).to(device)
     task = TASKS.get(cfg.task)(cfg, data, device)
@@ -96,7 +107,7 @@ def run_trial(
 
     t = cfg.train
     optimizer = create_optimizer_v2(model, opt=t.opt, lr=t.lr, weight_decay=t.weight_decay)
-    steps_per_epoch = len(task.loader(data.train, train=True))
+    steps_per_epoch = len(task.train_steps(0))
     scheduler = None
     if t.sched != "none":
         scheduler, _ = create_scheduler_v2(
@@ -114,6 +125,8 @@ def run_trial(
     progress = checkpoints.restore(folder, model, optimizer, scheduler) if folder else checkpoints.Progress()
     if progress.problem:
         result.warnings.append(progress.problem)
+    if not group.main:  # augmentation streams of their own (rank 0 keeps the single-process stream)
+        seed_everything(cfg.seed + 1_000_003 * group.rank + 7919 * progress.epoch)
     result.resumed_from = progress.epoch
     for epoch, metrics in progress.history:  # metrics a crashed recorder may have missed; writes are idempotent
         report(epoch, metrics)
@@ -121,10 +134,12 @@ def run_trial(
     total_epochs = t.epochs + t.cooldown_epochs
     for epoch in range(progress.epoch, total_epochs):
         try:
-            metrics = train_epoch(train_model, task, optimizer, scheduler, epoch, steps_per_epoch)
+            metrics = train_epoch(train_model, task, optimizer, scheduler, epoch, group)
         except Diverged as d:
             result.outcome, result.epochs, result.diverged_at = "diverged", epoch, Divergence(d.epoch, d.step)
             return result
+        if not group.main:  # rank 0 evaluates, checkpoints and reports
+            continue
         if data.val is not None:
             metrics.update({f"val.{k}": v for k, v in evaluate(model, task, data.val, cfg).items()})
         if t.diagnostics:
@@ -136,39 +151,52 @@ def run_trial(
         if folder is not None:
             checkpoints.save(folder, model, optimizer, scheduler, progress)
         report(epoch + 1, metrics)
-    result.metrics = {f"test.{k}": v for k, v in evaluate(model, task, data.test, cfg).items()}
+    if group.main:
+        result.metrics = {f"test.{k}": v for k, v in evaluate(model, task, data.test, cfg).items()}
+    group.barrier()  # no worker leaves the group while rank 0 still evaluates
     result.epochs = total_epochs
     result.peak_memory = int(peak_memory_mb(device) * 2**20)  # bytes
     return result
 
 
 def train_epoch(
-    model: nn.Module, task: Task, optimizer: Any, scheduler: Any, epoch: int, steps: int
+    model: nn.Module, task: Task, optimizer: Any, scheduler: Any, epoch: int, group: Group
 ) -> dict[str, float]:
+    """One epoch of optimizer steps; each step accumulates this worker's micro-batches (loss weighted by their
+    share of the global batch), sums the gradients over the workers, then clips and steps."""
     cfg = task.cfg
     model.train()
+    plan = task.train_steps(epoch, group.rank)
+    batches = iter(task.micro_batches(plan, epoch))
     loss_sum, seen, t0 = 0.0, 0, time.perf_counter()
-    for i, batch in enumerate(task.loader(task.data.train, train=True, epoch=epoch)):
-        x, y = task.mix(*task.inputs(batch))
-        with _autocast(cfg, task.device):
-            loss = task.loss(model(*x), y)
-        value = loss.item()
-        if not math.isfinite(value):
-            raise Diverged(epoch + 1, i + 1)
+    for i, step in enumerate(plan):
         optimizer.zero_grad(set_to_none=True)
-        loss.backward()
+        finite = True
+        for micro in filter(None, step.micro):
+            x, y = task.mix(*task.inputs(next(batches)))
+            with _autocast(cfg, task.device):
+                loss = task.loss(model(*x), y)
+            value = loss.item()
+            finite = finite and math.isfinite(value)
+            if not finite:
+                break
+            (loss * (len(micro) / step.size)).backward()
+            loss_sum += value * len(micro)
+            seen += len(micro)
+        if group.sum([float(not finite)], task.device)[0]:  # every worker stops at the same step
+            raise Diverged(epoch + 1, i + 1)
+        group.all_reduce_grads(model)
         if cfg.train.grad_clip:
             nn.utils.clip_grad_norm_(model.parameters(), cfg.train.grad_clip)
         optimizer.step()
         if scheduler is not None:
-            scheduler.step_update(epoch * steps + i + 1)
-        loss_sum += value * len(y)
-        seen += len(y)
+            scheduler.step_update(epoch * len(plan) + i + 1)
     seconds = time.perf_counter() - t0
+    total_loss, total_seen = group.sum([loss_sum, float(seen)], task.device)
     return {
-        "train.loss": loss_sum / max(seen, 1),
+        "train.loss": total_loss / max(total_seen, 1),
         "lr": optimizer.param_groups[0]["lr"],
-        "samples_per_s": seen / seconds,
+        "samples_per_s": total_seen / seconds,
         "epoch_s": seconds,
     }
 
@@ -180,7 +208,7 @@ def diagnose(
     """Attention diagnostics on a fixed probe batch of the validation (else test) split."""
     model.eval()
     probe = task.data.val if task.data.val is not None else task.data.test
-    x, _ = task.inputs(next(iter(task.loader(probe, train=False, batch_size=min(64, cfg.train.eval_batch_size)))))
+    x, _ = task.inputs(next(iter(task.loader(probe, batch_size=min(64, cfg.train.eval_batch_size)))))
     with recording(model):
         model(*x)
         stats = summarize(model)
