@@ -86,11 +86,16 @@ def run_workers(over: dict, tmp_path: Path) -> list[tuple[list[dict[str, float]]
     """Two real processes joined by torch.distributed (gloo), as the launcher starts a 2-worker trial."""
     port = free_port()
     script = WORKER.format(tests=str(Path(__file__).parent), over=over)
+    env = {**os.environ, "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
     procs = [
-        subprocess.Popen([sys.executable, "-c", script], cwd=tmp_path, stdout=subprocess.PIPE, text=True,
-                         env={**os.environ, "RANK": str(r), "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1",
-                              "MASTER_PORT": str(port)})  # fmt: skip
-        for r in range(2)
+        subprocess.Popen(
+            [sys.executable, "-c", script],
+            cwd=tmp_path,
+            stdout=subprocess.PIPE,
+            text=True,
+            env={**env, "RANK": str(rank)},
+        )  # fmt: skip
+        for rank in range(2)
     ]
     outs = [p.communicate(timeout=240)[0] for p in procs]
     assert [p.returncode for p in procs] == [0, 0], outs
