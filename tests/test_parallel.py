@@ -87,15 +87,10 @@ def run_workers(over: dict, tmp_path: Path) -> list[tuple[list[dict[str, float]]
     port = free_port()
     script = WORKER.format(tests=str(Path(__file__).parent), over=over)
     env = {**os.environ, "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
+    command = [sys.executable, "-c", script]
     procs = [
-        subprocess.Popen(
-            [sys.executable, "-c", script],
-            cwd=tmp_path,
-            stdout=subprocess.PIPE,
-            text=True,
-            env={**env, "RANK": str(rank)},
-        )  # fmt: skip
-        for rank in range(2)
+        subprocess.Popen(command, cwd=tmp_path, stdout=subprocess.PIPE, text=True, env={**env, "RANK": str(r)})
+        for r in range(2)
     ]
     outs = [p.communicate(timeout=240)[0] for p in procs]
     assert [p.returncode for p in procs] == [0, 0], outs
