@@ -26,14 +26,16 @@ from typing import Any
 
 import ray
 
+from ablate import gangs
 from ablate.config import TrialConfig
-from ablate.messages import EpochEnd, Finished, Runner, Started, TrialResult
+from ablate.messages import EpochEnd, Finished, PeerLost, Runner, Started, TrialResult
 from ablate.planner import Plan, Trial
 from ablate.plugins import Plugins
 from ablate.progress import Progress
 from ablate.recorder import Recorder, start_inbox
 from ablate.store import Store
 from ablate.tracking import Tracker
+from ablate.worker import TaskArgs, trial_task
 
 DEFAULT_STORAGE = "db/checkpoints"
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
@@ -75,30 +77,6 @@ class RunConfig:
     """What trains a trial (default `ablate.trial.run_trial`); tests and benchmarks pass lighter ones."""
     poll: float = 0.2
     """Seconds between looks at finished tasks and new messages."""
-
-
-def _trial_task(config: dict[str, Any], key: str, storage: str, inbox: Any, runner: Runner,
-                plugins: Plugins) -> TrialResult:  # fmt: skip
-    """Body of one Ray task: import the sweep's plugins, run the trial, streaming its messages to the inbox.
-
-    A trial's calls to the inbox run in the order they were made; waiting for the first and the last
-    of them means that when the task's result is ready, every message it sent is in the inbox, so the
-    launcher records them before the outcome (a late `Started` would otherwise reopen a finished trial).
-    """
-    plugins.load()
-    cfg = TrialConfig.model_validate(config)
-    ctx = ray.get_runtime_context()
-    device = "cuda" if cfg.resources.gpus > 0 else "cpu"
-    ray.get(inbox.put.remote(Started(key, socket.gethostname(), ctx.get_node_id(), device)))
-    last: list[Any] = []
-
-    def report(epoch: int, metrics: dict[str, float]) -> None:
-        last[:] = [inbox.put.remote(EpochEnd(key, epoch, metrics, time.time()))]
-
-    try:
-        return runner(cfg, report, Path(storage) / key)
-    finally:
-        ray.get(last)
 
 
 class Stop:
@@ -215,16 +193,22 @@ def launch(
         storage = str(Path(run.storage).resolve())
         recorder = Recorder(store, tracker, sweep_of)
         inbox = start_inbox()
-        task = ray.remote(_trial_task)
+        task = ray.remote(trial_task)
         pending: dict[Any, str] = {}
-        failures: Counter[str] = Counter()
+        running_gangs: dict[str, gangs.Gang] = {}
+        attempts = Attempts()
 
         def submit(key: str) -> None:
             cfg = todo[key].config
             opts = {"num_cpus": run.cpus if run.cpus is not None else cfg.resources.cpus,
                     "num_gpus": run.gpus if run.gpus is not None else cfg.resources.gpus,
                     "max_retries": SYSTEM_RETRIES, "retry_exceptions": False, "name": f"trial-{key[:10]}"}  # fmt: skip
-            ref = task.options(**opts).remote(cfg.model_dump(mode="json"), key, storage, inbox, runner, plugins)
+            args = TaskArgs(cfg.model_dump(mode="json"), key, storage, inbox, runner, plugins)
+            if cfg.resources.workers > 1:
+                gang = running_gangs[key] = gangs.start(task, opts, cfg.resources.workers, args)
+                ref = gang.leader
+            else:
+                ref = task.options(**opts).remote(args)
             pending[ref] = key
             progress.submitted(todo[key])
 
@@ -240,6 +224,8 @@ def launch(
         def interrupt() -> None:
             for ref in pending:
                 ray.cancel(ref, force=True)
+            for gang in running_gangs.values():
+                gang.stop()
             drain()
             recorder.interrupt(list(pending.values()))
             result.interrupted = True
@@ -255,7 +241,9 @@ def launch(
                     drain()
                     for ref in ready:
                         key = pending.pop(ref)
-                        state = _settle(ref, key, todo[key].config, recorder, failures, progress)
+                        if key in running_gangs:
+                            running_gangs.pop(key).stop()
+                        state = _settle(ref, key, todo[key].config, recorder, attempts, progress)
                         if state == "retry":
                             submit(key)
                             continue
@@ -279,14 +267,26 @@ def launch(
     return result
 
 
-def _settle(ref: Any, key: str, cfg: TrialConfig, recorder: Recorder, failures: Counter[str],
-            progress: Progress) -> str:  # fmt: skip
+@dataclass
+class Attempts:
+    """Failed attempts per trial key, against the two retry budgets."""
+
+    errors: Counter[str] = field(default_factory=Counter)
+    """Application errors (the trial raised): retried `resources.retries` times."""
+    lost: Counter[str] = field(default_factory=Counter)
+    """Multi-worker trials whose rank died: restarted SYSTEM_RETRIES times (Ray retries single tasks itself)."""
+
+
+def _settle(ref: Any, key: str, cfg: TrialConfig, recorder: Recorder, attempts: Attempts, progress: Progress) -> str:
     """Record a finished task; return its state, or "retry" for an application error with retries left."""
     try:
         out: TrialResult = ray.get(ref)
     except ray.exceptions.RayError as e:  # the trial raised, or its worker/node died past the retries
-        failures[key] += 1
-        if isinstance(e, ray.exceptions.RayTaskError) and failures[key] <= cfg.resources.retries:
+        if cfg.resources.workers > 1 and _lost_worker(e) and attempts.lost[key] < SYSTEM_RETRIES:
+            attempts.lost[key] += 1
+            return "retry"
+        attempts.errors[key] += 1
+        if isinstance(e, ray.exceptions.RayTaskError) and attempts.errors[key] <= cfg.resources.retries:
             return "retry"
         # A RayTaskError's text is the worker's formatted traceback; its cause is the original exception.
         cause = getattr(e, "cause", None) if isinstance(e, ray.exceptions.RayTaskError) else None
@@ -297,3 +297,10 @@ def _settle(ref: Any, key: str, cfg: TrialConfig, recorder: Recorder, failures: 
         progress.message(f"{key[:10]}: {warning}")
     recorder.finish(Finished.of(key, out))
     return out.outcome
+
+
+def _lost_worker(e: Exception) -> bool:
+    """A rank's process or node died (rank 0's own, or another's, seen by rank 0 as a failed collective)."""
+    if isinstance(e, ray.exceptions.RayTaskError):
+        return isinstance(getattr(e, "cause", None), PeerLost)
+    return isinstance(e, (ray.exceptions.WorkerCrashedError, ray.exceptions.NodeDiedError))

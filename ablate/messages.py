@@ -27,6 +27,11 @@ class Runner(Protocol):
     def __call__(self, config: TrialConfig, report: Reporter | None, checkpoint_dir: Path | None, /) -> TrialResult: ...
 
 
+class PeerLost(RuntimeError):
+    """A collective of a multi-worker trial failed: another worker died. The launcher restarts the trial's
+    workers, which resume from the last checkpoint, as for a dead single-process worker."""
+
+
 @dataclass(frozen=True)
 class Divergence:
     """Where a non-finite loss stopped a trial."""

@@ -6,8 +6,9 @@ it; worker r takes its contiguous share of each and splits it into `accum_steps`
 micro-batch's mean loss is weighted by its share of the global batch before backward, and the workers'
 gradients are summed after the last micro-batch, so the step equals one process's step on the whole
 global batch (up to float summation order) however the batch was split. A worker joins through the
-torchrun environment (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT), which the launcher sets for each worker
-of a multi-worker trial; rank 0 reports, evaluates and checkpoints.
+torchrun environment (RANK, WORLD_SIZE, and MASTER_ADDR/MASTER_PORT or a rendezvous file), which the
+launcher sets for each worker of a multi-worker trial (`ablate.gangs`); rank 0 reports, evaluates and
+checkpoints.
 """
 
 from __future__ import annotations
@@ -20,14 +21,14 @@ import torch
 from torch import nn
 
 from ablate.config import BatchSplit
+from ablate.messages import PeerLost
+
+RENDEZVOUS = "ABLATE_RENDEZVOUS"
+"""Environment variable: a file on storage every worker sees, where the workers meet (torch's FileStore);
+without it, the torchrun variables MASTER_ADDR and MASTER_PORT."""
 
 TIMEOUT = datetime.timedelta(minutes=5)
 """How long a collective waits for a lost peer before it raises (the launcher then retries the trial)."""
-
-
-class PeerLost(RuntimeError):
-    """A collective failed: another worker of the trial died. The launcher retries the trial from its
-    checkpoint, as for a dead single-process worker."""
 
 
 @dataclass(frozen=True)
@@ -82,7 +83,8 @@ def join(workers: int, device: torch.device) -> Group:
         raise ValueError(f"resources.workers is {workers} but WORLD_SIZE is {world}")
     if not torch.distributed.is_initialized():
         backend = "nccl" if device.type == "cuda" else "gloo"
-        torch.distributed.init_process_group(backend, rank=rank, world_size=world, timeout=TIMEOUT)
+        where = f"file://{os.environ[RENDEZVOUS]}" if RENDEZVOUS in os.environ else "env://"
+        torch.distributed.init_process_group(backend, where, rank=rank, world_size=world, timeout=TIMEOUT)
     return Group(rank, world)
 
 

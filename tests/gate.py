@@ -4,7 +4,8 @@ A gated trial runs the real `run_trial`; the first time one of the gated keys re
 checkpoint for that epoch is already on disk: the trial saves before it reports), it writes its worker's
 pid to `<folder>/<key>.pid` and blocks until `<folder>/open` exists. Tests wait for those pid files, a
 condition they control, so a signal or a kill always lands while the trial is provably mid-run. A resumed
-attempt replays its history past the gate without stopping (the pid file is already there).
+attempt replays its history past the gate without stopping (the pid file is already there). The other
+ranks of a multi-worker trial write their pids to `<folder>/<key>.rank<r>` as they start.
 
 `python tests/gate.py FOLDER EPOCH [KEY...] -- ablate-cli-args...` runs the `ablate` CLI with the gate
 in place, for tests that need a real launcher process.
@@ -49,6 +50,8 @@ class Gate:
             from ablate.trial import run_trial as real
 
             key = Path(checkpoint_dir).name
+            if os.environ.get("RANK", "0") != "0":  # another rank of a multi-worker trial: its pid, for kills
+                Path(folder, f"{key}.rank{os.environ['RANK']}").write_text(str(os.getpid()))
 
             def report_and_wait(e: int, metrics: dict[str, float]) -> None:
                 report(e, metrics)

@@ -252,3 +252,50 @@ def test_ctrl_c_marks_running_trials_interrupted_and_the_next_launch_resumes(tmp
         assert set(t["resumed_from"]) == {1} and set(t["attempts"]) == {2}
         m = store.metrics_frame("s")
         assert sorted(set(m["step"])) == [1, 2, 3] and not m.duplicated(["key", "name", "step"]).any()
+
+
+def two_worker_sweep(tmp_path: Path, epochs: int) -> Path:
+    cfg = {**TINY, "train": {**TINY["train"], "epochs": epochs}, "resources": {"cpus": 1, "workers": 2}}
+    return write_sweeps(tmp_path / "e.yaml", {"s": {"base": cfg}})
+
+
+def test_two_worker_trial_trains_on_ray_like_one_process(ray_local, tmp_path: Path) -> None:
+    """A trial of two gloo workers (a placement group of two 1-CPU bundles) ends with the test metrics of
+    the same config trained by one process; only rank 0's messages reach the store."""
+    from ablate.trial import run_trial
+
+    p = plan(two_worker_sweep(tmp_path, 2), "s")
+    with Store(f"sqlite:///{tmp_path}/r.sqlite") as store:
+        res = launch([p], store=store, run=RunConfig(storage=tmp_path / "ck"), progress=quiet())
+        assert res.counts == {"done": 1}
+        row = store.trials_frame("s").iloc[0]
+        assert row["attempts"] == 1 and sorted(set(store.metrics_frame("s")["step"])) == [1, 2]
+    alone = p.trials[0].config.model_copy(
+        update={"resources": p.trials[0].config.resources.model_copy(update={"workers": 1})}
+    )
+    expected = run_trial(alone).metrics
+    assert abs(row["test.loss"] - expected["test.loss"]) < 1e-5 and row["test.top1"] == expected["test.top1"]
+
+
+def test_a_killed_rank_restarts_the_whole_trial_from_its_checkpoint(ray_local, tmp_path: Path) -> None:
+    """SIGKILL of rank 1 while rank 0 waits at epoch 2: rank 0's next all-reduce fails, the launcher stops
+    the gang and starts both ranks again, and they resume from the epoch-2 checkpoint."""
+    by_value()
+    p = plan(two_worker_sweep(tmp_path, 4), "s")
+    key = p.trials[0].key
+    gate = Gate(tmp_path / "gate", epoch=2)
+    with Store(f"sqlite:///{tmp_path}/r.sqlite") as store:
+        box: dict = {}
+        run = RunConfig(storage=tmp_path / "ck", runner=gate.runner())
+        th = threading.Thread(target=lambda: box.update(res=launch([p], store=store, run=run, progress=quiet())))
+        th.start()
+        gate.wait(1)
+        follower = gate.folder / f"{key}.rank1"
+        os.kill(int(wait_for(lambda: follower.exists() and follower.read_text())), signal.SIGKILL)
+        gate.open()
+        th.join(timeout=240)
+        assert box["res"].counts == {"done": 1}
+        row = store.trials_frame("s").iloc[0]
+        assert row["state"] == "done" and row["attempts"] == 2 and row["resumed_from"] == 2
+        m = store.metrics_frame("s")
+        assert sorted(set(m["step"])) == [1, 2, 3, 4] and not m.duplicated(["key", "name", "step"]).any()

@@ -1,0 +1,80 @@
+"""What runs on a Ray worker for one trial: import the sweep's plugins, run the trial, stream its messages.
+
+The launcher submits `trial_task` once per trial (or once per rank of a multi-worker trial, see
+`ablate.gangs`); everything the task needs travels in one `TaskArgs`.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import ray
+
+from ablate.config import TrialConfig
+from ablate.messages import EpochEnd, Runner, Started, TrialResult
+from ablate.plugins import Plugins
+
+
+@dataclass(frozen=True)
+class TaskArgs:
+    """One trial as a Ray task receives it."""
+
+    config: dict[str, Any]
+    """The trial's config as JSON data (validated again on the worker, after its plugins are imported)."""
+    key: str
+    storage: str
+    """Checkpoint root: the trial's folder is `<storage>/<key>`."""
+    inbox: Any
+    """The `recorder.Inbox` actor (None for ranks other than 0: only rank 0 reports)."""
+    runner: Runner
+    plugins: Plugins
+
+    def follower(self) -> TaskArgs:
+        return replace(self, inbox=None)
+
+
+@dataclass(frozen=True)
+class Rank:
+    """A worker's place in a multi-worker trial and where the workers meet."""
+
+    rank: int
+    world: int
+    rendezvous: str
+
+
+def trial_task(args: TaskArgs, place: Rank | None = None) -> TrialResult:
+    """Body of one Ray task: import the sweep's plugins, run the trial, streaming its messages to the inbox.
+
+    A trial's calls to the inbox run in the order they were made; waiting for the first and the last
+    of them means that when the task's result is ready, every message it sent is in the inbox, so the
+    launcher records them before the outcome (a late `Started` would otherwise reopen a finished trial).
+    """
+    from ablate.parallel import RENDEZVOUS
+
+    args.plugins.load()
+    cfg = TrialConfig.model_validate(args.config)
+    inbox, last = args.inbox, list[Any]()
+    if inbox is not None:
+        device = "cuda" if cfg.resources.gpus > 0 else "cpu"
+        node = ray.get_runtime_context().get_node_id()
+        ray.get(inbox.put.remote(Started(args.key, socket.gethostname(), node, device)))
+
+    def report(epoch: int, metrics: dict[str, float]) -> None:
+        if inbox is not None:
+            last[:] = [inbox.put.remote(EpochEnd(args.key, epoch, metrics, time.time()))]
+
+    env = {} if place is None else {"RANK": str(place.rank), "WORLD_SIZE": str(place.world)}
+    if place is not None:
+        env[RENDEZVOUS] = place.rendezvous
+    os.environ.update(env)
+    try:
+        return args.runner(cfg, report, Path(args.storage) / args.key)
+    finally:
+        for name in env:
+            os.environ.pop(name, None)
+        ray.get(last)
