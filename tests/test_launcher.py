@@ -14,7 +14,7 @@ from conftest import TINY, write_sweeps
 from gate import Gate, wait_for
 
 from ablate.launcher import RunConfig, launch
-from ablate.planner import plan, plan_all
+from ablate.planner import Plan, plan, plan_all
 from ablate.progress import Progress
 from ablate.store import Store
 from ablate.tracking import Tracker
@@ -92,6 +92,15 @@ def by_value() -> None:
     ray.cloudpickle.register_pickle_by_value(gate)
 
 
+def launch_in_thread(p: Plan, store: Store, tmp_path: Path, gate: Gate) -> tuple[dict, threading.Thread]:
+    """Launch `p` with gated trials in a thread; the result lands in the returned box as `res`."""
+    box: dict = {}
+    run = RunConfig(storage=tmp_path / "ck", runner=gate.runner())
+    th = threading.Thread(target=lambda: box.update(res=launch([p], store=store, run=run, progress=quiet())))
+    th.start()
+    return box, th
+
+
 def test_killed_worker_is_retried_and_resumes_from_its_checkpoint(ray_local, tmp_path: Path) -> None:
     by_value()
     cfg = {**TINY, "train": {**TINY["train"], "epochs": 4}}
@@ -100,10 +109,7 @@ def test_killed_worker_is_retried_and_resumes_from_its_checkpoint(ray_local, tmp
     key = p.trials[0].key
     gate = Gate(tmp_path / "gate", epoch=2)
     with Store(f"sqlite:///{tmp_path}/r.sqlite") as store:
-        box: dict = {}
-        run = RunConfig(storage=tmp_path / "ck", runner=gate.runner())
-        th = threading.Thread(target=lambda: box.update(res=launch([p], store=store, run=run, progress=quiet())))
-        th.start()
+        box, th = launch_in_thread(p, store, tmp_path, gate)
         pid = gate.wait(1)[key]  # the worker sits at epoch 2, its epoch-2 checkpoint written
         os.kill(pid, signal.SIGKILL)
         th.join(timeout=240)
@@ -285,10 +291,7 @@ def test_a_killed_rank_restarts_the_whole_trial_from_its_checkpoint(ray_local, t
     key = p.trials[0].key
     gate = Gate(tmp_path / "gate", epoch=2)
     with Store(f"sqlite:///{tmp_path}/r.sqlite") as store:
-        box: dict = {}
-        run = RunConfig(storage=tmp_path / "ck", runner=gate.runner())
-        th = threading.Thread(target=lambda: box.update(res=launch([p], store=store, run=run, progress=quiet())))
-        th.start()
+        box, th = launch_in_thread(p, store, tmp_path, gate)
         gate.wait(1)
         follower = gate.folder / f"{key}.rank1"
         os.kill(int(wait_for(lambda: follower.exists() and follower.read_text())), signal.SIGKILL)
