@@ -31,6 +31,17 @@ def nokey(default: Any = None, **kw: Any) -> Any:
     return Field(default, json_schema_extra=NOKEY, **kw)
 
 
+#: Marks a result-relevant field added after trials were stored (``json_schema_extra``): see `added`.
+ADDED: JsonDict = {"x-key-unless-default": True}
+
+
+def added(default: Any, **kw: Any) -> Any:
+    """A result-relevant field added to a config that trials were already keyed by: it joins the key only
+    when set to something other than its default (which must be what trials did before it existed), so
+    adding it keeps every stored trial's key. Every new result-relevant field is declared this way."""
+    return Field(default, json_schema_extra=ADDED, **kw)
+
+
 class AnyMechanism:
     """Annotation marker: a field holding the config of any registered mechanism, discriminated by `kind`.
 
@@ -220,6 +231,8 @@ class TrainConfig(Strict):
     weight_decay: float = Field(0.05, ge=0)
     sched: Literal["cosine", "step", "none"] = "cosine"
     warmup_epochs: int = Field(0, ge=0)
+    warmup_lr: float | None = added(None, gt=0)
+    """Learning rate the warmup starts from (default: min_lr; the CSaN recipe warms up from 1e-6)."""
     cooldown_epochs: int = Field(0, ge=0)
     min_lr: float = Field(1e-6, ge=0)
     label_smoothing: float = Field(0.0, ge=0, lt=1)
@@ -230,6 +243,11 @@ class TrainConfig(Strict):
     randaugment: str | None = None
     """timm auto-augment string, e.g. rand-m9-mstd0.5-inc1 (imagefolder only)."""
     random_erase: float = Field(0.0, ge=0, le=1)
+    color_jitter: float = added(0.4, ge=0)
+    """timm's colour jitter strength for image-folder training (timm applies it only without RandAugment)."""
+    repeated_aug: int = added(1, ge=1)
+    """Repeated augmentation: each example appears this many times in a row of the epoch's order, each copy
+    augmented anew; the epoch keeps its length (timm's RepeatAugSampler; 1: off)."""
     shift: int = Field(0, ge=0)
     """Random translation of training images by up to `shift` pixels (zero padding), applied per batch."""
     grad_clip: float | None = Field(None, gt=0)
@@ -343,12 +361,14 @@ split or of a cross-validation (split_seed), and the CV fold. Variant keys and r
 
 
 def identity(model: BaseModel) -> dict[str, Any]:
-    """The key-relevant part of a config as plain JSON data: every field not marked `nokey`."""
+    """The key-relevant part of a config as plain JSON data: every field not marked `nokey`, and fields
+    marked `added` only away from their defaults."""
     out: dict[str, Any] = {}
     for name, field in type(model).model_fields.items():
-        if field.json_schema_extra == NOKEY:
+        value = getattr(model, name)
+        if field.json_schema_extra == NOKEY or (field.json_schema_extra == ADDED and value == field.default):
             continue
-        out[name] = _plain(getattr(model, name))
+        out[name] = _plain(value)
     return out
 
 

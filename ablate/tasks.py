@@ -68,8 +68,10 @@ class Task:
         """The optimizer steps of a training epoch for worker `rank` (see `ablate.parallel`). The order depends
         only on (seed, epoch), so a resumed trial, and every worker, sees the same global batches."""
         n = len(cast(Sized, self.data.train))
-        order = torch.randperm(n, generator=self._generator(epoch)).tolist()
-        return steps(n, self.cfg.batch_split(), rank, order)
+        order = torch.randperm(n, generator=self._generator(epoch))
+        if self.cfg.train.repeated_aug > 1:  # each example k times in a row, the epoch as long as before
+            order = order.repeat_interleave(self.cfg.train.repeated_aug)[:n]
+        return steps(n, self.cfg.batch_split(), rank, order.tolist())
 
     def micro_batches(self, plan: list[Step], epoch: int) -> DataLoader[Any]:
         """The non-empty micro-batches of `plan`, loaded in order."""

@@ -103,24 +103,10 @@ def _train(
                          environment=environment(device))  # fmt: skip
 
     from timm.optim import create_optimizer_v2
-    from timm.scheduler import create_scheduler_v2
 
     t = cfg.train
     optimizer = create_optimizer_v2(model, opt=t.opt, lr=t.lr, weight_decay=t.weight_decay)
-    steps_per_epoch = len(task.train_steps(0))
-    scheduler = None
-    if t.sched != "none":
-        scheduler, _ = create_scheduler_v2(
-            optimizer,
-            sched=t.sched,
-            num_epochs=t.epochs,
-            warmup_epochs=t.warmup_epochs,
-            warmup_lr=t.min_lr,
-            min_lr=t.min_lr,
-            cooldown_epochs=t.cooldown_epochs,
-            updates_per_epoch=steps_per_epoch,
-            step_on_epochs=False,
-        )
+    scheduler = make_scheduler(cfg, optimizer, len(task.train_steps(0)))
     folder = Path(checkpoint_dir) if checkpoint_dir else None
     progress = checkpoints.restore(folder, model, optimizer, scheduler) if folder else checkpoints.Progress()
     if progress.problem:
@@ -157,6 +143,27 @@ def _train(
     result.epochs = total_epochs
     result.peak_memory = int(peak_memory_mb(device) * 2**20)  # bytes
     return result
+
+
+def make_scheduler(cfg: TrialConfig, optimizer: Any, steps_per_epoch: int) -> Any:
+    """timm's scheduler for the recipe, stepped per update (None for `sched: none`)."""
+    from timm.scheduler import create_scheduler_v2
+
+    t = cfg.train
+    if t.sched == "none":
+        return None
+    scheduler, _ = create_scheduler_v2(
+        optimizer,
+        sched=t.sched,
+        num_epochs=t.epochs,
+        warmup_epochs=t.warmup_epochs,
+        warmup_lr=t.min_lr if t.warmup_lr is None else t.warmup_lr,
+        min_lr=t.min_lr,
+        cooldown_epochs=t.cooldown_epochs,
+        updates_per_epoch=steps_per_epoch,
+        step_on_epochs=False,
+    )
+    return scheduler
 
 
 def train_epoch(

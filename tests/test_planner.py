@@ -348,8 +348,9 @@ def test_shipped_sweeps_keep_their_golden_keys(monkeypatch: pytest.MonkeyPatch) 
         f"golden {sorted(golden['sweeps'])}). {why}.\n"
         "Changing keys orphans every stored result: existing stores no longer match these trials and a relaunch "
         "runs them all again. Only a change in what a config means may do that, and then ablate.planner.KEY_VERSION "
-        "must be bumped deliberately. Note that a new result-relevant field re-keys every trial even at its default "
-        "(the key hashes every field), and a field that does not change results must be marked nokey.\n"
+        "must be bumped deliberately. A new result-relevant field must be declared with config.added(default) (it "
+        "joins the key only away from its default; a plain Field re-keys every trial), and a field that does not "
+        "change results must be marked nokey.\n"
         "After a deliberate KEY_VERSION bump (or an edit of experiments.yaml) regenerate with: "
         f"{golden_keys.REGENERATE}"
     )

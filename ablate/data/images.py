@@ -254,8 +254,9 @@ def _imagefolder(cfg: TrialConfig) -> Splits:
     size = (3, cfg.model.img_size, cfg.model.img_size)
     t = cfg.train
     train_tf = create_transform(
-        size, is_training=True, auto_augment=t.randaugment, re_prob=t.random_erase, interpolation="bicubic"
-    )
+        size, is_training=True, auto_augment=t.randaugment, re_prob=t.random_erase, color_jitter=t.color_jitter,
+        interpolation="bicubic",
+    )  # fmt: skip
     eval_tf = create_transform(size, interpolation="bicubic")
 
     def folder(split: str, transform: object, class_map: dict[str, int] | None = None) -> ImageDataset:

@@ -1,0 +1,95 @@
+"""The papers' recipes as the shipped sweeps: csan-paper against the authors' ImageNet recipe item by item,
+and the recipe knobs it needs (warmup start, repeated augmentation) doing what they say."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import TINY
+
+from ablate.config import TrialConfig
+from ablate.data import build_data
+from ablate.paths import get_path
+from ablate.planner import plan
+from ablate.registry import TASKS
+from ablate.trial import make_scheduler
+
+ROOT = Path(__file__).resolve().parents[1]
+
+#: The CSaN authors' recipe (their README's timm command): path -> value, for every trial of csan-paper.
+CSAN_RECIPE = {
+    "train.batch_size": 2048,
+    "train.lr": 2e-3,
+    "train.opt": "adamw",
+    "train.weight_decay": 0.05,
+    "train.epochs": 300,
+    "train.cooldown_epochs": 10,
+    "train.sched": "cosine",
+    "train.warmup_epochs": 20,
+    "train.warmup_lr": 1e-6,
+    "train.min_lr": 1e-5,
+    "train.repeated_aug": 3,
+    "train.mixup": 0.8,
+    "train.cutmix": 1.0,
+    "train.label_smoothing": 0.1,
+    "train.randaugment": "rand-m9-mstd0.5-inc1",
+    "train.color_jitter": 0.4,
+    "train.random_erase": 0.25,
+    "train.amp": True,
+    "train.compile": True,
+    "data.val_fraction": 0.0,
+    "model.img_size": 224,
+}
+#: Drop path per model size (the authors' per-size settings).
+DROP_PATH = {"swin-tiny": 0.2, "swin-small": 0.3}
+
+
+@pytest.fixture(scope="module")
+def csan_paper(monkeypatch_module: pytest.MonkeyPatch) -> list[dict]:
+    monkeypatch_module.setenv("IMAGENET_DIR", "/data/imagenet")
+    return [t.config.model_dump(mode="json") for t in plan(ROOT / "experiments.yaml", "csan-paper").trials]
+
+
+@pytest.fixture(scope="module")
+def monkeypatch_module():
+    with pytest.MonkeyPatch.context() as mp:
+        yield mp
+
+
+@pytest.mark.parametrize("path", sorted(CSAN_RECIPE))
+def test_csan_paper_follows_the_authors_recipe(csan_paper: list[dict], path: str) -> None:
+    assert {repr(get_path(c, path)) for c in csan_paper} == {repr(CSAN_RECIPE[path])}
+
+
+def test_csan_paper_splits_the_global_batch_as_the_authors(csan_paper: list[dict]) -> None:
+    splits = {TrialConfig.model_validate(c).batch_split() for c in csan_paper}
+    assert {(s.workers * s.accum_steps * s.device_batch, s.device_batch) for s in splits} == {(2048, 128)}
+    for c in csan_paper:
+        if c["model"]["size"] in DROP_PATH:
+            assert c["model"]["drop_path"] == DROP_PATH[c["model"]["size"]], c["model"]
+
+
+def test_warmup_starts_from_warmup_lr() -> None:
+    raw = {**TINY, "train": {**TINY["train"], "epochs": 4, "warmup_epochs": 2, "lr": 1e-2}}
+    for warmup_lr, first in ((1e-6, 1e-6), (None, TrialConfig.model_validate(raw).train.min_lr)):
+        cfg = TrialConfig.model_validate({**raw, "train": {**raw["train"], "warmup_lr": warmup_lr}})
+        optimizer = torch.optim.AdamW([torch.nn.Parameter(torch.zeros(1))], lr=cfg.train.lr)
+        make_scheduler(cfg, optimizer, steps_per_epoch=10)
+        assert optimizer.param_groups[0]["lr"] == pytest.approx(first)
+
+
+def test_repeated_augmentation_repeats_each_example_and_keeps_the_epoch_length() -> None:
+    cfg = TrialConfig.model_validate({**TINY, "train": {**TINY["train"], "repeated_aug": 3}})
+    data = build_data(cfg)
+    order = [
+        i
+        for step in TASKS.get("classify")(cfg, data, torch.device("cpu")).train_steps(0)
+        for m in step.micro
+        for i in m
+    ]
+    n = len(data.train)
+    assert len(order) == n
+    runs = [order[i : i + 3] for i in range(0, n - n % 3, 3)]
+    assert all(len(set(r)) == 1 for r in runs) and len({r[0] for r in runs}) == len(runs)
