@@ -84,6 +84,11 @@ class Backbone:
 
         return (torch.randn(batch, in_chans, m.img_size, m.img_size, device=device),)
 
+    def attention_drop_path(self, rate: float) -> float:
+        """The drop-path rate of a block's attention branch for a block rate `rate`, when
+        `model.desync_drop_path` is on (the family's rule in the CSaN recipe); default: the block's rate."""
+        return rate
+
     def width_step(self, m: ModelConfig) -> int:
         """Smallest `embed_dim` increment that keeps the model valid (the `match_params` search grid)."""
         assert m.num_heads is not None  # set by validation

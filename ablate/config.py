@@ -113,6 +113,9 @@ class ModelConfig(Strict):
     """Solve embed_dim so the parameter count lands within 2% of a target: a number, or dotted overrides
     of this config that describe the reference model (e.g. {model.stack: alternating, attention.kind: softmax})."""
     drop_path: float = Field(0.0, ge=0, lt=1)
+    desync_drop_path: bool = added(False)
+    """Drop path on each block's attention branch by the backbone's rule (Swin: a third of the block's rate
+    where it is >= 0.25; Hiera: 0.75 of it above 0.2), as the CSaN recipe; off: one rate for both branches."""
     num_classes: int | None = Field(None, ge=1)
     """Must match the dataset when given (None: taken from the data)."""
     pool_dim: int = Field(32, ge=1)

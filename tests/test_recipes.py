@@ -41,6 +41,7 @@ CSAN_RECIPE = {
     "train.compile": True,
     "data.val_fraction": 0.0,
     "model.img_size": 224,
+    "model.desync_drop_path": True,
 }
 #: Drop path per model size (the authors' per-size settings).
 DROP_PATH = {"swin-tiny": 0.2, "swin-small": 0.3}
@@ -93,3 +94,33 @@ def test_repeated_augmentation_repeats_each_example_and_keeps_the_epoch_length()
     assert len(order) == n
     runs = [order[i : i + 3] for i in range(0, n - n % 3, 3)]
     assert all(len(set(r)) == 1 for r in runs) and len({r[0] for r in runs}) == len(runs)
+
+
+MODELS = {
+    "swin": (dict(backbone="swin", embed_dim=24, depths=(2, 2), num_heads=(2, 4), img_size=32, window_size=4),
+             lambda rate: rate / 3 if rate >= 0.25 else rate),
+    "hiera": (dict(backbone="hiera", embed_dim=8, depths=(1, 1, 1, 1), num_heads=(1,), img_size=32, patch_size=2,
+                   window_size=8), lambda rate: rate * 0.75 if rate > 0.2 else rate),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("backbone", sorted(MODELS))
+def test_desynchronised_drop_path_follows_the_family_rule(backbone: str) -> None:
+    """The CSaN recipe's attention-branch drop path: the FFN branch keeps the block's rate (timm's linear
+    ramp to model.drop_path), the attention branch takes the family's rule; off, both take the block's."""
+    from timm.layers import DropPath
+
+    from ablate.nn.factory import create_model
+
+    model_cfg, rule = MODELS[backbone]
+
+    def rates(desync: bool) -> list[tuple[float, float]]:
+        cfg = TrialConfig.model_validate({"model": {**model_cfg, "drop_path": 0.3, "desync_drop_path": desync}})
+        blocks = [m for m in create_model(cfg, 5, 3).modules() if isinstance(getattr(m, "drop_path1", None), DropPath)]
+        return [(b.drop_path1.drop_prob, b.drop_path2.drop_prob) for b in blocks]
+
+    synced, desynced = rates(False), rates(True)
+    assert synced and all(a == f for a, f in synced) and max(f for _, f in synced) == pytest.approx(0.3)
+    assert [f for _, f in desynced] == [f for _, f in synced]
+    assert [a for a, _ in desynced] == [pytest.approx(rule(f)) for _, f in synced]
+    assert any(a < f for a, f in desynced)  # the rule bites somewhere at 0.3

@@ -29,7 +29,16 @@ def create_model(cfg: TrialConfig, num_classes: int, in_chans: int) -> nn.Module
     batch of bags (B, N, F = in_chans) and a mask (B, N) and returns (B,) logits.
     """
     cfg = match_width(cfg, num_classes, in_chans)
-    return BACKBONES.get(cfg.model.backbone).build(cfg.model, cfg.attention, num_classes, in_chans)
+    backbone = BACKBONES.get(cfg.model.backbone)
+    model = backbone.build(cfg.model, cfg.attention, num_classes, in_chans)
+    if cfg.model.desync_drop_path:
+        from timm.layers import DropPath
+
+        for block in model.modules():
+            attention_branch = getattr(block, "drop_path1", None)
+            if isinstance(attention_branch, DropPath):
+                attention_branch.drop_prob = backbone.attention_drop_path(attention_branch.drop_prob)
+    return model
 
 
 def model_key(cfg: TrialConfig, num_classes: int, in_chans: int) -> str:

@@ -97,5 +97,8 @@ class Hiera(Backbone):
         )
         return mix_blocks(model, HieraBlock, MixedMaskUnitAttention, m, attention)
 
+    def attention_drop_path(self, rate: float) -> float:
+        return rate * 0.75 if rate > 0.2 else rate
+
 
 register_backbone(Hiera())

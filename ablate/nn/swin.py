@@ -124,6 +124,9 @@ class Swin(Backbone):
             MixedSwinBlock.adopt(block, m, attention)
         return model
 
+    def attention_drop_path(self, rate: float) -> float:
+        return rate / 3 if rate >= 0.25 else rate
+
     def width_step(self, m: ModelConfig) -> int:
         """Stage i has width e * 2^i and num_heads[i] heads: e must make every stage divisible."""
         assert m.num_heads is not None  # set by validation
