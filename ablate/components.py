@@ -66,6 +66,8 @@ class Backbone:
     """How a paper names it ("Swin", "ViT")."""
     patch_size: ClassVar[int] = 1
     """Default `model.patch_size`."""
+    normalization: ClassVar[str] = "imagenet"
+    """The image normalisation its authors train with (`data.normalization: family`): imagenet or inception."""
     sizes: ClassVar[dict[str, dict[str, Any]]] = {}
     """Named sizes (`model.size`): the fields each one sets."""
 

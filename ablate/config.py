@@ -166,6 +166,9 @@ class DataConfig(Strict):
     resolved against the experiments file's folder. Not in the key: moving data keeps the trial."""
     id: str | None = None
     """Identity of the data at `path` for the key; defaults to the path's last component."""
+    normalization: Literal["imagenet", "inception", "family"] = added("imagenet")
+    """Mean and std of image-folder inputs: ImageNet's, Inception's (0.5 each), or the backbone family's
+    (ViT: Inception's, Swin and Hiera: ImageNet's, as the CSaN recipe)."""
     val_fraction: float = Field(0.1, ge=0, lt=1)
     """Share held out from training for per-epoch validation curves (never for selection). Default: the
     dataset's (0.1 for images; 0 for the MIL benchmarks, whose protocol trains on every training bag)."""

@@ -42,6 +42,7 @@ CSAN_RECIPE = {
     "data.val_fraction": 0.0,
     "model.img_size": 224,
     "model.desync_drop_path": True,
+    "data.normalization": "family",
 }
 #: Drop path per model size (the authors' per-size settings).
 DROP_PATH = {"swin-tiny": 0.2, "swin-small": 0.3}
@@ -124,3 +125,24 @@ def test_desynchronised_drop_path_follows_the_family_rule(backbone: str) -> None
     assert [f for _, f in desynced] == [f for _, f in synced]
     assert [a for a, _ in desynced] == [pytest.approx(rule(f)) for _, f in synced]
     assert any(a < f for a, f in desynced)  # the rule bites somewhere at 0.3
+
+
+@pytest.mark.parametrize(("backbone", "mean"), [("vit", 0.5), ("swin", 0.485)])
+def test_family_normalization_is_the_backbone_authors(tmp_path: Path, backbone: str, mean: float) -> None:
+    """`data.normalization: family` normalises image folders as the family's authors (ViT: 0.5, Swin: ImageNet);
+    the default stays ImageNet's for every backbone."""
+    import torchvision.transforms as T
+    from PIL import Image
+
+    for c in ("a", "b"):
+        (tmp_path / "train" / c).mkdir(parents=True)
+        Image.new("RGB", (8, 8)).save(tmp_path / "train" / c / "0.png")
+    model = MODELS["swin"][0] if backbone == "swin" else {**TINY["model"], "img_size": 32}
+
+    def first_mean(normalization: str) -> float:
+        data = {"name": "imagefolder", "path": str(tmp_path), "normalization": normalization, "val_fraction": 0}
+        split = build_data(TrialConfig.model_validate({"data": data, "model": {**model, "img_size": 32}}))
+        norm = next(t for t in split.test.dataset.transform.transforms if isinstance(t, T.Normalize))
+        return round(float(norm.mean[0]), 3)
+
+    assert first_mean("family") == mean and first_mean("imagenet") == 0.485 and first_mean("inception") == 0.5

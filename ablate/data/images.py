@@ -32,7 +32,7 @@ from torch.utils.data import Dataset, Subset
 from ablate import components
 from ablate.config import TrialConfig
 from ablate.data import DataError, Splits, holdout, stamp
-from ablate.registry import register_dataset
+from ablate.registry import BACKBONES, register_dataset
 
 #: Above this many bytes of resized float images, resize per item instead of holding them all.
 RESIDENT_BYTES = 1 << 30
@@ -253,11 +253,12 @@ def _imagefolder(cfg: TrialConfig) -> Splits:
         raise DataError(name, root, "no train/ folder (expected ImageNet layout: train/<class>/*, val/<class>/*)")
     size = (3, cfg.model.img_size, cfg.model.img_size)
     t = cfg.train
+    mean, std = normalization(cfg)
     train_tf = create_transform(
         size, is_training=True, auto_augment=t.randaugment, re_prob=t.random_erase, color_jitter=t.color_jitter,
-        interpolation="bicubic",
+        interpolation="bicubic", mean=mean, std=std,
     )  # fmt: skip
-    eval_tf = create_transform(size, interpolation="bicubic")
+    eval_tf = create_transform(size, interpolation="bicubic", mean=mean, std=std)
 
     def folder(split: str, transform: object, class_map: dict[str, int] | None = None) -> ImageDataset:
         try:
@@ -293,6 +294,20 @@ def _imagefolder(cfg: TrialConfig) -> Splits:
     else:
         test = _subset(evaluated, test_idx)
     return Splits(_subset(train, train_idx), val, test, num_classes=len(class_to_idx), in_chans=3)
+
+
+def normalization(cfg: TrialConfig) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """Mean and std for `data.normalization` (`family`: the backbone component's)."""
+    import ablate._tv_compat  # noqa: F401  (the torchvision shim, before timm)
+
+    from timm.data import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD, IMAGENET_INCEPTION_MEAN, IMAGENET_INCEPTION_STD
+
+    name: str = cfg.data.normalization
+    if name == "family":
+        name = BACKBONES.get(cfg.model.backbone).normalization
+    if name == "inception":
+        return IMAGENET_INCEPTION_MEAN, IMAGENET_INCEPTION_STD
+    return IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD
 
 
 def _subset(ds: Dataset[Any], index: np.ndarray) -> Subset[Any]:

@@ -40,6 +40,7 @@ class MixedAttention(Mixed, Attention):
 class ViT(Backbone):
     name = "vit"
     family = "ViT"
+    normalization = "inception"  # mean = std = 0.5, as the ViT authors
     patch_size = 16
     sizes = {
         "vit-tiny": dict(embed_dim=192, depths=(12,), num_heads=(3,), patch_size=16),
