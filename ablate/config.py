@@ -112,6 +112,10 @@ class ModelConfig(Strict):
     match_params: float | dict[str, Any] | None = None
     """Solve embed_dim so the parameter count lands within 2% of a target: a number, or dotted overrides
     of this config that describe the reference model (e.g. {model.stack: alternating, attention.kind: softmax})."""
+    match_as: dict[str, Any] | None = added(None)
+    """With `match_params`: dotted overrides of this config whose width is solved instead, this config then
+    built at that width (the CSaN paper's diamond CSaN row is CSaN on the width solved for softmax:
+    {attention.kind: softmax})."""
     drop_path: float = Field(0.0, ge=0, lt=1)
     desync_drop_path: bool = added(False)
     """Drop path on each block's attention branch by the backbone's rule (Swin: a third of the block's rate

@@ -451,7 +451,7 @@ def _candidates(ann: object, value: object) -> list:
 def _flat(data: dict, prefix: str = "") -> dict:
     out = {}
     for k, v in data.items():
-        if isinstance(v, dict) and not (prefix + k).endswith("match_params"):
+        if isinstance(v, dict) and not (prefix + k).endswith(("match_params", "match_as")):
             out.update(_flat(v, f"{prefix}{k}."))
         else:
             out[prefix + k] = v

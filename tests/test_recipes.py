@@ -146,3 +146,19 @@ def test_family_normalization_is_the_backbone_authors(tmp_path: Path, backbone: 
         return round(float(norm.mean[0]), 3)
 
     assert first_mean("family") == mean and first_mean("imagenet") == 0.485 and first_mean("inception") == 0.5
+
+
+def test_diamond_csan_row_is_csan_on_the_softmax_diamond_width(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The published diamond CSaN row is CSaN applied to the widened softmax pure-attention model
+    (model.match_as), not a CSaN model re-widened to the alternating model's parameter count."""
+    from ablate.nn.factory import match_width, meta_params
+
+    monkeypatch.setenv("IMAGENET_DIR", "/data/imagenet")
+    diamonds = {t.config.attention.kind: t.config for t in plan(ROOT / "experiments.yaml", "csan-paper").trials
+                if t.config.model.match_params is not None and t.config.model.stack == "pure"}  # fmt: skip
+    solved = {kind: match_width(cfg, 1000, 3) for kind, cfg in diamonds.items()}
+    assert solved["csan"].model.embed_dim == solved["softmax"].model.embed_dim
+    rewidened = diamonds["csan"].model_copy(
+        update={"model": diamonds["csan"].model.model_copy(update={"match_as": None})}
+    )
+    assert meta_params(solved["csan"], 1000, 3) > meta_params(match_width(rewidened, 1000, 3), 1000, 3)

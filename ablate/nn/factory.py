@@ -101,12 +101,13 @@ def match_width(cfg: TrialConfig, num_classes: int, in_chans: int) -> TrialConfi
     if key not in _SOLVED:
         if isinstance(target, dict):
             target = meta_params(reference_config(cfg, target), num_classes, in_chans)
-        _SOLVED[key] = _solve(cfg, target, num_classes, in_chans)
+        solved = cfg if cfg.model.match_as is None else reference_config(cfg, cfg.model.match_as)
+        _SOLVED[key] = _solve(solved, target, num_classes, in_chans)
     return _with_width(cfg, _SOLVED[key])
 
 
 def _with_width(cfg: TrialConfig, embed_dim: int) -> TrialConfig:
-    model = cfg.model.model_copy(update={"embed_dim": embed_dim, "match_params": None})
+    model = cfg.model.model_copy(update={"embed_dim": embed_dim, "match_params": None, "match_as": None})
     return cfg.model_copy(update={"model": model})
 
 
