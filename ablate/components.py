@@ -9,7 +9,7 @@ imports torch: validation asks `check` and `dims` before any model or data is bu
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict
@@ -165,3 +165,5 @@ class PublishedTable:
     """Normalised `data.id` values (lower case, alphanumerics only) under which a run is comparable."""
     note: str
     rows: tuple[PublishedRow, ...]
+    recipe: dict[str, Any] = field(default_factory=dict)
+    """Dotted config paths and the values the paper trained with: a run is comparable only when it has them."""

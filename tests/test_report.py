@@ -22,7 +22,9 @@ from typer.testing import CliRunner
 
 from ablate.cli import app
 from ablate.config import TrialConfig
+from ablate.paths import set_path
 from ablate.planner import plan
+from ablate.registry import TABLES
 from ablate.reporting import ReportError, describe, effects, frames, published, report, stats
 from ablate.reporting.plots import pareto
 from ablate.store import Store
@@ -217,6 +219,8 @@ def test_every_attention_kind_has_words(kind):
 def test_variant_words_and_published_rows():
     def cfg(**kw):
         raw = {"data": {"name": "imagefolder", "path": "/x", "id": "imagenet-1k"}, "model": {"size": "swin-min"}}
+        for path, v in TABLES.get("csan-imagenet").recipe.items():  # the paper's recipe: comparable runs
+            set_path(raw, path, v)
         for path, v in kw.items():
             section, key = path.split("__")
             raw.setdefault(section, {})[key] = v
@@ -244,6 +248,9 @@ def test_variant_words_and_published_rows():
     mnist = TrialConfig.model_validate({"attention": {"kind": "csan"}}).model_dump(mode="json")
     found = published.match(mnist)
     assert found is not None and not found.comparable  # for orientation only
+    assert found.differs[:2] == ("size vit-tiny (published vit-base-slim)", "data mnist5k (published ImageNet-1K)")
+    small_batch = published.match(cfg(model__stack="pure", attention__kind="csan", train__batch_size=256))
+    assert small_batch is not None and small_batch.differs == ("train.batch_size 256 (published 2048)",)
     ablated = cfg(attention__kind="csan", attention__mu=False)
     assert published.match(ablated) is None
 

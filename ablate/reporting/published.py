@@ -1,9 +1,10 @@
 """Published numbers matched to measured variants: the tables mechanisms declare (`ablate.registry.TABLES`).
 
 A variant corresponds to a published row when backbone size, stack, mechanism (its `published_key`),
-diamond (param-matched) and DWConv agree and it was trained on the table's dataset (its `data.id`): then
-the numbers are comparable. A variant that agrees on everything but size or dataset gets the nearest row
-(same size, else same family, else the first) for orientation only.
+diamond (param-matched) and DWConv agree, and it was trained on the table's dataset (its `data.id`) with the
+table's recipe (every path the table lists): then the numbers are comparable. A variant that agrees on the
+rest gets the nearest row (same size, else same family, else the first) for orientation only, with what
+differs from the paper.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ablate.components import PublishedRow, PublishedTable
+from ablate.paths import get_path
 from ablate.registry import MECHANISMS, TABLES
 
 
@@ -43,11 +45,16 @@ def _normalised(ident: Any) -> str:
 
 @dataclass(frozen=True)
 class Match:
-    """The published row nearest a variant, its table, and whether the two are comparable."""
+    """The published row nearest a variant, its table, and what keeps the two from being comparable."""
 
     row: PublishedRow
     table: PublishedTable
-    comparable: bool
+    differs: tuple[str, ...]
+    """Model size, dataset and recipe items where the run is not the paper's (empty: comparable)."""
+
+    @property
+    def comparable(self) -> bool:
+        return not self.differs
 
 
 def match(cfg: dict[str, Any]) -> Match | None:
@@ -62,4 +69,10 @@ def match(cfg: dict[str, Any]) -> Match | None:
         return None
     row, entry = min(same, key=lambda rt: (rt[0].size != size, not rt[0].size.startswith(family)))
     table = entry.component
-    return Match(row, table, row.size == size and _normalised(cfg.get("data", {}).get("id")) in table.data_ids)
+    differs = [] if row.size == size else [f"size {size} (published {row.size})"]
+    data_id = cfg.get("data", {}).get("id")
+    if _normalised(data_id) not in table.data_ids:
+        differs.append(f"data {data_id or cfg.get('data', {}).get('name')} (published {table.dataset})")
+    differs += [f"{path} {get_path(cfg, path)!r} (published {want!r})" for path, want in table.recipe.items()
+                if get_path(cfg, path) != want]  # fmt: skip
+    return Match(row, table, tuple(differs))

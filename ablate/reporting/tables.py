@@ -117,21 +117,24 @@ def published_tables(table: pd.DataFrame, data: SweepData) -> list[Table]:
                           num(row.gflops, 1), num(r["gflops"] - (row.gflops or math.nan), 2, True),
                           num(m_top1, 2), num(row.top1, 1), num(m_top1 - row.top1, 2, True)])  # fmt: skip
         else:
-            near.append([r["label"], f"{r['architecture']} on {r['dataset']}", f"{row.model}, {row.setting}",
-                         f"{row.params_m:.1f}M", num(row.gflops, 1), num(row.top1, 1), num(m_top1, 2)])  # fmt: skip
+            differs = "; ".join(found.differs[:3]) + (
+                f"; +{len(found.differs) - 3} more" if len(found.differs) > 3 else ""
+            )
+            near.append([r["label"], differs, f"{row.model}, {row.setting}", f"{row.params_m:.1f}M",
+                         num(row.gflops, 1), num(row.top1, 1), num(m_top1, 2)])  # fmt: skip
     src = "; ".join(sources)
     datasets = "/".join(dict.fromkeys(sources.values()))
     out = []
     if exact:
         header = ["Variant", "published row", "#Params", "published", "Δ", "GFLOPs", "published", "Δ",
                   "top-1 (%)", "published", "Δ"]  # fmt: skip
-        out.append(Table(f"Measured vs published ({src}): same size, stack, token mixer and dataset; Δ = "
+        out.append(Table(f"Measured vs published ({src}): same size, stack, token mixer, dataset and recipe; Δ = "
                          f"measured - published (published {'; '.join(notes)}).", header, exact))  # fmt: skip
     if near:
-        header = ["Variant", "measured on", f"published row ({datasets})", "#Params", "GFLOPs", "top-1 (%)",
-                  "measured top-1 (%)"]  # fmt: skip
+        header = ["Variant", "differs from the paper in", f"published row ({datasets})", "#Params", "GFLOPs",
+                  "top-1 (%)", "measured top-1 (%)"]  # fmt: skip
         caption = (f"For orientation only, not comparable: published {datasets} rows ({src}) with the same token "
-                   "mixer and stack but another model size or dataset.")  # fmt: skip
+                   "mixer and stack but another model size, dataset or recipe (first differences shown).")  # fmt: skip
         out.append(Table(caption, header, near, left=3))
     return out
 
