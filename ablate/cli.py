@@ -80,8 +80,10 @@ def plan_rows(plan: Any, costs: bool) -> list[dict[str, Any]]:
         row: dict[str, Any] = {"sweep": plan.sweep, "key": t.key, "variant": t.variant, **t.axes}
         if cost_of is not None:
             c = cost_of(t.config)
-            # GFLOPs as the papers count them: multiply-accumulates (torch's counter counts 2 per MAC)
-            row["params"], row["gflops"] = c.params, round(c.gflops / 2, 4)
+            # GFLOPs as the papers count them: multiply-accumulates (torch's counter counts 2 per MAC), with
+            # the attention matmuls and without them (the convention of most papers' tables)
+            row["params"], row["gflops"] = c.params, round(c.gflops / 2, 6)
+            row["gflops_no_attn"] = round((c.gflops - c.attention_gflops) / 2, 6)
         row["config"] = t.config.model_dump(mode="json")
         rows.append(row)
     return rows
@@ -120,11 +122,12 @@ def plan(
         if costs:
             table.add_column("params", justify="right")
             table.add_column("GFLOPs", justify="right")
+            table.add_column("w/o attn matmuls", justify="right")
         for r in prows[:limit]:
             base = "  *" if r["variant"] == p.baseline else ""
             cells = [r["key"][:10] + base] + [_cell(r[a]) for a in p.axes] + [str(r["seed"])]
             if costs:
-                cells += [f"{r['params'] / 1e6:.3g}M", f"{r['gflops']:.3g}"]
+                cells += [f"{r['params'] / 1e6:.3g}M", f"{r['gflops']:.3g}", f"{r['gflops_no_attn']:.3g}"]
             table.add_row(*cells)
         out.print(table)
         if len(prows) > limit:

@@ -122,7 +122,8 @@ def test_plan_json_rows_carry_key_axes_cost_and_config(tmp_path: Path) -> None:
     )
     rows = json.loads(invoke("plan", str(f), "--format", "json"))
     assert len(rows) == 4
-    assert {"key", "variant", "attention.kind", "seed", "params", "gflops", "config"} <= set(rows[0])
+    assert {"key", "variant", "attention.kind", "seed", "params", "gflops", "gflops_no_attn", "config"} <= set(rows[0])
+    assert 0 < rows[0]["gflops_no_attn"] < rows[0]["gflops"]
     csan = next(r for r in rows if r["attention.kind"] == "csan")
     assert csan["params"] > rows[0]["params"] and csan["config"]["attention"]["tau"] is True
     header = invoke("plan", str(f), "--format", "csv").splitlines()[0]

@@ -7,7 +7,9 @@ so a plan of thousands of trials over a few distinct models builds each model on
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import math
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -41,6 +43,9 @@ class Cost:
     params: int
     gflops: float
     """Forward GFLOPs per example as FlopCounterMode counts them (2 per multiply-accumulate)."""
+    attention_gflops: float = 0.0
+    """Of `gflops`, the attention matmuls (q k^T and weights @ v, as dense products): many papers' tables
+    leave them out, so `gflops - attention_gflops` is the other convention."""
 
 
 Inputs = Tensor | Sequence[Tensor]
@@ -172,14 +177,42 @@ def model_cost(cfg: TrialConfig, in_chans: int | None = None, num_classes: int |
     if key not in _COSTS:
         with torch.device("meta"):
             model = create_model(cfg, num_classes, in_chans).eval()
-        _COSTS[key] = Cost(params=count_params(model), gflops=_flops(cfg, model, num_classes, in_chans) / 1e9)
+        total, attention = _flops(cfg, model, num_classes, in_chans)
+        _COSTS[key] = Cost(count_params(model), total / 1e9, attention / 1e9)
     return _COSTS[key]
 
 
-def _flops(cfg: TrialConfig, meta_model: nn.Module, num_classes: int, in_chans: int) -> int:
-    """FLOPs on the meta device; on a real CPU model when a variant uses an op the meta device lacks
-    (e.g. torch.autocast has no meta device type). A genuine error surfaces from the CPU attempt."""
+def _flops(cfg: TrialConfig, meta_model: nn.Module, num_classes: int, in_chans: int) -> tuple[int, int]:
+    """(all, attention-matmul) FLOPs per example on the meta device; on a real CPU model when a variant
+    uses an op the meta device lacks (e.g. torch.autocast has no meta device type). A genuine error
+    surfaces from the CPU attempt."""
     try:
-        return count_flops(meta_model, example_input(cfg, in_chans, device="meta"))
+        model, inputs = meta_model, example_input(cfg, in_chans, device="meta")
+        with attention_matmuls(model) as attention:
+            total = count_flops(model, inputs)
     except (NotImplementedError, RuntimeError):
-        return count_flops(create_model(cfg, num_classes, in_chans).eval(), example_input(cfg, in_chans))
+        model, inputs = create_model(cfg, num_classes, in_chans).eval(), example_input(cfg, in_chans)
+        with attention_matmuls(model) as attention:
+            total = count_flops(model, inputs)
+    return total, sum(attention) // _batch(inputs)
+
+
+@contextmanager
+def attention_matmuls(model: nn.Module) -> Iterator[list[int]]:
+    """Collect, per token-mixer call, the FLOPs of its two attention matmuls as dense products
+    (2 B H Nq Nk (d + dv)), whatever the mechanism computes in between."""
+    from ablate.nn.mixer import TokenMixer
+
+    found: list[int] = []
+
+    def hook(module: nn.Module, args: tuple[Tensor, ...], out: Tensor) -> None:
+        q, k, v = args[:3]
+        *lead, nq, d = q.shape
+        found.append(2 * math.prod(lead) * nq * k.shape[-2] * (d + v.shape[-1]))
+
+    handles = [m.register_forward_hook(hook) for m in model.modules() if isinstance(m, TokenMixer)]
+    try:
+        yield found
+    finally:
+        for h in handles:
+            h.remove()

@@ -129,7 +129,9 @@ def published_tables(table: pd.DataFrame, data: SweepData) -> list[Table]:
         header = ["Variant", "published row", "#Params", "published", "Δ", "GFLOPs", "published", "Δ",
                   "top-1 (%)", "published", "Δ"]  # fmt: skip
         out.append(Table(f"Measured vs published ({src}): same size, stack, token mixer, dataset and recipe; Δ = "
-                         f"measured - published (published {'; '.join(notes)}).", header, exact))  # fmt: skip
+                         f"measured - published (published {'; '.join(notes)}). Measured GFLOPs count the attention "
+                         "matmuls, which published tables leave out (`ablate plan` shows both): expect them 2-8% "
+                         "higher.", header, exact))  # fmt: skip
     if near:
         header = ["Variant", "differs from the paper in", f"published row ({datasets})", "#Params", "GFLOPs",
                   "top-1 (%)", "measured top-1 (%)"]  # fmt: skip
