@@ -62,6 +62,7 @@ class Task:
             generator=torch.Generator().manual_seed(self.cfg.seed * 100_003),  # no draw from torch's global RNG
             collate_fn=self.data.collate,
             num_workers=self.cfg.data.workers,
+            pin_memory=self.device.type == "cuda",
         )
 
     def train_steps(self, epoch: int, rank: int = 0) -> list[Step]:
@@ -81,6 +82,7 @@ class Task:
             generator=torch.Generator().manual_seed(self.cfg.seed * 100_003 + epoch),  # loader workers' seeds
             collate_fn=self.data.collate,
             num_workers=self.cfg.data.workers,
+            pin_memory=self.device.type == "cuda",  # page-locked batches: copies overlap the GPU's work
         )
 
     def _generator(self, epoch: int) -> torch.Generator:
