@@ -27,6 +27,11 @@ class Runner(Protocol):
     def __call__(self, config: TrialConfig, report: Reporter | None, checkpoint_dir: Path | None, /) -> TrialResult: ...
 
 
+RENDEZVOUS = "ABLATE_RENDEZVOUS"
+"""Environment variable of a multi-worker trial's processes: a file on storage every worker sees, where they
+meet (torch's FileStore); without it, the torchrun variables MASTER_ADDR and MASTER_PORT."""
+
+
 class PeerLost(RuntimeError):
     """A collective of a multi-worker trial failed: another worker died. The launcher restarts the trial's
     workers, which resume from the last checkpoint, as for a dead single-process worker."""

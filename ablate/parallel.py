@@ -21,14 +21,11 @@ import torch
 from torch import nn
 
 from ablate.config import BatchSplit
-from ablate.messages import PeerLost
+from ablate.messages import RENDEZVOUS, PeerLost
 
-RENDEZVOUS = "ABLATE_RENDEZVOUS"
-"""Environment variable: a file on storage every worker sees, where the workers meet (torch's FileStore);
-without it, the torchrun variables MASTER_ADDR and MASTER_PORT."""
-
-TIMEOUT = datetime.timedelta(minutes=5)
-"""How long a collective waits for a lost peer before it raises (the launcher then retries the trial)."""
+TIMEOUT = datetime.timedelta(minutes=30)
+"""How long a collective waits before it raises: long enough for rank 0 to evaluate a large validation split
+while the others wait; a killed peer is noticed at once (its connections close)."""
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ from typing import Any
 import ray
 
 from ablate.config import TrialConfig
-from ablate.messages import EpochEnd, Runner, Started, TrialResult
+from ablate.messages import RENDEZVOUS, EpochEnd, Runner, Started, TrialResult
 from ablate.plugins import Plugins
 
 
@@ -54,8 +54,6 @@ def trial_task(args: TaskArgs, place: Rank | None = None) -> TrialResult:
     of them means that when the task's result is ready, every message it sent is in the inbox, so the
     launcher records them before the outcome (a late `Started` would otherwise reopen a finished trial).
     """
-    from ablate.parallel import RENDEZVOUS
-
     args.plugins.load()
     cfg = TrialConfig.model_validate(args.config)
     inbox, last = args.inbox, list[Any]()
