@@ -29,7 +29,10 @@ GROUPS: dict[str, tuple[list[str], list[str]]] = {
     "planner": (["ablate/planner.py"], ["tests/test_planner.py", "tests/test_spec.py"]),
     "store": (["ablate/store/writes.py", "ablate/store/queries.py"], ["tests/test_store.py"]),
     "launcher": (["ablate/launcher.py", "ablate/gangs.py"], ["tests/test_launcher.py", "tests/test_cli.py"]),
-    "trial": (["ablate/trial.py", "ablate/checkpoints.py"], ["tests/test_trial.py"]),
+    "trial": (
+        ["ablate/trial.py", "ablate/checkpoints.py", "ablate/parallel.py"],
+        ["tests/test_trial.py", "tests/test_parallel.py"],
+    ),
     "csan": (["ablate/nn/csan.py"], ["tests/test_attention.py"]),
     "stats": (["ablate/reporting/stats.py"], ["tests/test_report.py", "-k", "not real_launch"]),
 }
