@@ -249,6 +249,8 @@ def test_variant_words_and_published_rows():
     found = published.match(mnist)
     assert found is not None and not found.comparable  # for orientation only
     assert found.differs[:2] == ("size vit-tiny (published vit-base-slim)", "data mnist5k (published ImageNet-1K)")
+    unnamed = TrialConfig.model_validate({"model": {"embed_dim": 16, "depths": [1], "num_heads": [1]}})
+    assert published.match(unnamed.model_dump(mode="json")).differs[0] == "size unnamed (published vit-base)"
     small_batch = published.match(cfg(model__stack="pure", attention__kind="csan", train__batch_size=256))
     assert small_batch is not None and small_batch.differs == ("train.batch_size 256 (published 2048)",)
     ablated = cfg(attention__kind="csan", attention__mu=False)

@@ -69,7 +69,7 @@ def match(cfg: dict[str, Any]) -> Match | None:
         return None
     row, entry = min(same, key=lambda rt: (rt[0].size != size, not rt[0].size.startswith(family)))
     table = entry.component
-    differs = [] if row.size == size else [f"size {size} (published {row.size})"]
+    differs = [] if row.size == size else [f"size {size or 'unnamed'} (published {row.size})"]
     data_id = cfg.get("data", {}).get("id")
     if _normalised(data_id) not in table.data_ids:
         differs.append(f"data {data_id or cfg.get('data', {}).get('name')} (published {table.dataset})")
