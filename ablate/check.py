@@ -10,6 +10,7 @@ an edited mechanism or backbone module is checked again.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import inspect
 import json
@@ -82,8 +83,6 @@ def fingerprint(cfg: TrialConfig) -> str | None:
     the torch and timm versions; None when a module's source cannot be read (then nothing is remembered)."""
     import timm
 
-    import ablate.nn
-
     modules = {inspect.getmodule(MECHANISMS.get(cfg.attention.kind)),
                inspect.getmodule(type(BACKBONES.get(cfg.model.backbone)))}  # fmt: skip
     parts = [model_key(cfg, *reversed(data_dims(cfg))), torch.__version__, timm.__version__]
@@ -91,8 +90,16 @@ def fingerprint(cfg: TrialConfig) -> str | None:
         parts += sorted(inspect.getsource(m) for m in modules if m is not None)
     except (OSError, TypeError):
         return None
-    parts += [p.read_text() for p in sorted(Path(ablate.nn.__file__).parent.glob("*.py"))]
+    parts += _nn_sources()
     return hashlib.sha256(json.dumps(parts).encode()).hexdigest()[:20]
+
+
+@functools.cache
+def _nn_sources() -> list[str]:
+    """The sources of ablate.nn, read once per process (every variant's fingerprint includes them)."""
+    import ablate.nn
+
+    return [p.read_text() for p in sorted(Path(ablate.nn.__file__).parent.glob("*.py"))]
 
 
 class Remembered:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import datetime
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -64,9 +65,9 @@ class Group:
             _collective(torch.distributed.barrier)
 
 
-def _collective(call: object) -> None:
+def _collective(call: Callable[[], object]) -> None:
     try:
-        call()  # type: ignore[operator]
+        call()
     except (RuntimeError, torch.distributed.DistError) as e:
         raise PeerLost(f"a worker of this trial stopped answering: {e}") from e
 

@@ -87,11 +87,8 @@ def variant_identity(cfg: TrialConfig) -> dict[str, Any]:
     """The identity without the replicate fields (`config.REPLICATES`: seed, split seed, CV fold)."""
     ident = identity(cfg)
     for path in REPLICATES:
-        *parents, leaf = path.split(".")
-        node = ident
-        for part in parents:
-            node = node[part]
-        node.pop(leaf)
+        parent, _, leaf = path.rpartition(".")
+        (get_path(ident, parent) if parent else ident).pop(leaf)
     return ident
 
 

@@ -59,7 +59,7 @@ class Task:
             ds,
             batch_size=batch_size or self.cfg.train.eval_batch_size,
             shuffle=False,
-            generator=torch.Generator().manual_seed(self.cfg.seed * 100_003),  # no draw from torch's global RNG
+            generator=self._seeded(0),  # no draw from torch's global RNG
             collate_fn=self.data.collate,
             num_workers=self.cfg.data.workers,
             pin_memory=self.device.type == "cuda",
@@ -79,7 +79,7 @@ class Task:
         return DataLoader(
             self.data.train,
             batch_sampler=[m for step in plan for m in step.micro if m],
-            generator=torch.Generator().manual_seed(self.cfg.seed * 100_003 + epoch),  # loader workers' seeds
+            generator=self._seeded(epoch),  # loader workers' seeds
             collate_fn=self.data.collate,
             num_workers=self.cfg.data.workers,
             pin_memory=self.device.type == "cuda",  # page-locked batches: copies overlap the GPU's work
@@ -88,9 +88,13 @@ class Task:
     def _generator(self, epoch: int) -> torch.Generator:
         """The epoch's shuffle generator, after the draw a DataLoader makes for its workers' base seed first
         (so the order equals that of a shuffling DataLoader with this generator, as trials ran before)."""
-        gen = torch.Generator().manual_seed(self.cfg.seed * 100_003 + epoch)
+        gen = self._seeded(epoch)
         torch.empty((), dtype=torch.int64).random_(generator=gen)
         return gen
+
+    def _seeded(self, epoch: int) -> torch.Generator:
+        """A generator that depends only on (seed, epoch)."""
+        return torch.Generator().manual_seed(self.cfg.seed * 100_003 + epoch)
 
 
 @register_task

@@ -46,6 +46,10 @@ class Rank:
     world: int
     rendezvous: str
 
+    def environment(self) -> dict[str, str]:
+        """What `ablate.parallel.join` reads (torchrun's names, and the rendezvous file)."""
+        return {"RANK": str(self.rank), "WORLD_SIZE": str(self.world), RENDEZVOUS: self.rendezvous}
+
 
 def trial_task(args: TaskArgs, place: Rank | None = None) -> TrialResult:
     """Body of one Ray task: import the sweep's plugins, run the trial, streaming its messages to the inbox.
@@ -66,9 +70,7 @@ def trial_task(args: TaskArgs, place: Rank | None = None) -> TrialResult:
         if inbox is not None:
             last[:] = [inbox.put.remote(EpochEnd(args.key, epoch, metrics, time.time()))]
 
-    env = {} if place is None else {"RANK": str(place.rank), "WORLD_SIZE": str(place.world)}
-    if place is not None:
-        env[RENDEZVOUS] = place.rendezvous
+    env = {} if place is None else place.environment()
     os.environ.update(env)
     try:
         return args.runner(cfg, report, Path(args.storage) / args.key)

@@ -187,13 +187,14 @@ def _flops(cfg: TrialConfig, meta_model: nn.Module, num_classes: int, in_chans: 
     uses an op the meta device lacks (e.g. torch.autocast has no meta device type). A genuine error
     surfaces from the CPU attempt."""
     try:
-        model, inputs = meta_model, example_input(cfg, in_chans, device="meta")
-        with attention_matmuls(model) as attention:
-            total = count_flops(model, inputs)
+        return _counted(meta_model, example_input(cfg, in_chans, device="meta"))
     except (NotImplementedError, RuntimeError):
-        model, inputs = create_model(cfg, num_classes, in_chans).eval(), example_input(cfg, in_chans)
-        with attention_matmuls(model) as attention:
-            total = count_flops(model, inputs)
+        return _counted(create_model(cfg, num_classes, in_chans).eval(), example_input(cfg, in_chans))
+
+
+def _counted(model: nn.Module, inputs: Inputs) -> tuple[int, int]:
+    with attention_matmuls(model) as attention:
+        total = count_flops(model, inputs)
     return total, sum(attention) // _batch(inputs)
 
 
