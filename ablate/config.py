@@ -282,8 +282,11 @@ class Resources(Strict):
     """What one trial asks Ray for. Not part of the key."""
 
     cpus: float = nokey(1.0, gt=0)
-    gpus: float = nokey(0.0, ge=0)
-    """Fractional values share a GPU between trials."""
+    gpus: float | Literal["auto"] = nokey(0.0)
+    """GPUs per worker; fractions share a GPU between trials. `auto`: the share a memory probe measures
+    for the trial's architecture (see `ablate.packing`)."""
+    gpu_headroom: float = nokey(0.1, ge=0, le=1)
+    """With `gpus: auto`, the share asked for is the probed memory times (1 + this)."""
     retries: int = nokey(0, ge=0)
     """Re-runs after an application error (worker or node death is always retried)."""
     workers: int = nokey(1, ge=1)
@@ -291,10 +294,18 @@ class Resources(Strict):
 
     @field_validator("gpus")
     @classmethod
-    def _gpus(cls, v: float) -> float:
+    def _gpus(cls, v: float | Literal["auto"]) -> float | Literal["auto"]:
+        if isinstance(v, str):
+            return v
+        if v < 0:
+            raise ValueError("must be at least 0 (or auto)")
         if v > 1 and not float(v).is_integer():
             raise ValueError("more than one GPU must be a whole number")
         return v
+
+    @property
+    def uses_gpu(self) -> bool:
+        return isinstance(self.gpus, str) or self.gpus > 0
 
 
 # ------------------------------------------------------------------------------------------------- trial

@@ -26,7 +26,7 @@ from typing import Any
 
 import ray
 
-from ablate import gangs
+from ablate import gangs, packing
 from ablate.config import TrialConfig
 from ablate.messages import EpochEnd, Finished, PeerLost, Runner, Started, TrialResult
 from ablate.planner import Plan, Trial
@@ -75,6 +75,8 @@ class RunConfig:
     """GPUs per trial (fractions share a GPU), overriding `resources.gpus`."""
     runner: Runner | None = None
     """What trains a trial (default `ablate.trial.run_trial`); tests and benchmarks pass lighter ones."""
+    probe: packing.Probe = packing.measure
+    """What measures the GPU memory of a `gpus: auto` trial (see `ablate.packing`); tests fake it on CPU."""
     poll: float = 0.2
     """Seconds between looks at finished tasks and new messages."""
 
@@ -175,6 +177,8 @@ def launch(
     # Ray first: an unreachable cluster is an error before anything is written to the store.
     ours = _connect(cluster.address, cluster.num_cpus) if todo else False
     try:
+        auto = [t for t in todo.values() if isinstance(t.config.resources.gpus, str)] if run.gpus is None else []
+        admission = packing.admit(auto, run.probe, plugins) if auto else packing.Admission({}, [])
         for plan in plans:
             store.upsert_sweep(plan.sweep, spec_path=plan.file, metric=plan.metric, baseline=plan.baseline,
                                description=plan.description,
@@ -183,6 +187,8 @@ def launch(
         store.interrupt(todo)  # left `running` by a launcher that was killed: they resume now
         progress = progress or Progress()
         progress.begin([plan.sweep for plan in plans], len(todo) + len(done), len(done))
+        for line in admission.lines:
+            progress.message(line)
         if not todo:
             progress.message(f"nothing to run: all {len(done)} trials are done")
             result.seconds = time.perf_counter() - started
@@ -198,10 +204,11 @@ def launch(
         running_gangs: dict[str, gangs.Gang] = {}
         attempts = Attempts()
 
+        gpus = {k: _gpus(t.config, run.gpus) for k, t in todo.items()} | admission.shares
+
         def submit(key: str) -> None:
             cfg = todo[key].config
-            opts = {"num_cpus": run.cpus if run.cpus is not None else cfg.resources.cpus,
-                    "num_gpus": run.gpus if run.gpus is not None else cfg.resources.gpus,
+            opts = {"num_cpus": run.cpus if run.cpus is not None else cfg.resources.cpus, "num_gpus": gpus[key],
                     "max_retries": SYSTEM_RETRIES, "retry_exceptions": False, "name": f"trial-{key[:10]}"}  # fmt: skip
             args = TaskArgs(cfg.model_dump(mode="json"), key, storage, inbox, runner, plugins)
             if cfg.resources.workers > 1:
@@ -243,8 +250,14 @@ def launch(
                         key = pending.pop(ref)
                         if key in running_gangs:
                             running_gangs.pop(key).stop()
-                        state = _settle(ref, key, todo[key].config, recorder, attempts, progress)
+                        state = _settle(ref, key, todo[key].config, gpus[key], recorder, attempts, progress)
                         if state == "retry":
+                            submit(key)
+                            continue
+                        if state == "oom":
+                            progress.message(f"{key[:10]}: CUDA out of memory on {gpus[key]:.2f} of a GPU; "
+                                             "requeued once on a whole GPU")  # fmt: skip
+                            gpus[key] = 1.0
                             submit(key)
                             continue
                         result.counts[state] += 1
@@ -275,23 +288,41 @@ class Attempts:
     """Application errors (the trial raised): retried `resources.retries` times."""
     lost: Counter[str] = field(default_factory=Counter)
     """Multi-worker trials whose rank died: restarted SYSTEM_RETRIES times (Ray retries single tasks itself)."""
+    oom: Counter[str] = field(default_factory=Counter)
+    """Trials that ran out of CUDA memory on a GPU share: requeued once on a whole GPU."""
 
 
-def _settle(ref: Any, key: str, cfg: TrialConfig, recorder: Recorder, attempts: Attempts, progress: Progress) -> str:
-    """Record a finished task; return its state, or "retry" for an application error with retries left."""
+def _gpus(cfg: TrialConfig, override: float | None) -> float:
+    """GPUs per worker as configured (`auto` is replaced by the admission's share)."""
+    if override is not None:
+        return override
+    return 1.0 if isinstance(cfg.resources.gpus, str) else cfg.resources.gpus
+
+
+def _settle(
+    ref: Any, key: str, cfg: TrialConfig, gpus: float, recorder: Recorder, attempts: Attempts, progress: Progress
+) -> str:
+    """Record a finished task; return its state, "retry" for an application error with retries left, or
+    "oom" for a first CUDA out-of-memory error on part of a GPU (requeued on a whole one)."""
     try:
         out: TrialResult = ray.get(ref)
     except ray.exceptions.RayError as e:  # the trial raised, or its worker/node died past the retries
         if cfg.resources.workers > 1 and _lost_worker(e) and attempts.lost[key] < SYSTEM_RETRIES:
             attempts.lost[key] += 1
             return "retry"
-        attempts.errors[key] += 1
-        if isinstance(e, ray.exceptions.RayTaskError) and attempts.errors[key] <= cfg.resources.retries:
-            return "retry"
         # A RayTaskError's text is the worker's formatted traceback; its cause is the original exception.
         cause = getattr(e, "cause", None) if isinstance(e, ray.exceptions.RayTaskError) else None
-        text = _ANSI.sub("", str(e))
-        recorder.finish(Finished(key, "failed", error=f"{type(cause or e).__name__}: {cause or e}", traceback=text))
+        oom = type(cause).__name__ == "OutOfMemoryError"
+        if oom and gpus < 1 and not attempts.oom[key]:
+            attempts.oom[key] += 1
+            return "oom"
+        attempts.errors[key] += 1
+        if isinstance(e, ray.exceptions.RayTaskError) and not oom and attempts.errors[key] <= cfg.resources.retries:
+            return "retry"
+        error = f"{type(cause or e).__name__}: {cause or e}"
+        if oom:
+            error = f"CUDA out of memory on {gpus:g} GPU: lower train.device_batch (raise train.accum_steps). {error}"
+        recorder.finish(Finished(key, "failed", error=error, traceback=_ANSI.sub("", str(e))))
         return "failed"
     for warning in out.warnings:
         progress.message(f"{key[:10]}: {warning}")

@@ -57,7 +57,7 @@ def peak_memory_mb(device: torch.device) -> float:
 
 
 # ------------------------------------------------------------------------------------------------ the loop
-def _autocast(cfg: TrialConfig, device: torch.device) -> Any:
+def autocast(cfg: TrialConfig, device: torch.device) -> Any:
     return torch.autocast(device.type, dtype=torch.bfloat16, enabled=cfg.train.amp and device.type == "cuda")
 
 
@@ -67,14 +67,14 @@ def evaluate(model: nn.Module, task: Task, ds: Any, cfg: TrialConfig) -> dict[st
     outs, targets = [], []
     for batch in task.loader(ds):
         x, y = task.inputs(batch)
-        with _autocast(cfg, task.device):
+        with autocast(cfg, task.device):
             outs.append(model(*x).float().cpu())
         targets.append(y.cpu())
     return task.score(torch.cat(outs), torch.cat(targets))
 
 
 def pick_device(cfg: TrialConfig) -> torch.device:
-    return torch.device("cuda") if cfg.resources.gpus > 0 and torch.cuda.is_available() else torch.device("cpu")
+    return torch.device("cuda") if cfg.resources.uses_gpu and torch.cuda.is_available() else torch.device("cpu")
 
 
 def run_trial(
@@ -181,7 +181,7 @@ def train_epoch(
         finite = True
         for micro in filter(None, step.micro):
             x, y = task.mix(*task.inputs(next(batches)))
-            with _autocast(cfg, task.device):
+            with autocast(cfg, task.device):
                 loss = task.loss(model(*x), y)
             value = loss.item()
             finite = finite and math.isfinite(value)

@@ -62,7 +62,7 @@ def trial_task(args: TaskArgs, place: Rank | None = None) -> TrialResult:
     cfg = TrialConfig.model_validate(args.config)
     inbox, last = args.inbox, list[Any]()
     if inbox is not None:
-        device = "cuda" if cfg.resources.gpus > 0 else "cpu"
+        device = "cuda" if cfg.resources.uses_gpu else "cpu"
         node = ray.get_runtime_context().get_node_id()
         ray.get(inbox.put.remote(Started(args.key, socket.gethostname(), node, device)))
 

@@ -364,7 +364,7 @@ def test_shipped_sweeps_keep_their_golden_keys(monkeypatch: pytest.MonkeyPatch) 
 EXPECTED_NOKEY = {
     "model.size", "data.path", "data.workers", "attention[csan].chunk",
     "train.compile", "train.channels_last", "train.diagnostics", "train.eval_batch_size",
-    "resources.cpus", "resources.gpus", "resources.retries", "resources.workers",
+    "resources.cpus", "resources.gpus", "resources.gpu_headroom", "resources.retries", "resources.workers",
     "train.accum_steps", "train.device_batch",
 }  # fmt: skip
 #: The replicate fields: a variant's trials differ only in these.
