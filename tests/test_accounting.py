@@ -101,6 +101,14 @@ def test_attention_matmul_flops_by_hand_and_the_papers_convention() -> None:
         assert c.gflops / 2 > published * 1.015  # the counted convention runs above the published one
 
 
+def test_hiera_tiny_plus_csan_flops_match_the_paper() -> None:
+    """Published 4.91 GMACs (attention matmuls left out): CSaN's gates and trunk run on every input token of
+    Hiera's pooled-query blocks, as the authors' code does; on the pooled tokens only it would be 4.83."""
+    c = model_cost(trial({"size": "hiera-tiny-plus"}, CSAN), in_chans=3, num_classes=1000)
+    assert (c.gflops - c.attention_gflops) / 2 == pytest.approx(4.91, rel=0.01)
+    assert c.params / 1e6 == pytest.approx(29.1, rel=0.01)
+
+
 def test_peak_memory_cpu_counts_saved_activations() -> None:
     cfg = trial({"backbone": "vit", "embed_dim": 32, "depths": [2], "num_heads": [2], "img_size": 32, "patch_size": 4})
     model = create_model(cfg, 10, 3)

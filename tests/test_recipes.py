@@ -164,6 +164,58 @@ def test_diamond_csan_row_is_csan_on_the_softmax_diamond_width(monkeypatch: pyte
     assert meta_params(solved["csan"], 1000, 3) > meta_params(match_width(rewidened, 1000, 3), 1000, 3)
 
 
+def test_hiera_pooled_query_csan_reads_every_input_token_as_the_authors() -> None:
+    """Hiera's pooled-query blocks hand CSaN one token per key (the block's unpooled input), and CSaN follows
+    the authors' Hiera-CSaN: key j = s * Nq + i reads the descriptor of query i (the one it was pooled into),
+    tau and kappa_pub read the trunk averaged over a pooling group, mu and kappa_priv each key's own trunk,
+    and the private path is the group mean of v_j * kappa_priv_j. Both paths against the formulas, float64."""
+    import math
+
+    from ablate.nn import create_mixer
+    from ablate.nn.csan import CSaNAttention
+    from ablate.nn.factory import create_model
+    from ablate.nn.hiera import MixedMaskUnitAttention
+
+    seen: list[tuple[int, int, int]] = []
+    cfg = TrialConfig.model_validate({"model": MODELS["hiera"][0], "attention": {"kind": "csan"}})
+    model = create_model(cfg, 5, 3).eval()
+    for attn in model.modules():
+        if isinstance(attn, MixedMaskUnitAttention):
+            attn.mixer.register_forward_hook(
+                lambda _, a, kw, out: seen.append((a[0].shape[-2], a[1].shape[-2], kw["x"].shape[-2])), with_kwargs=True
+            )
+    model(torch.randn(1, 3, 32, 32))
+    assert any(nq < nk for nq, nk, _ in seen) and all(nx == nk for _, nk, nx in seen), seen
+
+    B, H, nq, groups, d, in_dim, beta = 2, 3, 5, 4, 8, 12, 0.25
+    nk, r = groups * nq, H * d // 4
+    mixer = create_mixer(CSaNAttention(chunk=3, beta=beta), H * d, H, in_dim=in_dim).double()
+    for w in mixer.parameters():
+        torch.nn.init.normal_(w, std=0.3)
+    g = torch.Generator().manual_seed(0)
+    q = torch.randn(B, H, nq, d, generator=g, dtype=torch.float64)
+    k, v = (torch.randn(B, H, nk, d, generator=g, dtype=torch.float64) for _ in range(2))
+    x = torch.randn(B, nk, in_dim, generator=g, dtype=torch.float64)
+    s = q @ k.transpose(-2, -1) / math.sqrt(d)
+    m = torch.where(s > beta, s, beta * torch.exp(s.clamp(max=beta) / beta - 1)).mean(-1)  # (B, H, nq)
+    query_of = torch.arange(nk) % nq
+    t = mixer.reduce(torch.sigmoid(mixer.u(x)) * m[:, torch.arange(r) * H // r][..., query_of].transpose(1, 2))
+    t = t * torch.sigmoid(mixer.gate(t))  # (B, nk, trunk)
+    group_mean = torch.stack([t[:, query_of == i].mean(1) for i in range(nq)], 1)  # (B, nq, trunk)
+
+    def per_head(y: torch.Tensor) -> torch.Tensor:
+        return y.reshape(B, y.shape[1], H, -1).transpose(1, 2)
+
+    f_tau = mixer.tau(group_mean)
+    tau = per_head(torch.where(f_tau > 0, 1 + f_tau, torch.exp(f_tau)))
+    mu = per_head(1 + mixer.mu(t)).transpose(-2, -1)
+    private = v * per_head(mixer.kappa_priv(t))
+    own = torch.stack([private[:, :, query_of == i].mean(2) for i in range(nq)], 2)
+    ref = (torch.softmax(s * tau, -1) * mu) @ v * per_head(1 + mixer.kappa_pub(group_mean)) + own
+    for path in (mixer.forward_fused, mixer.forward_explicit):
+        torch.testing.assert_close(path(q, k, v, x=x), ref, atol=1e-10, rtol=1e-10)
+
+
 def test_syn_mil_smoke_every_dataset_and_fold_trains() -> None:
     """The shipped syn-mil sweep, one epoch of one setting on every dataset and fold of the first CV repeat:
     every trial finishes (Musk2 from the packaged data included)."""

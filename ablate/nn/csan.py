@@ -220,7 +220,7 @@ class Gains(NamedTuple):
     tau: Tensor | None  # (B, H, Nq, 1), > 0
     mu: Tensor | None  # (B, H, Nk, 1)
     pub: Tensor | None  # (B, H, Nq, d) unit-level, (B, H, Nq, 1) head-wise
-    priv: Tensor | None  # like pub
+    priv: Tensor | None  # like pub; (B, H, Nk, .) when the tokens come one per key
 
 
 def _init(m: nn.Module) -> None:
@@ -243,12 +243,14 @@ class CSaN(TokenMixer):
     float32 for f < -9. Only where exp underflows (f < -87; the gradient is already 0 there) does a floor
     at the dtype's smallest normal number keep tau > 0.
 
-    Pooled queries (Hiera's q-pooling blocks, Nk = S * Nq): x are the pooled tokens, so descriptors,
-    tau and the gains live on pooled queries. Key j's mu is the mu of the pooled query it was pooled
-    into (timm orders the keys of a pooling group as j = s * Nq + i, so mu is tiled S times): a key takes
-    the column calibration of the token that now stands for it, at no extra cost. The private path's own
-    value of pooled query i is the max over its group's values, the same max-pool Hiera applies to q and
-    to the residual.
+    Pooled queries (Nk = S * Nq; timm orders a pooling group's keys as j = s * Nq + i): the tokens x come
+    one per key (Hiera's q-pooling blocks, as the reference code) or one per query. One per key: token j
+    reads the descriptor of the query it was pooled into, the gates and the trunk run on every token (the
+    reference code's FLOPs: 4.9G on Hiera-Tiny-Plus), tau and kappa_pub read the trunk averaged over each
+    group, mu and kappa_priv each key's own trunk output, and the private path of query i is the group
+    mean of v_j * kappa_priv_j. One per query: everything lives on pooled queries, key j takes the mu of
+    the query it was pooled into (tiled S times), and the private path reads the max over the group's
+    values (the max-pool Hiera applies to q and to the residual).
     """
 
     cfg: CSaNAttention
@@ -319,48 +321,58 @@ class CSaN(TokenMixer):
         return self.readout(a.to(v.dtype) @ vs, v, g)
 
     def gains(self, m: Tensor | None, x: Tensor | None, nk: int) -> Gains:
-        """The four calibrations from the descriptor m (B, H, Nq) and the query tokens x (B, Nq, in_dim)."""
+        """The four calibrations from the descriptor m (B, H, Nq) and the tokens x, one per query (B, Nq, in_dim)
+        or one per key (B, Nk, in_dim; pooled queries, see the class docstring)."""
         if not self.calibrated:
             return Gains(None, None, None, None)
         if x is None:
             raise ValueError("csan needs the query tokens x (the gates read them)")
         assert m is not None  # calibrated: the caller computed the descriptor
-        z = torch.sigmoid(self.u(x)) * (m.transpose(1, 2) @ self.spread.to(m.dtype))
-        t = self.reduce(z)
+        nq, nx = m.shape[-1], x.shape[-2]
+        if nk % nq or nx not in (nq, nk):
+            raise ValueError(f"csan: {nk} keys cannot be pooling groups of {nq} queries read from {nx} tokens")
+        desc = m.transpose(1, 2) @ self.spread.to(m.dtype)
+        if nx != nq:  # token j = s * Nq + i reads the descriptor of query i, the one it was pooled into
+            desc = desc.repeat(1, nx // nq, 1)
+        t = self.reduce(torch.sigmoid(self.u(x)) * desc)
         t = F.gelu(t) if self.gate is None else t * torch.sigmoid(self.gate(t))
+        per_query = t if nx == nq else t.unflatten(-2, (nx // nq, nq)).mean(-3)
         bounded = self.cfg.bounded
 
-        def head(layer: nn.Linear | None, offset: float) -> Tensor | None:
-            """offset + f (bounded: offset + tanh f), as (B, H, Nq, width / H)."""
+        def head(layer: nn.Linear | None, offset: float, trunk: Tensor) -> Tensor | None:
+            """offset + f (bounded: offset + tanh f), as (B, H, rows of trunk, width / H)."""
             if layer is None:
                 return None
-            f: Tensor = layer(t)
+            f: Tensor = layer(trunk)
             f = offset + (torch.tanh(f) if bounded else f)
             heads: Tensor = f.unflatten(-1, (self.num_heads, -1))
             return heads.transpose(1, 2)
 
         tau = None
         if self.tau is not None:
-            f = self.tau(t)
+            f = self.tau(per_query)
             tau = 2 * torch.sigmoid(2 * f) if bounded else 1 + F.elu(f)
             tau = tau.clamp_min(torch.finfo(tau.dtype).tiny).unsqueeze(-1).transpose(1, 2)
-        mu = head(self.mu, 1.0)
-        if mu is not None and nk != mu.shape[-2]:
-            nq = mu.shape[-2]
-            if nk % nq:
-                raise ValueError(f"csan: {nk} keys cannot be pooling groups of {nq} queries")
+        mu = head(self.mu, 1.0, t)
+        if mu is not None and nk != nx:  # tokens one per query: key j takes the mu of its query
             mu = mu.repeat(1, 1, nk // nq, 1)
-        return Gains(tau, mu, head(self.kappa_pub, 1.0), head(self.kappa_priv, 0.0))
+        return Gains(tau, mu, head(self.kappa_pub, 1.0, per_query), head(self.kappa_priv, 0.0, t))
 
     @staticmethod
     def readout(out: Tensor, v: Tensor, g: Gains) -> Tensor:
-        """Public gain on the attended values plus the private path of each query's own value."""
+        """Public gain on the attended values plus the private path of each query's own value (pooled
+        queries: the group mean of v_j * kappa_priv_j, or with one token per query the group max of v)."""
         if g.pub is not None:
             out = out * g.pub.to(out.dtype)
         if g.priv is not None:
             nq, nk = out.shape[-2], v.shape[-2]
-            own = v if nk == nq else v.unflatten(-2, (nk // nq, nq)).amax(-3)
-            out = out + own * g.priv.to(out.dtype)
+            priv = g.priv.to(out.dtype)
+            if nk == nq:
+                out = out + v * priv
+            elif priv.shape[-2] == nk:
+                out = out + (v * priv).unflatten(-2, (nk // nq, nq)).mean(-3)
+            else:
+                out = out + v.unflatten(-2, (nk // nq, nq)).amax(-3) * priv
         return out
 
 

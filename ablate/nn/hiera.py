@@ -19,8 +19,9 @@ class MixedMaskUnitAttention(Mixed, MaskUnitAttention):
 
     Pooled-query blocks: timm max-pools q over the q_stride positions of each output token; the tokens the
     mixer sees (`x`, for variants whose gates read the token, e.g. CSaN's descriptor gates) are the block's
-    normalised input tokens max-pooled the same way, so there is one token per pooled query, of width
-    in_dim = the block's input width (the mixer's dim is the output width).
+    normalised input tokens, not pooled: one per key, in the keys' order, of width in_dim = the block's
+    input width (the mixer's dim is the output width). So CSaN's gates run on every input token, as the
+    authors' Hiera-CSaN does (its published 4.9G FLOPs on Hiera-Tiny-Plus count them).
     """
 
     @staticmethod
@@ -37,7 +38,6 @@ class MixedMaskUnitAttention(Mixed, MaskUnitAttention):
         tokens = x.view(B, -1, nw, C).transpose(1, 2).reshape(B * nw, -1, C)
         if self.q_stride > 1:
             q = q.view(B * nw, self.heads, self.q_stride, -1, self.head_dim).amax(dim=2)
-            tokens = tokens.view(B * nw, self.q_stride, -1, C).amax(dim=1)
         out = self.mixer(q, k, v, x=tokens)
         out = out.view(B, nw, self.heads, -1, self.head_dim).permute(0, 3, 1, 2, 4).reshape(B, -1, self.dim_out)
         y: Tensor = self.proj(out)
