@@ -166,6 +166,9 @@ def launch(
     live: bool | None = typer.Option(
         None, "--live/--plain", help="Live table or log lines [default: live on a terminal]."
     ),
+    lease: float = typer.Option(
+        60.0, min=1, help="Seconds a crashed launcher's trials stay claimed before another launcher takes them over."
+    ),
     check: bool = typer.Option(
         True,
         "--check/--no-check",
@@ -201,7 +204,8 @@ def launch(
 
             tracker = Tracker(mlflow_uri)
         try:
-            result = run(plans, store, tracker, cluster=Cluster(address), run=RunConfig(storage, cpus, gpus),
+            settings = RunConfig(storage, cpus, gpus, lease=lease)
+            result = run(plans, store, tracker, cluster=Cluster(address), run=settings,
                          progress=Progress(live=live, console=out))  # fmt: skip
         except ConnectionError as e:
             fail(str(e))
@@ -304,7 +308,7 @@ def status(
     _print_frame(counts.reset_index(), "trials per state")
     running = trials[trials["state"] == "running"]
     if len(running):
-        _print_frame(running[["sweep", "key", "host", "started_at"]], "running")
+        _print_frame(running[["sweep", "key", "host", "started_at", "lease_host", "lease_expires"]], "running")
     failed = trials[trials["state"].isin(["failed", "diverged"])]
     if len(failed):
         _print_frame(failed[["sweep", "key", "state", "error"]], "failures")

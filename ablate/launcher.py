@@ -28,12 +28,13 @@ import ray
 
 from ablate import gangs, packing
 from ablate.config import TrialConfig
+from ablate.leases import Heartbeat
 from ablate.messages import EpochEnd, Finished, PeerLost, Runner, Started, TrialResult
 from ablate.planner import Plan, Trial
 from ablate.plugins import Plugins
 from ablate.progress import Progress
 from ablate.recorder import Recorder, start_inbox
-from ablate.store import Store
+from ablate.store import Owner, Store
 from ablate.tracking import Tracker
 from ablate.worker import TaskArgs, trial_task
 
@@ -79,6 +80,9 @@ class RunConfig:
     """What measures the GPU memory of a `gpus: auto` trial (see `ablate.packing`); tests fake it on CPU."""
     poll: float = 0.2
     """Seconds between looks at finished tasks and new messages."""
+    lease: float = 60.0
+    """Seconds a launcher's claim on a trial lasts unless its heartbeat (every quarter of it) renews it: how
+    long a crashed launcher's trials wait before another launcher takes them over."""
 
 
 class Stop:
@@ -176,6 +180,8 @@ def launch(
     todo = {k: t for k, t in todo.items() if k not in done}
     # Ray first: an unreachable cluster is an error before anything is written to the store.
     ours = _connect(cluster.address, cluster.num_cpus) if todo else False
+    owner = Owner.new(run.lease)
+    heartbeat = Heartbeat(store, owner)
     try:
         auto = [t for t in todo.values() if isinstance(t.config.resources.gpus, str)] if run.gpus is None else []
         admission = packing.admit(auto, run.probe, plugins) if auto else packing.Admission({}, [])
@@ -184,7 +190,6 @@ def launch(
                                description=plan.description,
                                spec={"axes": plan.axes, "plugins": plan.plugins.to_json()})  # fmt: skip
             store.add_trials(plan.sweep, plan.trials)
-        store.interrupt(todo)  # left `running` by a launcher that was killed: they resume now
         progress = progress or Progress()
         progress.begin([plan.sweep for plan in plans], len(todo) + len(done), len(done))
         for line in admission.lines:
@@ -193,91 +198,193 @@ def launch(
             progress.message(f"nothing to run: all {len(done)} trials are done")
             result.seconds = time.perf_counter() - started
             return result
+        if holders := store.holders(todo):
+            who = ", ".join(sorted(set(holders.values())))
+            progress.message(f"{len(holders)} trials are leased to other launchers ({who}): they run there; "
+                             "this launch takes over any whose lease lapses")  # fmt: skip
         if tracker is not None:
             for plan in plans:
                 tracker.start_sweep(store, plan.sweep)
         storage = str(Path(run.storage).resolve())
-        recorder = Recorder(store, tracker, sweep_of)
-        inbox = start_inbox()
-        task = ray.remote(trial_task)
-        pending: dict[Any, str] = {}
-        running_gangs: dict[str, gangs.Gang] = {}
-        attempts = Attempts()
-
-        gpus = {k: _gpus(t.config, run.gpus) for k, t in todo.items()} | admission.shares
-
-        def submit(key: str) -> None:
-            cfg = todo[key].config
-            opts = {"num_cpus": run.cpus if run.cpus is not None else cfg.resources.cpus, "num_gpus": gpus[key],
-                    "max_retries": SYSTEM_RETRIES, "retry_exceptions": False, "name": f"trial-{key[:10]}"}  # fmt: skip
-            args = TaskArgs(cfg.model_dump(mode="json"), key, storage, inbox, runner, plugins)
-            if cfg.resources.workers > 1:
-                gang = running_gangs[key] = gangs.start(task, opts, cfg.resources.workers, args)
-                ref = gang.leader
-            else:
-                ref = task.options(**opts).remote(args)
-            pending[ref] = key
-            progress.submitted(todo[key])
-
-        def drain() -> None:
-            messages = ray.get(inbox.drain.remote())
-            recorder.handle(messages)
-            for m in messages:
-                if isinstance(m, Started):
-                    progress.started(m.key)
-                elif isinstance(m, EpochEnd):
-                    progress.epoch(m.key, m.epoch, m.metrics)
-
-        def interrupt() -> None:
-            for ref in pending:
-                ray.cancel(ref, force=True)
-            for gang in running_gangs.values():
-                gang.stop()
-            drain()
-            recorder.interrupt(list(pending.values()))
-            result.interrupted = True
-            result.counts["interrupted"] = len(pending)
-
+        fanout = _Fanout(todo, store, owner, heartbeat, Recorder(store, tracker, sweep_of), progress, result,
+                         run, lambda cfg, key, inbox: TaskArgs(cfg, key, storage, inbox, runner, plugins),
+                         {k: _gpus(t.config, run.gpus) for k, t in todo.items()} | admission.shares)  # fmt: skip
         stop = Stop()
         try:
             with stop.installed(), progress:
-                for key in todo:
-                    submit(key)
-                while pending and not stop:
-                    ready, _ = ray.wait(list(pending), num_returns=len(pending), timeout=run.poll)
-                    drain()
-                    for ref in ready:
-                        key = pending.pop(ref)
-                        if key in running_gangs:
-                            running_gangs.pop(key).stop()
-                        state = _settle(ref, key, todo[key].config, gpus[key], recorder, attempts, progress)
-                        if state == "retry":
-                            submit(key)
-                            continue
-                        if state == "oom":
-                            progress.message(f"{key[:10]}: CUDA out of memory on {gpus[key]:.2f} of a GPU; "
-                                             "requeued once on a whole GPU")  # fmt: skip
-                            gpus[key] = 1.0
-                            submit(key)
-                            continue
-                        result.counts[state] += 1
-                        progress.finished(key, state)
-                    progress.refresh()
-                if stop:
-                    interrupt()
-                else:
-                    drain()
+                heartbeat.start()
+                fanout.loop(stop)
         except KeyboardInterrupt:  # a second Ctrl-C, or one outside the main thread's handler
-            interrupt()
+            fanout.interrupt()
         finally:
             if tracker is not None:
                 for plan in plans:
                     tracker.end_sweep(store, plan.sweep, "KILLED" if result.interrupted else "FINISHED")
     finally:
+        heartbeat.stop()
+        store.release(owner)  # interrupted trials are free for the next launcher at once
         if ours:  # also when recording fails before the first task is submitted
             ray.shutdown()
     result.seconds = time.perf_counter() - started
     return result
+
+
+class _Fanout:
+    """One launch's trials on Ray. Trials are claimed (leased in the store) a few at a time, as many as the
+    cluster has room for, so launchers sharing a store split the work and each trial trains once; a claimed
+    trial is submitted, its messages recorded, its outcome settled (retry, requeue, or final)."""
+
+    def __init__(
+        self,
+        todo: dict[str, Trial],
+        store: Store,
+        owner: Owner,
+        heartbeat: Heartbeat,
+        recorder: Recorder,
+        progress: Progress,
+        result: LaunchResult,
+        run: RunConfig,
+        args: Any,
+        gpus: dict[str, float],
+    ) -> None:
+        self.todo, self.store, self.owner, self.heartbeat = todo, store, owner, heartbeat
+        self.recorder, self.progress, self.result, self.run, self.args, self.gpus = (
+            recorder, progress, result, run, args, gpus)  # fmt: skip
+        self.queue = list(todo)
+        """Trials not claimed yet, in plan order."""
+        self.claimed: dict[str, float] = {}
+        """Trials this launch holds, and when it claimed them (time.monotonic)."""
+        self.pending: dict[Any, str] = {}
+        self.gangs: dict[str, gangs.Gang] = {}
+        self.attempts = Attempts()
+        self.inbox = start_inbox()
+        self.task = ray.remote(trial_task)
+
+    def loop(self, stop: Stop) -> None:
+        """Claim, submit and settle until every trial is finished here or elsewhere, or `stop` is set."""
+        self.fill()
+        looked = time.monotonic()
+        while (self.pending or self.queue) and not stop:
+            ready: list[Any] = []
+            if self.pending:
+                ready, _ = ray.wait(list(self.pending), num_returns=len(self.pending), timeout=self.run.poll)
+            else:
+                time.sleep(self.run.poll)
+            self.drain()
+            ready = self.drop_lost(ready)
+            for ref in ready:
+                self.settle(ref)
+            if ready or time.monotonic() - looked > self.owner.seconds / 4:
+                self.finished_elsewhere()
+                self.fill()
+                looked = time.monotonic()
+            self.progress.refresh()
+        if stop:
+            self.interrupt()
+        else:
+            self.drain()
+
+    def cpus(self, key: str) -> float:
+        cfg = self.todo[key].config
+        return (self.run.cpus if self.run.cpus is not None else cfg.resources.cpus) * cfg.resources.workers
+
+    def fill(self) -> None:
+        """Claim and submit the queued trials the cluster has CPUs and GPUs for (at least one when idle)."""
+        if not self.queue:
+            return
+        total = ray.cluster_resources()
+        running = list(self.pending.values())
+        free_cpu = total.get("CPU", 0.0) - sum(self.cpus(k) for k in running)
+        free_gpu = total.get("GPU", 0.0) - sum(self.gpus[k] * self.todo[k].config.resources.workers for k in running)
+        room = 0
+        for key in self.queue:
+            cpu, gpu = self.cpus(key), self.gpus[key] * self.todo[key].config.resources.workers
+            if (cpu > free_cpu + 1e-9 or gpu > free_gpu + 1e-9) and (running or room):
+                break
+            free_cpu, free_gpu, room = free_cpu - cpu, free_gpu - gpu, room + 1
+        won = self.store.claim(self.queue, self.owner, limit=room)
+        if not won:
+            return
+        self.store.interrupt(won)  # left `running` by a launcher that died: they resume now
+        self.queue = [k for k in self.queue if k not in won]
+        for key in sorted(won, key=list(self.todo).index):
+            self.claimed[key] = time.monotonic()
+            self.submit(key)
+
+    def finished_elsewhere(self) -> None:
+        """Count the queued trials another launcher finished, and forget them."""
+        if not self.queue:
+            return
+        states = self.store.states(self.queue)
+        for key in [k for k in self.queue if states.get(k) in ("done", "failed", "diverged")]:
+            self.queue.remove(key)
+            self.result.counts[states[key]] += 1
+            self.progress.finished(key, states[key])
+
+    def submit(self, key: str) -> None:
+        cfg = self.todo[key].config
+        opts = {"num_cpus": self.run.cpus if self.run.cpus is not None else cfg.resources.cpus,
+                "num_gpus": self.gpus[key], "max_retries": SYSTEM_RETRIES, "retry_exceptions": False,
+                "name": f"trial-{key[:10]}"}  # fmt: skip
+        args = self.args(cfg.model_dump(mode="json"), key, self.inbox)
+        if cfg.resources.workers > 1:
+            gang = self.gangs[key] = gangs.start(self.task, opts, cfg.resources.workers, args)
+            ref = gang.leader
+        else:
+            ref = self.task.options(**opts).remote(args)
+        self.pending[ref] = key
+        self.progress.submitted(self.todo[key])
+
+    def drain(self) -> None:
+        messages = ray.get(self.inbox.drain.remote())
+        self.recorder.handle(messages)
+        for m in messages:
+            if isinstance(m, Started):
+                self.progress.started(m.key)
+            elif isinstance(m, EpochEnd):
+                self.progress.epoch(m.key, m.epoch, m.metrics)
+
+    def drop_lost(self, ready: list[Any]) -> list[Any]:
+        """Stop the trials whose lease another launcher took over (this one was paused past it); they go
+        back to the queue, to be counted when the other launcher finishes them. Returns `ready` without them."""
+        lost = self.heartbeat.lost({k: self.claimed[k] for k in self.pending.values()})
+        for ref in [r for r, k in self.pending.items() if k in lost]:
+            key = self.pending.pop(ref)
+            self.stop_task(ref, key)
+            self.queue.append(key)
+            self.progress.message(f"{key[:10]}: another launcher took over its lapsed lease; stopped here")
+        return [r for r in ready if r in self.pending]
+
+    def stop_task(self, ref: Any, key: str) -> None:
+        ray.cancel(ref, force=True)
+        if key in self.gangs:
+            self.gangs.pop(key).stop()
+
+    def settle(self, ref: Any) -> None:
+        key = self.pending.pop(ref)
+        if key in self.gangs:
+            self.gangs.pop(key).stop()
+        state = _settle(ref, key, self.todo[key].config, self.gpus[key], self.recorder, self.attempts, self.progress)
+        if state == "retry":
+            self.submit(key)
+            return
+        if state == "oom":
+            self.progress.message(f"{key[:10]}: CUDA out of memory on {self.gpus[key]:.2f} of a GPU; "
+                                  "requeued once on a whole GPU")  # fmt: skip
+            self.gpus[key] = 1.0
+            self.submit(key)
+            return
+        self.store.release(self.owner, [key])
+        self.result.counts[state] += 1
+        self.progress.finished(key, state)
+
+    def interrupt(self) -> None:
+        for ref, key in self.pending.items():
+            self.stop_task(ref, key)
+        self.drain()
+        self.recorder.interrupt(list(self.pending.values()))
+        self.result.interrupted = True
+        self.result.counts["interrupted"] = len(self.pending)
 
 
 @dataclass

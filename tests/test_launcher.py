@@ -9,6 +9,7 @@ import sys
 import threading
 from pathlib import Path
 
+import pandas as pd
 import pytest
 from conftest import TINY, write_sweeps
 from gate import Gate, wait_for
@@ -188,10 +189,14 @@ def test_many_trials_finishing_at_once_lose_nothing(ray_local, tmp_path: Path) -
         assert len(store.metrics_frame("s")) == 24 * 40 * 10
 
 
+LEASE = 4.0
+"""Lease seconds of the CLI launches here: a killed launcher's trials are taken over this soon."""
+
+
 def launch_cmd(f: Path, tmp_path: Path, gate: Gate | None = None) -> list[str]:
     """The CLI launch of `f`, through the gate script when the trials must stop at its epoch."""
     args = ["launch", str(f), "--db", f"sqlite:///{tmp_path}/r.sqlite", "--no-mlflow", "--plain",
-            "--storage", str(tmp_path / "ck")]  # fmt: skip
+            "--storage", str(tmp_path / "ck"), "--lease", str(LEASE)]  # fmt: skip
     if gate is None:
         return [sys.executable, "-m", "ablate.cli", *args]
     return [sys.executable, str(GATE_SCRIPT), str(gate.folder), str(gate.epoch), *(gate.keys or []), "--", *args]
@@ -201,8 +206,9 @@ CLI_ENV = {**os.environ, "RAY_ADDRESS": "", "RAY_AUTH_MODE": "disabled"}
 
 
 def test_killed_launcher_is_finished_by_the_next_launch(tmp_path: Path) -> None:
-    """SIGKILL the launcher's process group (it and its embedded Ray) with one trial done and two provably
-    mid-run; the next launch keeps the done trial and resumes the other two from their checkpoints."""
+    """A second launcher starts while the first holds two trials provably mid-run (and has finished a third):
+    it leaves them alone. SIGKILL the first launcher's process group (it and its embedded Ray): once its leases
+    lapse the second takes the two over, resumes them from their checkpoints and never re-runs the done one."""
     cfg = {**TINY, "train": {**TINY["train"], "epochs": 3}, "resources": {"cpus": 0.5}}
     f = write_sweeps(
         tmp_path / "e.yaml", {"s": {"base": cfg, "grid": {"attention.kind": ["softmax", "sparsemax", "entmax15"]}}}
@@ -212,23 +218,46 @@ def test_killed_launcher_is_finished_by_the_next_launch(tmp_path: Path) -> None:
     proc = subprocess.Popen(launch_cmd(f, tmp_path, gate), cwd=tmp_path, env=CLI_ENV, start_new_session=True,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
     db = f"sqlite:///{tmp_path}/r.sqlite"
+    log = tmp_path / "second.log"
     try:
         gate.wait(2)
         with Store(db) as store:
             wait_for(lambda: store.states().get(first) == "done")
+        with log.open("w") as out:
+            second = subprocess.Popen(launch_cmd(f, tmp_path), cwd=tmp_path, env=CLI_ENV, stdout=out,
+                                      stderr=subprocess.STDOUT, text=True)  # fmt: skip
+        wait_for(lambda: "2 trials are leased to other launchers" in log.read_text())
     finally:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(timeout=30)
-    res = subprocess.run(
-        launch_cmd(f, tmp_path), cwd=tmp_path, env=CLI_ENV, capture_output=True, text=True, timeout=240
-    )
-    assert res.returncode == 0, res.stderr
+    killed = pd.Timestamp.now(tz="UTC")
+    assert second.wait(timeout=240) == 0, log.read_text()
     with Store(db) as store:
         t = store.trials_frame("s").set_index("key")
         assert set(t["state"]) == {"done"} and len(t) == 3
         assert t.loc[first, "attempts"] == 1  # the completed trial was not re-run
         assert (t.loc[gated, "resumed_from"] == 1).all() and (t.loc[gated, "attempts"] == 2).all()
+        assert (t.loc[gated, "started_at"] >= killed).all()  # never trained while the first launcher held them
         assert not store.metrics_frame("s").duplicated(["key", "name", "step"]).any()
+
+
+def test_launchers_started_together_train_each_trial_once(tmp_path: Path) -> None:
+    """Three launchers of one sweep at the same moment, on one fresh store: they split the trials, each
+    trial has exactly one training attempt, and every launcher ends when all are done."""
+    cfg = {**TINY, "train": {**TINY["train"], "epochs": 1}, "resources": {"cpus": 1}}
+    f = write_sweeps(
+        tmp_path / "e.yaml", {"s": {"base": cfg, "grid": {"attention.kind": ["softmax", "csan"]}, "seeds": 3}}
+    )
+    procs = [subprocess.Popen(launch_cmd(f, tmp_path), cwd=tmp_path, env=CLI_ENV, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True) for _ in range(3)]  # fmt: skip
+    outs = [p.communicate(timeout=240)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0, 0], outs
+    with Store(f"sqlite:///{tmp_path}/r.sqlite") as store:
+        t = store.trials_frame("s")
+        assert len(t) == 6 and set(t["state"]) == {"done"} and set(t["attempts"]) == {1}
+        assert store.holders() == {}  # every lease given back
+    starts = [line.split()[2] for out in outs for line in out.splitlines() if " start " in line]
+    assert sorted(starts) == sorted(k[:10] for k in t["key"])  # each trial started by exactly one launcher
 
 
 def test_ctrl_c_marks_running_trials_interrupted_and_the_next_launch_resumes(tmp_path: Path) -> None:

@@ -17,7 +17,7 @@ from sqlalchemy.dialects import postgresql
 
 from ablate.config import TrialConfig
 from ablate.planner import Trial, trial_key, variant_key
-from ablate.store import STATES, TRIAL_COLUMNS, Store, flatten
+from ablate.store import STATES, TRIAL_COLUMNS, Owner, Store, flatten
 from ablate.store.engine import make_engine, upgrade, upsert_stmt
 from ablate.store.queries import METRICS
 from ablate.store.schema import Base
@@ -58,7 +58,7 @@ def test_default_url_creates_db_folder_in_wal_mode(tmp_path, monkeypatch):
 def test_migrations_build_exactly_the_orm_schema(store):
     with store.engine.connect() as conn:
         assert compare_metadata(MigrationContext.configure(conn), Base.metadata) == []
-        assert conn.execute(text("SELECT version_num FROM alembic_version")).scalar_one() == "0003"
+        assert conn.execute(text("SELECT version_num FROM alembic_version")).scalar_one() == "0004"
 
 
 def test_old_schema_is_upgraded_on_open_keeping_its_rows(tmp_path):
@@ -207,7 +207,7 @@ def _open(url: str, at: float) -> list[str]:
 
 def test_processes_opening_a_fresh_file_at_once_migrate_it_once(tmp_path, pool):
     url, at = f"sqlite:///{tmp_path / 'fresh.sqlite'}", time.time() + 2
-    assert list(pool.map(_open, [url] * 3, [at] * 3, timeout=120)) == [["0003"]] * 3
+    assert list(pool.map(_open, [url] * 3, [at] * 3, timeout=120)) == [["0004"]] * 3
 
 
 def test_concurrent_writers_never_see_database_is_locked(tmp_path, pool):
@@ -236,6 +236,45 @@ def test_concurrent_writers_never_see_database_is_locked(tmp_path, pool):
     assert errors == []
     with sqlite3.connect(tmp_path / "busy.sqlite") as conn:
         assert conn.execute("SELECT count(*) FROM metrics").fetchone()[0] == written + 2 * 15 * 4 * 2
+
+
+# ---------------------------------------------------------------------------------------------- leases
+def test_a_lease_is_exclusive_until_it_lapses_and_then_anyone_may_take_it(store):
+    trials = [trial(i) for i in range(5)]
+    keys = [t.key for t in trials]
+    store.add_trials("s", trials)
+    a, b = Owner("a" * 32, "alice@h1:1", 60), Owner("b" * 32, "bob@h2:2", 60)
+    assert store.claim(keys, a, limit=2) == set(keys[:2])  # the first two, in the order given
+    assert store.claim(keys, b) == set(keys[2:])  # what a holds is not b's to take
+    assert store.claim(keys, a) == set(keys[:2]) and store.renew(b) == set(keys[2:])
+    assert store.holders(keys) == {**dict.fromkeys(keys[:2], "alice@h1:1"), **dict.fromkeys(keys[2:], "bob@h2:2")}
+    store.finish(keys[4], "done")
+    store.release(b, [keys[4]])
+    assert store.claim(keys, a) == set(keys[:2])  # a done trial is never claimed again
+    store.renew(Owner(a.id, a.host, -1))  # a's heartbeat stopped a second ago: its leases lapsed
+    assert store.claim(keys, b) == set(keys[:4]) and store.renew(a) == set()  # b took them over; a knows
+    store.release(b)
+    assert store.holders() == {} and store.claim(keys, a) == set(keys[:4])
+
+
+def _claim_all(url: str, keys: list[str], at: float) -> list[str]:
+    """One launcher of the race: claim one trial at a time, as the launcher does, until none is left."""
+    time.sleep(max(0.0, at - time.time()))
+    owner, won = Owner.new(60), []
+    with Store(url) as s:
+        while got := s.claim([k for k in keys if k not in won], owner, limit=1):
+            won += sorted(got)
+    return won
+
+
+def test_launchers_claiming_at_once_each_win_different_trials(tmp_path, pool):
+    url = f"sqlite:///{tmp_path / 'race.sqlite'}"
+    trials = [trial(i) for i in range(30)]
+    with Store(url) as s:
+        s.add_trials("s", trials)
+    keys, at = [t.key for t in trials], time.time() + 2
+    won = list(pool.map(_claim_all, [url] * 3, [keys] * 3, [at] * 3, timeout=120))
+    assert sorted(k for w in won for k in w) == sorted(keys)  # every trial claimed, none twice
 
 
 # ---------------------------------------------------------------------------------------------- frames

@@ -11,7 +11,9 @@
         store.trials_frame("cpu"); store.metrics_frame("cpu", names=["val.top1"]); store.status()
 
 Writes (one writer: the launcher or its recorder actor): upsert_sweep, set_sweep_mlflow, add_trials,
-mark_running, log_metrics, log_metric_rows, finish, interrupt, set_mlflow_run.
+mark_running, log_metrics, log_metric_rows, finish, interrupt, set_mlflow_run; and the trial leases every
+launcher takes before it runs a trial (claim, renew, release), so launchers sharing a store train each
+trial once.
 Reads: done_keys, states, trial, sweep, membership, and the frames sweeps_frame, trials_frame,
 metrics_frame, status, runs (the only way reports read the store).
 PostgreSQL needs its driver installed (e.g. psycopg); open the first Store on a new PostgreSQL database
@@ -23,7 +25,7 @@ Modules: `schema` (ORM models), `engine` (SQLite WAL + busy timeout, Alembic upg
 from ablate.store.engine import DEFAULT_URL, database_exists, sqlite_file
 from ablate.store.queries import TRIAL_COLUMNS, flatten
 from ablate.store.schema import FINAL_STATES, STATES
-from ablate.store.writes import MetricRow, Store, error_line
+from ablate.store.writes import MetricRow, Owner, Store, error_line
 
 __all__ = [
     "DEFAULT_URL",
@@ -31,6 +33,7 @@ __all__ = [
     "STATES",
     "TRIAL_COLUMNS",
     "MetricRow",
+    "Owner",
     "Store",
     "database_exists",
     "error_line",

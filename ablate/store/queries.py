@@ -26,9 +26,9 @@ METRICS = Base.metadata.tables[Metric.__tablename__]
 TRIAL_COLUMNS = [
     "key", "sweep", "position", "variant", "state", "attempts", "seed", "params", "flops", "peak_memory",
     "diverged_epoch", "diverged_step", "resumed_from", "host", "node_id", "device", "created_at", "started_at",
-    "finished_at", "duration_s", "error", "mlflow_run_id",
+    "finished_at", "duration_s", "error", "mlflow_run_id", "lease_host", "lease_expires",
 ]  # fmt: skip
-TIMES = ["created_at", "started_at", "finished_at"]
+TIMES = ["created_at", "started_at", "finished_at", "lease_expires"]
 COUNTS = [
     "position",
     "attempts",

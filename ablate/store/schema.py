@@ -87,6 +87,12 @@ class TrialRecord(Base):
     diverged_step: Mapped[int | None]
     resumed_from: Mapped[int | None]
     """Epoch the last attempt resumed from its checkpoint (0: it trained from scratch)."""
+    lease_owner: Mapped[str | None] = mapped_column(String(64), index=True)
+    """The launcher that holds the trial (see `Store.claim`); None: free to claim."""
+    lease_host: Mapped[str | None] = mapped_column(NAME)
+    """Where that launcher runs (user@host:pid), for `ablate status`."""
+    lease_expires: Mapped[datetime | None]
+    """When the lease lapses unless its owner's heartbeat renews it; after that any launcher may take it."""
 
 
 class Membership(Base):

@@ -7,14 +7,19 @@ to the newest schema first.
 
 from __future__ import annotations
 
+import getpass
 import math
+import os
+import socket
+import uuid
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import AbstractContextManager
-from datetime import datetime, timezone
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
 from typing import Any, TypeVar
 
 from pydantic import BaseModel
-from sqlalchemy import Connection, select, update
+from sqlalchemy import Connection, or_, select, update
 from sqlalchemy.orm import Session
 
 from ablate.store import engine as eng
@@ -42,6 +47,21 @@ def error_line(text: str | None) -> str | None:
     if not lines:
         return None
     return lines[-1] if lines[0].startswith("Traceback") else lines[0]
+
+
+@dataclass(frozen=True)
+class Owner:
+    """A launcher as the holder of trial leases."""
+
+    id: str
+    host: str
+    """user@host:pid, shown by `ablate status`."""
+    seconds: float
+    """Lease length: a lease its owner has not renewed for this long may be taken over."""
+
+    @classmethod
+    def new(cls, seconds: float) -> Owner:
+        return cls(uuid.uuid4().hex, f"{getpass.getuser()}@{socket.gethostname()}:{os.getpid()}", seconds)
 
 
 def _field(trial: Any, name: str) -> Any:
@@ -197,6 +217,49 @@ class Store(Queries):
         with self._write() as conn:
             eng.upsert(conn, METRICS, data, ["trial_key", "name", "step"], ["value", "wall_time"])
 
+    # ------------------------------------------------------------------------------------------ leases
+    def claim(self, keys: Iterable[str], owner: Owner, limit: int | None = None) -> set[str]:
+        """Lease to `owner`, for `owner.seconds`, the unfinished trials of `keys` that are free, already its,
+        or whose lease lapsed: the first `limit` of them in the order of `keys` (all when None). Returns the
+        keys of those it now holds. One transaction (SQLite's write lock; on PostgreSQL the update re-checks
+        each row under its lock), so two launchers never both win a trial."""
+        order = list(keys)
+        t = now()
+        lease = {
+            "lease_owner": owner.id,
+            "lease_host": owner.host,
+            "lease_expires": t + timedelta(seconds=owner.seconds),
+        }
+        claimable = (
+            TRIALS.c.state != "done",
+            or_(TRIALS.c.lease_owner.is_(None), TRIALS.c.lease_owner == owner.id, TRIALS.c.lease_expires < t),
+        )
+        held = set[str]()
+        with self._write() as conn:
+            found = set[str]()
+            for where in self._key_filters(order):
+                found.update(conn.execute(select(TRIALS.c.key).where(where, *claimable)).scalars())
+            chosen = [k for k in order if k in found][:limit]
+            for where in self._key_filters(chosen):
+                conn.execute(update(TRIALS).where(where, *claimable).values(**lease))
+                held.update(conn.execute(select(TRIALS.c.key).where(where, TRIALS.c.lease_owner == owner.id)).scalars())
+        return held
+
+    def renew(self, owner: Owner) -> set[str]:
+        """Extend every lease `owner` holds by `owner.seconds` from now (its heartbeat); return their keys
+        (a lease that lapsed and was taken over is gone from them)."""
+        expires = now() + timedelta(seconds=owner.seconds)
+        with self._write() as conn:
+            conn.execute(update(TRIALS).where(TRIALS.c.lease_owner == owner.id).values(lease_expires=expires))
+            return set(conn.execute(select(TRIALS.c.key).where(TRIALS.c.lease_owner == owner.id)).scalars())
+
+    def release(self, owner: Owner, keys: Iterable[str] | None = None) -> None:
+        """Give up `owner`'s leases (on `keys`, or all): another launcher may claim them at once."""
+        with self._write() as conn:
+            for where in self._key_filters(keys):
+                stmt = update(TRIALS).where(where, TRIALS.c.lease_owner == owner.id)
+                conn.execute(stmt.values(lease_owner=None, lease_host=None, lease_expires=None))
+
     def _update(self, table: Any, where: Any, key: str, **values: Any) -> None:
         with self._write() as conn:
             if conn.execute(update(table).where(where).values(**values)).rowcount == 0:
@@ -213,6 +276,15 @@ class Store(Queries):
         with self.engine.connect() as conn:
             for where in self._key_filters(keys):
                 out.update(conn.execute(select(TRIALS.c.key, TRIALS.c.state).where(where)).all())
+        return out
+
+    def holders(self, keys: Iterable[str] | None = None) -> dict[str, str]:
+        """Who holds a lease (user@host:pid) on each leased trial (of `keys`, or all), lapsed or not."""
+        out: dict[str, str] = {}
+        with self.engine.connect() as conn:
+            for where in self._key_filters(keys):
+                stmt = select(TRIALS.c.key, TRIALS.c.lease_host).where(where, TRIALS.c.lease_owner.is_not(None))
+                out.update(conn.execute(stmt).all())
         return out
 
     def trial(self, key: str) -> TrialRecord | None:
