@@ -8,7 +8,9 @@ is reported and ignored: the trial restarts from scratch rather than failing the
 
 from __future__ import annotations
 
+import os
 import random
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
@@ -26,6 +28,10 @@ class Progress:
 
     epoch: int = 0
     """Epochs completed (0: a fresh start)."""
+    step: int = 0
+    """Optimizer steps done in the next epoch when a stop request ended the trial mid-epoch (else 0)."""
+    partial: tuple[float, int] = (0.0, 0)
+    """(summed training loss, examples) of those steps, so the epoch's train.loss covers all of it."""
     history: list[tuple[int, dict[str, float]]] = field(default_factory=list)
     """(epoch, metrics) of every completed epoch, replayed to the recorder on resume (writes are idempotent)."""
     winners: dict[str, Tensor] | None = None
@@ -58,13 +64,15 @@ def _set_rng_state(state: dict[str, Any]) -> None:
 
 
 def save(folder: Path, model: nn.Module, optimizer: Any, scheduler: Any, progress: Progress) -> None:
-    """Write the checkpoint of `folder` atomically (write, then rename)."""
+    """Write the checkpoint of `folder` atomically: a temporary file of this attempt's own, then a rename, so
+    no reader (and no other attempt) ever sees a partial file."""
     folder.mkdir(parents=True, exist_ok=True)
-    path, tmp = folder / FILE, folder / (FILE + ".tmp")
+    path, tmp = folder / FILE, folder / f"{FILE}.{os.getpid()}-{uuid.uuid4().hex[:8]}.tmp"  # one per attempt
     state = {
         "epoch": progress.epoch, "model": model.state_dict(), "optimizer": optimizer.state_dict(),
         "scheduler": scheduler.state_dict() if scheduler is not None else {}, "rng": _rng_state(),
-        "winners": progress.winners, "history": progress.history,
+        "winners": progress.winners, "history": progress.history, "step": progress.step,
+        "partial": list(progress.partial),
     }  # fmt: skip
     torch.save(state, tmp)
     tmp.replace(path)
@@ -95,4 +103,6 @@ def restore(folder: Path, model: nn.Module, optimizer: Any, scheduler: Any) -> P
     if scheduler is not None:
         scheduler.load_state_dict(state["scheduler"])
     _set_rng_state(state["rng"])
-    return Progress(state["epoch"], state.get("history", []), state.get("winners"))
+    loss, seen = state.get("partial", (0.0, 0))
+    return Progress(epoch=state["epoch"], step=state.get("step", 0), partial=(float(loss), int(seen)),
+                    history=state.get("history", []), winners=state.get("winners"))  # fmt: skip

@@ -7,6 +7,7 @@ Every command that reads an experiments file validates it whole first; a bad fil
 from __future__ import annotations
 
 import json
+import signal
 import sys
 from enum import Enum
 from pathlib import Path
@@ -209,10 +210,16 @@ def launch(
                          progress=Progress(live=live, console=out))  # fmt: skip
         except ConnectionError as e:
             fail(str(e))
+        planned = store.trials_frame([p.sweep for p in plans]).drop_duplicates("key")
+        planned = planned[planned["key"].isin({t.key for p in plans for t in p.trials})]
+        unfinished = planned[planned["state"] != "done"]
     counts = ", ".join(f"{k} {v}" for k, v in sorted(result.counts.items())) or "nothing run"
     out.print(f"{counts}; {result.skipped} already done; {result.seconds:.1f} s")
-    if result.interrupted:
-        raise typer.Exit(130)
+    if result.interrupted:  # the shell's codes for death by the signal: 128 + SIGINT (2) or SIGTERM (15)
+        raise typer.Exit(128 + (result.signal or signal.SIGINT))
+    if len(unfinished):
+        _print_frame(unfinished[["sweep", "key", "state", "error"]], f"{len(unfinished)} trials not done")
+        raise typer.Exit(1)
 
 
 def _check(plans: list[Any], done: set[str] | None = None, remember: Path | None = None) -> list[Any]:
@@ -273,6 +280,10 @@ def existing_store(db: str | None) -> Any:
     return Store(db)
 
 
+RESUMABLE = ("running", "interrupted", "preempted")
+"""States whose trial continues from its checkpoint on the next launch."""
+
+
 def _dry_run(plans: list[Any], db: str | None) -> None:
     from ablate.store import database_exists
 
@@ -286,7 +297,7 @@ def _dry_run(plans: list[Any], db: str | None) -> None:
             table.add_column(col)
         for t in p.trials:
             state = states.get(t.key, "new")
-            action = "skip" if state == "done" else ("resume" if state in ("running", "interrupted") else "run")
+            action = "skip" if state == "done" else ("resume" if state in RESUMABLE else "run")
             table.add_row(t.key[:10], *[_cell(t.axes[a]) for a in p.axes], str(t.axes["seed"]), state, action)
         out.print(table)
     todo = sum(states.get(t.key) != "done" for p in plans for t in p.trials)

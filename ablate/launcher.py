@@ -20,7 +20,7 @@ import time
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +29,7 @@ import ray
 from ablate import gangs, packing
 from ablate.config import TrialConfig
 from ablate.leases import Heartbeat
-from ablate.messages import EpochEnd, Finished, PeerLost, Runner, Started, TrialResult
+from ablate.messages import EpochEnd, Finished, PeerLost, Runner, Started, TrialResult, clear_stop, request_stop
 from ablate.planner import Plan, Trial
 from ablate.plugins import Plugins
 from ablate.progress import Progress
@@ -40,8 +40,9 @@ from ablate.worker import TaskArgs, trial_task
 
 DEFAULT_STORAGE = "db/checkpoints"
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
-SYSTEM_RETRIES = 3
-"""Re-runs of a task whose worker or node died (each resumes from the trial's checkpoint)."""
+LOST_RETRIES = 10
+"""Times a trial is started again after its worker process or node was lost (each attempt resumes from the
+checkpoint, and the trial is `preempted` in between): a long trial on spot instances may be reclaimed often."""
 
 
 @dataclass
@@ -52,6 +53,8 @@ class LaunchResult:
     skipped: int = 0
     seconds: float = 0.0
     interrupted: bool = False
+    signal: int | None = None
+    """The signal that stopped the launch (SIGINT: trials interrupted; SIGTERM: preempted)."""
 
 
 @dataclass(frozen=True)
@@ -80,6 +83,9 @@ class RunConfig:
     """What measures the GPU memory of a `gpus: auto` trial (see `ablate.packing`); tests fake it on CPU."""
     poll: float = 0.2
     """Seconds between looks at finished tasks and new messages."""
+    grace: float = 25.0
+    """Seconds SIGTERM waits for running trials to checkpoint at their next step before stopping them (within
+    Kubernetes' default 30 s termination grace)."""
     lease: float = 60.0
     """Seconds a launcher's claim on a trial lasts unless its heartbeat (every quarter of it) renews it: how
     long a crashed launcher's trials wait before another launcher takes them over."""
@@ -94,6 +100,7 @@ class Stop:
 
     def __init__(self) -> None:
         self.requested = False
+        self.signal: int | None = None
 
     def __bool__(self) -> bool:
         return self.requested
@@ -101,7 +108,7 @@ class Stop:
     def _handle(self, signum: int, frame: Any) -> None:
         if self.requested:
             raise KeyboardInterrupt
-        self.requested = True
+        self.requested, self.signal = True, signum
 
     @contextmanager
     def installed(self) -> Iterator[Stop]:
@@ -205,10 +212,10 @@ def launch(
         if tracker is not None:
             for plan in plans:
                 tracker.start_sweep(store, plan.sweep)
-        storage = str(Path(run.storage).resolve())
+        template = TaskArgs({}, "", str(Path(run.storage).resolve()), None, runner, plugins)
+        gpus = {k: _gpus(t.config, run.gpus) for k, t in todo.items()} | admission.shares
         fanout = _Fanout(todo, store, owner, heartbeat, Recorder(store, tracker, sweep_of), progress, result,
-                         run, lambda cfg, key, inbox: TaskArgs(cfg, key, storage, inbox, runner, plugins),
-                         {k: _gpus(t.config, run.gpus) for k, t in todo.items()} | admission.shares)  # fmt: skip
+                         run, template, gpus)  # fmt: skip
         stop = Stop()
         try:
             with stop.installed(), progress:
@@ -244,12 +251,12 @@ class _Fanout:
         progress: Progress,
         result: LaunchResult,
         run: RunConfig,
-        args: Any,
+        template: TaskArgs,
         gpus: dict[str, float],
     ) -> None:
         self.todo, self.store, self.owner, self.heartbeat = todo, store, owner, heartbeat
-        self.recorder, self.progress, self.result, self.run, self.args, self.gpus = (
-            recorder, progress, result, run, args, gpus)  # fmt: skip
+        self.recorder, self.progress, self.result, self.run, self.template, self.gpus = (
+            recorder, progress, result, run, template, gpus)  # fmt: skip
         self.queue = list(todo)
         """Trials not claimed yet, in plan order."""
         self.claimed: dict[str, float] = {}
@@ -279,10 +286,13 @@ class _Fanout:
                 self.fill()
                 looked = time.monotonic()
             self.progress.refresh()
-        if stop:
+        if stop.signal == signal.SIGTERM:
+            self.preempt()
+        elif stop:
             self.interrupt()
         else:
             self.drain()
+        self.result.signal = stop.signal
 
     def cpus(self, key: str) -> float:
         cfg = self.todo[key].config
@@ -324,9 +334,10 @@ class _Fanout:
     def submit(self, key: str) -> None:
         cfg = self.todo[key].config
         opts = {"num_cpus": self.run.cpus if self.run.cpus is not None else cfg.resources.cpus,
-                "num_gpus": self.gpus[key], "max_retries": SYSTEM_RETRIES, "retry_exceptions": False,
+                "num_gpus": self.gpus[key], "max_retries": 0,
                 "name": f"trial-{key[:10]}"}  # fmt: skip
-        args = self.args(cfg.model_dump(mode="json"), key, self.inbox)
+        args = replace(self.template, config=cfg.model_dump(mode="json"), key=key, inbox=self.inbox)
+        clear_stop(self.folder(key))  # a request a preempted attempt already answered
         if cfg.resources.workers > 1:
             gang = self.gangs[key] = gangs.start(self.task, opts, cfg.resources.workers, args)
             ref = gang.leader
@@ -360,15 +371,28 @@ class _Fanout:
         if key in self.gangs:
             self.gangs.pop(key).stop()
 
-    def settle(self, ref: Any) -> None:
+    def folder(self, key: str) -> Path:
+        return Path(self.template.storage) / key
+
+    def settle(self, ref: Any, resubmit: bool = True) -> None:
+        """Record a finished task; submit it again for a retry, an OOM requeue or a lost worker (when
+        `resubmit`: not while stopping, when the trial is left `preempted` for the next launch)."""
         key = self.pending.pop(ref)
         if key in self.gangs:
             self.gangs.pop(key).stop()
         state = _settle(ref, key, self.todo[key].config, self.gpus[key], self.recorder, self.attempts, self.progress)
-        if state == "retry":
+        if state in ("retry", "oom", "lost") and not resubmit:
+            self.recorder.finish(Finished(key, "preempted"))
+            state = "preempted"
+        elif state == "lost":
+            self.recorder.finish(Finished(key, "preempted"))
+            self.progress.message(f"{key[:10]}: its worker or node was lost; resuming from its checkpoint")
             self.submit(key)
             return
-        if state == "oom":
+        elif state == "retry":
+            self.submit(key)
+            return
+        elif state == "oom":
             self.progress.message(f"{key[:10]}: CUDA out of memory on {self.gpus[key]:.2f} of a GPU; "
                                   "requeued once on a whole GPU")  # fmt: skip
             self.gpus[key] = 1.0
@@ -378,13 +402,29 @@ class _Fanout:
         self.result.counts[state] += 1
         self.progress.finished(key, state)
 
-    def interrupt(self) -> None:
+    def interrupt(self, state: str = "interrupted") -> None:
+        """Stop every running trial now; they resume from their last checkpoint on the next launch."""
         for ref, key in self.pending.items():
             self.stop_task(ref, key)
         self.drain()
-        self.recorder.interrupt(list(self.pending.values()))
+        self.recorder.interrupt(list(self.pending.values()), state)
         self.result.interrupted = True
-        self.result.counts["interrupted"] = len(self.pending)
+        self.result.counts[state] += len(self.pending)
+        self.pending.clear()
+
+    def preempt(self) -> None:
+        """SIGTERM: ask every running trial to checkpoint at its next step and stop (`ablate.messages.PREEMPT`),
+        record them as they return, and after `run.grace` seconds stop the rest; all end `preempted`."""
+        for key in self.pending.values():
+            request_stop(self.folder(key))
+        self.progress.message(f"SIGTERM: {len(self.pending)} running trials checkpoint at their next step")
+        end = time.monotonic() + self.run.grace
+        while self.pending and time.monotonic() < end:
+            ready, _ = ray.wait(list(self.pending), num_returns=len(self.pending), timeout=self.run.poll)
+            self.drain()
+            for ref in ready:
+                self.settle(ref, resubmit=False)
+        self.interrupt("preempted")
 
 
 @dataclass
@@ -394,7 +434,7 @@ class Attempts:
     errors: Counter[str] = field(default_factory=Counter)
     """Application errors (the trial raised): retried `resources.retries` times."""
     lost: Counter[str] = field(default_factory=Counter)
-    """Multi-worker trials whose rank died: restarted SYSTEM_RETRIES times (Ray retries single tasks itself)."""
+    """Trials whose worker process or node was lost (a rank of a multi-worker trial too): LOST_RETRIES."""
     oom: Counter[str] = field(default_factory=Counter)
     """Trials that ran out of CUDA memory on a GPU share: requeued once on a whole GPU."""
 
@@ -409,14 +449,15 @@ def _gpus(cfg: TrialConfig, override: float | None) -> float:
 def _settle(
     ref: Any, key: str, cfg: TrialConfig, gpus: float, recorder: Recorder, attempts: Attempts, progress: Progress
 ) -> str:
-    """Record a finished task; return its state, "retry" for an application error with retries left, or
-    "oom" for a first CUDA out-of-memory error on part of a GPU (requeued on a whole one)."""
+    """Record a finished task; return its state, "retry" for an application error with retries left, "oom"
+    for a first CUDA out-of-memory error on part of a GPU (requeued on a whole one), "lost" for a worker or
+    node that died (Ray does not retry tasks itself: a lost trial is recorded `preempted`, then resumed)."""
     try:
         out: TrialResult = ray.get(ref)
-    except ray.exceptions.RayError as e:  # the trial raised, or its worker/node died past the retries
-        if cfg.resources.workers > 1 and _lost_worker(e) and attempts.lost[key] < SYSTEM_RETRIES:
+    except ray.exceptions.RayError as e:  # the trial raised, or its worker/node died
+        if _lost_worker(e) and attempts.lost[key] < LOST_RETRIES:
             attempts.lost[key] += 1
-            return "retry"
+            return "lost"
         # A RayTaskError's text is the worker's formatted traceback; its cause is the original exception.
         cause = getattr(e, "cause", None) if isinstance(e, ray.exceptions.RayTaskError) else None
         oom = type(cause).__name__ == "OutOfMemoryError"

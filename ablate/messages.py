@@ -32,6 +32,31 @@ RENDEZVOUS = "ABLATE_RENDEZVOUS"
 meet (torch's FileStore); without it, the torchrun variables MASTER_ADDR and MASTER_PORT."""
 
 
+PREEMPT = "preempt"
+"""A file the launcher writes into a running trial's checkpoint folder to ask it to checkpoint at the next
+step and stop (SIGTERM, preemption); a file, so it reaches a trial on any node through the shared storage."""
+
+
+class StopRequest:
+    """Whether the launcher asked the trial of `folder` to stop: one stat per optimizer step (microseconds on
+    a local disk; network filesystems cache attributes), so a request is never missed however short a step."""
+
+    def __init__(self, folder: Path | None) -> None:
+        self.path = folder / PREEMPT if folder is not None else None
+
+    def __call__(self) -> bool:
+        return self.path is not None and self.path.exists()
+
+
+def request_stop(folder: Path) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / PREEMPT).touch()
+
+
+def clear_stop(folder: Path) -> None:
+    (folder / PREEMPT).unlink(missing_ok=True)
+
+
 class PeerLost(RuntimeError):
     """A collective of a multi-worker trial failed: another worker died. The launcher restarts the trial's
     workers, which resume from the last checkpoint, as for a dead single-process worker."""
@@ -49,7 +74,7 @@ class Divergence:
 class TrialResult:
     """What a finished trial returns; `metrics` holds the final (test) metrics."""
 
-    outcome: Literal["done", "diverged"]
+    outcome: Literal["done", "diverged", "preempted"]
     epochs: int
     metrics: dict[str, float] = field(default_factory=dict)
     diverged_at: Divergence | None = None
@@ -95,7 +120,7 @@ class Finished:
     """A trial's final state and everything the store keeps about it."""
 
     key: str
-    state: Literal["done", "failed", "diverged"]
+    state: Literal["done", "failed", "diverged", "preempted"]
     result: dict[str, float] | None = None
     error: str | None = None
     traceback: str | None = None

@@ -33,9 +33,13 @@ class Inbox:
 
 
 def start_inbox() -> Any:
-    """An Inbox actor for one launch: restarted by Ray if its worker dies, its calls retried."""
-    actor: Any = ray.remote(num_cpus=0, max_restarts=-1, max_task_retries=-1)(Inbox)
-    return actor.remote()
+    """An Inbox actor for one launch, on the launcher's own node (a worker node that dies, say a reclaimed spot
+    instance, must not take undrained messages with it); restarted by Ray if its worker dies, calls retried."""
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=True)
+    actor: Any = ray.remote(Inbox)
+    return actor.options(num_cpus=0, max_restarts=-1, max_task_retries=-1, scheduling_strategy=here).remote()
 
 
 @dataclass
@@ -77,9 +81,10 @@ class Recorder:
             self.tracker.end_trial(run, done.state, result=done.result, error=done.traceback,
                                    step=self.latest.get(done.key, 0))  # fmt: skip
 
-    def interrupt(self, keys: list[str]) -> None:
-        self.store.interrupt(keys)
+    def interrupt(self, keys: list[str], state: str = "interrupted") -> None:
+        """Trials stopped by the launcher mid-run (`interrupted` by Ctrl-C, `preempted` by SIGTERM)."""
+        self.store.interrupt(keys, state)
         for key in keys:
             run = self.runs.pop(key, None)
             if self.tracker is not None and run is not None:
-                self.tracker.end_trial(run, "interrupted")
+                self.tracker.end_trial(run, state)

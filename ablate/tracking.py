@@ -40,7 +40,7 @@ MAX_KEY, MAX_PARAM, MAX_TAG = 250, 6000, 8000
 PARAMS_PER_BATCH, METRICS_PER_BATCH = 100, 1000
 #: MLflow run status of each trial state.
 RUN_STATUS = {"pending": "SCHEDULED", "running": "RUNNING", "done": "FINISHED", "failed": "FAILED",
-              "diverged": "FAILED", "interrupted": "KILLED"}  # fmt: skip
+              "diverged": "FAILED", "interrupted": "KILLED", "preempted": "KILLED"}  # fmt: skip
 _BAD_CHARS = re.compile(r"[^/\w.\- ]")
 
 

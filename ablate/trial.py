@@ -14,6 +14,7 @@ import math
 import random
 import resource
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, cast
 
@@ -27,7 +28,7 @@ from ablate import checkpoints, parallel
 from ablate.config import TrialConfig
 from ablate.data import build_data
 from ablate.environment import environment
-from ablate.messages import Divergence, Reporter, TrialResult
+from ablate.messages import Divergence, Reporter, StopRequest, TrialResult
 from ablate.nn.accounting import count_flops, count_params
 from ablate.nn.diagnostics import argmax_keys, recording, summarize, winner_transfer
 from ablate.nn.factory import create_model
@@ -40,6 +41,15 @@ class Diverged(Exception):
     def __init__(self, epoch: int, step: int) -> None:
         super().__init__(f"non-finite loss at epoch {epoch}, step {step}")
         self.epoch, self.step = epoch, step
+
+
+class Preempted(Exception):
+    """The launcher asked the trial to stop (SIGTERM, a spot reclaim): raised at a step boundary, with the
+    steps of the epoch done so far and their summed loss, for a mid-epoch checkpoint."""
+
+    def __init__(self, step: int, partial: tuple[float, int]) -> None:
+        super().__init__(f"stopped at step {step}")
+        self.step, self.partial = step, partial
 
 
 def seed_everything(seed: int) -> None:
@@ -118,12 +128,21 @@ def _train(
         report(epoch, metrics)
     train_model = cast(nn.Module, torch.compile(model)) if t.compile else model
     total_epochs = t.epochs + t.cooldown_epochs
+    stop = StopRequest(folder)
     for epoch in range(progress.epoch, total_epochs):
         try:
-            metrics = train_epoch(train_model, task, optimizer, scheduler, epoch, group)
+            metrics = train_epoch(train_model, task, optimizer, scheduler, epoch, group, progress, stop)
         except Diverged as d:
             result.outcome, result.epochs, result.diverged_at = "diverged", epoch, Divergence(d.epoch, d.step)
             return result
+        except Preempted as p:
+            progress.step, progress.partial = p.step, p.partial
+            if group.main and folder is not None:
+                checkpoints.save(folder, model, optimizer, scheduler, progress)
+            group.barrier()
+            result.outcome, result.epochs = "preempted", epoch
+            return result
+        progress.step, progress.partial = 0, (0.0, 0)
         if not group.main:  # rank 0 evaluates, checkpoints and reports
             continue
         if data.val is not None:
@@ -167,18 +186,30 @@ def make_scheduler(cfg: TrialConfig, optimizer: Any, steps_per_epoch: int) -> An
 
 
 def train_epoch(
-    model: nn.Module, task: Task, optimizer: Any, scheduler: Any, epoch: int, group: Group
+    model: nn.Module,
+    task: Task,
+    optimizer: Any,
+    scheduler: Any,
+    epoch: int,
+    group: Group,
+    resume: checkpoints.Progress | None = None,
+    stop: Callable[[], bool] = lambda: False,
 ) -> dict[str, float]:
     """One epoch of optimizer steps; each step accumulates this worker's micro-batches (loss weighted by their
-    share of the global batch), sums the gradients over the workers, then clips and steps."""
+    share of the global batch), sums the gradients over the workers, then clips and steps. `resume`: an epoch
+    stopped after `resume.step` steps continues there (the epoch's order depends only on seed and epoch).
+    `stop()` true on any worker: every worker raises Preempted after the same step."""
     cfg = task.cfg
     model.train()
     plan = task.train_steps(epoch, group.rank)
-    batches = iter(task.micro_batches(plan, epoch))
-    loss_sum, seen, t0 = 0.0, 0, time.perf_counter()
-    for i, step in enumerate(plan):
+    start = resume.step if resume is not None else 0
+    carried = resume.partial if resume is not None and group.main else (0.0, 0)  # group totals, counted once
+    loss_sum, seen = carried
+    batches = iter(task.micro_batches(plan[start:], epoch))
+    t0, done_here = time.perf_counter(), 0
+    for i, step in enumerate(plan[start:], start):
         optimizer.zero_grad(set_to_none=True)
-        finite = True
+        finite, step_loss = True, 0.0
         for micro in filter(None, step.micro):
             x, y = task.mix(*task.inputs(next(batches)))
             with autocast(cfg, task.device):
@@ -188,24 +219,33 @@ def train_epoch(
             if not finite:
                 break
             (loss * (len(micro) / step.size)).backward()
-            loss_sum += value * len(micro)
-            seen += len(micro)
-        if group.sum([float(not finite)], task.device)[0]:  # every worker stops at the same step
+            step_loss += value * len(micro)
+        diverged, stopping = group.sum([float(not finite), float(stop())], task.device)  # every worker agrees
+        if diverged:
             raise Diverged(epoch + 1, i + 1)
+        loss_sum, seen, done_here = loss_sum + step_loss, seen + sum(map(len, step.micro)), done_here + 1
         group.all_reduce_grads(model)
         if cfg.train.grad_clip:
             nn.utils.clip_grad_norm_(model.parameters(), cfg.train.grad_clip)
         optimizer.step()
         if scheduler is not None:
             scheduler.step_update(epoch * len(plan) + i + 1)
+        if stopping:  # after the step: the checkpoint holds exactly what step i + 1 of an unstopped run starts from
+            raise Preempted(i + 1, group_totals(group, loss_sum, seen, task.device))
     seconds = time.perf_counter() - t0
-    total_loss, total_seen = group.sum([loss_sum, float(seen)], task.device)
+    total_loss, total_seen = group_totals(group, loss_sum, seen, task.device)
     return {
         "train.loss": total_loss / max(total_seen, 1),
         "lr": optimizer.param_groups[0]["lr"],
-        "samples_per_s": total_seen / seconds,
+        "samples_per_s": (total_seen - carried[1]) / seconds if done_here else 0.0,
         "epoch_s": seconds,
     }
+
+
+def group_totals(group: Group, loss_sum: float, seen: int, device: torch.device) -> tuple[float, int]:
+    """This worker's summed loss and example count, summed over the workers."""
+    total_loss, total_seen = group.sum([loss_sum, float(seen)], device)
+    return total_loss, int(total_seen)
 
 
 @torch.no_grad()

@@ -11,11 +11,14 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
 from pathlib import Path
 
 import pytest
 import yaml
 from conftest import TINY
+from gate import Gate
 from test_plugins import plugin_source
 
 from ablate.store import Store
@@ -23,6 +26,7 @@ from ablate.tracking import Tracker
 
 pytestmark = pytest.mark.timeout(420)
 RAY = str(Path(sys.executable).with_name("ray"))
+GATE_SCRIPT = Path(__file__).with_name("gate.py")
 IP = "127.0.0.2"  # Ray 2.60 cannot hold two nodes on 127.0.0.1
 
 
@@ -40,6 +44,32 @@ def start_node(args: list[str], env: dict) -> subprocess.Popen:
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
 
 
+def descendants(pid: int) -> list[int]:
+    """Every process started by `pid`, its children's children included (from /proc)."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            ppid = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue  # a process that ended while we looked
+        children.setdefault(ppid, []).append(int(stat.parent.name))
+    found, todo = [], [pid]
+    while todo:
+        kids = children.get(todo.pop(), [])
+        found += kids
+        todo += kids
+    return found
+
+
+def kill_node(node: subprocess.Popen) -> None:
+    """SIGKILL a node and every process it started (its raylet's workers leave its process group)."""
+    for pid in descendants(node.pid):
+        with suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    os.killpg(node.pid, signal.SIGKILL)
+    node.wait(timeout=30)
+
+
 def nodes_alive(address: str, env: dict) -> int:
     out = subprocess.run([sys.executable, "-c", f"import ray; ray.init(address={address!r}); "
                           "print(sum(n['Alive'] for n in ray.nodes()))"],
@@ -47,7 +77,9 @@ def nodes_alive(address: str, env: dict) -> int:
     return int(out.stdout.strip().splitlines()[-1]) if out.returncode == 0 and out.stdout.strip() else 0
 
 
-def test_sweep_runs_across_two_nodes(tmp_path: Path) -> None:
+@contextmanager
+def two_nodes() -> Iterator[tuple[str, dict, list[subprocess.Popen]]]:
+    """A head and a worker node (1 CPU each) on loopback; stopped (their process groups killed) on exit."""
     env = {**os.environ, "RAY_AUTH_MODE": "disabled", "RAY_ADDRESS": ""}
     address = f"{IP}:{free_port()}"
     nodes = [start_node(["--head", "--port", address.split(":")[1], "--include-dashboard", "false"], env)]
@@ -60,6 +92,19 @@ def test_sweep_runs_across_two_nodes(tmp_path: Path) -> None:
         while nodes_alive(address, env) < 2:
             assert time.monotonic() < deadline + 60, "second node did not join"
             time.sleep(1)
+        yield address, env, nodes
+    finally:
+        for p in nodes:
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGKILL)
+                p.wait(timeout=30)
+        marker = Path(tempfile.gettempdir(), "ray", "ray_current_cluster")  # `ray start --head` points ray.init() here
+        if marker.exists() and marker.read_text().strip() == address:
+            marker.unlink()
+
+
+def test_sweep_runs_across_two_nodes(tmp_path: Path) -> None:
+    with two_nodes() as (address, env, _):
         cfg = {**TINY, "train": {**TINY["train"], "epochs": 3}}
         plugin_dir = tmp_path / "plugin"  # outside the repository, not installed
         plugin_dir.mkdir()
@@ -89,10 +134,34 @@ def test_sweep_runs_across_two_nodes(tmp_path: Path) -> None:
                                 cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)  # fmt: skip
         assert report.returncode == 0, report.stderr
         assert "ReLU attention, attn-FFN" in (tmp_path / "reports" / "two" / "report.md").read_text()
-    finally:
-        for p in nodes:
-            os.killpg(p.pid, signal.SIGKILL)
-            p.wait(timeout=30)
-        marker = Path(tempfile.gettempdir(), "ray", "ray_current_cluster")  # `ray start --head` points ray.init() here
-        if marker.exists() and marker.read_text().strip() == address:
-            marker.unlink()
+
+
+def test_a_lost_node_preempts_its_trial_which_resumes_on_the_other(tmp_path: Path) -> None:
+    """Two trials, one per node, provably mid-run (held at epoch 1 by the gate); the worker node dies (its
+    processes killed, as a spot reclaim does): its trial is recorded `preempted`, starts again on the head
+    node from its epoch-1 checkpoint and finishes; the other trial is untouched."""
+    with two_nodes() as (address, env, nodes):
+        cfg = {**TINY, "train": {**TINY["train"], "epochs": 3}, "resources": {"cpus": 1}}
+        f = tmp_path / "e.yaml"
+        f.write_text(yaml.safe_dump({"sweeps": {"s": {"base": cfg, "seeds": 2}}}))
+        gate = Gate(tmp_path / "gate", epoch=1)
+        db = f"sqlite:///{tmp_path}/r.sqlite"
+        args = ["launch", str(f), "--address", address, "--db", db, "--no-mlflow", "--plain", "--no-check",
+                "--storage", str(tmp_path / "ck")]  # fmt: skip
+        launcher = subprocess.Popen([sys.executable, str(GATE_SCRIPT), str(gate.folder), "1", "--", *args],
+                                    cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                    text=True)  # fmt: skip
+        try:
+            gate.wait(2)
+            kill_node(nodes[1])
+            gate.open()
+            out, _ = launcher.communicate(timeout=300)
+        finally:
+            if launcher.poll() is None:
+                launcher.kill()
+        assert launcher.returncode == 0, out
+        assert "its worker or node was lost; resuming from its checkpoint" in out
+        with Store(db) as store:
+            t = store.trials_frame("s").set_index("attempts")
+        assert set(t["state"]) == {"done"} and sorted(t.index) == [1, 2]
+        assert t.loc[2, "resumed_from"] == 1 and t.loc[1, "resumed_from"] == 0

@@ -14,6 +14,7 @@ import pytest
 from conftest import TINY, write_sweeps
 from gate import Gate, wait_for
 
+from ablate import checkpoints
 from ablate.launcher import RunConfig, launch
 from ablate.planner import Plan, plan, plan_all
 from ablate.progress import Progress
@@ -287,6 +288,51 @@ def test_ctrl_c_marks_running_trials_interrupted_and_the_next_launch_resumes(tmp
         assert set(t["resumed_from"]) == {1} and set(t["attempts"]) == {2}
         m = store.metrics_frame("s")
         assert sorted(set(m["step"])) == [1, 2, 3] and not m.duplicated(["key", "name", "step"]).any()
+
+
+def test_sigterm_preempts_trials_at_a_step_boundary_and_the_next_launch_resumes(tmp_path: Path) -> None:
+    """SIGTERM to the launcher alone (what `ray job stop`, Kubernetes and spot reclaims send) while two trials
+    provably run: it asks them to stop, they checkpoint after their next step and end `preempted`, the
+    launcher exits 143; the next launch resumes them mid-epoch and finishes."""
+    cfg = {**TINY, "train": {**TINY["train"], "epochs": 3, "batch_size": 32}}
+    f = write_sweeps(tmp_path / "e.yaml", {"s": {"base": cfg, "seeds": 2}})
+    keys = [t.key for t in plan(f, "s").trials]
+    gate = Gate(tmp_path / "gate", epoch=1)
+    proc = subprocess.Popen(launch_cmd(f, tmp_path, gate), cwd=tmp_path, env=CLI_ENV, start_new_session=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)  # fmt: skip
+    try:
+        gate.wait(2)
+        proc.send_signal(signal.SIGTERM)
+        wait_for(lambda: all((tmp_path / "ck" / k / "preempt").exists() for k in keys))
+        gate.open()
+        out, _ = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 143, out
+    with Store(f"sqlite:///{tmp_path}/r.sqlite") as store:
+        assert set(store.states().values()) == {"preempted"} and store.holders() == {}
+        for k in keys:
+            state, _ = checkpoints.read(tmp_path / "ck" / k)
+            assert state is not None and state["epoch"] == 1 and state["step"] >= 1  # stopped inside epoch 2
+        res = subprocess.run(
+            launch_cmd(f, tmp_path), cwd=tmp_path, env=CLI_ENV, capture_output=True, text=True, timeout=300
+        )
+        assert res.returncode == 0, res.stdout + res.stderr
+        t = store.trials_frame("s")
+        assert set(t["state"]) == {"done"} and set(t["resumed_from"]) == {1} and set(t["attempts"]) == {2}
+        m = store.metrics_frame("s")
+        assert sorted(set(m["step"])) == [1, 2, 3] and not m.duplicated(["key", "name", "step"]).any()
+
+
+def test_failed_trials_make_launch_exit_1_with_a_summary(tmp_path: Path) -> None:
+    broken = {**TINY, "task": "mil", "data": {"name": "mil_csv", "path": str(tmp_path / "missing.csv")},
+              "model": {"size": "synpool"}}  # fmt: skip
+    f = write_sweeps(tmp_path / "e.yaml", {"s": {"base": broken}})
+    res = subprocess.run([*launch_cmd(f, tmp_path), "--no-check"], cwd=tmp_path, env=CLI_ENV, capture_output=True,
+                         text=True, timeout=300)  # fmt: skip
+    assert res.returncode == 1, res.stdout + res.stderr
+    assert "1 trials not done" in res.stdout and "DataError: dataset 'mil_csv'" in res.stdout
 
 
 def two_worker_sweep(tmp_path: Path, epochs: int) -> Path:

@@ -99,6 +99,45 @@ def test_resume_equals_an_uninterrupted_run(tmp_path: Path) -> None:
     assert seen[2][1]["val.top1"] == whole_seen[2][1]["val.top1"]
 
 
+def test_a_trial_stopped_mid_epoch_resumes_to_the_same_result(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A stop request (the launcher's SIGTERM) lands at step 20 of epoch 2: the trial checkpoints after that
+    step and ends `preempted`; the next attempt continues at step 21 and ends exactly where an uninterrupted
+    run does (the epoch's order depends only on seed and epoch; the RNGs are in the checkpoint)."""
+    import ablate.trial
+    from ablate.data import build_data
+    from ablate.registry import TASKS
+
+    cfg = config(train={**TINY["train"], "epochs": 3, "batch_size": 16, "shift": 1, "mixup": 0.2})
+    whole_seen, whole_report = collect()
+    whole = run_trial(cfg, whole_report, tmp_path / "whole")
+    per_epoch = len(TASKS.get(cfg.task)(cfg, build_data(cfg), torch.device("cpu")).train_steps(0))
+
+    class StopAtCall:
+        """The stop channel, asked once per step: true at the 20th step of the second epoch."""
+
+        calls = 0
+
+        def __init__(self, folder: Path | None) -> None:
+            pass
+
+        def __call__(self) -> bool:
+            StopAtCall.calls += 1
+            return StopAtCall.calls == per_epoch + 20
+
+    monkeypatch.setattr(ablate.trial, "StopRequest", StopAtCall)
+    cut = run_trial(cfg, None, tmp_path / "cut")
+    assert cut.outcome == "preempted" and cut.epochs == 1
+    state, problem = checkpoints.read(tmp_path / "cut")
+    assert problem is None and (state["epoch"], state["step"]) == (1, 20) and state["partial"][1] == 20 * 16
+    monkeypatch.undo()
+    seen, report = collect()
+    resumed = run_trial(cfg, report, tmp_path / "cut")
+    assert resumed.outcome == "done" and resumed.resumed_from == 1
+    assert resumed.metrics == whole.metrics
+    assert [e for e, _ in seen] == [1, 2, 3]
+    assert seen[1][1]["train.loss"] == pytest.approx(whole_seen[1][1]["train.loss"], rel=1e-12)
+
+
 def test_corrupt_checkpoint_is_reported_and_the_trial_restarts(tmp_path: Path) -> None:
     (tmp_path / checkpoints.FILE).write_bytes(b"not a checkpoint")
     res = run_trial(config(), None, tmp_path)

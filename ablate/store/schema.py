@@ -14,10 +14,11 @@ from typing import Any
 from sqlalchemy import JSON, BigInteger, DateTime, Float, ForeignKey, MetaData, String, Text
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-#: Every trial state. `running` trials left by a killed launcher are set to `interrupted` on the next launch.
-STATES = ("pending", "running", "done", "failed", "diverged", "interrupted")
+#: Every trial state. `running` trials left by a killed launcher are set to `interrupted` on the next launch;
+#: `preempted`: stopped by SIGTERM or a lost worker or node, checkpointed, resumed by the next attempt.
+STATES = ("pending", "running", "done", "failed", "diverged", "interrupted", "preempted")
 #: States a trial ends in; `finish` accepts only these.
-FINAL_STATES = ("done", "failed", "diverged", "interrupted")
+FINAL_STATES = ("done", "failed", "diverged", "interrupted", "preempted")
 
 KEY = String(64)
 NAME = String(200)

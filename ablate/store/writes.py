@@ -192,14 +192,14 @@ class Store(Queries):
                      error=error_line(error or traceback), traceback=traceback or error,
                      diverged_epoch=diverged_epoch, diverged_step=diverged_step, **_check_info(info))  # fmt: skip
 
-    def interrupt(self, keys: Iterable[str] | None = None) -> int:
-        """Mark `running` trials (all, or those of `keys`) `interrupted`: after Ctrl-C, or at a launch's
-        start for trials a killed launcher left running. Returns how many."""
+    def interrupt(self, keys: Iterable[str] | None = None, state: str = "interrupted") -> int:
+        """Mark `running` trials (all, or those of `keys`) `interrupted` (after Ctrl-C, or at a launch's start
+        for trials a killed launcher left running) or `preempted` (SIGTERM). Returns how many."""
         n = 0
         with self._write() as conn:
             for where in self._key_filters(keys):
                 stmt = update(TRIALS).where(where, TRIALS.c.state == "running")
-                n += conn.execute(stmt.values(state="interrupted", finished_at=now())).rowcount
+                n += conn.execute(stmt.values(state=state, finished_at=now())).rowcount
         return n
 
     def set_mlflow_run(self, key: str, run_id: str) -> None:
