@@ -240,6 +240,27 @@ def _done_keys(db: str | None) -> set[str]:
 
 
 @app.command()
+def sync(
+    sweep: list[str] | None = typer.Argument(None, help="Sweeps (default: all in the store)."),
+    db: str | None = DB,
+    mlflow_uri: str | None = MLFLOW,
+) -> None:
+    """Bring MLflow up to date with the store: runs, params, metric points and states it lacks (after MLflow
+    was down during a launch). Safe to repeat: nothing is sent twice."""
+    from ablate.mirror import sync as run_sync
+    from ablate.tracking import Tracker
+
+    with existing_store(db) as store:
+        tracker = Tracker(mlflow_uri)
+        try:
+            done = run_sync(store, tracker, sweep or None)
+        except Exception as e:
+            fail(f"MLflow at {tracker.uri} is failing ({type(e).__name__}: {str(e)[:300]}); nothing lost: "
+                 "run `ablate sync` again once it is back", code=1)  # fmt: skip
+    out.print(f"MLflow at {tracker.uri} is up to date: {done.trials} trials synced, {done.points} metric points sent")
+
+
+@app.command()
 def check(
     file: Path = typer.Argument(Path("experiments.yaml"), help="The experiments file."),
     sweep: list[str] | None = typer.Argument(None, help="Sweeps to check (default: every sweep)."),

@@ -30,6 +30,7 @@ from ablate import gangs, packing
 from ablate.config import TrialConfig
 from ablate.leases import Heartbeat
 from ablate.messages import EpochEnd, Finished, PeerLost, Runner, Started, TrialResult, clear_stop, request_stop
+from ablate.mirror import Mirror
 from ablate.planner import Plan, Trial
 from ablate.plugins import Plugins
 from ablate.progress import Progress
@@ -174,13 +175,11 @@ def launch(
         runner = run.runner
     started = time.perf_counter()
     result = LaunchResult()
-    sweep_of: dict[str, str] = {}
     todo: dict[str, Trial] = {}
     plugins = Plugins()
     for plan in plans:
         plugins = plugins.merged(plan.plugins)
         for t in plan.trials:
-            sweep_of.setdefault(t.key, plan.sweep)
             todo.setdefault(t.key, t)
     done = store.done_keys(todo)
     result.skipped = len(done)
@@ -201,20 +200,20 @@ def launch(
         progress.begin([plan.sweep for plan in plans], len(todo) + len(done), len(done))
         for line in admission.lines:
             progress.message(line)
+        sweeps = [plan.sweep for plan in plans]
+        mirror = Mirror(store, tracker, progress.message).start(store.unmirrored(sweeps)) if tracker else None
         if not todo:
             progress.message(f"nothing to run: all {len(done)} trials are done")
+            _close(mirror, sweeps, "FINISHED", progress)
             result.seconds = time.perf_counter() - started
             return result
         if holders := store.holders(todo):
             who = ", ".join(sorted(set(holders.values())))
             progress.message(f"{len(holders)} trials are leased to other launchers ({who}): they run there; "
                              "this launch takes over any whose lease lapses")  # fmt: skip
-        if tracker is not None:
-            for plan in plans:
-                tracker.start_sweep(store, plan.sweep)
         template = TaskArgs({}, "", str(Path(run.storage).resolve()), None, runner, plugins)
         gpus = {k: _gpus(t.config, run.gpus) for k, t in todo.items()} | admission.shares
-        fanout = _Fanout(todo, store, owner, heartbeat, Recorder(store, tracker, sweep_of), progress, result,
+        fanout = _Fanout(todo, store, owner, heartbeat, Recorder(store, mirror), progress, result,
                          run, template, gpus)  # fmt: skip
         stop = Stop()
         try:
@@ -224,9 +223,7 @@ def launch(
         except KeyboardInterrupt:  # a second Ctrl-C, or one outside the main thread's handler
             fanout.interrupt()
         finally:
-            if tracker is not None:
-                for plan in plans:
-                    tracker.end_sweep(store, plan.sweep, "KILLED" if result.interrupted else "FINISHED")
+            _close(mirror, sweeps, "KILLED" if result.interrupted else "FINISHED", progress)
     finally:
         heartbeat.stop()
         store.release(owner)  # interrupted trials are free for the next launcher at once
@@ -234,6 +231,24 @@ def launch(
             ray.shutdown()
     result.seconds = time.perf_counter() - started
     return result
+
+
+MIRROR_WAIT = 30.0
+"""Seconds a launch waits at its end for the MLflow mirror to catch up (not at all while MLflow is down)."""
+
+
+def _close(mirror: Mirror | None, sweeps: list[str], status: str, progress: Progress) -> None:
+    """Let the mirror catch up, then end the sweeps' MLflow parent runs; or say what MLflow still lacks."""
+    if mirror is None:
+        return
+    if left := mirror.close(MIRROR_WAIT):
+        progress.message(f"MLflow lacks {left} trials' latest records: `ablate sync` brings them over")
+        return
+    try:
+        for sweep in sweeps:
+            mirror.tracker.end_sweep(mirror.store, sweep, status)
+    except Exception as e:  # MLflow went away at the last moment: the parent runs stay open, nothing is lost
+        progress.message(f"MLflow: could not end the sweeps' parent runs ({type(e).__name__})")
 
 
 class _Fanout:

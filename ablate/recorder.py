@@ -1,21 +1,22 @@
-"""The one writer: turns trial messages into store rows and MLflow records.
+"""The one writer: turns trial messages into store rows (and MLflow records, through the mirror).
 
 Trials never touch the SQLite file. Wherever they run, they send messages to an `Inbox` actor; the
 launching process drains it and hands each batch to `Recorder.handle`, which writes the store (one
-transaction for all metric rows of a batch) and then MLflow. Every write is idempotent (upserts on trial,
-metric, step), so a message sent twice (a resumed trial replays its epoch history) never duplicates a row.
+transaction for all metric rows of a batch) and marks the trials for the MLflow mirror. Every write is
+idempotent (upserts on trial, metric, step), so a message sent twice (a resumed trial replays its epoch
+history) never duplicates a row.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import ray
 
 from ablate.messages import EpochEnd, Finished, Message, Started
+from ablate.mirror import Mirror
 from ablate.store import MetricRow, Store
-from ablate.tracking import Tracker
 
 
 class Inbox:
@@ -44,47 +45,33 @@ def start_inbox() -> Any:
 
 @dataclass
 class Recorder:
-    """Writes what trials report. `sweep_of` says which sweep's MLflow experiment a trial's run lives in."""
+    """Writes what trials report to the store, then tells the MLflow mirror (if any) which trials changed:
+    recording never waits on MLflow (see `ablate.mirror`)."""
 
     store: Store
-    tracker: Tracker | None
-    sweep_of: dict[str, str]
-    runs: dict[str, str] = field(default_factory=dict)
-    latest: dict[str, int] = field(default_factory=dict)
-    """Last epoch per trial: the step of its MLflow run's final metrics."""
+    mirror: Mirror | None = None
 
     def handle(self, messages: list[Message]) -> None:
         rows: list[MetricRow] = []
         for m in messages:
             if isinstance(m, Started):
                 self.store.mark_running(m.key, host=m.host, node_id=m.node_id, device=m.device)
-                if self.tracker is not None and m.key not in self.runs:
-                    self.runs[m.key] = self.tracker.start_trial(self.store, self.sweep_of[m.key], m.key)
             elif isinstance(m, EpochEnd):
                 rows += [(m.key, name, m.epoch, float(value), m.wall) for name, value in m.metrics.items()]
-                self.latest[m.key] = max(m.epoch, self.latest.get(m.key, 0))
         if rows:
             self.store.log_metric_rows(rows)
-            if self.tracker is not None:
-                by_run: dict[str, list[tuple[str, int, float, float | None]]] = {}
-                for key, name, step, value, wall in rows:
-                    if key in self.runs:
-                        by_run.setdefault(self.runs[key], []).append((name, step, value, wall))
-                for run_id, run_rows in by_run.items():
-                    self.tracker.log_metric_rows(run_id, run_rows)
+        self._changed([m.key for m in messages])
 
     def finish(self, done: Finished) -> None:
-        """A trial's outcome: store first (the source of truth), then its MLflow run."""
+        """A trial's outcome, in the store (the source of truth); MLflow follows."""
         self.store.finish(done.key, done.state, **done.fields())
-        run = self.runs.pop(done.key, None)
-        if self.tracker is not None and run is not None:
-            self.tracker.end_trial(run, done.state, result=done.result, error=done.traceback,
-                                   step=self.latest.get(done.key, 0))  # fmt: skip
+        self._changed([done.key])
 
     def interrupt(self, keys: list[str], state: str = "interrupted") -> None:
         """Trials stopped by the launcher mid-run (`interrupted` by Ctrl-C, `preempted` by SIGTERM)."""
         self.store.interrupt(keys, state)
-        for key in keys:
-            run = self.runs.pop(key, None)
-            if self.tracker is not None and run is not None:
-                self.tracker.end_trial(run, state)
+        self._changed(keys)
+
+    def _changed(self, keys: list[str]) -> None:
+        if self.mirror is not None and keys:
+            self.mirror.notify(keys)

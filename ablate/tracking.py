@@ -21,11 +21,14 @@ mlflow is imported when a Tracker is made (about a second), never by importing t
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
+import os
 import re
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -93,6 +96,26 @@ def _fast_sqlite(db: Path) -> None:
 _FAST: set[str] = set()
 
 
+HTTP_DEFAULTS = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "1", "MLFLOW_HTTP_REQUEST_TIMEOUT": "10"}
+"""MLflow client settings for a tracking server, unless the user set them (MLflow's own: 7 retries over
+minutes, which would stall every write while a server is down)."""
+
+
+@contextmanager
+def _creating(db: Path | None) -> Iterator[None]:
+    """Hold an exclusive lock beside a SQLite MLflow database while MLflow opens it: two launchers opening a
+    fresh one at once would both run MLflow's migrations on it (one then fails)."""
+    if db is None:
+        yield
+        return
+    with open(db.with_name(db.name + ".lock"), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
 def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
@@ -112,15 +135,29 @@ class Tracker:
             db.parent.mkdir(parents=True, exist_ok=True)
             self.uri = f"sqlite:///{db}"
             _fast_sqlite(db)
+        else:  # a server: fail fast, so the mirror's own backoff (not minutes of client retries) handles outages
+            for name, value in HTTP_DEFAULTS.items():
+                os.environ.setdefault(name, value)
         self.artifact_root = artifact_root or ((db.parent / "mlartifacts").as_uri() if db else None)
-        self.client = MlflowClient(tracking_uri=self.uri)
+        with _creating(db):
+            self.client = MlflowClient(tracking_uri=self.uri)
+            if db is not None:
+                self.client.search_experiments(max_results=1)  # MLflow creates (migrates) its database here
 
     # ------------------------------------------------------------------------------------------ sweeps
     def experiment(self, sweep: str) -> str:
         """Id of the sweep's experiment (named after it), created or restored as needed."""
+        from mlflow.exceptions import MlflowException
+
         exp = self.client.get_experiment_by_name(sweep)
         if exp is None:
-            return self.client.create_experiment(sweep, artifact_location=self.artifact_root, tags={"sweep": sweep})
+            try:
+                return self.client.create_experiment(sweep, artifact_location=self.artifact_root,
+                                                     tags={"sweep": sweep})  # fmt: skip
+            except MlflowException:  # another launcher created it a moment ago
+                exp = self.client.get_experiment_by_name(sweep)
+                if exp is None:
+                    raise
         if exp.lifecycle_stage == "deleted":
             self.client.restore_experiment(exp.experiment_id)
         return exp.experiment_id

@@ -194,10 +194,11 @@ LEASE = 4.0
 """Lease seconds of the CLI launches here: a killed launcher's trials are taken over this soon."""
 
 
-def launch_cmd(f: Path, tmp_path: Path, gate: Gate | None = None) -> list[str]:
-    """The CLI launch of `f`, through the gate script when the trials must stop at its epoch."""
-    args = ["launch", str(f), "--db", f"sqlite:///{tmp_path}/r.sqlite", "--no-mlflow", "--plain",
-            "--storage", str(tmp_path / "ck"), "--lease", str(LEASE)]  # fmt: skip
+def launch_cmd(f: Path, tmp_path: Path, gate: Gate | None = None, mlflow: str | None = None) -> list[str]:
+    """The CLI launch of `f` (recording to MLflow at `mlflow`, if given), through the gate script when the
+    trials must stop at its epoch."""
+    args = ["launch", str(f), "--db", f"sqlite:///{tmp_path}/r.sqlite", "--plain", "--storage", str(tmp_path / "ck"),
+            "--lease", str(LEASE), *(["--mlflow-uri", mlflow] if mlflow else ["--no-mlflow"])]  # fmt: skip
     if gate is None:
         return [sys.executable, "-m", "ablate.cli", *args]
     return [sys.executable, str(GATE_SCRIPT), str(gate.folder), str(gate.epoch), *(gate.keys or []), "--", *args]
@@ -243,14 +244,17 @@ def test_killed_launcher_is_finished_by_the_next_launch(tmp_path: Path) -> None:
 
 
 def test_launchers_started_together_train_each_trial_once(tmp_path: Path) -> None:
-    """Three launchers of one sweep at the same moment, on one fresh store: they split the trials, each
-    trial has exactly one training attempt, and every launcher ends when all are done."""
+    """Three launchers of one sweep at the same moment, on one fresh store and one fresh MLflow database: they
+    split the trials, each trial has exactly one training attempt and one MLflow run, and every launcher ends
+    when all are done."""
     cfg = {**TINY, "train": {**TINY["train"], "epochs": 1}, "resources": {"cpus": 1}}
     f = write_sweeps(
         tmp_path / "e.yaml", {"s": {"base": cfg, "grid": {"attention.kind": ["softmax", "csan"]}, "seeds": 3}}
     )
-    procs = [subprocess.Popen(launch_cmd(f, tmp_path), cwd=tmp_path, env=CLI_ENV, stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT, text=True) for _ in range(3)]  # fmt: skip
+    mlflow = f"sqlite:///{tmp_path}/m.sqlite"
+    cmd = launch_cmd(f, tmp_path, mlflow=mlflow)
+    procs = [subprocess.Popen(cmd, cwd=tmp_path, env=CLI_ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              text=True) for _ in range(3)]  # fmt: skip
     outs = [p.communicate(timeout=240)[0] for p in procs]
     assert [p.returncode for p in procs] == [0, 0, 0], outs
     with Store(f"sqlite:///{tmp_path}/r.sqlite") as store:
@@ -259,6 +263,9 @@ def test_launchers_started_together_train_each_trial_once(tmp_path: Path) -> Non
         assert store.holders() == {}  # every lease given back
     starts = [line.split()[2] for out in outs for line in out.splitlines() if " start " in line]
     assert sorted(starts) == sorted(k[:10] for k in t["key"])  # each trial started by exactly one launcher
+    tracker = Tracker(mlflow, str(tmp_path / "art"))
+    runs = tracker.client.search_runs([tracker.experiment("s")], "tags.trial_key != ''")
+    assert sorted(r.data.tags["trial_key"] for r in runs) == sorted(t["key"])
 
 
 def test_ctrl_c_marks_running_trials_interrupted_and_the_next_launch_resumes(tmp_path: Path) -> None:

@@ -58,7 +58,7 @@ def test_default_url_creates_db_folder_in_wal_mode(tmp_path, monkeypatch):
 def test_migrations_build_exactly_the_orm_schema(store):
     with store.engine.connect() as conn:
         assert compare_metadata(MigrationContext.configure(conn), Base.metadata) == []
-        assert conn.execute(text("SELECT version_num FROM alembic_version")).scalar_one() == "0004"
+        assert conn.execute(text("SELECT version_num FROM alembic_version")).scalar_one() == "0005"
 
 
 def test_old_schema_is_upgraded_on_open_keeping_its_rows(tmp_path):
@@ -207,7 +207,7 @@ def _open(url: str, at: float) -> list[str]:
 
 def test_processes_opening_a_fresh_file_at_once_migrate_it_once(tmp_path, pool):
     url, at = f"sqlite:///{tmp_path / 'fresh.sqlite'}", time.time() + 2
-    assert list(pool.map(_open, [url] * 3, [at] * 3, timeout=120)) == [["0004"]] * 3
+    assert list(pool.map(_open, [url] * 3, [at] * 3, timeout=120)) == [["0005"]] * 3
 
 
 def test_concurrent_writers_never_see_database_is_locked(tmp_path, pool):

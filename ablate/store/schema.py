@@ -88,6 +88,10 @@ class TrialRecord(Base):
     diverged_step: Mapped[int | None]
     resumed_from: Mapped[int | None]
     """Epoch the last attempt resumed from its checkpoint (0: it trained from scratch)."""
+    mlflow_step: Mapped[int | None]
+    """The last metric step (epoch) MLflow has of this trial (`ablate.mirror`)."""
+    mlflow_state: Mapped[str | None] = mapped_column(String(16))
+    """The state MLflow's run shows; differs from `state` while MLflow lags behind."""
     lease_owner: Mapped[str | None] = mapped_column(String(64), index=True)
     """The launcher that holds the trial (see `Store.claim`); None: free to claim."""
     lease_host: Mapped[str | None] = mapped_column(NAME)

@@ -19,7 +19,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Any, TypeVar
 
 from pydantic import BaseModel
-from sqlalchemy import Connection, or_, select, update
+from sqlalchemy import Connection, func, or_, select, update
 from sqlalchemy.orm import Session
 
 from ablate.store import engine as eng
@@ -202,6 +202,10 @@ class Store(Queries):
                 n += conn.execute(stmt.values(state=state, finished_at=now())).rowcount
         return n
 
+    def set_mirrored(self, key: str, step: int, state: str) -> None:
+        """MLflow now has the trial's metrics up to `step` and shows `state` (see `ablate.mirror`)."""
+        self._update(TRIALS, TRIALS.c.key == key, key, mlflow_step=step, mlflow_state=state)
+
     def set_mlflow_run(self, key: str, run_id: str) -> None:
         """Keep the trial's MLflow run id, so a resumed trial logs to the same run."""
         self._update(TRIALS, TRIALS.c.key == key, key, mlflow_run_id=run_id)
@@ -286,6 +290,43 @@ class Store(Queries):
                 stmt = select(TRIALS.c.key, TRIALS.c.lease_host).where(where, TRIALS.c.lease_owner.is_not(None))
                 out.update(conn.execute(stmt).all())
         return out
+
+    def unmirrored(self, sweeps: Iterable[str] | None = None) -> list[str]:
+        """Keys of the started trials (of `sweeps`, or all) whose MLflow run lags behind the store: another
+        state, or metric steps past the last one mirrored."""
+        last = select(METRICS.c.trial_key, func.max(METRICS.c.step).label("step")).group_by(METRICS.c.trial_key)
+        last_step = last.subquery()
+        stmt = (
+            select(TRIALS.c.key)
+            .outerjoin(last_step, last_step.c.trial_key == TRIALS.c.key)
+            .where(
+                TRIALS.c.state != "pending",
+                or_(
+                    TRIALS.c.mlflow_state.is_(None),
+                    TRIALS.c.mlflow_state != TRIALS.c.state,
+                    last_step.c.step > func.coalesce(TRIALS.c.mlflow_step, 0),
+                ),
+            )
+        )
+        if sweeps is not None:
+            stmt = stmt.where(TRIALS.c.key.in_(select(MEMBERS.c.trial_key).where(MEMBERS.c.sweep.in_(list(sweeps)))))
+        with self.engine.connect() as conn:
+            return list(conn.execute(stmt.order_by(TRIALS.c.key)).scalars())
+
+    def metric_rows(self, key: str, after: int = 0) -> list[tuple[str, int, float, float | None]]:
+        """(name, step, value, wall time) of the trial's metrics past step `after`, by step."""
+        stmt = select(METRICS.c.name, METRICS.c.step, METRICS.c.value, METRICS.c.wall_time).where(
+            METRICS.c.trial_key == key, METRICS.c.step > after
+        )
+        with self.engine.connect() as conn:
+            rows = conn.execute(stmt.order_by(METRICS.c.step, METRICS.c.name)).all()
+        return [(n, int(s), math.nan if v is None else float(v), w) for n, s, v, w in rows]
+
+    def sweeps_of(self, key: str) -> list[str]:
+        """The sweeps that planned the trial, by name."""
+        stmt = select(MEMBERS.c.sweep).where(MEMBERS.c.trial_key == key).order_by(MEMBERS.c.sweep)
+        with self.engine.connect() as conn:
+            return list(conn.execute(stmt).scalars())
 
     def trial(self, key: str) -> TrialRecord | None:
         """The trial's full record (a detached ORM object), or None."""

@@ -1,0 +1,130 @@
+"""MLflow as a best-effort mirror of the store: recording never waits on MLflow, and nothing waits for it.
+
+The store is the source of truth. The recorder writes the store, then only marks the trials it touched as
+dirty here; a thread of the mirror's own brings each dirty trial's MLflow run in step with the store: the
+run (created or reused), the metric points past the last step mirrored, and, once the trial has ended, its
+final result and status. The store keeps per trial what MLflow already has (`mlflow_step`,
+`mlflow_state`), so a resumed trial that replays its epoch history never sends a point twice, and a trial
+the mirror could not reach MLflow for is still dirty in the store: `ablate sync`, and every later launch,
+bring it over (`sync`). When MLflow is down the mirror says so once, backs off (1 s doubling to 30 s) and
+tries again; the launch goes on and ends without waiting for it.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+from ablate.store import FINAL_STATES, Store
+from ablate.tracking import Tracker
+
+BACKOFF = (1.0, 30.0)
+"""First and longest wait after MLflow failed (seconds); the wait doubles in between."""
+
+
+@dataclass(frozen=True)
+class Synced:
+    """What a `sync` sent to MLflow."""
+
+    trials: int
+    points: int
+
+
+def sync_trial(store: Store, tracker: Tracker, key: str) -> int:
+    """Bring the trial's MLflow run in step with the store; returns the metric points sent (0: in step)."""
+    trial = store.trial(key)
+    sweeps = store.sweeps_of(key)
+    if trial is None or not sweeps or trial.state == "pending":
+        return 0
+    rows = store.metric_rows(key, after=trial.mlflow_step or 0)
+    if not rows and trial.mlflow_state == trial.state:
+        return 0
+    run = tracker.start_trial(store, sweeps[0], key)
+    tracker.log_metric_rows(run, [(name, step, value, wall) for name, step, value, wall in rows])
+    step = max([trial.mlflow_step or 0, *(step for _, step, _, _ in rows)])
+    if trial.state in FINAL_STATES and trial.mlflow_state != trial.state:
+        tracker.end_trial(run, trial.state, result=trial.result, error=trial.traceback, step=step)
+    store.set_mirrored(key, step, trial.state)
+    return len(rows)
+
+
+def sync(store: Store, tracker: Tracker, sweeps: Iterable[str] | None = None) -> Synced:
+    """Mirror every trial (of `sweeps`, or all) that MLflow lags behind on, now, in this thread."""
+    keys = store.unmirrored(sweeps)
+    return Synced(len(keys), sum(sync_trial(store, tracker, k) for k in keys))
+
+
+class Mirror:
+    """The background mirror of one launch (see the module docstring). `warn` hears, once, that MLflow is
+    unreachable."""
+
+    def __init__(self, store: Store, tracker: Tracker, warn: Callable[[str], None]) -> None:
+        self.store, self.tracker, self.warn = store, tracker, warn
+        self.dirty: list[str] = []
+        self.down: str | None = None
+        """Why MLflow failed last, while it is failing."""
+        self.warned = False
+        self._wake = threading.Condition()
+        self._closing = False
+        self._busy = False
+        self._thread = threading.Thread(target=self._run, name="ablate-mlflow-mirror", daemon=True)
+
+    def start(self, backlog: Iterable[str] = ()) -> Mirror:
+        """Start the thread, with `backlog`: trials an earlier launch left unmirrored."""
+        self.notify(backlog)
+        self._thread.start()
+        return self
+
+    def notify(self, keys: Iterable[str]) -> None:
+        """These trials changed in the store; returns at once."""
+        with self._wake:
+            self.dirty += [k for k in keys if k not in self.dirty]
+            self._wake.notify()
+
+    def close(self, timeout: float) -> int:
+        """Give the mirror up to `timeout` seconds to catch up (none while MLflow is down); return how many
+        trials are still unmirrored (they stay dirty in the store for `ablate sync`)."""
+        end = time.monotonic() + timeout
+        with self._wake:
+            while (self.dirty or self._busy) and self.down is None and time.monotonic() < end:
+                self._wake.wait(min(0.1, max(0.0, end - time.monotonic())))
+            self._closing = True
+            self._wake.notify()
+            left = len(self.dirty) + self._busy
+        return left
+
+    def _run(self) -> None:
+        wait = BACKOFF[0]
+        while True:
+            with self._wake:
+                while not self.dirty and not self._closing:
+                    self._wake.wait()
+                if self._closing:
+                    return
+                key, self._busy = self.dirty.pop(0), True  # a change during the sync marks it dirty again
+            try:
+                sync_trial(self.store, self.tracker, key)
+            except Exception as e:  # MLflow unreachable or failing: the store keeps the trial dirty
+                with self._wake:
+                    if key not in self.dirty:
+                        self.dirty.insert(0, key)
+                    self._failed(f"{type(e).__name__}: {e}")
+                    self._busy = False
+                    self._wake.notify_all()
+                time.sleep(wait)
+                wait = min(wait * 2, BACKOFF[1])
+                continue
+            wait, self.down = BACKOFF[0], None
+            with self._wake:
+                self._busy = False
+                self._wake.notify_all()
+
+    def _failed(self, why: str) -> None:
+        self.down = why
+        if not self.warned:
+            self.warned = True
+            first = why.splitlines()[0][:200]
+            self.warn(f"MLflow at {self.tracker.uri} is failing ({first}); the sweep goes on, the store keeps "
+                      "everything, and `ablate sync` (or the next launch) updates MLflow")  # fmt: skip

@@ -1,0 +1,187 @@
+"""MLflow as a best-effort mirror of the store: real MLflow stores and a real `mlflow server` that is down before a
+launch or killed in the middle of one; `ablate sync` makes MLflow equal to the store afterwards."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import urllib.request
+from pathlib import Path
+
+import pytest
+from conftest import TINY, write_sweeps
+from gate import Gate, wait_for
+
+from ablate.config import TrialConfig
+from ablate.mirror import Mirror, sync
+from ablate.planner import Trial, trial_key, variant_key
+from ablate.store import Store
+from ablate.tracking import RUN_STATUS, Tracker, params_of
+
+pytestmark = pytest.mark.timeout(400)
+MLFLOW = str(Path(sys.executable).with_name("mlflow"))
+GATE_SCRIPT = Path(__file__).with_name("gate.py")
+CLI_ENV = {**os.environ, "RAY_ADDRESS": "", "RAY_AUTH_MODE": "disabled"}
+
+
+def trial(seed: int) -> Trial:
+    cfg = TrialConfig.model_validate({**TINY, "seed": seed})
+    return Trial(trial_key(cfg), variant_key(cfg), cfg, {"seed": seed})
+
+
+def test_a_resumed_trial_replaying_its_history_sends_each_point_once(tmp_path: Path) -> None:
+    """Epochs 1-2, interrupted; the resumed attempt replays epochs 1-2 (new wall times) and adds 3: MLflow's
+    history holds steps 1, 2, 3 once each, the run ends FINISHED with the result, and a second sync sends
+    nothing."""
+    t = trial(0)
+    with Store(f"sqlite:///{tmp_path / 'r.sqlite'}") as store:
+        tracker = Tracker(f"sqlite:///{tmp_path / 'm.sqlite'}")
+        store.add_trials("s", [t])
+        store.mark_running(t.key)
+        for step in (1, 2):
+            store.log_metrics(t.key, step, {"train.loss": 1.0 / step}, wall_time=1000.0 + step)
+        store.interrupt([t.key])
+        assert sync(store, tracker).points == 2
+        run_id = store.trial(t.key).mlflow_run_id
+        assert tracker.client.get_run(run_id).info.status == "KILLED"
+        store.mark_running(t.key)
+        for step in (1, 2, 3):
+            store.log_metrics(t.key, step, {"train.loss": 1.0 / step}, wall_time=2000.0 + step)
+        store.finish(t.key, "done", result={"test": {"top1": 0.5}})
+        assert sync(store, tracker).points == 1
+        history = tracker.client.get_metric_history(run_id, "train.loss")
+        assert sorted(m.step for m in history) == [1, 2, 3]
+        run = tracker.client.get_run(run_id)
+        assert run.info.status == "FINISHED" and run.data.metrics["test.top1"] == 0.5
+        assert sync(store, tracker).trials == 0 and store.unmirrored() == []
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_the_mirror_warns_once_and_never_holds_the_launch_while_mlflow_is_down(tmp_path: Path) -> None:
+    t = trial(1)
+    with Store(f"sqlite:///{tmp_path / 'r.sqlite'}") as store:
+        store.add_trials("s", [t])
+        store.mark_running(t.key)
+        heard: list[str] = []
+        mirror = Mirror(store, Tracker(f"http://127.0.0.1:{free_port()}"), heard.append).start([t.key])
+        wait_for(lambda: mirror.down)
+        mirror.notify([t.key])
+        assert mirror.close(timeout=300) == 1  # returns at once: nothing waits on a server that is down
+        assert len(heard) == 1 and "ablate sync" in heard[0]
+        assert store.unmirrored() == [t.key]  # the store still knows what MLflow lacks
+
+
+class Server:
+    """A real `mlflow server` on a SQLite backend in `folder`, on `port`; stopped by killing its process group."""
+
+    def __init__(self, folder: Path, port: int) -> None:
+        self.folder, self.port, self.proc = folder, port, None
+        self.uri = f"http://127.0.0.1:{port}"
+
+    def start(self) -> Server:
+        cmd = [MLFLOW, "server", "--backend-store-uri", f"sqlite:///{self.folder / 'm.sqlite'}",
+               "--default-artifact-root", str(self.folder / "art"), "--host", "127.0.0.1", "--port", str(self.port),
+               "--workers", "1"]  # fmt: skip
+        self.proc = subprocess.Popen(cmd, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        wait_for(self.healthy, timeout=120)
+        return self
+
+    def healthy(self) -> bool:
+        try:
+            with urllib.request.urlopen(f"{self.uri}/health", timeout=2) as r:
+                return r.status == 200
+        except OSError:
+            return False
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(timeout=30)
+
+
+def assert_mlflow_equals_the_store(store: Store, uri: str, sweep: str) -> None:
+    """One run per trial, with the trial's status and params, and per metric exactly the store's steps."""
+    tracker = Tracker(uri)
+    trials = store.trials_frame(sweep)
+    assert len(trials) and store.unmirrored() == []
+    exp = tracker.client.get_experiment_by_name(sweep).experiment_id
+    for row in trials.itertuples():
+        runs = tracker.client.search_runs([exp], f"tags.trial_key = '{row.key}'")
+        assert len(runs) == 1, row.key
+        run, record = runs[0], store.trial(row.key)
+        assert run.info.status == RUN_STATUS[row.state]
+        assert run.data.params == params_of(record.config, store.membership(sweep, row.key).axes)
+        rows = store.metric_rows(row.key)
+        for name in {n for n, *_ in rows}:
+            steps = sorted(m.step for m in tracker.client.get_metric_history(run.info.run_id, name))
+            assert steps == sorted(s for n, s, *_ in rows if n == name), (row.key, name)
+
+
+def launch_args(f: Path, tmp_path: Path, uri: str) -> list[str]:
+    return ["launch", str(f), "--db", f"sqlite:///{tmp_path}/r.sqlite", "--mlflow-uri", uri, "--plain",
+            "--no-check", "--storage", str(tmp_path / "ck"), "--lease", "4"]  # fmt: skip
+
+
+def run_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "ablate.cli", *args], cwd=cwd, env=CLI_ENV, capture_output=True,
+                          text=True, timeout=300)  # fmt: skip
+
+
+def test_mlflow_down_before_the_launch_then_synced(tmp_path: Path) -> None:
+    f = write_sweeps(tmp_path / "e.yaml", {"s": {"base": {**TINY, "train": {**TINY["train"], "epochs": 2}},
+                                                 "seeds": 2}})  # fmt: skip
+    server = Server(tmp_path / "mlflow", free_port())
+    res = run_cli(*launch_args(f, tmp_path, server.uri), cwd=tmp_path)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert res.stdout.count("is failing") == 1 and "ablate sync" in res.stdout
+    with Store(f"sqlite:///{tmp_path}/r.sqlite") as store:
+        assert set(store.trials_frame("s")["state"]) == {"done"} and len(store.unmirrored()) == 2
+        server.folder.mkdir()
+        try:
+            server.start()
+            synced = run_cli("sync", "--db", f"sqlite:///{tmp_path}/r.sqlite", "--mlflow-uri", server.uri, cwd=tmp_path)
+            assert synced.returncode == 0, synced.stdout + synced.stderr
+            assert "2 trials synced" in synced.stdout
+            assert_mlflow_equals_the_store(store, server.uri, "s")
+        finally:
+            server.kill()
+
+
+def test_mlflow_killed_mid_sweep_then_synced(tmp_path: Path) -> None:
+    """The server dies while both trials are provably mid-run: the sweep finishes as if MLflow were not there;
+    the server comes back on the same database and `ablate sync` fills in what it missed."""
+    f = write_sweeps(tmp_path / "e.yaml", {"s": {"base": {**TINY, "train": {**TINY["train"], "epochs": 3}},
+                                                 "seeds": 2}})  # fmt: skip
+    (tmp_path / "mlflow").mkdir()
+    server = Server(tmp_path / "mlflow", free_port()).start()
+    gate = Gate(tmp_path / "gate", epoch=1)
+    cmd = [sys.executable, str(GATE_SCRIPT), str(gate.folder), "1", "--", *launch_args(f, tmp_path, server.uri)]
+    proc = subprocess.Popen(cmd, cwd=tmp_path, env=CLI_ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, start_new_session=True)  # fmt: skip
+    try:
+        gate.wait(2)
+        server.kill()
+        gate.open()
+        out, _ = proc.communicate(timeout=300)
+    finally:
+        server.kill()
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 0, out
+    with Store(f"sqlite:///{tmp_path}/r.sqlite") as store:
+        assert set(store.trials_frame("s")["state"]) == {"done"} and store.unmirrored()
+        try:
+            server.start()
+            synced = run_cli("sync", "--db", f"sqlite:///{tmp_path}/r.sqlite", "--mlflow-uri", server.uri, cwd=tmp_path)
+            assert synced.returncode == 0, synced.stdout + synced.stderr
+            assert_mlflow_equals_the_store(store, server.uri, "s")
+        finally:
+            server.kill()
