@@ -15,6 +15,7 @@ from typing import Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from ablate.errors import SpecError
@@ -210,6 +211,8 @@ def launch(
                          progress=Progress(live=live, console=out))  # fmt: skip
         except ConnectionError as e:
             fail(str(e))
+        if result.store_error:
+            fail(f"{result.store_error} What it missed waits in {result.journal}; the next launch writes it.", code=3)
         planned = store.trials_frame([p.sweep for p in plans]).drop_duplicates("key")
         planned = planned[planned["key"].isin({t.key for p in plans for t in p.trials})]
         unfinished = planned[planned["state"] != "done"]
@@ -479,7 +482,14 @@ def plugins(
 
 
 def main() -> None:
-    app()
+    """The `ablate` command: the typer app, with an unavailable results store as a one-paragraph error."""
+    from ablate.store.faults import EXIT_CODE, StoreUnavailable
+
+    try:
+        app()
+    except StoreUnavailable as e:
+        err.print(f"[bold red]error[/]: {escape(str(e))}", highlight=False)
+        sys.exit(EXIT_CODE)
 
 
 if __name__ == "__main__":

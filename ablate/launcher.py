@@ -18,15 +18,15 @@ import socket
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import ray
 
-from ablate import gangs, packing
+from ablate import gangs, journal, packing
 from ablate.config import TrialConfig
 from ablate.leases import Heartbeat
 from ablate.messages import EpochEnd, Finished, PeerLost, Runner, Started, TrialResult, clear_stop, request_stop
@@ -36,9 +36,11 @@ from ablate.plugins import Plugins
 from ablate.progress import Progress
 from ablate.recorder import Recorder, start_inbox
 from ablate.store import Owner, Store
+from ablate.store.faults import StoreUnavailable
 from ablate.tracking import Tracker
 from ablate.worker import TaskArgs, trial_task
 
+T = TypeVar("T")
 DEFAULT_STORAGE = "db/checkpoints"
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 LOST_RETRIES = 10
@@ -54,6 +56,9 @@ class LaunchResult:
     skipped: int = 0
     seconds: float = 0.0
     interrupted: bool = False
+    store_error: str | None = None
+    """Why the store refused writes at the end of the launch (what it missed waits in `journal`)."""
+    journal: Path | None = None
     signal: int | None = None
     """The signal that stopped the launch (SIGINT: trials interrupted; SIGTERM: preempted)."""
 
@@ -181,6 +186,8 @@ def launch(
         plugins = plugins.merged(plan.plugins)
         for t in plan.trials:
             todo.setdefault(t.key, t)
+    storage = Path(run.storage).resolve()
+    replayed = Recorder(store).replay(storage)  # what an earlier launch journaled while the store was down
     done = store.done_keys(todo)
     result.skipped = len(done)
     todo = {k: t for k, t in todo.items() if k not in done}
@@ -200,6 +207,8 @@ def launch(
         progress.begin([plan.sweep for plan in plans], len(todo) + len(done), len(done))
         for line in admission.lines:
             progress.message(line)
+        if replayed:
+            progress.message(f"wrote {replayed} records an earlier launch journaled while the store was unavailable")
         sweeps = [plan.sweep for plan in plans]
         mirror = Mirror(store, tracker, progress.message).start(store.unmirrored(sweeps)) if tracker else None
         if not todo:
@@ -211,10 +220,10 @@ def launch(
             who = ", ".join(sorted(set(holders.values())))
             progress.message(f"{len(holders)} trials are leased to other launchers ({who}): they run there; "
                              "this launch takes over any whose lease lapses")  # fmt: skip
-        template = TaskArgs({}, "", str(Path(run.storage).resolve()), None, runner, plugins)
+        template = TaskArgs({}, "", str(storage), None, runner, plugins)
         gpus = {k: _gpus(t.config, run.gpus) for k, t in todo.items()} | admission.shares
-        fanout = _Fanout(todo, store, owner, heartbeat, Recorder(store, mirror), progress, result,
-                         run, template, gpus)  # fmt: skip
+        recorder = Recorder(store, mirror, storage / journal.FOLDER / f"{owner.id}.jsonl")
+        fanout = _Fanout(todo, store, owner, heartbeat, recorder, progress, result, run, template, gpus)
         stop = Stop()
         try:
             with stop.installed(), progress:
@@ -226,7 +235,8 @@ def launch(
             _close(mirror, sweeps, "KILLED" if result.interrupted else "FINISHED", progress)
     finally:
         heartbeat.stop()
-        store.release(owner)  # interrupted trials are free for the next launcher at once
+        with suppress(StoreUnavailable):  # a store that is down lets the leases lapse instead
+            store.release(owner)  # interrupted trials are free for the next launcher at once
         if ours:  # also when recording fails before the first task is submitted
             ray.shutdown()
     result.seconds = time.perf_counter() - started
@@ -308,6 +318,19 @@ class _Fanout:
         else:
             self.drain()
         self.result.signal = stop.signal
+        if self.recorder.failure is not None:
+            self.result.store_error, self.result.journal = str(self.recorder.failure), self.recorder.journal
+
+    def tolerant(self, call: Callable[[], T], default: T) -> T:
+        """A store call of the loop; while the store is unavailable the loop goes on without it (running trials
+        finish, their records are journaled) and claims nothing new."""
+        try:
+            return call()
+        except StoreUnavailable as e:
+            if self.recorder.failure is None:
+                self.progress.message(f"{e} Running trials go on; their records are kept in a journal.")
+            self.recorder.failure = e
+            return default
 
     def cpus(self, key: str) -> float:
         cfg = self.todo[key].config
@@ -327,10 +350,10 @@ class _Fanout:
             if (cpu > free_cpu + 1e-9 or gpu > free_gpu + 1e-9) and (running or room):
                 break
             free_cpu, free_gpu, room = free_cpu - cpu, free_gpu - gpu, room + 1
-        won = self.store.claim(self.queue, self.owner, limit=room)
+        won = self.tolerant(lambda: self.store.claim(self.queue, self.owner, limit=room), set[str]())
         if not won:
             return
-        self.store.interrupt(won)  # left `running` by a launcher that died: they resume now
+        self.tolerant(lambda: self.store.interrupt(won), 0)  # left `running` by a launcher that died: resume
         self.queue = [k for k in self.queue if k not in won]
         for key in sorted(won, key=list(self.todo).index):
             self.claimed[key] = time.monotonic()
@@ -340,7 +363,7 @@ class _Fanout:
         """Count the queued trials another launcher finished, and forget them."""
         if not self.queue:
             return
-        states = self.store.states(self.queue)
+        states: dict[str, str] = self.tolerant(lambda: self.store.states(self.queue), {})
         for key in [k for k in self.queue if states.get(k) in ("done", "failed", "diverged")]:
             self.queue.remove(key)
             self.result.counts[states[key]] += 1
@@ -413,7 +436,7 @@ class _Fanout:
             self.gpus[key] = 1.0
             self.submit(key)
             return
-        self.store.release(self.owner, [key])
+        self.tolerant(lambda: self.store.release(self.owner, [key]), None)
         self.result.counts[state] += 1
         self.progress.finished(key, state)
 

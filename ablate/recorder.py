@@ -10,13 +10,17 @@ history) never duplicates a row.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import ray
 
+from ablate import journal
+from ablate.journal import Record, Stopped
 from ablate.messages import EpochEnd, Finished, Message, Started
 from ablate.mirror import Mirror
 from ablate.store import MetricRow, Store
+from ablate.store.faults import StoreUnavailable
 
 
 class Inbox:
@@ -46,32 +50,75 @@ def start_inbox() -> Any:
 @dataclass
 class Recorder:
     """Writes what trials report to the store, then tells the MLflow mirror (if any) which trials changed:
-    recording never waits on MLflow (see `ablate.mirror`)."""
+    recording never waits on MLflow (see `ablate.mirror`). With a `journal`, records the store refuses (disk
+    full, database server down) go to that file instead, for the next launch to replay (`ablate.journal`)."""
 
     store: Store
     mirror: Mirror | None = None
+    journal: Path | None = None
+    failure: StoreUnavailable | None = None
+    """The store's error while it refuses writes (records are journaled meanwhile); None once it takes them."""
+    journaled: int = 0
+    _applied: int = 0
 
     def handle(self, messages: list[Message]) -> None:
-        rows: list[MetricRow] = []
-        for m in messages:
-            if isinstance(m, Started):
-                self.store.mark_running(m.key, host=m.host, node_id=m.node_id, device=m.device)
-            elif isinstance(m, EpochEnd):
-                rows += [(m.key, name, m.epoch, float(value), m.wall) for name, value in m.metrics.items()]
-        if rows:
-            self.store.log_metric_rows(rows)
-        self._changed([m.key for m in messages])
+        self._write([m for m in messages if isinstance(m, (Started, EpochEnd))])
 
     def finish(self, done: Finished) -> None:
         """A trial's outcome, in the store (the source of truth); MLflow follows."""
-        self.store.finish(done.key, done.state, **done.fields())
-        self._changed([done.key])
+        self._write([done])
 
     def interrupt(self, keys: list[str], state: str = "interrupted") -> None:
         """Trials stopped by the launcher mid-run (`interrupted` by Ctrl-C, `preempted` by SIGTERM)."""
-        self.store.interrupt(keys, state)
-        self._changed(keys)
+        self._write([Stopped(keys, state)])
 
-    def _changed(self, keys: list[str]) -> None:
-        if self.mirror is not None and keys:
-            self.mirror.notify(keys)
+    def replay(self, storage: Path) -> int:
+        """Write every journal under `storage` to the store, then remove it; returns the records replayed.
+        Store errors propagate: a launch does not start on a store that refuses its journal."""
+        n = 0
+        for path in journal.journals(storage):
+            records = journal.read(path)
+            self._apply(records)
+            path.unlink()
+            n += len(records)
+        return n
+
+    def _write(self, records: list[Record]) -> None:
+        if not records:
+            return
+        try:
+            self._apply(records)
+        except StoreUnavailable as e:
+            if self.journal is None:
+                raise
+            journal.append(self.journal, records[self._applied :])
+            self.failure, self.journaled = e, self.journaled + len(records) - self._applied
+            return
+        self.failure = None
+
+    def _apply(self, records: list[Record]) -> None:
+        """The store writes of `records`, in order (metric rows of consecutive epochs in one transaction);
+        `_applied` counts the records written, so a store error journals only the rest."""
+        rows: list[MetricRow] = []
+        self._applied = 0
+        for i, r in enumerate(records):
+            if isinstance(r, EpochEnd):
+                rows += [(r.key, name, r.epoch, float(value), r.wall) for name, value in r.metrics.items()]
+                continue
+            if rows:
+                self.store.log_metric_rows(rows)
+                rows, self._applied = [], i
+            if isinstance(r, Started):
+                self.store.mark_running(r.key, host=r.host, node_id=r.node_id, device=r.device)
+            elif isinstance(r, Finished):
+                self.store.finish(r.key, r.state, **r.fields())
+            else:
+                self.store.interrupt(r.keys, r.state)
+            self._applied = i + 1
+        if rows:
+            self.store.log_metric_rows(rows)
+        self._applied = len(records)
+        if self.mirror is not None:
+            self.mirror.notify(
+                dict.fromkeys(k for r in records for k in (r.keys if isinstance(r, Stopped) else [r.key]))
+            )

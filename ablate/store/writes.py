@@ -13,16 +13,18 @@ import os
 import socket
 import uuid
 from collections.abc import Iterable, Iterator, Mapping
-from contextlib import AbstractContextManager
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Any, TypeVar
 
 from pydantic import BaseModel
 from sqlalchemy import Connection, func, or_, select, update
+from sqlalchemy.exc import DatabaseError, DataError, IntegrityError, OperationalError, ProgrammingError
 from sqlalchemy.orm import Session
 
 from ablate.store import engine as eng
+from ablate.store.faults import explain
 from ablate.store.queries import MEMBERS, METRICS, SWEEPS, TRIALS, Queries
 from ablate.store.schema import FINAL_STATES, Base, Membership, SweepRecord, TrialRecord
 
@@ -95,9 +97,12 @@ class Store(Queries):
 
     def __init__(self, url: str | None = None) -> None:
         self.url = url or eng.DEFAULT_URL
-        self.engine = eng.make_engine(self.url)
-        self._writer = self.engine.execution_options(**eng.WRITE)
-        eng.upgrade(self.engine)
+        try:
+            self.engine = eng.make_engine(self.url)
+            self._writer = self.engine.execution_options(**eng.WRITE)
+            eng.upgrade(self.engine)
+        except (OperationalError, DatabaseError, OSError) as e:
+            raise explain(self.url, e) from e
 
     def close(self) -> None:
         self.engine.dispose()
@@ -108,8 +113,17 @@ class Store(Queries):
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _write(self) -> AbstractContextManager[Connection]:
-        return self._writer.begin()
+    @contextmanager
+    def _write(self) -> Iterator[Connection]:
+        """One write transaction; a database fault (full disk, read-only or corrupt file, lost server) surfaces
+        as StoreUnavailable (`ablate.store.faults`), constraint and programming errors as themselves."""
+        try:
+            with self._writer.begin() as conn:
+                yield conn
+        except (OperationalError, DatabaseError) as e:
+            if isinstance(e, (IntegrityError, ProgrammingError, DataError)):
+                raise
+            raise explain(self.url, e) from e
 
     # ------------------------------------------------------------------------------------------ sweeps
     def upsert_sweep(
