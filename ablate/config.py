@@ -107,14 +107,22 @@ class ModelConfig(Strict):
     """Input resolution; images are resized to it."""
     stack: Literal["alternating", "pure"] = "alternating"
     """`alternating` attention/FFN blocks, or `pure`: every FFN replaced by an attention block."""
+    twin_width: float = added(1.0, gt=0)
+    """`pure` stacks: the inner (q, k, v and output projection) width of the attention that takes the FFN's
+    place, as a multiple of the block width (heads kept, head dims scaled; its output projection maps back to
+    the block width). At 2 it has the mlp_ratio-4 FFN's weights (3C x 2C + 2C x C = 8C^2): how the CSaN
+    paper's diamond rows widen a pure stack (`match_by: twin_width`)."""
     dwconv: bool = False
     """CSaN-V2: a 7x7 depthwise conv on the attention branch (Swin only)."""
     match_params: float | dict[str, Any] | None = None
-    """Solve embed_dim so the parameter count lands within 2% of a target: a number, or dotted overrides
-    of this config that describe the reference model (e.g. {model.stack: alternating, attention.kind: softmax})."""
+    """Solve `match_by` (embed_dim) so the parameter count lands within 2% of a target: a number, or dotted
+    overrides of this config that describe the reference model (e.g. {model.stack: alternating, attention.kind:
+    softmax})."""
+    match_by: Literal["embed_dim", "twin_width"] = added("embed_dim")
+    """What `match_params` solves: the embed dim, or (pure stacks) `twin_width` at the given embed dim."""
     match_as: dict[str, Any] | None = added(None)
-    """With `match_params`: dotted overrides of this config whose width is solved instead, this config then
-    built at that width (the CSaN paper's diamond CSaN row is CSaN on the width solved for softmax:
+    """With `match_params`: dotted overrides of this config whose width (`match_by`) is solved instead, this
+    config then built at that width (the CSaN paper's diamond CSaN row is CSaN on the width solved for softmax:
     {attention.kind: softmax})."""
     drop_path: float = Field(0.0, ge=0, lt=1)
     desync_drop_path: bool = added(False)
@@ -151,6 +159,14 @@ class ModelConfig(Strict):
         missing = [f for f in ("embed_dim", "depths", "num_heads") if getattr(self, f) is None]
         if missing:
             raise ValueError(f"{', '.join(missing)} required (or a named `size`)")
+        if self.twin_width != 1 and self.stack != "pure":
+            raise ValueError("twin_width sizes the attention that replaces the FFN: it needs stack: pure")
+        if self.match_by == "twin_width":
+            if self.match_params is None or self.stack != "pure":
+                raise ValueError("match_by: twin_width solves a pure stack's twin width: it needs match_params "
+                                 "and stack: pure")  # fmt: skip
+            if self.twin_width != 1:
+                raise ValueError("twin_width is what match_by: twin_width solves: leave it unset")
         backbone = BACKBONES.get(self.backbone)
         if self.patch_size is None:
             self.patch_size = backbone.patch_size

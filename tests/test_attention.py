@@ -29,11 +29,12 @@ def config(kind: str, **knobs: object) -> AttentionConfig:
 
 
 def inputs(nq: int = N, nk: int = N, in_dim: int = DIM, dtype: torch.dtype = torch.float32, seed: int = 0):
+    """q, k, v and the tokens x, one per key (pooled queries: the unpooled input tokens, as Hiera's blocks)."""
     g = torch.Generator().manual_seed(seed)
     q = torch.randn(B, H, nq, D, generator=g, dtype=dtype, requires_grad=True)
     k = torch.randn(B, H, nk, D, generator=g, dtype=dtype, requires_grad=True)
     v = torch.randn(B, H, nk, D, generator=g, dtype=dtype, requires_grad=True)
-    x = torch.randn(B, nq, in_dim, generator=g, dtype=dtype, requires_grad=True)
+    x = torch.randn(B, nk, in_dim, generator=g, dtype=dtype, requires_grad=True)
     return q, k, v, x
 
 
@@ -94,7 +95,7 @@ def test_forward_backward_finite_and_masked_rows_safe(kind: str) -> None:
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_pooled_queries(kind: str) -> None:
-    """Hiera's pooled-query blocks: 4x fewer queries than keys, tokens wider than the attention."""
+    """Hiera's pooled-query blocks: 4x fewer queries than keys, one token per key, narrower than the attention."""
     mixer = create_mixer(config(kind), DIM, H, in_dim=DIM // 2)
     q, k, v, x = inputs(nq=N, nk=4 * N, in_dim=DIM // 2)
     out = mixer(q, k, v, x=x)
@@ -200,43 +201,54 @@ def phi(s: torch.Tensor, beta: float) -> torch.Tensor:
 def reference_csan(mixer: CSaN, q, k, v, bias, x):
     """CSaN written out from the formulas, logits materialised (the CSaN paper's equations), sharing only the
     weights, whose shapes it checks against the knobs (r = dim // reduction gates, gate g reading head
-    g * H // r; trunk width max(dim // hidden_div, hidden_min)). A switched-off head is its neutral value."""
+    g * H // r; trunk width max(dim // hidden_div, hidden_min)). A switched-off head is its neutral value.
+
+    Pooled queries (Nk = S * Nq), as the authors' Hiera-CSaN: one token per key, key j = s * Nq + i pooled
+    into query i; token j gates the descriptor of query i, tau and kappa_pub read the trunk averaged over
+    query i's group, mu and kappa_priv each key's own, and query i's private path is the mean of
+    v_j * kappa_priv_j over its group. Without pooling every group is one key, and this is the paper's CSaN."""
     cfg, nq, nk, in_dim = mixer.cfg, q.shape[-2], k.shape[-2], x.shape[-1]
+    assert x.shape[-2] == nk
+    group = [torch.arange(nk) % nq == i for i in range(nq)]  # the keys pooled into query i
+
+    def over_groups(y: torch.Tensor, dim: int) -> torch.Tensor:
+        """Mean over each query's group of keys along `dim` (length Nk -> Nq)."""
+        return torch.stack([y.index_select(dim, g.nonzero().flatten()).mean(dim) for g in group], dim)
+
     s = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
     if bias is not None:
         s = s + bias
-    per_head = lambda y: y.reshape(B, nq, H, -1).transpose(1, 2)  # noqa: E731
+    per_head = lambda y: y.reshape(B, y.shape[1], H, -1).transpose(1, 2)  # noqa: E731
     tau, mu, pub, priv = 1.0, 1.0, 1.0, 0.0
     if cfg.tau or cfg.mu or cfg.kappa_pub != "off" or cfg.kappa_priv:
         r, h = DIM // cfg.reduction, max(DIM // cfg.hidden_div, cfg.hidden_min)
         assert mixer.u.weight.shape == (r, in_dim) and mixer.reduce.weight.shape == (h, r)
         assert (mixer.gate is None) if cfg.bounded else (mixer.gate.weight.shape == (h, h))
-        m = phi(s, cfg.beta).mean(-1)
-        gates = torch.sigmoid(mixer.u(x))  # (B, Nq, r)
-        z = gates * m.transpose(1, 2)[..., torch.arange(r) * H // r]
+        m = phi(s, cfg.beta).mean(-1)  # (B, H, Nq)
+        gates = torch.sigmoid(mixer.u(x))  # (B, Nk, r)
+        z = gates * m.transpose(1, 2)[:, torch.arange(nk) % nq][..., torch.arange(r) * H // r]
         t = mixer.reduce(z)
-        t = F.gelu(t) if cfg.bounded else t * torch.sigmoid(mixer.gate(t))
+        t = F.gelu(t) if cfg.bounded else t * torch.sigmoid(mixer.gate(t))  # (B, Nk, h): one per key
+        t_query = over_groups(t, 1)  # (B, Nq, h)
 
-        def f(layer: torch.nn.Linear, width: int) -> torch.Tensor:
+        def f(layer: torch.nn.Linear, width: int, trunk: torch.Tensor) -> torch.Tensor:
             assert layer.weight.shape == (width, h)
-            return torch.tanh(layer(t)) if cfg.bounded else layer(t)
+            return torch.tanh(layer(trunk)) if cfg.bounded else layer(trunk)
 
         w = H if cfg.kappa_pub == "head" else DIM
         if cfg.tau:
-            f_tau = f(mixer.tau, H)
+            f_tau = f(mixer.tau, H, t_query)
             tau = per_head(1 + f_tau if cfg.bounded else torch.where(f_tau > 0, 1 + f_tau, torch.exp(f_tau)))
         if cfg.mu:
-            mu = per_head(1 + f(mixer.mu, H)).repeat(1, 1, nk // nq, 1)  # pooled keys take their group's mu
-            mu = mu.transpose(-2, -1)
+            mu = per_head(1 + f(mixer.mu, H, t)).transpose(-2, -1)  # (B, H, 1, Nk)
         if cfg.kappa_pub != "off":
-            pub = per_head(1 + f(mixer.kappa_pub, w))
+            pub = per_head(1 + f(mixer.kappa_pub, w, t_query))
         if cfg.kappa_priv:
-            priv = per_head(f(mixer.kappa_priv, w))
+            priv = per_head(f(mixer.kappa_priv, w, t))  # (B, H, Nk, .)
     scaled = s * tau if bias is None else torch.where(s == NEG, s, s.nan_to_num(neginf=0.0) * tau)
     dead = (scaled == NEG).all(-1, keepdim=True)
     a = torch.softmax(scaled.masked_fill(dead, 0.0), -1).masked_fill(dead, 0.0) * mu
-    own = v if nk == nq else v.reshape(B, H, nk // nq, nq, -1).amax(2)
-    return (a @ v) * pub + own * priv
+    return (a @ v) * pub + over_groups(v * priv, 2)
 
 
 def assert_csan_paths_equal_reference(mixer: CSaN, bias_kind: str | None, pooled: bool, in_dim: int = DIM) -> None:
@@ -298,6 +310,15 @@ def test_csan_non_default_knobs_equal_explicit_reference(knobs: dict, bias_kind:
     anywhere in either path differs from the reference, and the layer shapes follow the knobs."""
     mixer = create_mixer(CSaNAttention(chunk=3, **knobs), DIM, H)
     assert_csan_paths_equal_reference(mixer, bias_kind, pooled)
+
+
+def test_csan_pooled_queries_take_one_token_per_key() -> None:
+    """Pooled queries read the unpooled tokens (one per key); tokens one per query are refused, not guessed at."""
+    mixer = create_mixer(CSaNAttention(), DIM, H)
+    q, k, v, x = inputs(nq=N, nk=2 * N)
+    assert mixer(q, k, v, x=x).shape == (B, H, N, D)
+    with pytest.raises(ValueError, match="one per key"):
+        mixer(q, k, v, x=x[:, :N])
 
 
 def test_csan_gates_read_tokens_of_their_own_width() -> None:

@@ -130,6 +130,67 @@ def test_pure_stack_second_attention_reuses_the_block_geometry() -> None:
         assert block.mlp.use_mask_unit_attn == block.attn.use_mask_unit_attn
 
 
+@pytest.mark.parametrize("kind", ["softmax", "csan"])
+@pytest.mark.parametrize("backbone", sorted(TINY))
+def test_twin_width_widens_the_pure_stack_twin_inside_the_block_width(backbone: str, kind: str) -> None:
+    """model.twin_width 2: each twin's q, k, v are twice the block width (heads kept, head dims doubled) and its
+    output projection maps back to the block width, so its weights are those of the FFN it replaces (8 C^2);
+    the model trains."""
+    torch.manual_seed(0)
+    model = create_model(trial(kind, **TINY[backbone], stack="pure", twin_width=2.0), 5, 3)
+    ffns = [m for m in create_model(trial(kind, **TINY[backbone]), 5, 3).modules() if isinstance(m, Mlp)]
+    blocks = [b for b in model.modules() if isinstance(getattr(b, "mlp", None), Mixed)]
+    assert blocks and len(blocks) == len(ffns)
+    for block, ffn in zip(blocks, ffns):
+        twin, width = block.mlp, ffn.fc2.out_features
+        assert (twin.qkv.in_features, twin.qkv.out_features) == (width, 3 * 2 * width)
+        assert (twin.proj.in_features, twin.proj.out_features) == (2 * width, width)
+        assert (twin.mixer.dim, twin.mixer.num_heads) == (2 * width, block.attn.mixer.num_heads)
+        assert twin.qkv.weight.numel() + twin.proj.weight.numel() == ffn.fc1.weight.numel() + ffn.fc2.weight.numel()
+    torch.nn.init.normal_(model.get_classifier().weight)  # Hiera zero-inits its head: no gradient behind it
+    out = model(torch.randn(2, 3, 32, 32))
+    out.square().sum().backward()
+    assert out.shape == (2, 5) and all(p.grad is not None and p.grad.isfinite().all() for p in model.parameters())
+
+
+def test_twin_width_and_match_by_are_validated() -> None:
+    """twin_width sizes a pure stack's twin (whole head dims at every stage); match_by: twin_width solves it."""
+    vit, pure = TINY["vit"], {**TINY["vit"], "stack": "pure"}  # one stage of 2 heads of 12
+    assert trial(**pure, twin_width=1.5).model.twin_width == 1.5
+    with pytest.raises(ValidationError, match="needs stack: pure"):
+        trial(**vit, twin_width=2.0)
+    with pytest.raises(ValidationError, match="greater than 0"):
+        trial(**pure, twin_width=0.0)
+    with pytest.raises(ValidationError, match="heads must divide"):
+        trial(**pure, twin_width=1.1)  # 13.2-wide heads
+    swin = {**TINY["swin"], "num_heads": (2, 3), "stack": "pure"}  # heads of 12, then 16
+    assert trial(**swin, twin_width=0.25).model.twin_width == 0.25
+    with pytest.raises(ValidationError, match="heads must divide"):
+        trial(**swin, twin_width=1 / 3)  # 4 wide in the first stage, 5.33 in the second
+    with pytest.raises(ValidationError, match="needs match_params and stack: pure"):
+        trial(**pure, match_by="twin_width")
+    with pytest.raises(ValidationError, match="needs match_params and stack: pure"):
+        trial(**vit, match_params=1e5, match_by="twin_width")
+    with pytest.raises(ValidationError, match="leave it unset"):
+        trial(**pure, match_params=1e5, match_by="twin_width", twin_width=2.0)
+    with pytest.raises(ValidationError, match="stack applies to image backbones only"):
+        TrialConfig.model_validate({"task": "mil", "data": {"name": "musk1"},
+                                    "model": {"size": "synpool", "stack": "pure", "twin_width": 2.0}})  # fmt: skip
+
+
+@pytest.mark.parametrize("backbone", sorted(TINY))
+def test_match_by_twin_width_keeps_embed_dim_and_solves_the_twin(backbone: str) -> None:
+    """A pure stack matched to the alternating model by its twin's width: near 2x (the FFN's weights; biases and
+    Swin's position tables differ), within 2%, embed_dim untouched; a reference stack drops twin_width."""
+    cfg = trial(**TINY[backbone], stack="pure", match_params={"model.stack": "alternating"}, match_by="twin_width")
+    solved = match_width(cfg, 5, 3)
+    target = meta_params(trial(**TINY[backbone]), 5, 3)
+    assert solved.model.embed_dim == TINY[backbone]["embed_dim"] and 1.5 <= solved.model.twin_width <= 2.5
+    assert abs(meta_params(solved, 5, 3) - target) <= 0.02 * target
+    wide = trial(**TINY[backbone], stack="pure", twin_width=2.0, match_params={"model.stack": "alternating"})
+    assert abs(meta_params(wide, 5, 3) - target) <= 0.02 * target  # embed_dim solved beside a set twin width
+
+
 def test_param_matching_lands_within_two_percent() -> None:
     """The CSaN paper's diamond row: Swin-Min pure softmax widened to the alternating model's count."""
     cfg = trial(size="swin-min", stack="pure", match_params={"model.stack": "alternating"})

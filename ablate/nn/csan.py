@@ -220,7 +220,7 @@ class Gains(NamedTuple):
     tau: Tensor | None  # (B, H, Nq, 1), > 0
     mu: Tensor | None  # (B, H, Nk, 1)
     pub: Tensor | None  # (B, H, Nq, d) unit-level, (B, H, Nq, 1) head-wise
-    priv: Tensor | None  # like pub; (B, H, Nk, .) when the tokens come one per key
+    priv: Tensor | None  # (B, H, Nk, .), width as pub's: one per key (pooled queries read their group's)
 
 
 def _init(m: nn.Module) -> None:
@@ -243,14 +243,12 @@ class CSaN(TokenMixer):
     float32 for f < -9. Only where exp underflows (f < -87; the gradient is already 0 there) does a floor
     at the dtype's smallest normal number keep tau > 0.
 
-    Pooled queries (Nk = S * Nq; timm orders a pooling group's keys as j = s * Nq + i): the tokens x come
-    one per key (Hiera's q-pooling blocks, as the reference code) or one per query. One per key: token j
+    Pooled queries (Nk = S * Nq; timm orders a pooling group's keys as j = s * Nq + i), as the authors'
+    Hiera-CSaN: the tokens x come one per key (Hiera's q-pooling blocks pass their unpooled input), token j
     reads the descriptor of the query it was pooled into, the gates and the trunk run on every token (the
     reference code's FLOPs: 4.9G on Hiera-Tiny-Plus), tau and kappa_pub read the trunk averaged over each
     group, mu and kappa_priv each key's own trunk output, and the private path of query i is the group
-    mean of v_j * kappa_priv_j. One per query: everything lives on pooled queries, key j takes the mu of
-    the query it was pooled into (tiled S times), and the private path reads the max over the group's
-    values (the max-pool Hiera applies to q and to the residual).
+    mean of v_j * kappa_priv_j.
     """
 
     cfg: CSaNAttention
@@ -321,22 +319,25 @@ class CSaN(TokenMixer):
         return self.readout(a.to(v.dtype) @ vs, v, g)
 
     def gains(self, m: Tensor | None, x: Tensor | None, nk: int) -> Gains:
-        """The four calibrations from the descriptor m (B, H, Nq) and the tokens x, one per query (B, Nq, in_dim)
-        or one per key (B, Nk, in_dim; pooled queries, see the class docstring)."""
+        """The four calibrations from the descriptor m (B, H, Nq) and the tokens x, one per key (B, Nk, in_dim;
+        pooled queries, see the class docstring)."""
         if not self.calibrated:
             return Gains(None, None, None, None)
         if x is None:
-            raise ValueError("csan needs the query tokens x (the gates read them)")
+            raise ValueError("csan needs the tokens x, one per key (the gates read them)")
         assert m is not None  # calibrated: the caller computed the descriptor
         nq, nx = m.shape[-1], x.shape[-2]
-        if nk % nq or nx not in (nq, nk):
-            raise ValueError(f"csan: {nk} keys cannot be pooling groups of {nq} queries read from {nx} tokens")
+        if nk % nq:
+            raise ValueError(f"csan: {nk} keys cannot be pooling groups of {nq} queries")
+        if nx != nk:
+            raise ValueError(f"csan: the tokens x come one per key (pooled queries: the unpooled input tokens), "
+                             f"got {nx} tokens for {nk} keys")  # fmt: skip
         desc = m.transpose(1, 2) @ self.spread.to(m.dtype)
-        if nx != nq:  # token j = s * Nq + i reads the descriptor of query i, the one it was pooled into
-            desc = desc.repeat(1, nx // nq, 1)
+        if nk != nq:  # token j = s * Nq + i reads the descriptor of query i, the one it was pooled into
+            desc = desc.repeat(1, nk // nq, 1)
         t = self.reduce(torch.sigmoid(self.u(x)) * desc)
         t = F.gelu(t) if self.gate is None else t * torch.sigmoid(self.gate(t))
-        per_query = t if nx == nq else t.unflatten(-2, (nx // nq, nq)).mean(-3)
+        per_query = t if nk == nq else t.unflatten(-2, (nk // nq, nq)).mean(-3)
         bounded = self.cfg.bounded
 
         def head(layer: nn.Linear | None, offset: float, trunk: Tensor) -> Tensor | None:
@@ -353,26 +354,18 @@ class CSaN(TokenMixer):
             f = self.tau(per_query)
             tau = 2 * torch.sigmoid(2 * f) if bounded else 1 + F.elu(f)
             tau = tau.clamp_min(torch.finfo(tau.dtype).tiny).unsqueeze(-1).transpose(1, 2)
-        mu = head(self.mu, 1.0, t)
-        if mu is not None and nk != nx:  # tokens one per query: key j takes the mu of its query
-            mu = mu.repeat(1, 1, nk // nq, 1)
-        return Gains(tau, mu, head(self.kappa_pub, 1.0, per_query), head(self.kappa_priv, 0.0, t))
+        return Gains(tau, head(self.mu, 1.0, t), head(self.kappa_pub, 1.0, per_query), head(self.kappa_priv, 0.0, t))
 
     @staticmethod
     def readout(out: Tensor, v: Tensor, g: Gains) -> Tensor:
         """Public gain on the attended values plus the private path of each query's own value (pooled
-        queries: the group mean of v_j * kappa_priv_j, or with one token per query the group max of v)."""
+        queries: the group mean of v_j * kappa_priv_j)."""
         if g.pub is not None:
             out = out * g.pub.to(out.dtype)
         if g.priv is not None:
             nq, nk = out.shape[-2], v.shape[-2]
-            priv = g.priv.to(out.dtype)
-            if nk == nq:
-                out = out + v * priv
-            elif priv.shape[-2] == nk:
-                out = out + (v * priv).unflatten(-2, (nk // nq, nq)).mean(-3)
-            else:
-                out = out + v.unflatten(-2, (nk // nq, nq)).amax(-3) * priv
+            private = v * g.priv.to(out.dtype)
+            out = out + (private if nk == nq else private.unflatten(-2, (nk // nq, nq)).mean(-3))
         return out
 
 

@@ -9,7 +9,7 @@ from torch import Tensor, nn
 
 from ablate.components import Backbone, Mechanism
 from ablate.config import ModelConfig
-from ablate.nn.surgery import Mixed, mix_blocks, timm_args
+from ablate.nn.surgery import Mixed, check_twin, mix_blocks, timm_args
 from ablate.nn.vit import heads_divide, no_dwconv
 from ablate.registry import register_backbone
 
@@ -25,9 +25,15 @@ class MixedMaskUnitAttention(Mixed, MaskUnitAttention):
     """
 
     @staticmethod
-    def blank(attn: nn.Module) -> MaskUnitAttention:
+    def blank(attn: nn.Module, head_dim: int) -> MaskUnitAttention:
+        """timm's MaskUnitAttention projects back to its inner width (dim_out): a twin of another inner width
+        gets an output projection to the block's width."""
         assert isinstance(attn, MaskUnitAttention)
-        return MaskUnitAttention(attn.dim_out, attn.dim_out, attn.heads, 1, attn.window_size, attn.use_mask_unit_attn)
+        inner = attn.heads * head_dim
+        fresh = MaskUnitAttention(attn.dim_out, inner, attn.heads, 1, attn.window_size, attn.use_mask_unit_attn)
+        if inner != attn.dim_out:
+            fresh.proj = nn.Linear(inner, attn.dim_out)
+        return fresh
 
     def forward(self, x: Tensor) -> Tensor:
         B, N, C = x.shape
@@ -76,6 +82,12 @@ class Hiera(Backbone):
     def check(self, m: ModelConfig) -> None:
         heads_divide(m)
         no_dwconv(m)
+        check_twin(m, self)
+
+    def head_dims(self, m: ModelConfig) -> tuple[int, ...]:
+        """Widths and heads double together: one head dim at every stage."""
+        assert m.embed_dim is not None and m.num_heads is not None  # set by validation
+        return (m.embed_dim // m.num_heads[0],)
 
     def build(self, m: ModelConfig, attention: Mechanism, num_classes: int, in_chans: int) -> nn.Module:
         """timm Hiera (widths and heads doubling per stage; mask-unit attention in the first half of the

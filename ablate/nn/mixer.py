@@ -21,8 +21,9 @@ class TokenMixer(nn.Module):
 
     q: (B, H, Nq, d); k, v: (B, H, Nk, d); bias: additive, broadcastable to (B, H, Nq, Nk) (Swin's
     relative-position bias plus shift mask; -inf or a large negative value masks), or None; x: the
-    tokens the queries were projected from, (B, Nq, in_dim), for variants whose gates read the token
-    (CSaN; Hiera's pooled-query blocks pass the pooled tokens). Returns (B, H, Nq, d).
+    tokens the keys were projected from, one per key, (B, Nk, in_dim), for variants whose gates read the
+    token (CSaN; Hiera's pooled-query blocks pass their unpooled input tokens, so Nk = 4 Nq there, 2 x 2
+    pooling; elsewhere they are the queries' tokens too). Returns (B, H, Nq, d).
     Constructor: dim = H * d (the attention width), in_dim = width of x (Hiera's stage transitions
     project dim -> dim_out, so in_dim can differ from dim; defaults to dim).
 

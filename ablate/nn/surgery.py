@@ -8,16 +8,18 @@ methods (window resizing, init) all stay, only `forward` changes, and it keeps t
 projection and hands q, k, v, the additive bias and the tokens to the module's `mixer`. So with the `softmax` mixer a
 patched model computes what timm's model computes (tested).
 
-Stacks: `alternating` is timm's attention/FFN blocks. `pure` replaces every FFN by a second attention of the
-same kind, width, heads and resolution; it lives in the block's `mlp` slot, so timm's LayerNorm (`norm2`),
+Stacks: `alternating` is timm's attention/FFN blocks. `pure` replaces every FFN by a second attention (the
+twin) of the same kind, heads and resolution; it lives in the block's `mlp` slot, so timm's LayerNorm (`norm2`),
 drop path and residual wrap it unchanged (Swin: the same windows and the same shift as the block's first
-attention). `dwconv` (CSaN-V2, Swin only): a 7x7 depthwise conv on every attention branch output, after
-window reverse and before the reverse shift; its output replaces the branch output before the residual add.
+attention). Its inner width (q, k, v and the output projection's input) is `model.twin_width` times the
+block's, head dims scaled; its output projection maps back to the block width. `dwconv` (CSaN-V2, Swin only):
+a 7x7 depthwise conv on every attention branch output, after window reverse and before the reverse shift; its
+output replaces the branch output before the residual add.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 from timm.models import named_apply
 from timm.models.vision_transformer import init_weights_vit_timm
@@ -29,29 +31,64 @@ from ablate.nn.mixer import TokenMixer, create_mixer
 
 
 class Mixed:
-    """Mixin of the re-classed timm attentions: `adopt` turns a timm attention into its mixer-aware twin."""
+    """Mixin of the re-classed timm attentions: `adopt` turns a timm attention into its mixer-aware kin."""
 
     mixer: TokenMixer
 
     @classmethod
     def adopt(cls, attn: nn.Module, att: Mechanism) -> nn.Module:
         """Re-class `attn` in place and give it a mixer sized from its own qkv projection."""
-        heads, qkv = attn.num_heads if hasattr(attn, "num_heads") else attn.heads, attn.qkv
-        assert isinstance(heads, int) and isinstance(qkv, nn.Linear)  # as in every timm attention
+        heads, qkv = _heads_qkv(attn)
         attn.__class__ = cls  # type: ignore[assignment]  # re-classed to its Mixed twin (subclasses attn's class)
         attn.mixer = create_mixer(att, qkv.out_features // 3, heads, qkv.in_features)
         return attn
 
     @classmethod
-    def twin(cls, attn: nn.Module, att: Mechanism) -> nn.Module:
-        """A freshly initialised attention shaped like `attn` (the pure stack's FFN replacement)."""
-        fresh = named_apply(init_weights_vit_timm, cls.blank(attn), include_root=True)
+    def twin(cls, attn: nn.Module, att: Mechanism, width: float) -> nn.Module:
+        """A freshly initialised attention shaped like `attn` (the pure stack's FFN replacement), its head
+        dim `width` times `attn`'s."""
+        heads, qkv = _heads_qkv(attn)
+        head_dim = twin_head_dim(qkv.out_features // 3 // heads, width)
+        fresh = named_apply(init_weights_vit_timm, cls.blank(attn, head_dim), include_root=True)
         return cls.adopt(fresh, att)
 
     @staticmethod
-    def blank(attn: nn.Module) -> nn.Module:
-        """A new timm attention (timm's class, not yet mixed) with `attn`'s widths, heads and geometry."""
+    def blank(attn: nn.Module, head_dim: int) -> nn.Module:
+        """A new timm attention (timm's class, not yet mixed) with `attn`'s output width, heads and geometry
+        and heads `head_dim` wide."""
         raise NotImplementedError
+
+
+def _heads_qkv(attn: nn.Module) -> tuple[int, nn.Linear]:
+    """(heads, qkv projection) of a timm attention (Hiera's names its heads `heads`)."""
+    heads, qkv = attn.num_heads if hasattr(attn, "num_heads") else attn.heads, attn.qkv
+    assert isinstance(heads, int) and isinstance(qkv, nn.Linear)  # as in every timm attention
+    return heads, qkv
+
+
+def twin_head_dim(head_dim: int, width: float) -> int:
+    """The head dim of a pure stack's twin, `width` x `head_dim`: a ValueError unless a whole number."""
+    scaled = width * head_dim
+    if round(scaled) < 1 or abs(scaled - round(scaled)) > 1e-9 * scaled:
+        raise ValueError(f"model.twin_width {width:g} makes a head of {head_dim} channels {scaled:g} wide: "
+                         "heads must divide the twin's width (a whole head dim at every stage)")  # fmt: skip
+    return round(scaled)
+
+
+@runtime_checkable
+class Twinned(Protocol):
+    """A backbone whose pure stacks have a twin attention sized by `model.twin_width` (the timm backbones)."""
+
+    def head_dims(self, m: ModelConfig) -> tuple[int, ...]:
+        """The head dim of every stage's attention (a twin's are these times `model.twin_width`)."""
+        ...
+
+
+def check_twin(m: ModelConfig, backbone: Twinned) -> None:
+    """Raise a ValueError unless every stage's twin has whole head dims (`model.twin_width` is 1 unless the
+    stack is pure)."""
+    for head_dim in backbone.head_dims(m):
+        twin_head_dim(head_dim, m.twin_width)
 
 
 def mix_blocks(model: nn.Module, block_type: type[nn.Module], mixed: type[Mixed], m: ModelConfig,
@@ -60,7 +97,7 @@ def mix_blocks(model: nn.Module, block_type: type[nn.Module], mixed: type[Mixed]
     for block in [b for b in model.modules() if isinstance(b, block_type)]:
         attn = mixed.adopt(block.get_submodule("attn"), att)
         if m.stack == "pure":
-            block.mlp = mixed.twin(attn, att)
+            block.mlp = mixed.twin(attn, att, m.twin_width)
     return model
 
 

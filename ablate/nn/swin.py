@@ -13,7 +13,7 @@ from torch import Tensor, nn
 
 from ablate.components import Backbone, Mechanism
 from ablate.config import ModelConfig
-from ablate.nn.surgery import Mixed, timm_args
+from ablate.nn.surgery import Mixed, check_twin, timm_args
 from ablate.nn.vit import heads_divide
 from ablate.registry import register_backbone
 
@@ -22,10 +22,10 @@ class MixedWindowAttention(Mixed, WindowAttention):
     """Swin window attention; bias = relative-position bias + shift mask (-100 across sub-windows)."""
 
     @staticmethod
-    def blank(attn: nn.Module) -> WindowAttention:
+    def blank(attn: nn.Module, head_dim: int) -> WindowAttention:
         assert isinstance(attn, WindowAttention)
         qkv_bias = attn.qkv.bias is not None
-        return WindowAttention(attn.dim, attn.num_heads, window_size=attn.window_size, qkv_bias=qkv_bias)
+        return WindowAttention(attn.dim, attn.num_heads, head_dim, window_size=attn.window_size, qkv_bias=qkv_bias)
 
     def forward(self, x: Tensor, mask: Tensor | None = None) -> Tensor:
         B_, N, _ = x.shape
@@ -63,7 +63,8 @@ class MixedSwinBlock(SwinTransformerBlock):
         MixedWindowAttention.adopt(block.attn, att)
         pure = m.stack == "pure"
         if pure:
-            block.mlp = MixedWindowAttention.twin(block.attn, att)  # type: ignore[assignment]  # timm types mlp as Mlp
+            twin = MixedWindowAttention.twin(block.attn, att, m.twin_width)
+            block.mlp = twin  # type: ignore[assignment]  # timm types mlp as Mlp
         block.dwconv1 = DWConv(block.dim) if m.dwconv else nn.Identity()
         block.dwconv2 = DWConv(block.dim) if m.dwconv and pure else nn.Identity()
         return block
@@ -114,6 +115,12 @@ class Swin(Backbone):
         if len(m.num_heads) != len(m.depths):
             raise ValueError("swin needs one num_heads entry per stage (len(num_heads) == len(depths))")
         heads_divide(m)
+        check_twin(m, self)
+
+    def head_dims(self, m: ModelConfig) -> tuple[int, ...]:
+        """Stage i: width embed_dim * 2^i over num_heads[i] heads."""
+        assert m.embed_dim is not None and m.num_heads is not None  # set by validation
+        return tuple(m.embed_dim * 2**i // h for i, h in enumerate(m.num_heads))
 
     def build(self, m: ModelConfig, attention: Mechanism, num_classes: int, in_chans: int) -> nn.Module:
         """timm SwinTransformer (stage widths embed_dim * 2^i) with every window attention mixed."""

@@ -12,7 +12,7 @@ from torch import Tensor, nn
 
 from ablate.components import Backbone, Mechanism
 from ablate.config import ModelConfig
-from ablate.nn.surgery import Mixed, mix_blocks, timm_args
+from ablate.nn.surgery import Mixed, check_twin, mix_blocks, timm_args
 from ablate.registry import register_backbone
 
 
@@ -20,10 +20,11 @@ class MixedAttention(Mixed, Attention):
     """ViT attention; bias = timm's optional attention mask, resolved to an additive bias."""
 
     @staticmethod
-    def blank(attn: nn.Module) -> Attention:
+    def blank(attn: nn.Module, head_dim: int) -> Attention:
         assert isinstance(attn, Attention)
         qkv_bias, proj_bias = attn.qkv.bias is not None, attn.proj.bias is not None
-        return Attention(attn.qkv.in_features, attn.num_heads, qkv_bias=qkv_bias, proj_bias=proj_bias)
+        dim = attn.qkv.in_features
+        return Attention(dim, attn.num_heads, attn_head_dim=head_dim, qkv_bias=qkv_bias, proj_bias=proj_bias)
 
     def forward(self, x: Tensor, attn_mask: Tensor | None = None, is_causal: bool = False) -> Tensor:
         B, N, _ = x.shape
@@ -53,6 +54,12 @@ class ViT(Backbone):
         one_stage(m)
         heads_divide(m)
         no_dwconv(m)
+        check_twin(m, self)
+
+    def head_dims(self, m: ModelConfig) -> tuple[int, ...]:
+        """One stage: embed_dim over num_heads[0]."""
+        assert m.embed_dim is not None and m.num_heads is not None  # set by validation
+        return (m.embed_dim // m.num_heads[0],)
 
     def build(self, m: ModelConfig, attention: Mechanism, num_classes: int, in_chans: int) -> nn.Module:
         """timm VisionTransformer (class token, depth = depths[0]) with every attention mixed."""
