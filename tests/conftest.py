@@ -3,6 +3,11 @@
 from __future__ import annotations
 
 import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import uuid
 from pathlib import Path
 
 import pytest
@@ -52,3 +57,42 @@ def ray_local():
              object_store_memory=128 * 2**20)  # fmt: skip
     yield ray
     ray.shutdown()
+
+
+@pytest.fixture(scope="session")
+def postgres():
+    """A real PostgreSQL server for the session (Debian's initdb and pg_ctl, on loopback, trust auth): the URL
+    of its server, without a database. Skipped, saying why, where the binaries or the driver are missing."""
+    initdb, pg_ctl = shutil.which("initdb"), shutil.which("pg_ctl")
+    if not initdb or not pg_ctl:
+        pytest.skip("PostgreSQL tests need initdb and pg_ctl on PATH (Debian: apt install postgresql)")
+    pytest.importorskip("psycopg", reason="PostgreSQL tests need the driver: pip install 'ablate[postgres]'")
+    root = Path(tempfile.mkdtemp(prefix="ablate-postgres-"))  # not under pytest's 0700 folder: the server reads it
+    as_user = []
+    if os.geteuid() == 0:  # initdb refuses root: run the server as the postgres user
+        as_user = ["runuser", "-u", "postgres", "--"]
+        shutil.chown(root, "postgres")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    data = root / "data"
+    subprocess.run([*as_user, initdb, "-D", str(data), "-A", "trust", "-U", "postgres", "--no-sync"], check=True,
+                   capture_output=True)  # fmt: skip
+    options = f"-p {port} -k {root} -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=200"
+    subprocess.run([*as_user, pg_ctl, "-D", str(data), "-o", options, "-l", str(root / "log"), "-w", "start"],
+                   check=True, capture_output=True)  # fmt: skip
+    yield f"postgresql+psycopg://postgres@127.0.0.1:{port}"
+    subprocess.run([*as_user, pg_ctl, "-D", str(data), "-m", "immediate", "stop"], capture_output=True)
+    shutil.rmtree(root, ignore_errors=True)
+
+
+def fresh_database(server: str) -> str:
+    """A new, empty database on the PostgreSQL `server`; its URL."""
+    import sqlalchemy
+
+    name = f"t_{uuid.uuid4().hex[:12]}"
+    engine = sqlalchemy.create_engine(f"{server}/postgres", isolation_level="AUTOCOMMIT")
+    with engine.connect() as conn:
+        conn.exec_driver_sql(f"CREATE DATABASE {name}")
+    engine.dispose()
+    return f"{server}/{name}"

@@ -1,4 +1,5 @@
-"""The results store on real SQLite files: schema and migrations, idempotent writes, concurrency, frames."""
+"""The results store on real SQLite files and a real PostgreSQL server: schema and migrations, idempotent writes,
+concurrency and leases, frames."""
 
 from __future__ import annotations
 
@@ -12,8 +13,10 @@ from multiprocessing import get_context
 import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
+from conftest import fresh_database
 from sqlalchemy import text
 from sqlalchemy.dialects import postgresql
+from sqlalchemy.exc import IntegrityError
 
 from ablate.config import TrialConfig
 from ablate.planner import Trial, trial_key, variant_key
@@ -29,9 +32,17 @@ def trial(seed: int, kind: str = "softmax", **axes: object) -> Trial:
     return Trial(trial_key(cfg), variant_key(cfg), cfg, {"attention.kind": kind, "seed": seed, **axes})
 
 
+@pytest.fixture(params=["sqlite", "postgresql"])
+def url(request, tmp_path) -> str:
+    """A fresh results database: a SQLite file, or a new database on the session's real PostgreSQL server."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'ablate.sqlite'}"
+    return fresh_database(request.getfixturevalue("postgres"))
+
+
 @pytest.fixture
-def store(tmp_path):
-    with Store(f"sqlite:///{tmp_path / 'ablate.sqlite'}") as s:
+def store(url):
+    with Store(url) as s:
         yield s
 
 
@@ -114,7 +125,7 @@ def test_metric_writes_are_idempotent_upserts(store):
 
 
 def test_metrics_of_an_unknown_trial_are_refused(store):
-    with pytest.raises(Exception, match="FOREIGN KEY"):
+    with pytest.raises(IntegrityError):  # the foreign key, on every backend
         store.log_metrics("nope", 0, {"loss": 1.0})
 
 
@@ -205,8 +216,8 @@ def _open(url: str, at: float) -> list[str]:
         return conn.execute(text("SELECT version_num FROM alembic_version")).scalars().all()
 
 
-def test_processes_opening_a_fresh_file_at_once_migrate_it_once(tmp_path, pool):
-    url, at = f"sqlite:///{tmp_path / 'fresh.sqlite'}", time.time() + 2
+def test_processes_opening_a_fresh_database_at_once_migrate_it_once(url, pool):
+    at = time.time() + 2
     assert list(pool.map(_open, [url] * 3, [at] * 3, timeout=120)) == [["0005"]] * 3
 
 
@@ -267,8 +278,7 @@ def _claim_all(url: str, keys: list[str], at: float) -> list[str]:
     return won
 
 
-def test_launchers_claiming_at_once_each_win_different_trials(tmp_path, pool):
-    url = f"sqlite:///{tmp_path / 'race.sqlite'}"
+def test_launchers_claiming_at_once_each_win_different_trials(url, pool):
     trials = [trial(i) for i in range(30)]
     with Store(url) as s:
         s.add_trials("s", trials)

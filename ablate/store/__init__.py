@@ -16,8 +16,8 @@ launcher takes before it runs a trial (claim, renew, release), so launchers shar
 trial once.
 Reads: done_keys, states, trial, sweep, membership, and the frames sweeps_frame, trials_frame,
 metrics_frame, status, runs (the only way reports read the store).
-PostgreSQL needs its driver installed (e.g. psycopg); open the first Store on a new PostgreSQL database
-from one process (SQLite serialises concurrent first opens itself).
+PostgreSQL needs its driver (`pip install "ablate[postgres]"`, psycopg 3); concurrent first opens of a new
+database migrate it once on both backends (SQLite's write lock, PostgreSQL's advisory lock).
 Modules: `schema` (ORM models), `engine` (SQLite WAL + busy timeout, Alembic upgrade, upserts),
 `queries` (frames), `writes` (the write side), `migrations/` (Alembic scripts).
 """

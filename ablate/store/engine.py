@@ -22,6 +22,8 @@ MIGRATIONS = Path(__file__).with_name("migrations")
 #: Execution option that marks a connection as a writer (BEGIN IMMEDIATE on SQLite).
 WRITER_OPTION = "ablate_write"
 WRITE = {WRITER_OPTION: True}
+MIGRATION_LOCK = 71582026
+"""PostgreSQL advisory lock id held while a process migrates the schema."""
 
 
 def sqlite_file(url: str) -> Path | None:
@@ -78,6 +80,8 @@ def upgrade(engine: Engine, revision: str = "head") -> None:
     cfg.set_main_option("script_location", str(MIGRATIONS))
     target = ScriptDirectory.from_config(cfg).as_revision_number(revision)
     with engine.connect().execution_options(**WRITE) as conn, conn.begin():
+        if conn.dialect.name == "postgresql":  # one migrator at a time (SQLite's BEGIN IMMEDIATE does this there)
+            conn.exec_driver_sql(f"SELECT pg_advisory_xact_lock({MIGRATION_LOCK})")
         if set(MigrationContext.configure(conn).get_current_heads()) == {target}:
             return
         cfg.attributes["connection"] = conn
