@@ -45,12 +45,16 @@ def fail(message: str, code: int = 2) -> None:
     raise typer.Exit(code)
 
 
-def plans_of(file: Path, sweeps: list[str] | None) -> list[Any]:
-    """Load and plan the named sweeps of `file` (all when none named); exit 2 on any problem."""
+def plans_of(file: Path, sweeps: list[str] | None, default: bool = False) -> list[Any]:
+    """Load and plan the named sweeps of `file` (when none is named: all, or with `default` the file's default
+    sweep, its `default:` or its first); exit 2 on any problem."""
     from ablate.planner import load_plans
+    from ablate.spec import read_sweeps
 
     try:
         loaded = load_plans(file)
+        if default and not sweeps and (name := read_sweeps(file).default) is not None:
+            sweeps = [name]
     except SpecError as e:
         err.print(f"[bold red]{file}: {len(e.problems)} problem(s)[/]")
         for p in e.problems:
@@ -152,7 +156,10 @@ MLFLOW = typer.Option(
 @app.command()
 def launch(
     file: Path = typer.Argument(Path("experiments.yaml"), help="The experiments file."),
-    sweep: list[str] | None = typer.Argument(None, help="Sweeps to launch (default: every sweep)."),
+    sweep: list[str] | None = typer.Argument(
+        None, help="Sweeps to launch (default: the file's default sweep, its `default:` or its first)."
+    ),
+    every: bool = typer.Option(False, "--all", help="Launch every sweep of the file."),
     address: str | None = typer.Option(
         None, envvar="RAY_ADDRESS", help="Ray cluster address; none: an embedded local Ray."
     ),
@@ -178,7 +185,9 @@ def launch(
     ),
 ) -> None:
     """Run every unfinished trial of the sweeps on Ray; record to the store and MLflow."""
-    plans = plans_of(file, sweep)
+    plans = plans_of(file, sweep, default=not every)
+    if not sweep and not every:
+        out.print(f"sweep {plans[0].sweep} (the file's default; name sweeps, or --all for every one)")
     if dry_run:
         _dry_run(plans, db)
         return

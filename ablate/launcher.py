@@ -18,7 +18,7 @@ import socket
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -162,16 +162,23 @@ def _connect(address: str | None, num_cpus: int | None) -> bool:
 
 
 def launch(
-    plans: list[Plan],
-    store: Store,
+    plans: Plan | Sequence[Plan],
+    store: Store | None = None,
     tracker: Tracker | None = None,
     *,
     cluster: Cluster = Cluster(),
     run: RunConfig = RunConfig(),
     progress: Progress | None = None,
 ) -> LaunchResult:
-    """Run every unfinished trial of `plans`, recording to `store` (and MLflow through `tracker`); return
-    counts per outcome. See the module docstring."""
+    """Run every unfinished trial of `plans` (one Plan or several), recording to `store` (default: the
+    results database under db/, as the CLI) and to MLflow through `tracker`; return counts per outcome. See
+    the module docstring."""
+    if isinstance(plans, Plan):
+        plans = [plans]
+    if store is None:
+        with Store() as default_store:
+            return launch(plans, default_store, tracker, cluster=cluster, run=run, progress=progress)
+    plans = list(plans)
     if run.runner is None:
         from ablate.trial import run_trial
 

@@ -26,6 +26,7 @@ import hashlib
 import json
 import os
 import re
+import sqlite3
 import time
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
@@ -81,7 +82,7 @@ def _fast_sqlite(db: Path) -> None:
     target = str(db)
 
     def on_connect(dbapi_conn: Any, _record: Any) -> None:
-        if not hasattr(dbapi_conn, "execute"):
+        if not isinstance(dbapi_conn, sqlite3.Connection):  # every engine of the process passes here
             return
         row = dbapi_conn.execute("PRAGMA database_list").fetchone()
         if row is not None and row[2] == target:

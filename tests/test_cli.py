@@ -13,6 +13,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+import yaml
 from conftest import TINY, write_sweeps
 from typer.testing import CliRunner
 
@@ -128,6 +129,22 @@ def test_plan_json_rows_carry_key_axes_cost_and_config(tmp_path: Path) -> None:
     assert csan["params"] > rows[0]["params"] and csan["config"]["attention"]["tau"] is True
     header = invoke("plan", str(f), "--format", "csv").splitlines()[0]
     assert header.startswith("sweep,key,variant,attention.kind,seed,params,gflops")
+
+
+def test_launch_runs_the_default_sweep_unless_told_otherwise(tmp_path: Path) -> None:
+    """No sweep named: the file's default only (its `default:`, else its first), and the output says which;
+    `--all` every sweep; named sweeps those (dry runs: nothing is trained or written)."""
+    sweeps = {"a": {"base": TINY}, "b": {"base": TINY, "seeds": 3}}
+    first = write_sweeps(tmp_path / "e.yaml", sweeps)
+    db = f"sqlite:///{tmp_path}/r.sqlite"
+    dry = invoke("launch", str(first), "--db", db, "--dry-run")
+    assert "sweep a (the file's default" in dry and "would run 1, skip 0" in dry
+    assert "would run 4, skip 0" in invoke("launch", str(first), "--all", "--db", db, "--dry-run")
+    assert "would run 3, skip 0" in invoke("launch", str(first), "b", "--db", db, "--dry-run")
+    declared = tmp_path / "d.yaml"
+    declared.write_text(yaml.safe_dump({"default": "b", "sweeps": sweeps}))
+    assert "would run 3, skip 0" in invoke("launch", str(declared), "--db", db, "--dry-run")
+    assert not (tmp_path / "r.sqlite").exists()
 
 
 def test_launch_status_runs_report(ray_local, tmp_path: Path) -> None:

@@ -56,6 +56,18 @@ def test_launch_records_everything_and_never_reruns(ray_local, tmp_path: Path) -
         assert len(tracker.client.search_runs([tracker.experiment("s")], "tags.trial_key != ''")) == 2
 
 
+def test_the_library_launches_one_plan_into_the_default_store(ray_local, tmp_path: Path, monkeypatch) -> None:
+    """`ablate.launch(ablate.plan(path))`, as the README shows it: one Plan, the CLI's default store."""
+    import ablate
+
+    monkeypatch.chdir(tmp_path)
+    f = write_sweeps(tmp_path / "e.yaml", {"s": {"base": TINY}})
+    res = ablate.launch(ablate.plan(f), run=RunConfig(storage=tmp_path / "ck"), progress=quiet())
+    assert res.counts == {"done": 1}
+    with Store(f"sqlite:///{tmp_path / 'db' / 'ablate.sqlite'}") as store:
+        assert set(store.states().values()) == {"done"}
+
+
 def test_extended_grid_runs_only_new_cells(ray_local, tmp_path: Path) -> None:
     f = write_sweeps(tmp_path / "e.yaml", {"s": {"base": TINY, "grid": {"attention.kind": ["softmax"]}}})
     with Store(f"sqlite:///{tmp_path}/r.sqlite") as store:
