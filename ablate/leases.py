@@ -14,6 +14,7 @@ import threading
 import time
 
 from ablate.store import Owner, Store
+from ablate.store.faults import StoreUnavailable
 
 
 class Heartbeat:
@@ -23,7 +24,6 @@ class Heartbeat:
         self.store, self.owner = store, owner
         self.last: tuple[float, frozenset[str]] = (0.0, frozenset())
         """When the last renewal began (time.monotonic) and the keys it found held; one tuple, swapped whole."""
-        self.error: str | None = None
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="ablate-heartbeat", daemon=True)
 
@@ -47,6 +47,5 @@ class Heartbeat:
             began = time.monotonic()
             try:
                 self.last = (began, frozenset(self.store.renew(self.owner)))
-                self.error = None
-            except Exception as e:  # a store hiccup: the next beat tries again, well within the lease
-                self.error = f"{type(e).__name__}: {e}"
+            except StoreUnavailable:  # the next beat tries again, well within the lease; the launch loop reports it
+                continue
