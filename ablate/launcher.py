@@ -339,21 +339,25 @@ class _Fanout:
             self.recorder.failure = e
             return default
 
-    def cpus(self, key: str) -> float:
-        cfg = self.todo[key].config
-        return (self.run.cpus if self.run.cpus is not None else cfg.resources.cpus) * cfg.resources.workers
+    def worker_cpus(self, key: str) -> float:
+        return self.run.cpus if self.run.cpus is not None else self.todo[key].config.resources.cpus
+
+    def ask(self, key: str) -> tuple[float, float]:
+        """CPUs and GPUs the whole trial holds (every worker of it)."""
+        workers = self.todo[key].config.resources.workers
+        return self.worker_cpus(key) * workers, self.gpus[key] * workers
 
     def fill(self) -> None:
         """Claim and submit the queued trials the cluster has CPUs and GPUs for (at least one when idle)."""
         if not self.queue:
             return
         total = ray.cluster_resources()
-        running = list(self.pending.values())
-        free_cpu = total.get("CPU", 0.0) - sum(self.cpus(k) for k in running)
-        free_gpu = total.get("GPU", 0.0) - sum(self.gpus[k] * self.todo[k].config.resources.workers for k in running)
+        running = [self.ask(k) for k in self.pending.values()]
+        free_cpu = total.get("CPU", 0.0) - sum(cpu for cpu, _ in running)
+        free_gpu = total.get("GPU", 0.0) - sum(gpu for _, gpu in running)
         room = 0
         for key in self.queue:
-            cpu, gpu = self.cpus(key), self.gpus[key] * self.todo[key].config.resources.workers
+            cpu, gpu = self.ask(key)
             if (cpu > free_cpu + 1e-9 or gpu > free_gpu + 1e-9) and (running or room):
                 break
             free_cpu, free_gpu, room = free_cpu - cpu, free_gpu - gpu, room + 1
@@ -361,8 +365,9 @@ class _Fanout:
         if not won:
             return
         self.tolerant(lambda: self.store.interrupt(won), 0)  # left `running` by a launcher that died: resume
+        ordered = [k for k in self.queue if k in won]  # the queue is in plan order
         self.queue = [k for k in self.queue if k not in won]
-        for key in sorted(won, key=list(self.todo).index):
+        for key in ordered:
             self.claimed[key] = time.monotonic()
             self.submit(key)
 
@@ -371,15 +376,16 @@ class _Fanout:
         if not self.queue:
             return
         states: dict[str, str] = self.tolerant(lambda: self.store.states(self.queue), {})
-        for key in [k for k in self.queue if states.get(k) in ("done", "failed", "diverged")]:
-            self.queue.remove(key)
+        ended = [k for k in self.queue if states.get(k) in ("done", "failed", "diverged")]
+        gone = set(ended)
+        self.queue = [k for k in self.queue if k not in gone]
+        for key in ended:
             self.result.counts[states[key]] += 1
             self.progress.finished(key, states[key])
 
     def submit(self, key: str) -> None:
         cfg = self.todo[key].config
-        opts = {"num_cpus": self.run.cpus if self.run.cpus is not None else cfg.resources.cpus,
-                "num_gpus": self.gpus[key], "max_retries": 0,
+        opts = {"num_cpus": self.worker_cpus(key), "num_gpus": self.gpus[key], "max_retries": 0,
                 "name": f"trial-{key[:10]}"}  # fmt: skip
         args = replace(self.template, config=cfg.model_dump(mode="json"), key=key, inbox=self.inbox)
         clear_stop(self.folder(key))  # a request a preempted attempt already answered
