@@ -163,8 +163,10 @@ def launch(
     address: str | None = typer.Option(
         None, envvar="RAY_ADDRESS", help="Ray cluster address; none: an embedded local Ray."
     ),
-    storage: Path = typer.Option(
-        Path("db/checkpoints"), help="Checkpoint folder; must be shared by all nodes on a cluster."
+    storage: str = typer.Option(
+        "db/checkpoints",
+        help="Checkpoint folder (on a cluster, one every node mounts) or a bucket URL such as s3://bucket/prefix"
+        " (any fsspec filesystem; credentials from its usual environment on every node).",
     ),
     db: str | None = DB,
     mlflow_uri: str | None = MLFLOW,
@@ -194,6 +196,7 @@ def launch(
     from ablate.launcher import Cluster, RunConfig, reachable
     from ablate.launcher import launch as run
     from ablate.progress import Progress
+    from ablate.storage import Storage, StorageError
     from ablate.store import Store
 
     if address:
@@ -201,8 +204,14 @@ def launch(
             reachable(address)  # before anything is written
         except ConnectionError as e:
             fail(str(e))
+    where = Storage(storage)
+    try:
+        where.refuse_gangs([t for p in plans for t in p.trials])
+        where.check()
+    except StorageError as e:
+        fail(str(e))
     if check:
-        failed = [c for c in _check(plans, _done_keys(db), storage / CHECKED) if not c.ok]
+        failed = [c for c in _check(plans, _done_keys(db), where.root / CHECKED) if not c.ok]
         if failed:
             fail(
                 "the pre-launch check failed (`ablate check` shows every variant; --no-check skips it):\n"

@@ -3,10 +3,10 @@
 Plan, skip every key already `done` in the store (whatever sweep ran it), submit the rest as Ray tasks
 with the sweep's cpus/gpus, and record what they report through the one writer (`ablate.recorder`).
 Worker or node death: Ray re-runs the task (`system_retries`) and the trial resumes from its checkpoint
-under `storage/<key>` (shared storage on a cluster). Application errors are recorded as `failed`, retried
-only `resources.retries` times. Ctrl-C (or SIGTERM) asks the loop to stop: at its next poll it cancels
-running tasks and marks them `interrupted`, and the next launch resumes them; a second Ctrl-C stops at
-once. No address: an embedded local Ray for the launch; an address or RAY_ADDRESS: that cluster.
+under `storage/<key>` (a shared folder or a bucket, `ablate.storage`). Application errors are recorded
+as `failed`, retried only `resources.retries` times. Ctrl-C (or SIGTERM) asks the loop to stop: at its
+next poll it cancels running tasks and marks them `interrupted`, and the next launch resumes them; a
+second Ctrl-C stops at once. No address: an embedded local Ray for the launch; an address or RAY_ADDRESS: that cluster.
 """
 
 from __future__ import annotations
@@ -29,12 +29,13 @@ import ray
 from ablate import gangs, journal, packing
 from ablate.config import TrialConfig
 from ablate.leases import Heartbeat
-from ablate.messages import EpochEnd, Finished, PeerLost, Runner, Started, TrialResult, clear_stop, request_stop
+from ablate.messages import EpochEnd, Finished, PeerLost, Runner, Started, TrialResult
 from ablate.mirror import Mirror
 from ablate.planner import Plan, Trial
 from ablate.plugins import Plugins
 from ablate.progress import Progress
 from ablate.recorder import Recorder, start_inbox
+from ablate.storage import Storage
 from ablate.store import Owner, Store
 from ablate.store.faults import StoreUnavailable
 from ablate.tracking import Tracker
@@ -78,7 +79,8 @@ class RunConfig:
     """How each trial runs (Ray Tune's `RunConfig` plays the same part)."""
 
     storage: str | Path = DEFAULT_STORAGE
-    """Checkpoint folder, `<storage>/<trial key>`; on a cluster it must be shared by every node."""
+    """Checkpoint root, `<storage>/<trial key>`: a folder (on a cluster, one every node mounts) or an fsspec URL
+    such as `s3://bucket/prefix` (see `ablate.storage`)."""
     cpus: float | None = None
     """CPUs per trial, overriding each sweep's `resources.cpus`."""
     gpus: float | None = None
@@ -193,11 +195,14 @@ def launch(
         plugins = plugins.merged(plan.plugins)
         for t in plan.trials:
             todo.setdefault(t.key, t)
-    storage = Path(run.storage).resolve()
-    replayed = Recorder(store).replay(storage)  # what an earlier launch journaled while the store was down
+    storage = Storage(run.storage)
+    replayed = Recorder(store).replay(storage.root)  # what an earlier launch journaled while the store was down
     done = store.done_keys(todo)
     result.skipped = len(done)
     todo = {k: t for k, t in todo.items() if k not in done}
+    if todo:  # a storage that cannot serve these trials is an error before Ray starts
+        storage.refuse_gangs(list(todo.values()))
+        storage.check()
     # Ray first: an unreachable cluster is an error before anything is written to the store.
     ours = _connect(cluster.address, cluster.num_cpus) if todo else False
     owner = Owner.new(run.lease)
@@ -227,9 +232,9 @@ def launch(
             who = ", ".join(sorted(set(holders.values())))
             progress.message(f"{len(holders)} trials are leased to other launchers ({who}): they run there; "
                              "this launch takes over any whose lease lapses")  # fmt: skip
-        template = TaskArgs({}, "", str(storage), None, runner, plugins)
+        template = TaskArgs({}, "", storage.url, None, runner, plugins)
         gpus = {k: _gpus(t.config, run.gpus) for k, t in todo.items()} | admission.shares
-        recorder = Recorder(store, mirror, storage / journal.FOLDER / f"{owner.id}.jsonl")
+        recorder = Recorder(store, mirror, storage.root / journal.FOLDER / f"{owner.id}.jsonl")
         fanout = _Fanout(todo, store, owner, heartbeat, recorder, progress, result, run, template, gpus)
         stop = Stop()
         try:
@@ -289,6 +294,7 @@ class _Fanout:
         self.todo, self.store, self.owner, self.heartbeat = todo, store, owner, heartbeat
         self.recorder, self.progress, self.result, self.run, self.template, self.gpus = (
             recorder, progress, result, run, template, gpus)  # fmt: skip
+        self.storage = Storage(template.storage)
         self.queue = list(todo)
         """Trials not claimed yet, in plan order."""
         self.claimed: dict[str, float] = {}
@@ -388,7 +394,7 @@ class _Fanout:
         opts = {"num_cpus": self.worker_cpus(key), "num_gpus": self.gpus[key], "max_retries": 0,
                 "name": f"trial-{key[:10]}"}  # fmt: skip
         args = replace(self.template, config=cfg.model_dump(mode="json"), key=key, inbox=self.inbox)
-        clear_stop(self.folder(key))  # a request a preempted attempt already answered
+        self.storage.clear_stop(key)  # a request a preempted attempt already answered
         if cfg.resources.workers > 1:
             gang = self.gangs[key] = gangs.start(self.task, opts, cfg.resources.workers, args)
             ref = gang.leader
@@ -421,9 +427,6 @@ class _Fanout:
         ray.cancel(ref, force=True)
         if key in self.gangs:
             self.gangs.pop(key).stop()
-
-    def folder(self, key: str) -> Path:
-        return Path(self.template.storage) / key
 
     def settle(self, ref: Any, resubmit: bool = True) -> None:
         """Record a finished task; submit it again for a retry, an OOM requeue or a lost worker (when
@@ -467,7 +470,7 @@ class _Fanout:
         """SIGTERM: ask every running trial to checkpoint at its next step and stop (`ablate.messages.PREEMPT`),
         record them as they return, and after `run.grace` seconds stop the rest; all end `preempted`."""
         for key in self.pending.values():
-            request_stop(self.folder(key))
+            self.storage.request_stop(key)
         self.progress.message(f"SIGTERM: {len(self.pending)} running trials checkpoint at their next step")
         end = time.monotonic() + self.run.grace
         while self.pending and time.monotonic() < end:

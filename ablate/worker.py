@@ -10,7 +10,6 @@ import os
 import socket
 import time
 from dataclasses import dataclass, replace
-from pathlib import Path
 from typing import Any
 
 import ray
@@ -18,6 +17,7 @@ import ray
 from ablate.config import TrialConfig
 from ablate.messages import RENDEZVOUS, EpochEnd, Runner, Started, TrialResult
 from ablate.plugins import Plugins
+from ablate.storage import Storage
 
 
 @dataclass(frozen=True)
@@ -28,7 +28,7 @@ class TaskArgs:
     """The trial's config as JSON data (validated again on the worker, after its plugins are imported)."""
     key: str
     storage: str
-    """Checkpoint root: the trial's folder is `<storage>/<key>`."""
+    """Checkpoint root (a path or an fsspec URL, `ablate.storage`): the trial's folder is `<storage>/<key>`."""
     inbox: Any
     """The `recorder.Inbox` actor (None for ranks other than 0: only rank 0 reports)."""
     runner: Runner
@@ -72,8 +72,13 @@ def trial_task(args: TaskArgs, place: Rank | None = None) -> TrialResult:
 
     env = {} if place is None else place.environment()
     os.environ.update(env)
+    storage = Storage(args.storage)
     try:
-        return args.runner(cfg, report, Path(args.storage) / args.key)
+        with storage.sync(args.key) as sync:
+            result = args.runner(cfg, report, storage.folder(args.key))
+            sync.close(upload=result.outcome == "preempted")  # a done trial needs no last upload
+        result.warnings.extend(sync.problems)
+        return result
     finally:
         for name in env:
             os.environ.pop(name, None)

@@ -6,6 +6,7 @@ import os
 import shutil
 import socket
 import subprocess
+import sys
 import tempfile
 import uuid
 from pathlib import Path
@@ -72,9 +73,7 @@ def postgres():
     if os.geteuid() == 0:  # initdb refuses root: run the server as the postgres user
         as_user = ["runuser", "-u", "postgres", "--"]
         shutil.chown(root, "postgres")
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     data = root / "data"
     subprocess.run([*as_user, initdb, "-D", str(data), "-A", "trust", "-U", "postgres", "--no-sync"], check=True,
                    capture_output=True)  # fmt: skip
@@ -96,3 +95,53 @@ def fresh_database(server: str) -> str:
         conn.exec_driver_sql(f"CREATE DATABASE {name}")
     engine.dispose()
     return f"{server}/{name}"
+
+
+def free_port(ip: str = "127.0.0.1") -> int:
+    """A TCP port free on `ip` now (for servers the tests start)."""
+    with socket.socket() as s:
+        s.bind((ip, 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture(scope="session")
+def s3_server():
+    """A real S3-compatible HTTP server for the session (moto in server mode, on loopback): the environment
+    that points S3 clients at it (endpoint and dummy credentials), for this process and the ones it starts."""
+    pytest.importorskip("s3fs", reason="S3 storage tests need the driver: pip install 'ablate[s3]'")
+    pytest.importorskip("moto.server", reason="S3 storage tests need moto[s3] and flask (the dev extra)")
+    from gate import wait_for
+
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    env = {"AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}", "AWS_ACCESS_KEY_ID": "test",
+           "AWS_SECRET_ACCESS_KEY": "test", "AWS_DEFAULT_REGION": "us-east-1"}  # fmt: skip
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+
+    def serving() -> bool:
+        with socket.socket() as s:
+            return s.connect_ex(("127.0.0.1", port)) == 0
+
+    try:
+        wait_for(serving, timeout=60)
+        yield env
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+@pytest.fixture
+def bucket(s3_server) -> str:
+    """A fresh bucket on the session's S3 server: the storage URL of a prefix in it."""
+    import fsspec
+
+    name = f"b-{uuid.uuid4().hex[:12]}"
+    fsspec.filesystem("s3", skip_instance_cache=True).mkdir(name)
+    return f"s3://{name}/sweeps"

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -17,7 +16,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import TINY
+from conftest import TINY, free_port
 from gate import Gate
 from test_plugins import plugin_source
 
@@ -28,12 +27,6 @@ pytestmark = pytest.mark.timeout(420)
 RAY = str(Path(sys.executable).with_name("ray"))
 GATE_SCRIPT = Path(__file__).with_name("gate.py")
 IP = "127.0.0.2"  # Ray 2.60 cannot hold two nodes on 127.0.0.1
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind((IP, 0))
-        return s.getsockname()[1]
 
 
 def start_node(args: list[str], env: dict) -> subprocess.Popen:
@@ -81,7 +74,7 @@ def nodes_alive(address: str, env: dict) -> int:
 def two_nodes() -> Iterator[tuple[str, dict, list[subprocess.Popen]]]:
     """A head and a worker node (1 CPU each) on loopback; stopped (their process groups killed) on exit."""
     env = {**os.environ, "RAY_AUTH_MODE": "disabled", "RAY_ADDRESS": ""}
-    address = f"{IP}:{free_port()}"
+    address = f"{IP}:{free_port(IP)}"
     nodes = [start_node(["--head", "--port", address.split(":")[1], "--include-dashboard", "false"], env)]
     try:
         deadline = time.monotonic() + 120

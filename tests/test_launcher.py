@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from conftest import TINY, write_sweeps
+from conftest import TINY, fresh_database, write_sweeps
 from gate import Gate, wait_for
 
 from ablate import checkpoints
@@ -206,10 +206,19 @@ LEASE = 4.0
 """Lease seconds of the CLI launches here: a killed launcher's trials are taken over this soon."""
 
 
-def launch_cmd(f: Path, tmp_path: Path, gate: Gate | None = None, mlflow: str | None = None) -> list[str]:
-    """The CLI launch of `f` (recording to MLflow at `mlflow`, if given), through the gate script when the
-    trials must stop at its epoch."""
-    args = ["launch", str(f), "--db", f"sqlite:///{tmp_path}/r.sqlite", "--plain", "--storage", str(tmp_path / "ck"),
+def launch_cmd(
+    f: Path,
+    tmp_path: Path,
+    gate: Gate | None = None,
+    mlflow: str | None = None,
+    storage: str | None = None,
+    db: str | None = None,
+) -> list[str]:
+    """The CLI launch of `f` (recording to MLflow at `mlflow`, if given; checkpoints in `storage` and results in
+    `db`, by default a folder and a SQLite file of `tmp_path`), through the gate script when the trials must
+    stop at its epoch."""
+    storage, db = storage or str(tmp_path / "ck"), db or f"sqlite:///{tmp_path}/r.sqlite"
+    args = ["launch", str(f), "--db", db, "--plain", "--storage", storage,
             "--lease", str(LEASE), *(["--mlflow-uri", mlflow] if mlflow else ["--no-mlflow"])]  # fmt: skip
     if gate is None:
         return [sys.executable, "-m", "ablate.cli", *args]
@@ -255,21 +264,27 @@ def test_killed_launcher_is_finished_by_the_next_launch(tmp_path: Path) -> None:
         assert not store.metrics_frame("s").duplicated(["key", "name", "step"]).any()
 
 
-def test_launchers_started_together_train_each_trial_once(tmp_path: Path) -> None:
-    """Three launchers of one sweep at the same moment, on one fresh store and one fresh MLflow database: they
-    split the trials, each trial has exactly one training attempt and one MLflow run, and every launcher ends
-    when all are done."""
+@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
+def test_launchers_started_together_train_each_trial_once(
+    tmp_path: Path, backend: str, request: pytest.FixtureRequest
+) -> None:
+    """Three launchers of one sweep at the same moment, on one fresh store (a SQLite file, a PostgreSQL
+    database) and one fresh MLflow database: they split the trials, each trial has exactly one training
+    attempt and one MLflow run, and every launcher ends when all are done."""
+    db = (
+        f"sqlite:///{tmp_path}/r.sqlite" if backend == "sqlite" else fresh_database(request.getfixturevalue("postgres"))
+    )
     cfg = {**TINY, "train": {**TINY["train"], "epochs": 1}, "resources": {"cpus": 1}}
     f = write_sweeps(
         tmp_path / "e.yaml", {"s": {"base": cfg, "grid": {"attention.kind": ["softmax", "csan"]}, "seeds": 3}}
     )
     mlflow = f"sqlite:///{tmp_path}/m.sqlite"
-    cmd = launch_cmd(f, tmp_path, mlflow=mlflow)
+    cmd = launch_cmd(f, tmp_path, mlflow=mlflow, db=db)
     procs = [subprocess.Popen(cmd, cwd=tmp_path, env=CLI_ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                               text=True) for _ in range(3)]  # fmt: skip
     outs = [p.communicate(timeout=240)[0] for p in procs]
     assert [p.returncode for p in procs] == [0, 0, 0], outs
-    with Store(f"sqlite:///{tmp_path}/r.sqlite") as store:
+    with Store(db) as store:
         t = store.trials_frame("s")
         assert len(t) == 6 and set(t["state"]) == {"done"} and set(t["attempts"]) == {1}
         assert store.holders() == {}  # every lease given back

@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import urllib.request
 from pathlib import Path
 
 import pytest
-from conftest import TINY, write_sweeps
+from conftest import TINY, free_port, write_sweeps
 from gate import Gate, wait_for
 
 from ablate.config import TrialConfig
@@ -57,12 +56,6 @@ def test_a_resumed_trial_replaying_its_history_sends_each_point_once(tmp_path: P
         run = tracker.client.get_run(run_id)
         assert run.info.status == "FINISHED" and run.data.metrics["test.top1"] == 0.5
         assert sync(store, tracker).trials == 0 and store.unmirrored() == []
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def test_the_mirror_warns_once_and_never_holds_the_launch_while_mlflow_is_down(tmp_path: Path) -> None:

@@ -221,6 +221,32 @@ def test_processes_opening_a_fresh_database_at_once_migrate_it_once(url, pool):
     assert list(pool.map(_open, [url] * 3, [at] * 3, timeout=120)) == [["0005"]] * 3
 
 
+def test_a_postgresql_migration_waits_for_the_migrator_holding_the_lock(postgres):
+    """The test holds the migration lock as another migrator would: a Store opening the fresh database waits on
+    it (PostgreSQL shows the wait) and creates nothing until the lock is released, then migrates."""
+    from gate import wait_for
+
+    from ablate.store.engine import MIGRATION_LOCK
+
+    url = fresh_database(postgres)
+    holder = make_engine(url)
+    opened: list[Store] = []
+    with holder.connect() as conn:
+        conn.exec_driver_sql(f"SELECT pg_advisory_lock({MIGRATION_LOCK})")
+        thread = threading.Thread(target=lambda: opened.append(Store(url)))
+        thread.start()
+        waiting = (
+            f"SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND objid = {MIGRATION_LOCK} AND NOT granted"
+        )
+        wait_for(lambda: conn.exec_driver_sql(waiting).scalar_one() == 1, timeout=60)
+        assert conn.exec_driver_sql("SELECT to_regclass('alembic_version')").scalar_one() is None
+        conn.exec_driver_sql(f"SELECT pg_advisory_unlock({MIGRATION_LOCK})")
+        thread.join(timeout=60)
+    holder.dispose()
+    with opened[0] as s, s.engine.connect() as c:
+        assert c.execute(text("SELECT version_num FROM alembic_version")).scalars().all() == ["0005"]
+
+
 def test_concurrent_writers_never_see_database_is_locked(tmp_path, pool):
     """Three processes and two threads write one file at once (the design has one writer; this is the
     guard: WAL, BEGIN IMMEDIATE and the busy timeout). Without the busy timeout most writers fail."""

@@ -1,0 +1,149 @@
+"""Checkpoints in an object store (`--storage s3://...`) on a real S3-compatible HTTP server (moto in server
+mode): published atomically behind a marker, never read partial, stop requests carried, and a trial
+interrupted on one machine resumed from the bucket alone."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import fsspec
+import pytest
+import torch
+from conftest import TINY, write_sweeps
+from gate import Gate, wait_for
+from test_launcher import CLI_ENV, launch_cmd
+
+from ablate import checkpoints
+from ablate.messages import StopRequest
+from ablate.planner import plan
+from ablate.storage import MARKER, SCRATCH, Storage
+from ablate.store import Store
+
+pytestmark = pytest.mark.timeout(300)
+
+
+def s3() -> fsspec.AbstractFileSystem:
+    return fsspec.filesystem("s3", skip_instance_cache=True, use_listings_cache=False)
+
+
+def save(storage: Storage, key: str, epoch: int) -> None:
+    """A real checkpoint of a tiny model at `epoch` in the trial's local folder."""
+    model = torch.nn.Linear(4, 2)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    checkpoints.save(storage.folder(key), model, optimizer, None, checkpoints.Progress(epoch=epoch))
+
+
+@pytest.fixture
+def scratch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv(SCRATCH, str(tmp_path / "scratch"))
+    return tmp_path / "scratch"
+
+
+def test_each_checkpoint_is_published_behind_a_marker_and_fetched_whole(bucket: str, scratch: Path) -> None:
+    storage = Storage(bucket)
+    with storage.sync("k1"):
+        save(storage, "k1", 1)
+        first = wait_for(lambda: storage.published("k1"))
+        save(storage, "k1", 2)
+        second = wait_for(lambda: (m := storage.published("k1")) != first and m)
+    objects = [p.rsplit("/", 1)[1] for p in s3().ls(bucket.removeprefix("s3://") + "/k1")]
+    assert sorted(objects) == sorted([MARKER, second["object"]])  # the superseded object is gone
+    shutil.rmtree(scratch)  # another machine: nothing local
+    assert storage.fetch("k1") is None
+    state, problem = checkpoints.read(storage.folder("k1"))
+    assert problem is None and state is not None and state["epoch"] == 2
+
+
+def test_a_partial_or_mismatching_upload_is_never_read(bucket: str, scratch: Path) -> None:
+    storage, fs, base = Storage(bucket), s3(), bucket.removeprefix("s3://")
+    save(storage, "k2", 3)
+    data = (storage.folder("k2") / checkpoints.FILE).read_bytes()
+    fs.pipe_file(f"{base}/k2/checkpoint-orphan.pt", data[: len(data) // 2])  # an upload the marker never named
+    assert storage.fetch("k2") is None  # no marker: no checkpoint, and the local leftover is not trusted
+    assert not (storage.folder("k2") / checkpoints.FILE).exists()
+    marker = {"object": "checkpoint-orphan.pt", "size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+    fs.pipe_file(f"{base}/k2/{MARKER}", json.dumps(marker).encode())  # names a truncated object
+    problem = storage.fetch("k2")
+    assert problem is not None and "does not match its marker" in problem
+    assert not (storage.folder("k2") / checkpoints.FILE).exists()
+
+
+def test_a_stop_request_reaches_the_trial_through_the_bucket(bucket: str, scratch: Path) -> None:
+    storage = Storage(bucket)
+    with storage.sync("k3"):
+        stop = StopRequest(storage.folder("k3"))
+        assert not stop()
+        storage.request_stop("k3")  # the launcher, on another machine
+        wait_for(stop, timeout=30)
+    storage.clear_stop("k3")
+    assert not stop() and not storage.stop_requested("k3")
+
+
+def run_cli(tmp_path: Path, *args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "ablate.cli", *args], cwd=tmp_path, env=env, capture_output=True,
+                          text=True, timeout=120)  # fmt: skip
+
+
+@pytest.mark.parametrize("url", ["s3://no-such-bucket-here/x", "nosuchfs://x"])
+def test_a_storage_that_cannot_be_written_is_an_error_before_anything_starts(
+    tmp_path: Path, s3_server: dict[str, str], url: str
+) -> None:
+    f = write_sweeps(tmp_path / "e.yaml", {"s": {"base": TINY}})
+    res = run_cli(tmp_path, "launch", str(f), "--db", f"sqlite:///{tmp_path}/r.sqlite", "--no-mlflow", "--storage",
+                  url, env={**CLI_ENV, **s3_server})  # fmt: skip
+    assert res.returncode == 2, res.stdout + res.stderr
+    assert f"storage {url}" in res.stderr
+    assert not (tmp_path / "r.sqlite").exists()
+
+
+def test_multi_worker_trials_need_a_shared_folder(tmp_path: Path, bucket: str, s3_server: dict[str, str]) -> None:
+    f = write_sweeps(tmp_path / "e.yaml", {"s": {"base": {**TINY, "resources": {"workers": 2, "cpus": 1}}}})
+    res = run_cli(tmp_path, "launch", str(f), "--db", f"sqlite:///{tmp_path}/r.sqlite", "--no-mlflow", "--storage",
+                  bucket, env={**CLI_ENV, **s3_server})  # fmt: skip
+    assert res.returncode == 2 and "resources.workers > 1" in res.stderr, res.stdout + res.stderr
+    assert not (tmp_path / "r.sqlite").exists()
+
+
+def test_a_trial_preempted_on_one_machine_resumes_from_the_bucket(
+    tmp_path: Path, bucket: str, s3_server: dict[str, str]
+) -> None:
+    """SIGTERM while a trial provably runs: its stop request goes through the bucket, its mid-epoch checkpoint
+    is published there; every local copy is then deleted (a fresh machine) and the next launch resumes the
+    trial from the bucket alone."""
+    cfg = {**TINY, "train": {**TINY["train"], "epochs": 3, "batch_size": 32}}
+    f = write_sweeps(tmp_path / "e.yaml", {"s": {"base": cfg}})
+    (key,) = [t.key for t in plan(f, "s").trials]
+    env = {**CLI_ENV, **s3_server, SCRATCH: str(tmp_path / "machine-a")}
+    gate = Gate(tmp_path / "gate", epoch=1)
+    proc = subprocess.Popen(launch_cmd(f, tmp_path, gate, storage=bucket), cwd=tmp_path, env=env,
+                            start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True)  # fmt: skip
+    os.environ[SCRATCH] = env[SCRATCH]  # for Storage.folder below: the worker's scratch folder
+    try:
+        gate.wait(1)
+        proc.send_signal(signal.SIGTERM)
+        wait_for(lambda: (Storage(bucket).folder(key) / "preempt").exists())  # came down from the bucket
+        gate.open()
+        out, _ = proc.communicate(timeout=120)
+    finally:
+        os.environ.pop(SCRATCH)
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 143, out
+    shutil.rmtree(tmp_path / "machine-a")
+    res = subprocess.run(launch_cmd(f, tmp_path, storage=bucket), cwd=tmp_path,
+                         env={**env, SCRATCH: str(tmp_path / "machine-b")}, capture_output=True, text=True,
+                         timeout=300)  # fmt: skip
+    assert res.returncode == 0, res.stdout + res.stderr
+    with Store(f"sqlite:///{tmp_path}/r.sqlite") as store:
+        t = store.trials_frame("s")
+        assert list(t["state"]) == ["done"] and list(t["resumed_from"]) == [1] and list(t["attempts"]) == [2]
+        m = store.metrics_frame("s")
+        assert sorted(set(m["step"])) == [1, 2, 3] and not m.duplicated(["key", "name", "step"]).any()
