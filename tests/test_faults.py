@@ -10,10 +10,14 @@ import subprocess
 import sys
 import textwrap
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
 from pathlib import Path
 
 import pytest
 from conftest import TINY, write_sweeps
+from gate import Gate
+from test_launcher import launch_cmd
 
 from ablate.journal import journals
 from ablate.messages import EpochEnd, Finished, Started
@@ -75,15 +79,22 @@ except StoreUnavailable as e:
 """
 
 
-@pytest.fixture
-def small_disk(tmp_path: Path):
-    """A 1 MiB tmpfs where this process may mount one (a real full disk), else None."""
-    mount = tmp_path / "disk"
+@contextmanager
+def tmpfs(mount: Path, size: str) -> Iterator[Path | None]:
+    """A tmpfs of `size` at `mount` where this process may mount one (a real disk that fills), else None."""
     mount.mkdir()
-    made = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mount)], capture_output=True)
-    yield mount if made.returncode == 0 else None
-    if made.returncode == 0:
-        subprocess.run(["umount", str(mount)], check=True)
+    made = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(mount)], capture_output=True)
+    try:
+        yield mount if made.returncode == 0 else None
+    finally:
+        if made.returncode == 0:
+            subprocess.run(["umount", str(mount)], check=True)
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path | None]:
+    with tmpfs(tmp_path / "disk", "1m") as mount:
+        yield mount
 
 
 def test_a_full_disk_is_an_error_naming_the_store(tmp_path: Path, small_disk: Path | None) -> None:
@@ -132,3 +143,40 @@ def test_a_store_that_refuses_writes_raises_without_a_journal(tmp_path: Path) ->
     Store(f"sqlite:///{db}").close()
     with Store(f"sqlite:///file:{db}?mode=ro&uri=true") as down, pytest.raises(StoreUnavailable, match="read-only"):
         down.upsert_sweep("s")
+
+
+def test_a_disk_that_fills_mid_launch_loses_no_result(tmp_path: Path) -> None:
+    """The store's disk fills while a trial provably runs: the launch goes on, the trial finishes, its later
+    epochs and result go to the journal, the launch exits 3 naming the store; once there is room again the next
+    launch writes them, and the trial is done without training again."""
+    cfg = {**TINY, "train": {**TINY["train"], "epochs": 2}}
+    f = write_sweeps(tmp_path / "e.yaml", {"s": {"base": cfg}})
+    with tmpfs(tmp_path / "disk", "8m") as disk:
+        if disk is None:
+            pytest.skip("needs a tmpfs mount (root in a container that allows mounts)")
+        db = f"sqlite:///{disk}/r.sqlite"
+        gate = Gate(tmp_path / "gate", epoch=1)
+        proc = subprocess.Popen(launch_cmd(f, tmp_path, gate, db=db), cwd=tmp_path, env=CLI_ENV,
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)  # fmt: skip
+        try:
+            gate.wait(1)
+            with (disk / "filler").open("wb") as filler, suppress(OSError):
+                while True:
+                    filler.write(b"\0" * 2**16)
+                    filler.flush()
+            gate.open()
+            out, _ = proc.communicate(timeout=120)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+        assert proc.returncode == EXIT_CODE, out
+        assert "r.sqlite" in out and "journal" in out and "Traceback" not in out
+        (disk / "filler").unlink()
+        res = subprocess.run(launch_cmd(f, tmp_path, db=db), cwd=tmp_path, env=CLI_ENV, capture_output=True,
+                             text=True, timeout=300)  # fmt: skip
+        assert res.returncode == 0, res.stdout + res.stderr
+        assert "records an earlier launch journaled" in res.stdout
+        with Store(db) as store:
+            row = store.trials_frame("s").iloc[0]
+            assert row["state"] == "done" and row["attempts"] == 1 and row["test.top1"] > 0
+            assert sorted(set(store.metrics_frame("s")["step"])) == [1, 2]
