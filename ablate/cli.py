@@ -40,6 +40,19 @@ class Format(str, Enum):
     json = "json"
 
 
+class StalePolicy(str, Enum):
+    warn = "warn"
+    rerun = "rerun"
+    reuse = "reuse"
+
+
+class RerunWhat(str, Enum):
+    failed = "failed"
+    diverged = "diverged"
+    stale = "stale"
+    all = "all"
+
+
 def fail(message: str, code: int = 2) -> None:
     err.print(f"[bold red]error[/]: {message}", highlight=False, markup=True)
     raise typer.Exit(code)
@@ -185,6 +198,15 @@ def launch(
         "--check/--no-check",
         help="One training step of every architecture to run, on CPU, before anything is written or submitted.",
     ),
+    stale: StalePolicy | None = typer.Option(
+        None,
+        help="Done trials whose code changed since they ran: warn (reuse and list them), rerun (train again, the "
+        "old result kept), reuse (silently) [default: each sweep's stale:, else warn].",
+    ),
+    rerun: RerunWhat | None = typer.Option(
+        None, help="Run only failed, diverged or stale trials, or all (done ones again; old results kept)."
+    ),
+    only: list[str] | None = typer.Option(None, help="Run only this trial (a key or a unique prefix); repeatable."),
 ) -> None:
     """Run every unfinished trial of the sweeps on Ray; record to the store and MLflow."""
     plans = plans_of(file, sweep, default=not every)
@@ -196,6 +218,7 @@ def launch(
     from ablate.launcher import Cluster, RunConfig, reachable
     from ablate.launcher import launch as run
     from ablate.progress import Progress
+    from ablate.selection import Select, SelectionError
     from ablate.storage import Storage, StorageError
     from ablate.store import Store
 
@@ -225,9 +248,10 @@ def launch(
             tracker = Tracker(mlflow_uri)
         try:
             settings = RunConfig(storage, cpus, gpus, lease=lease)
+            choice = Select(rerun.value if rerun else None, tuple(only or ()), stale.value if stale else None)
             result = run(plans, store, tracker, cluster=Cluster(address), run=settings,
-                         progress=Progress(live=live, console=out))  # fmt: skip
-        except ConnectionError as e:
+                         progress=Progress(live=live, console=out), choice=choice)  # fmt: skip
+        except (ConnectionError, SelectionError) as e:
             fail(str(e))
         if result.store_error:
             fail(f"{result.store_error} What it missed waits in {result.journal}; the next launch writes it.", code=3)
@@ -351,10 +375,13 @@ def status(
     sweep: list[str] | None = typer.Argument(None, help="Sweeps (default: all in the store)."),
     db: str | None = DB,
 ) -> None:
-    """Counts per state, running trials, and failures with the first line of their error."""
+    """Counts per state, running trials, failures with the first line of their error, and stale results."""
+    from ablate.selection import stale_in_store
+
     with existing_store(db) as store:
         counts = store.status(sweep or None)
         trials = store.trials_frame(sweep or None)
+        stale = stale_in_store(store, sweep or None) if not counts.empty else {}
     if counts.empty:
         out.print("no sweeps in the store")
         return
@@ -365,6 +392,10 @@ def status(
     failed = trials[trials["state"].isin(["failed", "diverged"])]
     if len(failed):
         _print_frame(failed[["sweep", "key", "state", "error"]], "failures")
+    if stale:
+        rows = trials[trials["key"].isin(stale)][["sweep", "key"]]
+        rows = rows.assign(changed=[", ".join(stale[k]) for k in rows["key"]])
+        _print_frame(rows, f"{len(stale)} stale (done with other code than now; `launch --rerun stale` retrains)")
 
 
 @app.command()
@@ -376,23 +407,141 @@ def runs(
     db: str | None = DB,
 ) -> None:
     """A table of trials with their axis values and final metrics."""
-    filters: dict[str, Any] = {"state": state} if state else {}
-    for item in where or []:
-        if "=" not in item:
-            fail(f"--where expects PATH=VALUE, got {item!r}")
-        path, value = item.split("=", 1)
-        filters[f"axis.{path}"] = value
+    filters = _filters(state, where)
+    from ablate.selection import stale_in_store
+
     with existing_store(db) as store:
         try:
             frame = store.runs(filters, sweep or None)
         except KeyError as e:
             fail(str(e.args[0]))
+        stale = stale_in_store(store, sweep or None) if len(frame) else {}
+    frame.insert(2, "stale", [", ".join(stale.get(k, [])) for k in frame["key"]])
     if format is Format.csv:
         sys.stdout.write(frame.to_csv(index=False))
     elif format is Format.json:
         sys.stdout.write(frame.to_json(orient="records", date_format="iso", indent=1) + "\n")
     else:
         _print_frame(frame, f"{len(frame)} trials")
+
+
+def _filters(state: str | None, where: list[str] | None) -> dict[str, Any]:
+    """`runs`-style filters: a state, and PATH=VALUE on axis values."""
+    filters: dict[str, Any] = {"state": state} if state else {}
+    for item in where or []:
+        if "=" not in item:
+            fail(f"--where expects PATH=VALUE, got {item!r}")
+        path, value = item.split("=", 1)
+        filters[f"axis.{path}"] = value
+    return filters
+
+
+@app.command()
+def show(
+    key: str = typer.Argument(..., help="A trial key or a unique prefix of one."),
+    db: str | None = DB,
+    mlflow_uri: str | None = MLFLOW,
+) -> None:
+    """One trial whole: config, code fingerprint and the modules it covers, attempts with their tracebacks,
+    metrics, MLflow run."""
+    import json
+
+    from ablate.config import TrialConfig
+    from ablate.fingerprint import modules_of
+    from ablate.plugins import Plugins
+
+    with existing_store(db) as store:
+        keys = [k for k in store.states() if k.startswith(key)]
+        if len(keys) != 1:
+            fail(f"{key!r} matches {len(keys)} trials" + (": give more of the key" if keys else ""))
+        trial, sweeps = store.trial(keys[0]), store.sweeps_of(keys[0])
+        previous = store.previous(keys[0])
+        metrics = store.metrics_frame(keys=[keys[0]])
+        for name in sweeps:
+            record = store.sweep(name)
+            Plugins.from_json((record.spec or {}).get("plugins") if record else None).load()
+    assert trial is not None
+    out.print(f"[bold]trial {trial.key}[/]  sweeps: {', '.join(sweeps)}  state: {trial.state}  "
+              f"attempts: {trial.attempts}  resumed from epoch {trial.resumed_from or 0}")  # fmt: skip
+    out.print("[bold]config[/]")
+    out.print_json(json.dumps(trial.config))
+    code = trial.code or {}
+    out.print(f"[bold]code[/] digest {code.get('digest', 'not recorded')}  git {code.get('git', {})}  "
+              f"versions {code.get('versions', {})}")  # fmt: skip
+    try:
+        covered = modules_of(TrialConfig.model_validate(trial.config))
+    except ValueError:
+        covered = {}
+    for name, digest in code.get("components", {}).items():
+        out.print(f"  {name} {digest}: {', '.join(covered.get(name, []))}")
+    for i, attempt in enumerate([*previous, _as_record(trial)], 1):
+        why = f" (kept when retrained: {attempt['reason']})" if "reason" in attempt else ""
+        out.print(f"[bold]result {i}[/]{why}: {attempt['state']}, finished {attempt['finished_at']}, "
+                  f"result {attempt['result']}")  # fmt: skip
+        if attempt.get("traceback"):
+            out.print(attempt["traceback"], highlight=False, markup=False)
+    if len(metrics):
+        last = metrics.groupby("name", observed=True).agg(steps=("step", "count"), last=("value", "last"))
+        _print_frame(last.reset_index(), "metrics (steps recorded, last value)")
+    if trial.mlflow_run_id:
+        from ablate.tracking import Tracker
+
+        out.print(f"MLflow run: {Tracker(mlflow_uri).run_url(trial.mlflow_run_id)}")
+
+
+def _as_record(trial: Any) -> dict[str, Any]:
+    return {c: getattr(trial, c) for c in ("state", "finished_at", "result", "traceback")}
+
+
+@app.command()
+def forget(
+    sweep: list[str] | None = typer.Argument(None, help="Sweeps whose trials to delete (default: all)."),
+    state: str | None = typer.Option(None, help="Only trials in this state."),
+    where: list[str] | None = typer.Option(None, help="Only trials whose axis PATH=VALUE (as for `runs`)."),
+    yes: bool = typer.Option(False, "--yes", "-y", help="Delete without asking (needed without a terminal)."),
+    storage: str = typer.Option("db/checkpoints", help="Where the trials' checkpoints are (as for `launch`)."),
+    db: str | None = DB,
+    mlflow_uri: str | None = MLFLOW,
+    mlflow: bool = typer.Option(True, "--mlflow/--no-mlflow", help="Also delete the trials' MLflow runs."),
+) -> None:
+    """Delete trials whole: store rows, metrics and previous results, checkpoints and MLflow runs. Lists them
+    and asks first. A trial planned by several sweeps leaves all of them."""
+    from ablate.storage import Storage
+
+    with existing_store(db) as store:
+        try:
+            frame = store.runs(_filters(state, where), sweep or None).drop_duplicates("key")
+        except KeyError as e:
+            fail(str(e.args[0]))
+        if frame.empty:
+            out.print("no trials match: nothing deleted")
+            return
+        axes = [c for c in frame.columns if c.startswith("axis.")]
+        _print_frame(frame[["sweep", "key", "state", *axes]], f"{len(frame)} trials to delete")
+        if not yes:
+            if not sys.stdin.isatty():
+                fail("forget deletes results: pass --yes to confirm without a terminal")
+            typer.confirm(f"delete these {len(frame)} trials?", abort=True)
+        keys = list(frame["key"])
+        runs = [r for k in keys for r in _run_ids(store, k)]
+        n = store.forget(keys)
+    where_ = Storage(storage)
+    for key in keys:
+        where_.forget(key)
+    if mlflow and runs:
+        from ablate.tracking import Tracker
+
+        tracker = Tracker(mlflow_uri)
+        for run_id in runs:
+            tracker.client.delete_run(run_id)
+    out.print(f"deleted {n} trials, their checkpoints and {len(runs) if mlflow else 0} MLflow runs")
+
+
+def _run_ids(store: Any, key: str) -> list[str]:
+    """MLflow runs of a trial: its own and those of its previous results."""
+    trial = store.trial(key)
+    ids = [trial.mlflow_run_id] + [p.get("mlflow_run_id") for p in store.previous(key)]
+    return [i for i in ids if i]
 
 
 def _print_frame(frame: Any, title: str) -> None:

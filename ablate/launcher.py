@@ -35,6 +35,7 @@ from ablate.planner import Plan, Trial
 from ablate.plugins import Plugins
 from ablate.progress import Progress
 from ablate.recorder import Recorder, start_inbox
+from ablate.selection import Select, select
 from ablate.storage import Storage
 from ablate.store import Owner, Store
 from ablate.store.faults import StoreUnavailable
@@ -62,6 +63,8 @@ class LaunchResult:
     journal: Path | None = None
     signal: int | None = None
     """The signal that stopped the launch (SIGINT: trials interrupted; SIGTERM: preempted)."""
+    stale: dict[str, list[str]] = field(default_factory=dict)
+    """Done trials whose code changed since they ran, with what changed (`ablate.selection`)."""
 
 
 @dataclass(frozen=True)
@@ -171,15 +174,16 @@ def launch(
     cluster: Cluster = Cluster(),
     run: RunConfig = RunConfig(),
     progress: Progress | None = None,
+    choice: Select = Select(),
 ) -> LaunchResult:
-    """Run every unfinished trial of `plans` (one Plan or several), recording to `store` (default: the
-    results database under db/, as the CLI) and to MLflow through `tracker`; return counts per outcome. See
-    the module docstring."""
+    """Run every unfinished trial of `plans` (one Plan or several; `choice` changes which, see
+    `ablate.selection`), recording to `store` (default: the results database under db/, as the CLI) and to
+    MLflow through `tracker`; return counts per outcome. See the module docstring."""
     if isinstance(plans, Plan):
         plans = [plans]
     if store is None:
         with Store() as default_store:
-            return launch(plans, default_store, tracker, cluster=cluster, run=run, progress=progress)
+            return launch(plans, default_store, tracker, cluster=cluster, run=run, progress=progress, choice=choice)
     plans = list(plans)
     if run.runner is None:
         from ablate.trial import run_trial
@@ -189,17 +193,14 @@ def launch(
         runner = run.runner
     started = time.perf_counter()
     result = LaunchResult()
-    todo: dict[str, Trial] = {}
     plugins = Plugins()
     for plan in plans:
         plugins = plugins.merged(plan.plugins)
-        for t in plan.trials:
-            todo.setdefault(t.key, t)
     storage = Storage(run.storage)
     replayed = Recorder(store).replay(storage.root)  # what an earlier launch journaled while the store was down
-    done = store.done_keys(todo)
-    result.skipped = len(done)
-    todo = {k: t for k, t in todo.items() if k not in done}
+    chosen = select(plans, store, choice)
+    todo, done = chosen.run, chosen.done
+    result.skipped, result.stale = len(done), chosen.stale
     if todo:  # a storage that cannot serve these trials is an error before Ray starts
         storage.refuse_gangs(list(todo.values()))
         storage.check()
@@ -215,8 +216,15 @@ def launch(
                                description=plan.description,
                                spec={"axes": plan.axes, "plugins": plan.plugins.to_json()})  # fmt: skip
             store.add_trials(plan.sweep, plan.trials)
+        for reason in set(chosen.again.values()):
+            keys = [k for k, why in chosen.again.items() if why == reason]
+            store.archive(keys, reason)
+            for key in keys:
+                storage.discard(key)  # a new training starts from scratch
         progress = progress or Progress()
         progress.begin([plan.sweep for plan in plans], len(todo) + len(done), len(done))
+        for line in chosen.lines({t.key: t for plan in plans for t in plan.trials}):
+            progress.message(line)
         for line in admission.lines:
             progress.message(line)
         if replayed:
@@ -235,7 +243,7 @@ def launch(
         template = TaskArgs({}, "", storage.url, None, runner, plugins)
         gpus = {k: _gpus(t.config, run.gpus) for k, t in todo.items()} | admission.shares
         recorder = Recorder(store, mirror, storage.root / journal.FOLDER / f"{owner.id}.jsonl")
-        fanout = _Fanout(todo, store, owner, heartbeat, recorder, progress, result, run, template, gpus)
+        fanout = _Fanout(todo, store, owner, heartbeat, recorder, progress, result, run, template, gpus, chosen.codes)
         stop = Stop()
         try:
             with stop.installed(), progress:
@@ -290,8 +298,9 @@ class _Fanout:
         run: RunConfig,
         template: TaskArgs,
         gpus: dict[str, float],
+        codes: dict[str, dict[str, Any]],
     ) -> None:
-        self.todo, self.store, self.owner, self.heartbeat = todo, store, owner, heartbeat
+        self.todo, self.store, self.owner, self.heartbeat, self.codes = todo, store, owner, heartbeat, codes
         self.recorder, self.progress, self.result, self.run, self.template, self.gpus = (
             recorder, progress, result, run, template, gpus)  # fmt: skip
         self.storage = Storage(template.storage)
@@ -434,7 +443,8 @@ class _Fanout:
         key = self.pending.pop(ref)
         if key in self.gangs:
             self.gangs.pop(key).stop()
-        state = _settle(ref, key, self.todo[key].config, self.gpus[key], self.recorder, self.attempts, self.progress)
+        state = _settle(ref, key, self.todo[key].config, self.gpus[key], self.recorder, self.attempts, self.progress,
+                        self.codes.get(key))  # fmt: skip
         if state in ("retry", "oom", "lost") and not resubmit:
             self.recorder.finish(Finished(key, "preempted"))
             state = "preempted"
@@ -501,7 +511,14 @@ def _gpus(cfg: TrialConfig, override: float | None) -> float:
 
 
 def _settle(
-    ref: Any, key: str, cfg: TrialConfig, gpus: float, recorder: Recorder, attempts: Attempts, progress: Progress
+    ref: Any,
+    key: str,
+    cfg: TrialConfig,
+    gpus: float,
+    recorder: Recorder,
+    attempts: Attempts,
+    progress: Progress,
+    code: dict[str, Any] | None = None,
 ) -> str:
     """Record a finished task; return its state, "retry" for an application error with retries left, "oom"
     for a first CUDA out-of-memory error on part of a GPU (requeued on a whole one), "lost" for a worker or
@@ -524,11 +541,11 @@ def _settle(
         error = f"{type(cause or e).__name__}: {cause or e}"
         if oom:
             error = f"CUDA out of memory on {gpus:g} GPU: lower train.device_batch (raise train.accum_steps). {error}"
-        recorder.finish(Finished(key, "failed", error=error, traceback=_ANSI.sub("", str(e))))
+        recorder.finish(Finished(key, "failed", error=error, traceback=_ANSI.sub("", str(e)), code=code))
         return "failed"
     for warning in out.warnings:
         progress.message(f"{key[:10]}: {warning}")
-    recorder.finish(Finished.of(key, out))
+    recorder.finish(replace(Finished.of(key, out), code=code))
     return out.outcome
 
 

@@ -131,6 +131,8 @@ class Finished:
     peak_memory: int | None = None
     environment: dict[str, Any] | None = None
     resumed_from: int | None = None
+    code: dict[str, Any] | None = None
+    """The code the trial ran with (`ablate.fingerprint.record`), set by the launcher."""
 
     @classmethod
     def of(cls, key: str, result: TrialResult) -> Finished:

@@ -59,6 +59,8 @@ class Plan:
     description: str = ""
     plugins: Plugins = field(default_factory=Plugins)
     """What every process that runs these trials must import first (see `ablate.plugins`)."""
+    stale: str = "warn"
+    """What a launch does with done trials whose code changed (`SweepSpec.stale`)."""
     variants: list[str] = field(init=False)
 
     def __post_init__(self) -> None:
@@ -278,7 +280,7 @@ def expand(sweep: SweepSource) -> Plan:
             raise SpecError([sweep.problem(("baseline",), f"matches no cell of the grid: {spec.baseline}")])
         baseline = hit.variant
     metric = spec.metric or ("test.auc" if trials[0].config.task == "mil" else "test.top1")
-    return Plan(sweep.name, trials, axes, baseline, metric, sweep.source, spec.description, sweep.plugins)
+    return Plan(sweep.name, trials, axes, baseline, metric, sweep.source, spec.description, sweep.plugins, spec.stale)
 
 
 def load_plans(path: str | Path) -> dict[str, Plan]:

@@ -15,7 +15,7 @@ import copy
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
 from pydantic import Field, ValidationError, ValidationInfo, field_validator
@@ -65,6 +65,9 @@ class SweepSpec(Strict):
     """The cell reports compare against (a partial assignment matching at least one cell)."""
     metric: str | None = None
     """Headline metric of reports (default: test.top1 for classify, test.auc for mil)."""
+    stale: Literal["warn", "rerun", "reuse"] = "warn"
+    """A done trial whose code changed since it ran (`ablate.fingerprint`): warn (reuse it and list it), rerun
+    (train it again, keeping the old result as a previous one) or reuse (silently); `launch --stale` overrides."""
 
     @field_validator("seeds", mode="before", json_schema_input_type=list[int] | int)
     @classmethod

@@ -22,6 +22,7 @@ import contextlib
 import hashlib
 import json
 import os
+import shutil
 import threading
 import uuid
 from functools import cached_property
@@ -117,6 +118,23 @@ class Storage:
         if self.remote:
             with contextlib.suppress(FileNotFoundError):
                 self._fs[0].rm_file(self._object(key, PREEMPT))
+
+    def discard(self, key: str) -> None:
+        """Forget the trial's checkpoint (it trains again from scratch): the local file, and for a bucket the
+        marker and the object it names."""
+        (self.folder(key) / FILE).unlink(missing_ok=True)
+        if self.remote and (marker := self.published(key)):
+            fs = self._fs[0]
+            fs.rm_file(self._object(key, MARKER))
+            with contextlib.suppress(FileNotFoundError):
+                fs.rm_file(self._object(key, str(marker["object"])))
+
+    def forget(self, key: str) -> None:
+        """Delete everything of the trial here: its local folder, and for a bucket its objects."""
+        shutil.rmtree(self.folder(key), ignore_errors=True)
+        if self.remote:
+            with contextlib.suppress(FileNotFoundError):
+                self._fs[0].rm(f"{self._fs[1]}/{key}", recursive=True)
 
     def stop_requested(self, key: str) -> bool:
         fs = self._fs[0]

@@ -145,6 +145,14 @@ class Tracker:
             if db is not None:
                 self.client.search_experiments(max_results=1)  # MLflow creates (migrates) its database here
 
+    def run_url(self, run_id: str) -> str:
+        """Where a person opens the run: the server's page, or for a local store the run in `ablate ui`."""
+        run = self.client.get_run(run_id)
+        path = f"#/experiments/{run.info.experiment_id}/runs/{run_id}"
+        if self.uri.startswith("http"):
+            return f"{self.uri.rstrip('/')}/{path}"
+        return f"http://127.0.0.1:5000/{path} (while `ablate ui` serves it)"
+
     # ------------------------------------------------------------------------------------------ sweeps
     def experiment(self, sweep: str) -> str:
         """Id of the sweep's experiment (named after it), created or restored as needed."""
@@ -195,10 +203,13 @@ class Tracker:
         run = self._resume(trial.mlflow_run_id) if trial.mlflow_run_id else None
         if run is None:
             exp, parent = self._sweep_run(store, sweep)
-            found = self.client.search_runs([exp], f"tags.trial_key = '{key}'", max_results=1)
+            retrained = len(store.previous(key))  # a trial trained again gets a run of its own each time
+            query = f"tags.trial_key = '{key}'" + (f" and tags.retrained = '{retrained}'" if retrained else "")
+            found = self.client.search_runs([exp], query, max_results=1)
             run = self._resume(found[0].info.run_id) if found else None
             if run is None:
-                tags = {"mlflow.parentRunId": parent, "sweep": sweep, "trial_key": key, "variant": trial.variant or ""}
+                tags = {"mlflow.parentRunId": parent, "sweep": sweep, "trial_key": key, "variant": trial.variant or "",
+                        "retrained": str(retrained)}  # fmt: skip
                 run = self.client.create_run(exp, tags=tags, run_name=key)
             store.set_mlflow_run(key, run.info.run_id)
         self._log_params(run, params_of(trial.config, member.axes))

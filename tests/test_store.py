@@ -21,7 +21,7 @@ from sqlalchemy.exc import IntegrityError
 from ablate.config import TrialConfig
 from ablate.planner import Trial, trial_key, variant_key
 from ablate.store import STATES, TRIAL_COLUMNS, Owner, Store, flatten
-from ablate.store.engine import make_engine, upgrade, upsert_stmt
+from ablate.store.engine import make_engine, revision_number, upgrade, upsert_stmt
 from ablate.store.queries import METRICS
 from ablate.store.schema import Base
 
@@ -69,7 +69,7 @@ def test_default_url_creates_db_folder_in_wal_mode(tmp_path, monkeypatch):
 def test_migrations_build_exactly_the_orm_schema(store):
     with store.engine.connect() as conn:
         assert compare_metadata(MigrationContext.configure(conn), Base.metadata) == []
-        assert conn.execute(text("SELECT version_num FROM alembic_version")).scalar_one() == "0005"
+        assert conn.execute(text("SELECT version_num FROM alembic_version")).scalar_one() == revision_number()
 
 
 def test_old_schema_is_upgraded_on_open_keeping_its_rows(tmp_path):
@@ -96,6 +96,35 @@ def test_old_schema_is_upgraded_on_open_keeping_its_rows(tmp_path):
             40,
             2,
         )
+
+
+def test_a_database_of_the_previous_schema_gains_code_columns_and_previous_results(url):
+    """A database written at 0005 (before code fingerprints) upgrades in place: its done trial has no recorded
+    code (so it is never called stale), and it can be archived and trained again like any other."""
+    engine = make_engine(url)
+    upgrade(engine, "0005")
+    t = trial(1)
+    with engine.begin() as conn:
+        conn.execute(text("INSERT INTO sweeps (name, created_at, updated_at) VALUES ('s', '2025-01-01', '2025-01-01')"))
+        conn.execute(text("INSERT INTO trials (key, config, state, attempts, created_at, result) "
+                          "VALUES (:k, :c, 'done', 1, '2025-01-01', :r)"),
+                     {"k": t.key, "c": '{"seed": 1}', "r": '{"test": {"top1": 0.5}}'})  # fmt: skip
+        conn.execute(
+            text(f"INSERT INTO sweep_trials (sweep, trial_key, axes, position) VALUES ('s', '{t.key}', '{{}}', 0)")
+        )
+        conn.execute(text(f"INSERT INTO metrics (trial_key, name, step, value) VALUES ('{t.key}', 'loss', 1, 1.5)"))
+    engine.dispose()
+    with Store(url) as s:
+        assert s.done_keys() == {t.key} and s.codes() == {}
+        assert s.archive([t.key], "all") == 1
+        assert s.states() == {t.key: "pending"} and s.metrics_frame().empty
+        (old,) = s.previous(t.key)
+        assert (old["reason"], old["state"], old["result"], old["metrics"]) == ("all", "done", {"test": {"top1": 0.5}},
+                                                                               [["loss", 1, 1.5]])  # fmt: skip
+        s.finish(t.key, "done", code={"components": {"loop": "x"}, "versions": {}, "digest": "abc"})
+        assert s.codes() == {t.key: {"components": {"loop": "x"}, "versions": {}, "digest": "abc"}}
+        assert s.trial(t.key).code_digest == "abc"
+        assert s.forget([t.key]) == 1 and s.states() == {} and s.previous(t.key) == []
 
 
 def test_postgresql_upserts_render_on_conflict():
@@ -218,7 +247,7 @@ def _open(url: str, at: float) -> list[str]:
 
 def test_processes_opening_a_fresh_database_at_once_migrate_it_once(url, pool):
     at = time.time() + 2
-    assert list(pool.map(_open, [url] * 3, [at] * 3, timeout=120)) == [["0005"]] * 3
+    assert list(pool.map(_open, [url] * 3, [at] * 3, timeout=120)) == [[revision_number()]] * 3
 
 
 def test_a_postgresql_migration_waits_for_the_migrator_holding_the_lock(postgres):
@@ -244,7 +273,7 @@ def test_a_postgresql_migration_waits_for_the_migrator_holding_the_lock(postgres
         thread.join(timeout=60)
     holder.dispose()
     with opened[0] as s, s.engine.connect() as c:
-        assert c.execute(text("SELECT version_num FROM alembic_version")).scalars().all() == ["0005"]
+        assert c.execute(text("SELECT version_num FROM alembic_version")).scalars().all() == [revision_number()]
 
 
 def test_concurrent_writers_never_see_database_is_locked(tmp_path, pool):

@@ -69,16 +69,28 @@ def make_engine(url: str | None = None) -> Engine:
     return engine
 
 
-def upgrade(engine: Engine, revision: str = "head") -> None:
-    """Migrate the database to `revision` (default: the newest schema); a no-op when it is there already."""
-    from alembic import command
+def _alembic() -> Any:
     from alembic.config import Config
-    from alembic.runtime.migration import MigrationContext
-    from alembic.script import ScriptDirectory
 
     cfg = Config()
     cfg.set_main_option("script_location", str(MIGRATIONS))
-    target = ScriptDirectory.from_config(cfg).as_revision_number(revision)
+    return cfg
+
+
+def revision_number(revision: str = "head") -> str:
+    """The migration id `revision` names (`head`: the newest schema's)."""
+    from alembic.script import ScriptDirectory
+
+    return str(ScriptDirectory.from_config(_alembic()).as_revision_number(revision))
+
+
+def upgrade(engine: Engine, revision: str = "head") -> None:
+    """Migrate the database to `revision` (default: the newest schema); a no-op when it is there already."""
+    from alembic import command
+    from alembic.runtime.migration import MigrationContext
+
+    cfg = _alembic()
+    target = revision_number(revision)
     with engine.connect().execution_options(**WRITE) as conn, conn.begin():
         if conn.dialect.name == "postgresql":  # one migrator at a time (SQLite's BEGIN IMMEDIATE does this there)
             conn.exec_driver_sql(f"SELECT pg_advisory_xact_lock({MIGRATION_LOCK})")

@@ -15,12 +15,13 @@ import numpy as np
 import pandas as pd
 from sqlalchemy import Engine, func, select
 
-from ablate.store.schema import STATES, Base, Membership, Metric, SweepRecord, TrialRecord
+from ablate.store.schema import STATES, Base, Membership, Metric, PreviousResult, SweepRecord, TrialRecord
 
 SWEEPS = Base.metadata.tables[SweepRecord.__tablename__]
 TRIALS = Base.metadata.tables[TrialRecord.__tablename__]
 MEMBERS = Base.metadata.tables[Membership.__tablename__]
 METRICS = Base.metadata.tables[Metric.__tablename__]
+PREVIOUS = Base.metadata.tables[PreviousResult.__tablename__]
 
 #: Leading columns of `trials_frame`; axis, result and expanded columns follow.
 TRIAL_COLUMNS = [

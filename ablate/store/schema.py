@@ -11,7 +11,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import JSON, BigInteger, DateTime, Float, ForeignKey, MetaData, String, Text
+from sqlalchemy import JSON, BigInteger, DateTime, Float, ForeignKey, Integer, MetaData, String, Text
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 #: Every trial state. `running` trials left by a killed launcher are set to `interrupted` on the next launch;
@@ -98,6 +98,11 @@ class TrialRecord(Base):
     """Where that launcher runs (user@host:pid), for `ablate status`."""
     lease_expires: Mapped[datetime | None]
     """When the lease lapses unless its owner's heartbeat renews it; after that any launcher may take it."""
+    code: Mapped[dict[str, Any] | None]
+    """The code the result came from (`ablate.fingerprint`): component digests, package versions, digest, and
+    the git commit and dirty flag of the experiments file's repository."""
+    code_digest: Mapped[str | None] = mapped_column(String(16))
+    """`code["digest"]`, for comparisons: a done trial whose digest differs from the current code is stale."""
 
 
 class Membership(Base):
@@ -124,3 +129,19 @@ class Metric(Base):
     """NaN reads back as NaN (SQLite stores it as NULL)."""
     wall_time: Mapped[float | None] = mapped_column(Float)
     """Unix seconds when the value was measured."""
+
+
+class PreviousResult(Base):
+    """A trial's result kept when the trial is trained again (stale code, `--rerun`): the trial row as it was."""
+
+    __tablename__ = "previous_results"
+
+    id: Mapped[int] = mapped_column(
+        BigInteger().with_variant(Integer(), "sqlite"), primary_key=True, autoincrement=True
+    )  # SQLite numbers only INTEGER keys by itself
+    trial_key: Mapped[str] = mapped_column(KEY, ForeignKey("trials.key"), index=True)
+    archived_at: Mapped[datetime]
+    reason: Mapped[str] = mapped_column(String(32))
+    """Why it was trained again: stale, failed, diverged, all."""
+    record: Mapped[dict[str, Any]]
+    """The trial's columns then: state, result, code, environment, attempts, times, error and traceback."""

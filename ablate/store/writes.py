@@ -25,11 +25,31 @@ from sqlalchemy.orm import Session
 
 from ablate.store import engine as eng
 from ablate.store.faults import explain
-from ablate.store.queries import MEMBERS, METRICS, SWEEPS, TRIALS, Queries
+from ablate.store.queries import MEMBERS, METRICS, PREVIOUS, SWEEPS, TRIALS, Queries
 from ablate.store.schema import FINAL_STATES, Base, Membership, SweepRecord, TrialRecord
 
 #: Facts about a run that `finish` accepts (known once a trial has built its model).
-INFO_FIELDS = frozenset({"params", "flops", "peak_memory", "environment", "host", "node_id", "device", "resumed_from"})
+INFO_FIELDS = frozenset(
+    {
+        "params",
+        "flops",
+        "peak_memory",
+        "environment",
+        "host",
+        "node_id",
+        "device",
+        "resumed_from",
+        "code",
+        "code_digest",
+    }
+)
+#: What a retrained trial's row is reset to (its previous values are kept in `previous_results`).
+_RESET = {"state": "pending", "started_at": None, "finished_at": None, "error": None, "traceback": None,
+          "result": None, "diverged_epoch": None, "diverged_step": None, "resumed_from": None, "code": None,
+          "code_digest": None, "mlflow_run_id": None, "mlflow_step": None, "mlflow_state": None}  # fmt: skip
+#: The columns a previous result keeps.
+_KEPT = ("state", "attempts", "started_at", "finished_at", "error", "traceback", "result", "params", "flops",
+         "peak_memory", "environment", "resumed_from", "code", "mlflow_run_id")  # fmt: skip
 #: Bound parameters per IN (...) query; below every backend's limit.
 CHUNK = 500
 
@@ -202,6 +222,8 @@ class Store(Queries):
         column keeps the line that names it); `info`: facts about the run (INFO_FIELDS). One transaction."""
         if state not in FINAL_STATES:
             raise ValueError(f"finish state must be one of {FINAL_STATES}, not {state!r}")
+        if info.get("code"):
+            info["code_digest"] = info["code"].get("digest")
         self._update(TRIALS, TRIALS.c.key == key, key, state=state, finished_at=now(), result=_finite(result),
                      error=error_line(error or traceback), traceback=traceback or error,
                      diverged_epoch=diverged_epoch, diverged_step=diverged_step, **_check_info(info))  # fmt: skip
@@ -234,6 +256,36 @@ class Store(Queries):
         data = [dict(zip(cols, (k, n, int(s), float(v), w))) for k, n, s, v, w in rows]
         with self._write() as conn:
             eng.upsert(conn, METRICS, data, ["trial_key", "name", "step"], ["value", "wall_time"])
+
+    def archive(self, keys: Iterable[str], reason: str) -> int:
+        """Trials to train again (stale code, `--rerun`): each one's row and epoch metrics are kept in
+        `previous_results`, its metrics cleared and the row reset to pending (with no MLflow run: the new
+        training gets a run of its own). One transaction; returns how many."""
+        keys, t, n = list(keys), now(), 0
+        with self._write() as conn:
+            for where in self._key_filters(keys):
+                rows = conn.execute(select(TRIALS.c.key, *(TRIALS.c[c] for c in _KEPT)).where(where)).mappings().all()
+                for row in rows:
+                    metrics = conn.execute(select(METRICS.c.name, METRICS.c.step, METRICS.c.value)
+                                           .where(METRICS.c.trial_key == row["key"])).all()  # fmt: skip
+                    record = {c: row[c].isoformat() if isinstance(row[c], datetime) else row[c] for c in _KEPT}
+                    record["metrics"] = [list(m) for m in metrics]
+                    conn.execute(PREVIOUS.insert().values(trial_key=row["key"], archived_at=t, reason=reason,
+                                                          record=_finite(record)))  # fmt: skip
+                    conn.execute(METRICS.delete().where(METRICS.c.trial_key == row["key"]))
+                n += conn.execute(update(TRIALS).where(where).values(**_RESET)).rowcount
+        return n
+
+    def forget(self, keys: Iterable[str]) -> int:
+        """Delete trials whole: their rows, memberships, metrics and previous results. Returns how many."""
+        n = 0
+        with self._write() as conn:
+            for where in self._key_filters(keys):
+                chosen = select(TRIALS.c.key).where(where).scalar_subquery()
+                for table, column in ((METRICS, "trial_key"), (PREVIOUS, "trial_key"), (MEMBERS, "trial_key")):
+                    conn.execute(table.delete().where(table.c[column].in_(chosen)))
+                n += conn.execute(TRIALS.delete().where(where)).rowcount
+        return n
 
     # ------------------------------------------------------------------------------------------ leases
     def claim(self, keys: Iterable[str], owner: Owner, limit: int | None = None) -> set[str]:
@@ -341,6 +393,29 @@ class Store(Queries):
         stmt = select(MEMBERS.c.sweep).where(MEMBERS.c.trial_key == key).order_by(MEMBERS.c.sweep)
         with self.engine.connect() as conn:
             return list(conn.execute(stmt).scalars())
+
+    def codes(self, keys: Iterable[str] | None = None) -> dict[str, dict[str, Any]]:
+        """The recorded code (`ablate.fingerprint`) of each trial (of `keys`, or all) that has one."""
+        return self._column("code", keys)
+
+    def configs(self, keys: Iterable[str] | None = None) -> dict[str, dict[str, Any]]:
+        """The resolved config of each trial (of `keys`, or all)."""
+        return self._column("config", keys)
+
+    def _column(self, name: str, keys: Iterable[str] | None) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        with self.engine.connect() as conn:
+            for where in self._key_filters(keys):
+                stmt = select(TRIALS.c.key, TRIALS.c[name]).where(where, TRIALS.c[name].is_not(None))
+                out.update(conn.execute(stmt).all())
+        return out
+
+    def previous(self, key: str) -> list[dict[str, Any]]:
+        """The trial's earlier results (oldest first): reason, archived_at and the kept columns."""
+        stmt = select(PREVIOUS.c.reason, PREVIOUS.c.archived_at, PREVIOUS.c.record).where(
+            PREVIOUS.c.trial_key == key).order_by(PREVIOUS.c.id)  # fmt: skip
+        with self.engine.connect() as conn:
+            return [{"reason": r, "archived_at": at, **rec} for r, at, rec in conn.execute(stmt)]
 
     def trial(self, key: str) -> TrialRecord | None:
         """The trial's full record (a detached ORM object), or None."""

@@ -1,0 +1,259 @@
+"""Which code produced a result: a digest per component a trial uses, so a result computed by older code is
+never taken for a current one.
+
+A trial's key says *what* it trains (its config); its fingerprint says *with which code*. For each component
+the trial uses (its mechanism, backbone, dataset and task, plugins included, and the training loop), the
+digest covers the module that registers it and the module that defines it, and the modules they import from
+`ablate.nn` and `ablate.data` (or from their own package, for a plugin package), each as its syntax tree
+without docstrings: comments, docstrings and formatting never count, a changed expression always does. The
+versions of torch, timm and of the distributions that ship plugin components count too. Module digests are
+cached by file and modification time, and fingerprints by component names, so a plan of thousands of trials
+costs one dictionary lookup per trial after the first of each kind.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import hashlib
+import importlib.util
+import inspect
+import json
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from importlib import metadata
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ablate.registry import BACKBONES, DATASETS, MECHANISMS, TASKS, Registry
+
+if TYPE_CHECKING:
+    from ablate.config import TrialConfig
+
+LOOP = ("ablate.trial", "ablate.parallel", "ablate.nn.factory")
+"""The training loop: the same for every trial (the model factory builds every network)."""
+FOLLOWED = ("ablate.nn", "ablate.data")
+"""Imports of a component's module that are followed (other ablate modules configure; they do not compute)."""
+VERSIONED = ("torch", "timm")
+
+
+@dataclass(frozen=True)
+class Fingerprint:
+    """The code of one trial: component name (`mechanism csan`, `loop`, ...) -> digest, and package versions."""
+
+    components: dict[str, str]
+    versions: dict[str, str | None] = field(default_factory=dict)
+
+    @property
+    def digest(self) -> str:
+        return _hash(json.dumps([self.components, self.versions], sort_keys=True))
+
+    def changed(self, old: Fingerprint) -> list[str]:
+        """What differs from `old`: component names and `torch 2.4 -> 2.5` for versions."""
+        names = sorted(set(self.components) | set(old.components))
+        out = [n for n in names if self.components.get(n) != old.components.get(n)]
+        for pkg in sorted(set(self.versions) | set(old.versions)):
+            if self.versions.get(pkg) != old.versions.get(pkg):
+                out.append(f"{pkg} {old.versions.get(pkg)} -> {self.versions.get(pkg)}")
+        return out
+
+    def to_json(self) -> dict[str, Any]:
+        return {"components": self.components, "versions": self.versions, "digest": self.digest}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Fingerprint:
+        return cls(dict(data.get("components", {})), dict(data.get("versions", {})))
+
+
+def fingerprint(cfg: TrialConfig) -> Fingerprint:
+    """The fingerprint of the code that trains `cfg` (its components must be registered: plugins loaded)."""
+    return fingerprints([cfg])[0]
+
+
+def fingerprints(configs: list[TrialConfig]) -> list[Fingerprint]:
+    """Fingerprints of many trials: the files are looked at once per distinct set of components."""
+    seen: dict[tuple[str, str, str, str], Fingerprint] = {}
+    out = []
+    for cfg in configs:
+        names = (cfg.attention.kind, cfg.model.backbone, cfg.data.name, cfg.task)
+        if names not in seen:
+            seen[names] = _of(names, tuple(_stamp(m) for m in _all_modules(names)))
+        out.append(seen[names])
+    return out
+
+
+def modules_of(cfg: TrialConfig) -> dict[str, list[str]]:
+    """Component name -> the modules its digest covers (what `ablate show` prints)."""
+    return {name: sorted(mods) for name, mods in _components((cfg.attention.kind, cfg.model.backbone,
+                                                             cfg.data.name, cfg.task)).items()}  # fmt: skip
+
+
+def _components(names: tuple[str, str, str, str]) -> dict[str, set[str]]:
+    kind, backbone, dataset, task = names
+    roots = {f"mechanism {kind}": _roots(MECHANISMS, kind), f"backbone {backbone}": _roots(BACKBONES, backbone),
+             f"dataset {dataset}": _roots(DATASETS, dataset), f"task {task}": _roots(TASKS, task)}  # fmt: skip
+    out = {name: _closure(mods) for name, mods in roots.items()}
+    out["loop"] = set(LOOP)
+    return out
+
+
+def _all_modules(names: tuple[str, str, str, str]) -> list[str]:
+    return sorted(set().union(*_components(names).values()))
+
+
+def _stamp(module: str) -> tuple[str, int, int]:
+    """What invalidates a module's digest: its file, modification time and size."""
+    path = _file(module)
+    if path is None:
+        return module, 0, 0
+    stat = path.stat()
+    return str(path), stat.st_mtime_ns, stat.st_size
+
+
+@functools.lru_cache(maxsize=1024)
+def _of(names: tuple[str, str, str, str], stamps: tuple[tuple[str, int, int], ...]) -> Fingerprint:
+    """Fingerprints by component names, recomputed when any of their modules' files changed (`stamps`)."""
+    components = {name: _hash(json.dumps([[m, _module_digest(m, *_stamp(m)[1:])] for m in sorted(mods)]))
+                  for name, mods in _components(names).items()}  # fmt: skip
+    versions = {pkg: _version(pkg) for pkg in VERSIONED}
+    for mods in _components(names).values():
+        for module in mods:
+            if not module.startswith("ablate.") and (dist := _distribution(module.split(".")[0])):
+                versions[dist] = _version(dist)
+    return Fingerprint(components, versions)
+
+
+def _roots(registry: Registry[Any], name: str) -> set[str]:
+    """The module that registered the component and the one that defines it (a class, or an instance's type;
+    for an instance, also the module of any function it holds, e.g. a dataset's loader)."""
+    entry = registry.entry(name)
+    obj = entry.component
+    roots = {entry.source.split(":")[0].split(" ")[0]}
+    target = obj if inspect.isclass(obj) or inspect.isfunction(obj) else type(obj)
+    roots.add(target.__module__)
+    for value in getattr(obj, "__dict__", {}).values():
+        if inspect.isfunction(value):
+            roots.add(value.__module__)
+    return roots
+
+
+def _closure(roots: set[str]) -> set[str]:
+    """`roots` and the modules they import, followed within `FOLLOWED` and within a plugin's own package."""
+    seen: set[str] = set()
+    todo = list(roots)
+    while todo:
+        module = todo.pop()
+        if module in seen:
+            continue
+        seen.add(module)
+        top = module.split(".")[0]
+        for name in _imports(module, *_stamp(module)[1:]):
+            followed = name.startswith(FOLLOWED) or (top != "ablate" and name.split(".")[0] == top)
+            if followed and _file(name) is not None:
+                todo.append(name)
+    return seen
+
+
+@functools.lru_cache(maxsize=4096)
+def _imports(module: str, mtime_ns: int, size: int) -> tuple[str, ...]:
+    """Names `module` imports, absolute (`from pkg import x` gives `pkg` and `pkg.x`: x may be a module),
+    cached by the file's modification time and size."""
+    tree = _tree(module)
+    if tree is None:
+        return ()
+    package = module if _is_package(module) else module.rpartition(".")[0]
+    out: list[str] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out += [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".")
+                base = ".".join(parts[: len(parts) - node.level + 1] + ([base] if base else []))
+            out += [base, *(f"{base}.{a.name}" for a in node.names)]
+    return tuple(dict.fromkeys(name for name in out if name))
+
+
+def _is_package(module: str) -> bool:
+    path = _file(module)
+    return path is not None and path.name == "__init__.py"
+
+
+def _file(module: str) -> Path | None:
+    mod = sys.modules.get(module)
+    file = getattr(mod, "__file__", None)
+    if file is None:
+        try:
+            spec = importlib.util.find_spec(module)
+        except (ImportError, ValueError):
+            return None
+        file = spec.origin if spec else None
+    path = Path(file) if file else None
+    return path if path is not None and path.suffix == ".py" and path.is_file() else None
+
+
+def _tree(module: str) -> ast.Module | None:
+    path = _file(module)
+    return ast.parse(path.read_text(encoding="utf-8")) if path else None
+
+
+@functools.lru_cache(maxsize=4096)
+def _module_digest(module: str, mtime_ns: int, size: int) -> str:
+    """The module's syntax tree without docstrings (cached by modification time and size)."""
+    tree = _tree(module)
+    if tree is None:
+        return "unreadable"
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if (
+            isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+            and body
+            and isinstance(body[0], ast.Expr)
+            and isinstance(body[0].value, ast.Constant)
+            and isinstance(body[0].value.value, str)
+        ):
+            node.body = body[1:] or [ast.Pass()]
+    return _hash(ast.dump(tree, annotate_fields=False, include_attributes=False))
+
+
+def _hash(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+@functools.cache
+def git_state(root: Path) -> dict[str, Any]:
+    """Commit and dirty flag (tracked files changed) of the git checkout holding `root`; None for both outside
+    one (or without git)."""
+
+    def git(*args: str) -> str | None:
+        try:
+            done = subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True, timeout=10)
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+        return done.stdout.strip() if done.returncode == 0 else None
+
+    sha = git("rev-parse", "HEAD")
+    status = git("status", "--porcelain", "--untracked-files=no") if sha else None
+    return {"sha": sha, "dirty": bool(status) if status is not None else None}
+
+
+def record(fp: Fingerprint, spec_file: str | Path | None) -> dict[str, Any]:
+    """What the store keeps of a trial's code: the fingerprint, and the git state of its experiments file."""
+    git = git_state(Path(spec_file).resolve().parent) if spec_file else {"sha": None, "dirty": None}
+    return {**fp.to_json(), "git": git}
+
+
+@functools.cache
+def _version(dist: str) -> str | None:
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+@functools.cache
+def _distribution(top: str) -> str | None:
+    dists = metadata.packages_distributions().get(top)
+    return dists[0] if dists else None

@@ -1,0 +1,154 @@
+"""Which planned trials a launch runs, and what it does with results computed by other code.
+
+By default a launch runs every planned trial that is not done, and reuses done ones. A done trial whose
+code fingerprint (`ablate.fingerprint`) differs from the current code's is *stale*; each sweep's `stale:`
+(or `launch --stale`) says what to do with it: `warn` reuses it and lists it with the components that
+changed, `rerun` trains it again, `reuse` reuses it silently. `--rerun failed|diverged|stale|all` runs only
+the trials in that state (`all`: every planned trial, done ones again), `--only KEY...` only those trials.
+A done trial that is trained again keeps its old result in the store as a previous result.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from ablate.fingerprint import Fingerprint, fingerprints, record
+from ablate.planner import Plan, Trial
+from ablate.store import Store
+
+Rerun = Literal["failed", "diverged", "stale", "all"]
+Policy = Literal["warn", "rerun", "reuse"]
+LISTED = 20
+"""Stale trials listed one per line; the rest are counted."""
+
+
+class SelectionError(ValueError):
+    """`--only` names a trial the plans do not have (or a prefix that matches several)."""
+
+
+@dataclass(frozen=True)
+class Select:
+    """What a launch runs beyond the default (every planned trial not done)."""
+
+    rerun: Rerun | None = None
+    """Run only the trials in this state: failed, diverged, stale (done with other code) or all (done too)."""
+    only: tuple[str, ...] = ()
+    """Run only these trials: keys or unique key prefixes."""
+    stale: Policy | None = None
+    """What to do with stale done trials, for every sweep (None: each sweep's `stale:`)."""
+
+
+@dataclass
+class Selection:
+    """The outcome of `select`."""
+
+    run: dict[str, Trial]
+    """Trials to run, in plan order."""
+    done: set[str]
+    """Planned trials that are done and reused."""
+    again: dict[str, str] = field(default_factory=dict)
+    """Finished trials to train again, with the reason (their results are kept as previous results first)."""
+    stale: dict[str, list[str]] = field(default_factory=dict)
+    """Done trials whose code changed since they ran, with what changed (components, versions)."""
+    codes: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """The current code record of every trial to run (stored with its result)."""
+    warned: list[str] = field(default_factory=list)
+    """The stale trials a `warn` policy reuses: listed to the user."""
+
+    def lines(self, trials: dict[str, Trial]) -> list[str]:
+        """What to tell the user about stale trials (empty when nothing is stale or every policy is silent)."""
+        out = []
+        if self.warned:
+            out.append(f"{len(self.warned)} done trials ran with other code than now (stale) and are reused; "
+                       "`--stale rerun` trains them again:")  # fmt: skip
+            for key in self.warned[:LISTED]:
+                axes = " ".join(f"{k}={v}" for k, v in trials[key].axes.items())
+                out.append(f"  stale {key[:10]} {axes}: changed {', '.join(self.stale[key])}")
+            if len(self.warned) > LISTED:
+                out.append(f"  ... and {len(self.warned) - LISTED} more (`ablate runs` marks them)")
+        if rerun := [k for k, why in self.again.items() if why == "stale"]:
+            out.append(f"{len(rerun)} done trials ran with other code than now (stale): training them again")
+        return out
+
+
+def select(plans: list[Plan], store: Store, choice: Select) -> Selection:
+    """Decide what a launch of `plans` runs (reads the store; writes nothing)."""
+    trials: dict[str, Trial] = {}
+    policy: dict[str, str] = {}
+    files: dict[str, str] = {}
+    for plan in plans:
+        for t in plan.trials:
+            trials.setdefault(t.key, t)
+            policy.setdefault(t.key, choice.stale or plan.stale)
+            files.setdefault(t.key, plan.file)
+    if choice.only:
+        trials = {k: trials[k] for k in _resolve(choice.only, list(trials))}
+    fps = dict(zip(trials, fingerprints([t.config for t in trials.values()])))
+    states = store.states(trials)
+    done = {k for k, s in states.items() if s == "done"}
+    stale = {}
+    for key, code in store.codes(done).items():
+        old = Fingerprint.from_json(code)
+        if old.digest != fps[key].digest:
+            stale[key] = fps[key].changed(old)
+    again: dict[str, str]
+    if choice.rerun in ("failed", "diverged"):
+        again = {k: str(choice.rerun) for k in trials if states.get(k) == choice.rerun}
+        run = list(again)
+    elif choice.rerun == "stale":
+        again = dict.fromkeys(stale, "stale")
+        run = list(again)
+    elif choice.rerun == "all":
+        again = {k: "all" for k in trials if states.get(k) in ("done", "failed", "diverged")}
+        run = list(trials)
+    else:
+        again = {k: "stale" for k in stale if policy[k] == "rerun"}
+        run = [k for k in trials if k not in done or k in again]
+    chosen = {k: trials[k] for k in trials if k in set(run)}
+    warned = [k for k in stale if k not in again and policy[k] == "warn" and choice.rerun is None]
+    return Selection(chosen, done - set(again), again, stale,
+                     {k: record(fps[k], files[k]) for k in chosen}, warned)  # fmt: skip
+
+
+def stale_in_store(store: Store, sweeps: list[str] | None = None) -> dict[str, list[str]]:
+    """Done trials (of `sweeps`, or all) whose recorded code differs from the current code, with what changed:
+    what `status`, `runs` and reports mark. Loads each sweep's plugins (their code is part of the answer)."""
+    from ablate.config import TrialConfig
+    from ablate.plugins import Plugins
+
+    names = sweeps or list(store.sweeps_frame()["name"])
+    for name in names:
+        record = store.sweep(name)
+        if record is not None:
+            Plugins.from_json((record.spec or {}).get("plugins")).load()
+    keys = list(store.trials_frame(names)["key"].unique()) if sweeps else None
+    codes = store.codes(keys)
+    configs = store.configs(list(codes))
+    done = store.done_keys(list(codes))
+    keyed, valid = [], []
+    for key in codes:
+        if key in done:
+            try:
+                valid.append(TrialConfig.model_validate(configs[key]))
+            except ValueError:  # a component no longer registered: its code cannot be compared
+                continue
+            keyed.append(key)
+    out = {}
+    for key, fp in zip(keyed, fingerprints(valid)):
+        old = Fingerprint.from_json(codes[key])
+        if old.digest != fp.digest:
+            out[key] = fp.changed(old)
+    return out
+
+
+def _resolve(wanted: tuple[str, ...], keys: list[str]) -> list[str]:
+    """Full keys for keys or unique prefixes; an unknown or ambiguous one is a SelectionError."""
+    out = []
+    for prefix in wanted:
+        hits = [k for k in keys if k.startswith(prefix)]
+        if len(hits) != 1:
+            why = "matches no planned trial" if not hits else f"matches {len(hits)} planned trials"
+            raise SelectionError(f"--only {prefix}: {why}")
+        out.append(hits[0])
+    return out

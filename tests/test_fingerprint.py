@@ -1,0 +1,194 @@
+"""Code-aware results: a trial records the code it ran with; a real edit makes exactly the trials that use the
+edited code stale, a docstring or comment edit changes nothing; stale, failed and all trials can be trained
+again with the old result kept; `show` and `forget` (real Ray, SQLite, MLflow, CLI processes)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+from conftest import TINY
+from test_plugins import plugin_source
+
+from ablate.fingerprint import fingerprint, fingerprints, record
+from ablate.planner import plan
+from ablate.selection import Select, SelectionError, select
+from ablate.store import Store
+from ablate.tracking import Tracker
+
+BACKBONE = '''
+from ablate.nn.vit import ViT
+from ablate.registry import register_backbone
+
+
+class WideViT(ViT):
+    """A ViT under another name: a plugin backbone."""
+
+    name = "wideviT"
+
+
+register_backbone(WideViT())
+'''
+
+
+def edit(path: Path, old: str, new: str) -> None:
+    """Change a file's text and make sure its modification time moves (coarse clocks)."""
+    before = path.stat().st_mtime_ns
+    path.write_text(path.read_text().replace(old, new))
+    if path.stat().st_mtime_ns == before:
+        os.utime(path, ns=(before + 1_000_000, before + 1_000_000))
+
+
+def sweep_file(folder: Path, plugins: list[str], grid: dict, base: dict | None = None) -> Path:
+    path = folder / "e.yaml"
+    sweeps = {"s": {"base": {**TINY, **(base or {})}, "grid": grid}}
+    path.write_text(yaml.safe_dump({"plugins": plugins, "sweeps": sweeps}, sort_keys=False))
+    return path
+
+
+def test_only_the_cells_using_edited_code_are_stale_and_docstrings_never_count(tmp_path: Path) -> None:
+    """Two plugins (a mechanism, a backbone) in a 2 x 2 grid, every trial recorded done with today's code:
+    a docstring or comment edit leaves all four current; a real edit of the mechanism's forward makes its two
+    cells stale, naming the mechanism; a real edit of the backbone makes its two cells stale."""
+    (tmp_path / "relu.py").write_text(plugin_source())
+    (tmp_path / "wide.py").write_text(BACKBONE)
+    f = sweep_file(tmp_path, ["./relu.py", "./wide.py"],
+                   {"attention.kind": ["relu", "softmax"], "model.backbone": ["vit", "wideviT"]})  # fmt: skip
+    p = plan(f, "s")
+    p.plugins.load()
+    with Store(f"sqlite:///{tmp_path / 'r.sqlite'}") as store:
+        store.add_trials("s", p.trials)
+        for t, fp in zip(p.trials, fingerprints([t.config for t in p.trials])):
+            store.finish(t.key, "done", code=record(fp, f))
+
+        def stale() -> dict[str, set[str]]:
+            chosen = select([p], store, Select())
+            by = {t.key: f"{t.axes['attention.kind']}/{t.axes['model.backbone']}" for t in p.trials}
+            assert not chosen.run and chosen.warned == list(chosen.stale)  # warn: reused, listed
+            return {by[k]: set(changed) for k, changed in chosen.stale.items()}
+
+        assert stale() == {}
+        edit(tmp_path / "relu.py", '"""ReLU attention: relu(q k^T / sqrt(d)) / N, no softmax."""',
+             '"""ReLU attention, reworded."""  # and a comment')  # fmt: skip
+        edit(tmp_path / "relu.py", "a @ v", "a  @  v")  # formatting
+        assert stale() == {}
+        edit(tmp_path / "relu.py", "return a  @  v", "return (a @ v) * 2.0")
+        assert stale() == {"relu/vit": {"mechanism relu"}, "relu/wideviT": {"mechanism relu"}}
+        edit(tmp_path / "wide.py", 'name = "wideviT"', 'name = "wideviT"\n    patch_size = 8')
+        assert stale() == {"relu/vit": {"mechanism relu"}, "relu/wideviT": {"mechanism relu", "backbone wideviT"},
+                           "softmax/wideviT": {"backbone wideviT"}}  # fmt: skip
+
+
+def test_a_fingerprint_covers_the_components_modules_and_versions() -> None:
+    cfg = plan_config({"attention": {"kind": "csan"}})
+    fp = fingerprint(cfg)
+    assert set(fp.components) == {"mechanism csan", "backbone vit", "dataset digits", "task classify", "loop"}
+    assert fp.versions["torch"] and fp.versions["timm"] and len(fp.digest) == 16
+    start = time.perf_counter()
+    many = fingerprints([plan_config({"attention": {"kind": k}, "seed": s}) for s in range(250)
+                         for k in ("csan", "softmax", "syn", "sparsemax")])  # fmt: skip
+    assert time.perf_counter() - start < 5 and len(many) == 1000  # a budget far above the 0.3 s measured
+
+
+def plan_config(over: dict) -> object:
+    from ablate.config import TrialConfig
+
+    return TrialConfig.model_validate({**TINY, **over})
+
+
+def cli(tmp_path: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    full = {**os.environ, "RAY_ADDRESS": "", "RAY_AUTH_MODE": "disabled", **(env or {})}
+    return subprocess.run([sys.executable, "-m", "ablate.cli", *args], cwd=tmp_path, env=full, capture_output=True,
+                          text=True, timeout=300, stdin=subprocess.DEVNULL)  # fmt: skip
+
+
+def test_rerun_stale_and_failed_keep_old_results_and_forget_deletes_what_it_lists(tmp_path: Path) -> None:
+    planted = "if __import__('os').environ.get('FAIL_RELU'): raise RuntimeError('planted')\n        return a @ v"
+    (tmp_path / "relu.py").write_text(plugin_source(body=planted))
+    f = sweep_file(tmp_path, ["./relu.py"], {"attention.kind": ["relu", "softmax"]},
+                   {"train": {**TINY["train"], "epochs": 1}, "resources": {"retries": 0}})  # fmt: skip
+    relu, soft = (t.key for t in plan(f, "s").trials)
+    db, mlflow = f"sqlite:///{tmp_path}/r.sqlite", f"sqlite:///{tmp_path}/m.sqlite"
+    args = ("launch", str(f), "--db", db, "--mlflow-uri", mlflow, "--plain", "--storage", str(tmp_path / "ck"))
+    first = cli(tmp_path, *args, "--no-check", env={"FAIL_RELU": "1"})
+    assert first.returncode == 1 and "planted" in first.stdout, first.stdout + first.stderr
+    again = cli(tmp_path, *args, "--rerun", "failed")
+    assert again.returncode == 0, again.stdout + again.stderr
+    with Store(db) as store:
+        assert store.states() == {relu: "done", soft: "done"}
+        assert store.trial(soft).attempts == 1  # only the failed trial ran again
+        assert [p["state"] for p in store.previous(relu)] == ["failed"]
+    edit(tmp_path / "relu.py", "return a @ v", "return (a @ v) * 2.0")
+    warn = cli(tmp_path, *args)
+    assert warn.returncode == 0 and "1 done trials ran with other code" in warn.stdout, warn.stdout
+    assert f"stale {relu[:10]} attention.kind=relu seed=0: changed mechanism relu" in warn.stdout
+    assert "0 already done" not in warn.stdout and "nothing to run" in warn.stdout  # trained nothing
+    status = cli(tmp_path, "status", "--db", db)
+    assert "1 stale" in status.stdout and "mechanism relu" in status.stdout, status.stdout
+    rerun = cli(tmp_path, *args, "--stale", "rerun")
+    assert rerun.returncode == 0, rerun.stdout + rerun.stderr
+    with Store(db) as store:
+        assert store.trial(soft).attempts == 1 and store.trial(relu).state == "done"
+        assert [p["reason"] for p in store.previous(relu)] == ["failed", "stale"]
+        old_run = store.previous(relu)[1]["mlflow_run_id"]
+        assert old_run and old_run != store.trial(relu).mlflow_run_id  # the old run stays, a new one holds it
+    show = cli(tmp_path, "show", relu[:8], "--db", db, "--mlflow-uri", mlflow)
+    assert show.returncode == 0, show.stderr
+    for text in ("mechanism relu", "ablate_plugin_relu", "ablate.nn.mixer", "RuntimeError: planted", "MLflow run"):
+        assert text in show.stdout, (text, show.stdout)
+    refused = cli(tmp_path, "forget", "--where", "attention.kind=relu", "--db", db, "--mlflow-uri", mlflow)
+    assert refused.returncode == 2 and "--yes" in refused.stderr
+    gone = cli(tmp_path, "forget", "--where", "attention.kind=relu", "--yes", "--db", db, "--mlflow-uri", mlflow,
+               "--storage", str(tmp_path / "ck"))  # fmt: skip
+    assert gone.returncode == 0 and "deleted 1 trials" in gone.stdout, gone.stdout + gone.stderr
+    with Store(db) as store:
+        assert set(store.states()) == {soft} and store.previous(relu) == []
+        assert set(store.metrics_frame()["key"]) == {soft}
+    assert not (tmp_path / "ck" / relu).exists() and (tmp_path / "ck" / soft).exists()
+    tracker = Tracker(mlflow)
+    live = tracker.client.search_runs([tracker.experiment("s")], "tags.trial_key != ''")
+    assert [r.data.tags["trial_key"] for r in live] == [soft]
+
+
+def test_an_edit_to_a_module_a_plugin_imports_makes_its_cells_stale(tmp_path: Path, monkeypatch) -> None:
+    """A plugin package whose mechanism takes its scale from a helper module of the same package: editing
+    the helper (not the mechanism's module) makes the mechanism's cells stale."""
+    pkg = tmp_path / "fpkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "helpers.py").write_text("def scale(x):\n    return x\n")
+    source = plugin_source(kind="pkgrelu", body="return helpers.scale(a @ v)")
+    (pkg / "attn.py").write_text("from fpkg import helpers\n" + source.replace("ReluConfig", "PkgReluConfig"))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    f = sweep_file(tmp_path, ["fpkg.attn"], {"attention.kind": ["pkgrelu", "softmax"]})
+    p = plan(f, "s")
+    p.plugins.load()
+    with Store(f"sqlite:///{tmp_path / 'r.sqlite'}") as store:
+        store.add_trials("s", p.trials)
+        for t, fp in zip(p.trials, fingerprints([t.config for t in p.trials])):
+            store.finish(t.key, "done", code=record(fp, f))
+        edit(pkg / "helpers.py", "return x", "return 2 * x")
+        stale = select([p], store, Select()).stale
+    assert stale == {p.trials[0].key: ["mechanism pkgrelu"]}
+
+
+def test_only_and_rerun_all_choose_trials_by_key_and_state(tmp_path: Path) -> None:
+    f = sweep_file(tmp_path, [], {"attention.kind": ["csan", "softmax", "syn"]})
+    p = plan(f, "s")
+    a, b, c = (t.key for t in p.trials)
+    with Store(f"sqlite:///{tmp_path / 'r.sqlite'}") as store:
+        store.add_trials("s", p.trials)
+        store.finish(a, "done", code=record(fingerprint(p.trials[0].config), f))
+        store.finish(b, "diverged")
+        assert list(select([p], store, Select()).run) == [b, c]
+        assert list(select([p], store, Select(only=(c[:6],))).run) == [c]
+        assert list(select([p], store, Select(rerun="diverged")).run) == [b]
+        everything = select([p], store, Select(rerun="all"))
+        assert list(everything.run) == [a, b, c] and everything.again == {a: "all", b: "all"}
+        with pytest.raises(SelectionError, match="matches no planned trial"):
+            select([p], store, Select(only=("zzzz",)))
