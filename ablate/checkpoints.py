@@ -4,10 +4,18 @@ One file per trial (`<storage>/<key>/checkpoint.pt`), rewritten after every epoc
 file and renamed, so a crash mid-write leaves the previous checkpoint intact. It loads with
 `weights_only=True` (tensors and plain values only: no pickled code runs on resume). An unreadable file
 is reported and ignored: the trial restarts from scratch rather than failing the sweep.
+
+Each save also writes the file's SHA-256 beside it (`checkpoint.pt.sha256`); the trial's task reports it
+with the epoch, and the store keeps it with the code digest the checkpoint was written with. Before a trial
+resumes, `admit` holds the file against that record: a checkpoint copied from another trial, truncated or
+edited (its metrics, its weights) does not match and is refused, so the trial restarts from scratch; one
+written by other code follows the sweep's staleness policy.
 """
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import os
 import random
 import uuid
@@ -20,6 +28,23 @@ import torch
 from torch import Tensor, nn
 
 FILE = "checkpoint.pt"
+DIGEST = f"{FILE}.sha256"
+"""The newest checkpoint's SHA-256, written by `save` after the checkpoint itself."""
+
+
+@dataclass(frozen=True)
+class Resume:
+    """What a trial's task holds its checkpoint against before resuming (from the store, at submission)."""
+
+    key: str
+    sha: str | None
+    """SHA-256 of the trial's last reported checkpoint (None: none reported, so any file is refused)."""
+    code: str | None
+    """The code digest that checkpoint was written with."""
+    current: str | None
+    """The code digest of this attempt."""
+    policy: str = "warn"
+    """The trial's staleness policy: a checkpoint of other code restarts (`rerun`) or resumes (warn, reuse)."""
 
 
 @dataclass
@@ -69,13 +94,55 @@ def save(folder: Path, model: nn.Module, optimizer: Any, scheduler: Any, progres
     folder.mkdir(parents=True, exist_ok=True)
     path, tmp = folder / FILE, folder / f"{FILE}.{os.getpid()}-{uuid.uuid4().hex[:8]}.tmp"  # one per attempt
     state = {
-        "epoch": progress.epoch, "model": model.state_dict(), "optimizer": optimizer.state_dict(),
+        "key": folder.name, "epoch": progress.epoch, "model": model.state_dict(), "optimizer": optimizer.state_dict(),
         "scheduler": scheduler.state_dict() if scheduler is not None else {}, "rng": _rng_state(),
         "winners": progress.winners, "history": progress.history, "step": progress.step,
         "partial": list(progress.partial),
     }  # fmt: skip
     torch.save(state, tmp)
+    sha = file_sha(tmp)
     tmp.replace(path)
+    side = folder / f"{DIGEST}.{tmp.stem.rsplit('.', 1)[-1]}.tmp"
+    side.write_text(sha)
+    side.replace(folder / DIGEST)
+
+
+def file_sha(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        while block := f.read(1 << 20):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def saved_sha(folder: Path) -> str | None:
+    """The SHA-256 `save` wrote for the folder's newest checkpoint (None before the first save)."""
+    try:
+        return (folder / DIGEST).read_text().strip() or None
+    except FileNotFoundError:
+        return None
+
+
+def admit(folder: Path, resume: Resume | None) -> str | None:
+    """Hold the folder's checkpoint against the store's record before the trial resumes from it; a refused
+    one is set aside (`checkpoint.pt.refused`) and the trial starts from scratch. Returns what to tell the
+    user, if anything."""
+    path = folder / FILE
+    if resume is None or not path.exists():
+        return None
+    why = None
+    if resume.sha is None or file_sha(path) != resume.sha:
+        why = (f"checkpoint {path} does not match the store's record of trial {resume.key[:10]} (copied from "
+               "another trial, truncated or edited): refused, restarting from scratch")  # fmt: skip
+    elif resume.code != resume.current and resume.policy == "rerun":
+        why = f"checkpoint {path} was written by other code (stale: rerun): restarting from scratch"
+    if why is None:
+        if resume.code != resume.current and resume.policy == "warn":
+            return f"resuming from a checkpoint written by other code than now ({path})"
+        return None
+    with contextlib.suppress(FileNotFoundError):  # another rank of the trial set it aside first
+        path.replace(folder / f"{FILE}.refused")
+    return why
 
 
 def read(folder: Path) -> tuple[dict[str, Any] | None, str | None]:

@@ -27,6 +27,7 @@ from typing import Any, TypeVar
 import ray
 
 from ablate import gangs, journal, packing
+from ablate.checkpoints import Resume
 from ablate.config import TrialConfig
 from ablate.leases import Heartbeat
 from ablate.messages import EpochEnd, Finished, PeerLost, Runner, Started, TrialResult
@@ -35,7 +36,7 @@ from ablate.planner import Plan, Trial
 from ablate.plugins import Plugins
 from ablate.progress import Progress
 from ablate.recorder import Recorder, start_inbox
-from ablate.selection import Select, select
+from ablate.selection import Select, Selection, select
 from ablate.storage import Storage
 from ablate.store import Owner, Store
 from ablate.store.faults import StoreUnavailable
@@ -243,7 +244,7 @@ def launch(
         template = TaskArgs({}, "", storage.url, None, runner, plugins)
         gpus = {k: _gpus(t.config, run.gpus) for k, t in todo.items()} | admission.shares
         recorder = Recorder(store, mirror, storage.root / journal.FOLDER / f"{owner.id}.jsonl")
-        fanout = _Fanout(todo, store, owner, heartbeat, recorder, progress, result, run, template, gpus, chosen.codes)
+        fanout = _Fanout(todo, store, owner, heartbeat, recorder, progress, result, run, template, gpus, chosen)
         stop = Stop()
         try:
             with stop.installed(), progress:
@@ -298,9 +299,9 @@ class _Fanout:
         run: RunConfig,
         template: TaskArgs,
         gpus: dict[str, float],
-        codes: dict[str, dict[str, Any]],
+        chosen: Selection,
     ) -> None:
-        self.todo, self.store, self.owner, self.heartbeat, self.codes = todo, store, owner, heartbeat, codes
+        self.todo, self.store, self.owner, self.heartbeat, self.chosen = todo, store, owner, heartbeat, chosen
         self.recorder, self.progress, self.result, self.run, self.template, self.gpus = (
             recorder, progress, result, run, template, gpus)  # fmt: skip
         self.storage = Storage(template.storage)
@@ -354,6 +355,15 @@ class _Fanout:
             self.recorder.failure = e
             return default
 
+    def resume(self, key: str) -> Resume | None:
+        """What the trial's checkpoint must match (the store's record of it; None while the store is down)."""
+        recorded = self.tolerant(lambda: self.store.checkpoints([key]), None)
+        if recorded is None:
+            return None
+        last = recorded.get(key, {})
+        current = self.chosen.codes[key]["digest"] if key in self.chosen.codes else None
+        return Resume(key, last.get("sha"), last.get("code"), current, self.chosen.policy.get(key, "warn"))
+
     def worker_cpus(self, key: str) -> float:
         return self.run.cpus if self.run.cpus is not None else self.todo[key].config.resources.cpus
 
@@ -402,7 +412,8 @@ class _Fanout:
         cfg = self.todo[key].config
         opts = {"num_cpus": self.worker_cpus(key), "num_gpus": self.gpus[key], "max_retries": 0,
                 "name": f"trial-{key[:10]}"}  # fmt: skip
-        args = replace(self.template, config=cfg.model_dump(mode="json"), key=key, inbox=self.inbox)
+        args = replace(self.template, config=cfg.model_dump(mode="json"), key=key, inbox=self.inbox,
+                       resume=self.resume(key))  # fmt: skip
         self.storage.clear_stop(key)  # a request a preempted attempt already answered
         if cfg.resources.workers > 1:
             gang = self.gangs[key] = gangs.start(self.task, opts, cfg.resources.workers, args)
@@ -444,7 +455,7 @@ class _Fanout:
         if key in self.gangs:
             self.gangs.pop(key).stop()
         state = _settle(ref, key, self.todo[key].config, self.gpus[key], self.recorder, self.attempts, self.progress,
-                        self.codes.get(key))  # fmt: skip
+                        self.chosen.codes.get(key))  # fmt: skip
         if state in ("retry", "oom", "lost") and not resubmit:
             self.recorder.finish(Finished(key, "preempted"))
             state = "preempted"

@@ -88,6 +88,8 @@ class TrialResult:
     """The epoch of the checkpoint the trial resumed from (0: from scratch)."""
     warnings: list[str] = field(default_factory=list)
     """Things the launcher should tell the user (e.g. a corrupt checkpoint that was ignored)."""
+    checkpoint: dict[str, Any] | None = None
+    """The last checkpoint the attempt wrote (sha, code), set by its task: what a later attempt resumes from."""
 
 
 @dataclass(frozen=True)
@@ -109,6 +111,8 @@ class EpochEnd:
     metrics: dict[str, float]
     wall: float
     """Unix time the message was sent."""
+    checkpoint: dict[str, Any] | None = None
+    """The checkpoint saved with this epoch: its SHA-256 and the code digest it was written with."""
 
 
 Message = Started | EpochEnd
@@ -133,6 +137,7 @@ class Finished:
     resumed_from: int | None = None
     code: dict[str, Any] | None = None
     """The code the trial ran with (`ablate.fingerprint.record`), set by the launcher."""
+    checkpoint: dict[str, Any] | None = None
 
     @classmethod
     def of(cls, key: str, result: TrialResult) -> Finished:
@@ -141,7 +146,8 @@ class Finished:
         return cls(key, result.outcome, result=result.metrics if result.outcome == "done" else None,
                    diverged_epoch=at.epoch if at else None, diverged_step=at.step if at else None,
                    params=result.params, flops=result.flops, peak_memory=result.peak_memory,
-                   environment=result.environment, resumed_from=result.resumed_from)  # fmt: skip
+                   environment=result.environment, resumed_from=result.resumed_from,
+                   checkpoint=result.checkpoint)  # fmt: skip
 
     def fields(self) -> dict[str, Any]:
         """Everything but key and state, the unset facts left out (the store keeps what it had)."""

@@ -104,6 +104,12 @@ class Recorder:
         for i, r in enumerate(records):
             if isinstance(r, EpochEnd):
                 rows += [(r.key, name, r.epoch, float(value), r.wall) for name, value in r.metrics.items()]
+                if r.checkpoint is None:
+                    continue
+                self.store.log_metric_rows(rows)  # the epoch's metrics, then the checkpoint that holds them
+                rows = []
+                self.store.set_checkpoint(r.key, r.checkpoint)
+                self._applied = i + 1
                 continue
             if rows:
                 self.store.log_metric_rows(rows)

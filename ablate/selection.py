@@ -55,6 +55,8 @@ class Selection:
     """The current code record of every trial to run (stored with its result)."""
     warned: list[str] = field(default_factory=list)
     """The stale trials a `warn` policy reuses: listed to the user."""
+    policy: dict[str, str] = field(default_factory=dict)
+    """Each trial's staleness policy (also what a checkpoint written by other code gets)."""
 
     def lines(self, trials: dict[str, Trial]) -> list[str]:
         """What to tell the user about stale trials (empty when nothing is stale or every policy is silent)."""
@@ -108,7 +110,7 @@ def select(plans: list[Plan], store: Store, choice: Select) -> Selection:
     chosen = {k: trials[k] for k in trials if k in set(run)}
     warned = [k for k in stale if k not in again and policy[k] == "warn" and choice.rerun is None]
     return Selection(chosen, done - set(again), again, stale,
-                     {k: record(fps[k], files[k]) for k in chosen}, warned)  # fmt: skip
+                     {k: record(fps[k], files[k]) for k in chosen}, warned, policy)  # fmt: skip
 
 
 def stale_in_store(store: Store, sweeps: list[str] | None = None) -> dict[str, list[str]]:

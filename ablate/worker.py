@@ -14,6 +14,8 @@ from typing import Any
 
 import ray
 
+from ablate import checkpoints
+from ablate.checkpoints import Resume
 from ablate.config import TrialConfig
 from ablate.messages import RENDEZVOUS, EpochEnd, Runner, Started, TrialResult
 from ablate.plugins import Plugins
@@ -33,6 +35,8 @@ class TaskArgs:
     """The `recorder.Inbox` actor (None for ranks other than 0: only rank 0 reports)."""
     runner: Runner
     plugins: Plugins
+    resume: Resume | None = None
+    """What the trial's checkpoint must match to be resumed from (`checkpoints.admit`); None: not checked."""
 
     def follower(self) -> TaskArgs:
         return replace(self, inbox=None)
@@ -66,18 +70,29 @@ def trial_task(args: TaskArgs, place: Rank | None = None) -> TrialResult:
         node = ray.get_runtime_context().get_node_id()
         ray.get(inbox.put.remote(Started(args.key, socket.gethostname(), node, device)))
 
+    storage = Storage(args.storage)
+    folder = storage.folder(args.key)
+    code = args.resume.current if args.resume else None
+
+    def saved() -> dict[str, Any] | None:
+        sha = checkpoints.saved_sha(folder)
+        return {"sha": sha, "code": code} if sha else None
+
     def report(epoch: int, metrics: dict[str, float]) -> None:
-        if inbox is not None:
-            last[:] = [inbox.put.remote(EpochEnd(args.key, epoch, metrics, time.time()))]
+        if inbox is not None:  # the trial saved this epoch's checkpoint before it reports the epoch
+            last[:] = [inbox.put.remote(EpochEnd(args.key, epoch, metrics, time.time(), saved()))]
 
     env = {} if place is None else place.environment()
     os.environ.update(env)
-    storage = Storage(args.storage)
     try:
         with storage.sync(args.key) as sync:
-            result = args.runner(cfg, report, storage.folder(args.key))
+            if inbox is not None:  # rank 0, which saves: only this attempt's saves are reported
+                (folder / checkpoints.DIGEST).unlink(missing_ok=True)
+            refused = checkpoints.admit(folder, args.resume)  # every rank reaches the same verdict
+            result = args.runner(cfg, report, folder)
+            result.checkpoint = saved()
             sync.close(upload=result.outcome == "preempted")  # a done trial needs no last upload
-        result.warnings.extend(sync.problems)
+        result.warnings.extend(sync.problems + ([refused] if refused else []))
         return result
     finally:
         for name in env:

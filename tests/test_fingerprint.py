@@ -130,6 +130,10 @@ def test_rerun_stale_and_failed_keep_old_results_and_forget_deletes_what_it_list
     assert "0 already done" not in warn.stdout and "nothing to run" in warn.stdout  # trained nothing
     status = cli(tmp_path, "status", "--db", db)
     assert "1 stale" in status.stdout and "mechanism relu" in status.stdout, status.stdout
+    report = cli(tmp_path, "report", "s", "--db", db, "--out", str(tmp_path / "reports"))
+    assert report.returncode == 0, report.stderr
+    md = (tmp_path / "reports" / "s" / "report.md").read_text()
+    assert "1 stale†" in md and "changed: mechanism relu" in md
     rerun = cli(tmp_path, *args, "--stale", "rerun")
     assert rerun.returncode == 0, rerun.stdout + rerun.stderr
     with Store(db) as store:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -11,8 +12,10 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+import torch
 from conftest import TINY, fresh_database, write_sweeps
 from gate import Gate, wait_for
+from rich.console import Console
 
 from ablate import checkpoints
 from ablate.launcher import RunConfig, launch
@@ -54,6 +57,42 @@ def test_launch_records_everything_and_never_reruns(ray_local, tmp_path: Path) -
         assert again.counts == {} and again.skipped == 2
         assert set(store.trials_frame("s")["attempts"]) == {1}
         assert len(tracker.client.search_runs([tracker.experiment("s")], "tags.trial_key != ''")) == 2
+
+
+def test_a_copied_truncated_or_edited_checkpoint_is_refused_and_the_trial_retrains(ray_local, tmp_path: Path) -> None:
+    """Four trials run to their last epoch and are then left as if interrupted. One checkpoint is replaced by
+    another trial's, one truncated, one given edited metrics: each is refused and its trial trains again from
+    scratch to its honest result; the untouched one resumes from its checkpoint."""
+    from sqlalchemy import text
+
+    f = write_sweeps(tmp_path / "e.yaml", {"s": {"base": TINY, "seeds": 4}})
+    p = plan(f, "s")
+    copied, cut, edited, intact = (t.key for t in p.trials)
+    ck = tmp_path / "ck"
+    with Store(f"sqlite:///{tmp_path}/r.sqlite") as store:
+        launch([p], store=store, run=RunConfig(storage=ck), progress=quiet())
+        honest = store.metrics_frame("s").set_index(["key", "name", "step"])["value"]
+        with store.engine.begin() as conn:
+            conn.execute(text("UPDATE trials SET state = 'interrupted'"))
+        shutil.copy(ck / intact / checkpoints.FILE, ck / copied / checkpoints.FILE)
+        data = (ck / cut / checkpoints.FILE).read_bytes()
+        (ck / cut / checkpoints.FILE).write_bytes(data[: len(data) // 2])
+        state = torch.load(ck / edited / checkpoints.FILE, weights_only=True)
+        state["history"] = [(e, {**m, "val.top1": 99.0}) for e, m in state["history"]]
+        torch.save(state, ck / edited / checkpoints.FILE)
+        console = Console(record=True, width=400)
+        launch([p], store=store, run=RunConfig(storage=ck), progress=Progress(live=False, console=console))
+        said = console.export_text()
+        assert said.count("does not match the store's record") == 3, said
+        t = store.trials_frame("s").set_index("key")
+        assert set(t["state"]) == {"done"}
+        assert t.loc[intact, "resumed_from"] == 2
+        assert (t.loc[[copied, cut, edited], "resumed_from"] == 0).all()
+        after = store.metrics_frame("s").set_index(["key", "name", "step"])["value"]
+        assert (after.xs(edited)["val.top1"] < 99.0).all()
+        assert after.xs(edited).xs("val.top1").tolist() == honest.xs(edited).xs("val.top1").tolist()  # retrained alike
+        for key in (copied, cut, edited):
+            assert (ck / key / f"{checkpoints.FILE}.refused").exists()
 
 
 def test_the_library_launches_one_plan_into_the_default_store(ray_local, tmp_path: Path, monkeypatch) -> None:

@@ -207,3 +207,22 @@ def test_shift_translates_each_image_by_its_own_offset_with_zero_fill(shift: int
     assert {dy for dy, _ in offsets} == {dx for _, dx in offsets} == set(range(-shift, shift + 1))
     assert len(set(offsets)) > (2 * shift + 1) ** 2 // 2, "offsets are not drawn per image"
     assert torch.equal(x, before), "the input batch was changed in place"
+
+
+@pytest.mark.parametrize(
+    ("policy", "kept", "said"),
+    [("rerun", False, "written by other code (stale: rerun)"), ("warn", True, "written by other code than now"),
+     ("reuse", True, None)],
+)  # fmt: skip
+def test_a_checkpoint_of_other_code_follows_the_staleness_policy(
+    tmp_path: Path, policy: str, kept: bool, said: str | None
+) -> None:
+    model = torch.nn.Linear(2, 2)
+    checkpoints.save(tmp_path / "k", model, torch.optim.SGD(model.parameters(), lr=0.1), None, checkpoints.Progress(1))
+    sha = checkpoints.saved_sha(tmp_path / "k")
+    assert sha == checkpoints.file_sha(tmp_path / "k" / checkpoints.FILE)
+    same = checkpoints.Resume("k", sha, "code-a", "code-a", policy)
+    assert checkpoints.admit(tmp_path / "k", same) is None  # the recorded checkpoint of this code: resumed
+    message = checkpoints.admit(tmp_path / "k", checkpoints.Resume("k", sha, "code-a", "code-b", policy))
+    assert (tmp_path / "k" / checkpoints.FILE).exists() == kept
+    assert (message is None) if said is None else (said in (message or ""))

@@ -10,7 +10,7 @@ Reads only through the store's query API.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -21,6 +21,7 @@ from ablate.config import REPLICATES
 from ablate.paths import matches
 from ablate.plugins import PluginError, Plugins
 from ablate.reporting import describe, stats
+from ablate.selection import stale_in_store
 from ablate.store import TRIAL_COLUMNS, Store
 
 STRATA = ("data.name", "data.id")
@@ -60,6 +61,8 @@ class SweepData:
     baseline: str | None
     updated: str
     """When the sweep last changed (latest trial event, UTC): the report's date, stable across re-runs."""
+    stale: dict[str, list[str]] = field(default_factory=dict)
+    """Done trials computed by other code than now, with what changed (`ablate.selection.stale_in_store`)."""
 
 
 def higher_is_better(metric: str) -> bool:
@@ -97,9 +100,8 @@ def load(store: Store, name: str, metric: str | None = None, baseline: str | Non
     variants["ref"] = _references(variants, axes, ref)
     stamps = trials[["created_at", "started_at", "finished_at"]].stack()
     updated = stamps.max().strftime("%Y-%m-%d %H:%M UTC") if len(stamps) else ""
-    return SweepData(
-        name, record.description or "", metric, higher_is_better(metric), axes, trials, variants, ref, updated
-    )
+    return SweepData(name, record.description or "", metric, higher_is_better(metric), axes, trials, variants, ref,
+                     updated, stale_in_store(store, [name]))  # fmt: skip
 
 
 def _default_metric(variants: pd.DataFrame) -> str:
@@ -256,6 +258,8 @@ def variant_table(data: SweepData, speed: pd.Series) -> pd.DataFrame:
     out["unfinished"] = states.drop(columns=["done"], errors="ignore").apply(
         lambda r: ", ".join(f"{n} {s}" for s, n in r.items() if n), axis=1
     )
+    stale = t[t["key"].isin(data.stale) & (t["state"] == "done")]
+    out["stale"] = stale.groupby("variant").size().reindex(v.index, fill_value=0)
     out["is_baseline"] = out.index == data.baseline
     return out
 

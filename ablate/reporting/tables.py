@@ -55,6 +55,8 @@ def variants(table: pd.DataFrame, data: SweepData) -> Table:
             delta, p = "-", "-"
         metric = f"{num(r['mean'], d)} ± {num(r['std'], d)}" if r["n"] > 1 else num(r["mean"], d)
         trials = f"{r['done']}/{r['trials']} done" + (f"; {r['unfinished']}" if r["unfinished"] else "")
+        if r["stale"]:
+            trials += f"; {r['stale']} stale†" + (" (mixed with current)" if r["stale"] < r["done"] else "")
         rows.append([r["architecture"], r["mixer"], params(r["params"]), num(r["gflops"], 3),
                      num(r["samples_s"], 0), metric, str(int(r["n"])), delta, p, trials])  # fmt: skip
     best = _best(table, data.higher)
@@ -67,9 +69,19 @@ def variants(table: pd.DataFrame, data: SweepData) -> Table:
         f"(n < {stats.SMALL_N}; it cannot fall below 2/2^n, e.g. 0.5 with 2 pairs). GFLOPs = stored FLOPs / 2e9: "
         "multiply-accumulates per example, as the papers count FLOPs. samples/s: training throughput, mean over "
         f"epochs of up to {frames.THROUGHPUT_TRIALS} finished trials. Bold: best per column within its group "
-        "(fewest params and GFLOPs, most samples/s, best metric and Δ)."
+        "(fewest params and GFLOPs, most samples/s, best metric and Δ)." + stale_note(data)
     )
     return Table(caption, header, rows, groups=list(table["group"]), bold=best)
+
+
+def stale_note(data: SweepData) -> str:
+    """The footnote of stale results: which components changed since they were computed."""
+    if not data.stale:
+        return ""
+    changed = sorted({c for k in data.stale for c in data.stale[k]})
+    return (f" † stale: {len(data.stale)} done trials were computed by other code than now (changed: "
+            f"{', '.join(changed)}); their values are in the means above; `ablate launch --rerun stale` "
+            "retrains them.")  # fmt: skip
 
 
 def _best(table: pd.DataFrame, higher: bool) -> set[tuple[int, int]]:

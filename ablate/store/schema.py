@@ -103,6 +103,9 @@ class TrialRecord(Base):
     the git commit and dirty flag of the experiments file's repository."""
     code_digest: Mapped[str | None] = mapped_column(String(16))
     """`code["digest"]`, for comparisons: a done trial whose digest differs from the current code is stale."""
+    checkpoint: Mapped[dict[str, Any] | None]
+    """The trial's last checkpoint as its trial reported it: SHA-256 of the file and the code digest it was
+    written with. A checkpoint file that does not match is refused (`ablate.checkpoints.admit`)."""
 
 
 class Membership(Base):

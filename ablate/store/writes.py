@@ -29,24 +29,13 @@ from ablate.store.queries import MEMBERS, METRICS, PREVIOUS, SWEEPS, TRIALS, Que
 from ablate.store.schema import FINAL_STATES, Base, Membership, SweepRecord, TrialRecord
 
 #: Facts about a run that `finish` accepts (known once a trial has built its model).
-INFO_FIELDS = frozenset(
-    {
-        "params",
-        "flops",
-        "peak_memory",
-        "environment",
-        "host",
-        "node_id",
-        "device",
-        "resumed_from",
-        "code",
-        "code_digest",
-    }
-)
+INFO_FIELDS = frozenset({"params", "flops", "peak_memory", "environment", "host", "node_id", "device",
+                         "resumed_from", "code", "code_digest", "checkpoint"})  # fmt: skip
 #: What a retrained trial's row is reset to (its previous values are kept in `previous_results`).
 _RESET = {"state": "pending", "started_at": None, "finished_at": None, "error": None, "traceback": None,
           "result": None, "diverged_epoch": None, "diverged_step": None, "resumed_from": None, "code": None,
-          "code_digest": None, "mlflow_run_id": None, "mlflow_step": None, "mlflow_state": None}  # fmt: skip
+          "code_digest": None, "checkpoint": None, "mlflow_run_id": None, "mlflow_step": None,
+          "mlflow_state": None}  # fmt: skip
 #: The columns a previous result keeps.
 _KEPT = ("state", "attempts", "started_at", "finished_at", "error", "traceback", "result", "params", "flops",
          "peak_memory", "environment", "resumed_from", "code", "mlflow_run_id")  # fmt: skip
@@ -242,6 +231,14 @@ class Store(Queries):
         """MLflow now has the trial's metrics up to `step` and shows `state` (see `ablate.mirror`)."""
         self._update(TRIALS, TRIALS.c.key == key, key, mlflow_step=step, mlflow_state=state)
 
+    def set_checkpoint(self, key: str, checkpoint: Mapping[str, Any]) -> None:
+        """The trial's newest checkpoint: its SHA-256 and the code digest it was written with."""
+        self._update(TRIALS, TRIALS.c.key == key, key, checkpoint=dict(checkpoint))
+
+    def checkpoints(self, keys: Iterable[str] | None = None) -> dict[str, dict[str, Any]]:
+        """The recorded last checkpoint of each trial (of `keys`, or all) that has one."""
+        return self._column("checkpoint", keys)
+
     def set_mlflow_run(self, key: str, run_id: str) -> None:
         """Keep the trial's MLflow run id, so a resumed trial logs to the same run."""
         self._update(TRIALS, TRIALS.c.key == key, key, mlflow_run_id=run_id)
@@ -407,7 +404,7 @@ class Store(Queries):
         with self.engine.connect() as conn:
             for where in self._key_filters(keys):
                 stmt = select(TRIALS.c.key, TRIALS.c[name]).where(where, TRIALS.c[name].is_not(None))
-                out.update(conn.execute(stmt).all())
+                out.update((k, v) for k, v in conn.execute(stmt) if v is not None)  # a JSON null too
         return out
 
     def previous(self, key: str) -> list[dict[str, Any]]:

@@ -1,5 +1,5 @@
-"""Code-aware results: the fingerprint of the code each trial ran with, and the results a retrained trial
-had before (trials recorded before this revision have no fingerprint: they are never called stale)."""
+"""Code-aware results: the fingerprint of the code each trial ran with, its last checkpoint's digest, and
+the results a retrained trial had before (trials recorded before this revision have no fingerprint: they are never called stale)."""
 
 import sqlalchemy as sa
 from alembic import op
@@ -12,6 +12,7 @@ def upgrade() -> None:
     with op.batch_alter_table("trials") as batch:
         batch.add_column(sa.Column("code", sa.JSON()))
         batch.add_column(sa.Column("code_digest", sa.String(16)))
+        batch.add_column(sa.Column("checkpoint", sa.JSON()))
     op.create_table(
         "previous_results",
         sa.Column("id", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), autoincrement=True, nullable=False),
@@ -29,5 +30,6 @@ def downgrade() -> None:
     op.drop_index("ix_previous_results_trial_key", "previous_results")
     op.drop_table("previous_results")
     with op.batch_alter_table("trials") as batch:
+        batch.drop_column("checkpoint")
         batch.drop_column("code_digest")
         batch.drop_column("code")
