@@ -58,20 +58,29 @@ def fail(message: str, code: int = 2) -> None:
     raise typer.Exit(code)
 
 
-def plans_of(file: Path, sweeps: list[str] | None, default: bool = False) -> list[Any]:
+SHOWN_PROBLEMS = 50
+"""Problems of a file printed one per line; the rest are counted."""
+MAX_TRIALS = typer.Option(
+    10_000, "--max-trials", min=1, help="Most trials a sweep may plan (checked before expanding)."
+)
+
+
+def plans_of(file: Path, sweeps: list[str] | None, default: bool = False, max_trials: int = 10_000) -> list[Any]:
     """Load and plan the named sweeps of `file` (when none is named: all, or with `default` the file's default
     sweep, its `default:` or its first); exit 2 on any problem."""
     from ablate.planner import load_plans
     from ablate.spec import read_sweeps
 
     try:
-        loaded = load_plans(file)
+        loaded = load_plans(file, max_trials)
         if default and not sweeps and (name := read_sweeps(file).default) is not None:
             sweeps = [name]
     except SpecError as e:
         err.print(f"[bold red]{file}: {len(e.problems)} problem(s)[/]")
-        for p in e.problems:
+        for p in e.problems[:SHOWN_PROBLEMS]:
             err.print(str(p), markup=False, highlight=False)
+        if len(e.problems) > SHOWN_PROBLEMS:
+            err.print(f"... and {len(e.problems) - SHOWN_PROBLEMS} more", highlight=False)
         raise typer.Exit(2) from None
     unknown = [s for s in sweeps or [] if s not in loaded]
     if unknown:
@@ -115,9 +124,10 @@ def plan(
     format: Format = typer.Option(Format.table, "--format", "-f", help="table (rich), csv or json rows."),
     costs: bool = typer.Option(True, "--costs/--no-costs", help="Compute params and GFLOPs per trial."),
     limit: int = typer.Option(200, help="Rows shown in the table (csv/json always print every row)."),
+    max_trials: int = MAX_TRIALS,
 ) -> None:
     """Expand sweeps into trials: key, axis values, params and GFLOPs; counts per axis."""
-    plans = plans_of(file, sweep)
+    plans = plans_of(file, sweep, max_trials=max_trials)
     rows = [r for p in plans for r in plan_rows(p, costs)]
     if format is Format.json:
         sys.stdout.write(json.dumps(rows, indent=1) + "\n")
@@ -207,9 +217,10 @@ def launch(
         None, help="Run only failed, diverged or stale trials, or all (done ones again; old results kept)."
     ),
     only: list[str] | None = typer.Option(None, help="Run only this trial (a key or a unique prefix); repeatable."),
+    max_trials: int = MAX_TRIALS,
 ) -> None:
     """Run every unfinished trial of the sweeps on Ray; record to the store and MLflow."""
-    plans = plans_of(file, sweep, default=not every)
+    plans = plans_of(file, sweep, default=not every, max_trials=max_trials)
     if not sweep and not every:
         out.print(f"sweep {plans[0].sweep} (the file's default; name sweeps, or --all for every one)")
     if dry_run:
@@ -309,11 +320,12 @@ def sync(
 def check(
     file: Path = typer.Argument(Path("experiments.yaml"), help="The experiments file."),
     sweep: list[str] | None = typer.Argument(None, help="Sweeps to check (default: every sweep)."),
+    max_trials: int = MAX_TRIALS,
 ) -> None:
     """Build every distinct model of the plan and run one forward and backward step on CPU; exit 2 on failure."""
     from ablate.config import REPLICATES
 
-    plans = plans_of(file, sweep)
+    plans = plans_of(file, sweep, max_trials=max_trials)
     results = _check(plans)
     table = Table(title="pre-launch check: one training step per variant (batch 2, CPU)", title_justify="left")
     for col in ("sweep", "variant", "params", "GFLOPs", "Δ params vs baseline", "status"):

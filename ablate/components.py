@@ -9,10 +9,11 @@ imports torch: validation asks `check` and `dims` before any model or data is bu
 
 from __future__ import annotations
 
+import typing
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, ValidationInfo, field_validator
 
 if TYPE_CHECKING:
     from torch import nn
@@ -23,9 +24,31 @@ if TYPE_CHECKING:
 
 
 class Strict(BaseModel):
-    """Base of every config section: unknown keys are errors, docstrings are field descriptions."""
+    """Base of every config section: unknown keys are errors, docstrings are field descriptions, numbers are
+    finite, and a YAML boolean (`true`, `on`) is never taken for the number 1."""
 
-    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True, validate_default=True)
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True, validate_default=True,
+                              allow_inf_nan=False)  # fmt: skip
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_boolean_numbers(cls, value: Any, info: ValidationInfo) -> Any:
+        field = cls.model_fields.get(info.field_name or "")
+        if isinstance(value, bool) and field is not None and not _admits_bool(field.annotation):
+            raise ValueError(f"expected {_expected(field.annotation)}, got the boolean {str(value).lower()}")
+        return value
+
+
+def _admits_bool(annotation: Any) -> bool:
+    if annotation is bool or annotation is Any:
+        return True
+    return any(_admits_bool(a) for a in typing.get_args(annotation) if not isinstance(a, (str, int, float)))
+
+
+def _expected(annotation: Any) -> str:
+    kinds = {int: "an integer", float: "a number", str: "a string"}
+    found = [kinds[a] for a in (annotation, *typing.get_args(annotation)) if a in kinds]
+    return " or ".join(dict.fromkeys(found)) or "a value of another type"
 
 
 class Mechanism(Strict):

@@ -26,6 +26,11 @@ T = TypeVar("T")
 NOKEY: JsonDict = {"x-nokey": True}
 
 
+COMMON_OPTIMIZERS = frozenset({"adamw", "adam", "sgd", "momentum", "nesterov", "lamb", "lion", "rmsprop",
+                               "rmsproptf", "adafactor", "radam", "nadam", "adan", "lars", "sgdw"})  # fmt: skip
+"""timm optimizers a config names without importing timm to check them."""
+
+
 def nokey(default: Any = None, **kw: Any) -> Any:
     """A field that does not change a trial's result, so it is left out of the trial key."""
     return Field(default, json_schema_extra=NOKEY, **kw)
@@ -95,9 +100,9 @@ class ModelConfig(Strict):
     override it. A label only: the resolved fields make the key."""
     embed_dim: int | None = Field(None, ge=1)
     """Width of the first stage (MIL: the instance embedding width D)."""
-    depths: tuple[int, ...] | None = None
+    depths: tuple[Annotated[int, Field(ge=1)], ...] | None = None
     """Blocks per stage (ViT: one entry; MIL: [L] hidden layers before pooling)."""
-    num_heads: tuple[int, ...] | None = None
+    num_heads: tuple[Annotated[int, Field(ge=1)], ...] | None = None
     """Heads per stage (ViT: one entry; Hiera: initial heads; MIL: pooling heads H)."""
     patch_size: int | None = Field(None, ge=1)
     window_size: int = Field(7, ge=1)
@@ -149,6 +154,8 @@ class ModelConfig(Strict):
         if not isinstance(data, dict) or data.get("size") is None:
             return data
         name = data["size"]
+        if not isinstance(name, str):
+            raise ValueError(f"size: expected the name of a size such as vit-tiny, got {name!r}")
         backbone, preset = size_preset(name)
         if "backbone" in data and data["backbone"] != backbone:
             raise ValueError(f"size {name!r} is a {backbone} size, not {data['backbone']}")
@@ -193,7 +200,7 @@ class DataConfig(Strict):
     """Share held out from training for per-epoch validation curves (never for selection). Default: the
     dataset's (0.1 for images; 0 for the MIL benchmarks, whose protocol trains on every training bag)."""
     test_fraction: float = Field(0.2, gt=0, lt=1)
-    split_seed: int = 0
+    split_seed: int = Field(0, ge=0, lt=2**63)
     """Seed of the train/val/test split or of the k-fold assignment (MIL: the CV repeat)."""
     folds: int = Field(10, ge=2)
     """MIL: k of stratified k-fold cross-validation."""
@@ -252,7 +259,7 @@ class TrainConfig(Strict):
     device_batch: int | None = nokey(None, ge=1)
     """Examples per worker per micro-batch (default: batch_size / (workers x accum_steps))."""
     opt: str = "adamw"
-    """timm optimizer name."""
+    """timm optimizer name (`timm.optim.list_optimizers()`; a `lookahead_` prefix wraps it)."""
     lr: float = Field(1e-3, gt=0)
     weight_decay: float = Field(0.05, ge=0)
     sched: Literal["cosine", "step", "none"] = "cosine"
@@ -286,6 +293,20 @@ class TrainConfig(Strict):
     diagnostics: bool = nokey(False)
     """Record attention diagnostics (entropy, winner transfer, column load) every epoch."""
     eval_batch_size: int = nokey(256, ge=1)
+
+    @field_validator("opt")
+    @classmethod
+    def _known_optimizer(cls, v: str) -> str:
+        name = v.lower().removeprefix("lookahead_")
+        if name in COMMON_OPTIMIZERS:
+            return v
+        import ablate._tv_compat  # noqa: F401  (before timm)
+
+        from timm.optim import list_optimizers
+
+        if name not in list_optimizers():
+            raise ValueError(f"unknown optimizer {v!r}; timm has e.g. {', '.join(sorted(COMMON_OPTIMIZERS))}")
+        return v
 
     @model_validator(mode="after")
     def _check(self) -> TrainConfig:
@@ -337,7 +358,7 @@ class TrialConfig(Strict):
     attention: AttentionConfig = Field(default_factory=lambda: MECHANISMS.get("softmax").model_validate({}))
     train: TrainConfig = Field(default_factory=TrainConfig)
     resources: Resources = nokey(Resources())
-    seed: int = 0
+    seed: int = Field(0, ge=0, lt=2**63)
 
     @field_validator("task")
     @classmethod

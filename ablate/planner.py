@@ -12,6 +12,7 @@ import copy
 import hashlib
 import itertools
 import json
+import math
 import typing
 from collections import Counter
 from collections.abc import Iterable
@@ -214,16 +215,28 @@ def match_problem(cfg: TrialConfig) -> str | None:
     return None
 
 
-def expand(sweep: SweepSource) -> Plan:
-    """Expand a sweep into trials; raise SpecError naming every bad axis value."""
+MAX_TRIALS = 10_000
+"""Trials a sweep may plan unless raised (`--max-trials`): checked by arithmetic before anything expands."""
+
+
+def expand(sweep: SweepSource, max_trials: int = MAX_TRIALS) -> Plan:
+    """Expand a sweep into trials; raise SpecError naming every bad axis value, or a grid over `max_trials`."""
     spec, problems = sweep.spec, list[Problem]()
     defaults = TrialConfig().model_dump()
-    cells = list(_product(_groups(spec.grid, spec.linked, (), sweep, problems)))
+    top = _groups(spec.grid, spec.linked, (), sweep, problems)
+    whens = [_groups(b.grid, b.linked, ("when", w), sweep, problems) for w, b in enumerate(spec.when)]
+    bound = math.prod(len(g) for g in top) * math.prod(max(1, math.prod(len(g) for g in w)) for w in whens)
+    if bound * len(spec.seeds) > max_trials:
+        sizes = " x ".join(str(len(g)) for g in top) or "1"
+        raise SpecError([sweep.problem(("grid",), f"up to {bound * len(spec.seeds):,} trials ({sizes} cells"
+                                       f"{' and when: blocks' if whens else ''} x {len(spec.seeds)} seeds) exceed "
+                                       f"the limit of {max_trials:,} per sweep; --max-trials raises it")])  # fmt: skip
+    cells = list(_product(top))
     for w, block in enumerate(spec.when):
         for path in block.when:
             if (msg := path_problem(path)) is not None:
                 problems.append(sweep.problem(("when", w, "when", path), msg))
-        groups = _groups(block.grid, block.linked, ("when", w), sweep, problems)
+        groups = whens[w]
         grown: list[Cell] = []
         for cell in cells:
             raw = _raw_config(sweep, cell)
@@ -283,17 +296,17 @@ def expand(sweep: SweepSource) -> Plan:
     return Plan(sweep.name, trials, axes, baseline, metric, sweep.source, spec.description, sweep.plugins, spec.stale)
 
 
-def load_plans(path: str | Path) -> dict[str, Plan]:
+def load_plans(path: str | Path, max_trials: int = MAX_TRIALS) -> dict[str, Plan]:
     """Read, check and expand every sweep of `path`; raise one SpecError with every problem of the file."""
-    return _expand_all(read_sweeps(path))
+    return _expand_all(read_sweeps(path), max_trials)
 
 
-def _expand_all(file: SweepFile) -> dict[str, Plan]:
+def _expand_all(file: SweepFile, max_trials: int = MAX_TRIALS) -> dict[str, Plan]:
     problems = list(file.problems)
     plans: dict[str, Plan] = {}
     for name, sweep in file.sweeps.items():
         try:
-            plans[name] = expand(sweep)
+            plans[name] = expand(sweep, max_trials)
         except SpecError as err:
             problems.extend(err.problems)
     if problems:
@@ -301,20 +314,20 @@ def _expand_all(file: SweepFile) -> dict[str, Plan]:
     return plans
 
 
-def plan(path: str | Path, sweep: str | None = None) -> Plan:
+def plan(path: str | Path, sweep: str | None = None, max_trials: int = MAX_TRIALS) -> Plan:
     """Plan one sweep of an experiments file (default: the file's `default:`, else its first sweep). The
     whole file is checked: SpecError if it has any problem, KeyError if it has no such sweep."""
     file = read_sweeps(path)
-    plans = _expand_all(file)
+    plans = _expand_all(file, max_trials)
     name = sweep if sweep is not None else file.default
     if name not in plans:
         raise KeyError(f"{path}: no sweep named {name!r}; the file has {sorted(plans)}")
     return plans[name]
 
 
-def plan_all(path: str | Path) -> list[Plan]:
+def plan_all(path: str | Path, max_trials: int = MAX_TRIALS) -> list[Plan]:
     """Plan every sweep of an experiments file, in file order."""
-    return list(load_plans(path).values())
+    return list(load_plans(path, max_trials).values())
 
 
 __all__ = ["Plan", "Trial", "expand", "load_plans", "plan", "plan_all", "trial_key", "variant_key"]

@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -23,6 +24,7 @@ from pydantic import Field, ValidationError, ValidationInfo, field_validator
 from ablate.components import Strict
 from ablate.config import TrialConfig
 from ablate.errors import Problem, SpecError
+from ablate.paths import get_path
 from ablate.plugins import PluginError, Plugins
 
 Loc = tuple[str | int, ...]
@@ -97,6 +99,17 @@ class SpecFile(Strict):
     default: str | None = None
     """The sweep that runs when none is named (default: the first one)."""
 
+    @field_validator("sweeps", mode="before")
+    @classmethod
+    def _safe_names(cls, v: Any) -> Any:
+        """Sweep names become folders (reports/<sweep>/) and MLflow experiments: letters, digits, - and _."""
+        if isinstance(v, dict):
+            bad = [name for name in v if not isinstance(name, str) or not SAFE_NAME.fullmatch(name)]
+            if bad:
+                raise ValueError(f"sweep names must match {SAFE_NAME.pattern} (letters, digits, - and _, at most 64, "
+                                 f"starting with a letter or digit): {', '.join(map(repr, bad))}")  # fmt: skip
+        return v
+
     @field_validator("default")
     @classmethod
     def _default(cls, v: str | None, info: ValidationInfo) -> str | None:
@@ -136,21 +149,25 @@ def nearest_line(lines: dict[tuple[str | int, ...], int], path: tuple[str | int,
     return None
 
 
-def _line_map(node: yaml.Node, path: Loc, out: dict[Loc, int], dups: list[tuple[Loc, int]]) -> None:
-    """Record the 1-based line of every key and list item; note duplicate keys (PyYAML keeps the last)."""
+def _line_map(node: yaml.Node, path: Loc, out: dict[Loc, int], dups: list[tuple[Loc, int]], seen: set[int]) -> None:
+    """Record the 1-based line of every key and list item; note duplicate keys (PyYAML keeps the last). A node
+    that aliases repeat is walked once, under its first path."""
     out[path] = node.start_mark.line + 1
+    if id(node) in seen:
+        return
+    seen.add(id(node))
     if isinstance(node, yaml.MappingNode):
-        seen: set[Any] = set()
+        keys: set[Any] = set()
         for k, v in node.value:
             key = k.value
-            if key in seen:
+            if key in keys:
                 dups.append((path + (key,), k.start_mark.line + 1))
-            seen.add(key)
-            _line_map(v, path + (key,), out, dups)
+            keys.add(key)
+            _line_map(v, path + (key,), out, dups, seen)
             out[path + (key,)] = k.start_mark.line + 1  # the key's line, not its value's
     elif isinstance(node, yaml.SequenceNode):
         for i, v in enumerate(node.value):
-            _line_map(v, path + (i,), out, dups)
+            _line_map(v, path + (i,), out, dups, seen)
 
 
 def clean_loc(loc: Loc, data: Any) -> Loc:
@@ -193,36 +210,106 @@ def deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+SAFE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
+"""What a sweep name may be: it names a folder of reports and an MLflow experiment, so never `..` or `a/b`."""
+MAX_BYTES = 1 << 20
+"""Largest experiments file read (an experiments file is a few KB; a larger one is almost surely a mistake)."""
+MAX_NODES = 100_000
+"""Largest document, counted as YAML nodes with every alias expanded (a 1 KB alias bomb expands to billions)."""
+
+
+def _decode(raw: bytes, src: str) -> str:
+    """UTF-8 text (a UTF-8 byte-order mark is allowed); anything else is a SpecError saying what it is."""
+    if raw.startswith((b"\xff\xfe", b"\xfe\xff")) or (len(raw) > 1 and b"\x00" in raw[:2]):
+        raise SpecError([Problem(src, (), "the file is UTF-16 text: save it as UTF-8")])
+    try:
+        return raw.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        line = raw[: e.start].count(b"\n") + 1
+        raise SpecError([Problem(src, (), f"the file is not UTF-8 text (byte 0x{raw[e.start]:02x}): save it as "
+                                 "UTF-8", line)]) from None  # fmt: skip
+
+
+def _expanded_size(node: yaml.Node, memo: dict[int, int]) -> int:
+    """Nodes of the document with aliases expanded, counted in time linear in the composed graph."""
+    if id(node) in memo:
+        return memo[id(node)]
+    memo[id(node)] = 1  # a recursive alias counts once (PyYAML refuses to construct it anyway)
+    size = 1
+    if isinstance(node, yaml.MappingNode):
+        size += sum(_expanded_size(k, memo) + _expanded_size(v, memo) for k, v in node.value)
+    elif isinstance(node, yaml.SequenceNode):
+        size += sum(_expanded_size(v, memo) for v in node.value)
+    memo[id(node)] = size
+    return size
+
+
 def read_yaml(path: Path) -> tuple[Any, dict[tuple[str | int, ...], int]]:
-    """Safe-load a YAML file with a line for every key path. Raises SpecError on unreadable/invalid YAML."""
+    """Safe-load a YAML file with a line for every key path. Raises SpecError on unreadable/invalid YAML, a
+    file over MAX_BYTES, text that is not UTF-8, or a document over MAX_NODES nodes once aliases expand."""
     src = str(path)
     try:
-        text = path.read_text()
+        size = path.stat().st_size
+        if size > MAX_BYTES:
+            raise SpecError([Problem(src, (), f"the file is {size:,} bytes; an experiments file may have at most "
+                                     f"{MAX_BYTES:,}")])  # fmt: skip
+        text = _decode(path.read_bytes(), src)
     except OSError as e:
         raise SpecError([Problem(src, (), f"cannot read file: {e.strerror or e}")]) from None
+    lines: dict[tuple[str | int, ...], int] = {}
+    dups: list[tuple[tuple[str | int, ...], int]] = []
     try:
-        node = yaml.compose(text, Loader=yaml.SafeLoader)
-        data = yaml.safe_load(text)
+        loader = yaml.SafeLoader(text)
+        try:
+            node = loader.get_single_node()
+            if node is not None and (n := _expanded_size(node, {})) > MAX_NODES:
+                raise SpecError([Problem(src, (), f"the document expands to {n:,} YAML nodes (aliases repeat what "
+                                         f"they name); at most {MAX_NODES:,} are read")])  # fmt: skip
+            if node is not None:  # before construction, which rewrites merge keys (<<) in place
+                _line_map(node, (), lines, dups, set())
+            data = loader.construct_document(node) if node is not None else None
+        finally:
+            loader.dispose()
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         line = mark.line + 1 if mark else None
         raise SpecError([Problem(src, (), f"invalid YAML: {getattr(e, 'problem', None) or e}", line)]) from None
-    lines: dict[tuple[str | int, ...], int] = {}
-    dups: list[tuple[tuple[str | int, ...], int]] = []
-    if node is not None:
-        _line_map(node, (), lines, dups)
+    except RecursionError:
+        raise SpecError([Problem(src, (), "the document nests too deeply")]) from None
     if dups:
         raise SpecError([Problem(src, p, "duplicate key (YAML keeps only the last)", ln) for p, ln in dups])
     return data, lines
 
 
-def _absolute_data_path(cfg: dict[str, Any], folder: Path) -> dict[str, Any]:
-    """Expand $VARS in data.path (e.g. ${IMAGENET_DIR}) and resolve it against the file's folder."""
+ENV_VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}|\$([A-Za-z_][A-Za-z0-9_]*)")
+
+
+def expand_env(text: str) -> tuple[str, list[str]]:
+    """`$VAR`, `${VAR}` and `${VAR:-default}` replaced from the environment; the names that are unset (and
+    have no default) are returned, not guessed."""
+    missing: list[str] = []
+
+    def value(m: re.Match[str]) -> str:
+        name = m.group(1) or m.group(3)
+        if name in os.environ:
+            return os.environ[name]
+        if m.group(2) is not None:
+            return m.group(2)
+        missing.append(name)
+        return m.group(0)
+
+    return ENV_VAR.sub(value, text), missing
+
+
+def _absolute_data_path(cfg: dict[str, Any], folder: Path) -> tuple[dict[str, Any], list[str]]:
+    """Expand $VARS in data.path (e.g. ${IMAGENET_DIR}) and resolve it against the file's folder; also the
+    names of variables it uses that are not set."""
     data = cfg.get("data")
-    if isinstance(data, dict) and isinstance(data.get("path"), str):
-        path = os.path.expandvars(os.path.expanduser(data["path"]))
-        data["path"] = path if "$" in path or Path(path).is_absolute() else str((folder / path).resolve())
-    return cfg
+    if not (isinstance(data, dict) and isinstance(data.get("path"), str)):
+        return cfg, []
+    path, missing = expand_env(os.path.expanduser(data["path"]))
+    data["path"] = path if missing or Path(path).is_absolute() else str((folder / path).resolve())
+    return cfg, missing
 
 
 def load_plugins(entries: Any, path: Path, lines: dict[tuple[str | int, ...], int]) -> Plugins:
@@ -280,12 +367,17 @@ def read_sweeps(path: str | Path) -> SweepFile:
                 specs[name] = SweepSpec.model_validate(body)
         default = data.get("default") if data.get("default") in specs else None
     folder = path.resolve().parent
-    sweeps = {
-        name: SweepSource(
-            name, body, path, _absolute_data_path(deep_merge(defaults, body.base), folder), lines, plugins
-        )
-        for name, body in specs.items()
-    }
+    sweeps = {}
+    for name, body in specs.items():
+        base, missing = _absolute_data_path(deep_merge(defaults, body.base), folder)
+        if missing:
+            where: tuple[str, ...] = ("sweeps", name, "base", "data", "path")
+            if get_path(defaults, "data.path") is not None and get_path(body.base, "data.path") is None:
+                where = ("defaults", "data", "path")
+            problems.append(Problem(src, where, f"environment variable {', '.join(missing)} is not set (give a "
+                                    "default with ${VAR:-value})", nearest_line(lines, where)))  # fmt: skip
+            continue
+        sweeps[name] = SweepSource(name, body, path, base, lines, plugins)
     return SweepFile(path, sweeps, default or next(iter(sweeps), None), problems)
 
 

@@ -40,8 +40,13 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as d:
         f = Path(d) / "big.yaml"
         f.write_text(yaml.safe_dump({"sweeps": {"big": {"base": BASE, "grid": GRID, "seeds": args.seeds}}}))
-        dumped = [t.config.model_dump() for t in plan(f, "big").trials]  # also the warm-up of the plan side
-        sides = {"plan": lambda: plan(f, "big"), "floor": lambda: [TrialConfig.model_validate(c) for c in dumped]}
+        dumped = [
+            t.config.model_dump() for t in plan(f, "big", max_trials=10**8).trials
+        ]  # also the warm-up of the plan side
+        sides = {
+            "plan": lambda: plan(f, "big", max_trials=10**8),
+            "floor": lambda: [TrialConfig.model_validate(c) for c in dumped],
+        }
         sides["floor"]()  # the same warm-up for the floor
         times = alternate(sides, args.repeats)
     n = len(dumped)

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -25,7 +28,7 @@ def expected(path: Path) -> str:
 
 
 def test_corpus_is_large_enough() -> None:
-    assert len(BAD) >= 20
+    assert len(BAD) >= 60
 
 
 @pytest.mark.parametrize("path", BAD, ids=[p.stem for p in BAD])
@@ -48,6 +51,70 @@ def test_cli_exits_2_and_writes_nothing(path: Path, tmp_path: Path) -> None:
     assert result.exit_code == 2, result.output
     assert expected(path) in result.output.replace("\n", "")
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("path", BAD, ids=[p.stem for p in BAD])
+def test_launch_of_a_malformed_file_exits_2_before_anything_starts(path: Path, tmp_path: Path) -> None:
+    """`launch` (not only `plan`): exit 2, the expected key path, and no store, MLflow store, checkpoints or
+    reports: the working folder stays empty (Ray is never started: the check comes first)."""
+    cwd = os.getcwd()
+    os.chdir(tmp_path)
+    try:
+        result = CliRunner().invoke(app, ["launch", str(path), "--no-check", "--plain"])
+    finally:
+        os.chdir(cwd)
+    assert result.exit_code == 2, result.output
+    assert expected(path) in result.output.replace("\n", "")
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    ("encoded", "message"),
+    [("sweeps:\n  s: {description: caf\u00e9}\n".encode("latin-1"), "is not UTF-8 text (byte 0xe9)"),
+     ("sweeps:\n  s: {}\n".encode("utf-16"), "is UTF-16 text: save it as UTF-8"),
+     ("sweeps:\n  s: {}\n".encode("utf-16-be"), "is UTF-16 text: save it as UTF-8"),
+     (b"sweeps:\n  s: {description: \xff\xfe}\n", "is not UTF-8 text (byte 0xff)")],
+)  # fmt: skip
+def test_text_that_is_not_utf8_is_a_spec_error(tmp_path: Path, encoded: bytes, message: str) -> None:
+    f = tmp_path / "e.yaml"
+    f.write_bytes(encoded)
+    with pytest.raises(SpecError, match=re.escape(message)):
+        load_plans(f)
+
+
+def test_utf8_with_a_byte_order_mark_is_read(tmp_path: Path) -> None:
+    f = tmp_path / "e.yaml"
+    f.write_bytes("sweeps:\n  s: {description: caf\u00e9, base: {train: {epochs: 1}}}\n".encode("utf-8-sig"))
+    assert load_plans(f)["s"].description == "caf\u00e9"
+
+
+def test_an_alias_bomb_is_refused_in_milliseconds_and_little_memory(tmp_path: Path) -> None:
+    """A 1.3 KB billion-laughs document: refused by counting the expanded nodes on the composed graph, in a
+    child process whose peak memory is measured (under 200 MB beyond the interpreter and imports)."""
+    f = tmp_path / "bomb.yaml"
+    rows = ["a: &a [lol, lol, lol, lol, lol, lol, lol, lol, lol, lol]"]
+    rows += [f"{c}: &{c} [{', '.join(['*' + p] * 10)}]" for p, c in zip("abcdefgh", "bcdefghi")]
+    f.write_text("\n".join(rows) + "\nsweeps:\n  s: {}\n")
+    code = (
+        "import resource, sys, time\n"
+        "from ablate.planner import load_plans\nfrom ablate.errors import SpecError\n"
+        "before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\nstart = time.perf_counter()\n"
+        "try:\n    load_plans(sys.argv[1])\nexcept SpecError as e:\n    print(e)\n"
+        "print(time.perf_counter() - start, (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code, str(f)], capture_output=True, text=True, timeout=120)
+    *message, numbers = out.stdout.strip().splitlines()
+    seconds, grown_mb = map(float, numbers.split())
+    assert "the document expands to 1,234,567,913 YAML nodes" in " ".join(message), out.stdout + out.stderr
+    assert grown_mb < 200 and seconds < 5
+
+
+def test_a_file_over_the_size_limit_is_refused_unread(tmp_path: Path) -> None:
+    f = tmp_path / "huge.yaml"
+    f.write_text("sweeps:\n  s: {}\n" + "# padding\n" * 200_000)
+    size = f.stat().st_size
+    with pytest.raises(SpecError, match=f"the file is {size:,} bytes; an experiments file may have at most 1,048,576"):
+        load_plans(f)
 
 
 def test_all_problems_of_a_file_are_reported(tmp_path: Path) -> None:
