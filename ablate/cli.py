@@ -7,6 +7,7 @@ Every command that reads an experiments file validates it whole first; a bad fil
 from __future__ import annotations
 
 import json
+import os
 import signal
 import sys
 from enum import Enum
@@ -32,6 +33,20 @@ err = Console(stderr=True, soft_wrap=True)
 
 CHECKED = "checked.json"
 """Passing pre-launch checks, remembered in the checkpoint folder (see `ablate.check`)."""
+UMASK = "ABLATE_UMASK"
+"""Environment variable: the file-creation mask of ablate's commands, octal (default 077: files 0600 and
+folders 0700, for the owner alone; `ABLATE_UMASK=022` shares them read-only with the group and others)."""
+
+
+@app.callback()
+def _least_exposure() -> None:
+    """Results, checkpoints, MLflow stores and reports are created for their owner alone (the embedded Ray's
+    workers inherit the mask), unless ABLATE_UMASK says otherwise."""
+    text = os.environ.get(UMASK, "077")
+    try:
+        os.umask(int(text, 8) & 0o777)
+    except ValueError:
+        fail(f"{UMASK}={text!r}: expected an octal mask such as 077 or 022")
 
 
 class Format(str, Enum):

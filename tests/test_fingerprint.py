@@ -134,6 +134,12 @@ def test_rerun_stale_and_failed_keep_old_results_and_forget_deletes_what_it_list
     assert report.returncode == 0, report.stderr
     md = (tmp_path / "reports" / "s" / "report.md").read_text()
     assert "1 stale†" in md and "changed: mechanism relu" in md
+    created = [tmp_path / "r.sqlite", tmp_path / "m.sqlite", tmp_path / "ck", tmp_path / "ck" / soft,
+               tmp_path / "ck" / soft / "checkpoint.pt", tmp_path / "reports", tmp_path / "reports" / "s" / "report.md",
+               tmp_path / "reports" / "index.html"]  # fmt: skip
+    assert {str(p.relative_to(tmp_path)): oct(p.stat().st_mode & 0o077) for p in created} == {
+        str(p.relative_to(tmp_path)): "0o0" for p in created
+    }  # owner-only (ABLATE_UMASK unset), the embedded Ray's workers' checkpoints too
     rerun = cli(tmp_path, *args, "--stale", "rerun")
     assert rerun.returncode == 0, rerun.stdout + rerun.stderr
     with Store(db) as store:
