@@ -191,6 +191,8 @@ class DataConfig(Strict):
     """Data location (imagefolder, cifar*, mil_csv file; for a MIL benchmark, a bag file or its directory
     in place of the shipped copy). Relative paths are
     resolved against the experiments file's folder. Not in the key: moving data keeps the trial."""
+    remote: bool = nokey(False)
+    """`path` is a path on the cluster's nodes, not on the launching machine: planning does not look for it."""
     id: str | None = None
     """Identity of the data at `path` for the key; defaults to the path's last component."""
     normalization: Literal["imagenet", "inception", "family"] = added("imagenet")

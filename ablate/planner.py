@@ -26,7 +26,7 @@ from ablate.config import REPLICATES, AnyMechanism, TrialConfig, identity
 from ablate.errors import Problem, SpecError
 from ablate.paths import get_path, matches, set_path
 from ablate.plugins import Plugins, load_builtins
-from ablate.registry import MECHANISMS
+from ablate.registry import DATASETS, MECHANISMS
 from ablate.spec import Linked, Loc, SweepFile, SweepSource, clean_loc, error_message, read_sweeps
 
 KEY_VERSION = "ablate-trial-v1"
@@ -215,6 +215,14 @@ def match_problem(cfg: TrialConfig) -> str | None:
     return None
 
 
+def _data_path_problem(cfg: TrialConfig) -> str | None:
+    """A dataset's path must exist where the plan is made, unless it is marked as the cluster's (`remote`)."""
+    d = cfg.data
+    if d.path is None or d.remote or not DATASETS.get(d.name).needs_path or Path(d.path).exists():
+        return None
+    return f"{d.path} does not exist on this machine (data.remote: true marks a path only the cluster's nodes have)"
+
+
 MAX_TRIALS = 10_000
 """Trials a sweep may plan unless raised (`--max-trials`): checked by arithmetic before anything expands."""
 
@@ -269,6 +277,9 @@ def expand(sweep: SweepSource, max_trials: int = MAX_TRIALS) -> Plan:
             continue
         if (msg := match_problem(cfg)) is not None:
             problems.extend(_where(sweep, cell, "model.match_params", msg))
+            continue
+        if (msg := _data_path_problem(cfg)) is not None:
+            problems.extend(_where(sweep, cell, "data.path", msg))
             continue
         ident = identity(cfg)
         variant = variant_key(cfg)

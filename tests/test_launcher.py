@@ -120,7 +120,7 @@ def test_failure_and_divergence_are_recorded(ray_local, tmp_path: Path) -> None:
     broken = {
         **TINY,
         "task": "mil",
-        "data": {"name": "mil_csv", "path": str(tmp_path / "missing.csv")},
+        "data": {"name": "mil_csv", "path": str(tmp_path / "missing.csv"), "remote": True},
         "model": {"size": "synpool"},
     }
     nan = {**TINY, "train": {**TINY["train"], "lr": 1e30, "weight_decay": 0.0}}
@@ -399,7 +399,7 @@ def test_sigterm_preempts_trials_at_a_step_boundary_and_the_next_launch_resumes(
 
 
 def test_failed_trials_make_launch_exit_1_with_a_summary(tmp_path: Path) -> None:
-    broken = {**TINY, "task": "mil", "data": {"name": "mil_csv", "path": str(tmp_path / "missing.csv")},
+    broken = {**TINY, "task": "mil", "data": {"name": "mil_csv", "path": str(tmp_path / "missing.csv"), "remote": True},
               "model": {"size": "synpool"}}  # fmt: skip
     f = write_sweeps(tmp_path / "e.yaml", {"s": {"base": broken}})
     res = subprocess.run([*launch_cmd(f, tmp_path), "--no-check"], cwd=tmp_path, env=CLI_ENV, capture_output=True,

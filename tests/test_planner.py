@@ -363,7 +363,7 @@ def test_shipped_sweeps_keep_their_golden_keys(monkeypatch: pytest.MonkeyPatch) 
 #: The fields that do NOT change a trial's result (marked nokey), by hand: a field missing here changes
 #: the key when perturbed, and one listed here must not. Marking another field nokey must be deliberate.
 EXPECTED_NOKEY = {
-    "model.size", "data.path", "data.workers", "attention[csan].chunk",
+    "model.size", "data.path", "data.remote", "data.workers", "attention[csan].chunk",
     "train.compile", "train.channels_last", "train.diagnostics", "train.eval_batch_size",
     "resources.cpus", "resources.gpus", "resources.gpu_headroom", "resources.retries", "resources.workers",
     "train.accum_steps", "train.device_batch",
