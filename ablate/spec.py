@@ -46,6 +46,10 @@ class When(Strict):
     """Linked axis groups added to matching cells."""
 
 
+MAX_SEEDS = 10_000
+"""Seeds a sweep may count (`seeds: n`); the trial cap (`--max-trials`) bounds the grid as a whole."""
+
+
 class SweepSpec(Strict):
     """One named sweep: a base config and the grid over it."""
 
@@ -74,7 +78,11 @@ class SweepSpec(Strict):
     @field_validator("seeds", mode="before", json_schema_input_type=list[int] | int)
     @classmethod
     def _count(cls, v: Any) -> Any:
-        return list(range(v)) if isinstance(v, int) and not isinstance(v, bool) else v
+        if isinstance(v, int) and not isinstance(v, bool):
+            if v > MAX_SEEDS:
+                raise ValueError(f"a count of seeds may be at most {MAX_SEEDS:,}, got {v:,}")
+            return list(range(v))
+        return v
 
     @field_validator("seeds")
     @classmethod
