@@ -45,6 +45,15 @@ class Trial:
     config: TrialConfig
     axes: dict[str, Any]
     """Resolved value of every axis path of the sweep (None where it does not apply), and `seed`."""
+    placeholders: dict[str, str] = field(default_factory=dict)
+    """Dotted path -> the text written in the file, for values that came from environment variables."""
+
+    def recorded(self) -> dict[str, Any]:
+        """The config as the store, MLflow and reports keep it: `${VAR}` text in place of secret values."""
+        data = self.config.model_dump(mode="json")
+        for path, text in self.placeholders.items():
+            set_path(data, path, text)
+        return data
 
 
 @dataclass
@@ -289,7 +298,9 @@ def expand(sweep: SweepSource, max_trials: int = MAX_TRIALS) -> Plan:
             if key in seen:
                 continue
             seen.add(key)
-            trials.append(Trial(key, variant, cfg.model_copy(update={"seed": seed}), {**cell_axes, "seed": seed}))
+            secret = {p: text for p, (value, text) in sweep.placeholders.items() if get_path(resolved, p) == value}
+            trials.append(Trial(key, variant, cfg.model_copy(update={"seed": seed}), {**cell_axes, "seed": seed},
+                                secret))  # fmt: skip
     if problems:
         raise SpecError(problems)
     if not trials:

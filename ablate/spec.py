@@ -139,6 +139,9 @@ class SweepSource:
     lines: dict[tuple[str | int, ...], int] = field(default_factory=dict, repr=False)
     plugins: Plugins = field(default_factory=Plugins)
     """The file's plugins: loaded here, and by every process that runs or reports this sweep's trials."""
+    placeholders: dict[str, tuple[str, str]] = field(default_factory=dict)
+    """Dotted path -> (value, text as written) where the base's value came from environment variables
+    (`${TOKEN}`): records keep the text, the trial runs with the value."""
 
     @property
     def source(self) -> str:
@@ -309,15 +312,16 @@ def expand_env(text: str) -> tuple[str, list[str]]:
     return ENV_VAR.sub(value, text), missing
 
 
-def _absolute_data_path(cfg: dict[str, Any], folder: Path) -> tuple[dict[str, Any], list[str]]:
+def _absolute_data_path(cfg: dict[str, Any], folder: Path) -> tuple[dict[str, Any], list[str], str | None]:
     """Expand $VARS in data.path (e.g. ${IMAGENET_DIR}) and resolve it against the file's folder; also the
-    names of variables it uses that are not set."""
+    names of variables it uses that are not set, and the text as written when it used any."""
     data = cfg.get("data")
     if not (isinstance(data, dict) and isinstance(data.get("path"), str)):
-        return cfg, []
-    path, missing = expand_env(os.path.expanduser(data["path"]))
+        return cfg, [], None
+    written = data["path"]
+    path, missing = expand_env(os.path.expanduser(written))
     data["path"] = path if missing or Path(path).is_absolute() else str((folder / path).resolve())
-    return cfg, missing
+    return cfg, missing, written if ENV_VAR.search(written) else None
 
 
 def load_plugins(entries: Any, path: Path, lines: dict[tuple[str | int, ...], int]) -> Plugins:
@@ -377,7 +381,7 @@ def read_sweeps(path: str | Path) -> SweepFile:
     folder = path.resolve().parent
     sweeps = {}
     for name, body in specs.items():
-        base, missing = _absolute_data_path(deep_merge(defaults, body.base), folder)
+        base, missing, written = _absolute_data_path(deep_merge(defaults, body.base), folder)
         if missing:
             where: tuple[str, ...] = ("sweeps", name, "base", "data", "path")
             if get_path(defaults, "data.path") is not None and get_path(body.base, "data.path") is None:
@@ -385,7 +389,8 @@ def read_sweeps(path: str | Path) -> SweepFile:
             problems.append(Problem(src, where, f"environment variable {', '.join(missing)} is not set (give a "
                                     "default with ${VAR:-value})", nearest_line(lines, where)))  # fmt: skip
             continue
-        sweeps[name] = SweepSource(name, body, path, base, lines, plugins)
+        secret = {"data.path": (base["data"]["path"], written)} if written else {}
+        sweeps[name] = SweepSource(name, body, path, base, lines, plugins, secret)
     return SweepFile(path, sweeps, default or next(iter(sweeps), None), problems)
 
 

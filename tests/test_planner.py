@@ -552,3 +552,29 @@ def test_when_and_exclude_match_list_valued_fields_against_tuple_defaults(tmp_pa
             "exclude": [{"model.depths": [3]}]}  # fmt: skip
     f.write_text(yaml.safe_dump({"sweeps": {"x": excl}}))
     assert [t.config.model.depths for t in plan(f, "x").trials] == [(2,)]
+
+
+def test_a_value_from_an_environment_variable_is_recorded_as_its_placeholder(tmp_path: Path, monkeypatch) -> None:
+    """data.path written as ${SECRET_DIR}/cifar: the trial runs with the value, while the store's config and
+    the MLflow run's params keep the text; the value appears in neither database file."""
+    from ablate.store import Store
+    from ablate.tracking import Tracker
+
+    secret = tmp_path / "s3cr3t-token-dir"
+    (secret / "cifar").mkdir(parents=True)
+    monkeypatch.setenv("SECRET_DIR", str(secret))
+    f = tmp_path / "e.yaml"
+    f.write_text(yaml.safe_dump({"sweeps": {"s": {"base": {
+        "data": {"name": "cifar10", "path": "${SECRET_DIR}/cifar", "id": "cifar10"},
+        "model": {"backbone": "vit", "embed_dim": 32, "depths": [2], "num_heads": [2], "patch_size": 4,
+                  "img_size": 32}}}}}))  # fmt: skip
+    (t,) = plan(f, "s").trials
+    assert t.config.data.path == str(secret / "cifar")
+    with Store(f"sqlite:///{tmp_path / 'r.sqlite'}") as store:
+        store.add_trials("s", [t])
+        assert store.trial(t.key).config["data"]["path"] == "${SECRET_DIR}/cifar"
+        tracker = Tracker(f"sqlite:///{tmp_path / 'm.sqlite'}", str(tmp_path / "art"))
+        run = tracker.client.get_run(tracker.start_trial(store, "s", t.key))
+        assert run.data.params["data.path"] == "${SECRET_DIR}/cifar"
+    files = [p for p in tmp_path.iterdir() if p.name.startswith(("r.sqlite", "m.sqlite"))]  # with -wal files
+    assert len(files) >= 2 and not [p.name for p in files if b"s3cr3t" in p.read_bytes()]

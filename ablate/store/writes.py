@@ -96,6 +96,12 @@ def _finite(value: Any) -> Any:
     return value
 
 
+def _recorded(trial: Any) -> Any:
+    """A trial's config as kept: a planned Trial's `recorded()` (no secret values), else as given."""
+    recorded = getattr(trial, "recorded", None)
+    return recorded() if callable(recorded) else _json(_field(trial, "config"))
+
+
 def _json(value: Any) -> Any:
     return value.model_dump(mode="json") if isinstance(value, BaseModel) else value
 
@@ -169,7 +175,7 @@ class Store(Queries):
         new, members = [], []
         for pos, trial in enumerate(trials):
             key, axes = _field(trial, "key"), _json(_field(trial, "axes"))
-            new.append({"key": key, "variant": _field(trial, "variant"), "config": _json(_field(trial, "config")),
+            new.append({"key": key, "variant": _field(trial, "variant"), "config": _recorded(trial),
                         "axes": axes, "state": "pending", "attempts": 0, "created_at": t})  # fmt: skip
             members.append({"sweep": sweep, "trial_key": key, "axes": axes, "position": pos})
         with self._write() as conn:
