@@ -405,3 +405,13 @@ def test_report_of_a_real_launch(ray_local, store, tmp_path):
     assert (v["samples_s"] > 0).all() and (v["n"] == 1).all() and v["mean"].between(0, 100).all()
     md = files["report.md"].read_text()
     assert "CSaN (tau, mu, private; unit readout), attn-FFN" in md and "For orientation only" in md
+
+
+@pytest.mark.parametrize("name", ["..", ".", "index.html", "a/b", "../../etc", "cpu"])
+def test_a_sweep_folder_never_leaves_the_report_folder(name: str, tmp_path: Path) -> None:
+    from ablate.reporting import folder
+
+    out = tmp_path / "reports"
+    path = (out / folder(name)).resolve()
+    assert path.parent == out.resolve() and path.name != "index.html"
+    assert folder("cpu") == "cpu"  # a safe name is its own folder

@@ -18,6 +18,7 @@ Modules: `frames` (store -> frames, per-variant statistics), `stats` (intervals,
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from collections.abc import Iterable
@@ -29,6 +30,7 @@ import pandas as pd
 from ablate.reporting import effects, frames, plots, render, tables
 from ablate.reporting.frames import ReportError, SweepData
 from ablate.reporting.render import Block, Image, Section, Table
+from ablate.spec import SAFE_NAME
 from ablate.store import STATES, Store
 
 __all__ = ["FORMATS", "ReportError", "report"]
@@ -68,7 +70,12 @@ def report(
 
 
 def folder(sweep: str) -> str:
-    return re.sub(r"[^A-Za-z0-9._-]", "_", sweep)
+    """The sweep's folder under `out`: its name when that is a safe name (what the planner accepts), else a
+    sanitised name with a hash, so `..`, `.`, `index.html` or `a/b` (a store written by other means) can
+    never leave `out` or overwrite its index."""
+    if SAFE_NAME.fullmatch(sweep):
+        return sweep
+    return f"sweep-{re.sub(r'[^A-Za-z0-9_-]', '_', sweep)[:40]}-{hashlib.sha256(sweep.encode()).hexdigest()[:8]}"
 
 
 def _write(path: Path, content: str | bytes) -> Path:
