@@ -38,7 +38,8 @@ class Resume:
 
     key: str
     sha: str | None
-    """SHA-256 of the trial's last reported checkpoint (None: none reported, so any file is refused)."""
+    """SHA-256 of the trial's last reported checkpoint (None: no record, e.g. its message was lost with a
+    node: then only a file that names this trial is resumed from)."""
     code: str | None
     """The code digest that checkpoint was written with."""
     current: str | None
@@ -123,6 +124,15 @@ def saved_sha(folder: Path) -> str | None:
         return None
 
 
+def _key_of(path: Path) -> str | None:
+    """The trial key a checkpoint names (None when it names none or cannot be read: `restore` reports that)."""
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+    except Exception:
+        return None
+    return state.get("key") if isinstance(state, dict) else None
+
+
 def admit(folder: Path, resume: Resume | None) -> str | None:
     """Hold the folder's checkpoint against the store's record before the trial resumes from it; a refused
     one is set aside (`checkpoint.pt.refused`) and the trial starts from scratch. Returns what to tell the
@@ -131,13 +141,16 @@ def admit(folder: Path, resume: Resume | None) -> str | None:
     if resume is None or not path.exists():
         return None
     why = None
-    if resume.sha is None or file_sha(path) != resume.sha:
+    if resume.sha is None:  # no record (a lost message, an older store): the file must at least be this trial's
+        if _key_of(path) not in (resume.key, None):
+            why = f"checkpoint {path} belongs to another trial: refused, restarting from scratch"
+    elif file_sha(path) != resume.sha:
         why = (f"checkpoint {path} does not match the store's record of trial {resume.key[:10]} (copied from "
                "another trial, truncated or edited): refused, restarting from scratch")  # fmt: skip
-    elif resume.code != resume.current and resume.policy == "rerun":
+    elif resume.code not in (resume.current, None) and resume.policy == "rerun":
         why = f"checkpoint {path} was written by other code (stale: rerun): restarting from scratch"
     if why is None:
-        if resume.code != resume.current and resume.policy == "warn":
+        if resume.code not in (resume.current, None) and resume.policy == "warn":
             return f"resuming from a checkpoint written by other code than now ({path})"
         return None
     with contextlib.suppress(FileNotFoundError):  # another rank of the trial set it aside first

@@ -157,4 +157,4 @@ def test_a_lost_node_preempts_its_trial_which_resumes_on_the_other(tmp_path: Pat
         with Store(db) as store:
             t = store.trials_frame("s").set_index("attempts")
         assert set(t["state"]) == {"done"} and sorted(t.index) == [1, 2]
-        assert t.loc[2, "resumed_from"] == 1 and t.loc[1, "resumed_from"] == 0
+        assert t.loc[2, "resumed_from"] == 1 and t.loc[1, "resumed_from"] == 0, out

@@ -226,3 +226,16 @@ def test_a_checkpoint_of_other_code_follows_the_staleness_policy(
     message = checkpoints.admit(tmp_path / "k", checkpoints.Resume("k", sha, "code-a", "code-b", policy))
     assert (tmp_path / "k" / checkpoints.FILE).exists() == kept
     assert (message is None) if said is None else (said in (message or ""))
+
+
+def test_without_a_store_record_only_a_checkpoint_of_this_trial_is_resumed(tmp_path: Path) -> None:
+    """A lost message leaves the store without the checkpoint's digest: the file is kept when it names the trial
+    (the trial resumes), refused when it names another."""
+    model = torch.nn.Linear(2, 2)
+    checkpoints.save(tmp_path / "mine", model, torch.optim.SGD(model.parameters(), lr=0.1), None,
+                     checkpoints.Progress(1))  # fmt: skip
+    assert checkpoints.admit(tmp_path / "mine", checkpoints.Resume("mine", None, None, "c")) is None
+    assert (tmp_path / "mine" / checkpoints.FILE).exists()
+    refused = checkpoints.admit(tmp_path / "mine", checkpoints.Resume("other", None, None, "c"))
+    assert refused is not None and "belongs to another trial" in refused
+    assert not (tmp_path / "mine" / checkpoints.FILE).exists()
