@@ -78,7 +78,9 @@ def fingerprints(configs: list[TrialConfig]) -> list[Fingerprint]:
     for cfg in configs:
         names = (cfg.attention.kind, cfg.model.backbone, cfg.data.name, cfg.task)
         if names not in seen:
-            seen[names] = _of(names, tuple(_stamp(m) for m in _all_modules(names)))
+            components = _components(names)
+            stamps = tuple(_stamp(m) for m in sorted(set().union(*components.values())))
+            seen[names] = _of(names, stamps)
         out.append(seen[names])
     return out
 
@@ -98,10 +100,6 @@ def _components(names: tuple[str, str, str, str]) -> dict[str, set[str]]:
     return out
 
 
-def _all_modules(names: tuple[str, str, str, str]) -> list[str]:
-    return sorted(set().union(*_components(names).values()))
-
-
 def _stamp(module: str) -> tuple[str, int, int]:
     """What invalidates a module's digest: its file, modification time and size."""
     path = _file(module)
@@ -114,10 +112,11 @@ def _stamp(module: str) -> tuple[str, int, int]:
 @functools.lru_cache(maxsize=1024)
 def _of(names: tuple[str, str, str, str], stamps: tuple[tuple[str, int, int], ...]) -> Fingerprint:
     """Fingerprints by component names, recomputed when any of their modules' files changed (`stamps`)."""
+    modules = _components(names)
     components = {name: _hash(json.dumps([[m, _module_digest(m, *_stamp(m)[1:])] for m in sorted(mods)]))
-                  for name, mods in _components(names).items()}  # fmt: skip
+                  for name, mods in modules.items()}  # fmt: skip
     versions = {pkg: _version(pkg) for pkg in VERSIONED}
-    for mods in _components(names).values():
+    for mods in modules.values():
         for module in mods:
             if not module.startswith("ablate.") and (dist := _distribution(module.split(".")[0])):
                 versions[dist] = _version(dist)

@@ -89,11 +89,7 @@ def select(plans: list[Plan], store: Store, choice: Select) -> Selection:
     fps = dict(zip(trials, fingerprints([t.config for t in trials.values()])))
     states = store.states(trials)
     done = {k for k, s in states.items() if s == "done"}
-    stale = {}
-    for key, code in store.codes(done).items():
-        old = Fingerprint.from_json(code)
-        if old.digest != fps[key].digest:
-            stale[key] = fps[key].changed(old)
+    stale = _stale(store.codes(done), fps)
     again: dict[str, str]
     if choice.rerun in ("failed", "diverged"):
         again = {k: str(choice.rerun) for k in trials if states.get(k) == choice.rerun}
@@ -136,11 +132,16 @@ def stale_in_store(store: Store, sweeps: list[str] | None = None) -> dict[str, l
             except ValueError:  # a component no longer registered: its code cannot be compared
                 continue
             keyed.append(key)
+    return _stale({k: codes[k] for k in keyed}, dict(zip(keyed, fingerprints(valid))))
+
+
+def _stale(recorded: dict[str, dict[str, Any]], current: dict[str, Fingerprint]) -> dict[str, list[str]]:
+    """The trials whose recorded code differs from their current fingerprint, with what changed."""
     out = {}
-    for key, fp in zip(keyed, fingerprints(valid)):
-        old = Fingerprint.from_json(codes[key])
-        if old.digest != fp.digest:
-            out[key] = fp.changed(old)
+    for key, code in recorded.items():
+        old = Fingerprint.from_json(code)
+        if old.digest != current[key].digest:
+            out[key] = current[key].changed(old)
     return out
 
 

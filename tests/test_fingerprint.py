@@ -16,7 +16,7 @@ from conftest import TINY
 from test_plugins import plugin_source
 
 from ablate.fingerprint import fingerprint, fingerprints, record
-from ablate.planner import plan
+from ablate.planner import Plan, plan
 from ablate.selection import Select, SelectionError, select
 from ablate.store import Store
 from ablate.tracking import Tracker
@@ -51,6 +51,13 @@ def sweep_file(folder: Path, plugins: list[str], grid: dict, base: dict | None =
     return path
 
 
+def record_done(store: Store, p: Plan, f: Path) -> None:
+    """Every trial of `p` in the store, done with the code as it is now."""
+    store.add_trials("s", p.trials)
+    for t, fp in zip(p.trials, fingerprints([t.config for t in p.trials])):
+        store.finish(t.key, "done", code=record(fp, f))
+
+
 def test_only_the_cells_using_edited_code_are_stale_and_docstrings_never_count(tmp_path: Path) -> None:
     """Two plugins (a mechanism, a backbone) in a 2 x 2 grid, every trial recorded done with today's code:
     a docstring or comment edit leaves all four current; a real edit of the mechanism's forward makes its two
@@ -62,9 +69,7 @@ def test_only_the_cells_using_edited_code_are_stale_and_docstrings_never_count(t
     p = plan(f, "s")
     p.plugins.load()
     with Store(f"sqlite:///{tmp_path / 'r.sqlite'}") as store:
-        store.add_trials("s", p.trials)
-        for t, fp in zip(p.trials, fingerprints([t.config for t in p.trials])):
-            store.finish(t.key, "done", code=record(fp, f))
+        record_done(store, p, f)
 
         def stale() -> dict[str, set[str]]:
             chosen = select([p], store, Select())
@@ -179,9 +184,7 @@ def test_an_edit_to_a_module_a_plugin_imports_makes_its_cells_stale(tmp_path: Pa
     p = plan(f, "s")
     p.plugins.load()
     with Store(f"sqlite:///{tmp_path / 'r.sqlite'}") as store:
-        store.add_trials("s", p.trials)
-        for t, fp in zip(p.trials, fingerprints([t.config for t in p.trials])):
-            store.finish(t.key, "done", code=record(fp, f))
+        record_done(store, p, f)
         edit(pkg / "helpers.py", "return x", "return 2 * x")
         stale = select([p], store, Select()).stale
     assert stale == {p.trials[0].key: ["mechanism pkgrelu"]}
