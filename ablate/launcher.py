@@ -162,9 +162,31 @@ def _connect(address: str | None, num_cpus: int | None) -> bool:
                 f"cannot connect to the Ray cluster at {address} (no answer; exit code {e})"
             ) from None
         return True
-    ray.init(address="local", num_cpus=num_cpus or os.cpu_count(), include_dashboard=False, log_to_driver=False,
-             configure_logging=False, object_store_memory=256 * 2**20)  # fmt: skip
+    start_embedded(num_cpus)
     return True
+
+
+def start_embedded(num_cpus: int | None = None, object_store_mb: int = 256) -> None:
+    """Start a Ray for this machine only: no dashboard, and every server on 127.0.0.1.
+
+    Ray binds its gRPC servers to all interfaces unless the node's address is exactly 127.0.0.1, and turns an
+    explicit `_node_ip_address="127.0.0.1"` into the machine's external address. The switch Ray uses on macOS
+    and Windows (`RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0`: single-node, loopback) is the one way to get loopback
+    on Linux; it is set only while the node starts (its processes inherit it), so a later `ray.init(address=)`
+    in this process is unaffected. tests/test_launcher.py checks the listening addresses."""
+    from ray._private import ray_constants
+
+    env, flag = os.environ.get(ray_constants.ENABLE_RAY_CLUSTERS_ENV_VAR), ray_constants.ENABLE_RAY_CLUSTER
+    os.environ[ray_constants.ENABLE_RAY_CLUSTERS_ENV_VAR], ray_constants.ENABLE_RAY_CLUSTER = "0", False
+    try:
+        ray.init(address="local", num_cpus=num_cpus or os.cpu_count(), include_dashboard=False,
+                 log_to_driver=False, configure_logging=False, object_store_memory=object_store_mb * 2**20)  # fmt: skip
+    finally:
+        ray_constants.ENABLE_RAY_CLUSTER = flag
+        if env is None:
+            del os.environ[ray_constants.ENABLE_RAY_CLUSTERS_ENV_VAR]
+        else:
+            os.environ[ray_constants.ENABLE_RAY_CLUSTERS_ENV_VAR] = env
 
 
 def launch(

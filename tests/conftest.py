@@ -53,9 +53,10 @@ def ray_local():
     """One embedded Ray (2 CPUs) for every launch test of the session; launches reuse it."""
     import ray
 
+    from ablate.launcher import start_embedded
+
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False,
-             object_store_memory=128 * 2**20)  # fmt: skip
+    start_embedded(num_cpus=2, object_store_mb=128)
     yield ray
     ray.shutdown()
 
