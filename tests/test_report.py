@@ -290,7 +290,8 @@ def test_report_files_formats_and_unfinished_trials(store, tmp_path):
         p.trials[6].key: "pending",
     }
     fill(store, p, lambda t: 60.0 + 2 * (t.axes["attention.kind"] == "csan") + t.axes["seed"], epochs=3,
-         state=lambda t: odd.get(t.key, "done"), names=EPOCH_METRICS + DIAGNOSTICS)  # fmt: skip
+         state=lambda t: odd.get(t.key, "done"), names=EPOCH_METRICS + DIAGNOSTICS,
+         cost=lambda t: (1_000_000 + 50_000 * (t.axes["model.stack"] == "pure"), 2_000_000_000))  # fmt: skip
     out = tmp_path / "reports"
     files = report(None, store=store, out=out)
     folder = out / "u"
@@ -404,7 +405,7 @@ def test_report_of_a_real_launch(ray_local, store, tmp_path):
     assert v["gflops"].to_numpy() == pytest.approx(trials["flops"].reindex(v.index).astype(float).to_numpy() / 2e9)
     assert (v["samples_s"] > 0).all() and (v["n"] == 1).all() and v["mean"].between(0, 100).all()
     md = files["report.md"].read_text()
-    assert "CSaN (tau, mu, private; unit readout), attn-FFN" in md and "For orientation only" in md
+    assert "CSaN (tau, mu, private; unit readout), attn-FFN" in md and "Not compared with the published" in md
 
 
 @pytest.mark.parametrize("name", ["..", ".", "index.html", "a/b", "/".join(["..", "..", "up"]), "cpu"])

@@ -5,15 +5,18 @@
         report(["cpu"], store=store)   # reports/cpu/{index.html, report.md, *.png, trials.csv, variants.csv}
 
 Per sweep: the variant table in the CSaN paper's layout (mean +- std over replicates, paired delta to the
-baseline with a 95% interval and p-value), published numbers beside measured ones, main effects and
+baseline with a 95% interval, standardised effect, the test's p-value and the p adjusted over the table's
+comparisons, Holm or Benjamini-Hochberg; the tests respect the design, see `stats`), published numbers
+beside the measured ones they are comparable with, main effects and
 two-way interactions of the factorial part, plots (metric per variant, metric vs cost with the Pareto
 front, training curves, attention diagnostics), and the trials that are not done. `reports/index.html`
 lists every report under the output folder. Re-running on an unchanged store rewrites identical files
-(the date shown is the sweep's last change, not the time of writing).
+(the date shown is the sweep's last change, not the time of writing). Format "tex" adds `tables.tex`
+(booktabs); `compare` puts two sweeps side by side (`ablate.reporting.compare`).
 
-Modules: `frames` (store -> frames, per-variant statistics), `stats` (intervals, paired tests),
+Modules: `frames` (store -> frames, per-variant statistics), `stats` (design-aware tests, corrections),
 `effects` (factorial effects), `describe` (variants in words), `published` (the tables mechanisms declare),
-`plots` (matplotlib), `tables` (formatted cells), `render` (HTML, Markdown).
+`plots` (matplotlib), `tables` (formatted cells), `render` (HTML, Markdown, LaTeX), `compare` (two sweeps).
 """
 
 from __future__ import annotations
@@ -27,15 +30,17 @@ from typing import Any
 
 import pandas as pd
 
-from ablate.reporting import effects, frames, plots, render, tables
+from ablate.reporting import effects, frames, plots, render, stats, tables
 from ablate.reporting.frames import ReportError, SweepData
 from ablate.reporting.render import Block, Image, Section, Table
 from ablate.spec import SAFE_NAME
 from ablate.store import STATES, Store
 
-__all__ = ["FORMATS", "ReportError", "report"]
+__all__ = ["ALL_FORMATS", "FORMATS", "ReportError", "report"]
 
 FORMATS = ("html", "md", "csv")
+"""Written unless the caller names others."""
+ALL_FORMATS = (*FORMATS, "tex")
 FIGURES = ("variants", "cost", "curves", "diagnostics", "effects")
 SUMMARY = "summary.json"
 
@@ -48,14 +53,14 @@ def report(
     metric: str | None = None,
     baseline: str | None = None,
     formats: Iterable[str] = FORMATS,
+    correction: str = "holm",
 ) -> list[Path]:
     """Write the report of each sweep (default: every sweep in the store) to `out/<sweep>/`, then
     `out/index.html`; return the files written. `metric` and `baseline` (a variant key or prefix, or
-    PATH=VALUE[,PATH=VALUE] on axis values) override the sweep's. Every sweep is read before anything is
-    written, so an unknown sweep, metric or baseline (ReportError) leaves the folder as it was."""
-    wanted = set(formats)
-    if not wanted or wanted - set(FORMATS):
-        raise ReportError(f"formats must be some of {', '.join(FORMATS)}, not {', '.join(sorted(wanted)) or 'none'}")
+    PATH=VALUE[,PATH=VALUE] on axis values) override the sweep's; `correction` (holm or bh) adjusts each
+    table's p-values. Every sweep is read before anything is written, so an unknown sweep, metric or baseline
+    (ReportError) leaves the folder as it was."""
+    wanted = check(formats, correction)
     names = [sweeps] if isinstance(sweeps, str) else list(sweeps or store.sweeps_frame()["name"])
     if not names:
         raise ReportError("no sweeps in the store")
@@ -63,10 +68,22 @@ def report(
     out = Path(out)
     written: list[Path] = []
     for data in loaded:
-        written += _write_sweep(store, data, out / folder(data.name), wanted)
+        written += _write_sweep(store, data, out / folder(data.name), wanted, correction)
     if "html" in wanted:
         written.append(_write(out / "index.html", index_page(out)))
     return written
+
+
+def check(formats: Iterable[str], correction: str) -> set[str]:
+    """The formats asked for, as a set; ReportError for an unknown format or correction."""
+    wanted = set(formats)
+    if not wanted or wanted - set(ALL_FORMATS):
+        raise ReportError(
+            f"formats must be some of {', '.join(ALL_FORMATS)}, not {', '.join(sorted(wanted)) or 'none'}"
+        )
+    if correction not in stats.CORRECTIONS:
+        raise ReportError(f"correction must be one of {', '.join(stats.CORRECTIONS)}, not {correction!r}")
+    return wanted
 
 
 def folder(sweep: str) -> str:
@@ -87,10 +104,10 @@ def _write(path: Path, content: str | bytes) -> Path:
     return path
 
 
-def _write_sweep(store: Store, data: SweepData, where: Path, formats: set[str]) -> list[Path]:
-    table = frames.variant_table(data, frames.throughput(store, data))
+def _write_sweep(store: Store, data: SweepData, where: Path, formats: set[str], correction: str) -> list[Path]:
+    table = frames.variant_table(data, frames.throughput(store, data), correction)
     fac = effects.factorial(data)
-    eff = effects.effects(fac) if fac is not None else None
+    eff = effects.effects(fac, correction) if fac is not None else None
     written = []
     if "csv" in formats:
         label = data.trials["variant"].map(data.variants["label"])
@@ -98,9 +115,11 @@ def _write_sweep(store: Store, data: SweepData, where: Path, formats: set[str]) 
         written.append(_write(where / "variants.csv", table.to_csv()))
         if eff is not None:
             written.append(_write(where / "effects.csv", eff.to_csv(index=False)))
-    if formats & {"html", "md"}:
-        figures = _figures(store, data, table, eff)
-        title, meta, sections = _sections(data, table, fac, eff, figures)
+    if formats & {"html", "md", "tex"}:
+        figures = _figures(store, data, table, eff) if formats & {"html", "md"} else {}
+        title, meta, sections = _sections(data, table, fac, eff, figures, correction)
+        if "tex" in formats:
+            written.append(_write(where / "tables.tex", render.latex(title, meta, sections)))
         if "html" in formats:
             written.append(_write(where / "index.html", render.html_page(title, meta, sections)))
         if "md" in formats:
@@ -136,6 +155,7 @@ def _sections(
     fac: effects.Factorial | None,
     eff: pd.DataFrame | None,
     figures: dict[str, bytes],
+    correction: str,
 ) -> tuple[str, list[str], list[Section]]:
     def fig(name: str, alt: str) -> list[Block]:
         return [Image(name, figures[name], alt)] if name in figures else []
@@ -143,22 +163,24 @@ def _sections(
     base = table.loc[data.baseline, "label"] if data.baseline in table.index else "none"
     meta = [
         *([data.description] if data.description else []),
-        f"Metric: {data.metric} ({'higher' if data.higher else 'lower'} is better). Baseline: {base}.",
+        f"Metric: {tables.metric_words(data)} Baseline: {base}. Replicates: {data.design.words}.",
         f"Trials: {len(data.trials)} ({_counts(data.trials['state'])}); variants: {len(table)} "
         f"({int((table['n'] > 0).sum())} with results). Last change: {data.updated}.",
     ]
     sections = [
-        Section("Variants", [tables.variants(table, data), *fig("variants", f"{data.metric} per variant")]),
+        Section("Variants", [tables.variants(table, data, correction), *fig("variants", f"{data.metric} per variant")]),
         Section(
             "Cost",
-            fig("cost", f"{data.metric} against params and GFLOPs with the Pareto front")
-            or ["No finished variant with a recorded cost."],
+            fig("cost", f"{data.metric} against params, GFLOPs and training time with the Pareto front")
+            or ["No cost on which the finished variants differ (params, GFLOPs, training time): no cost plot."],
         ),
     ]
     pub: list[Block] = [*tables.published_tables(table, data)]
     sections.append(Section("Published numbers", pub or ["No variant corresponds to a published row."]))
     if fac is not None and eff is not None and len(eff):
-        sections.append(Section("Effects of each knob", [tables.effects(eff, fac, data), *fig("effects", "effects")]))
+        sections.append(
+            Section("Effects of each knob", [tables.effects(eff, fac, data, correction), *fig("effects", "effects")])
+        )
     else:
         sections.append(Section("Effects of each knob", ["No axis with two measured levels: no factorial part."]))
     training = [*fig("curves", "training curves"), *fig("diagnostics", "attention diagnostics")]

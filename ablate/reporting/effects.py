@@ -12,14 +12,17 @@ Reference levels are the baseline's. With cells y[level_1, ..., level_k]:
 (the effect of A when B is at b minus its effect when B is at b0). Both are linear contrasts of the cells.
 When at least half the replicates are complete (every cell has that seed/fold), each contrast is computed
 per complete replicate and its 95% interval and p-value are the paired t over replicates (seed effects
-shared by all cells cancel). Otherwise (failures scattered over a large grid) it is computed on cell means
-with a t interval from the pooled within-cell variance: unpaired, so wider, but it uses every trial.
+shared by all cells cancel; under cross-validation the corrected resampled t over the folds, see `stats`).
+Otherwise (failures scattered over a large grid) it is computed on cell means with a t interval from the
+pooled within-cell variance: unpaired, so wider, but it uses every trial (under cross-validation, on each
+repeat's mean over its folds, the independent replicates). The p-values of the table are adjusted together.
 """
 
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass
+import warnings
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -41,6 +44,9 @@ class Factorial:
     levels: list[list[str]]
     values: np.ndarray
     """(replicates, level_1, ..., level_k): the metric per replicate and cell, NaN where missing."""
+    design: stats.Design = field(default_factory=stats.Design)
+    repeats: tuple[str, ...] = ()
+    """The independent replicate (seed[/split seed]) of each replicate of `values` (its folds share one)."""
 
     @property
     def complete(self) -> np.ndarray:
@@ -86,7 +92,9 @@ def factorial(data: SweepData) -> Factorial | None:
         at: tuple[int | slice, ...] = (slice(None), *(lv.index(sub.loc[variant, f]) for lv, f in zip(levels, factors)))
         values[at] = row
     shown = {f: dict(zip(grid[f], measured[f"axis.{f}"].map(describe.value))) for f in factors}
-    return Factorial(factors, [[shown[f][v] for v in lv] for f, lv in zip(factors, levels)], values)
+    repeat = data.trials.drop_duplicates("rep").set_index("rep")["repeat"]
+    return Factorial(factors, [[shown[f][v] for v in lv] for f, lv in zip(factors, levels)], values, data.design,
+                     tuple(repeat.reindex(table.columns).astype(str)))  # fmt: skip
 
 
 def _held(column: pd.Series, base: str) -> str:
@@ -124,30 +132,43 @@ def _terms(f: Factorial) -> list[tuple[str, str, str, dict[int, int]]]:
     return terms
 
 
-def effects(f: Factorial) -> pd.DataFrame:
+def effects(f: Factorial, correction: str = "holm") -> pd.DataFrame:
     """One row per main effect (factor, level vs reference) and two-way interaction: term, factor,
-    contrast, effect, lo, hi, p, n (replicates, or trials for cell means), method."""
+    contrast, effect, lo, hi, p, p_adj (adjusted over the table's terms), n (replicates, or trials for cell
+    means), method, test."""
     terms = _terms(f)
-    columns = ["term", "factor", "contrast", "effect", "lo", "hi", "p", "n", "method"]
+    columns = ["term", "factor", "contrast", "effect", "lo", "hi", "p", "p_adj", "n", "method", "test"]
     if not terms:
         return pd.DataFrame(columns=columns)
     out = pd.DataFrame([t[:3] for t in terms], columns=columns[:3])
     if f.method == PAIRED:
         cells = f.values[f.complete]
-        est = stats.interval(np.stack([_contrast(cells, at) for *_, at in terms]))
+        est = stats.paired(np.stack([_contrast(cells, at) for *_, at in terms]), design=f.design, exact=False)
         out["effect"], out["lo"], out["hi"], out["p"] = est["mean"], est["lo"], est["hi"], est["p_t"]
         out["n"] = len(cells)
+        out["test"] = est["test"]
     else:
-        count = (~np.isnan(f.values)).sum(axis=0)
+        values = _repeat_means(f) if f.design.folds is not None else f.values
+        count = (~np.isnan(values)).sum(axis=0)
         with np.errstate(invalid="ignore"):
-            means = np.nanmean(f.values, axis=0)[None]
+            means = np.nanmean(values, axis=0)[None]
             df = int(count.sum() - count.size)
-            pooled = np.nansum((f.values - means) ** 2) / df if df > 0 else np.nan
+            pooled = np.nansum((values - means) ** 2) / df if df > 0 else np.nan
         basis = np.eye(count.size).reshape(count.size, *count.shape)
         weights = np.stack([_contrast(basis, at) for *_, at in terms])
         out["effect"] = [_contrast(means, at)[0] for *_, at in terms]
         se = np.sqrt(pooled * (weights**2 / count.reshape(1, -1)).sum(axis=1))
         out["lo"], out["hi"], out["p"] = stats.t_test(out["effect"], se, df)
         out["n"] = int(count.sum())
+        out["test"] = "t (pooled variance)"
+    out["p_adj"] = stats.adjust(out["p"], correction)
     out["method"] = f.method
-    return out
+    return out[columns]
+
+
+def _repeat_means(f: Factorial) -> np.ndarray:
+    """`values` with the folds of each independent replicate averaged (NaN folds left out)."""
+    keys = list(dict.fromkeys(f.repeats))
+    with np.errstate(invalid="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # a cell with none of a repeat's folds: NaN
+        return np.stack([np.nanmean(f.values[[r == k for r in f.repeats]], axis=0) for k in keys])

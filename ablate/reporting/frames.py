@@ -2,8 +2,11 @@
 replicate, variants in words, per-variant statistics against the baseline, curves averaged over seeds.
 
 A variant is a grid cell without its replicates (seed, and the CV fold for MIL); replicate r of a variant
-is paired with replicate r of its reference. The reference is the sweep's baseline variant, moved to the
-variant's own dataset when a sweep spans several (comparing musk2 with musk1 is no ablation).
+is paired with replicate r of its reference (only replicates both have: cells may hold different seeds).
+The independent replicates are seeds (and CV repeats, seed x split seed); the folds of one repeat are not
+independent, which the sweep's `stats.Design` tells the tests. The reference is the sweep's baseline
+variant, moved to the variant's own dataset when a sweep spans several (comparing musk2 with musk1 is no
+ablation).
 Reads only through the store's query API.
 """
 
@@ -63,6 +66,8 @@ class SweepData:
     """When the sweep last changed (latest trial event, UTC): the report's date, stable across re-runs."""
     stale: dict[str, list[str]] = field(default_factory=dict)
     """Done trials computed by other code than now, with what changed (`ablate.selection.stale_in_store`)."""
+    design: stats.Design = field(default_factory=stats.Design)
+    """Independent seeds, or folds of k-fold cross-validation (which test the comparisons use)."""
 
 
 def higher_is_better(metric: str) -> bool:
@@ -93,7 +98,7 @@ def load(store: Store, name: str, metric: str | None = None, baseline: str | Non
             f"metric {metric!r} is not among the results of sweep {name!r}: {', '.join(results) or 'none'}"
         )
     value = pd.to_numeric(trials[metric], errors="coerce") if metric in trials else np.nan
-    trials = trials.assign(value=np.where(done, value, np.nan), rep=_replicates(trials))
+    trials = trials.assign(value=np.where(done, value, np.nan), rep=_replicates(trials), repeat=_repeats(trials))
     ref = resolve_baseline(baseline, variants, axes, name) if baseline else record.baseline
     if ref is not None and ref not in variants.index:
         ref = None
@@ -101,7 +106,16 @@ def load(store: Store, name: str, metric: str | None = None, baseline: str | Non
     stamps = trials[["created_at", "started_at", "finished_at"]].stack()
     updated = stamps.max().strftime("%Y-%m-%d %H:%M UTC") if len(stamps) else ""
     return SweepData(name, record.description or "", metric, higher_is_better(metric), axes, trials, variants, ref,
-                     updated, stale_in_store(store, [name]))  # fmt: skip
+                     updated, stale_in_store(store, [name]), design(trials, variants))  # fmt: skip
+
+
+def design(trials: pd.DataFrame, variants: pd.DataFrame) -> stats.Design:
+    """Cross-validation when the sweep varies the test fold (`data.fold`), with k = the config's `data.folds`;
+    otherwise independent seeds."""
+    if "axis.data.fold" not in trials or trials["axis.data.fold"].nunique() < 2:
+        return stats.Design()
+    folds = {int(c.get("data", {}).get("folds", 0)) for c in variants["config"]}
+    return stats.Design(max(folds)) if max(folds) > 1 else stats.Design()
 
 
 def _default_metric(variants: pd.DataFrame) -> str:
@@ -114,6 +128,14 @@ def _replicates(trials: pd.DataFrame) -> pd.Series:
     for path in REPLICATES[1:]:
         if f"axis.{path}" in trials:
             rep = rep + "/" + trials[f"axis.{path}"].astype(str)
+    return rep
+
+
+def _repeats(trials: pd.DataFrame) -> pd.Series:
+    """The independent replicate a trial belongs to: seed[/split seed] (its folds are one repeat)."""
+    rep = trials["seed"].astype(str)
+    if "axis.data.split_seed" in trials:
+        rep = rep + "/" + trials["axis.data.split_seed"].astype(str)
     return rep
 
 
@@ -230,28 +252,40 @@ def throughput(store: Store, data: SweepData) -> pd.Series:
     return m.groupby("variant")["value"].mean()
 
 
-def replicates(data: SweepData) -> pd.DataFrame:
-    """The metric per variant (rows, in table order) and replicate (columns), NaN where not done."""
-    values = data.trials.pivot_table(index="variant", columns="rep", values="value", aggfunc="mean", dropna=False)
+def replicates(data: SweepData, by: str = "rep") -> pd.DataFrame:
+    """The metric per variant (rows, in table order) and replicate (columns), NaN where not done; `by`
+    "repeat" averages the folds of each independent replicate."""
+    values = data.trials.pivot_table(index="variant", columns=by, values="value", aggfunc="mean", dropna=False)
     return values.reindex(index=data.variants.index)
 
 
-def variant_table(data: SweepData, speed: pd.Series) -> pd.DataFrame:
-    """Per variant: cost, throughput (`speed`, by variant), metric mean/std/n over replicates, the paired
-    delta against its reference with a 95% t interval and a p-value (stats.paired), trials per state."""
+def variant_table(data: SweepData, speed: pd.Series, correction: str = "holm") -> pd.DataFrame:
+    """Per variant: cost, throughput (`speed`, by variant), the metric's mean/std over every finished trial,
+    `n` independent replicates (seeds or CV repeats) and their std (`seed_std`), the paired delta against
+    its reference with a 95% interval, the test and its p-value (stats.paired under the sweep's design),
+    the standardised effect `d` with its interval, `p_adj` (adjusted over every comparison of the table,
+    `correction`), the reference's seed std (`floor`) and whether |delta| is below it, trials per state."""
     t, v = data.trials, data.variants
     by = t.groupby("variant", sort=False)
     out = v[["group", "architecture", "dataset", "mixer", "label", "ref", *(f"axis.{a}" for a in data.axes)]].copy()
     out["params"] = by["params"].median().astype(float)
     out["gflops"] = by["flops"].median().astype(float) / 2e9
+    seconds = (t["finished_at"] - t["started_at"]).dt.total_seconds().round()  # whole seconds: no clock jitter
+    out["hours"] = seconds.groupby(t["variant"]).median().reindex(v.index) / 3600
     out["samples_s"] = speed.reindex(v.index)
     values = replicates(data)
     summary = stats.interval(values.to_numpy())
-    out["n"], out["mean"], out["std"] = summary["n"].to_numpy(), summary["mean"].to_numpy(), summary["std"].to_numpy()
+    out["values"], out["mean"], out["std"] = (summary[c].to_numpy() for c in ("n", "mean", "std"))
+    seeds = stats.interval(replicates(data, "repeat").to_numpy())
+    out["n"], out["seed_std"] = seeds["n"].to_numpy(), seeds["std"].to_numpy()
     refs = values.reindex(index=out["ref"].fillna("")).to_numpy()
-    test = stats.paired(values.to_numpy() - refs).rename(columns={"n": "pairs", "mean": "delta"})
-    for col in ("pairs", "delta", "lo", "hi", "p", "p_t", "p_w", "test"):
+    test = stats.paired(values.to_numpy() - refs, design=data.design).rename(columns={"n": "pairs", "mean": "delta"})
+    for col in ("pairs", "delta", "lo", "hi", "p", "p_t", "p_w", "test", "d", "d_lo", "d_hi"):
         out[col] = test[col].to_numpy()
+    compared = out["ref"].notna() & (out.index != out["ref"]) & (out["pairs"] > 1)
+    out["p_adj"] = stats.adjust(out["p"].where(compared), correction)
+    out["floor"] = out["ref"].map(out["seed_std"]).astype(float)
+    out["below_floor"] = compared & (out["delta"].abs() < out["floor"])
     states = pd.crosstab(t["variant"], t["state"]).reindex(index=v.index, fill_value=0)
     out["trials"] = states.sum(axis=1)
     out["done"] = states.get("done", 0)
@@ -261,6 +295,39 @@ def variant_table(data: SweepData, speed: pd.Series) -> pd.DataFrame:
     stale = t[t["key"].isin(data.stale) & (t["state"] == "done")]
     out["stale"] = stale.groupby("variant").size().reindex(v.index, fill_value=0)
     out["is_baseline"] = out.index == data.baseline
+    return out
+
+
+@dataclass
+class Winner:
+    """Whether one variant of a group is significantly better than every other there, after correction."""
+
+    group: str
+    best: str
+    """The variant with the best mean."""
+    significant: bool
+    p_adj: float
+    """The largest adjusted p of the best against the others (NaN when some pair could not be tested)."""
+    k: int
+    """Comparisons made (variants with a result in the group, less one)."""
+
+
+def winners(data: SweepData, table: pd.DataFrame, correction: str = "holm") -> list[Winner]:
+    """Per group of two or more measured variants: the best variant by mean, tested against each other
+    one on their shared replicates (the design's paired test), the k p-values adjusted together; it wins
+    only when every adjusted p is below stats.ALPHA."""
+    values = replicates(data)
+    out = []
+    for group, g in table[table["n"] > 0].groupby("group", sort=False):
+        if len(g) < 2:
+            continue
+        best = str(g["mean"].idxmax() if data.higher else g["mean"].idxmin())
+        others = [i for i in g.index if i != best]
+        diffs = values.loc[[best]].to_numpy() - values.loc[others].to_numpy()
+        p = stats.paired(diffs, design=data.design)["p"].to_numpy()
+        adj = stats.adjust(p, correction)
+        worst = float(np.max(adj)) if not np.isnan(adj).any() else float("nan")
+        out.append(Winner(str(group), best, bool(worst < stats.ALPHA), worst, len(others)))
     return out
 
 

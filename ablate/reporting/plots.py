@@ -13,6 +13,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
 
 from ablate.reporting.frames import DIAGNOSTICS, LOSSES, SweepData, val_metric
 
@@ -50,6 +51,33 @@ def _clip(text: str, limit: int = MAX_LABEL) -> str:
     return text[: head - 1] + "…" + text[len(text) - (limit - head) :]
 
 
+def bounds(metric: str) -> tuple[float, float]:
+    """The range a metric can take: accuracies in percent, AUC and shares in [0, 1], losses and entropies
+    at least 0; a band of mean ± std is clipped to it (no AUC band above 1)."""
+    last = metric.rsplit(".", 1)[-1]
+    if last in ("top1", "top5", "acc"):
+        return 0.0, 100.0
+    if last in ("auc", "gini", "col_gini", "winner_transfer", "f1", "precision", "recall"):
+        return 0.0, 1.0
+    if last in ("loss", "entropy", "nll") or last.endswith(("loss", "err", "error")):
+        return 0.0, np.inf
+    return -np.inf, np.inf
+
+
+def band(mean: pd.Series | np.ndarray, std: pd.Series | np.ndarray, metric: str) -> tuple[np.ndarray, np.ndarray]:
+    """(lower, upper) of mean ± std clipped to the metric's range (a missing std: no band)."""
+    m, s = np.asarray(mean, dtype=float), np.nan_to_num(np.asarray(std, dtype=float))
+    lo, hi = bounds(metric)
+    return np.clip(m - s, lo, hi), np.clip(m + s, lo, hi)
+
+
+def _errors(mean: pd.Series | np.ndarray, std: pd.Series | np.ndarray, metric: str) -> np.ndarray:
+    """Asymmetric error bars (below, above) of the clipped band, as matplotlib wants them."""
+    lower, upper = band(mean, std, metric)
+    m = np.asarray(mean, dtype=float)
+    return np.vstack([np.maximum(m - lower, 0), np.maximum(upper - m, 0)])
+
+
 def pick(table: pd.DataFrame, higher: bool, limit: int) -> pd.DataFrame:
     """At most `limit` variants with a value: the best ones by mean, the baseline always among them,
     in table order."""
@@ -85,7 +113,8 @@ def variants_plot(table: pd.DataFrame, data: SweepData) -> bytes | None:
     dots = data.trials[data.trials["variant"].isin(shown.index)].dropna(subset=["value"])
     pos = dict(zip(shown.index, y))
     ax.scatter(dots["value"], dots["variant"].map(pos), s=9, color="0.55", zorder=2, label="replicates")
-    ax.errorbar(shown["mean"], y, xerr=shown["std"].fillna(0), fmt="none", ecolor="0.25", capsize=3, zorder=3)
+    xerr = _errors(shown["mean"], shown["std"], data.metric)
+    ax.errorbar(shown["mean"], y, xerr=xerr, fmt="none", ecolor="0.25", capsize=3, zorder=3)
     base = shown["is_baseline"].to_numpy()
     ax.scatter(shown["mean"][~base], y[~base], color=MAIN, s=30, zorder=4, label="mean ± std")
     if base.any():
@@ -100,21 +129,26 @@ def variants_plot(table: pd.DataFrame, data: SweepData) -> bytes | None:
     return _png(fig)
 
 
+COSTS = (("params", "#params (M)", 1e6), ("gflops", "GFLOPs per example (MACs)", 1.0),
+         ("hours", "training time per trial (h)", 1.0))  # fmt: skip
+
+
 def cost_plot(table: pd.DataFrame, data: SweepData) -> bytes | None:
-    """Metric vs #params and vs GFLOPs, the Pareto front (cheaper and better than every other) marked."""
-    costs = [(c, label) for c, label in (("params", "#params (M)"), ("gflops", "GFLOPs per example (MACs)"))
-             if table[c].notna().any()]  # fmt: skip
+    """Metric vs #params, GFLOPs and training time, the Pareto front (cheaper and better than every other)
+    marked; a cost on which the measured variants do not differ gets no panel (all points on one x), and no
+    figure when none differs."""
     measured = table[table["n"] > 0]
-    if not costs or measured.empty:
+    costs = [c for c in COSTS if measured[c[0]].nunique() > 1]
+    if not costs:
         return None
     fig = _figure(5.5 * len(costs), 4.6, panels=len(costs))
-    for k, (col, label) in enumerate(costs):
+    for k, (col, label, unit) in enumerate(costs):
         ax = fig.add_subplot(1, len(costs), k + 1)
-        x = measured[col].to_numpy(float) / (1e6 if col == "params" else 1)
+        x = measured[col].to_numpy(float) / unit
         yv = measured["mean"].to_numpy(float)
         front = pareto(x, yv, data.higher)
-        ax.errorbar(x, yv, yerr=measured["std"].fillna(0), fmt="o", color=MAIN, ms=4, alpha=0.6, capsize=2,
-                    label="variant (mean ± std)")  # fmt: skip
+        ax.errorbar(x, yv, yerr=_errors(yv, measured["std"], data.metric), fmt="o", color=MAIN, ms=4, alpha=0.6,
+                    capsize=2, label="variant (mean ± std)")  # fmt: skip
         order = np.argsort(x[front])
         ax.step(x[front][order], yv[front][order], where="post", color="k", lw=1.2, label="Pareto front")
         ax.scatter(x[front], yv[front], facecolor="none", edgecolor="k", s=80, zorder=5)
@@ -145,9 +179,10 @@ def _panels(curves: pd.DataFrame, table: pd.DataFrame, names: dict[str, str], ti
         for variant, c in curves[curves["name"] == name].groupby("variant", sort=False):
             color = BASE if table.loc[variant, "is_baseline"] else colors[variants.index(variant) % len(colors)]
             ax.plot(c["step"], c["mean"], color=color, lw=1.4, label=_clip(table.loc[variant, "label"]))
-            sd = c["std"].fillna(0)
-            ax.fill_between(c["step"], c["mean"] - sd, c["mean"] + sd, color=color, alpha=0.15, lw=0)
+            lower, upper = band(c["mean"], c["std"], name)
+            ax.fill_between(c["step"], lower, upper, color=color, alpha=0.15, lw=0)
         ax.set_xlabel("epoch")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.set_ylabel(names[name])
         ax.grid(alpha=0.3)
     fig.legend(*fig.axes[0].get_legend_handles_labels(), loc="lower center", ncol=2, fontsize=8, frameon=False)

@@ -136,3 +136,53 @@ def markdown(title: str, meta: list[str], sections: list[Section]) -> str:
         parts.append(f"## {s.title}")
         parts.extend(_md_block(b) for b in s.blocks)
     return "\n\n".join(parts) + "\n"
+
+
+#: Characters LaTeX reads as commands, and the non-ASCII words of the reports, as LaTeX.
+LATEX = {
+    "\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_", "{": r"\{", "}": r"\}",
+    "~": r"\textasciitilde{}", "^": r"\textasciicircum{}", "±": r"$\pm$", "Δ": r"$\Delta$", "α": r"$\alpha$",
+    "≥": r"$\geq$", "≤": r"$\leq$", "×": r"$\times$", "·": r"$\cdot$", "†": r"$^\dagger$", "‡": r"$^\ddagger$",
+    "♢": r"$\diamond$", "…": r"\ldots{}", "²": r"$^2$", "–": "--", "—": "---", "≈": r"$\approx$", "κ": r"$\kappa$",
+    "β": r"$\beta$", "γ": r"$\gamma$", "τ": r"$\tau$", "μ": r"$\mu$", "<": r"$<$", ">": r"$>$", "*": r"$^*$",
+}  # fmt: skip
+
+
+def tex(text: str) -> str:
+    """Text as LaTeX source: special characters escaped, the reports' symbols in math mode, any other
+    non-ASCII character dropped (pdflatex would stop on it)."""
+    return "".join(LATEX.get(c, c if c.isascii() else "") for c in text)
+
+
+def _tex_table(t: Table) -> str:
+    """A booktabs table: caption above, group rows as spanning italic rows, bold cells in \\textbf."""
+    width = len(t.header)
+    spec = "l" * min(t.left, width) + "r" * (width - min(t.left, width))
+    lines = [r"\begin{table}[htbp]", r"\centering", r"\small", rf"\caption{{{tex(t.caption)}}}",
+             rf"\begin{{tabular}}{{{spec}}}", r"\toprule",
+             " & ".join(rf"\textbf{{{tex(h)}}}" for h in t.header) + r" \\", r"\midrule"]  # fmt: skip
+    group = None
+    for i, row in enumerate(t.rows):
+        if t.groups is not None and t.groups[i] != group:
+            if group is not None:
+                lines.append(r"\midrule")
+            group = t.groups[i]
+            lines.append(rf"\multicolumn{{{width}}}{{l}}{{\emph{{{tex(group)}}}}} \\")
+        cells = [rf"\textbf{{{tex(c)}}}" if (i, j) in t.bold and c else tex(c) for j, c in enumerate(row)]
+        lines.append(" & ".join(cells) + r" \\")
+    lines += [r"\bottomrule", r"\end{tabular}", r"\end{table}"]
+    return "\n".join(lines)
+
+
+def latex(title: str, meta: list[str], sections: list[Section]) -> str:
+    """The report's tables as a LaTeX document (booktabs; figures stay in the PNGs): each table is a
+    `table` environment to paste into a paper, the document around them compiles on its own."""
+    parts = [r"\documentclass{article}", r"\usepackage[margin=1.5cm,landscape]{geometry}", r"\usepackage{booktabs}",
+             r"\begin{document}", rf"\section*{{{tex(title)}}}", *(tex(m) + "\n" for m in meta)]  # fmt: skip
+    for s in sections:
+        tables = [b for b in s.blocks if isinstance(b, Table)]
+        if tables:
+            parts.append(rf"\subsection*{{{tex(s.title)}}}")
+            parts += [_tex_table(b) for b in tables]
+    parts.append(r"\end{document}")
+    return "\n".join(parts) + "\n"

@@ -1,26 +1,64 @@
-"""Seed statistics: t intervals and paired tests over replicates, one row per comparison.
+"""Statistics that respect how a sweep's replicates were made: intervals, paired tests, multiple-comparison
+corrections and standardised effects, one row per comparison.
 
 Every function takes a matrix with one row per comparison (a variant against its baseline, an effect)
 and one column per replicate (seed, or seed x fold), NaN where a replicate is missing, so a table of
 hundreds of variants is one vectorised call. Paired differences are what the tests see: replicate r of a
 variant is compared with replicate r of its baseline (same seed, same fold), which removes the variance the
-two share (data order, initialisation stream, fold difficulty).
+two share (data order, initialisation stream, fold difficulty). Which test depends on the `Design`:
+
+- independent replicates (seeds): the paired t-test over the differences, or below SMALL_N pairs the exact
+  Wilcoxon signed-rank test;
+- folds of (repeated) k-fold cross-validation: folds of one repeat share most of their training data, so
+  their differences are correlated and the plain t's variance s^2/n is far too small. The corrected
+  resampled t-test (Nadeau & Bengio 2003, "Inference for the generalization error"; its repeated k-fold
+  form in Bouckaert & Frank 2004) uses (1/n + n_test/n_train) s^2 over all n fold differences, df n - 1.
+
+A table that makes k comparisons adjusts their p-values together (`adjust`: Holm by default, which
+controls the family-wise error; Benjamini-Hochberg, which controls the false discovery rate, on request).
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 from numpy.typing import ArrayLike
 from scipy import stats
+from statsmodels.stats.multitest import multipletests
 
 LEVEL = 0.95
+ALPHA = 1 - LEVEL
 #: Below this many pairs the p-value comes from the exact Wilcoxon signed-rank test: the t-test's
 #: normality assumption cannot be checked on so few differences. (Its p cannot go below 2 / 2**n:
 #: 0.5 at n = 2, 0.0625 at n = 5; the t interval is still shown.)
 SMALL_N = 10
 T_TEST = "paired t"
 WILCOXON = "Wilcoxon"
+CORRECTED = "corrected resampled t"
+#: Corrections `adjust` offers: our name -> (statsmodels' method, the words a caption uses).
+CORRECTIONS = {"holm": ("holm", "Holm"), "bh": ("fdr_bh", "Benjamini-Hochberg")}
+BISECTIONS = 80
+
+
+@dataclass(frozen=True)
+class Design:
+    """How a sweep's replicates relate: independent seeds (folds None), or the folds of k-fold
+    cross-validation, repeated over seeds and split seeds."""
+
+    folds: int | None = None
+
+    @property
+    def ratio(self) -> float:
+        """n_test / n_train of one resample (k-fold: 1 / (k - 1)); 0 for independent replicates."""
+        return 0.0 if self.folds is None else 1 / (self.folds - 1)
+
+    @property
+    def words(self) -> str:
+        if self.folds is None:
+            return "independent replicates (seeds)"
+        return f"{self.folds}-fold cross-validation (folds within a repeat are not independent)"
 
 
 def t_test(mean: ArrayLike, se: ArrayLike, df: ArrayLike, level: float = LEVEL) -> tuple[np.ndarray, ...]:
@@ -33,16 +71,18 @@ def t_test(mean: ArrayLike, se: ArrayLike, df: ArrayLike, level: float = LEVEL) 
     return mean - half, mean + half, p
 
 
-def interval(values: np.ndarray, level: float = LEVEL) -> pd.DataFrame:
+def interval(values: np.ndarray, level: float = LEVEL, ratio: float = 0.0) -> pd.DataFrame:
     """Per row of `values` (NaN = missing): n, mean, std (ddof 1), the t interval of the mean (lo, hi),
-    and the two-sided one-sample t-test p-value of mean == 0. Rows with n < 2 get NaN spread and p."""
+    and the two-sided one-sample t-test p-value of mean == 0. `ratio` > 0 is the resampling correction
+    (see the module docstring): the mean's variance is (1/n + ratio) std^2. Rows with n < 2 get NaN spread
+    and p."""
     x = np.atleast_2d(np.asarray(values, dtype=float))
     n = np.sum(~np.isnan(x), axis=1)
     with np.errstate(invalid="ignore", divide="ignore"):
         mean = np.where(n > 0, np.nansum(x, axis=1) / np.maximum(n, 1), np.nan)
         dev = np.where(np.isnan(x), 0.0, x - mean[:, None])
         std = np.where(n > 1, np.sqrt((dev**2).sum(axis=1) / np.maximum(n - 1, 1)), np.nan)
-        lo, hi, p = t_test(mean, std / np.sqrt(n), n - 1, level)
+        lo, hi, p = t_test(mean, std * np.sqrt(1 / n + ratio), n - 1, level)
     return pd.DataFrame({"n": n, "mean": mean, "std": std, "lo": lo, "hi": hi, "p_t": p})
 
 
@@ -58,14 +98,62 @@ def wilcoxon(diffs: np.ndarray) -> float:
     return float(stats.wilcoxon(d).pvalue)
 
 
-def paired(diffs: np.ndarray, level: float = LEVEL) -> pd.DataFrame:
-    """Paired comparison per row of differences (variant - baseline per replicate): `interval`'s columns,
-    the Wilcoxon p (`p_w`, rows with 2 <= n < SMALL_N only), the test used (`test`; none below 2 pairs)
-    and its p-value (`p`)."""
+def standardised(t: ArrayLike, df: ArrayLike, scale: ArrayLike, level: float = LEVEL) -> tuple[np.ndarray, ...]:
+    """The confidence interval of a standardised effect d = t * scale from its t statistic: the noncentral t
+    is inverted for its noncentrality (the values at which the observed t sits at the upper and lower
+    (1 - level)/2 tails), found by a vectorised bisection, times `scale` (sqrt(1/n + ratio)). NaN where t is
+    not finite."""
+    t, df, scale = np.broadcast_arrays(*(np.asarray(a, dtype=float) for a in (t, df, scale)))
+    ok = np.isfinite(t) & (df >= 1)
+    tt, dd = np.where(ok, t, 0.0), np.where(ok, df, 1.0)
+    reach = 10 + 3 * np.abs(tt)
+    bounds = []
+    for target in (0.5 + level / 2, 0.5 - level / 2):  # cdf falls as ncp rises: the lower bound comes first
+        lo, hi = tt - reach, tt + reach
+        for _ in range(BISECTIONS):
+            mid = (lo + hi) / 2
+            above = stats.nct.cdf(tt, dd, mid) > target
+            lo, hi = np.where(above, mid, lo), np.where(above, hi, mid)
+        bounds.append(np.where(ok, (lo + hi) / 2 * scale, np.nan))
+    return bounds[0], bounds[1]
+
+
+def paired(diffs: np.ndarray, level: float = LEVEL, design: Design = Design(), exact: bool = True) -> pd.DataFrame:
+    """Paired comparison per row of differences (variant - baseline per replicate): `interval`'s columns
+    (corrected for resampling under a cross-validation design), the Wilcoxon p (`p_w`, independent
+    replicates with 2 <= n < SMALL_N when `exact`), the test used (`test`; none below 2 pairs), its p-value
+    (`p`), and the standardised effect d = mean / std of the differences (Cohen's d_z; under resampling the
+    same ratio over the fold differences) with its interval (`d`, `d_lo`, `d_hi`)."""
     d = np.atleast_2d(np.asarray(diffs, dtype=float))
-    out = interval(d, level)
-    small = (out["n"] < SMALL_N).to_numpy()
-    out["p_w"] = [wilcoxon(row) if s and n > 1 else np.nan for row, s, n in zip(d, small, out["n"])]
-    out["test"] = np.where(out["n"] < 2, "", np.where(small, WILCOXON, T_TEST))
+    out = interval(d, level, design.ratio)
+    n = out["n"].to_numpy()
+    small = (n < SMALL_N) & exact & (design.folds is None)
+    out["p_w"] = [wilcoxon(row) if s and k > 1 else np.nan for row, s, k in zip(d, small, n)]
+    t_name = T_TEST if design.folds is None else CORRECTED
+    out["test"] = np.where(n < 2, "", np.where(small, WILCOXON, t_name))
     out["p"] = np.where(small, out["p_w"], out["p_t"])
+    with np.errstate(invalid="ignore", divide="ignore"):
+        scale = np.sqrt(1 / np.maximum(n, 1) + design.ratio)
+        std = out["std"].to_numpy()
+        effect = np.where(std > 0, out["mean"].to_numpy() / std, np.nan)
+        out["d"] = effect
+        out["d_lo"], out["d_hi"] = standardised(effect / scale, n - 1, scale, level)
     return out
+
+
+def adjust(p: ArrayLike, method: str = "holm") -> np.ndarray:
+    """The p-values of one family adjusted together (statsmodels' multipletests): Holm or Benjamini-
+    Hochberg. NaN entries (no test) are not members of the family and stay NaN."""
+    if method not in CORRECTIONS:
+        raise ValueError(f"correction must be one of {', '.join(CORRECTIONS)}, not {method!r}")
+    p = np.asarray(p, dtype=float)
+    out = np.full(p.shape, np.nan)
+    ok = ~np.isnan(p)
+    if ok.any():
+        out[ok] = multipletests(p[ok], method=CORRECTIONS[method][0])[1]
+    return out
+
+
+def family(k: int, method: str, what: str) -> str:
+    """The caption's words for a corrected family: which correction, over which k comparisons."""
+    return f"p adj.: {CORRECTIONS[method][1]}-adjusted over the family of the {k} {what}"

@@ -15,7 +15,7 @@ from ablate.reporting.frames import SweepData
 from ablate.reporting.render import Table
 
 MAX_UNFINISHED = 200
-TESTS = {stats.T_TEST: "t", stats.WILCOXON: "W"}
+TESTS = {stats.T_TEST: "t", stats.WILCOXON: "W", stats.CORRECTED: "c"}
 
 
 def num(x: float | None, digits: int = 2, sign: bool = False) -> str:
@@ -38,40 +38,117 @@ def digits(data: SweepData) -> int:
     return 4 if values.notna().any() and values.max() <= 1 else 2
 
 
-def variants(table: pd.DataFrame, data: SweepData) -> Table:
-    """Architecture, token mixer, #params, GFLOPs, samples/s, metric mean +- std (n), paired delta with
-    95% CI, p (test), trials; grouped by backbone and dataset; the best value per column in each group bold."""
+def variants(table: pd.DataFrame, data: SweepData, correction: str = "holm") -> Table:
+    """Architecture, token mixer, #params, GFLOPs, samples/s, metric mean +- std, replicates, paired delta
+    with 95% CI, standardised effect, p (test), adjusted p, trials; grouped by backbone and dataset. A metric
+    cell is bold only where its variant is significantly better than every other of its group."""
     d = digits(data)
     header = ["Architecture", "Token mixer", "#Params", "GFLOPs", "samples/s", f"{data.metric} (mean ± std)",
-              "n", "Δ vs baseline [95% CI]", "p (test)", "trials"]  # fmt: skip
+              "n", "Δ vs baseline [95% CI]", "d [95% CI]", "p (test)", "p adj.", "trials"]  # fmt: skip
     rows = []
     for _, r in table.iterrows():
         if r["is_baseline"]:
-            delta, p = "baseline", ""
+            delta, eff, p, adj = "baseline", "", "", ""
         elif r["pairs"] > 0:
-            delta = f"{num(r['delta'], d, True)} [{num(r['lo'], d, True)}, {num(r['hi'], d, True)}]"
-            p = f"{pvalue(r['p'])} {TESTS.get(r['test'], '')}".strip()
+            delta = f"{num(r['delta'], d, True)} [{num(r['lo'], d, True)}, {num(r['hi'], d, True)}]" + marks(r)
+            eff = f"{num(r['d'], 2, True)} [{num(r['d_lo'], 2, True)}, {num(r['d_hi'], 2, True)}]"
+            p, adj = f"{pvalue(r['p'])} {TESTS.get(r['test'], '')}".strip(), pvalue(r["p_adj"])
         else:
-            delta, p = "-", "-"
-        metric = f"{num(r['mean'], d)} ± {num(r['std'], d)}" if r["n"] > 1 else num(r["mean"], d)
+            delta, eff, p, adj = "-", "-", "-", "-"
+        metric = f"{num(r['mean'], d)} ± {num(r['std'], d)}" if r["values"] > 1 else num(r["mean"], d)
         trials = f"{r['done']}/{r['trials']} done" + (f"; {r['unfinished']}" if r["unfinished"] else "")
         if r["stale"]:
             trials += f"; {r['stale']} stale†" + (" (mixed with current)" if r["stale"] < r["done"] else "")
         rows.append([r["architecture"], r["mixer"], params(r["params"]), num(r["gflops"], 3),
-                     num(r["samples_s"], 0), metric, str(int(r["n"])), delta, p, trials])  # fmt: skip
-    best = _best(table, data.higher)
+                     num(r["samples_s"], 0), metric, replicates(r, data), delta, eff, p, adj, trials])  # fmt: skip
+    won = frames.winners(data, table, correction)
+    order = {v: i for i, v in enumerate(table.index)}
+    bold = _cheapest(table) | {(order[w.best], 5) for w in won if w.significant}
     ref = table.loc[data.baseline, "label"] if data.baseline in table.index else "none"
     moved = " (the baseline's cell on each variant's own dataset)" if table["ref"].nunique() > 1 else ""
+    k = int(table["p_adj"].notna().sum())
     caption = (
-        f"{data.metric}: mean ± std over replicates ({' x '.join(_replicate_words(data))}); "
-        f"n = finished replicates. Δ: paired difference to the baseline ({ref}){moved} over matching replicates, "
-        f"with a 95% t interval. p: t = paired t-test (n ≥ {stats.SMALL_N} pairs), W = Wilcoxon signed-rank "
-        f"(n < {stats.SMALL_N}; it cannot fall below 2/2^n, e.g. 0.5 with 2 pairs). GFLOPs = stored FLOPs / 2e9: "
-        "multiply-accumulates per example, as the papers count FLOPs. samples/s: training throughput, mean over "
-        f"epochs of up to {frames.THROUGHPUT_TRIALS} finished trials. Bold: best per column within its group "
-        "(fewest params and GFLOPs, most samples/s, best metric and Δ)." + stale_note(data)
+        f"{metric_words(data)} Mean ± std over {spread_words(data)}; n = {replicate_words(data)} with a result. "
+        f"Δ: paired difference to the baseline ({ref}){moved} over the replicates both have, with a 95% "
+        f"interval; d: Δ in standard deviations of the paired differences (Cohen's d_z) with its 95% interval "
+        f"(noncentral t). p: {test_words(data)}. {stats.family(k, correction, 'comparisons with the baseline')}"
+        f"; * = significant after adjustment (α = {stats.ALPHA:.2f}). {floor_words(table, data)} "
+        f"{winner_words(won, table, data, correction)} #Params and GFLOPs are exact: bold = the smallest of "
+        f"the group. GFLOPs = stored FLOPs / 2e9: multiply-accumulates per example, as the papers count FLOPs. "
+        f"samples/s: training throughput, mean over epochs of up to {frames.THROUGHPUT_TRIALS} finished trials."
+        + stale_note(data)
     )
-    return Table(caption, header, rows, groups=list(table["group"]), bold=best)
+    return Table(caption, header, rows, groups=list(table["group"]), bold=bold)
+
+
+def marks(r: pd.Series) -> str:
+    """* significant after the table's correction; ‡ smaller than the reference's seed std."""
+    return ("*" if r["p_adj"] < stats.ALPHA else "") + ("‡" if r["below_floor"] else "")
+
+
+def replicates(r: pd.Series, data: SweepData) -> str:
+    """Independent replicates of a variant; under cross-validation with its fold count."""
+    n = str(int(r["n"]))
+    return n if data.design.folds is None else f"{n} ({int(r['values'])} folds)"
+
+
+def metric_words(data: SweepData) -> str:
+    """What the headline number is: the metric and which epoch it comes from."""
+    return (f"{data.metric}, {'higher' if data.higher else 'lower'} is better: the final epoch's (the trainer "
+            "evaluates the test split once, after the last epoch; no epoch is selected).")  # fmt: skip
+
+
+def spread_words(data: SweepData) -> str:
+    if data.design.folds is None:
+        return f"replicates ({' x '.join(_replicate_words(data))})"
+    return f"every fold of every repeat ({' x '.join(_replicate_words(data))})"
+
+
+def replicate_words(data: SweepData) -> str:
+    """What n counts: seeds, or CV repeats (seed x split seed), which are the independent replicates."""
+    return "seeds" if data.design.folds is None else "independent repeats of the cross-validation (seed x split)"
+
+
+def test_words(data: SweepData) -> str:
+    """Which test a p comes from, under the sweep's design."""
+    if data.design.folds is not None:
+        return (f"c = corrected resampled t-test (Nadeau & Bengio 2003) over the fold differences of "
+                f"{data.design.words}: variance (1/n + 1/(k-1)) s², df n - 1")  # fmt: skip
+    return (f"t = paired t-test over seeds (n ≥ {stats.SMALL_N} pairs), W = Wilcoxon signed-rank (n < "
+            f"{stats.SMALL_N}; it cannot fall below 2/2^n, e.g. 0.5 with 2 pairs)")  # fmt: skip
+
+
+def floor_words(table: pd.DataFrame, data: SweepData) -> str:
+    """The seed-noise floor: the baseline's seed std, and what ‡ flags."""
+    if data.baseline not in table.index:
+        return "No baseline: no noise floor."
+    floor = table.loc[data.baseline, "seed_std"]
+    if pd.isna(floor):
+        return "Noise floor: not measurable (the baseline has fewer than two seeds)."
+    each = " (each variant against its own reference's)" if table["ref"].nunique() > 1 else ""
+    return (f"Noise floor: the baseline's seed std = {num(floor, digits(data) + 1)}; ‡ = |Δ| below it{each}, "
+            "a difference seeds alone produce.")  # fmt: skip
+
+
+def winner_words(won: list[frames.Winner], table: pd.DataFrame, data: SweepData, correction: str) -> str:
+    """Bold metric cells and the columns that have none: no significant difference."""
+    if not won:
+        return "Bold metric: none (fewer than two measured variants in every group)."
+    several = len(won) > 1
+    parts = []
+    for w in won:
+        where = f"{w.group}: " if several else ""
+        if w.significant:
+            parts.append(f"{where}{table.loc[w.best, 'mixer']} is best (largest adjusted p {pvalue(w.p_adj)})")
+        else:
+            parts.append(f"{where}no significant difference in {data.metric} (best mean: {table.loc[w.best, 'mixer']}"
+                         f", largest adjusted p {pvalue(w.p_adj)})")  # fmt: skip
+    return (
+        f"Bold {data.metric}: better than every other variant of its group (paired tests against each, "
+        f"{stats.CORRECTIONS[correction][1]} over those k comparisons, α = {stats.ALPHA:.2f}). "
+        + "; ".join(parts)
+        + "."
+    )
 
 
 def stale_note(data: SweepData) -> str:
@@ -84,21 +161,15 @@ def stale_note(data: SweepData) -> str:
             "retrains them.")  # fmt: skip
 
 
-def _best(table: pd.DataFrame, higher: bool) -> set[tuple[int, int]]:
-    """(row, column) of the best value per column group within each table group."""
+def _cheapest(table: pd.DataFrame) -> set[tuple[int, int]]:
+    """(row, column) of the fewest params and GFLOPs per group: exact numbers, no test needed."""
     marks = set()
     order = {v: i for i, v in enumerate(table.index)}
-    sign = 1 if higher else -1
-    columns = {2: ("params", -1), 3: ("gflops", -1), 4: ("samples_s", 1), 5: ("mean", sign), 7: ("delta", sign)}
     for _, g in table[table["n"] > 0].groupby("group", sort=False):
-        if len(g) < 2:
-            continue
-        for col, (name, direction) in columns.items():
-            vals = g[name] * direction
-            if name == "delta":
-                vals = vals.where(~g["is_baseline"])
-            if vals.notna().any() and vals.nunique() > 1:
-                marks |= {(order[v], col) for v in vals[vals == vals.max()].index}
+        for col, name in ((2, "params"), (3, "gflops")):
+            vals = g[name]
+            if len(g) > 1 and vals.notna().any() and vals.nunique() > 1:
+                marks |= {(order[v], col) for v in vals[vals == vals.min()].index}
     return marks
 
 
@@ -129,11 +200,7 @@ def published_tables(table: pd.DataFrame, data: SweepData) -> list[Table]:
                           num(row.gflops, 1), num(r["gflops"] - (row.gflops or math.nan), 2, True),
                           num(m_top1, 2), num(row.top1, 1), num(m_top1 - row.top1, 2, True)])  # fmt: skip
         else:
-            differs = "; ".join(found.differs[:3]) + (
-                f"; +{len(found.differs) - 3} more" if len(found.differs) > 3 else ""
-            )
-            near.append([r["label"], differs, f"{row.model}, {row.setting}", f"{row.params_m:.1f}M",
-                         num(row.gflops, 1), num(row.top1, 1), num(m_top1, 2)])  # fmt: skip
+            near.append([r["label"], f"{row.model}, {row.setting}", "; ".join(found.differs)])
     src = "; ".join(sources)
     datasets = "/".join(dict.fromkeys(sources.values()))
     out = []
@@ -145,32 +212,46 @@ def published_tables(table: pd.DataFrame, data: SweepData) -> list[Table]:
                          "matmuls, which published tables leave out (`ablate plan` shows both): expect them 2-8% "
                          "higher.", header, exact))  # fmt: skip
     if near:
-        header = ["Variant", "differs from the paper in", f"published row ({datasets})", "#Params", "GFLOPs",
-                  "top-1 (%)", "measured top-1 (%)"]  # fmt: skip
-        caption = (f"For orientation only, not comparable: published {datasets} rows ({src}) with the same token "
-                   "mixer and stack but another model size, dataset or recipe (first differences shown).")  # fmt: skip
+        header = ["Variant", f"nearest published row ({datasets})", "not compared: differs from the paper in"]
+        caption = (f"Not compared with the published numbers ({src}): these variants share the token mixer and "
+                   "stack with a published row but not its dataset, model size or recipe, so no number of theirs "
+                   "is put beside the paper's; every difference is listed.")  # fmt: skip
         out.append(Table(caption, header, near, left=3))
     return out
 
 
-def effects(eff: pd.DataFrame, f: Factorial, data: SweepData) -> Table:
+def effects(eff: pd.DataFrame, f: Factorial, data: SweepData, correction: str = "holm") -> Table:
     d = digits(data)
     levels = "; ".join(f"{name}: {', '.join(lv)}" for name, lv in zip(f.factors, f.levels))
     rows = [[r["term"], r["factor"], r["contrast"], num(r["effect"], d, True),
-             f"[{num(r['lo'], d, True)}, {num(r['hi'], d, True)}]", pvalue(r["p"]), str(r["n"])]
+             f"[{num(r['lo'], d, True)}, {num(r['hi'], d, True)}]", pvalue(r["p"]), pvalue(r["p_adj"]), str(r["n"])]
             for _, r in eff.iterrows()]  # fmt: skip
     if f.method == PAIRED:
-        how = ("per complete replicate (every cell has the seed/fold); 95% t interval and paired t-test p over "
+        test = "corrected resampled t over the folds" if f.design.folds is not None else "paired t-test"
+        how = (f"per complete replicate (every cell has the seed/fold); 95% interval and {test} p over "
                "replicates; n = replicates")  # fmt: skip
     else:
+        unit = "repeat means (folds averaged)" if f.design.folds is not None else "trials"
         how = ("on cell means, as fewer than two (or fewer than half) of the replicates are complete in every "
-               "cell; 95% t interval and p from the pooled within-cell variance (unpaired; none with one trial "
-               "per cell); n = trials")  # fmt: skip
+               "cell; 95% t interval and p from the pooled within-cell variance (unpaired; none with one value "
+               f"per cell) of the {unit}; n = {unit}")  # fmt: skip
     caption = (f"Factorial part: {levels} (first level = reference, the baseline's; other axes at the baseline's "
                f"values). Main effect = mean {data.metric} at the level minus at the reference, averaged over the "
                "other factors; interaction = effect of the first factor at the second's level minus at its "
-               f"reference. Estimated {how}.")  # fmt: skip
-    return Table(caption, ["term", "factor", "contrast", "effect", "95% CI", "p", "n"], rows, left=3)
+               f"reference. Estimated {how}. {stats.family(int(eff['p_adj'].notna().sum()), correction, 'terms')}."
+               f" {noise_floor(data)}")  # fmt: skip
+    return Table(caption, ["term", "factor", "contrast", "effect", "95% CI", "p", "p adj.", "n"], rows, left=3)
+
+
+def noise_floor(data: SweepData) -> str:
+    """The baseline's seed std in words, for tables that do not list the baseline."""
+    values = frames.replicates(data, "repeat")
+    if data.baseline is None or data.baseline not in values.index:
+        return "No baseline: no noise floor."
+    std = stats.interval(values.loc[[data.baseline]].to_numpy())["std"].iloc[0]
+    if pd.isna(std):
+        return "Noise floor: not measurable (the baseline has fewer than two seeds)."
+    return f"Noise floor: the baseline's seed std = {num(std, digits(data) + 1)}."
 
 
 def unfinished(data: SweepData) -> Table | None:
