@@ -582,22 +582,38 @@ def _print_frame(frame: Any, title: str) -> None:
 
 @app.command()
 def ui(
+    sweep: str | None = typer.Argument(None, help="Sweep whose runs page to open [default: the one launched last]."),
     mlflow_uri: str | None = MLFLOW,
     host: str = typer.Option("127.0.0.1", help="Interface to bind; 0.0.0.0 exposes the UI on purpose."),
     port: int = typer.Option(5000, help="Port."),
+    browser: bool = typer.Option(True, help="Open the page in a browser, where this machine has a display."),
+    db: str | None = DB,
 ) -> None:
-    """Start the MLflow UI on the store (one worker, no job execution) and print its URL."""
-    import os
-    import subprocess
-
-    from ablate.tracking import DEFAULT_URI
+    """Serve the MLflow UI on the MLflow store and print the runs page of the sweep; Ctrl-C or SIGTERM stops
+    the server and waits for it."""
+    from ablate.tracking import DEFAULT_URI, UiServer, sweep_page
 
     uri = mlflow_uri or DEFAULT_URI
-    env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
-    cmd = [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", uri, "--host", host,
-           "--port", str(port), "--workers", "1"]  # fmt: skip
-    out.print(f"MLflow UI on http://{host}:{port} (store {uri}); Ctrl-C stops it")
-    raise typer.Exit(subprocess.call(cmd, env=env))
+    base = f"http://{'127.0.0.1' if host in ('0.0.0.0', '::') else host}:{port}"
+    with UiServer(uri, host, port) as server:  # first: reading the store overlaps the server's start-up
+        from ablate.store import Store, database_exists
+
+        try:
+            if database_exists(db):
+                with Store(db) as store:
+                    page = sweep_page(base, store, sweep)
+            else:
+                page = sweep_page(base, None, sweep)
+        except LookupError as e:
+            fail(str(e))
+        if (seconds := server.ready()) is not None:
+            out.print(f"MLflow UI on store {uri}: {page} (serving after {seconds:.1f} s; Ctrl-C stops it)")
+            if browser and (os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY") or sys.platform == "darwin"):
+                import webbrowser
+
+                webbrowser.open(page)
+        code = server.wait()
+    raise typer.Exit(code)
 
 
 @app.command()

@@ -30,6 +30,8 @@ class Synced:
 
     trials: int
     points: int
+    summaries: int = 0
+    """Sweeps whose parent run got a new summary (`Tracker.summarise`)."""
 
 
 def sync_trial(store: Store, tracker: Tracker, key: str) -> int:
@@ -41,7 +43,8 @@ def sync_trial(store: Store, tracker: Tracker, key: str) -> int:
     rows = store.metric_rows(key, after=trial.mlflow_step or 0)
     if not rows and trial.mlflow_state == trial.state:
         return 0
-    run = tracker.start_trial(store, sweeps[0], key)
+    home = max(sweeps, key=lambda s: _launched(store, s)) if trial.mlflow_run_id is None else sweeps[0]
+    run = tracker.start_trial(store, home, key)
     tracker.log_metric_rows(run, [(name, step, value, wall) for name, step, value, wall in rows])
     step = max([trial.mlflow_step or 0, *(step for _, step, _, _ in rows)])
     if trial.state in FINAL_STATES and trial.mlflow_state != trial.state:
@@ -50,10 +53,20 @@ def sync_trial(store: Store, tracker: Tracker, key: str) -> int:
     return len(rows)
 
 
+def _launched(store: Store, sweep: str) -> str:
+    """When the sweep was last planned or launched, as ISO text: a trial several sweeps share gets its run in
+    the experiment of the one launched last, the one that runs it."""
+    record = store.sweep(sweep)
+    return record.updated_at.isoformat() if record is not None else ""
+
+
 def sync(store: Store, tracker: Tracker, sweeps: Iterable[str] | None = None) -> Synced:
-    """Mirror every trial (of `sweeps`, or all) that MLflow lags behind on, now, in this thread."""
-    keys = store.unmirrored(sweeps)
-    return Synced(len(keys), sum(sync_trial(store, tracker, k) for k in keys))
+    """Mirror every trial (of `sweeps`, or all) that MLflow lags behind on, then bring each sweep's summary on
+    its parent run up to date (`Tracker.summarise`), now, in this thread."""
+    names = list(sweeps) if sweeps is not None else list(store.sweeps_frame()["name"])
+    keys = store.unmirrored(names)
+    points = sum(sync_trial(store, tracker, k) for k in keys)
+    return Synced(len(keys), points, sum(tracker.summarise(store, name) for name in names))
 
 
 class Mirror:

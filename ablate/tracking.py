@@ -16,7 +16,8 @@ again by its `trial_key` tag, so runs are never duplicated.
 
 Epoch metrics carry the wall time they were measured at as their timestamp, so sending the same record
 twice does not add a point (MLflow drops exact repeats); a retried epoch with new values adds new points.
-mlflow is imported when a Tracker is made (about a second), never by importing this module.
+mlflow is imported when a Tracker is made (about a second), the store when it is used: importing this
+module costs nothing, so `ablate ui` starts its server before paying for either.
 """
 
 from __future__ import annotations
@@ -26,17 +27,23 @@ import hashlib
 import json
 import os
 import re
+import signal
+import socket
 import sqlite3
+import subprocess
+import sys
+import tempfile
 import time
 from collections.abc import Iterable, Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ablate.store import Store, error_line, flatten, sqlite_file
-
 if TYPE_CHECKING:
     from mlflow.entities import Run
+
+    from ablate.store import Store
 
 DEFAULT_URI = "sqlite:///db/mlflow.sqlite"
 #: MLflow's limits: name length, param value length, params/tags and metrics per log_batch call.
@@ -64,6 +71,8 @@ def clip(text: str, limit: int) -> str:
 def params_of(config: Mapping[str, Any], axes: Mapping[str, Any] | None = None) -> dict[str, str]:
     """MLflow params of a trial: `axis.<path>` per axis value, then the config flattened (dotted names);
     non-string values as JSON, values clipped to 6000 characters."""
+    from ablate.store import flatten
+
     flat = {**flatten(axes or {}, "axis"), **flatten(config)}
     return {mlflow_name(k): clip(v if isinstance(v, str) else json.dumps(v), MAX_PARAM) for k, v in flat.items()}
 
@@ -97,6 +106,18 @@ def _fast_sqlite(db: Path) -> None:
 _FAST: set[str] = set()
 
 
+EXPERIMENT_KIND = ("mlflow.experimentKind", "custom_model_development")
+"""Experiment tag that makes MLflow 3's UI open an experiment on its runs (without it: on an empty traces page)."""
+REPORT = "report"
+"""Artifact folder of a sweep's parent run holding its report (HTML, CSV, summary.json)."""
+DIGEST_TAG = "report.digest"
+"""Parent-run tag: the state of the sweep its summary was logged for (a summary is logged again on a change only)."""
+VOLATILE = ("lease_host", "lease_expires")
+"""Trial columns that change while the sweep's results do not (leases renewed by heartbeats)."""
+UI_GRACE = 30.0
+"""Seconds `ablate ui` waits for the MLflow server after forwarding a stop signal, before killing its group."""
+
+
 HTTP_DEFAULTS = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "1", "MLFLOW_HTTP_REQUEST_TIMEOUT": "10"}
 """MLflow client settings for a tracking server, unless the user set them (MLflow's own: 7 retries over
 minutes, which would stall every write while a server is down)."""
@@ -121,6 +142,53 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
+@dataclass(frozen=True)
+class SweepReport:
+    """What a sweep's parent run shows of its report. Per variant (by key): its label, the mean of the headline
+    metric over replicates and the paired delta to its reference (NaN where not measured)."""
+
+    folder: Path
+    """The sweep's report files."""
+    metric: str
+    labels: dict[str, str]
+    means: dict[str, float]
+    deltas: dict[str, float]
+    baseline: str | None
+    best: str | None
+
+
+def sweep_report(store: Store, sweep: str, out: Path, formats: tuple[str, ...] = ("csv",)) -> SweepReport | None:
+    """Write the sweep's report under `out` and read back what MLflow shows of it (variants.csv, summary.json):
+    the one place that depends on `ablate.reporting`. None when the sweep has no report (no trials, or a
+    metric its results lack)."""
+    import pandas as pd
+
+    from ablate.reporting import ReportError, folder, report
+
+    try:
+        report(sweep, store=store, out=out, formats=formats)
+    except ReportError:
+        return None
+    where = out / folder(sweep)
+    table = pd.read_csv(where / "variants.csv", index_col="variant", dtype={"variant": str, "label": str})
+    info = json.loads((where / "summary.json").read_text())
+    baseline = table.index[table["is_baseline"].astype(bool)]
+    labels = {str(k): v for k, v in table["label"].items() if isinstance(v, str) and v}  # none: an empty cell
+    return SweepReport(where, str(info["metric"]), labels, table["mean"].astype(float).to_dict(),
+                       table["delta"].astype(float).to_dict(), str(baseline[0]) if len(baseline) else None,
+                       (info["best"] or {}).get("variant"))  # fmt: skip
+
+
+def _digest(store: Store, sweep: str) -> str:
+    """The sweep's state as its report reads it: trials (states, results, run ids) and the sweep's settings."""
+    trials = store.trials_frame(sweep)
+    record = store.sweep(sweep)
+    settings = json.dumps([record.metric, record.baseline, record.description, record.spec] if record else None,
+                          sort_keys=True, default=str)  # fmt: skip
+    text = trials.drop(columns=[c for c in VOLATILE if c in trials]).to_csv(index=False) + settings
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
 class Tracker:
     """MLflow writer for the recorder. `uri`: a tracking URI, by default SQLite under db/ (folder created,
     artifacts in mlartifacts/ beside it, `self.uri` made absolute), or a tracking server (`http://host:5000`,
@@ -128,6 +196,8 @@ class Tracker:
 
     def __init__(self, uri: str | None = None, artifact_root: str | None = None) -> None:
         from mlflow import MlflowClient
+
+        from ablate.store import sqlite_file
 
         self.uri = uri or DEFAULT_URI
         db = sqlite_file(self.uri)
@@ -139,6 +209,9 @@ class Tracker:
         else:  # a server: fail fast, so the mirror's own backoff (not minutes of client retries) handles outages
             for name, value in HTTP_DEFAULTS.items():
                 os.environ.setdefault(name, value)
+        self._labels: dict[tuple[str, str], dict[str, str]] = {}
+        """Variant labels per (store, sweep), for run names; `_unlabelled`: variants looked up already."""
+        self._unlabelled: set[tuple[str, str, str | None]] = set()
         self.artifact_root = artifact_root or ((db.parent / "mlartifacts").as_uri() if db else None)
         with _creating(db):
             self.client = MlflowClient(tracking_uri=self.uri)
@@ -155,48 +228,115 @@ class Tracker:
 
     # ------------------------------------------------------------------------------------------ sweeps
     def experiment(self, sweep: str) -> str:
-        """Id of the sweep's experiment (named after it), created or restored as needed."""
+        """Id of the sweep's experiment (named after it), created or restored as needed; tagged so that
+        MLflow's UI opens it on its runs."""
         from mlflow.exceptions import MlflowException
 
+        kind, value = EXPERIMENT_KIND
         exp = self.client.get_experiment_by_name(sweep)
         if exp is None:
             try:
                 return self.client.create_experiment(sweep, artifact_location=self.artifact_root,
-                                                     tags={"sweep": sweep})  # fmt: skip
+                                                     tags={"sweep": sweep, kind: value})  # fmt: skip
             except MlflowException:  # another launcher created it a moment ago
                 exp = self.client.get_experiment_by_name(sweep)
                 if exp is None:
                     raise
         if exp.lifecycle_stage == "deleted":
             self.client.restore_experiment(exp.experiment_id)
+        if kind not in exp.tags:  # made by an earlier version
+            self.client.set_experiment_tag(exp.experiment_id, kind, value)
         return exp.experiment_id
 
     def start_sweep(self, store: Store, sweep: str) -> str:
         """The sweep's parent run id: the one in the store (set RUNNING again) or a new one, kept there."""
         return self._sweep_run(store, sweep)[1]
 
-    def _sweep_run(self, store: Store, sweep: str) -> tuple[str, str]:
+    def _sweep_run(self, store: Store, sweep: str, resume: bool = True) -> tuple[str, str]:
+        """(experiment id, parent run id) of the sweep, the run created if missing. `resume=False` leaves an
+        existing run's status alone and ends a new one at once (it holds a summary; nothing runs under it)."""
         record = store.sweep(sweep)
         if record is None:
             raise KeyError(f"no sweep {sweep!r} in the store")
-        if record.mlflow_run_id and (run := self._resume(record.mlflow_run_id)):
+        if record.mlflow_run_id and (run := self._resume(record.mlflow_run_id, running=resume)):
             return run.info.experiment_id, run.info.run_id
         exp = self.experiment(sweep)
         tags = {"sweep": sweep, "mlflow.note.content": record.description or ""}
         run_id = self.client.create_run(exp, tags=tags, run_name=sweep).info.run_id
+        if not resume:
+            self.client.set_terminated(run_id, "FINISHED")
         store.set_sweep_mlflow(sweep, exp, run_id)
         return exp, run_id
 
     def end_sweep(self, store: Store, sweep: str, status: str = "FINISHED") -> None:
-        """Terminate the sweep's parent run (KILLED after Ctrl-C, say)."""
+        """Terminate the sweep's parent run (KILLED after Ctrl-C, say), then bring its summary up to date
+        (`summarise`). A sweep whose trials all ran in other sweeps gets its experiment and parent run here."""
+        if store.sweep(sweep) is None:
+            return
+        self.client.set_terminated(self._sweep_run(store, sweep, resume=False)[1], status)
+        self.summarise(store, sweep)
+
+    def summarise(self, store: Store, sweep: str) -> bool:
+        """Put the sweep's summary on its parent run, unless the sweep is as it was at the last summary: per
+        variant the mean of the headline metric and the paired delta to its reference as metrics
+        (`<metric>/mean/<label>`, `<metric>/delta/<label>`), the report (HTML, CSV) as artifacts under
+        `report/`, and links to the sweep's trial runs held by other sweeps' experiments (each gets the tag
+        `sweep.<name>`: the parent run; the parent's note links them). Returns whether it logged anything."""
+        exp, parent = self._sweep_run(store, sweep, resume=False)
+        digest = _digest(store, sweep)
+        if self.client.get_run(parent).data.tags.get(DIGEST_TAG) == digest:
+            return False
+        self._link(store, sweep, exp, parent)
+        with tempfile.TemporaryDirectory(prefix="ablate-report-") as tmp:
+            summary = sweep_report(store, sweep, Path(tmp), ("html", "csv"))
+            if summary is not None:
+                self._log_summary(parent, summary)
+                self.client.log_artifacts(parent, str(summary.folder), REPORT)
+        self.client.set_tag(parent, DIGEST_TAG, digest)
+        return True
+
+    def _log_summary(self, parent: str, summary: SweepReport) -> None:
+        names: dict[str, str] = {}
+        for variant in summary.means:  # labels in plain words: "CSaN (tau, mu), attn-FFN" -> "CSaN tau mu attn-FFN"
+            name = mlflow_name(" ".join(re.sub(r"[^\w.\- ]+", " ", summary.labels.get(variant, variant)).split()))
+            names[variant] = f"{name} {variant[:8]}" if name in names.values() else name  # labels that clean alike
+        rows = [(f"{summary.metric}/{what}/{names[v]}", 0, value, None)
+                for what, values in (("mean", summary.means), ("delta", summary.deltas))
+                for v, value in values.items() if value == value]  # fmt: skip
+        self.log_metric_rows(parent, rows)
+        tags = {"report.metric": summary.metric, "report.baseline": summary.labels.get(summary.baseline or "", ""),
+                "report.best": summary.labels.get(summary.best or "", "")}  # fmt: skip
+        for key, value in tags.items():
+            self.client.set_tag(parent, key, clip(value, MAX_TAG))
+
+    def _link(self, store: Store, sweep: str, exp: str, parent: str) -> None:
+        """Tag the sweep's trial runs that live in other sweeps' experiments with `sweep.<name>` (the parent run
+        id) and list them, linked, in the parent's note after the sweep's description."""
+        from mlflow.exceptions import MlflowException
+
+        tag, links = mlflow_name(f"sweep.{sweep}"), []
+        for run_id in store.trials_frame(sweep)["mlflow_run_id"].dropna():
+            try:
+                run = self.client.get_run(run_id)
+            except MlflowException:  # deleted by hand: `ablate sync` makes it again
+                continue
+            if run.info.experiment_id == exp:
+                continue
+            if run.data.tags.get(tag) != parent:
+                self.client.set_tag(run_id, tag, parent)
+            links.append(f"[{run.info.run_name}](#/experiments/{run.info.experiment_id}/runs/{run_id})")
         record = store.sweep(sweep)
-        if record is not None and record.mlflow_run_id:
-            self.client.set_terminated(record.mlflow_run_id, status)
+        note = (record.description or "") if record else ""
+        if links:
+            note += (f"\n\n{len(links)} of its trials ran in other sweeps' experiments (their runs carry the tag "
+                     f"`{tag}`): " + ", ".join(links))  # fmt: skip
+        self.client.set_tag(parent, "mlflow.note.content", clip(note.strip(), MAX_TAG))
 
     # ------------------------------------------------------------------------------------------ trials
     def start_trial(self, store: Store, sweep: str, key: str) -> str:
         """The trial's run id, nested under the sweep's parent run: reused (set RUNNING again) when the store
-        or the experiment knows one, else created with its tags and params and kept in the store."""
+        or the experiment knows one, else created with its tags and params and kept in the store. The run is
+        named by its variant's label and replicate (`run_name`) in the sweep whose experiment holds it."""
         trial, member = store.trial(key), store.membership(sweep, key)
         if trial is None or member is None:
             raise KeyError(f"trial {key!r} is not in sweep {sweep!r}")
@@ -210,10 +350,37 @@ class Tracker:
             if run is None:
                 tags = {"mlflow.parentRunId": parent, "sweep": sweep, "trial_key": key, "variant": trial.variant or "",
                         "retrained": str(retrained)}  # fmt: skip
-                run = self.client.create_run(exp, tags=tags, run_name=key)
+                run = self.client.create_run(exp, tags=tags, run_name=self.run_name(store, sweep, key))
             store.set_mlflow_run(key, run.info.run_id)
-        self._log_params(run, params_of(trial.config, member.axes))
+        home = store.membership(run.data.tags.get("sweep", sweep), key) or member  # the experiment's sweep
+        name = self.run_name(store, home.sweep, key)
+        if run.info.run_name != name:  # named by an earlier version, or the sweep's labels changed
+            self.client.update_run(run.info.run_id, name=name)
+        self._log_params(run, params_of(trial.config, home.axes))
         return str(run.info.run_id)
+
+    def run_name(self, store: Store, sweep: str, key: str) -> str:
+        """A trial run's name: its variant's label in the sweep's report, then its replicate (`seed 3`, and the
+        split or fold where the sweep varies them); the trial key where the sweep has no report."""
+        from ablate.config import REPLICATES
+        from ablate.store import flatten
+
+        trial, member = store.trial(key), store.membership(sweep, key)
+        if trial is None or member is None:
+            return key
+        labels = self._labels.setdefault((store.url, sweep), {})
+        if trial.variant not in labels and (store.url, sweep, trial.variant) not in self._unlabelled:
+            with tempfile.TemporaryDirectory(prefix="ablate-labels-") as tmp:
+                summary = sweep_report(store, sweep, Path(tmp))
+            labels.update(summary.labels if summary else {})
+            self._unlabelled.add((store.url, sweep, trial.variant))
+        label = labels.get(trial.variant or "")
+        if label is None:
+            return key
+        config, axes = flatten(trial.config), member.axes or {}
+        words = [f"{path.rsplit('.', 1)[-1].replace('_seed', '')} {config[path]}" for path in REPLICATES
+                 if path in config and (path == "seed" or path in axes)]  # fmt: skip
+        return " · ".join([label, *words])
 
     def log_metrics(self, run_id: str, step: int, values: Mapping[str, float], wall_time: float | None = None) -> None:
         """One step's metrics of a run, in batches."""
@@ -235,6 +402,8 @@ class Tracker:
         """Log the final result (flattened, numbers only, at `step`) and terminate the run with the MLflow
         status of the trial's `state`; the line naming a failure (`error`: message or traceback) becomes
         the `error` tag."""
+        from ablate.store import error_line, flatten
+
         numbers = [(k, step, v, None) for k, v in flatten(result or {}).items() if _is_number(v)]
         self.log_metric_rows(run_id, numbers)
         if line := error_line(error):
@@ -242,8 +411,9 @@ class Tracker:
         self.client.set_terminated(run_id, RUN_STATUS[state])
 
     # ----------------------------------------------------------------------------------------- helpers
-    def _resume(self, run_id: str) -> Run | None:
-        """The run if it exists and is not deleted, set RUNNING again (it may have ended or been killed)."""
+    def _resume(self, run_id: str, running: bool = True) -> Run | None:
+        """The run if it exists and is not deleted, set RUNNING again (it may have ended or been killed)
+        unless `running` is False."""
         from mlflow.exceptions import MlflowException
 
         try:
@@ -252,7 +422,7 @@ class Tracker:
             return None
         if run.info.lifecycle_stage == "deleted":
             return None
-        if run.info.status != "RUNNING":
+        if running and run.info.status != "RUNNING":
             self.client.update_run(run_id, status="RUNNING")
         return run
 
@@ -263,3 +433,103 @@ class Tracker:
         missing = [Param(k, v) for k, v in params.items() if k not in run.data.params]
         for i in range(0, len(missing), PARAMS_PER_BATCH):
             self.client.log_batch(run.info.run_id, params=missing[i : i + PARAMS_PER_BATCH])
+
+
+# ------------------------------------------------------------------------------------------------ the UI
+def sweep_page(base: str, store: Store | None, sweep: str | None = None) -> str:
+    """The address of the runs page of `sweep`'s experiment in the MLflow UI at `base` (default: the sweep
+    planned or launched last among those with an experiment); the UI's experiment list where the store knows
+    none. LookupError for a sweep the store lacks or that has no experiment yet."""
+    frame = store.sweeps_frame() if store is not None else None
+    if sweep is not None:
+        if frame is None or sweep not in set(frame["name"]):
+            names = ", ".join(frame["name"]) if frame is not None else ""
+            raise LookupError(f"no sweep {sweep!r} in the results database (sweeps there: {names or 'none'})")
+        exp = frame.set_index("name").at[sweep, "mlflow_experiment_id"]
+        if not isinstance(exp, str):
+            raise LookupError(f"sweep {sweep!r} has no MLflow experiment yet: `ablate sync` makes it")
+    else:
+        known = frame.dropna(subset=["mlflow_experiment_id"]) if frame is not None else None
+        if known is None or known.empty:
+            return f"{base}/#/experiments"
+        exp = known.sort_values("updated_at").iloc[-1]["mlflow_experiment_id"]
+    return f"{base}/#/experiments/{exp}/runs"
+
+
+class UiServer:
+    """`mlflow server` on a tracking store for `ablate ui`, run until it exits or this process gets SIGTERM or
+    SIGINT. The signal is forwarded to it once (it runs in a process group of its own, out of the terminal's
+    reach) and waited for, at most `UI_GRACE` seconds before its whole group is killed: no server or worker
+    outlives the command. One worker and no job runner, the least there is to start.
+
+        with UiServer(uri, "127.0.0.1", 5000) as server:
+            seconds = server.ready()     # None: it exited, or was told to stop, before serving
+            code = server.wait()
+    """
+
+    def __init__(self, uri: str, host: str, port: int) -> None:
+        self.host, self.port = host, port
+        self.cmd = [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", uri, "--host", host,
+                    "--port", str(port), "--workers", "1"]  # fmt: skip
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.stopping: float | None = None
+        """When the first stop signal came (monotonic seconds)."""
+        self.started = 0.0
+        self._saved: dict[int, Any] = {}
+
+    def __enter__(self) -> UiServer:
+        for sig in (signal.SIGTERM, signal.SIGINT):  # before the server exists: no signal can orphan it
+            self._saved[sig] = signal.signal(sig, self._forward)
+        self.started = time.monotonic()
+        env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
+        self.proc = subprocess.Popen(self.cmd, env=env, start_new_session=True)
+        if self.stopping is not None:
+            self.proc.terminate()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        try:
+            if self.proc is not None and self.proc.poll() is None:
+                self.stopping = self.stopping or time.monotonic()
+                self.proc.terminate()
+            self.wait()
+        finally:
+            for sig, handler in self._saved.items():
+                signal.signal(sig, handler)
+
+    def _forward(self, signum: int, _frame: Any) -> None:
+        self.stopping = self.stopping or time.monotonic()
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signum)
+
+    def ready(self) -> float | None:
+        """Seconds from the start until the server accepts connections; None if it exited or was told to
+        stop first."""
+        host = "127.0.0.1" if self.host in ("0.0.0.0", "::", "") else self.host
+        while self.proc is not None and self.proc.poll() is None and self.stopping is None:
+            try:
+                with socket.create_connection((host, self.port), timeout=1):
+                    return time.monotonic() - self.started
+            except OSError:
+                time.sleep(0.1)
+        return None
+
+    def wait(self) -> int:
+        """Wait for the server to exit (its group killed `UI_GRACE` seconds after a stop signal); its exit code,
+        128 + N after death by signal N."""
+        if self.proc is None:
+            return 0
+        while True:
+            try:
+                code = self.proc.wait(timeout=0.5)
+                break
+            except subprocess.TimeoutExpired:
+                if self.stopping is not None and time.monotonic() - self.stopping > UI_GRACE:
+                    self._kill_group()
+        self._kill_group()  # whatever of its group is left (a worker whose parent went first)
+        return code if code >= 0 else 128 - code
+
+    def _kill_group(self) -> None:
+        if self.proc is not None:
+            with suppress(ProcessLookupError, PermissionError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
