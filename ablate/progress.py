@@ -1,35 +1,92 @@
-"""Launch progress: a live rich table on a terminal, plain log lines anywhere else (CI, files, Ray jobs)."""
+"""Launch progress: a live rich view on a terminal, plain log lines anywhere else (CI, files, Ray jobs).
+
+The live view shows the running trials, one summary line per final state (finished trials never scroll
+away), and the launch as a whole: done / total, trials per hour and the ETA. Plain output is one line per
+trial start and finish plus a progress line at most every `PLAIN_EVERY` seconds (and only when something
+moved), so a sweep of thousands of epochs stays readable in a CI log. Both end with a summary table.
+Time comes from an injectable clock, so tests drive it without waiting.
+"""
 
 from __future__ import annotations
 
+import statistics
 import sys
 import time
 from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING
 
 from rich.console import Console, Group
 from rich.live import Live
 from rich.progress_bar import ProgressBar
 from rich.table import Table
+from rich.text import Text
 
-from ablate.planner import Trial
+from ablate.config import REPLICATES
+
+if TYPE_CHECKING:
+    from ablate.planner import Trial
+
+PLAIN_EVERY = 30.0
+"""Seconds between two progress lines of the plain output, at least."""
+FINAL = ("done", "failed", "diverged")
+HEADLINES = ("val.top1", "val.auc", "train.loss")
+"""Epoch metrics shown as a trial's latest figure, first present wins."""
+BETTER_HIGHER = ("val.top1", "val.auc")
+"""Headlines by which the summary picks the best variant so far (mean over its finished trials)."""
+SHOWN_KEYS = 4
+"""Trials named on a state's summary line (the most recent)."""
 
 
-def _describe(trial: Trial) -> str:
-    return ", ".join(f"{k}={v}" for k, v in trial.axes.items() if v is not None)
+def _describe(trial: Trial | None, skip: tuple[str, ...] = ()) -> str:
+    if trial is None:
+        return ""
+    return ", ".join(f"{k}={v}" for k, v in trial.axes.items() if v is not None and k not in skip)
+
+
+def _duration(seconds: float) -> str:
+    days, rest = divmod(round(seconds), 86400)
+    h, rest = divmod(rest, 3600)
+    m, s = divmod(rest, 60)
+    return (f"{days}d " if days else "") + f"{h}:{m:02d}:{s:02d}"
+
+
+@dataclass
+class _Running:
+    start: float
+    epoch: int = 0
+    metrics: dict[str, float] = field(default_factory=dict)
 
 
 class Progress:
-    """Tracks trials of one launch; `live=None` picks the live table only when stdout is a terminal."""
+    """Tracks the trials of one launch; `live=None` picks the live view only when stdout is a terminal.
+    `clock` (seconds, monotonic) times trials, the rate and the plain output's throttle."""
 
-    def __init__(self, total: int = 0, done: int = 0, live: bool | None = None, console: Console | None = None) -> None:
+    def __init__(
+        self,
+        total: int = 0,
+        done: int = 0,
+        live: bool | None = None,
+        console: Console | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.console = console or Console()
         self.live = sys.stdout.isatty() if live is None else live
-        self.total = total
+        self.clock = clock
+        self.total, self.skipped = total, done
         self.counts: Counter[str] = Counter(done=done)
+        self.sweeps: list[str] = []
         self.trials: dict[str, Trial] = {}
-        self.running: dict[str, dict[str, Any]] = {}
+        self.running: dict[str, _Running] = {}
+        self.finished_keys: dict[str, list[str]] = {}
+        """Keys per final state, in the order they finished (this launch)."""
+        self.last: dict[str, dict[str, float]] = {}
+        """The last epoch metrics of each trial that finished here."""
+        self.began = clock()
+        self._plain_at = self.began
+        self._moved = False
         self._live: Live | None = None
 
     def __enter__(self) -> Progress:
@@ -43,10 +100,12 @@ class Progress:
             self._live.update(self.render())
             self._live.__exit__(kind, exc, tb)
             self._live = None
+        self.console.print(self.summary())
 
     def begin(self, sweeps: list[str], total: int, done: int) -> None:
         """The launch's plan: how many trials, how many of them already done."""
-        self.total, self.counts = total, Counter(done=done)
+        self.sweeps, self.total, self.skipped, self.counts = sweeps, total, done, Counter(done=done)
+        self.began = self._plain_at = self.clock()
         self.message(f"{total} trials in {', '.join(sweeps)}: {done} done, {total - done} to run")
 
     def message(self, text: str) -> None:
@@ -60,22 +119,34 @@ class Progress:
         self.trials[trial.key] = trial
 
     def started(self, key: str) -> None:
-        self.running[key] = {"start": time.time(), "epoch": 0, "metrics": {}}
-        self._log(f"start {key[:10]} ({_describe(self.trials[key])})" if key in self.trials else f"start {key[:10]}")
+        self.running[key] = _Running(self.clock())
+        described = _describe(self.trials.get(key))
+        self._log(f"start {key[:10]}" + (f" ({described})" if described else ""))
 
     def epoch(self, key: str, epoch: int, metrics: dict[str, float]) -> None:
-        run = self.running.setdefault(key, {"start": time.time(), "epoch": 0, "metrics": {}})
-        run["epoch"], run["metrics"] = epoch, metrics
-        self._log(f"epoch {key[:10]} {epoch}/{self._epochs(key)} {self._headline(metrics)}")
+        run = self.running.setdefault(key, _Running(self.clock()))
+        run.epoch, run.metrics = epoch, metrics
+        self._moved = True
+        self.refresh()
 
     def finished(self, key: str, state: str) -> None:
-        self.running.pop(key, None)
+        run = self.running.pop(key, None)
+        if run is not None and run.metrics:
+            self.last[key] = run.metrics
         self.counts[state] += 1
-        self._log(f"{state} {key[:10]}  [{self._summary()}]")
+        self.finished_keys.setdefault(state, []).append(key)
+        self._moved = True
+        headline = self._headline(run.metrics) if run else ""
+        self._log(f"{state} {key[:10]}" + (f" {headline}" if headline else "") + f"  [{self._summary()}]")
 
     def refresh(self) -> None:
+        """Redraw the live view, or print the plain progress line when it is due and something moved."""
         if self._live is not None:
             self._live.update(self.render())
+        elif not self.live and self._moved and self.clock() - self._plain_at >= PLAIN_EVERY:
+            self._plain_at, self._moved = self.clock(), False
+            epochs = " ".join(f"{k[:10]} {r.epoch}/{self._epochs(k)}" for k, r in list(self.running.items())[:4])
+            self._log(f"progress {self._summary()}; {self._pace()}" + (f"; epochs {epochs}" if epochs else ""))
 
     def _epochs(self, key: str) -> int:
         trial = self.trials.get(key)
@@ -83,29 +154,95 @@ class Progress:
 
     @staticmethod
     def _headline(metrics: dict[str, float]) -> str:
-        for name in ("val.top1", "val.auc", "train.loss"):
+        for name in HEADLINES:
             if name in metrics:
                 return f"{name}={metrics[name]:.4g}"
         return ""
 
+    def _finished(self) -> int:
+        return sum(self.counts[s] for s in FINAL)
+
     def _summary(self) -> str:
-        finished = sum(self.counts.values())
-        pending = self.total - finished - len(self.running)
-        parts = [f"{s} {self.counts[s]}" for s in ("done", "failed", "diverged") if self.counts[s]]
+        pending = self.total - sum(self.counts.values()) - len(self.running)
+        parts = [f"{s} {self.counts[s]}" for s in FINAL if self.counts[s]]
         return ", ".join(parts + [f"running {len(self.running)}", f"pending {max(pending, 0)}"]) + f" / {self.total}"
 
+    def _pace(self) -> str:
+        """Trials per hour of this launch and the ETA of the rest; running trials count by their share of
+        epochs done, so an estimate appears before the first trial finishes."""
+        elapsed = self.clock() - self.began
+        partial = sum(r.epoch / e for k, r in self.running.items() if (e := self._epochs(k)))
+        work = self._finished() - self.skipped + partial
+        left = self.total - self._finished() - partial
+        if elapsed <= 0 or work <= 0:
+            return "ETA -"
+        rate = work / elapsed
+        return f"{rate * 3600:.1f} trials/h, ETA {_duration(max(left, 0) / rate)}"
+
+    def _trial_eta(self, key: str, run: _Running, now: float) -> str:
+        epochs = self._epochs(key)
+        if not run.epoch:
+            return "-"
+        return _duration((now - run.start) / run.epoch * max(epochs - run.epoch, 0))
+
     def render(self) -> Group:
-        table = Table(title="running", title_justify="left", expand=False)
+        table = Table(title=f"running {len(self.running)}", title_justify="left", expand=False)
         for col in ("key", "axes", "epoch", "latest", "ETA"):
             table.add_column(col)
-        now = time.time()
+        now = self.clock()
         for key, run in self.running.items():
-            epochs, done = self._epochs(key), run["epoch"]
-            eta = (now - run["start"]) / done * (epochs - done) if done else None
-            trial = self.trials.get(key)
-            table.add_row(key[:10], _describe(trial) if trial else "", f"{done}/{epochs}",
-                          self._headline(run["metrics"]), f"{eta:.0f}s" if eta is not None else "-")  # fmt: skip
-        finished = sum(self.counts.values())
+            table.add_row(key[:10], _describe(self.trials.get(key)), f"{run.epoch}/{self._epochs(key)}",
+                          self._headline(run.metrics), self._trial_eta(key, run, now))  # fmt: skip
+        lines = [self._state_line(state) for state in FINAL if state in self.finished_keys]
         footer = Table.grid(padding=(0, 1))
-        footer.add_row(ProgressBar(total=max(self.total, 1), completed=finished, width=40), self._summary())
-        return Group(table, footer)
+        footer.add_row(ProgressBar(total=max(self.total, 1), completed=self._finished(), width=40),
+                       f"{self._finished()}/{self.total} finished:", self._summary(), "|", self._pace())  # fmt: skip
+        return Group(table, *lines, footer)
+
+    def _state_line(self, state: str) -> Text:
+        keys = self.finished_keys[state]
+        named = ", ".join(
+            f"{k[:10]}" + (f" {h}" if (h := self._headline(self.last.get(k, {}))) else "")
+            for k in reversed(keys[-SHOWN_KEYS:])
+        )
+        more = f" (+{len(keys) - SHOWN_KEYS} more)" if len(keys) > SHOWN_KEYS else ""
+        return Text(f"{state} {len(keys)} this launch: {named}{more}")
+
+    def best(self) -> tuple[str, str, float, int] | None:
+        """The best variant so far: (its axes in words, headline name, mean over its finished trials, trials),
+        by the first of `BETTER_HIGHER` its trials reported at their last epoch."""
+        for name in BETTER_HIGHER:
+            scores: dict[str, list[float]] = {}
+            for key in self.finished_keys.get("done", []):
+                trial = self.trials.get(key)
+                if trial is not None and name in self.last.get(key, {}):
+                    scores.setdefault(trial.variant, []).append(self.last[key][name])
+            if scores:
+                variant, values = max(scores.items(), key=lambda kv: statistics.fmean(kv[1]))
+                trial = next(t for t in self.trials.values() if t.variant == variant)
+                return _describe(trial, REPLICATES), name, statistics.fmean(values), len(values)
+        return None
+
+    def summary(self) -> Group:
+        """The end of a launch: trials per state, the best variant so far, and where the report will be."""
+        table = Table(title="launch summary", title_justify="left")
+        for col in ("state", "trials", "of them this launch"):
+            table.add_column(col, justify="left" if col == "state" else "right")
+        for state, n in self.counts.items():
+            here = n - (self.skipped if state == "done" else 0)
+            table.add_row(state, str(n), str(here))
+        pending = self.total - sum(self.counts.values())
+        if pending > 0:
+            table.add_row("not finished", str(pending), "-")
+        parts: list[Table | Text] = [table]
+        elapsed = self.clock() - self.began
+        parts.append(Text(f"{self._finished()}/{self.total} finished in {_duration(elapsed)}; {self._pace()}"))
+        if (best := self.best()) is not None:
+            words, name, value, n = best
+            parts.append(Text(f"best variant of this launch: {words or 'the only one'} ({name} {value:.4g} at the "
+                              f"last epoch, mean of {n})"))  # fmt: skip
+        if self.sweeps:
+            others = " and the other sweeps' beside it" if len(self.sweeps) > 1 else ""
+            command = f"ablate report {' '.join(self.sweeps)}"
+            parts.append(Text(f"report: `{command}` writes reports/{self.sweeps[0]}/index.html{others}"))
+        return Group(*parts)
