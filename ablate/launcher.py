@@ -26,7 +26,7 @@ from typing import Any, TypeVar
 
 import ray
 
-from ablate import gangs, journal, packing
+from ablate import gangs, journal, packing, sequential
 from ablate.checkpoints import Resume
 from ablate.config import TrialConfig
 from ablate.leases import Heartbeat
@@ -66,6 +66,13 @@ class LaunchResult:
     """The signal that stopped the launch (SIGINT: trials interrupted; SIGTERM: preempted)."""
     stale: dict[str, list[str]] = field(default_factory=dict)
     """Done trials whose code changed since they ran, with what changed (`ablate.selection`)."""
+    rounds: int = 1
+    """Rounds the launch ran: more than one when adaptive seeding added seeds (`ablate.sequential`)."""
+
+    def then(self, later: LaunchResult) -> LaunchResult:
+        """This result followed by a later round's: counts and time add up, the later round's faults win."""
+        return replace(later, counts=self.counts + later.counts, skipped=self.skipped,
+                       seconds=self.seconds + later.seconds, stale=self.stale, rounds=self.rounds + later.rounds)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -201,13 +208,36 @@ def launch(
 ) -> LaunchResult:
     """Run every unfinished trial of `plans` (one Plan or several; `choice` changes which, see
     `ablate.selection`), recording to `store` (default: the results database under db/, as the CLI) and to
-    MLflow through `tracker`; return counts per outcome. See the module docstring."""
+    MLflow through `tracker`; return counts per outcome. Sweeps with adaptive seeds run in rounds: after each,
+    the next look's seeds of their undecided cells (`ablate.sequential.grow`). See the module docstring."""
     if isinstance(plans, Plan):
         plans = [plans]
     if store is None:
         with Store() as default_store:
             return launch(plans, default_store, tracker, cluster=cluster, run=run, progress=progress, choice=choice)
     plans = list(plans)
+    result = _round(plans, store, tracker, cluster, run, progress, choice)
+    while not result.interrupted and result.store_error is None:
+        grown = [sequential.grow(plan, store) for plan in plans]
+        new = [t.key for before, after in zip(plans, grown) for t in after.trials[len(before.trials) :]]
+        if not new:
+            return result
+        (progress or Progress()).message(f"adaptive seeds: {len(new)} more trials for cells still undecided")
+        plans = grown
+        result = result.then(_round(plans, store, tracker, cluster, run, progress, replace(choice, only=tuple(new))))
+    return result
+
+
+def _round(
+    plans: list[Plan],
+    store: Store,
+    tracker: Tracker | None,
+    cluster: Cluster,
+    run: RunConfig,
+    progress: Progress | None,
+    choice: Select,
+) -> LaunchResult:
+    """One pass of `launch`: run the selected trials of `plans` until each has finished or the launch stops."""
     if run.runner is None:
         from ablate.trial import run_trial
 
@@ -237,7 +267,8 @@ def launch(
         for plan in plans:
             store.upsert_sweep(plan.sweep, spec_path=plan.file, metric=plan.metric, baseline=plan.baseline,
                                description=plan.description,
-                               spec={"axes": plan.axes, "plugins": plan.plugins.to_json()})  # fmt: skip
+                               spec={"axes": plan.axes, "plugins": plan.plugins.to_json(),
+                                     "adaptive": plan.adaptive.model_dump() if plan.adaptive else None})  # fmt: skip
             store.add_trials(plan.sweep, plan.trials)
         for reason in set(chosen.again.values()):
             keys = [k for k, why in chosen.again.items() if why == reason]

@@ -27,7 +27,7 @@ from ablate.errors import Problem, SpecError
 from ablate.paths import get_path, matches, set_path
 from ablate.plugins import Plugins, load_builtins
 from ablate.registry import DATASETS, MECHANISMS
-from ablate.spec import Linked, Loc, SweepFile, SweepSource, clean_loc, error_message, read_sweeps
+from ablate.spec import AdaptiveSeeds, Linked, Loc, SweepFile, SweepSource, clean_loc, error_message, read_sweeps
 
 KEY_VERSION = "ablate-trial-v1"
 """Bumped only when the meaning of a config changes, so old keys stop matching new trials."""
@@ -71,6 +71,10 @@ class Plan:
     """What every process that runs these trials must import first (see `ablate.plugins`)."""
     stale: str = "warn"
     """What a launch does with done trials whose code changed (`SweepSpec.stale`)."""
+    adaptive: AdaptiveSeeds | None = None
+    """Adaptive seeding (`ablate.sequential`): `trials` holds the seeds planned so far, `reserve` the rest."""
+    reserve: list[Trial] = field(default_factory=list)
+    """Trials of seeds an adaptive sweep may still add (min..max-1 of each cell), in seed order."""
     variants: list[str] = field(init=False)
 
     def __post_init__(self) -> None:
@@ -243,10 +247,12 @@ def expand(sweep: SweepSource, max_trials: int = MAX_TRIALS) -> Plan:
     top = _groups(spec.grid, spec.linked, (), sweep, problems)
     whens = [_groups(b.grid, b.linked, ("when", w), sweep, problems) for w, b in enumerate(spec.when)]
     bound = math.prod(len(g) for g in top) * math.prod(max(1, math.prod(len(g) for g in w)) for w in whens)
-    if bound * len(spec.seeds) > max_trials:
+    adaptive = spec.seeds if isinstance(spec.seeds, AdaptiveSeeds) else None
+    seeds = adaptive.seeds if adaptive else typing.cast(list[int], spec.seeds)
+    if bound * len(seeds) > max_trials:
         sizes = " x ".join(str(len(g)) for g in top) or "1"
-        raise SpecError([sweep.problem(("grid",), f"up to {bound * len(spec.seeds):,} trials ({sizes} cells"
-                                       f"{' and when: blocks' if whens else ''} x {len(spec.seeds)} seeds) exceed "
+        raise SpecError([sweep.problem(("grid",), f"up to {bound * len(seeds):,} trials ({sizes} cells"
+                                       f"{' and when: blocks' if whens else ''} x {len(seeds)} seeds) exceed "
                                        f"the limit of {max_trials:,} per sweep; --max-trials raises it")])  # fmt: skip
     cells = list(_product(top))
     for w, block in enumerate(spec.when):
@@ -293,7 +299,7 @@ def expand(sweep: SweepSource, max_trials: int = MAX_TRIALS) -> Plan:
         ident = identity(cfg)
         variant = variant_key(cfg)
         cell_axes = {a: get_path(resolved, a) for a in axes}
-        for seed in spec.seeds:
+        for seed in seeds:
             key = digest({**ident, "seed": seed})
             if key in seen:
                 continue
@@ -314,8 +320,14 @@ def expand(sweep: SweepSource, max_trials: int = MAX_TRIALS) -> Plan:
         if hit is None:
             raise SpecError([sweep.problem(("baseline",), f"matches no cell of the grid: {spec.baseline}")])
         baseline = hit.variant
+    if adaptive and baseline is None:
+        raise SpecError([sweep.problem(("seeds",), "adaptive seeds compare every cell with the baseline: give the "
+                                       "sweep a `baseline:`")])  # fmt: skip
     metric = spec.metric or ("test.auc" if trials[0].config.task == "mil" else "test.top1")
-    return Plan(sweep.name, trials, axes, baseline, metric, sweep.source, spec.description, sweep.plugins, spec.stale)
+    first = [t for t in trials if adaptive is None or t.config.seed < adaptive.min]
+    reserve = [t for t in trials if adaptive is not None and t.config.seed >= adaptive.min]
+    return Plan(sweep.name, first, axes, baseline, metric, sweep.source, spec.description, sweep.plugins,
+                spec.stale, adaptive, sorted(reserve, key=lambda t: t.config.seed))  # fmt: skip
 
 
 def load_plans(path: str | Path, max_trials: int = MAX_TRIALS) -> dict[str, Plan]:

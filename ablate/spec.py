@@ -16,10 +16,10 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import Field, ValidationError, ValidationInfo, field_validator
+from pydantic import Discriminator, Field, Tag, ValidationError, ValidationInfo, field_validator, model_validator
 
 from ablate.components import Strict
 from ablate.config import TrialConfig
@@ -50,6 +50,39 @@ MAX_SEEDS = 10_000
 """Seeds a sweep may count (`seeds: n`); the trial cap (`--max-trials`) bounds the grid as a whole."""
 
 
+class AdaptiveSeeds(Strict):
+    """`seeds: {min: 3, max: 10, threshold: 0.5}`: min seeds everywhere, more only where undecided (see
+    `ablate.sequential` for the procedure and its error control)."""
+
+    min: int = Field(3, ge=2)
+    """Seeds every cell gets (at least 2: an interval needs a spread)."""
+    max: int = Field(10, le=MAX_SEEDS)
+    """Seeds an undecided cell may reach."""
+    threshold: float = Field(gt=0, allow_inf_nan=False)
+    """Practical threshold, in the metric's units (points for top1, which is in percent): differences to
+    the baseline smaller than this do not matter."""
+    target: Literal["decided"] = "decided"
+    """What the added seeds aim at: every cell's comparison with the baseline decided."""
+    looks: int = Field(3, ge=2, le=20)
+    """Analyses from min to max seeds, evenly spaced (the group-sequential design's looks)."""
+    alpha: float = Field(0.05, gt=0, lt=0.5)
+    """Error rate of each cell's decision, spent over the looks."""
+    spending: Literal["pocock", "obrien-fleming"] = "pocock"
+    """Alpha spending function (Lan-DeMets): pocock spends early, so clear differences stop at `min`;
+    obrien-fleming keeps most for the last look."""
+
+    @model_validator(mode="after")
+    def _range(self) -> AdaptiveSeeds:
+        if self.max <= self.min:
+            raise ValueError(f"max ({self.max}) must exceed min ({self.min}); a fixed count is `seeds: {self.min}`")
+        return self
+
+    @property
+    def seeds(self) -> list[int]:
+        """Every seed a cell may get, in the order they are added."""
+        return list(range(self.max))
+
+
 class SweepSpec(Strict):
     """One named sweep: a base config and the grid over it."""
 
@@ -65,8 +98,11 @@ class SweepSpec(Strict):
     """Conditional axes."""
     exclude: list[Assignment] = []
     """Cells matching any of these partial assignments are dropped."""
-    seeds: list[int] = [0]
-    """Seeds per cell: a list, or a count n meaning 0..n-1."""
+    seeds: Annotated[
+        Annotated[list[int], Tag("list")] | Annotated[AdaptiveSeeds, Tag("adaptive")],
+        Discriminator(lambda v: "adaptive" if isinstance(v, (dict, AdaptiveSeeds)) else "list"),
+    ] = [0]
+    """Seeds per cell: a list, a count n meaning 0..n-1, or adaptive ({min, max, threshold}: `AdaptiveSeeds`)."""
     baseline: Assignment | None = None
     """The cell reports compare against (a partial assignment matching at least one cell)."""
     metric: str | None = None
@@ -75,7 +111,7 @@ class SweepSpec(Strict):
     """A done trial whose code changed since it ran (`ablate.fingerprint`): warn (reuse it and list it), rerun
     (train it again, keeping the old result as a previous one) or reuse (silently); `launch --stale` overrides."""
 
-    @field_validator("seeds", mode="before", json_schema_input_type=list[int] | int)
+    @field_validator("seeds", mode="before", json_schema_input_type=list[int] | int | AdaptiveSeeds)
     @classmethod
     def _count(cls, v: Any) -> Any:
         if isinstance(v, int) and not isinstance(v, bool):
@@ -86,7 +122,9 @@ class SweepSpec(Strict):
 
     @field_validator("seeds")
     @classmethod
-    def _seeds(cls, seeds: list[int]) -> list[int]:
+    def _seeds(cls, seeds: list[int] | AdaptiveSeeds) -> list[int] | AdaptiveSeeds:
+        if isinstance(seeds, AdaptiveSeeds):
+            return seeds
         if not seeds:
             raise ValueError("at least one seed is required")
         if len(set(seeds)) != len(seeds):
