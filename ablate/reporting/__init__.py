@@ -31,12 +31,13 @@ from typing import Any
 import pandas as pd
 
 from ablate.reporting import effects, frames, plots, render, stats, tables
+from ablate.reporting.compare import compare
 from ablate.reporting.frames import ReportError, SweepData
 from ablate.reporting.render import Block, Image, Section, Table
 from ablate.spec import SAFE_NAME
 from ablate.store import STATES, Store
 
-__all__ = ["ALL_FORMATS", "FORMATS", "ReportError", "report"]
+__all__ = ["ALL_FORMATS", "FORMATS", "ReportError", "compare", "report"]
 
 FORMATS = ("html", "md", "csv")
 """Written unless the caller names others."""
@@ -70,7 +71,7 @@ def report(
     for data in loaded:
         written += _write_sweep(store, data, out / folder(data.name), wanted, correction)
     if "html" in wanted:
-        written.append(_write(out / "index.html", index_page(out)))
+        written.append(write_file(out / "index.html", index_page(out)))
     return written
 
 
@@ -95,7 +96,7 @@ def folder(sweep: str) -> str:
     return f"sweep-{re.sub(r'[^A-Za-z0-9_-]', '_', sweep)[:40]}-{hashlib.sha256(sweep.encode()).hexdigest()[:8]}"
 
 
-def _write(path: Path, content: str | bytes) -> Path:
+def write_file(path: Path, content: str | bytes) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     if isinstance(content, bytes):
         path.write_bytes(content)
@@ -111,23 +112,23 @@ def _write_sweep(store: Store, data: SweepData, where: Path, formats: set[str], 
     written = []
     if "csv" in formats:
         label = data.trials["variant"].map(data.variants["label"])
-        written.append(_write(where / "trials.csv", data.trials.assign(label=label).to_csv(index=False)))
-        written.append(_write(where / "variants.csv", table.to_csv()))
+        written.append(write_file(where / "trials.csv", data.trials.assign(label=label).to_csv(index=False)))
+        written.append(write_file(where / "variants.csv", table.to_csv()))
         if eff is not None:
-            written.append(_write(where / "effects.csv", eff.to_csv(index=False)))
+            written.append(write_file(where / "effects.csv", eff.to_csv(index=False)))
     if formats & {"html", "md", "tex"}:
         figures = _figures(store, data, table, eff) if formats & {"html", "md"} else {}
         title, meta, sections = _sections(data, table, fac, eff, figures, correction)
         if "tex" in formats:
-            written.append(_write(where / "tables.tex", render.latex(title, meta, sections)))
+            written.append(write_file(where / "tables.tex", render.latex(title, meta, sections)))
         if "html" in formats:
-            written.append(_write(where / "index.html", render.html_page(title, meta, sections)))
+            written.append(write_file(where / "index.html", render.html_page(title, meta, sections)))
         if "md" in formats:
-            written.append(_write(where / "report.md", render.markdown(title, meta, sections)))
-            written += [_write(where / f"{name}.png", png) for name, png in figures.items()]
+            written.append(write_file(where / "report.md", render.markdown(title, meta, sections)))
+            written += [write_file(where / f"{name}.png", png) for name, png in figures.items()]
             for stale in set(FIGURES) - set(figures):
                 (where / f"{stale}.png").unlink(missing_ok=True)
-    written.append(_write(where / SUMMARY, json.dumps(summary(data, table), indent=1, sort_keys=True) + "\n"))
+    written.append(write_file(where / SUMMARY, json.dumps(summary(data, table), indent=1, sort_keys=True) + "\n"))
     return written
 
 

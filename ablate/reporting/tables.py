@@ -145,9 +145,7 @@ def winner_words(won: list[frames.Winner], table: pd.DataFrame, data: SweepData,
                          f", largest adjusted p {pvalue(w.p_adj)})")  # fmt: skip
     return (
         f"Bold {data.metric}: better than every other variant of its group (paired tests against each, "
-        f"{stats.CORRECTIONS[correction][1]} over those k comparisons, α = {stats.ALPHA:.2f}). "
-        + "; ".join(parts)
-        + "."
+        f"{stats.CORRECTIONS[correction]} over those k comparisons, α = {stats.ALPHA:.2f}). " + "; ".join(parts) + "."
     )
 
 

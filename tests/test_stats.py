@@ -1,0 +1,91 @@
+"""The report's statistics against known values (hand computation, scipy, statsmodels) and against
+simulated sweeps with no true effect, whose false-positive rate must stay at the nominal level."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from nulls import cv_differences, null_tables
+from scipy import stats as sps
+from statsmodels.stats.multitest import multipletests
+
+from ablate.reporting import stats
+
+
+def test_corrected_resampled_t_matches_hand_computation():
+    # 2 repeats x 3 folds: n = 6 differences, n_test / n_train = 1/2
+    d = [0.10, 0.20, 0.00, 0.15, 0.05, 0.10]
+    mean = sum(d) / 6
+    var = sum((x - mean) ** 2 for x in d) / 5
+    se = math.sqrt((1 / 6 + 1 / 2) * var)
+    t = mean / se
+    half = sps.t.ppf(0.975, 5) * se
+    row = stats.paired(np.array([d]), design=stats.Design(folds=3)).iloc[0]
+    assert row["test"] == stats.CORRECTED and not math.isnan(row["p"])
+    assert row["p"] == pytest.approx(2 * sps.t.sf(t, 5))
+    assert (row["lo"], row["hi"]) == pytest.approx((mean - half, mean + half))
+    # without the correction it is the one-sample t over the same differences (what folds-as-replicates did)
+    plain = stats.interval(np.array([d])).iloc[0]
+    assert plain["p_t"] == pytest.approx(sps.ttest_1samp(d, 0).pvalue) and plain["p_t"] < row["p"]
+
+
+def test_paired_tests_over_seeds_match_scipy():
+    rng = np.random.default_rng(3)
+    a, b = rng.normal(1, 1, 12), rng.normal(0, 1, 12)
+    row = stats.paired(a - b).iloc[0]
+    assert row["test"] == stats.T_TEST and row["p"] == pytest.approx(sps.ttest_rel(a, b).pvalue)
+    few = stats.paired(a[:6] - b[:6]).iloc[0]
+    assert few["test"] == stats.WILCOXON and few["p"] == pytest.approx(sps.wilcoxon(a[:6], b[:6]).pvalue)
+
+
+def test_holm_and_benjamini_hochberg_against_hand_computation_and_statsmodels():
+    p = np.array([0.01, 0.04, 0.03, 0.005, np.nan])
+    # Holm: sorted 0.005, 0.01, 0.03, 0.04 times 4, 3, 2, 1 = 0.02, 0.03, 0.06, 0.04; running max 0.02, 0.03, 0.06, 0.06
+    holm = stats.adjust(p, "holm")
+    assert holm[:4] == pytest.approx([0.03, 0.06, 0.06, 0.02]) and np.isnan(holm[4])  # NaN: not in the family
+    # BH: sorted p * 4 / rank = 0.02, 0.02, 0.04, 0.04; running min from the top leaves them
+    bh = stats.adjust(p, "bh")
+    assert bh[:4] == pytest.approx([0.02, 0.04, 0.04, 0.02])
+    assert holm[:4] == pytest.approx(multipletests(p[:4], method="holm")[1])
+    assert bh[:4] == pytest.approx(multipletests(p[:4], method="fdr_bh")[1])
+    with pytest.raises(ValueError, match="correction must be one of holm, bh"):
+        stats.adjust(p, "bonferroni")
+
+
+def test_standardised_effect_and_its_noncentral_t_interval():
+    d = np.array([[2.0, 3.0, 1.5, 3.5], [0.1, 0.3, -0.2, 0.4]])
+    out = stats.paired(d)
+    for row, x in zip(out.itertuples(), d):
+        sd = np.std(x, ddof=1)
+        assert row.d == pytest.approx(x.mean() / sd)
+        t = x.mean() / (sd / 2)
+        # the observed t sits at the 97.5% / 2.5% point of the noncentral t at the bounds' noncentrality
+        assert sps.nct.cdf(t, 3, row.d_lo * 2) == pytest.approx(0.975, abs=1e-6)
+        assert sps.nct.cdf(t, 3, row.d_hi * 2) == pytest.approx(0.025, abs=1e-6)
+        assert row.d_lo < row.d < row.d_hi
+
+
+SWEEPS = 1000
+
+
+def test_false_positive_rate_of_cv_comparisons_is_at_most_nominal():
+    """Repeated 10-fold CV (5 repeats) of two equally good learners: today's test on the folds as if they
+    were replicates claims a difference in about a third of the sweeps; the corrected resampled t stays
+    below 5% (bench/stats_fpr.py measures more sweeps and designs)."""
+    diffs = cv_differences(np.random.default_rng(0), SWEEPS)
+    before = (stats.paired(diffs, design=stats.Design(), effect=False)["p"] < stats.ALPHA).mean()
+    after = (stats.paired(diffs, design=stats.Design(folds=10), effect=False)["p"] < stats.ALPHA).mean()
+    assert before > 0.2
+    assert after <= stats.ALPHA
+
+
+def test_holm_keeps_the_family_wise_error_of_a_table_at_the_nominal_level():
+    """Tables of 8 variants with no true effect, 10 seeds each: unadjusted, about a third of the tables
+    claim at least one difference; Holm keeps that below 5%."""
+    diffs = null_tables(np.random.default_rng(1), SWEEPS, variants=8, seeds=10)
+    p = stats.paired(diffs.reshape(-1, 10), effect=False)["p"].to_numpy().reshape(SWEEPS, 8)
+    raw = (p < stats.ALPHA).any(axis=1).mean()
+    holm = np.array([(stats.adjust(row) < stats.ALPHA).any() for row in p]).mean()
+    assert raw > 0.2 and holm <= stats.ALPHA
