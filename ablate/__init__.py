@@ -1,6 +1,8 @@
 """ablate: ablation studies of attention mechanisms, from a YAML grid to paper-style reports.
 
-The library API (the CLI is a thin layer over it): `load_plans`, `plan`, `launch`, `report`.
+The library API (the CLI is a thin layer over it): `plan`, `launch`, `report`, `Store`, `Tracker`, with the
+CLI's defaults (`ablate.api`): `ablate.launch(ablate.plan("experiments.yaml"))` records to db/ablate.sqlite
+and MLflow as `ablate launch experiments.yaml` does.
 Imports are lazy so that validating or planning a file never pays for torch or Ray. Modules are named
 apart from the API functions (planner.plan, launcher.launch, reporting.report) so that importing a
 module never shadows a function of the same name.
@@ -19,11 +21,15 @@ _API = {
     "TrialConfig": "ablate.config",
     "SpecError": "ablate.errors",
     "run_trial": "ablate.trial",
-    "launch": "ablate.launcher",
+    "Plan": "ablate.planner",
+    "launch": "ablate.api",
     "Cluster": "ablate.launcher",
     "RunConfig": "ablate.launcher",
+    "LaunchResult": "ablate.launcher",
+    "Select": "ablate.selection",
     "Store": "ablate.store",
-    "report": "ablate.reporting",
+    "Tracker": "ablate.tracking",
+    "report": "ablate.api",
 }
 
 

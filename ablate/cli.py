@@ -25,8 +25,9 @@ app = typer.Typer(
     help="Ablation studies of attention mechanisms: plan a YAML grid, launch it on Ray, record to SQLite + "
     "MLflow, report paper-style tables.",
     no_args_is_help=True,
-    add_completion=False,
     pretty_exceptions_enable=False,
+    # markdown, not rich markup: rich markup takes `[default: ...]` in a help text for a tag and drops it
+    rich_markup_mode="markdown",
 )
 out = Console(soft_wrap=True)
 err = Console(stderr=True, soft_wrap=True)
@@ -38,8 +39,20 @@ UMASK = "ABLATE_UMASK"
 folders 0700, for the owner alone; `ABLATE_UMASK=022` shares them read-only with the group and others)."""
 
 
+def _version(show: bool) -> None:
+    if show:
+        from ablate import __version__
+
+        out.print(f"ablate {__version__}", highlight=False)
+        raise typer.Exit()
+
+
 @app.callback()
-def _least_exposure() -> None:
+def _least_exposure(
+    version: bool = typer.Option(
+        False, "--version", callback=_version, is_eager=True, help="Print the version of ablate and exit."
+    ),
+) -> None:
     """Results, checkpoints, MLflow stores and reports are created for their owner alone (the embedded Ray's
     workers inherit the mask), unless ABLATE_UMASK says otherwise."""
     text = os.environ.get(UMASK, "077")
@@ -53,6 +66,7 @@ class Format(str, Enum):
     table = "table"
     csv = "csv"
     json = "json"
+    markdown = "markdown"
 
 
 class StalePolicy(str, Enum):
@@ -73,6 +87,9 @@ def fail(message: str, code: int = 2) -> None:
     raise typer.Exit(code)
 
 
+CONFIRM_ABOVE = 2_000
+"""Trial-epochs a launch runs without asking (the repository's CPU sweeps stay below it, the paper-scale
+ones and `--all` go above)."""
 SHOWN_PROBLEMS = 50
 """Problems of a file printed one per line; the rest are counted."""
 MAX_TRIALS = typer.Option(
@@ -80,16 +97,30 @@ MAX_TRIALS = typer.Option(
 )
 
 
-def plans_of(file: Path, sweeps: list[str] | None, default: bool = False, max_trials: int = 10_000) -> list[Any]:
+SET = typer.Option(
+    None,
+    "--set",
+    "-s",
+    help="PATH=VALUE set on every trial of the sweeps, VALUE as YAML (`-s train.epochs=3 -s 'model.depths=[2]'`); "
+    "checked like the file, and it changes trial keys as an edit of the file would. Repeatable.",
+)
+
+
+def plans_of(
+    file: Path,
+    sweeps: list[str] | None,
+    default: bool = False,
+    max_trials: int = 10_000,
+    overrides: list[str] | None = None,
+) -> list[Any]:
     """Load and plan the named sweeps of `file` (when none is named: all, or with `default` the file's default
-    sweep, its `default:` or its first); exit 2 on any problem."""
-    from ablate.planner import load_plans
-    from ablate.spec import read_sweeps
+    sweep, its `default:` or its first), `overrides` set on them; exit 2 on any problem."""
+    from ablate.planner import load_plans, plan
 
     try:
-        loaded = load_plans(file, max_trials)
-        if default and not sweeps and (name := read_sweeps(file).default) is not None:
-            sweeps = [name]
+        if default and not sweeps:
+            return [plan(file, None, max_trials, overrides or ())]
+        loaded = load_plans(file, max_trials, overrides or (), sweeps)
     except SpecError as e:
         err.print(f"[bold red]{file}: {len(e.problems)} problem(s)[/]")
         for p in e.problems[:SHOWN_PROBLEMS]:
@@ -136,16 +167,24 @@ def plan_rows(plan: Any, costs: bool) -> list[dict[str, Any]]:
 def plan(
     file: Path = typer.Argument(Path("experiments.yaml"), help="The experiments file."),
     sweep: list[str] | None = typer.Argument(None, help="Sweeps to plan (default: every sweep)."),
-    format: Format = typer.Option(Format.table, "--format", "-f", help="table (rich), csv or json rows."),
+    format: Format = typer.Option(
+        Format.table, "--format", "-f", help="table (rich), csv or json rows, or markdown (without the config)."
+    ),
     costs: bool = typer.Option(True, "--costs/--no-costs", help="Compute params and GFLOPs per trial."),
     limit: int = typer.Option(200, help="Rows shown in the table (csv/json always print every row)."),
     max_trials: int = MAX_TRIALS,
+    overrides: list[str] | None = SET,
 ) -> None:
     """Expand sweeps into trials: key, axis values, params and GFLOPs; counts per axis."""
-    plans = plans_of(file, sweep, max_trials=max_trials)
+    plans = plans_of(file, sweep, max_trials=max_trials, overrides=overrides)
     rows = [r for p in plans for r in plan_rows(p, costs)]
     if format is Format.json:
         sys.stdout.write(json.dumps(rows, indent=1) + "\n")
+        return
+    if format is Format.markdown:
+        import pandas as pd
+
+        sys.stdout.write(_markdown(pd.DataFrame(rows).drop(columns="config")))
         return
     if format is Format.csv:
         import csv
@@ -233,16 +272,25 @@ def launch(
     ),
     only: list[str] | None = typer.Option(None, help="Run only this trial (a key or a unique prefix); repeatable."),
     max_trials: int = MAX_TRIALS,
+    overrides: list[str] | None = SET,
+    yes: bool = typer.Option(
+        False, "--yes", "-y", help="Launch a large plan without asking (needed without a terminal)."
+    ),
+    ask_above: int = typer.Option(
+        CONFIRM_ABOVE, "--ask-above", min=0, help="Trial-epochs to run (trials x epochs) above which launch asks first."
+    ),
 ) -> None:
     """Run every unfinished trial of the sweeps on Ray; record to the store and MLflow."""
-    plans = plans_of(file, sweep, default=not every, max_trials=max_trials)
+    plans = plans_of(file, sweep, default=not every, max_trials=max_trials, overrides=overrides)
     if not sweep and not every:
         out.print(f"sweep {plans[0].sweep} (the file's default; name sweeps, or --all for every one)")
     if dry_run:
         _dry_run(plans, db)
         return
+    if not yes:
+        _confirm_size(plans, db, ask_above, again=rerun in (RerunWhat.stale, RerunWhat.all), only=only or [])
+    from ablate.api import launch as run
     from ablate.launcher import Cluster, RunConfig, reachable
-    from ablate.launcher import launch as run
     from ablate.progress import Progress
     from ablate.selection import Select, SelectionError
     from ablate.storage import Storage, StorageError
@@ -267,11 +315,7 @@ def launch(
                 + "\n".join(f"  {c.sweep} {c.variant[:10]}: {c.error}" for c in failed)
             )
     with Store(db) as store:
-        tracker = None
-        if mlflow:
-            from ablate.tracking import Tracker
-
-            tracker = Tracker(mlflow_uri)
+        tracker = mlflow_uri or True if mlflow else False  # a URI, the default one, or none
         try:
             settings = RunConfig(storage, cpus, gpus, lease=lease)
             choice = Select(rerun.value if rerun else None, tuple(only or ()), stale.value if stale else None)
@@ -284,13 +328,32 @@ def launch(
         planned = store.trials_frame([p.sweep for p in plans]).drop_duplicates("key")
         planned = planned[planned["key"].isin({t.key for p in plans for t in p.trials})]
         unfinished = planned[planned["state"] != "done"]
+    if result.interrupted:  # what the store says is left, not what the launcher stopped: some never started
+        ended = {k: v for k, v in result.counts.items() if k not in ("interrupted", "preempted")}
+        counts = ", ".join(f"{k} {v}" for k, v in sorted(ended.items())) or "none finished"
+        left = ", ".join(f"{k} {v}" for k, v in sorted(unfinished["state"].value_counts().items()))
+        out.print(f"{counts}; not done: {left or 'none'}; {result.skipped} already done; "
+                  f"{result.seconds:.1f} s")  # fmt: skip
+        raise typer.Exit(128 + (result.signal or signal.SIGINT))  # the shell's code for death by the signal
     counts = ", ".join(f"{k} {v}" for k, v in sorted(result.counts.items())) or "nothing run"
     out.print(f"{counts}; {result.skipped} already done; {result.seconds:.1f} s")
-    if result.interrupted:  # the shell's codes for death by the signal: 128 + SIGINT (2) or SIGTERM (15)
-        raise typer.Exit(128 + (result.signal or signal.SIGINT))
     if len(unfinished):
         _print_frame(unfinished[["sweep", "key", "state", "error"]], f"{len(unfinished)} trials not done")
         raise typer.Exit(1)
+
+
+def _confirm_size(plans: list[Any], db: str | None, above: int, again: bool, only: list[str]) -> None:
+    """Ask before a launch of more than `above` trial-epochs (trials not done yet, or all of them when done
+    ones train `again`); without a terminal, refuse it (exit 2) unless --yes was given."""
+    done = set() if again else _done_keys(db)
+    todo = [t for p in plans for t in p.trials if t.key not in done and (not only or t.key.startswith(tuple(only)))]
+    work = sum(t.config.train.epochs for t in todo)
+    if work <= above:
+        return
+    what = f"{len(todo):,} trials, {work:,} trial-epochs (above --ask-above {above:,})"
+    if not sys.stdin.isatty():
+        fail(f"this launch would run {what}: pass --yes to launch it without a terminal")
+    typer.confirm(f"launch {what}?", abort=True)
 
 
 def _check(plans: list[Any], done: set[str] | None = None, remember: Path | None = None) -> list[Any]:
@@ -336,11 +399,12 @@ def check(
     file: Path = typer.Argument(Path("experiments.yaml"), help="The experiments file."),
     sweep: list[str] | None = typer.Argument(None, help="Sweeps to check (default: every sweep)."),
     max_trials: int = MAX_TRIALS,
+    overrides: list[str] | None = SET,
 ) -> None:
     """Build every distinct model of the plan and run one forward and backward step on CPU; exit 2 on failure."""
     from ablate.config import REPLICATES
 
-    plans = plans_of(file, sweep, max_trials=max_trials)
+    plans = plans_of(file, sweep, max_trials=max_trials, overrides=overrides)
     results = _check(plans)
     table = Table(title="pre-launch check: one training step per variant (batch 2, CPU)", title_justify="left")
     for col in ("sweep", "variant", "params", "GFLOPs", "Δ params vs baseline", "status"):
@@ -402,17 +466,21 @@ def status(
     sweep: list[str] | None = typer.Argument(None, help="Sweeps (default: all in the store)."),
     db: str | None = DB,
 ) -> None:
-    """Counts per state, running trials, failures with the first line of their error, and stale results."""
+    """Per sweep: trials per state, epochs left and the ETA at the pace measured so far; running trials,
+    failures with the first line of their error (`ablate show KEY`: the whole traceback), stale results."""
     from ablate.selection import stale_in_store
 
     with existing_store(db) as store:
         counts = store.status(sweep or None)
         trials = store.trials_frame(sweep or None)
+        pace = store.progress(sweep or None)
         stale = stale_in_store(store, sweep or None) if not counts.empty else {}
     if counts.empty:
         out.print("no sweeps in the store")
         return
-    _print_frame(counts.reset_index(), "trials per state")
+    counts = counts.assign(**{"epochs left": pace["epochs_left"], "s/epoch": pace["epoch_s"],
+                              "ETA": pace["eta_s"].map(_duration)})  # fmt: skip
+    _print_frame(counts.rename_axis("sweep").reset_index(), "trials per state")
     running = trials[trials["state"] == "running"]
     if len(running):
         _print_frame(running[["sweep", "key", "host", "started_at", "lease_host", "lease_expires"]], "running")
@@ -425,42 +493,78 @@ def status(
         _print_frame(rows, f"{len(stale)} stale (done with other code than now; `launch --rerun stale` retrains)")
 
 
+WHERE_HELP = (
+    "Only trials where PATH OP VALUE holds: =, !=, <, >, <=, >= or 'PATH in [A, B]' on an axis path, a result "
+    "(test.top1) or a column; VALUE is typed (1 matches 1.0 across sweeps, true only booleans). Repeatable: all hold."
+)
+
+
+def _duration(seconds: float) -> str:
+    """4h05m, 12m30s, 40s; - when unknown."""
+    if seconds != seconds:
+        return "-"
+    s = round(seconds)
+    return f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s" if s >= 60 else f"{s}s"
+
+
 @app.command()
 def runs(
     sweep: list[str] | None = typer.Argument(None, help="Sweeps (default: all)."),
     state: str | None = typer.Option(None, help="Only trials in this state."),
-    where: list[str] | None = typer.Option(None, help="Filter PATH=VALUE on axis values, e.g. attention.kind=csan."),
-    format: Format = typer.Option(Format.table, "--format", "-f", help="table, csv or json."),
+    where: list[str] | None = typer.Option(None, help=WHERE_HELP),
+    columns: str | None = typer.Option(
+        None, "--columns", "-c", help="Comma list of columns (axis paths, results, any of --all-columns)."
+    ),
+    all_columns: bool = typer.Option(False, "--all-columns", help="Every column: attempts, hosts, times, costs..."),
+    format: Format = typer.Option(Format.table, "--format", "-f", help="table, csv, json or markdown."),
     db: str | None = DB,
 ) -> None:
-    """A table of trials with their axis values and final metrics."""
-    filters = _filters(state, where)
+    """Trials with their axis values, state and their sweep's metric (`--columns`, `--all-columns` for more)."""
     from ablate.selection import stale_in_store
+    from ablate.store.queries import column_of
 
     with existing_store(db) as store:
-        try:
-            frame = store.runs(filters, sweep or None)
-        except KeyError as e:
-            fail(str(e.args[0]))
+        frame = _matching(store, sweep, state, where)
         stale = stale_in_store(store, sweep or None) if len(frame) else {}
-    frame.insert(2, "stale", [", ".join(stale.get(k, [])) for k in frame["key"]])
+        frame.insert(2, "stale", [", ".join(stale.get(k, [])) for k in frame["key"]])
+        if columns:
+            try:
+                frame = frame[[column_of(frame, c.strip()) for c in columns.split(",") if c.strip()]]
+            except KeyError as e:
+                fail(f"--columns: {e.args[0]}")
+        elif not all_columns:
+            frame = frame[store.shown_columns(frame)]
     if format is Format.csv:
         sys.stdout.write(frame.to_csv(index=False))
     elif format is Format.json:
         sys.stdout.write(frame.to_json(orient="records", date_format="iso", indent=1) + "\n")
+    elif format is Format.markdown:
+        sys.stdout.write(_markdown(frame))
     else:
         _print_frame(frame, f"{len(frame)} trials")
 
 
-def _filters(state: str | None, where: list[str] | None) -> dict[str, Any]:
-    """`runs`-style filters: a state, and PATH=VALUE on axis values."""
-    filters: dict[str, Any] = {"state": state} if state else {}
-    for item in where or []:
-        if "=" not in item:
-            fail(f"--where expects PATH=VALUE, got {item!r}")
-        path, value = item.split("=", 1)
-        filters[f"axis.{path}"] = value
-    return filters
+def _matching(store: Any, sweep: list[str] | None, state: str | None, where: list[str] | None) -> Any:
+    """The store's trials of `sweep` in `state` where every `--where` condition holds; exit 2 naming a bad
+    condition or an unknown column."""
+    from ablate.store.queries import Condition
+
+    try:
+        conditions = [Condition.parse(w) for w in where or []]
+        return store.runs({"state": state} if state else None, sweep or None, where=conditions)
+    except ValueError as e:
+        fail(str(e))
+    except KeyError as e:
+        fail(f"--where: {e.args[0]}")
+    raise AssertionError  # fail() exits
+
+
+def _markdown(frame: Any) -> str:
+    """A frame as a Markdown table (cells as the rich table prints them, `|` escaped)."""
+    cells = [[_shown(v).replace("|", "\\|").replace("\n", " ") for v in row] for row in frame.itertuples(index=False)]
+    lines = ["| " + " | ".join(map(str, frame.columns)) + " |", "|" + "---|" * len(frame.columns)]
+    lines += ["| " + " | ".join(row) + " |" for row in cells]
+    return "\n".join(lines) + "\n"
 
 
 @app.command()
@@ -524,7 +628,7 @@ def _as_record(trial: Any) -> dict[str, Any]:
 def forget(
     sweep: list[str] | None = typer.Argument(None, help="Sweeps whose trials to delete (default: all)."),
     state: str | None = typer.Option(None, help="Only trials in this state."),
-    where: list[str] | None = typer.Option(None, help="Only trials whose axis PATH=VALUE (as for `runs`)."),
+    where: list[str] | None = typer.Option(None, help="Only trials where PATH OP VALUE holds (as for `runs`)."),
     yes: bool = typer.Option(False, "--yes", "-y", help="Delete without asking (needed without a terminal)."),
     storage: str = typer.Option("db/checkpoints", help="Where the trials' checkpoints are (as for `launch`)."),
     db: str | None = DB,
@@ -536,10 +640,7 @@ def forget(
     from ablate.storage import Storage
 
     with existing_store(db) as store:
-        try:
-            frame = store.runs(_filters(state, where), sweep or None).drop_duplicates("key")
-        except KeyError as e:
-            fail(str(e.args[0]))
+        frame = _matching(store, sweep, state, where).drop_duplicates("key")
         if frame.empty:
             out.print("no trials match: nothing deleted")
             return
@@ -576,8 +677,17 @@ def _print_frame(frame: Any, title: str) -> None:
     for col in frame.columns:
         table.add_column(str(col))
     for row in frame.itertuples(index=False):
-        table.add_row(*[_cell(v) if not isinstance(v, float) else f"{v:.4g}" for v in row])
+        table.add_row(*[_shown(v) for v in row])
     out.print(table)
+
+
+def _shown(value: Any) -> str:
+    """A cell as tables print it: numbers to 4 significant digits, missing values as -."""
+    import pandas as pd
+
+    if value is None or value is pd.NA or value is pd.NaT or (isinstance(value, float) and value != value):
+        return "-"
+    return f"{value:.4g}" if isinstance(value, float) else _cell(value)
 
 
 @app.command()
@@ -627,18 +737,31 @@ def report(
         Path("reports"), "--out", help="Output folder: <out>/<sweep>/ per sweep and <out>/index.html."
     ),
     format: list[str] | None = typer.Option(
-        None, "--format", "-f", help="html, md, csv; repeat or comma list [default: all]."
+        None, "--format", "-f", help="html, md, csv, tex; repeat or comma list [default: html, md, csv]."
     ),
+    latex: bool = typer.Option(False, "--latex", help="Also write tables.tex: booktabs tables for a paper."),
+    compare: tuple[str, str] | None = typer.Option(
+        None, "--compare", help="SWEEP_A SWEEP_B: their shared variants side by side, paired B - A differences."
+    ),
+    correction: str = typer.Option("holm", help="Multiple-comparison correction of each table: holm or bh."),
     db: str | None = DB,
 ) -> None:
-    """Paper-style tables, seed statistics, effects of each knob and plots: HTML, Markdown, CSV."""
+    """Paper-style tables, design-aware statistics, effects of each knob and plots: HTML, Markdown, CSV, LaTeX."""
     from ablate.reporting import FORMATS, ReportError
+    from ablate.reporting import compare as write_comparison
     from ablate.reporting import report as write
 
-    formats = [f.strip() for item in format or FORMATS for f in item.split(",") if f.strip()]
+    formats = [f.strip() for item in format or FORMATS for f in item.split(",") if f.strip()] + ["tex"] * latex
     with existing_store(db) as store:
         try:
-            files = write(sweep or None, store=store, out=out_dir, metric=metric, baseline=baseline, formats=formats)
+            if compare:
+                if sweep:
+                    fail("--compare takes its two sweeps itself: give no SWEEP argument with it")
+                files = write_comparison(*compare, store=store, out=out_dir, metric=metric, formats=set(formats),
+                                         correction=correction)  # fmt: skip
+            else:
+                files = write(sweep or None, store=store, out=out_dir, metric=metric, baseline=baseline,
+                              formats=formats, correction=correction)  # fmt: skip
         except ReportError as e:
             fail(str(e))
     pages = [f for f in files if f.name == "index.html"]
@@ -693,11 +816,13 @@ def plugins(
 
 def main() -> None:
     """The `ablate` command: the typer app, with an unavailable results store as a one-paragraph error."""
-    from ablate.store.faults import EXIT_CODE, StoreUnavailable
-
     try:
         app()
-    except StoreUnavailable as e:
+    except RuntimeError as e:  # the store's module is imported only here: `ablate --help` never pays for it
+        from ablate.store.faults import EXIT_CODE, StoreUnavailable
+
+        if not isinstance(e, StoreUnavailable):
+            raise
         err.print(f"[bold red]error[/]: {escape(str(e))}", highlight=False)
         sys.exit(EXIT_CODE)
 

@@ -7,9 +7,20 @@ matched against recorded axis values), so both read a rule the same way.
 from __future__ import annotations
 
 import copy
+import re
 from typing import Any
 
+import yaml
+
 _YAML11_BOOLS = {False: ("off", "no", "false"), True: ("on", "yes", "true")}
+_NUMBER = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?")
+
+
+def typed_value(text: str) -> Any:
+    """A value typed on a command line (`-s PATH=VALUE`, `--where PATH=VALUE`), read as YAML: 3, true, [2, 2],
+    csan; 1e-3 is a number too (YAML 1.1 reads it as text). Raises yaml.YAMLError."""
+    value = yaml.safe_load(text)
+    return float(value) if isinstance(value, str) and _NUMBER.fullmatch(value) else value
 
 
 def get_path(data: Any, path: str, default: Any = None) -> Any:

@@ -15,7 +15,7 @@ import json
 import math
 import typing
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,7 +27,17 @@ from ablate.errors import Problem, SpecError
 from ablate.paths import get_path, matches, set_path
 from ablate.plugins import Plugins, load_builtins
 from ablate.registry import DATASETS, MECHANISMS
-from ablate.spec import AdaptiveSeeds, Linked, Loc, SweepFile, SweepSource, clean_loc, error_message, read_sweeps
+from ablate.spec import (
+    AdaptiveSeeds,
+    Linked,
+    Loc,
+    SweepFile,
+    SweepSource,
+    clean_loc,
+    error_message,
+    read_sweeps,
+    with_overrides,
+)
 
 KEY_VERSION = "ablate-trial-v1"
 """Bumped only when the meaning of a config changes, so old keys stop matching new trials."""
@@ -330,9 +340,12 @@ def expand(sweep: SweepSource, max_trials: int = MAX_TRIALS) -> Plan:
                 spec.stale, adaptive, sorted(reserve, key=lambda t: t.config.seed))  # fmt: skip
 
 
-def load_plans(path: str | Path, max_trials: int = MAX_TRIALS) -> dict[str, Plan]:
-    """Read, check and expand every sweep of `path`; raise one SpecError with every problem of the file."""
-    return _expand_all(read_sweeps(path), max_trials)
+def load_plans(
+    path: str | Path, max_trials: int = MAX_TRIALS, overrides: Sequence[str] = (), sweeps: Iterable[str] | None = None
+) -> dict[str, Plan]:
+    """Read, check and expand every sweep of `path`; raise one SpecError with every problem of the file.
+    `overrides` (`PATH=VALUE`, as `-s` on the command line) are set on the base of `sweeps` (default: all)."""
+    return _expand_all(with_overrides(read_sweeps(path), overrides, sweeps), max_trials)
 
 
 def _expand_all(file: SweepFile, max_trials: int = MAX_TRIALS) -> dict[str, Plan]:
@@ -348,20 +361,23 @@ def _expand_all(file: SweepFile, max_trials: int = MAX_TRIALS) -> dict[str, Plan
     return plans
 
 
-def plan(path: str | Path, sweep: str | None = None, max_trials: int = MAX_TRIALS) -> Plan:
-    """Plan one sweep of an experiments file (default: the file's `default:`, else its first sweep). The
-    whole file is checked: SpecError if it has any problem, KeyError if it has no such sweep."""
+def plan(
+    path: str | Path, sweep: str | None = None, max_trials: int = MAX_TRIALS, overrides: Sequence[str] = ()
+) -> Plan:
+    """Plan one sweep of an experiments file (default: the file's `default:`, else its first sweep), with
+    `overrides` (`PATH=VALUE`) set on its base. The whole file is checked: SpecError if it has any problem,
+    KeyError if it has no such sweep."""
     file = read_sweeps(path)
-    plans = _expand_all(file, max_trials)
     name = sweep if sweep is not None else file.default
+    plans = _expand_all(with_overrides(file, overrides, [name] if name else []), max_trials)
     if name not in plans:
         raise KeyError(f"{path}: no sweep named {name!r}; the file has {sorted(plans)}")
     return plans[name]
 
 
-def plan_all(path: str | Path, max_trials: int = MAX_TRIALS) -> list[Plan]:
-    """Plan every sweep of an experiments file, in file order."""
-    return list(load_plans(path, max_trials).values())
+def plan_all(path: str | Path, max_trials: int = MAX_TRIALS, overrides: Sequence[str] = ()) -> list[Plan]:
+    """Plan every sweep of an experiments file, in file order, with `overrides` (`PATH=VALUE`) on each."""
+    return list(load_plans(path, max_trials, overrides).values())
 
 
 __all__ = ["Plan", "Trial", "expand", "load_plans", "plan", "plan_all", "trial_key", "variant_key"]

@@ -14,7 +14,8 @@ import contextlib
 import copy
 import os
 import re
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -24,7 +25,7 @@ from pydantic import Discriminator, Field, Tag, ValidationError, ValidationInfo,
 from ablate.components import Strict
 from ablate.config import TrialConfig
 from ablate.errors import Problem, SpecError
-from ablate.paths import get_path
+from ablate.paths import get_path, set_path, typed_value
 from ablate.plugins import PluginError, Plugins
 
 Loc = tuple[str | int, ...]
@@ -180,13 +181,20 @@ class SweepSource:
     placeholders: dict[str, tuple[str, str]] = field(default_factory=dict)
     """Dotted path -> (value, text as written) where the base's value came from environment variables
     (`${TOKEN}`): records keep the text, the trial runs with the value."""
+    overrides: tuple[Override, ...] = ()
+    """Command-line overrides set on `base` (`with_overrides`): a problem at their path is theirs."""
 
     @property
     def source(self) -> str:
         return str(self.file)
 
     def problem(self, path: tuple[str | int, ...], message: str) -> Problem:
-        """A problem at `path` inside this sweep's YAML, with the nearest known line."""
+        """A problem at `path` inside this sweep's YAML, with the nearest known line; a problem in the base
+        at a path an override set is the override's."""
+        if path[:1] == ("base",) and len(path) > 1:
+            dotted = ".".join(str(p) for p in path[1:])
+            if (o := next((o for o in self.overrides if o.overlaps(dotted)), None)) is not None:
+                return o.problem(message)
         full = ("sweeps", self.name, *path)
         return Problem(self.source, full, message, nearest_line(self.lines, full))
 
@@ -430,6 +438,88 @@ def read_sweeps(path: str | Path) -> SweepFile:
         secret = {"data.path": (base["data"]["path"], written)} if written else {}
         sweeps[name] = SweepSource(name, body, path, base, lines, plugins, secret)
     return SweepFile(path, sweeps, default or next(iter(sweeps), None), problems)
+
+
+@dataclass(frozen=True)
+class Override:
+    """`PATH=VALUE` given on the command line (`-s train.epochs=3`) or to `ablate.plan`: VALUE is YAML, set on
+    the base of every sweep planned, so it changes trial keys as an edit of the file would."""
+
+    text: str
+    path: str
+    value: Any
+
+    def overlaps(self, path: str) -> bool:
+        """Whether `path` is this override's path, inside it, or holds it."""
+        return path == self.path or path.startswith(self.path + ".") or self.path.startswith(path + ".")
+
+    def problem(self, message: str) -> Problem:
+        """A problem named by the override as it was typed, with the value it found."""
+        found = "" if "(got " in message or "(value " in message else f" (found {self.value!r})"
+        return Problem(f"override {self.text!r}", tuple(self.path.split(".")), message + found)
+
+
+def parse_override(text: str) -> Override:
+    """`PATH=VALUE` with VALUE read as YAML (`3`, `1e-3`, `true`, `[2, 2]`, `csan`); SpecError if it is not."""
+    path, sep, raw = text.partition("=")
+    path = path.strip()
+    if not sep or not path or any(not part for part in path.split(".")):
+        raise SpecError([Problem(f"override {text!r}", (), "expected PATH=VALUE, e.g. train.epochs=3")])
+    try:
+        value = typed_value(raw)
+    except yaml.YAMLError as e:
+        problem = getattr(e, "problem", None) or e
+        raise SpecError(
+            [Problem(f"override {text!r}", tuple(path.split(".")), f"VALUE is not YAML: {problem}")]
+        ) from None
+    return Override(text, path, value)
+
+
+def with_overrides(file: SweepFile, texts: Sequence[str], names: Iterable[str] | None = None) -> SweepFile:
+    """`file` with each override `PATH=VALUE` set on the base of the sweeps `names` (default: every sweep).
+    An override that is not PATH=VALUE, names no config field or sets a path the sweep's grid varies is a
+    problem of the file; a value the config refuses is found when the sweep is planned, and named as the
+    override's (`SweepSource.problem`)."""
+    if not texts:
+        return file
+    from ablate.planner import path_problem  # the planner imports this module
+
+    problems: list[Problem] = []
+    overrides: list[Override] = []
+    for text in texts:
+        try:
+            o = parse_override(text)
+        except SpecError as e:
+            problems += e.problems
+            continue
+        if (msg := path_problem(o.path)) is not None:
+            problems.append(o.problem(msg))
+        else:
+            overrides.append(o)
+    sweeps = dict(file.sweeps)
+    for name in sweeps if names is None else [n for n in names if n in sweeps]:
+        source = sweeps[name]
+        base = copy.deepcopy(source.base)
+        for o in overrides:
+            varied = [p for p in _axis_paths(source.spec) if o.overlaps(p)]
+            if varied:
+                problems.append(o.problem(f"sweep {name} varies {', '.join(varied)} in its grid; an override sets "
+                                          "one value for every trial, so set it in the file instead"))  # fmt: skip
+            set_path(base, o.path, o.value)
+        if any(o.overlaps("data.path") for o in overrides):  # a relative path typed here is relative to here
+            base = _absolute_data_path(base, Path.cwd())[0]
+        sweeps[name] = replace(source, base=base, overrides=tuple(overrides))
+    return replace(file, sweeps=sweeps, problems=[*file.problems, *problems])
+
+
+def _axis_paths(spec: SweepSpec) -> list[str]:
+    """Every dotted path a sweep's grid, linked groups and when blocks vary."""
+    paths: list[str] = []
+    for grid, linked in [(spec.grid, spec.linked), *((w.grid, w.linked) for w in spec.when)]:
+        paths += grid
+        for group in linked:
+            paths += group if isinstance(group, dict) else [p for row in group for p in row]
+    return list(dict.fromkeys(paths))
 
 
 def json_schema() -> dict[str, Any]:

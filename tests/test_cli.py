@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import os
 import signal
@@ -94,7 +95,7 @@ def test_status_prints_the_counts_per_state_of_the_store(tmp_path: Path) -> None
     rows = table(output, "trials per state")
     assert rows is not None and len(rows) == 2
     for row, counts in zip(rows, want.values()):  # one row per sweep, in name order
-        assert {k: v for k, v in row.items() if k != "sweep"} == {k: str(v) for k, v in counts.items()}
+        assert {k: row[k] for k in counts} == {k: str(v) for k, v in counts.items()}
     running = table(output, "running")
     assert [(r["sweep"], r["key"], r["host"]) for r in running] == [("alpha", "r1", "node-7")]
     failures = table(output, "failures")
@@ -106,7 +107,7 @@ def test_status_prints_the_counts_per_state_of_the_store(tmp_path: Path) -> None
     errors = {r["key"]: r["error"] for r in failures}
     assert errors["f1"] == "ValueError: boom" and errors["b1"] == "RuntimeError: out of memory"
     only_beta = table(status("beta-sweep", "--db", db), "trials per state")
-    assert [{k: v for k, v in r.items() if k != "sweep"} for r in only_beta] == [
+    assert [{k: r[k] for k in want["beta-sweep"]} for r in only_beta] == [
         {k: str(v) for k, v in want["beta-sweep"].items()}
     ]
 
@@ -160,7 +161,8 @@ def test_launch_status_runs_report(ray_local, tmp_path: Path) -> None:
     output = status("--db", db)
     (row,) = table(output, "trials per state")
     assert row.get("sweep", "s") == "s"
-    assert {k: v for k, v in row.items() if k != "sweep"} == {**dict.fromkeys(STATES, "0"), "done": "2", "total": "2"}
+    assert {k: row[k] for k in (*STATES, "total")} == {**dict.fromkeys(STATES, "0"), "done": "2", "total": "2"}
+    assert row["epochs left"] == "0" and row["ETA"] == "-"
     assert table(output, "running") is None and table(output, "failures") is None
     runs = json.loads(invoke("runs", "--db", db, "--where", "attention.kind=csan", "--format", "json"))
     assert len(runs) == 1 and runs[0]["state"] == "done" and runs[0]["test.top1"] >= 0
@@ -233,3 +235,163 @@ def test_unreachable_cluster_is_a_clear_error_and_writes_nothing(tmp_path: Path)
         os.chdir(cwd)
     assert result.exit_code == 2 and "cannot connect to the Ray cluster" in result.output
     assert sorted(p.name for p in tmp_path.iterdir()) == ["e.yaml"]
+
+
+def test_help_shows_every_default() -> None:
+    """Defaults written in a help text (`[default: ...]`) survive the help's markup, as typer's own do."""
+    wide = {"COLUMNS": "300"}
+    launch = invoke("launch", "--help", env=wide)
+    for text in ("[default: sqlite:///db/ablate.sqlite]", "[default: sqlite:///db/mlflow.sqlite]",
+                 "[default: live on a terminal]", "[default: db/checkpoints]", "[default: 2000]"):  # fmt: skip
+        assert text in launch, text
+    assert "[default: the sweep's]" in invoke("report", "--help", env=wide)
+
+
+def test_version_and_the_completion_script() -> None:
+    """`--version` prints the package's version; `--show-completion` prints a script that completes commands
+    (run here as the shell would run it, through the installed `ablate` command)."""
+    version = importlib.metadata.version("ablate")
+    assert invoke("--version").strip() == f"ablate {version}"
+    exe = str(Path(sys.executable).parent / "ablate")
+    script = subprocess.run([exe, "--show-completion", "bash"], capture_output=True, text=True, timeout=60)
+    assert script.returncode == 0 and "_ABLATE_COMPLETE=complete_bash" in script.stdout
+    env = {**os.environ, "_ABLATE_COMPLETE": "complete_bash", "COMP_WORDS": "ablate la", "COMP_CWORD": "1"}
+    words = subprocess.run([exe], env=env, capture_output=True, text=True, timeout=60).stdout.split()
+    assert words == ["launch"]
+
+
+def test_overrides_set_every_trial_and_change_keys(tmp_path: Path) -> None:
+    f = write_sweeps(tmp_path / "e.yaml", {"s": {"base": TINY, "grid": {"attention.kind": ["softmax", "csan"]}}})
+    plain = json.loads(invoke("plan", str(f), "--no-costs", "-f", "json"))
+    rows = json.loads(invoke("plan", str(f), "--no-costs", "-f", "json", "-s", "train.epochs=3",
+                             "-s", "model.depths=[1]", "--set", "train.lr=1e-3"))  # fmt: skip
+    assert [(r["config"]["train"]["epochs"], r["config"]["model"]["depths"], r["config"]["train"]["lr"]) for r in rows]\
+        == [(3, [1], 0.001)] * 2  # fmt: skip
+    assert not {r["key"] for r in rows} & {r["key"] for r in plain}
+    same = json.loads(invoke("plan", str(f), "--no-costs", "-f", "json", "-s", "train.epochs=2"))  # TINY's value
+    assert [r["key"] for r in same] == [r["key"] for r in plain]
+
+
+@pytest.mark.parametrize(
+    ("override", "said"),
+    [
+        ("train.epochs=abc", ["override 'train.epochs=abc'", "valid integer", "found 'abc'"]),
+        ("train.epoch=3", ["override 'train.epoch=3'", "'epoch' is not a key of train", "expected one of"]),
+        ("attention.kind=csan", ["override 'attention.kind=csan'", "varies attention.kind"]),
+        ("model.depths=[2, 2]", ["override 'model.depths=[2, 2]'", "found [2, 2]"]),
+        ("train.epochs", ["override 'train.epochs'", "expected PATH=VALUE"]),
+        ("train.epochs=[3", ["override 'train.epochs=[3'", "not YAML"]),
+    ],
+)
+def test_a_bad_override_exits_2_naming_it(override: str, said: list[str], tmp_path: Path) -> None:
+    f = write_sweeps(tmp_path / "e.yaml", {"s": {"base": TINY, "grid": {"attention.kind": ["softmax", "csan"]}}})
+    for command in ("plan", "check", "launch"):
+        result = CliRunner().invoke(app, [command, str(f), "-s", override], env={"COLUMNS": "300"})
+        assert result.exit_code == 2, result.output
+        for text in said:
+            assert text in result.output, (command, text, result.output)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["e.yaml"]
+
+
+def test_overrides_reach_a_real_launch_process(tmp_path: Path) -> None:
+    """Through a real `ablate` process: an override applies to the default sweep's dry run, a bad one exits 2."""
+    sweeps = {"a": {"base": TINY, "grid": {"train.epochs": [1, 2]}}, "b": {"base": TINY}}
+    f = write_sweeps(tmp_path / "e.yaml", sweeps)
+    cmd = [sys.executable, "-m", "ablate.cli", "launch", str(f), "--dry-run", "--db", f"sqlite:///{tmp_path}/r.sqlite"]
+    ok = subprocess.run([*cmd, "b", "-s", "train.epochs=1"], capture_output=True, text=True, timeout=120)
+    assert ok.returncode == 0 and "would run 1, skip 0" in ok.stdout, ok.stdout + ok.stderr
+    bad = subprocess.run([*cmd, "-s", "train.epochs=1"], capture_output=True, text=True, timeout=120)  # sweep a
+    assert bad.returncode == 2 and "sweep a varies train.epochs" in bad.stderr, bad.stdout + bad.stderr
+
+
+def test_a_large_launch_needs_yes_without_a_terminal(tmp_path: Path) -> None:
+    """Over the threshold (2,000 trial-epochs by default) a launch without a terminal stops before anything is
+    written unless --yes; with --yes it goes on (here to an unreachable cluster, the next thing it checks)."""
+    f = write_sweeps(tmp_path / "e.yaml", {"small": {"base": TINY}, "big": {"base": TINY, "seeds": 1001}})
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # nobody listens there
+    base = ["launch", str(f), "--no-mlflow", "--address", f"127.0.0.1:{port}", "--storage", str(tmp_path / "ck"),
+            "--db", f"sqlite:///{tmp_path}/r.sqlite"]  # fmt: skip
+    small = CliRunner().invoke(app, base)  # the default sweep: 2 trial-epochs
+    assert small.exit_code == 2 and "cannot connect" in small.output, small.output
+    for args in (["--all"], ["big"], ["small", "--ask-above", "1"]):
+        result = CliRunner().invoke(app, [*base, *args])
+        assert result.exit_code == 2 and "pass --yes to launch it without a terminal" in result.output, result.output
+    assert "2,004 trial-epochs" in CliRunner().invoke(app, [*base, "--all"]).output
+    sure = CliRunner().invoke(app, [*base, "--all", "--yes"])
+    assert sure.exit_code == 2 and "cannot connect" in sure.output, sure.output
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["e.yaml"]
+
+
+def store_across_sweeps(tmp_path: Path) -> str:
+    """Two sweeps whose axes overlap with other types: `attention.steps` is an int axis of `syn` and an axis of
+    `mix` where one trial lacks it (its column mixes 1 and None); booleans, text and results of two metrics."""
+    db = f"sqlite:///{tmp_path}/r.sqlite"
+    trial = lambda k, axes: {"key": k, "variant": k, "config": {"train": {"epochs": 4}}, "axes": axes}  # noqa: E731
+    with Store(db) as store:
+        store.upsert_sweep("syn", metric="test.auc")
+        store.upsert_sweep("mix", metric="test.top1")
+        store.add_trials("syn", [trial("s1", {"attention.steps": 1, "attention.kind": "syn"}),
+                                 trial("s2", {"attention.steps": -1, "attention.kind": "syn"})])  # fmt: skip
+        store.add_trials("mix", [trial("m1", {"attention.kind": "softmax", "attention.steps": None, "train.lr": 0.01}),
+                                 trial("m2", {"attention.kind": "ista", "attention.steps": 1, "attention.signed": True,
+                                              "train.lr": 0.001})])  # fmt: skip
+        store.finish("s2", "done", result={"test": {"auc": 0.9}})
+        store.finish("m1", "done", result={"test": {"top1": 50.0}})
+        store.mark_running("s1", host="h")
+        for epoch, at in enumerate((1000.0, 1010.0, 1020.0)):  # two epochs of 10 s measured
+            store.log_metrics("s1", epoch, {"train.loss": 1.0}, wall_time=at)
+    return db
+
+
+def keys(*args: str) -> list[str]:
+    return sorted(r["key"] for r in json.loads(invoke("runs", *args, "-f", "json")))
+
+
+def test_runs_where_compares_by_type_across_sweeps(tmp_path: Path) -> None:
+    db = store_across_sweeps(tmp_path)
+    assert keys("--db", db, "--where", "attention.steps=1") == ["m2", "s1"]
+    assert keys("--db", db, "--where", "attention.steps!=1") == ["m1", "s2"]  # a missing value is not 1
+    assert keys("--db", db, "--where", "attention.steps>0") == ["m2", "s1"]
+    assert keys("--db", db, "--where", "attention.steps<=-1") == ["s2"]
+    assert keys("--db", db, "--where", "train.lr<5e-3") == ["m2"]
+    assert keys("--db", db, "--where", "attention.signed=true") == ["m2"]
+    assert keys("--db", db, "--where", "attention.signed=1") == []  # a boolean is not the number 1
+    assert keys("--db", db, "--where", "attention.kind in [SYN, ista]") == ["m2", "s1", "s2"]
+    assert keys("--db", db, "--where", "test.top1>=50", "--where", "state=done") == ["m1"]
+    assert keys("mix", "--db", db, "--where", "attention.steps=1") == ["m2"]
+    for bad, said in (("attention.steps<abc", "< compares numbers, found 'abc'"), ("colour=red", "no column 'colour'"),
+                      ("attention.steps", "expected PATH=VALUE")):  # fmt: skip
+        result = CliRunner().invoke(app, ["runs", "--db", db, "--where", bad])
+        assert result.exit_code == 2 and said in result.output, result.output
+
+
+def test_runs_shows_axes_and_each_sweeps_metric_unless_told(tmp_path: Path) -> None:
+    db = store_across_sweeps(tmp_path)
+    rows = json.loads(invoke("runs", "--db", db, "-f", "json"))
+    assert list(rows[0]) == ["sweep", "key", "state", "axis.attention.kind", "axis.attention.steps",
+                             "axis.train.lr", "axis.attention.signed", "test.top1", "test.auc"]  # fmt: skip
+    assert list(json.loads(invoke("runs", "syn", "--db", db, "-f", "json"))[0]) == [
+        "sweep", "key", "state", "axis.attention.steps", "axis.attention.kind", "test.auc"]  # fmt: skip
+    every = json.loads(invoke("runs", "--db", db, "-f", "json", "--all-columns"))[0]
+    assert {"attempts", "host", "started_at", "params", "stale"} <= set(every)
+    chosen = invoke("runs", "--db", db, "-f", "csv", "--columns", "key,attention.kind,test.top1")
+    assert chosen.splitlines()[:2] == ["key,axis.attention.kind,test.top1", "m1,softmax,50.0"]
+    markdown = invoke("runs", "--db", db, "-f", "markdown", "-c", "key,attention.signed,test.top1").splitlines()
+    assert markdown[:4] == ["| key | axis.attention.signed | test.top1 |", "|---|---|---|", "| m1 | - | 50 |",
+                            "| m2 | True | - |"]  # fmt: skip
+    bad = CliRunner().invoke(app, ["runs", "--db", db, "--columns", "key,colour"])
+    assert bad.exit_code == 2 and "--columns: no column 'colour'" in bad.output
+
+
+def test_status_gives_each_sweep_its_epochs_left_and_eta(tmp_path: Path) -> None:
+    """syn: s1 runs with 3 of its 4 epochs recorded 10 s apart, s3 runs with none yet, s2 is done: 5 epochs
+    left at 10 s, shared by two running trials: 25 s. mix: nothing runs and nothing is measured."""
+    db = store_across_sweeps(tmp_path)
+    with Store(db) as store:
+        store.add_trials("syn", [{"key": "s3", "variant": "s3", "config": {"train": {"epochs": 4}}, "axes": {}}])
+        store.mark_running("s3", host="h")
+    rows = {r["sweep"]: r for r in table(status("--db", db), "trials per state")}
+    assert (rows["syn"]["epochs left"], rows["syn"]["s/epoch"], rows["syn"]["ETA"]) == ("5", "10", "25s")
+    assert (rows["mix"]["epochs left"], rows["mix"]["s/epoch"], rows["mix"]["ETA"]) == ("4", "-", "-")

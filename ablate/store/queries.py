@@ -8,13 +8,17 @@ columns can be grouped on), nested results are flattened to dotted names (`test.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+import math
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import pandas as pd
 from sqlalchemy import Engine, func, select
 
+from ablate.paths import same, typed_value
 from ablate.store.schema import STATES, Base, Membership, Metric, PreviousResult, SweepRecord, TrialRecord
 
 SWEEPS = Base.metadata.tables[SweepRecord.__tablename__]
@@ -168,18 +172,59 @@ class Queries:
         wide.columns.name = None
         return wide
 
+    def progress(self, sweeps: str | Iterable[str] | None = None) -> pd.DataFrame:
+        """Epochs per sweep (index): `epochs_done`, `epochs_left` (of trials still to finish: pending, running,
+        interrupted, preempted), `epoch_s` (median seconds per epoch of its trials, measured between their
+        first and last recorded epoch; NaN before any trial has two), `running` and `eta_s` (the epochs left
+        at that pace, shared by the running trials; NaN when none runs or nothing is measured)."""
+        m = METRICS.c
+        members = select(MEMBERS.c.sweep, TRIALS.c.key, TRIALS.c.state, TRIALS.c.config).join(
+            TRIALS, TRIALS.c.key == MEMBERS.c.trial_key
+        )
+        if (wanted := as_list(sweeps)) is not None:
+            members = members.where(MEMBERS.c.sweep.in_(wanted))
+        keys = members.with_only_columns(TRIALS.c.key).scalar_subquery()
+        times = (
+            select(m.trial_key, func.count(func.distinct(m.step)), func.min(m.wall_time), func.max(m.wall_time))
+            .where(m.trial_key.in_(keys))
+            .group_by(m.trial_key)
+        )
+        with self.engine.connect() as conn:
+            rows = conn.execute(members).all()
+            measured = {k: (n, first, last) for k, n, first, last in conn.execute(times)}
+        out = {}
+        for sweep in dict.fromkeys(r.sweep for r in rows):
+            done = left = running = 0
+            paces = []
+            for r in (r for r in rows if r.sweep == sweep):
+                train = (r.config or {}).get("train", {})
+                epochs = int(train.get("epochs", 0)) + int(train.get("cooldown_epochs", 0))
+                n, first, last = measured.get(r.key, (0, None, None))
+                done += min(n, epochs)
+                if r.state in ("pending", "running", "interrupted", "preempted"):
+                    left += max(epochs - n, 0)
+                running += r.state == "running"
+                if n >= 2 and first is not None and last is not None:
+                    paces.append((last - first) / (n - 1))
+            pace = float(np.median(paces)) if paces else math.nan
+            eta = left * pace / running if running else math.nan
+            out[sweep] = {"epochs_done": done, "epochs_left": left, "epoch_s": pace, "running": running, "eta_s": eta}
+        columns = ["epochs_done", "epochs_left", "epoch_s", "running", "eta_s"]
+        return pd.DataFrame.from_dict(out, orient="index", columns=columns).sort_index()
+
     def runs(
         self,
         filters: Mapping[str, Any] | None = None,
         sweeps: str | Iterable[str] | None = None,
         *,
         expand: Iterable[str] = (),
+        where: Sequence[Condition] = (),
     ) -> pd.DataFrame:
-        """`trials_frame` rows whose columns match `filters` ({column: value or list of values}).
+        """`trials_frame` rows whose columns match `filters` ({column: value or list of values}) and every
+        condition of `where` (typed comparisons, `Condition`).
 
-        Values match by equality or by their text, case-insensitively (`{"axis.train.lr": "0.001"}` matches
-        0.001, "true" matches True), so filters typed on a command line work; an unknown column is a
-        KeyError naming the columns there are.
+        Filter values match by equality or by their text, case-insensitively (`{"axis.train.lr": "0.001"}`
+        matches 0.001, "true" matches True); an unknown column is a KeyError naming the columns there are.
         """
         df = self.trials_frame(sweeps, expand=expand)
         for column, wanted in (filters or {}).items():
@@ -188,7 +233,103 @@ class Queries:
             values = list(wanted) if isinstance(wanted, (list, tuple, set)) else [wanted]
             texts = {str(v).lower() for v in values}
             df = df[df[column].isin(values) | df[column].astype(str).str.lower().isin(texts)]
+        for condition in where:
+            column = column_of(df, condition.path)
+            df = df[[condition.holds(v) for v in df[column]]]
         return df.reset_index(drop=True)
+
+    def shown_columns(self, frame: pd.DataFrame) -> list[str]:
+        """What `ablate runs` shows unless told otherwise: sweep, key, state, the axis values that the rows
+        have, stale (where a row is) and each of their sweeps' headline metric."""
+        metrics = self.sweeps_frame().set_index("name")["metric"]
+        wanted = [m for s in dict.fromkeys(frame["sweep"]) if isinstance(m := metrics.get(s), str)]
+        axes = [c for c in frame.columns if c.startswith("axis.") and frame[c].notna().any()]
+        stale = ["stale"] if "stale" in frame and frame["stale"].fillna("").astype(bool).any() else []
+        leading = [c for c in ("sweep", "key", "state", *axes) if c in frame] + stale
+        return leading + [m for m in dict.fromkeys(wanted) if m in frame and m not in leading]
+
+
+OPERATORS = ("!=", "<=", ">=", "=", "<", ">", " in ")
+"""Comparisons of `Condition`, in the order a text is searched for them (`!=` before `=`)."""
+
+
+@dataclass(frozen=True)
+class Condition:
+    """A typed test on one column of `runs` (`--where`): `attention.steps=1`, `train.lr<1e-3`, `test.top1>=90`,
+    `attention.kind in [csan, syn]`. The value is read as YAML and compared by type, so an integer matches
+    the same number stored as a float (an axis column that mixes sweeps), a boolean only a boolean (or its
+    YAML word), text case-insensitively. A missing value (an axis that does not apply) matches only `!=`."""
+
+    path: str
+    """An axis path (`attention.kind`), a result (`test.top1`) or any column of `runs`."""
+    op: str
+    value: Any
+    text: str
+
+    @classmethod
+    def parse(cls, text: str) -> Condition:
+        """Read `PATH OP VALUE`; ValueError saying what was expected and what was found."""
+        expected = "expected PATH=VALUE, PATH!=VALUE, PATH<VALUE, PATH>VALUE (or <=, >=) or 'PATH in [A, B]'"
+        at = [(i, op) for op in OPERATORS if (i := text.find(op)) > 0]
+        if not at:
+            raise ValueError(f"--where {text!r}: {expected}")
+        i, op = min(at, key=lambda a: (a[0], -len(a[1])))  # the first operator; at one place the longer (<=)
+        path, raw = text[:i].strip(), text[i + len(op) :].strip()
+        try:
+            value = typed_value(raw)
+        except Exception as e:
+            raise ValueError(f"--where {text!r}: the value is not YAML ({e})") from None
+        op = op.strip()
+        if op == "in":
+            value = value if isinstance(value, list) else [typed_value(v) for v in raw.split(",")]
+        elif op in ("<", ">", "<=", ">=") and not _number(value):
+            raise ValueError(f"--where {text!r}: {op} compares numbers, found {value!r}")
+        if not path or re.search(r"\s", path):
+            raise ValueError(f"--where {text!r}: {expected}")
+        return cls(path, op, value, text)
+
+    def holds(self, cell: Any) -> bool:
+        if self.op == "in":
+            return any(_equal(cell, v) for v in self.value)
+        if self.op in ("=", "!="):
+            return _equal(cell, self.value) == (self.op == "=")
+        if not _number(cell):
+            return False
+        x, y = float(cell), float(self.value)
+        return {"<": x < y, ">": x > y, "<=": x <= y, ">=": x >= y}[self.op]
+
+
+def column_of(frame: pd.DataFrame, path: str) -> str:
+    """The column `path` names: `axis.<path>` where the sweep varies it, else the column itself (a result,
+    state, ...); KeyError naming the columns there are."""
+    for name in (f"axis.{path}", path):
+        if name in frame.columns:
+            return name
+    raise KeyError(f"no column {path!r}; columns: {', '.join(c.removeprefix('axis.') for c in frame.columns)}")
+
+
+def _number(v: Any) -> bool:
+    return isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, (bool, np.bool_))
+
+
+def _missing(v: Any) -> bool:
+    return v is None or v is pd.NA or (isinstance(v, (float, np.floating)) and math.isnan(v))
+
+
+def _equal(cell: Any, value: Any) -> bool:
+    """Equality by type: numbers as numbers, booleans as booleans (or their YAML words in text), lists and
+    mappings as their JSON (as cells hold them), text case-insensitively."""
+    if _missing(cell) or value is None:
+        return _missing(cell) and value is None
+    if isinstance(cell, (bool, np.bool_)) or isinstance(value, bool):
+        if isinstance(cell, str):
+            return same(value, cell)
+        return isinstance(cell, (bool, np.bool_)) and isinstance(value, bool) and bool(cell) == value
+    if _number(cell) and _number(value):
+        return float(cell) == float(value)
+    if isinstance(value, (list, dict)):
+        return isinstance(cell, str) and cell == json.dumps(value, sort_keys=True)
+    return str(cell).lower() == str(value).lower()
 
 
 def _repeat(labels: pd.Series, counts: pd.Series) -> pd.Categorical:
