@@ -8,6 +8,8 @@ import base64
 import json
 import math
 import re
+import shutil
+import subprocess
 from html.parser import HTMLParser
 from pathlib import Path
 
@@ -416,3 +418,166 @@ def test_a_sweep_folder_never_leaves_the_report_folder(name: str, tmp_path: Path
     path = (out / folder(name)).resolve()
     assert path.parent == out.resolve() and path.name != "index.html"
     assert folder("cpu") == "cpu"  # a safe name is its own folder
+
+
+# ------------------------------------------------------------ issue 16: design-aware statistics, exports
+def three_kinds(store: Store, tmp_path: Path, name: str, gains: dict[str, float], seeds: int = 10):
+    """softmax (baseline), csan and gaussian over `seeds` seeds: 70 + gain + a seed effect all share + noise."""
+    p = planned(tmp_path, name, grid={"attention.kind": ["softmax", "csan", "gaussian"]}, seeds=seeds,
+                baseline={"attention.kind": "softmax"})  # fmt: skip
+    rng = np.random.default_rng(7)
+    shift = rng.normal(0, 1.0, seeds)
+    noise = {t.key: rng.normal(0, 0.3) for t in p.trials}
+    fill(store, p, lambda t: 70 + gains.get(t.axes["attention.kind"], 0) + shift[t.axes["seed"]] + noise[t.key])
+    data = frames.load(store, name)
+    return data, frames.variant_table(data, pd.Series(dtype=float))
+
+
+def test_bold_only_where_significantly_better_than_every_other_after_correction(store, tmp_path):
+    from ablate.reporting import tables
+
+    tie, table = three_kinds(store, tmp_path, "tie", {"csan": 3.0, "gaussian": 2.95})
+    shown = tables.variants(table, tie)
+    assert not [c for c in shown.bold if c[1] == 5]  # csan has the best mean but gaussian is indistinguishable
+    assert "no significant difference in test.top1" in shown.caption
+    clear, table = three_kinds(store, tmp_path, "clear", {"csan": 3.0, "gaussian": 1.0})
+    shown = tables.variants(table, clear)
+    best = list(table.index).index(table["mean"].idxmax())
+    assert table.loc[table["mean"].idxmax(), "mixer"].startswith("CSaN")
+    assert {c for c in shown.bold if c[1] == 5} == {(best, 5)} and "no significant difference" not in shown.caption
+    # every comparison with the baseline is adjusted (Holm over the two) and the caption names the family
+    compared = table[~table["is_baseline"]]
+    assert compared["p_adj"].to_numpy() == pytest.approx(stats.adjust(compared["p"].to_numpy()))
+    assert "Holm-adjusted over the family of the 2 comparisons with the baseline" in shown.caption
+
+
+def test_noise_floor_is_the_baselines_seed_std_and_smaller_differences_are_flagged(store, tmp_path):
+    from ablate.reporting import tables
+
+    data, table = three_kinds(store, tmp_path, "floor", {"csan": 3.0, "gaussian": 0.1})
+    base = table[table["is_baseline"]].iloc[0]
+    seeds = data.trials[data.trials["variant"] == data.baseline].sort_values("seed")["value"]
+    assert base["seed_std"] == pytest.approx(np.std(seeds, ddof=1)) and base["n"] == 10
+    by_kind = table.set_index(table["mixer"].str.split(" ").str[0])
+    assert bool(by_kind.loc["Gaussian", "below_floor"]) and not bool(by_kind.loc["CSaN", "below_floor"])
+    shown = tables.variants(table, data)
+    assert f"the baseline's seed std = {base['seed_std']:.3f}" in shown.caption
+    cells = {r[1].split(" ")[0]: r[7] for r in shown.rows}
+    assert cells["Gaussian"].endswith("‡") and cells["CSaN"].endswith("*")
+
+
+def test_cross_validation_sweeps_use_the_corrected_resampled_t(store, tmp_path):
+    base = {"task": "mil", "data": {"name": "musk1", "folds": 3}, "model": {"size": "synpool"},
+            "attention": {"kind": "syn"}, "train": {"epochs": 1}}  # fmt: skip
+    grid = {"attention.steps": [0, 1], "data.split_seed": [0, 1], "data.fold": [0, 1, 2]}
+    p = plan(write_sweeps(tmp_path / "cv.yaml", {"cv": {"base": base, "grid": grid, "seeds": 1,
+                                                        "baseline": {"attention.steps": 0}}}), "cv")  # fmt: skip
+    rng = np.random.default_rng(5)
+    fold_noise = {t.key: rng.normal(0, 0.02) for t in p.trials}
+    fill(store, p, lambda t: 0.8 + 0.01 * t.axes["attention.steps"] + fold_noise[t.key])
+    data = frames.load(store, "cv")
+    assert data.design == stats.Design(folds=3)
+    table = frames.variant_table(data, pd.Series(dtype=float))
+    row = table[~table["is_baseline"]].iloc[0]
+    values = data.trials.pivot_table(index="rep", columns="variant", values="value")
+    d = (values[row.name] - values[data.baseline]).to_numpy()
+    se = np.std(d, ddof=1) * math.sqrt(1 / 6 + 1 / 2)  # 6 fold differences, n_test / n_train = 1/2
+    assert row["test"] == stats.CORRECTED and row["pairs"] == 6 and row["n"] == 2 and row["values"] == 6
+    assert row["p"] == pytest.approx(2 * sps.t.sf(abs(d.mean()) / se, 5))
+    md = (report("cv", store=store, out=tmp_path / "r", formats=["md"])[0]).read_text()
+    assert "2 (6 folds)" in md and "corrected resampled t-test (Nadeau & Bengio 2003)" in md
+    eff = pd.read_csv(report("cv", store=store, out=tmp_path / "c", formats=["csv"])[2])
+    assert set(eff["test"]) == {stats.CORRECTED}
+
+
+def latex_tables(text: str) -> list[list[list[str]]]:
+    """Every tabular of a LaTeX source as rows of cells, checking its booktabs structure on the way: the
+    rules in order, every row with as many cells as the column spec (or one spanning multicolumn)."""
+    found = []
+    for spec, body in re.findall(r"\\begin\{tabular\}\{([lr]+)\}\n(.*?)\\end\{tabular\}", text, re.S):
+        lines = body.strip().splitlines()
+        assert lines[0] == r"\toprule" and lines[2] == r"\midrule" and lines[-1] == r"\bottomrule", lines
+        rows = []
+        for line in lines[1:-1]:
+            if line == r"\midrule":
+                continue
+            assert line.endswith(r" \\"), line
+            cells = re.split(r"(?<!\\)&", line[:-3])
+            span = re.fullmatch(r"\\multicolumn\{(\d+)\}\{l\}\{.*\}", cells[0].strip())
+            assert len(cells) == len(spec) or (len(cells) == 1 and span and int(span[1]) == len(spec)), line
+            rows.append([c.strip() for c in cells])
+        found.append(rows)
+    return found
+
+
+def test_latex_tables_are_booktabs_and_compile_where_a_tex_engine_exists(store, tmp_path):
+    pair_store(store, tmp_path)
+    files = report("pair", store=store, out=tmp_path / "r", formats=["tex"])
+    tex = next(f for f in files if f.name == "tables.tex").read_text()
+    assert tex.isascii() and tex.count("{") == tex.count("}")
+    tables = latex_tables(tex)
+    assert len(tables) == 4 and tables[0][0][0] == r"\textbf{Architecture}"  # variants, published, effects, unfinished
+    assert r"$\pm$" in tex and r"\caption{" in tex and r"\usepackage{booktabs}" in tex
+    engine = shutil.which("pdflatex") or shutil.which("lualatex")
+    if engine:
+        done = subprocess.run([engine, "-interaction=nonstopmode", "-halt-on-error", "tables.tex"],
+                              cwd=files[0].parent, capture_output=True, text=True, timeout=120)  # fmt: skip
+        assert done.returncode == 0, done.stdout[-2000:]
+
+
+def test_compare_two_sweeps_pairs_the_seeds_both_ran(store, tmp_path):
+    grid = {"attention.kind": ["softmax", "csan"]}
+    a = planned(tmp_path, "a", grid=grid, seeds=4, baseline={"attention.kind": "softmax"})
+    b = planned(tmp_path, "b", grid=grid, seeds=6, baseline={"attention.kind": "softmax"},
+                base={**TINY, "train": {**TINY["train"], "lr": 5e-4}})  # fmt: skip
+    rng = np.random.default_rng(2)
+    shift = rng.normal(0, 1, 6)
+    fill(store, a, lambda t: 70 + shift[t.axes["seed"]] + rng.normal(0, 0.2))
+    fill(store, b, lambda t: 71 + shift[t.axes["seed"]] + rng.normal(0, 0.2))
+    runner = CliRunner()
+    out = tmp_path / "r"
+    ok = runner.invoke(app, ["report", "--compare", "a", "b", "--latex", "--correction", "bh", "--out", str(out),
+                             "--db", store.url])  # fmt: skip
+    assert ok.exit_code == 0, ok.output
+    folder = out / "compare-a-vs-b"
+    assert {f.name for f in folder.iterdir()} == {"index.html", "report.md", "compare.csv", "tables.tex"}
+    c = pd.read_csv(folder / "compare.csv").set_index("variant_a")
+    trials = {n: store.trials_frame(n).pivot_table(index="seed", columns="variant", values="test.top1")
+              for n in "ab"}  # fmt: skip
+    for va, row in c.iterrows():
+        d = (trials["b"][row["variant_b"]] - trials["a"][va]).dropna()
+        assert row["pairs"] == 4 and row["a_n"] == 4 and row["b_n"] == 6  # seeds 4, 5 of b have no partner
+        assert row["delta"] == pytest.approx(d.mean()) and row["p"] == pytest.approx(sps.wilcoxon(d).pvalue)
+    assert c["p_adj"].to_numpy() == pytest.approx(stats.adjust(c["p"].to_numpy(), "bh"))
+    assert "Benjamini-Hochberg-adjusted over the family of the 2 shared variants" in (folder / "report.md").read_text()
+    assert latex_tables((folder / "tables.tex").read_text())
+    bad = runner.invoke(app, ["report", "pair", "--correction", "bonferroni", "--db", store.url])
+    assert bad.exit_code == 2 and "correction must be one of holm, bh, not 'bonferroni'" in bad.output
+    none = runner.invoke(app, ["report", "--compare", "a", "nope", "--db", store.url])
+    assert none.exit_code == 2 and "no sweep 'nope'" in none.output
+
+
+def test_bands_stay_in_the_metrics_range_and_a_cost_with_one_value_gets_no_plot(store, tmp_path):
+    from ablate.reporting import plots
+
+    lower, upper = plots.band(np.array([0.99, 0.02]), np.array([0.05, 0.05]), "test.auc")
+    assert upper.tolist() == [1.0, 0.07] and lower == pytest.approx([0.94, 0.0])
+    assert plots.band(np.array([99.0]), np.array([3.0]), "val.top1")[1][0] == 100.0
+    assert plots.band(np.array([0.1]), np.array([0.5]), "train.loss")[0][0] == 0.0
+    pair_store(store, tmp_path)  # every trial has the same params and FLOPs and takes no time
+    files = {f.name for f in report("pair", store=store, out=tmp_path / "r", formats=["md"])}
+    assert "cost.png" not in files and "variants.png" in files
+    assert "No cost on which the finished variants differ" in (tmp_path / "r" / "pair" / "report.md").read_text()
+
+
+def test_report_renders_in_headless_chromium_without_console_errors(store, tmp_path):
+    browser = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
+    if browser is None:
+        pytest.skip("no Chromium on this machine (apt-get install chromium)")
+    pair_store(store, tmp_path, epochs=3)
+    page = next(f for f in report("pair", store=store, out=tmp_path / "r", formats=["html"]) if f.parent.name == "pair")
+    done = subprocess.run([browser, "--headless", "--no-sandbox", "--disable-gpu", "--enable-logging=stderr", "--v=0",
+                           f"--user-data-dir={tmp_path / 'profile'}", "--dump-dom", page.as_uri()],
+                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert done.returncode == 0 and "<table>" in done.stdout
+    assert not [line for line in done.stderr.splitlines() if "CONSOLE" in line], done.stderr[-2000:]
