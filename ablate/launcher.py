@@ -71,8 +71,8 @@ class LaunchResult:
 
     def then(self, later: LaunchResult) -> LaunchResult:
         """This result followed by a later round's: counts and time add up, the later round's faults win."""
-        return replace(later, counts=self.counts + later.counts, skipped=self.skipped,
-                       seconds=self.seconds + later.seconds, stale=self.stale, rounds=self.rounds + later.rounds)  # fmt: skip
+        return replace(later, counts=self.counts + later.counts, skipped=self.skipped, stale=self.stale,
+                       seconds=self.seconds + later.seconds, rounds=self.rounds + later.rounds)  # fmt: skip
 
 
 @dataclass(frozen=True)

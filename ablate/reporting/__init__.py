@@ -30,7 +30,7 @@ from typing import Any
 
 import pandas as pd
 
-from ablate.reporting import effects, frames, plots, render, stats, tables
+from ablate.reporting import effects, frames, plots, render, seeding, stats, tables
 from ablate.reporting.compare import compare
 from ablate.reporting.frames import ReportError, SweepData
 from ablate.reporting.render import Block, Image, Section, Table
@@ -119,6 +119,8 @@ def _write_sweep(store: Store, data: SweepData, where: Path, formats: set[str], 
     if formats & {"html", "md", "tex"}:
         figures = _figures(store, data, table, eff) if formats & {"html", "md"} else {}
         title, meta, sections = _sections(data, table, fac, eff, figures, correction)
+        if (seeds := seeding.section(store, data)) is not None:
+            sections.insert(1, seeds)
         if "tex" in formats:
             written.append(write_file(where / "tables.tex", render.latex(title, meta, sections)))
         if "html" in formats:
