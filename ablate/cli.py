@@ -217,6 +217,10 @@ def plan(
             out.print(f"... {len(prows) - limit} more rows (--limit, or --format csv)")
         counts = "; ".join(f"{a}: " + ", ".join(f"{_cell(v)}={n}" for v, n in c.items()) for a, c in p.counts().items())
         out.print(f"total {len(p.trials)}; {counts}; seeds {len(set(t.axes['seed'] for t in p.trials))}")
+        if p.adaptive:
+            a = p.adaptive
+            out.print(f"adaptive seeds: {a.min} per cell now; up to {len(p.reserve)} more trials ({a.max} seeds) for "
+                      f"cells still undecided at threshold {a.threshold:g} on {p.metric}")  # fmt: skip
         if p.baseline:
             out.print("* = baseline variant")
 

@@ -9,8 +9,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 from conftest import TINY, write_sweeps
+from typer.testing import CliRunner
 
 from ablate import sequential
+from ablate.cli import app
 from ablate.errors import SpecError
 from ablate.launcher import RunConfig, launch
 from ablate.planner import plan
@@ -109,6 +111,15 @@ def test_adaptive_seeds_need_a_baseline_and_a_valid_range(tmp_path: Path) -> Non
         plan(write_sweeps(tmp_path / "a.yaml", {"s": sweep}))
     with pytest.raises(SpecError, match=r"seeds.*max \(3\) must exceed min \(3\)"):
         plan(write_sweeps(tmp_path / "b.yaml", {"s": {**sweep, "seeds": {"min": 3, "max": 3, "threshold": 1}}}))
+
+
+def test_plan_says_how_many_trials_adaptive_seeding_may_add(tmp_path: Path) -> None:
+    sweep = {"base": TINY, "grid": {"train.lr": [1e-3, 2e-3]}, "baseline": {"train.lr": 1e-3},
+             "seeds": {"min": 3, "max": 6, "threshold": 0.5}}  # fmt: skip
+    result = CliRunner().invoke(app, ["plan", str(write_sweeps(tmp_path / "e.yaml", {"s": sweep})), "--no-costs"])
+    assert result.exit_code == 0, result.output
+    assert "total 6;" in result.output
+    assert "adaptive seeds: 3 per cell now; up to 6 more trials (6 seeds)" in " ".join(result.output.split())
 
 
 def test_a_real_sweep_adds_seeds_only_where_undecided(ray_local, tmp_path: Path) -> None:
