@@ -1,8 +1,9 @@
 """What a model costs, without training: parameters, forward FLOPs per example, peak forward memory.
 
 `model_cost(cfg)` is what `ablate plan` shows per trial. It builds the network on the meta device (no
-memory, no weight init, milliseconds even for Swin-B sizes) and is cached by the architecture's identity,
-so a plan of thousands of trials over a few distinct models builds each model once.
+memory) and is cached by the architecture's identity, in the process and on disk (`ablate.cache`, keyed by
+the code too), so a plan of thousands of trials over a few distinct models builds each model once, and a
+later plan with the same code builds none.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from torch import Tensor, nn
 from torch.profiler import ProfilerActivity, profile
 from torch.utils.flop_counter import FlopCounterMode, sdpa_backward_flop_count, sdpa_flop_count
 
+from ablate.cache import remembered
 from ablate.config import TrialConfig
 from ablate.nn.factory import count_params, create_model, model_key
 from ablate.registry import BACKBONES, DATASETS
@@ -175,11 +177,17 @@ def model_cost(cfg: TrialConfig, in_chans: int | None = None, num_classes: int |
         in_chans, num_classes = data_dims(cfg)
     key = model_key(cfg, num_classes, in_chans)
     if key not in _COSTS:
-        with torch.device("meta"):
-            model = create_model(cfg, num_classes, in_chans).eval()
-        total, attention = _flops(cfg, model, num_classes, in_chans)
-        _COSTS[key] = Cost(count_params(model), total / 1e9, attention / 1e9)
+        dims = (num_classes, in_chans)
+        _COSTS[key] = Cost(*remembered("cost", cfg, key, lambda: _measure(cfg, *dims), __name__))
     return _COSTS[key]
+
+
+def _measure(cfg: TrialConfig, num_classes: int, in_chans: int) -> tuple[int, float, float]:
+    """The figures of a `Cost`: built and counted on the meta device."""
+    with torch.device("meta"):
+        model = create_model(cfg, num_classes, in_chans).eval()
+    total, attention = _flops(cfg, model, num_classes, in_chans)
+    return count_params(model), total / 1e9, attention / 1e9
 
 
 def _flops(cfg: TrialConfig, meta_model: nn.Module, num_classes: int, in_chans: int) -> tuple[int, int]:

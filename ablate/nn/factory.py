@@ -56,9 +56,22 @@ def count_params(model: nn.Module) -> int:
 
 
 def meta_params(cfg: TrialConfig, num_classes: int, in_chans: int) -> int:
-    """Parameter count of the config's network, built on the meta device (no memory, no init cost)."""
-    with torch.device("meta"):
-        return count_params(create_model(cfg, num_classes, in_chans))
+    """Parameter count of the config's network, built on the meta device (no memory), kept in the cost cache
+    (`ablate.cache`) with the ValueError of a width the mechanism rejects: a width search builds each candidate
+    once per code version, not once per process."""
+    from ablate.cache import remembered
+
+    def count() -> int | str:
+        try:
+            with torch.device("meta"):
+                return count_params(create_model(cfg, num_classes, in_chans))
+        except ValueError as e:
+            return str(e)
+
+    found = remembered("params", cfg, model_key(cfg, num_classes, in_chans), count, __name__)
+    if isinstance(found, str):
+        raise ValueError(found)
+    return int(found)
 
 
 def reference_config(cfg: TrialConfig, overrides: dict[str, Any]) -> TrialConfig:

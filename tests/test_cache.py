@@ -1,0 +1,66 @@
+"""The cost cache on disk: `ablate plan`'s params and GFLOPs are computed once per architecture and code."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from conftest import TINY, write_sweeps
+from test_plugins import experiments, plugin_source
+
+from ablate import cache
+from ablate.nn import accounting
+from ablate.nn.accounting import model_cost
+from ablate.planner import plan
+
+
+@pytest.fixture
+def fresh(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A cache folder of the test's own, and a process that has computed nothing yet."""
+    monkeypatch.setenv(cache.CACHE_ENV, str(tmp_path / "cache"))
+    monkeypatch.setattr(accounting, "_COSTS", {})
+    monkeypatch.setattr(cache, "_ENTRIES", {})
+    return tmp_path / "cache" / cache.FILE
+
+
+def new_process() -> None:
+    """Forget what this process computed and read, as a new `ablate plan` starts."""
+    accounting._COSTS.clear()
+    cache._ENTRIES.clear()
+
+
+def tamper(path: Path, params: int) -> None:
+    """Overwrite every cached cost's parameter count: a figure that could only come from the file."""
+    entries = json.loads(path.read_text())
+    path.write_text(json.dumps({k: [params, *v[1:]] if isinstance(v, list) else v for k, v in entries.items()}))
+
+
+def test_a_new_process_reads_costs_from_the_file(fresh: Path, tmp_path: Path) -> None:
+    cfg = plan(write_sweeps(tmp_path / "e.yaml", {"s": {"base": TINY}}), "s").trials[0].config
+    computed = model_cost(cfg)
+    assert fresh.exists()
+    new_process()
+    assert model_cost(cfg) == computed  # the figures survive the trip through JSON exactly
+    tamper(fresh, 12345)
+    new_process()
+    assert model_cost(cfg).params == 12345
+
+
+def test_edited_component_code_is_computed_again(fresh: Path, tmp_path: Path) -> None:
+    (tmp_path / "relu.py").write_text(plugin_source(kind="cachedrelu"))
+    cfg = plan(experiments(tmp_path, ["./relu.py"], kind="cachedrelu"), "p").trials[0].config
+    computed = model_cost(cfg)
+    tamper(fresh, 12345)
+    new_process()
+    assert model_cost(cfg).params == 12345  # same code: the file's figure
+    (tmp_path / "relu.py").write_text(plugin_source(kind="cachedrelu", extra="SCALE = 2"))  # a change the digest sees
+    new_process()
+    assert model_cost(cfg) == computed
+
+
+def test_an_unusable_cache_is_passed_over(fresh: Path, tmp_path: Path) -> None:
+    fresh.parent.parent.mkdir(exist_ok=True)
+    fresh.parent.write_text("not a folder")  # neither readable nor writable as the cache
+    cfg = plan(write_sweeps(tmp_path / "e.yaml", {"s": {"base": TINY}}), "s").trials[0].config
+    assert model_cost(cfg).params > 0
