@@ -295,6 +295,10 @@ class TrainConfig(Strict):
     diagnostics: bool = nokey(False)
     """Record attention diagnostics (entropy, winner transfer, column load) every epoch."""
     eval_batch_size: int = nokey(256, ge=1)
+    select: Literal["final", "best"] = added("final")
+    """Which epoch's model the test split scores: the final one, or the one with the best validation score
+    (the task's headline metric, e.g. val.top1; the test split is scored every epoch, but only validation
+    chooses). Needs a validation split."""
 
     @field_validator("opt")
     @classmethod
@@ -382,6 +386,8 @@ class TrialConfig(Strict):
             raise ValueError(f"task {self.task} cannot use backbone {self.model.backbone} (a {backbone.task} backbone)")
         backbone.accepts(self.attention)
         self.batch_split()
+        if self.train.select == "best" and self.data.val_fraction == 0:
+            raise ValueError("train.select best chooses the epoch on validation data: data.val_fraction must be > 0")
         return self
 
     def batch_split(self) -> BatchSplit:

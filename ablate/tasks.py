@@ -31,6 +31,8 @@ class Task:
     """How a batch becomes a loss and how a split is scored; one registered subclass per `config.task`."""
 
     name: ClassVar[str]
+    headline: ClassVar[str]
+    """The score (higher is better) that chooses the best epoch on validation data (`train.select: best`)."""
 
     def __init__(self, cfg: TrialConfig, data: Splits, device: torch.device) -> None:
         self.cfg, self.data, self.device = cfg, data, device
@@ -100,6 +102,7 @@ class Task:
 @register_task
 class Classify(Task):
     name = "classify"
+    headline = "top1"
 
     def __init__(self, cfg: TrialConfig, data: Splits, device: torch.device) -> None:
         super().__init__(cfg, data, device)
@@ -165,6 +168,7 @@ def shift_images(x: Tensor, shift: int) -> Tensor:
 @register_task
 class MIL(Task):
     name = "mil"
+    headline = "auc"
 
     def inputs(self, batch: Any) -> tuple[tuple[Tensor, ...], Tensor]:
         x, mask, y = batch

@@ -5,7 +5,8 @@ after every epoch, checkpoints after every epoch (`ablate.checkpoints`), and res
 finds.
 A NaN/inf loss ends the trial as `diverged` (epoch and step recorded); any other error propagates with
 its traceback for the launcher to record. The test split is evaluated once, at the end, on the final
-model: it is never used for selection.
+model (`train.select: final`), or every epoch with the result taken from the epoch of the best validation
+score (`best`): it is never used for selection.
 """
 
 from __future__ import annotations
@@ -147,6 +148,8 @@ def _train(
             continue
         if data.val is not None:
             metrics.update({f"val.{k}": v for k, v in evaluate(model, task, data.val, cfg).items()})
+        if t.select == "best":  # scored now, chosen at the end by validation only
+            metrics.update({f"test.{k}": v for k, v in evaluate(model, task, data.test, cfg).items()})
         if t.diagnostics:
             diag, progress.winners = diagnose(model, task, cfg, progress.winners)
             metrics.update(diag)
@@ -156,12 +159,26 @@ def _train(
         if folder is not None:
             checkpoints.save(folder, model, optimizer, scheduler, progress)
         report(epoch + 1, metrics)
-    if group.main:
+    if group.main and t.select == "best":
+        result.metrics = best_epoch(progress.history, f"val.{task.headline}")
+    elif group.main:
         result.metrics = {f"test.{k}": v for k, v in evaluate(model, task, data.test, cfg).items()}
     group.barrier()  # no worker leaves the group while rank 0 still evaluates
     result.epochs = total_epochs
     result.peak_memory = int(peak_memory_mb(device) * 2**20)  # bytes
     return result
+
+
+def best_epoch(history: list[tuple[int, dict[str, float]]], score: str) -> dict[str, float]:
+    """The test scores of the epoch with the highest validation `score` (the earliest on ties), and that
+    epoch as `test.epoch`: the model selection uses validation data only."""
+
+    def rank(h: tuple[int, dict[str, float]]) -> tuple[float, int]:
+        value = h[1].get(score, math.nan)
+        return (value if math.isfinite(value) else -math.inf, -h[0])
+
+    epoch, metrics = max(history, key=rank)
+    return {**{k: v for k, v in metrics.items() if k.startswith("test.")}, "test.epoch": float(epoch)}
 
 
 def make_scheduler(cfg: TrialConfig, optimizer: Any, steps_per_epoch: int) -> Any:

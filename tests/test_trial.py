@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 from pathlib import Path
 
@@ -13,7 +14,7 @@ from ablate import checkpoints
 from ablate.config import TrialConfig
 from ablate.data import DataError
 from ablate.tasks import shift_images
-from ablate.trial import run_trial
+from ablate.trial import best_epoch, run_trial
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -52,6 +53,34 @@ def test_classify_trial_reports_every_epoch_and_tests_once() -> None:
     env = res.environment
     assert env is not None
     assert env["packages"]["torch"] and env["device"].startswith("cpu") and "git_sha" in env
+
+
+def test_select_best_reports_the_test_scores_of_the_best_validation_epoch() -> None:
+    """train.select best: the test split is scored every epoch, the result is the epoch whose val.top1 is
+    highest (earliest on ties) and says which; a final-epoch trial never scores test before the end."""
+    seen, report = collect()
+    res = run_trial(config(train={**TINY["train"], "epochs": 4, "lr": 0.1, "select": "best"}), report)
+    val = [m["val.top1"] for _, m in seen]
+    best = val.index(max(val))
+    assert best != len(val) - 1  # lr 0.1 overshoots: the first epoch validates best, so the final one differs
+    assert res.metrics == {**{k: v for k, v in seen[best][1].items() if k.startswith("test.")}, "test.epoch": best + 1}
+    final, report = collect()
+    run_trial(config(), report)
+    assert not [k for _, m in final for k in m if k.startswith("test.")]
+
+
+def test_the_best_epoch_is_chosen_on_validation_never_on_test() -> None:
+    """Validation peaks at epoch 2, test at epoch 3, the last is 4; a NaN validation score never wins."""
+    history = [(e, {"val.top1": v, "test.top1": t, "train.loss": 1.0})
+               for e, v, t in [(1, 50, 50), (2, 70, 60), (3, 65, 80), (4, 60, 70), (5, math.nan, 99)]]  # fmt: skip
+    assert best_epoch(history, "val.top1") == {"test.top1": 60, "test.epoch": 2}
+    assert best_epoch([(1, {"val.top1": 5, "test.top1": 1}), (2, {"val.top1": 5, "test.top1": 2})],
+                      "val.top1")["test.epoch"] == 1  # fmt: skip
+
+
+def test_select_best_needs_a_validation_split() -> None:
+    with pytest.raises(ValueError, match=r"data\.val_fraction must be > 0"):
+        config(data={"name": "digits", "val_fraction": 0}, train={**TINY["train"], "select": "best"})
 
 
 def test_mil_trial_on_shipped_bags() -> None:

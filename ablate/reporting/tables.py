@@ -93,9 +93,16 @@ def replicates(r: pd.Series, data: SweepData) -> str:
 
 
 def metric_words(data: SweepData) -> str:
-    """What the headline number is: the metric and which epoch it comes from."""
-    return (f"{data.metric}, {'higher' if data.higher else 'lower'} is better: the final epoch's (the trainer "
-            "evaluates the test split once, after the last epoch; no epoch is selected).")  # fmt: skip
+    """What the headline number is: the metric and which epoch it comes from (`train.select`)."""
+    head = f"{data.metric}, {'higher' if data.higher else 'lower'} is better:"
+    picks = {c.get("train", {}).get("select", "final") for c in data.variants["config"]}
+    if picks == {"best"}:
+        return (f"{head} the best epoch's, chosen on validation data (the epoch with the best validation score; "
+                "the test split never chooses).")  # fmt: skip
+    if picks == {"final"}:
+        return (f"{head} the final epoch's (the trainer evaluates the test split once, after the last epoch; no "
+                "epoch is selected).")  # fmt: skip
+    return f"{head} the final epoch's for some variants and the best validation epoch's for others (train.select)."
 
 
 def spread_words(data: SweepData) -> str:
