@@ -15,7 +15,7 @@ from conftest import TINY, free_port, write_sweeps
 from gate import Gate, wait_for
 
 from ablate.config import TrialConfig
-from ablate.mirror import Mirror, sync
+from ablate.mirror import Mirror, Synced, sync
 from ablate.planner import Trial, trial_key, variant_key
 from ablate.store import Store
 from ablate.tracking import RUN_STATUS, Tracker, params_of
@@ -72,6 +72,31 @@ def test_the_mirror_warns_once_and_never_holds_the_launch_while_mlflow_is_down(t
         assert store.unmirrored() == [t.key]  # the store still knows what MLflow lacks
 
 
+def test_a_shared_trial_runs_in_the_experiment_of_the_sweep_that_ran_it_and_sync_summarises(tmp_path: Path) -> None:
+    """'alpha' planned the trial, 'zeta' (launched later) ran it: its run is in zeta's experiment and nested
+    under zeta's parent run; sync then puts zeta's summary on that parent and gives alpha an experiment whose
+    parent run links the run."""
+    t = trial(2)
+    with Store(f"sqlite:///{tmp_path / 'r.sqlite'}") as store:
+        tracker = Tracker(f"sqlite:///{tmp_path / 'm.sqlite'}")
+        store.add_trials("alpha", [t])
+        store.upsert_sweep("zeta", spec={"axes": ["seed"]})
+        store.add_trials("zeta", [t])
+        store.mark_running(t.key)
+        store.finish(t.key, "done", result={"test": {"top1": 0.5}})
+        done = sync(store, tracker)
+        assert (done.trials, done.summaries) == (1, 2)
+        run = tracker.client.get_run(store.trial(t.key).mlflow_run_id)
+        zeta, alpha = store.sweep("zeta"), store.sweep("alpha")
+        assert run.info.experiment_id == zeta.mlflow_experiment_id
+        assert run.data.tags["mlflow.parentRunId"] == zeta.mlflow_run_id
+        parent = tracker.client.get_run(zeta.mlflow_run_id)
+        assert [v for k, v in parent.data.metrics.items() if k.startswith("test.top1/mean/")] == [0.5]
+        assert run.data.tags["sweep.alpha"] == alpha.mlflow_run_id
+        assert tracker.client.get_run(alpha.mlflow_run_id).info.status == "FINISHED"
+        assert sync(store, tracker) == Synced(0, 0, 0)  # in step: nothing sent again
+
+
 class Server:
     """A real `mlflow server` on a SQLite backend in `folder`, on `port`; stopped by killing its process group."""
 
@@ -106,6 +131,8 @@ def assert_mlflow_equals_the_store(store: Store, uri: str, sweep: str) -> None:
     trials = store.trials_frame(sweep)
     assert len(trials) and store.unmirrored() == []
     exp = tracker.client.get_experiment_by_name(sweep).experiment_id
+    parent = tracker.client.get_run(store.sweep(sweep).mlflow_run_id)  # with the sweep's summary
+    assert any(k.startswith(f"{parent.data.tags['report.metric']}/mean/") for k in parent.data.metrics)
     for row in trials.itertuples():
         runs = tracker.client.search_runs([exp], f"tags.trial_key = '{row.key}'")
         assert len(runs) == 1, row.key

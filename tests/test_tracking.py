@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 
@@ -145,3 +146,79 @@ def test_metric_batches_over_the_limit(tracker, store):
     tracker.log_metric_rows(run_id, rows)
     tracker.log_metric_rows(run_id, rows)  # exact repeats are dropped
     assert len(tracker.client.get_metric_history(run_id, "m0")) == 834
+
+
+def grid(kinds: tuple[str, ...], seeds: tuple[int, ...]) -> list[Trial]:
+    """Trials of one attention axis by seeds: a variant per kind."""
+    out = []
+    for kind in kinds:
+        for seed in seeds:
+            cfg = TrialConfig.model_validate({"attention": {"kind": kind}, "seed": seed})
+            out.append(Trial(trial_key(cfg), variant_key(cfg), cfg, {"attention.kind": kind, "seed": seed}))
+    return out
+
+
+def run_done(tracker: Tracker, store: Store, sweep: str, t: Trial, top1: float) -> str:
+    """The trial done in the store with `top1`, and mirrored to MLflow as the launch would."""
+    store.mark_running(t.key)
+    run_id = tracker.start_trial(store, sweep, t.key)
+    store.finish(t.key, "done", result={"test": {"top1": top1}})
+    tracker.end_trial(run_id, "done", result={"test": {"top1": top1}})
+    return run_id
+
+
+def test_the_parent_run_carries_the_sweeps_summary_and_report(tracker, store):
+    """Per-variant means and paired deltas as metrics, the report as artifacts, logged again only when the
+    sweep changed; trial runs named by label and seed; the experiment opens on its runs."""
+    trials = grid(("softmax", "csan"), (0, 1))
+    store.upsert_sweep("summary", spec={"axes": ["attention.kind", "seed"]}, baseline=trials[0].variant)
+    store.add_trials("summary", trials)
+    runs = [run_done(tracker, store, "summary", t, top1) for t, top1 in zip(trials, (0.5, 0.6, 0.7, 0.9))]
+    assert [tracker.client.get_run(r).info.run_name for r in runs] == [
+        "Softmax, attn-FFN · seed 0", "Softmax, attn-FFN · seed 1",
+        "CSaN (tau, mu, private; unit readout), attn-FFN · seed 0",
+        "CSaN (tau, mu, private; unit readout), attn-FFN · seed 1"]  # fmt: skip
+
+    tracker.end_sweep(store, "summary")
+    record = store.sweep("summary")
+    parent = tracker.client.get_run(record.mlflow_run_id)
+    csan = "CSaN tau mu private unit readout attn-FFN"
+    assert parent.info.status == "FINISHED" and parent.data.metrics == pytest.approx({
+        "test.top1/mean/Softmax attn-FFN": 0.55, f"test.top1/mean/{csan}": 0.8,
+        "test.top1/delta/Softmax attn-FFN": 0.0, f"test.top1/delta/{csan}": 0.25})  # fmt: skip
+    tags = parent.data.tags
+    assert (tags["report.metric"], tags["report.baseline"]) == ("test.top1", "Softmax, attn-FFN")
+    assert tags["report.best"].startswith("CSaN")
+    files = {a.path for a in tracker.client.list_artifacts(parent.info.run_id, "report")}
+    assert {"report/index.html", "report/variants.csv", "report/summary.json"} <= files
+    page = tracker.client.download_artifacts(parent.info.run_id, "report/index.html")
+    assert "Softmax" in Path(page).read_text(encoding="utf-8")
+    kind = tracker.client.get_experiment(record.mlflow_experiment_id).tags["mlflow.experimentKind"]
+    assert kind == "custom_model_development"
+
+    assert not tracker.summarise(store, "summary")  # nothing changed: nothing logged
+    store.mark_running(trials[3].key)
+    store.finish(trials[3].key, "done", result={"test": {"top1": 0.8}})
+    assert tracker.summarise(store, "summary")
+    assert tracker.client.get_run(parent.info.run_id).data.metrics[f"test.top1/mean/{csan}"] == pytest.approx(0.75)
+
+
+def test_a_sweep_reusing_trials_gets_its_experiment_linking_their_runs(tracker, store):
+    trials = grid(("softmax", "csan"), (2,))
+    store.upsert_sweep("first", spec={"axes": ["attention.kind", "seed"]})
+    store.add_trials("first", trials)
+    runs = [run_done(tracker, store, "first", t, top1) for t, top1 in zip(trials, (0.5, 0.7))]
+    store.upsert_sweep("again", spec={"axes": ["attention.kind", "seed"]}, description="softmax only")
+    store.add_trials("again", trials[:1])  # done already: a launch of it runs nothing
+    tracker.end_sweep(store, "again")
+
+    first, again = store.sweep("first"), store.sweep("again")
+    assert again.mlflow_experiment_id not in (None, first.mlflow_experiment_id)
+    parent = tracker.client.get_run(again.mlflow_run_id)
+    assert parent.info.experiment_id == again.mlflow_experiment_id
+    assert parent.data.metrics == {"test.top1/mean/Softmax attn-FFN": 0.5}  # no baseline: no deltas
+    assert tracker.client.get_run(runs[0]).data.tags["sweep.again"] == again.mlflow_run_id
+    assert "sweep.again" not in tracker.client.get_run(runs[1]).data.tags
+    note = parent.data.tags["mlflow.note.content"]
+    assert note.startswith("softmax only") and f"#/experiments/{first.mlflow_experiment_id}/runs/{runs[0]})" in note
+    assert [r.info.run_id for r in runs_of(tracker, again.mlflow_experiment_id)] == [parent.info.run_id]  # not copied

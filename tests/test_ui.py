@@ -1,0 +1,135 @@
+"""`ablate ui` as a real process on a real MLflow store: it serves the runs page of the sweep launched last,
+and a stop signal sent to it alone ends the MLflow server and its workers too."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import signal
+import subprocess
+import sys
+import urllib.request
+from pathlib import Path
+
+import pytest
+from conftest import free_port
+from gate import wait_for
+
+from ablate.store import Store
+from ablate.tracking import Tracker
+
+pytestmark = pytest.mark.timeout(300)
+CLI_ENV = {k: v for k, v in os.environ.items() if k not in ("DISPLAY", "WAYLAND_DISPLAY")}
+
+
+def descendants(pid: int) -> set[int]:
+    """Every process under `pid`, from /proc (parent of each process)."""
+    parents: dict[int, int] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:  # ended while we looked
+                continue
+            parents[int(entry.name)] = int(stat.rsplit(")", 1)[1].split()[1])
+    found, todo = set(), [pid]
+    while todo:
+        pid = todo.pop()
+        children = {p for p, parent in parents.items() if parent == pid}
+        found |= children
+        todo += children
+    return found
+
+
+def serving_on(port: int) -> set[int]:
+    """Live processes with `--port <port>` in their command line (`ablate ui`, the mlflow server, uvicorn)."""
+    found = set()
+    for entry in Path("/proc").iterdir():
+        try:
+            args = (entry / "cmdline").read_bytes().split(b"\0") if entry.name.isdigit() else []
+        except OSError:
+            continue
+        if (b"--port", str(port).encode()) in set(itertools.pairwise(args)) and alive(int(entry.name)):
+            found.add(int(entry.name))
+    return found
+
+
+def alive(pid: int) -> bool:
+    """Whether `pid` is a process that is not a zombie."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def kill_all(proc: subprocess.Popen, port: int) -> set[int]:
+    """After a test: kill `ablate ui` if it still runs, and whatever still serves `port` (the server runs in a
+    session of its own), so a failing test leaves nothing behind; returns the processes that were left."""
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+    left = serving_on(port)
+    for pid in left:
+        os.kill(pid, signal.SIGKILL)
+    return left
+
+
+def stores(tmp_path: Path) -> tuple[str, str, dict[str, str]]:
+    """A results store and an MLflow store with two sweeps, 'newer' planned after 'older' (names in the other
+    order, so the name does not decide): the URLs and each sweep's experiment id."""
+    db, uri = f"sqlite:///{tmp_path / 'r.sqlite'}", f"sqlite:///{tmp_path / 'm.sqlite'}"
+    tracker = Tracker(uri)
+    with Store(db) as store:
+        for sweep in ("zz-older", "aa-newer"):
+            store.upsert_sweep(sweep)
+            tracker.start_sweep(store, sweep)
+        return db, uri, {s: store.sweep(s).mlflow_experiment_id for s in ("zz-older", "aa-newer")}
+
+
+def serving(port: int) -> bool:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as r:
+            return r.status == 200
+    except OSError:
+        return False
+
+
+@pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGINT])
+def test_ui_prints_the_last_sweeps_runs_page_and_a_stop_signal_leaves_no_process(tmp_path: Path, stop: int) -> None:
+    db, uri, experiments = stores(tmp_path)
+    port = free_port()
+    cmd = [sys.executable, "-m", "ablate.cli", "ui", "--db", db, "--mlflow-uri", uri, "--port", str(port)]
+    proc = subprocess.Popen(cmd, cwd=tmp_path, env=CLI_ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, start_new_session=True)  # fmt: skip
+    try:
+        wait_for(lambda: serving(port) or proc.poll() is not None, timeout=240)
+        assert proc.poll() is None, proc.communicate()[0]
+        exp = experiments["aa-newer"]
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/ajax-api/2.0/mlflow/experiments/get?experiment_id={exp}",
+                                    timeout=10) as r:  # fmt: skip
+            assert json.load(r)["experiment"]["name"] == "aa-newer"  # the server serves this MLflow store
+        under = descendants(proc.pid)
+        assert serving_on(port) - {proc.pid} <= under and len(under) >= 2  # the mlflow server, its uvicorn worker
+        os.kill(proc.pid, stop)  # to `ablate ui` alone, as a service manager or `kill` sends it
+        out = proc.communicate(timeout=120)[0]
+    finally:
+        left = kill_all(proc, port)
+    assert proc.returncode == 0, out
+    assert f"http://127.0.0.1:{port}/#/experiments/{exp}/runs" in out
+    assert not [pid for pid in under if alive(pid)] and not left, out
+
+
+def test_ui_for_an_unknown_sweep_exits_2_and_stops_the_server_it_started(tmp_path: Path) -> None:
+    db, uri, _ = stores(tmp_path)
+    port = free_port()
+    cmd = [sys.executable, "-m", "ablate.cli", "ui", "nope", "--db", db, "--mlflow-uri", uri, "--port", str(port)]
+    proc = subprocess.Popen(cmd, cwd=tmp_path, env=CLI_ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, start_new_session=True)  # fmt: skip
+    try:
+        out = proc.communicate(timeout=120)[0]
+    finally:
+        left = kill_all(proc, port)
+    assert proc.returncode == 2, out
+    assert "no sweep 'nope'" in out and "aa-newer, zz-older" in out
+    assert not left, out
