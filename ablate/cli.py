@@ -720,8 +720,9 @@ def ui(
                 page = sweep_page(base, None, sweep)
         except LookupError as e:
             fail(str(e))
+        out.print(f"MLflow UI on store {uri}: {page} (Ctrl-C stops it)", highlight=False)
         if (seconds := server.ready()) is not None:
-            out.print(f"MLflow UI on store {uri}: {page} (serving after {seconds:.1f} s; Ctrl-C stops it)")
+            out.print(f"serving after {seconds:.1f} s")
             if browser and (os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY") or sys.platform == "darwin"):
                 import webbrowser
 
