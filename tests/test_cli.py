@@ -5,12 +5,9 @@ from __future__ import annotations
 import importlib.metadata
 import json
 import os
-import signal
 import socket
 import subprocess
 import sys
-import time
-import urllib.request
 from pathlib import Path
 
 import pytest
@@ -177,40 +174,6 @@ def test_launch_status_runs_report(ray_local, tmp_path: Path) -> None:
     assert (tmp_path / "reports" / "s" / "index.html").exists()
 
 
-def test_ui_serves_the_mlflow_store_on_loopback(tmp_path: Path) -> None:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    cmd = [
-        sys.executable,
-        "-m",
-        "ablate.cli",
-        "ui",
-        "--mlflow-uri",
-        f"sqlite:///{tmp_path}/m.sqlite",
-        "--port",
-        str(port),
-    ]
-    proc = subprocess.Popen(
-        cmd, cwd=tmp_path, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
-    )
-    try:
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=5) as r:
-                    assert r.status == 200
-                    break
-            except OSError:
-                assert proc.poll() is None and time.monotonic() < deadline, "mlflow ui did not come up"
-                time.sleep(1)
-    finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        out = proc.communicate(timeout=60)[0]
-    assert f"http://127.0.0.1:{port}" in out
-
-
-@pytest.mark.parametrize("command", [["status"], ["runs"], ["report"]])
 def test_reading_commands_without_a_database_exit_2_and_create_nothing(command: list[str], tmp_path: Path) -> None:
     cwd = os.getcwd()
     os.chdir(tmp_path)

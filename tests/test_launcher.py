@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
-import ipaddress
 import os
 import shutil
 import signal
@@ -13,6 +11,7 @@ import threading
 from pathlib import Path
 
 import pandas as pd
+import procfs
 import pytest
 import torch
 from conftest import TINY, fresh_database, write_sweeps
@@ -35,44 +34,13 @@ def quiet() -> Progress:
     return Progress(live=False)
 
 
-def listening_addresses(root: int) -> set[ipaddress.IPv4Address | ipaddress.IPv6Address]:
-    """Addresses on which `root` and its descendants accept TCP connections, read from Linux's /proc."""
-    children: dict[int, list[int]] = {}
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        with contextlib.suppress(OSError):
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-            children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
-    pids, todo = set(), [root]
-    while todo:
-        pids.add(pid := todo.pop())
-        todo += children.get(pid, [])
-    inodes = set()
-    for pid in pids:
-        with contextlib.suppress(OSError):
-            for fd in Path(f"/proc/{pid}/fd").iterdir():
-                with contextlib.suppress(OSError):
-                    if (target := os.readlink(fd)).startswith("socket:["):
-                        inodes.add(target[8:-1])
-    found = set()
-    for table, width in (("tcp", 8), ("tcp6", 32)):
-        for line in Path(f"/proc/net/{table}").read_text().splitlines()[1:]:
-            cols = line.split()
-            if cols[3] == "0A" and cols[9] in inodes:  # 0A: LISTEN
-                raw = bytes.fromhex(cols[1].split(":")[0])
-                words = b"".join(raw[i : i + 4][::-1] for i in range(0, width // 2, 4))
-                found.add(ipaddress.ip_address(words))
-    return found
-
-
 @pytest.mark.skipif(not Path("/proc/net/tcp").exists(), reason="reads listening sockets from Linux's /proc")
 def test_the_embedded_ray_listens_on_loopback_only(ray_local) -> None:
     """Every server of the embedded Ray (GCS, raylet, agents, workers) accepts connections on loopback only."""
     ray_local.get(ray_local.remote(lambda: None).remote())  # a worker process exists too
-    found = listening_addresses(os.getpid())
+    found = procfs.listening(procfs.descendants(os.getpid()) | {os.getpid()})
     assert found, "no listening socket found: the /proc reading is broken"
-    mapped = {a: a.ipv4_mapped if isinstance(a, ipaddress.IPv6Address) and a.ipv4_mapped else a for a in found}
-    loopback = {a for a, v4 in mapped.items() if v4.is_loopback}
-    assert found == loopback, f"Ray listens beyond loopback on {sorted(map(str, found - loopback))}"
+    assert not procfs.beyond_loopback(found), f"Ray listens beyond loopback on {procfs.beyond_loopback(found)}"
 
 
 def test_launch_records_everything_and_never_reruns(ray_local, tmp_path: Path) -> None:

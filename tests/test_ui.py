@@ -12,6 +12,7 @@ import sys
 import urllib.request
 from pathlib import Path
 
+import procfs
 import pytest
 from conftest import free_port
 from gate import wait_for
@@ -21,25 +22,6 @@ from ablate.tracking import Tracker
 
 pytestmark = pytest.mark.timeout(300)
 CLI_ENV = {k: v for k, v in os.environ.items() if k not in ("DISPLAY", "WAYLAND_DISPLAY")}
-
-
-def descendants(pid: int) -> set[int]:
-    """Every process under `pid`, from /proc (parent of each process)."""
-    parents: dict[int, int] = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                stat = (entry / "stat").read_text()
-            except OSError:  # ended while we looked
-                continue
-            parents[int(entry.name)] = int(stat.rsplit(")", 1)[1].split()[1])
-    found, todo = set(), [pid]
-    while todo:
-        pid = todo.pop()
-        children = {p for p, parent in parents.items() if parent == pid}
-        found |= children
-        todo += children
-    return found
 
 
 def serving_on(port: int) -> set[int]:
@@ -109,8 +91,9 @@ def test_ui_prints_the_last_sweeps_runs_page_and_a_stop_signal_leaves_no_process
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/ajax-api/2.0/mlflow/experiments/get?experiment_id={exp}",
                                     timeout=10) as r:  # fmt: skip
             assert json.load(r)["experiment"]["name"] == "aa-newer"  # the server serves this MLflow store
-        under = descendants(proc.pid)
+        under = procfs.descendants(proc.pid)
         assert serving_on(port) - {proc.pid} <= under and len(under) >= 2  # the mlflow server, its uvicorn worker
+        assert procfs.listening(under) and not procfs.beyond_loopback(procfs.listening(under))  # no --host given
         os.kill(proc.pid, stop)  # to `ablate ui` alone, as a service manager or `kill` sends it
         out = proc.communicate(timeout=120)[0]
     finally:
