@@ -7,7 +7,7 @@ node imports the same components before it validates its trial's config:
   node, like ablate), or a local one beside the experiments file, whose folder travels with the task as a
   zip and is unpacked on each worker (a shared filesystem is not needed);
 - a file (`./local/myattn.py`, relative to the experiments file) is imported from its source text, which
-  travels with the task, under the name `ablate_plugin_<stem>` on every process;
+  travels with the task, under the name `ablate_plugin_<stem>_<hash of its path>` on every process;
 - entry points of the groups in `GROUPS` of every installed distribution (installed on every node, like
   ablate itself).
 Any failure to import or register is a `PluginError` naming the plugin.
@@ -48,7 +48,9 @@ class FilePlugin:
 
     @property
     def module(self) -> str:
-        return f"ablate_plugin_{Path(self.path).stem}"
+        """Its stem and a hash of its path: two files of one name (in two projects, or two tests of one
+        process) never share a module, and every process that is given the same path computes the same name."""
+        return f"ablate_plugin_{Path(self.path).stem}_{hashlib.sha256(self.path.encode()).hexdigest()[:8]}"
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from ablate.plugins import load_builtins
-from ablate.registry import MECHANISMS
+from ablate.registry import BACKBONES, DATASETS, MECHANISMS, TABLES, TASKS
 
 ROOT = Path(__file__).resolve().parents[1]
 #: A real MIDatasets file (MIT, licence beside it), for the .jld reader.
@@ -41,6 +41,25 @@ TINY = {
     },
     "train": {"epochs": 2, "batch_size": 128, "lr": 2e-3},
 }
+
+
+@pytest.fixture(autouse=True)
+def _file_plugins_stay_in_their_test():
+    """Forget, after each test, the plugin files it loaded in this process (modules `ablate_plugin_*`) and
+    what they registered: two tests' files that register one kind would collide as two projects' do (a
+    RegistryError), and a test must not see another's components. Reaches into the registries on purpose:
+    no product code unregisters."""
+    before = set(sys.modules)
+    yield
+    added = {m for m in set(sys.modules) - before if m.startswith("ablate_plugin_")}
+    for registry in (MECHANISMS, BACKBONES, DATASETS, TASKS, TABLES):
+        kept = {n: e for n, e in registry._entries.items() if e.source.split(":")[0] not in added}
+        if len(kept) != len(registry._entries):
+            registry._entries = kept
+            for listener in registry._listeners:
+                listener()
+    for module in added:
+        del sys.modules[module]
 
 
 def write_sweeps(path: Path, sweeps: dict) -> Path:

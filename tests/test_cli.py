@@ -174,6 +174,7 @@ def test_launch_status_runs_report(ray_local, tmp_path: Path) -> None:
     assert (tmp_path / "reports" / "s" / "index.html").exists()
 
 
+@pytest.mark.parametrize("command", [["status"], ["runs"], ["report"]])
 def test_reading_commands_without_a_database_exit_2_and_create_nothing(command: list[str], tmp_path: Path) -> None:
     cwd = os.getcwd()
     os.chdir(tmp_path)

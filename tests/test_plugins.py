@@ -79,8 +79,20 @@ BROKEN = {
     "no-kind": (plugin_source().replace('kind: Literal["relu"] = "relu"', "tau: float = 1.0"),
                 "needs a field kind: Literal['<name>'] = '<name>'"),
     "wrong-shape": (plugin_source(body="return (a @ v)[..., :1]"),
-                    "attention.kind 'relu' (ablate_plugin_relu:ReluConfig"),
+                    "attention.kind 'relu' (ablate_plugin_relu_"),
 }  # fmt: skip
+
+
+def test_two_plugin_files_of_one_name_in_two_projects_are_two_modules(tmp_path: Path) -> None:
+    """Project a's ./relu.py and project b's ./relu.py, planned in one process (a notebook): b's plugin is
+    loaded too, not mistaken for a's because the file names agree."""
+    files = []
+    for project, kind in (("a", "relua"), ("b", "relub")):
+        (tmp_path / project).mkdir()
+        (tmp_path / project / "relu.py").write_text(plugin_source(kind=kind))
+        files.append(experiments(tmp_path / project, ["./relu.py"], kind=kind))
+    kinds = [plan(f, "p").trials[0].config.attention.kind for f in files]
+    assert kinds == ["relua", "relub"]
 
 
 @pytest.mark.parametrize("case", list(BROKEN))
@@ -142,7 +154,7 @@ def test_a_passing_check_is_remembered_across_processes_in_a_file(tmp_path: Path
     counting = "if q.device.type != 'meta':\n            FORWARDS.append(1)\n        return a @ v"
     (tmp_path / "counted.py").write_text(plugin_source(kind="counted", body=counting, extra="FORWARDS = []"))
     p = plan(experiments(tmp_path, ["./counted.py"], kind="counted"), "p")
-    forwards = sys.modules["ablate_plugin_counted"].FORWARDS
+    forwards = sys.modules[p.plugins.files[0].module].FORWARDS
     memory = tmp_path / "ck" / "checked.json"
 
     def fresh_check(remember: Path | None) -> int:
