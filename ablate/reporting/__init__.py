@@ -105,6 +105,15 @@ def write_file(path: Path, content: str | bytes) -> Path:
     return path
 
 
+def write_pages(where: Path, formats: set[str], title: str, meta: list[str], sections: list[Section]) -> list[Path]:
+    """The page in each asked-for markup: index.html, report.md (figures as links beside it), tables.tex."""
+    pages = {"html": ("index.html", render.html_page), "md": ("report.md", render.markdown),
+             "tex": ("tables.tex", render.latex)}  # fmt: skip
+    return [
+        write_file(where / name, make(title, meta, sections)) for fmt, (name, make) in pages.items() if fmt in formats
+    ]
+
+
 def _write_sweep(store: Store, data: SweepData, where: Path, formats: set[str], correction: str) -> list[Path]:
     table = frames.variant_table(data, frames.throughput(store, data), correction)
     fac = effects.factorial(data)
@@ -121,12 +130,8 @@ def _write_sweep(store: Store, data: SweepData, where: Path, formats: set[str], 
         title, meta, sections = _sections(data, table, fac, eff, figures, correction)
         if (seeds := seeding.section(store, data)) is not None:
             sections.insert(1, seeds)
-        if "tex" in formats:
-            written.append(write_file(where / "tables.tex", render.latex(title, meta, sections)))
-        if "html" in formats:
-            written.append(write_file(where / "index.html", render.html_page(title, meta, sections)))
+        written += write_pages(where, formats, title, meta, sections)
         if "md" in formats:
-            written.append(write_file(where / "report.md", render.markdown(title, meta, sections)))
             written += [write_file(where / f"{name}.png", png) for name, png in figures.items()]
             for stale in set(FIGURES) - set(figures):
                 (where / f"{stale}.png").unlink(missing_ok=True)

@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ablate.reporting import frames, render, stats, tables
+from ablate.reporting import frames, stats, tables
 from ablate.reporting.frames import ReportError, SweepData
 from ablate.reporting.render import Section, Table
 from ablate.store import Store
@@ -155,7 +155,7 @@ def compare(
     """Write the side-by-side report of sweeps `a` and `b` to `out/compare-A-vs-B/` (html, md, csv, tex as
     asked); return the files written. ReportError before anything is written when a sweep is unknown,
     the metrics differ or they share no variant."""
-    from ablate.reporting import FORMATS, check, write_file
+    from ablate.reporting import FORMATS, check, write_file, write_pages
 
     wanted = check(formats or FORMATS, correction)
     c = comparison(frames.load(store, a, metric), frames.load(store, b, metric), correction)
@@ -166,10 +166,4 @@ def compare(
     written = []
     if "csv" in wanted:
         written.append(write_file(where / "compare.csv", c.frame.to_csv(index=False)))
-    if "html" in wanted:
-        written.append(write_file(where / "index.html", render.html_page(title, meta, sections)))
-    if "md" in wanted:
-        written.append(write_file(where / "report.md", render.markdown(title, meta, sections)))
-    if "tex" in wanted:
-        written.append(write_file(where / "tables.tex", render.latex(title, meta, sections)))
-    return written
+    return written + write_pages(where, wanted, title, meta, sections)
