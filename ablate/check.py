@@ -22,8 +22,10 @@ from pathlib import Path
 import torch
 
 from ablate.config import TrialConfig
-from ablate.nn.accounting import data_dims, example_input, model_cost
-from ablate.nn.factory import create_model, model_key
+from ablate.nn.accounting import example_input
+from ablate.nn.costs import data_dims, model_cost
+from ablate.nn.factory import create_model
+from ablate.nn.widths import model_key
 from ablate.planner import Plan
 from ablate.registry import BACKBONES, MECHANISMS
 
@@ -99,7 +101,7 @@ def _nn_sources() -> list[str]:
     """The sources of ablate.nn, read once per process (every variant's fingerprint includes them)."""
     import ablate.nn
 
-    return [p.read_text() for p in sorted(Path(ablate.nn.__file__).parent.glob("*.py"))]
+    return [p.read_text() for p in sorted(Path(ablate.nn.__file__).parent.rglob("*.py"))]
 
 
 class Remembered:

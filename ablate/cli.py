@@ -147,7 +147,7 @@ def plan_rows(plan: Any, costs: bool) -> list[dict[str, Any]]:
     rows = []
     cost_of = None
     if costs:
-        from ablate.nn.accounting import model_cost
+        from ablate.nn.costs import model_cost
 
         cost_of = model_cost
     for t in plan.trials:

@@ -31,7 +31,7 @@ from ablate.registry import BACKBONES, DATASETS, MECHANISMS, TASKS, Registry
 if TYPE_CHECKING:
     from ablate.config import TrialConfig
 
-LOOP = ("ablate.trial", "ablate.parallel", "ablate.nn.factory")
+LOOP = ("ablate.trial", "ablate.parallel", "ablate.nn.factory", "ablate.nn.widths")
 """The training loop: the same for every trial (the model factory builds every network)."""
 FOLLOWED = ("ablate.nn", "ablate.data")
 """Imports of a component's module that are followed (other ablate modules configure; they do not compute)."""
@@ -181,16 +181,31 @@ def _is_package(module: str) -> bool:
 
 
 def _file(module: str) -> Path | None:
-    mod = sys.modules.get(module)
-    file = getattr(mod, "__file__", None)
-    if file is None:
-        try:
-            spec = importlib.util.find_spec(module)
-        except (ImportError, ValueError):
-            return None
-        file = spec.origin if spec else None
+    """The source file of `module`, found without importing it: a package's lazily imported torch code is
+    followed without running it (planning stays torch-free)."""
+    file = getattr(sys.modules.get(module), "__file__", None) or _locate(module)
     path = Path(file) if file else None
     return path if path is not None and path.suffix == ".py" and path.is_file() else None
+
+
+def _locate(module: str) -> str | None:
+    """Where `module` would be imported from, walking its package folders (finding a submodule's spec the
+    usual way imports its parents)."""
+    top, *rest = module.split(".")
+    try:
+        spec = importlib.util.find_spec(top)
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not rest:
+        return spec.origin if spec else None
+    folders = [Path(f) for f in spec.submodule_search_locations or ()]
+    for i, part in enumerate(rest):
+        packages = [f / part for f in folders if (f / part / "__init__.py").is_file()]
+        if i == len(rest) - 1:
+            plain = [f / f"{part}.py" for f in folders if (f / f"{part}.py").is_file()]
+            return str(packages[0] / "__init__.py") if packages else str(plain[0]) if plain else None
+        folders = packages[:1]
+    return None
 
 
 def _tree(module: str) -> ast.Module | None:

@@ -72,7 +72,8 @@ def train_steps(cfg: TrialConfig, device: Any, steps: int = PROBE_STEPS) -> None
     import torch
     from timm.optim import create_optimizer_v2
 
-    from ablate.nn.accounting import data_dims, example_input
+    from ablate.nn.accounting import example_input
+    from ablate.nn.costs import data_dims
     from ablate.nn.factory import create_model
     from ablate.trial import autocast
 

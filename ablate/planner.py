@@ -227,8 +227,8 @@ def match_problem(cfg: TrialConfig) -> str | None:
     """
     if cfg.model.match_params is None:
         return None
-    from ablate.nn.accounting import data_dims
-    from ablate.nn.factory import match_width
+    from ablate.nn.costs import data_dims
+    from ablate.nn.widths import match_width
 
     try:
         in_chans, num_classes = data_dims(cfg)

@@ -1,24 +1,27 @@
 """Tasks: how a batch becomes a loss and how a split is scored (classify images, MIL bags).
 
 A task is registered (`ablate.registry.TASKS`) under the name `config.task` takes; datasets and
-backbones declare which task they serve, and validation checks the three agree.
+backbones declare which task they serve, and validation checks the three agree. Validation imports this module,
+so torch is imported by the methods that run in a trial, never at import.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sized
-from typing import Any, ClassVar, cast
+from typing import TYPE_CHECKING, Any, ClassVar, cast
 
 import numpy as np
-import torch
-import torch.nn.functional as F
-from torch import Tensor
-from torch.utils.data import DataLoader
 
-from ablate.config import TrialConfig
-from ablate.data import Splits
-from ablate.parallel import Step, steps
 from ablate.registry import register_task
+
+if TYPE_CHECKING:
+    import torch
+    from torch import Tensor
+    from torch.utils.data import DataLoader
+
+    from ablate.config import TrialConfig
+    from ablate.data import Splits
+    from ablate.parallel import Step
 
 
 def auc(scores: np.ndarray, labels: np.ndarray) -> float:
@@ -57,6 +60,8 @@ class Task:
 
     def loader(self, ds: Any, batch_size: int | None = None) -> DataLoader[Any]:
         """Evaluation batches of `ds`, in order."""
+        from torch.utils.data import DataLoader
+
         return DataLoader(
             ds,
             batch_size=batch_size or self.cfg.train.eval_batch_size,
@@ -70,6 +75,10 @@ class Task:
     def train_steps(self, epoch: int, rank: int = 0) -> list[Step]:
         """The optimizer steps of a training epoch for worker `rank` (see `ablate.parallel`). The order depends
         only on (seed, epoch), so a resumed trial, and every worker, sees the same global batches."""
+        import torch
+
+        from ablate.parallel import steps
+
         n = len(cast(Sized, self.data.train))
         order = torch.randperm(n, generator=self._generator(epoch))
         if self.cfg.train.repeated_aug > 1:  # each example k times in a row, the epoch as long as before
@@ -78,6 +87,8 @@ class Task:
 
     def micro_batches(self, plan: list[Step], epoch: int) -> DataLoader[Any]:
         """The non-empty micro-batches of `plan`, loaded in order."""
+        from torch.utils.data import DataLoader
+
         return DataLoader(
             self.data.train,
             batch_sampler=[m for step in plan for m in step.micro if m],
@@ -90,12 +101,16 @@ class Task:
     def _generator(self, epoch: int) -> torch.Generator:
         """The epoch's shuffle generator, after the draw a DataLoader makes for its workers' base seed first
         (so the order equals that of a shuffling DataLoader with this generator, as trials ran before)."""
+        import torch
+
         gen = self._seeded(epoch)
         torch.empty((), dtype=torch.int64).random_(generator=gen)
         return gen
 
     def _seeded(self, epoch: int) -> torch.Generator:
         """A generator that depends only on (seed, epoch)."""
+        import torch
+
         return torch.Generator().manual_seed(self.cfg.seed * 100_003 + epoch)
 
 
@@ -119,6 +134,8 @@ class Classify(Task):
             )
 
     def inputs(self, batch: Any) -> tuple[tuple[Tensor, ...], Tensor]:
+        import torch
+
         x, y = batch
         x = x.to(self.device, non_blocking=True)
         if self.device.type == "cuda" and self.cfg.train.channels_last:
@@ -134,11 +151,16 @@ class Classify(Task):
         return (mixed,), target
 
     def loss(self, out: Tensor, target: Tensor) -> Tensor:
+        import torch
+        import torch.nn.functional as F
+
         if target.ndim == 2:  # soft targets from mixup/cutmix (label smoothing folded in)
             return torch.sum(-target * F.log_softmax(out, dim=-1), dim=-1).mean()
         return F.cross_entropy(out, target, label_smoothing=self.cfg.train.label_smoothing)
 
     def score(self, outs: Tensor, targets: Tensor) -> dict[str, float]:
+        import torch.nn.functional as F
+
         k = min(5, outs.shape[1])
         topk = outs.topk(k, dim=1).indices
         hit = topk == targets[:, None]
@@ -155,6 +177,9 @@ def shift_images(x: Tensor, shift: int) -> Tensor:
     One gather over a zero-padded batch: cheap enough to run on the batch in the loop, so in-memory
     datasets (mnist5k, digits) get augmentation without a per-item transform.
     """
+    import torch
+    import torch.nn.functional as F
+
     b, _, h, w = x.shape
     padded = F.pad(x, (shift, shift, shift, shift))
     dy, dx = torch.randint(0, 2 * shift + 1, (2, b), device=x.device)
@@ -175,9 +200,13 @@ class MIL(Task):
         return (x.to(self.device), mask.to(self.device)), y.to(self.device).float()
 
     def loss(self, out: Tensor, target: Tensor) -> Tensor:
+        import torch.nn.functional as F
+
         return F.binary_cross_entropy_with_logits(out.reshape(-1), target)
 
     def score(self, outs: Tensor, targets: Tensor) -> dict[str, float]:
+        import torch.nn.functional as F
+
         outs = outs.reshape(-1)
         return {
             "loss": F.binary_cross_entropy_with_logits(outs, targets).item(),

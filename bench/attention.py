@@ -46,8 +46,8 @@ from torch import Tensor, nn
 from ablate.config import AttentionConfig, TrialConfig
 from ablate.nn.accounting import flops, peak_bytes
 from ablate.nn.factory import create_model
-from ablate.nn.swin import MixedWindowAttention
-from ablate.nn.vit import MixedAttention
+from ablate.nn.swin.layers import MixedWindowAttention
+from ablate.nn.vit.layers import MixedAttention
 
 
 @dataclass(frozen=True)

@@ -10,8 +10,10 @@ from torch import nn
 
 import ablate.nn  # noqa: F401  (registers every variant)
 from ablate.config import TrialConfig
-from ablate.nn.accounting import count_flops, count_params, data_dims, example_input, flops, model_cost, peak_memory
-from ablate.nn.factory import create_model, meta_params
+from ablate.nn.accounting import count_flops, count_params, example_input, flops, peak_memory
+from ablate.nn.costs import data_dims, model_cost
+from ablate.nn.factory import create_model
+from ablate.nn.widths import meta_params
 
 CSAN = {"kind": "csan"}
 #: (model fields, attention, published params in millions) at ImageNet defaults (224 px, 1000 classes).

@@ -14,10 +14,12 @@ from conftest import KINDS
 from pydantic import TypeAdapter
 
 from ablate.config import AttentionConfig
-from ablate.nn import create_mixer
 from ablate.nn.accounting import flops
-from ablate.nn.csan import CSaN, CSaNAttention, _KneeLogits, _RowMeanPhi
-from ablate.nn.sparse import Entmax15, ISTAAttention, Sparsemax, ista_step_size
+from ablate.nn.csan import CSaNAttention
+from ablate.nn.csan.layers import CSaN, _KneeLogits, _RowMeanPhi
+from ablate.nn.mixer import create_mixer
+from ablate.nn.sparse import ISTAAttention
+from ablate.nn.sparse.layers import Entmax15, Sparsemax, ista_step_size
 
 B, H, N, D = 2, 3, 10, 8
 DIM = H * D

@@ -6,8 +6,6 @@ from __future__ import annotations
 import copy
 import re
 
-import ablate._tv_compat  # the torchvision shim, before timm
-
 import pytest
 import torch
 from conftest import KINDS
@@ -15,12 +13,12 @@ from pydantic import ValidationError
 from timm.layers import Mlp
 from timm.models.swin_transformer import SwinTransformerBlock
 
-import ablate.nn  # noqa: F401  (registers every variant)
 from ablate.config import TrialConfig
-from ablate.nn.factory import create_model, match_width, meta_params
+from ablate.nn.factory import create_model
 from ablate.nn.mixer import TokenMixer
 from ablate.nn.surgery import Mixed
-from ablate.nn.swin import DWConv, MixedSwinBlock
+from ablate.nn.swin.layers import DWConv, MixedSwinBlock
+from ablate.nn.widths import match_width, meta_params
 
 TINY = {
     "swin": dict(backbone="swin", embed_dim=24, depths=(2, 2), num_heads=(2, 4), img_size=32, window_size=4),

@@ -10,8 +10,8 @@ from conftest import TINY, write_sweeps
 from test_plugins import experiments, plugin_source
 
 from ablate import cache
-from ablate.nn import accounting
-from ablate.nn.accounting import model_cost
+from ablate.nn import costs
+from ablate.nn.costs import model_cost
 from ablate.planner import plan
 
 
@@ -19,14 +19,14 @@ from ablate.planner import plan
 def fresh(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """A cache folder of the test's own, and a process that has computed nothing yet."""
     monkeypatch.setenv(cache.CACHE_ENV, str(tmp_path / "cache"))
-    monkeypatch.setattr(accounting, "_COSTS", {})
+    monkeypatch.setattr(costs, "_COSTS", {})
     monkeypatch.setattr(cache, "_ENTRIES", {})
     return tmp_path / "cache" / cache.FILE
 
 
 def new_process() -> None:
     """Forget what this process computed and read, as a new `ablate plan` starts."""
-    accounting._COSTS.clear()
+    costs._COSTS.clear()
     cache._ENTRIES.clear()
 
 

@@ -17,8 +17,8 @@ from PIL import Image
 
 from ablate.config import DataConfig, ModelConfig, TrialConfig
 from ablate.data import DataError, Splits, build_data
-from ablate.data.images import mnist5k_arrays
-from ablate.data.mil import PACKAGED, SHIPPED, pack, pad_bags, read, source
+from ablate.data.images.loaders import mnist5k_arrays
+from ablate.data.mil.loaders import PACKAGED, SHIPPED, pack, pad_bags, read, source
 
 
 def image_cfg(name: str, img_size: int = 16, num_classes: int | None = None, **data: object) -> TrialConfig:

@@ -11,8 +11,8 @@ from pydantic import TypeAdapter
 from torch import Tensor, nn
 
 from ablate.config import AttentionConfig
-from ablate.nn import argmax_keys, create_mixer, recording, summarize, winner_transfer
-from ablate.nn.diagnostics import column_gini, row_entropy
+from ablate.nn.diagnostics import argmax_keys, column_gini, recording, row_entropy, summarize, winner_transfer
+from ablate.nn.mixer import create_mixer
 
 DIM, HEADS, N = 16, 2, 9
 

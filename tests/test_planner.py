@@ -578,3 +578,38 @@ def test_a_value_from_an_environment_variable_is_recorded_as_its_placeholder(tmp
         assert run.data.params["data.path"] == "${SECRET_DIR}/cifar"
     files = [p for p in tmp_path.iterdir() if p.name.startswith(("r.sqlite", "m.sqlite"))]  # with -wal files
     assert len(files) >= 2 and not [p.name for p in files if b"s3cr3t" in p.read_bytes()]
+
+
+HEAVY = ("torch", "timm", "torchvision", "pandas", "mlflow", "ray", "sklearn", "h5py")
+"""What `ablate plan` must not import: every built-in component's declaration is torch-free, so validation and
+planning cost a fraction of a second (issue 17's 2 s budget; measured in bench/startup.py)."""
+
+
+def test_planning_shipped_sweeps_and_showing_their_costs_imports_no_torch(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`ablate plan` in a fresh process, costs shown, once the cost cache holds them (the first plan of an
+    architecture builds it on the meta device; warmed here in this process): no torch, timm, pandas, mlflow or
+    Ray. csan-paper solves param-matched widths (`model.match_params`), syn-musk1 is MIL."""
+    import os
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+
+    from ablate.nn import costs, widths
+
+    monkeypatch.setenv("ABLATE_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(costs, "_COSTS", {})  # figures this process knows would not reach the file
+    monkeypatch.setattr(widths, "_SOLVED", {})
+    report = "import atexit, sys; atexit.register(lambda: print(sorted(m for m in %r if m in sys.modules)))"
+    run_cli = "import runpy; sys.argv = ['ablate', *sys.argv[1:]]; runpy.run_module('ablate.cli', run_name='__main__')"
+    for sweep in ("cpu", "syn-musk1", "csan-paper"):
+        for trial in plan(ROOT / "experiments.yaml", sweep).trials:
+            costs.model_cost(trial.config)
+        args = ["plan", str(ROOT / "experiments.yaml"), sweep]
+        code = f"{report % (HEAVY,)}; {run_cli}"
+        done = subprocess.run([sys.executable, "-c", code, *args], env=os.environ, capture_output=True, text=True,
+                              timeout=300)  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        assert "total" in done.stdout and done.stdout.strip().splitlines()[-1] == "[]", (sweep, done.stdout)

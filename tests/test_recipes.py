@@ -155,8 +155,8 @@ def test_diamond_rows_widen_the_twin_attention_to_the_published_counts(monkeypat
     the CSaN row is CSaN at the width solved for softmax (model.match_as). Params within 1% (softmax) and 2%
     (CSaN) of the table, GMACs (attention matmuls left out, the table's convention) rounding to its figures.
     Widening embed_dim instead misses the CSaN row (13.22M, -2.8%)."""
-    from ablate.nn.accounting import model_cost
-    from ablate.nn.factory import match_width, meta_params
+    from ablate.nn.costs import model_cost
+    from ablate.nn.widths import match_width, meta_params
     from ablate.registry import TABLES
 
     monkeypatch.setenv("IMAGENET_DIR", "/data/imagenet")
@@ -186,10 +186,10 @@ def test_hiera_pooled_query_csan_reads_every_input_token_as_the_authors() -> Non
     and the private path is the group mean of v_j * kappa_priv_j. Both paths against the formulas, float64."""
     import math
 
-    from ablate.nn import create_mixer
     from ablate.nn.csan import CSaNAttention
     from ablate.nn.factory import create_model
-    from ablate.nn.hiera import MixedMaskUnitAttention
+    from ablate.nn.hiera.layers import MixedMaskUnitAttention
+    from ablate.nn.mixer import create_mixer
 
     seen: list[tuple[int, int, int]] = []
     cfg = TrialConfig.model_validate({"model": MODELS["hiera"][0], "attention": {"kind": "csan"}})

@@ -15,13 +15,15 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from torch import Tensor
-from torch.utils.data import Dataset
 
-from ablate.config import TrialConfig
+if TYPE_CHECKING:
+    from torch import Tensor
+    from torch.utils.data import Dataset
+
+    from ablate.config import TrialConfig
 
 __all__ = ["DataError", "Splits", "build_data", "holdout", "kfold"]
 

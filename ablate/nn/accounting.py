@@ -1,9 +1,7 @@
 """What a model costs, without training: parameters, forward FLOPs per example, peak forward memory.
 
-`model_cost(cfg)` is what `ablate plan` shows per trial. It builds the network on the meta device (no
-memory) and is cached by the architecture's identity, in the process and on disk (`ablate.cache`, keyed by
-the code too), so a plan of thousands of trials over a few distinct models builds each model once, and a
-later plan with the same code builds none.
+`measure` counts the figures of `ablate.nn.costs.model_cost` (what `ablate plan` shows per trial) on a network
+built on the meta device (no memory).
 """
 
 from __future__ import annotations
@@ -11,7 +9,6 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import torch
@@ -19,39 +16,17 @@ from torch import Tensor, nn
 from torch.profiler import ProfilerActivity, profile
 from torch.utils.flop_counter import FlopCounterMode, sdpa_backward_flop_count, sdpa_flop_count
 
-from ablate.cache import remembered
 from ablate.config import TrialConfig
-from ablate.nn.factory import count_params, create_model, model_key
-from ablate.registry import BACKBONES, DATASETS
+from ablate.nn.factory import count_params, create_model
+from ablate.registry import BACKBONES
 
 if TYPE_CHECKING:
     from torch._C._profiler import _ProfilerEvent
 
-__all__ = [
-    "Cost",
-    "count_flops",
-    "count_params",
-    "data_dims",
-    "example_input",
-    "flops",
-    "model_cost",
-    "peak_bytes",
-    "peak_memory",
-]
-
-
-@dataclass(frozen=True)
-class Cost:
-    params: int
-    gflops: float
-    """Forward GFLOPs per example as FlopCounterMode counts them (2 per multiply-accumulate)."""
-    attention_gflops: float = 0.0
-    """Of `gflops`, the attention matmuls (q k^T and weights @ v, as dense products): many papers' tables
-    leave them out, so `gflops - attention_gflops` is the other convention."""
+__all__ = ["count_flops", "count_params", "example_input", "flops", "measure", "peak_bytes", "peak_memory"]
 
 
 Inputs = Tensor | Sequence[Tensor]
-_COSTS: dict[str, Cost] = {}
 
 
 def _call(model: nn.Module, inputs: Inputs) -> Tensor:
@@ -157,33 +132,13 @@ def _allocations(events: list[_ProfilerEvent]) -> list[tuple[int, int]]:
     return out
 
 
-def data_dims(cfg: TrialConfig) -> tuple[int, int]:
-    """(in_chans, num_classes) of the trial's data without loading it: its dataset component says."""
-    return DATASETS.get(cfg.data.name).dims(cfg)
-
-
 def example_input(cfg: TrialConfig, in_chans: int, batch: int = 1, device: str | torch.device = "cpu") -> Inputs:
     """A batch of the shape the trial's model takes (its backbone component says: images, bags and a mask)."""
     return BACKBONES.get(cfg.model.backbone).example(cfg.model, in_chans, batch, device)
 
 
-def model_cost(cfg: TrialConfig, in_chans: int | None = None, num_classes: int | None = None) -> Cost:
-    """Parameters and forward GFLOPs per example (MIL: per bag of MIL_BAG instances) of the trial's model.
-
-    The data widths default to `data_dims(cfg)`. Built and counted on the meta device; cached by
-    `model_key`, so trials that differ only in data split, recipe or seed share one entry.
-    """
-    if in_chans is None or num_classes is None:
-        in_chans, num_classes = data_dims(cfg)
-    key = model_key(cfg, num_classes, in_chans)
-    if key not in _COSTS:
-        dims = (num_classes, in_chans)
-        _COSTS[key] = Cost(*remembered("cost", cfg, key, lambda: _measure(cfg, *dims), __name__))
-    return _COSTS[key]
-
-
-def _measure(cfg: TrialConfig, num_classes: int, in_chans: int) -> tuple[int, float, float]:
-    """The figures of a `Cost`: built and counted on the meta device."""
+def measure(cfg: TrialConfig, num_classes: int, in_chans: int) -> tuple[int, float, float]:
+    """The figures of a `Cost` (`ablate.nn.costs`): params, GFLOPs and attention GFLOPs, counted on the meta device."""
     with torch.device("meta"):
         model = create_model(cfg, num_classes, in_chans).eval()
     total, attention = _flops(cfg, model, num_classes, in_chans)

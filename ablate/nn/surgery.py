@@ -19,7 +19,9 @@ output replaces the branch output before the residual add.
 
 from __future__ import annotations
 
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
+
+import ablate._tv_compat  # noqa: F401  (the torchvision shim, before timm)
 
 from timm.models import named_apply
 from timm.models.vision_transformer import init_weights_vit_timm
@@ -28,6 +30,7 @@ from torch import nn
 from ablate.components import Mechanism
 from ablate.config import ModelConfig
 from ablate.nn.mixer import TokenMixer, create_mixer
+from ablate.nn.shapes import twin_head_dim
 
 
 class Mixed:
@@ -64,31 +67,6 @@ def _heads_qkv(attn: nn.Module) -> tuple[int, nn.Linear]:
     heads, qkv = attn.num_heads if hasattr(attn, "num_heads") else attn.heads, attn.qkv
     assert isinstance(heads, int) and isinstance(qkv, nn.Linear)  # as in every timm attention
     return heads, qkv
-
-
-def twin_head_dim(head_dim: int, width: float) -> int:
-    """The head dim of a pure stack's twin, `width` x `head_dim`: a ValueError unless a whole number."""
-    scaled = width * head_dim
-    if round(scaled) < 1 or abs(scaled - round(scaled)) > 1e-9 * scaled:
-        raise ValueError(f"model.twin_width {width:g} makes a head of {head_dim} channels {scaled:g} wide: "
-                         "heads must divide the twin's width (a whole head dim at every stage)")  # fmt: skip
-    return round(scaled)
-
-
-@runtime_checkable
-class Twinned(Protocol):
-    """A backbone whose pure stacks have a twin attention sized by `model.twin_width` (the timm backbones)."""
-
-    def head_dims(self, m: ModelConfig) -> tuple[int, ...]:
-        """The head dim of every stage's attention (a twin's are these times `model.twin_width`)."""
-        ...
-
-
-def check_twin(m: ModelConfig, backbone: Twinned) -> None:
-    """Raise a ValueError unless every stage's twin has whole head dims (`model.twin_width` is 1 unless the
-    stack is pure)."""
-    for head_dim in backbone.head_dims(m):
-        twin_head_dim(head_dim, m.twin_width)
 
 
 def mix_blocks(model: nn.Module, block_type: type[nn.Module], mixed: type[Mixed], m: ModelConfig,

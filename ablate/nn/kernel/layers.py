@@ -9,48 +9,13 @@ starting at ``cfg.sigma``. At sigma = 1 the Gaussian's dot-product term is exact
 from __future__ import annotations
 
 import math
-from typing import ClassVar, Literal
 
 import torch
 import torch.nn.functional as F
-from pydantic import Field
 from torch import Tensor, nn
 
-from ablate.components import Mechanism
+from ablate.nn.kernel import GaussianAttention, LaplaceAttention
 from ablate.nn.mixer import RowsMixer, TokenMixer, logits, normalize_rows
-from ablate.registry import register_mechanism
-
-
-class _Kernel(Mechanism):
-    """A distance kernel in place of the dot product, with a bandwidth learnt per head."""
-
-    said: ClassVar[tuple[str, ...]] = ("sigma",)
-    sigma: float = Field(1.0, gt=0)
-    """Initial bandwidth, relative to sqrt(head_dim)."""
-
-    def describe(self) -> str:
-        return f"{self.kind.capitalize()} kernel (sigma0={self.sigma})"
-
-
-@register_mechanism
-class GaussianAttention(_Kernel):
-    """Gaussian kernel attention softmax(-||q - k||^2 / (2 sigma^2)), learnable sigma per head."""
-
-    kind: Literal["gaussian"] = "gaussian"
-
-    def build(self, dim: int, num_heads: int, in_dim: int | None = None) -> TokenMixer:
-        return Gaussian(self, dim, num_heads, in_dim)
-
-
-@register_mechanism
-class LaplaceAttention(_Kernel):
-    """Laplace kernel attention softmax(-||q - k|| / sigma), learnable sigma per head."""
-
-    kind: Literal["laplace"] = "laplace"
-
-    def build(self, dim: int, num_heads: int, in_dim: int | None = None) -> TokenMixer:
-        return Laplace(self, dim, num_heads, in_dim)
-
 
 #: Floor of a squared distance before its square root (Laplace): a finite gradient when q_i == k_j.
 DIST_EPS = 1e-6

@@ -2,30 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
-
 import torch.nn.functional as F
 from torch import Tensor
 
-from ablate.components import Mechanism
 from ablate.nn.mixer import TokenMixer, softmax_rows
-from ablate.registry import register_mechanism
-
-
-@register_mechanism
-class SoftmaxAttention(Mechanism):
-    """Plain scaled dot-product attention (fused SDPA)."""
-
-    kind: Literal["softmax"] = "softmax"
-
-    def build(self, dim: int, num_heads: int, in_dim: int | None = None) -> TokenMixer:
-        return Softmax(self, dim, num_heads, in_dim)
-
-    def describe(self) -> str:
-        return "Softmax"
-
-    def published_key(self) -> tuple[Any, ...] | None:
-        return (self.kind,)
 
 
 class Softmax(TokenMixer):

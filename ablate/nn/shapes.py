@@ -1,0 +1,51 @@
+"""Shape rules that backbone declarations check at validation, before anything is built (no torch here):
+stage counts, heads dividing widths, and the whole head dims a pure stack's twin attention needs."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
+
+if TYPE_CHECKING:
+    from ablate.config import ModelConfig
+
+
+@runtime_checkable
+class Twinned(Protocol):
+    """A backbone whose pure stacks have a twin attention sized by `model.twin_width` (the timm backbones)."""
+
+    def head_dims(self, m: ModelConfig) -> tuple[int, ...]:
+        """The head dim of every stage's attention (a twin's are these times `model.twin_width`)."""
+        ...
+
+
+def check_twin(m: ModelConfig, backbone: Twinned) -> None:
+    """Raise a ValueError unless every stage's twin has whole head dims (`model.twin_width` is 1 unless the
+    stack is pure)."""
+    for head_dim in backbone.head_dims(m):
+        twin_head_dim(head_dim, m.twin_width)
+
+
+def twin_head_dim(head_dim: int, width: float) -> int:
+    """The head dim of a pure stack's twin, `width` x `head_dim`: a ValueError unless a whole number."""
+    scaled = width * head_dim
+    if round(scaled) < 1 or abs(scaled - round(scaled)) > 1e-9 * scaled:
+        raise ValueError(f"model.twin_width {width:g} makes a head of {head_dim} channels {scaled:g} wide: "
+                         "heads must divide the twin's width (a whole head dim at every stage)")  # fmt: skip
+    return round(scaled)
+
+
+def one_stage(m: ModelConfig) -> None:
+    assert m.depths is not None and m.num_heads is not None  # set by validation
+    if len(m.depths) != 1 or len(m.num_heads) != 1:
+        raise ValueError(f"{m.backbone} has one stage: depths and num_heads take one entry each")
+
+
+def heads_divide(m: ModelConfig) -> None:
+    assert m.embed_dim is not None and m.num_heads is not None  # set by validation
+    if m.embed_dim % m.num_heads[0]:
+        raise ValueError(f"embed_dim {m.embed_dim} is not divisible by num_heads {m.num_heads[0]}")
+
+
+def no_dwconv(m: ModelConfig) -> None:
+    if m.dwconv:
+        raise ValueError(f"dwconv (CSaN-V2) is defined for swin only, not {m.backbone}")
