@@ -7,7 +7,7 @@ node imports the same components before it validates its trial's config:
   node, like ablate), or a local one beside the experiments file, whose folder travels with the task as a
   zip and is unpacked on each worker (a shared filesystem is not needed);
 - a file (`./local/myattn.py`, relative to the experiments file) is imported from its source text, which
-  travels with the task, under the name `ablate_plugin_<stem>_<hash of its path>` on every process;
+  travels with the task, under the name `ablate_plugin_<stem>_<hash of its path and text>` on every process;
 - entry points of the groups in `GROUPS` of every installed distribution (installed on every node, like
   ablate itself).
 Any failure to import or register is a `PluginError` naming the plugin.
@@ -48,9 +48,12 @@ class FilePlugin:
 
     @property
     def module(self) -> str:
-        """Its stem and a hash of its path: two files of one name (in two projects, or two tests of one
-        process) never share a module, and every process that is given the same path computes the same name."""
-        return f"ablate_plugin_{Path(self.path).stem}_{hashlib.sha256(self.path.encode()).hexdigest()[:8]}"
+        """Its stem and a hash of its path and source: two files of one name (in two projects, or two tests of
+        one process) never share a module, every process given the same file computes the same name, and an
+        edited file is a new module. A process that imported the old text (a Ray worker of a long-lived
+        cluster, a notebook) runs the new one, whose components replace the old file's in the registries."""
+        digest = hashlib.sha256(f"{self.path}\0{self.source}".encode()).hexdigest()[:12]
+        return f"ablate_plugin_{Path(self.path).stem}_{digest}"
 
 
 @dataclass(frozen=True)
@@ -141,9 +144,13 @@ def _guarded(what: str, load: object) -> None:
 
 
 def _exec_file(plugin: FilePlugin) -> None:
-    """Import a file plugin from its source under a stable name (the same on every Ray worker)."""
+    """Import a file plugin from its source under a stable name (the same on every Ray worker); other texts of
+    the same file imported before are forgotten, so returning to one imports it again."""
     if plugin.module in sys.modules:
         return
+    for name, module in list(sys.modules.items()):
+        if name.startswith("ablate_plugin_") and getattr(module, "__file__", None) == plugin.path:
+            del sys.modules[name]
     module = types.ModuleType(plugin.module)
     module.__file__ = plugin.path
     sys.modules[plugin.module] = module

@@ -49,14 +49,15 @@ class Registry(Generic[T]):
         self._listeners: list[Callable[[], None]] = []
 
     def register(self, name: str, component: T, source: str | None = None) -> T:
-        """Add `component` under `name`; a name already taken by another source is a RegistryError."""
+        """Add `component` under `name`; a name already taken by another source is a RegistryError, unless that
+        source is an earlier text of the same plugin file (then the new text's component replaces it)."""
         if not name or not isinstance(name, str):
             raise RegistryError(f"{self.kind}: a component needs a non-empty string name, got {name!r}")
         where = source or describe_source(component)
         old = self._entries.get(name)
-        if old is not None:
-            if old.source == where:
-                return component  # the same module imported again (e.g. on a Ray worker): a no-op
+        if old is not None and old.source == where:
+            return component  # the same module imported again (e.g. on a Ray worker): a no-op
+        if old is not None and not _edited(old.source, where):
             raise RegistryError(f"{self.kind} {name!r} is registered twice: by {old.source} and by {where}")
         self._entries[name] = Entry(name, component, where)
         for listener in self._listeners:
@@ -108,6 +109,13 @@ def describe_source(obj: object) -> str:
     if file and not module.startswith("ablate."):
         name += f" ({file})"
     return name
+
+
+def _edited(old: str, new: str) -> bool:
+    """True when `new` is a later text of the file that registered `old`: one path, another module (a file
+    plugin's module name carries its text's hash, see `ablate.plugins.FilePlugin`). It replaces the entry."""
+    file = old.partition(" (")[2]
+    return bool(file) and new.partition(" (")[2] == file and old.split(":")[0] != new.split(":")[0]
 
 
 def _caller() -> Any:

@@ -95,6 +95,29 @@ def test_two_plugin_files_of_one_name_in_two_projects_are_two_modules(tmp_path: 
     assert kinds == ["relua", "relub"]
 
 
+def test_an_edited_plugin_file_runs_its_new_text_where_the_old_one_was_imported(tmp_path: Path) -> None:
+    """A process that imported a plugin file's old text (a Ray worker of a long-lived cluster, a notebook) and
+    is handed its edited text with the next trial runs the new text: its components replace the old ones (not
+    refused as a second registration, not skipped as a module already imported)."""
+    import torch
+
+    from ablate.plugins import FilePlugin, Plugins
+
+    path = str(tmp_path / "relu.py")
+    q, k, v = torch.randn(3, 1, 2, 5, 4).unbind(0)
+
+    def outputs(source: str) -> torch.Tensor:
+        Plugins(files=(FilePlugin(path, source),)).load()
+        mixer = TrialConfig.model_validate({**TINY, "attention": {"kind": "editrelu"}}).attention.build(8, 2)
+        assert type(mixer).__module__ == FilePlugin(path, source).module
+        return mixer(q, k, v)
+
+    old = outputs(plugin_source(kind="editrelu"))
+    new = outputs(plugin_source(kind="editrelu", body="return (a @ v) * 2.0"))
+    assert torch.equal(new, 2 * old)
+    assert torch.equal(outputs(plugin_source(kind="editrelu")), old)  # and back: the first text again
+
+
 @pytest.mark.parametrize("case", list(BROKEN))
 def test_a_broken_plugin_exits_2_naming_it_and_writes_nothing(case: str, tmp_path: Path) -> None:
     source, message = BROKEN[case]
