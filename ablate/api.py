@@ -57,8 +57,8 @@ def launch(
     from ablate.selection import Select
     from ablate.tracking import Tracker
 
-    if tracker is True or isinstance(tracker, str):
-        tracker = Tracker(None if tracker is True else tracker)
+    if tracker is True or isinstance(tracker, str):  # opened by the launcher where MLflow is needed, not here
+        tracker = Tracker(None if tracker is True else tracker, lazy=True)
     with _opened(store) as opened:
         return run_plans(plans, opened, tracker or None, cluster=cluster or Cluster(), run=run or RunConfig(),
                          progress=progress, choice=choice or Select())  # fmt: skip

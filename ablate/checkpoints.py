@@ -10,6 +10,9 @@ with the epoch, and the store keeps it with the code digest the checkpoint was w
 resumes, `admit` holds the file against that record: a checkpoint copied from another trial, truncated or
 edited (its metrics, its weights) does not match and is refused, so the trial restarts from scratch; one
 written by other code follows the sweep's staleness policy.
+
+torch is imported where a checkpoint is written or read, so the launcher (which only builds `Resume` records
+and names the files) starts without it.
 """
 
 from __future__ import annotations
@@ -21,11 +24,12 @@ import random
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
-import torch
-from torch import Tensor, nn
+
+if TYPE_CHECKING:
+    from torch import Tensor, nn
 
 FILE = "checkpoint.pt"
 DIGEST = f"{FILE}.sha256"
@@ -68,6 +72,8 @@ class Progress:
 
 def _rng_state() -> dict[str, Any]:
     """RNG states as tensors and plain values, so the checkpoint loads with weights_only=True."""
+    import torch
+
     legacy = cast(tuple[str, np.ndarray[Any, Any], int, int, float], np.random.get_state(legacy=True))
     kind, keys, pos, has_gauss, gauss = legacy
     state = {
@@ -81,6 +87,8 @@ def _rng_state() -> dict[str, Any]:
 
 
 def _set_rng_state(state: dict[str, Any]) -> None:
+    import torch
+
     torch.set_rng_state(state["torch"])
     kind, keys, pos, has_gauss, gauss = state["numpy"]
     np.random.set_state((kind, keys.numpy().astype(np.uint32), pos, has_gauss, gauss))
@@ -92,6 +100,8 @@ def _set_rng_state(state: dict[str, Any]) -> None:
 def save(folder: Path, model: nn.Module, optimizer: Any, scheduler: Any, progress: Progress) -> None:
     """Write the checkpoint of `folder` atomically: a temporary file of this attempt's own, then a rename, so
     no reader (and no other attempt) ever sees a partial file."""
+    import torch
+
     folder.mkdir(parents=True, exist_ok=True)
     path, tmp = folder / FILE, folder / f"{FILE}.{os.getpid()}-{uuid.uuid4().hex[:8]}.tmp"  # one per attempt
     state = {
@@ -126,6 +136,8 @@ def saved_sha(folder: Path) -> str | None:
 
 def _key_of(path: Path) -> str | None:
     """The trial key a checkpoint names (None when it names none or cannot be read: `restore` reports that)."""
+    import torch
+
     try:
         state = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
     except Exception:
@@ -160,6 +172,8 @@ def admit(folder: Path, resume: Resume | None) -> str | None:
 
 def read(folder: Path) -> tuple[dict[str, Any] | None, str | None]:
     """(state, None); (None, None) when there is no checkpoint; (None, why) when it cannot be read."""
+    import torch
+
     path = folder / FILE
     if not path.exists():
         return None, None

@@ -7,6 +7,11 @@ under `storage/<key>` (a shared folder or a bucket, `ablate.storage`). Applicati
 as `failed`, retried only `resources.retries` times. Ctrl-C (or SIGTERM) asks the loop to stop: at its
 next poll it cancels running tasks and marks them `interrupted`, and the next launch resumes them; a
 second Ctrl-C stops at once. No address: an embedded local Ray for the launch; an address or RAY_ADDRESS: that cluster.
+
+A launch with nothing to run starts no Ray and opens no MLflow client: ray, the worker and the trial loop are
+imported where trials are submitted, and MLflow is opened only when it lags behind the store (`Tracker.end_sweep`
+reads a SQLite MLflow store directly to tell). With trials to run, the embedded Ray starts while another thread
+runs `RunConfig.preflight` (the CLI's pre-launch check) and opens MLflow: the three used to run one after the other.
 """
 
 from __future__ import annotations
@@ -22,11 +27,9 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
-import ray
-
-from ablate import gangs, journal, packing, sequential
+from ablate import journal, packing
 from ablate.checkpoints import Resume
 from ablate.config import TrialConfig
 from ablate.leases import Heartbeat
@@ -35,13 +38,16 @@ from ablate.mirror import Mirror
 from ablate.planner import Plan, Trial
 from ablate.plugins import Plugins
 from ablate.progress import Progress
-from ablate.recorder import Recorder, start_inbox
+from ablate.recorder import Recorder
 from ablate.selection import Select, Selection, select
 from ablate.storage import Storage
 from ablate.store import Owner, Store
 from ablate.store.faults import StoreUnavailable
 from ablate.tracking import Tracker
-from ablate.worker import TaskArgs, trial_task
+
+if TYPE_CHECKING:
+    from ablate import gangs
+    from ablate.worker import TaskArgs
 
 T = TypeVar("T")
 DEFAULT_STORAGE = "db/checkpoints"
@@ -108,6 +114,10 @@ class RunConfig:
     lease: float = 60.0
     """Seconds a launcher's claim on a trial lasts unless its heartbeat (every quarter of it) renews it: how
     long a crashed launcher's trials wait before another launcher takes them over."""
+    preflight: Callable[[list[Trial]], None] | None = None
+    """Called with the trials about to run (never when there are none) in a thread of its own while Ray starts,
+    before anything is written to the store or submitted; what it raises stops the launch (an embedded Ray is
+    shut down again) and propagates. `ablate launch` runs its pre-launch check here."""
 
 
 class Stop:
@@ -156,6 +166,8 @@ def reachable(address: str, timeout: float = 10.0) -> None:
 
 def _connect(address: str | None, num_cpus: int | None) -> bool:
     """Join `address` (or RAY_ADDRESS), reuse a running Ray, or start an embedded one. True if we started it."""
+    import ray
+
     if ray.is_initialized():
         return False
     address = address or os.environ.get("RAY_ADDRESS")
@@ -181,6 +193,7 @@ def start_embedded(num_cpus: int | None = None, object_store_mb: int = 256) -> N
     and Windows (`RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0`: single-node, loopback) is the one way to get loopback
     on Linux; it is set only while the node starts (its processes inherit it), so a later `ray.init(address=)`
     in this process is unaffected. tests/test_launcher.py checks the listening addresses."""
+    import ray
     from ray._private import ray_constants
 
     env, flag = os.environ.get(ray_constants.ENABLE_RAY_CLUSTERS_ENV_VAR), ray_constants.ENABLE_RAY_CLUSTER
@@ -217,6 +230,10 @@ def launch(
             return launch(plans, default_store, tracker, cluster=cluster, run=run, progress=progress, choice=choice)
     plans = list(plans)
     result = _round(plans, store, tracker, cluster, run, progress, choice)
+    if not any(plan.adaptive for plan in plans):
+        return result
+    from ablate import sequential  # scipy: only for adaptive seeds
+
     while not result.interrupted and result.store_error is None:
         grown = [sequential.grow(plan, store) for plan in plans]
         new = [t.key for before, after in zip(plans, grown) for t in after.trials[len(before.trials) :]]
@@ -238,12 +255,6 @@ def _round(
     choice: Select,
 ) -> LaunchResult:
     """One pass of `launch`: run the selected trials of `plans` until each has finished or the launch stops."""
-    if run.runner is None:
-        from ablate.trial import run_trial
-
-        runner: Runner = run_trial
-    else:
-        runner = run.runner
     started = time.perf_counter()
     result = LaunchResult()
     plugins = Plugins()
@@ -257,8 +268,8 @@ def _round(
     if todo:  # a storage that cannot serve these trials is an error before Ray starts
         storage.refuse_gangs(list(todo.values()))
         storage.check()
-    # Ray first: an unreachable cluster is an error before anything is written to the store.
-    ours = _connect(cluster.address, cluster.num_cpus) if todo else False
+    # Ray first: an unreachable cluster (or a failed preflight) is an error before anything is written to the store.
+    ours = _start(cluster, run.preflight, list(todo.values()), tracker) if todo else False
     owner = Owner.new(run.lease)
     heartbeat = Heartbeat(store, owner)
     try:
@@ -284,9 +295,14 @@ def _round(
         if replayed:
             progress.message(f"wrote {replayed} records an earlier launch journaled while the store was unavailable")
         sweeps = [plan.sweep for plan in plans]
-        mirror = Mirror(store, tracker, progress.message).start(store.unmirrored(sweeps)) if tracker else None
+        mirror = None
+        if tracker is not None:
+            backlog = store.unmirrored(sweeps)
+            if todo or backlog:  # opened while Ray started; MLflow's errors stop the launch here, as ever
+                tracker.open()
+            mirror = Mirror(store, tracker, progress.message).start(backlog)
         if not todo:
-            progress.message(f"nothing to run: all {len(done)} trials are done")
+            progress.message(f"nothing to run: all {len(done)} trials are done; {progress.report_hint()}")
             _close(mirror, sweeps, "FINISHED", progress)
             result.seconds = time.perf_counter() - started
             return result
@@ -294,7 +310,9 @@ def _round(
             who = ", ".join(sorted(set(holders.values())))
             progress.message(f"{len(holders)} trials are leased to other launchers ({who}): they run there; "
                              "this launch takes over any whose lease lapses")  # fmt: skip
-        template = TaskArgs({}, "", storage.url, None, runner, plugins)
+        from ablate.worker import TaskArgs, run_trial
+
+        template = TaskArgs({}, "", storage.url, None, run.runner or run_trial, plugins)
         gpus = {k: _gpus(t.config, run.gpus) for k, t in todo.items()} | admission.shares
         recorder = Recorder(store, mirror, storage.root / journal.FOLDER / f"{owner.id}.jsonl")
         fanout = _Fanout(todo, store, owner, heartbeat, recorder, progress, result, run, template, gpus, chosen)
@@ -312,9 +330,48 @@ def _round(
         with suppress(StoreUnavailable):  # a store that is down lets the leases lapse instead
             store.release(owner)  # interrupted trials are free for the next launcher at once
         if ours:  # also when recording fails before the first task is submitted
+            import ray
+
             ray.shutdown()
     result.seconds = time.perf_counter() - started
     return result
+
+
+def _start(cluster: Cluster, preflight: Callable[[list[Trial]], None] | None, trials: list[Trial],
+           tracker: Tracker | None) -> bool:  # fmt: skip
+    """Connect to Ray or start the embedded one (`_connect`) while a thread runs `preflight(trials)` and then
+    opens MLflow; True if this launch started Ray. What the thread raised is raised here, before what Ray
+    raised (the preflight's verdict comes first, as when it ran before Ray), with an embedded Ray shut down."""
+    import ray  # imported here first, not by both threads at once
+
+    failure: list[BaseException] = []
+
+    def beside() -> None:
+        try:
+            if preflight is not None:
+                preflight(trials)
+            if tracker is not None:
+                tracker.open()
+        except BaseException as e:  # raised again in the launching thread
+            failure.append(e)
+
+    thread = threading.Thread(target=beside, name="ablate-preflight", daemon=True)
+    thread.start()
+    ours = False
+    try:
+        ours = _connect(cluster.address, cluster.num_cpus)
+        thread.join()
+        if failure:
+            raise failure[0]
+    except BaseException as e:
+        if thread.is_alive() and not isinstance(e, KeyboardInterrupt):
+            thread.join()
+        if ours:
+            ray.shutdown()
+        if failure and failure[0] is not e:
+            raise failure[0] from None
+        raise
+    return ours
 
 
 MIRROR_WAIT = 30.0
@@ -365,11 +422,18 @@ class _Fanout:
         self.pending: dict[Any, str] = {}
         self.gangs: dict[str, gangs.Gang] = {}
         self.attempts = Attempts()
+        import ray
+
+        from ablate.recorder import start_inbox
+        from ablate.worker import trial_task
+
         self.inbox = start_inbox()
         self.task = ray.remote(trial_task)
 
     def loop(self, stop: Stop) -> None:
         """Claim, submit and settle until every trial is finished here or elsewhere, or `stop` is set."""
+        import ray
+
         self.fill()
         looked = time.monotonic()
         while (self.pending or self.queue) and not stop:
@@ -429,6 +493,8 @@ class _Fanout:
         """Claim and submit the queued trials the cluster has CPUs and GPUs for (at least one when idle)."""
         if not self.queue:
             return
+        import ray
+
         total = ray.cluster_resources()
         running = [self.ask(k) for k in self.pending.values()]
         free_cpu = total.get("CPU", 0.0) - sum(cpu for cpu, _ in running)
@@ -469,6 +535,8 @@ class _Fanout:
                        resume=self.resume(key))  # fmt: skip
         self.storage.clear_stop(key)  # a request a preempted attempt already answered
         if cfg.resources.workers > 1:
+            from ablate import gangs
+
             gang = self.gangs[key] = gangs.start(self.task, opts, cfg.resources.workers, args)
             ref = gang.leader
         else:
@@ -477,6 +545,8 @@ class _Fanout:
         self.progress.submitted(self.todo[key])
 
     def drain(self) -> None:
+        import ray
+
         messages = ray.get(self.inbox.drain.remote())
         self.recorder.handle(messages)
         for m in messages:
@@ -497,6 +567,8 @@ class _Fanout:
         return [r for r in ready if r in self.pending]
 
     def stop_task(self, ref: Any, key: str) -> None:
+        import ray
+
         ray.cancel(ref, force=True)
         if key in self.gangs:
             self.gangs.pop(key).stop()
@@ -547,6 +619,8 @@ class _Fanout:
             self.storage.request_stop(key)
         self.progress.message(f"SIGTERM: {len(self.pending)} running trials checkpoint at their next step")
         end = time.monotonic() + self.run.grace
+        import ray
+
         while self.pending and time.monotonic() < end:
             ready, _ = ray.wait(list(self.pending), num_returns=len(self.pending), timeout=self.run.poll)
             self.drain()
@@ -587,6 +661,8 @@ def _settle(
     """Record a finished task; return its state, "retry" for an application error with retries left, "oom"
     for a first CUDA out-of-memory error on part of a GPU (requeued on a whole one), "lost" for a worker or
     node that died (Ray does not retry tasks itself: a lost trial is recorded `preempted`, then resumed)."""
+    import ray
+
     try:
         out: TrialResult = ray.get(ref)
     except ray.exceptions.RayError as e:  # the trial raised, or its worker/node died
@@ -615,6 +691,8 @@ def _settle(
 
 def _lost_worker(e: Exception) -> bool:
     """A rank's process or node died (rank 0's own, or another's, seen by rank 0 as a failed collective)."""
+    import ray
+
     if isinstance(e, ray.exceptions.RayTaskError):
         return isinstance(getattr(e, "cause", None), PeerLost)
     return isinstance(e, (ray.exceptions.WorkerCrashedError, ray.exceptions.NodeDiedError))

@@ -241,8 +241,13 @@ class Progress:
             words, name, value, n = best
             parts.append(Text(f"best variant of this launch: {words or 'the only one'} ({name} {value:.4g} at the "
                               f"last epoch, mean of {n})"))  # fmt: skip
-        if self.sweeps:
-            others = " and the other sweeps' beside it" if len(self.sweeps) > 1 else ""
-            command = f"ablate report {' '.join(self.sweeps)}"
-            parts.append(Text(f"report: `{command}` writes reports/{self.sweeps[0]}/index.html{others}"))
+        if where := self.report_hint():
+            parts.append(Text(where))
         return Group(*parts)
+
+    def report_hint(self) -> str | None:
+        """Where the launch's report will be, and the command that writes it (None before `begin`)."""
+        if not self.sweeps:
+            return None
+        others = " and the other sweeps' beside it" if len(self.sweeps) > 1 else ""
+        return f"report: `ablate report {' '.join(self.sweeps)}` writes reports/{self.sweeps[0]}/index.html{others}"

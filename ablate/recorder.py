@@ -13,8 +13,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import ray
-
 from ablate import journal
 from ablate.journal import Record, Stopped
 from ablate.messages import EpochEnd, Finished, Message, Started
@@ -40,6 +38,7 @@ class Inbox:
 def start_inbox() -> Any:
     """An Inbox actor for one launch, on the launcher's own node (a worker node that dies, say a reclaimed spot
     instance, must not take undrained messages with it); restarted by Ray if its worker dies, calls retried."""
+    import ray
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=True)

@@ -16,8 +16,11 @@ again by its `trial_key` tag, so runs are never duplicated.
 
 Epoch metrics carry the wall time they were measured at as their timestamp, so sending the same record
 twice does not add a point (MLflow drops exact repeats); a retried epoch with new values adds new points.
-mlflow is imported when a Tracker is made (about a second), the store when it is used: importing this
-module costs nothing, so `ablate ui` starts its server before paying for either.
+mlflow is imported when a Tracker is made (about a second; `lazy=True`: when its client is first used, or
+`open` is called), the store when it is used: importing this module costs nothing, so `ablate ui` starts its
+server before paying for either. Ending a sweep that MLflow already shows as ended, with the summary of the
+sweep as it is, changes nothing, and for a SQLite MLflow store it is told without mlflow (`in_step`): a
+relaunch with nothing to do never imports it.
 """
 
 from __future__ import annotations
@@ -33,14 +36,16 @@ import sqlite3
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Iterable, Iterator, Mapping
-from contextlib import contextmanager, suppress
+from contextlib import closing, contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from mlflow import MlflowClient
     from mlflow.entities import Run
 
     from ablate.store import Store
@@ -192,11 +197,10 @@ def _digest(store: Store, sweep: str) -> str:
 class Tracker:
     """MLflow writer for the recorder. `uri`: a tracking URI, by default SQLite under db/ (folder created,
     artifacts in mlartifacts/ beside it, `self.uri` made absolute), or a tracking server (`http://host:5000`,
-    what a cluster uses; artifacts where the server puts them)."""
+    what a cluster uses; artifacts where the server puts them). `lazy`: the client (and a SQLite store's
+    database) is made on first use or by `open`, not here."""
 
-    def __init__(self, uri: str | None = None, artifact_root: str | None = None) -> None:
-        from mlflow import MlflowClient
-
+    def __init__(self, uri: str | None = None, artifact_root: str | None = None, *, lazy: bool = False) -> None:
         from ablate.store import sqlite_file
 
         self.uri = uri or DEFAULT_URI
@@ -213,10 +217,32 @@ class Tracker:
         """Variant labels per (store, sweep), for run names; `_unlabelled`: variants looked up already."""
         self._unlabelled: set[tuple[str, str, str | None]] = set()
         self.artifact_root = artifact_root or ((db.parent / "mlartifacts").as_uri() if db else None)
-        with _creating(db):
-            self.client = MlflowClient(tracking_uri=self.uri)
-            if db is not None:
-                self.client.search_experiments(max_results=1)  # MLflow creates (migrates) its database here
+        self.db = db
+        """The SQLite file of a local store (None: a server)."""
+        self._client: MlflowClient | None = None
+        self._opening = threading.Lock()
+        if not lazy:
+            self.open()
+
+    def open(self) -> Tracker:
+        """Make the MLflow client (creating and migrating a SQLite store's database) unless it is made already;
+        safe from several threads (the launcher opens it in one while Ray starts). MLflow's errors propagate."""
+        with self._opening:
+            if self._client is None:
+                from mlflow import MlflowClient
+
+                with _creating(self.db):
+                    client = MlflowClient(tracking_uri=self.uri)
+                    if self.db is not None:
+                        client.search_experiments(max_results=1)  # MLflow creates (migrates) its database here
+                self._client = client
+        return self
+
+    @property
+    def client(self) -> MlflowClient:
+        client = self._client or self.open()._client
+        assert client is not None
+        return client
 
     def run_url(self, run_id: str) -> str:
         """Where a person opens the run: the server's page, or for a local store the run in `ablate ui`."""
@@ -271,10 +297,28 @@ class Tracker:
     def end_sweep(self, store: Store, sweep: str, status: str = "FINISHED") -> None:
         """Terminate the sweep's parent run (KILLED after Ctrl-C, say), then bring its summary up to date
         (`summarise`). A sweep whose trials all ran in other sweeps gets its experiment and parent run here."""
-        if store.sweep(sweep) is None:
+        if store.sweep(sweep) is None or self.in_step(store, sweep, status):
             return
         self.client.set_terminated(self._sweep_run(store, sweep, resume=False)[1], status)
         self.summarise(store, sweep)
+
+    def in_step(self, store: Store, sweep: str, status: str = "FINISHED") -> bool:
+        """Whether MLflow shows the sweep's parent run as `end_sweep` would leave it: there (not deleted, in an
+        experiment that is not), ended with `status`, its summary that of the sweep as the store has it now.
+        Told by reading a SQLite store's tables, without mlflow; False for a server, or whatever cannot be read
+        (then `end_sweep` asks MLflow)."""
+        record = store.sweep(sweep)
+        if self.db is None or record is None or not record.mlflow_run_id or not self.db.exists():
+            return False
+        query = ("SELECT r.status, r.lifecycle_stage, e.lifecycle_stage, t.value FROM runs r "
+                 "JOIN experiments e ON e.experiment_id = r.experiment_id "
+                 "LEFT JOIN tags t ON t.run_uuid = r.run_uuid AND t.key = ? WHERE r.run_uuid = ?")  # fmt: skip
+        try:
+            with closing(sqlite3.connect(f"{self.db.as_uri()}?mode=ro", uri=True, timeout=5)) as conn:
+                row = conn.execute(query, (DIGEST_TAG, record.mlflow_run_id)).fetchone()
+        except sqlite3.Error:  # not MLflow's tables (another version), locked, unreadable: ask MLflow
+            return False
+        return row is not None and tuple(row[:3]) == (status, "active", "active") and row[3] == _digest(store, sweep)
 
     def summarise(self, store: Store, sweep: str) -> bool:
         """Put the sweep's summary on its parent run, unless the sweep is as it was at the last summary: per

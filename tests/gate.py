@@ -85,13 +85,13 @@ def main(argv: list[str]) -> None:
     """Run the ablate CLI with every launch's trials gated (see the module docstring)."""
     import ray.cloudpickle
 
-    import ablate.trial
+    import ablate.worker
     from ablate.cli import app
 
     split = argv.index("--")
     folder, epoch, *keys = argv[:split]
     ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
-    ablate.trial.run_trial = Gate(Path(folder), int(epoch), keys or None).runner()
+    ablate.worker.run_trial = Gate(Path(folder), int(epoch), keys or None).runner()  # the launcher's default runner
     app(argv[split + 1 :], prog_name="ablate")
 
 

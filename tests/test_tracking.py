@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -10,7 +11,7 @@ import pytest
 from ablate.config import TrialConfig
 from ablate.planner import Trial, trial_key, variant_key
 from ablate.store import Store
-from ablate.tracking import MAX_KEY, MAX_PARAM, Tracker, mlflow_name, params_of
+from ablate.tracking import DIGEST_TAG, MAX_KEY, MAX_PARAM, Tracker, mlflow_name, params_of
 
 
 def trial(seed: int, **axes: object) -> Trial:
@@ -222,3 +223,43 @@ def test_a_sweep_reusing_trials_gets_its_experiment_linking_their_runs(tracker, 
     note = parent.data.tags["mlflow.note.content"]
     assert note.startswith("softmax only") and f"#/experiments/{first.mlflow_experiment_id}/runs/{runs[0]})" in note
     assert [r.info.run_id for r in runs_of(tracker, again.mlflow_experiment_id)] == [parent.info.run_id]  # not copied
+
+
+def test_a_lazy_tracker_makes_its_client_and_database_on_first_use(tmp_path):
+    db = tmp_path / "lazy" / "m.sqlite"
+    lazy = Tracker(f"sqlite:///{db}", lazy=True)
+    assert lazy.uri == f"sqlite:///{db}" and not db.exists()  # the folder is made, MLflow's database not yet
+    assert lazy.client is lazy.open().client and db.is_file()  # made once, then kept
+    assert lazy.client.search_experiments() is not None
+
+
+def test_in_step_holds_exactly_where_ending_the_sweep_would_change_nothing(tracker, store):
+    """`in_step` (read from MLflow's SQLite tables) says the parent run is ended with the asked status and carries
+    the summary of the sweep as the store has it; `end_sweep` then sends nothing (not even a new end time).
+    Anything else is not in step: a running parent, another status, a changed store, a deleted run, a server."""
+    trials = grid(("softmax", "csan"), (0,))
+    store.upsert_sweep("steady", spec={"axes": ["attention.kind"]}, baseline=trials[0].variant)
+    store.add_trials("steady", trials)
+    assert not tracker.in_step(store, "steady")  # no parent run yet
+    run_done(tracker, store, "steady", trials[0], 0.5)
+    assert not tracker.in_step(store, "steady")  # the trial's run set its parent running
+    tracker.end_sweep(store, "steady")
+    parent = store.sweep("steady").mlflow_run_id
+    assert tracker.in_step(store, "steady") and not tracker.in_step(store, "steady", "KILLED")
+    ended = tracker.client.get_run(parent).info.end_time
+    time.sleep(0.01)
+    tracker.end_sweep(store, "steady")
+    assert tracker.client.get_run(parent).info.end_time == ended  # in step: nothing sent
+
+    store.mark_running(trials[1].key)
+    store.finish(trials[1].key, "done", result={"test": {"top1": 0.7}})  # MLflow's summary is now behind
+    assert not tracker.in_step(store, "steady")
+    tracker.end_sweep(store, "steady")
+    assert tracker.in_step(store, "steady") and tracker.client.get_run(parent).info.end_time > ended
+    assert tracker.client.get_run(parent).data.tags[DIGEST_TAG]
+
+    tracker.client.delete_run(parent)
+    assert not tracker.in_step(store, "steady")
+    tracker.end_sweep(store, "steady")  # a new parent run, with the summary
+    assert store.sweep("steady").mlflow_run_id != parent and tracker.in_step(store, "steady")
+    assert not Tracker("http://127.0.0.1:9", lazy=True).in_step(store, "steady")  # a server: ask it
