@@ -5,7 +5,8 @@ before Ray starts, instead of in every trial on the cluster. Each distinct archi
 model, mechanism, data widths) is checked once per process: a batch of two real-shaped inputs, forward,
 loss, backward. Passing checks are also remembered in a file (`launch` keeps it beside the checkpoints) under
 a fingerprint of the architecture and of the code that builds it, so a relaunch does not repeat them, while
-an edited mechanism or backbone module is checked again.
+an edited mechanism or backbone module is checked again. torch is imported only to run a step: a launch whose
+variants are all done or remembered (an idle relaunch) never imports it.
 """
 
 from __future__ import annotations
@@ -17,14 +18,11 @@ import json
 import os
 import traceback
 from dataclasses import dataclass
+from importlib import metadata
 from pathlib import Path
 
-import torch
-
 from ablate.config import TrialConfig
-from ablate.nn.accounting import example_input
 from ablate.nn.costs import data_dims, model_cost
-from ablate.nn.factory import create_model
 from ablate.nn.widths import model_key
 from ablate.planner import Plan
 from ablate.registry import BACKBONES, MECHANISMS
@@ -53,6 +51,11 @@ _CACHE: dict[str, str | None] = {}
 
 def step(cfg: TrialConfig) -> None:
     """One forward and backward pass at batch 2 on CPU; raise with what went wrong."""
+    import torch
+
+    from ablate.nn.accounting import example_input
+    from ablate.nn.factory import create_model
+
     in_chans, num_classes = data_dims(cfg)
     model = create_model(cfg, num_classes, in_chans).train()
     inputs = example_input(cfg, in_chans, batch=BATCH)
@@ -83,11 +86,9 @@ def check_config(cfg: TrialConfig) -> str | None:
 def fingerprint(cfg: TrialConfig) -> str | None:
     """The architecture and the source of the modules that build it (mechanism, backbone, ablate.nn), with
     the torch and timm versions; None when a module's source cannot be read (then nothing is remembered)."""
-    import timm
-
     modules = {inspect.getmodule(MECHANISMS.get(cfg.attention.kind)),
                inspect.getmodule(type(BACKBONES.get(cfg.model.backbone)))}  # fmt: skip
-    parts = [model_key(cfg, *reversed(data_dims(cfg))), torch.__version__, timm.__version__]
+    parts = [model_key(cfg, *reversed(data_dims(cfg))), metadata.version("torch"), metadata.version("timm")]
     try:
         parts += sorted(inspect.getsource(m) for m in modules if m is not None)
     except (OSError, TypeError):

@@ -11,7 +11,7 @@ second Ctrl-C stops at once. No address: an embedded local Ray for the launch; a
 A launch with nothing to run starts no Ray and opens no MLflow client: ray, the worker and the trial loop are
 imported where trials are submitted, and MLflow is opened only when it lags behind the store (`Tracker.end_sweep`
 reads a SQLite MLflow store directly to tell). With trials to run, the embedded Ray starts while another thread
-runs `RunConfig.preflight` (the CLI's pre-launch check) and opens MLflow: the three used to run one after the other.
+runs `RunConfig.preflight` (a library caller's check of the trials to run) and opens MLflow.
 """
 
 from __future__ import annotations
@@ -117,7 +117,8 @@ class RunConfig:
     preflight: Callable[[list[Trial]], None] | None = None
     """Called with the trials about to run (never when there are none) in a thread of its own while Ray starts,
     before anything is written to the store or submitted; what it raises stops the launch (an embedded Ray is
-    shut down again) and propagates. `ablate launch` runs its pre-launch check here."""
+    shut down again) and propagates. `ablate launch` runs its pre-launch check before it opens the store instead,
+    so a failing check writes nothing; it skips done and remembered variants and imports no torch for them."""
 
 
 class Stop:

@@ -145,6 +145,21 @@ def test_launch_runs_the_default_sweep_unless_told_otherwise(tmp_path: Path) -> 
     assert not (tmp_path / "r.sqlite").exists()
 
 
+HEAVY = ("torch", "timm", "ray", "mlflow")
+
+
+def fresh_process(*args: str) -> str:
+    """`ablate ARGS` in a new process (as a user runs it, pre-launch check on); its output, then a last line
+    listing which of HEAVY it imported."""
+    report = f"import atexit, sys; atexit.register(lambda: print(sorted(m for m in {HEAVY!r} if m in sys.modules)))"
+    run_cli = "import runpy; sys.argv = ['ablate', *sys.argv[1:]]; runpy.run_module('ablate.cli', run_name='__main__')"
+    env = {**os.environ, "RAY_ADDRESS": "", "RAY_AUTH_MODE": "disabled"}
+    done = subprocess.run([sys.executable, "-c", f"{report}; {run_cli}", *args], env=env, capture_output=True,
+                          text=True, timeout=300, stdin=subprocess.DEVNULL)  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done.stdout
+
+
 def test_launch_status_runs_report(ray_local, tmp_path: Path) -> None:
     f = write_sweeps(tmp_path / "e.yaml", {"s": {"base": TINY, "grid": {"attention.kind": ["softmax", "csan"]},
                                                  "baseline": {"attention.kind": "softmax"}}})  # fmt: skip
@@ -155,6 +170,8 @@ def test_launch_status_runs_report(ray_local, tmp_path: Path) -> None:
     assert "done 2" in out
     assert "would run 0, skip 2" in invoke("launch", str(f), "--db", db, "--dry-run")
     assert "nothing to run" in invoke("launch", str(f), "--db", db, "--mlflow-uri", ml, "--plain")
+    idle = fresh_process("launch", str(f), "--db", db, "--mlflow-uri", ml, "--storage", str(tmp_path / "ck"))
+    assert "nothing to run" in idle and idle.splitlines()[-1] == "[]", idle  # the check skipped every done variant
     output = status("--db", db)
     (row,) = table(output, "trials per state")
     assert row.get("sweep", "s") == "s"
