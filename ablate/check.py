@@ -3,9 +3,10 @@
 A broken mechanism (a mixer that raises, returns the wrong shape or no gradient) fails here in seconds,
 before Ray starts, instead of in every trial on the cluster. Each distinct architecture (`model_key`:
 model, mechanism, data widths) is checked once per process: a batch of two real-shaped inputs, forward,
-loss, backward. Passing checks are also remembered in a file (`launch` keeps it beside the checkpoints) under
-a fingerprint of the architecture and of the code that builds it, so a relaunch does not repeat them, while
-an edited mechanism or backbone module is checked again. torch is imported only to run a step: a launch whose
+loss, backward. Passing checks are also remembered in a file under a fingerprint of the architecture and of the
+code that builds it (`launch` keeps it beside the cost cache, `ablate.cache.folder()`), so a later launch on this
+machine, of any sweep or project, does not repeat them, while an edited mechanism or backbone module is checked
+again. torch is imported only to run a step: a launch whose
 variants are all done or remembered (an idle relaunch) never imports it.
 """
 
@@ -118,8 +119,10 @@ class Remembered:
                 self.passed = set()
 
     def save(self) -> None:
+        """Add what passed here to what the file holds now (another launcher may have added to it meanwhile)."""
         if self.path is None:
             return
+        self.passed |= Remembered(self.path).passed
         self.path.parent.mkdir(parents=True, exist_ok=True)
         tmp = self.path.with_name(f"{self.path.name}.{os.getpid()}.tmp")
         tmp.write_text(json.dumps(sorted(self.passed)))

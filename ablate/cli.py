@@ -312,7 +312,9 @@ def launch(
     except StorageError as e:
         fail(str(e))
     if check:
-        failed = [c for c in _check(plans, _done_keys(db), where.root / CHECKED) if not c.ok]
+        from ablate.cache import folder
+
+        failed = [c for c in _check(plans, _done_keys(db), folder() / CHECKED) if not c.ok]
         if failed:
             fail(
                 "the pre-launch check failed (`ablate check` shows every variant; --no-check skips it):\n"

@@ -160,7 +160,8 @@ def fresh_process(*args: str) -> str:
     return done.stdout
 
 
-def test_launch_status_runs_report(ray_local, tmp_path: Path) -> None:
+def test_launch_status_runs_report(ray_local, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ABLATE_CACHE", str(tmp_path / "cache"))  # the costs and the checks that passed
     f = write_sweeps(tmp_path / "e.yaml", {"s": {"base": TINY, "grid": {"attention.kind": ["softmax", "csan"]},
                                                  "baseline": {"attention.kind": "softmax"}}})  # fmt: skip
     db, ml = f"sqlite:///{tmp_path}/r.sqlite", f"sqlite:///{tmp_path}/m.sqlite"
@@ -168,6 +169,7 @@ def test_launch_status_runs_report(ray_local, tmp_path: Path) -> None:
     assert "would run 2, skip 0" in dry and not (tmp_path / "r.sqlite").exists()
     out = invoke("launch", str(f), "--db", db, "--mlflow-uri", ml, "--storage", str(tmp_path / "ck"), "--plain")
     assert "done 2" in out
+    assert (tmp_path / "cache" / "checked.json").exists() and not (tmp_path / "ck" / "checked.json").exists()
     assert "would run 0, skip 2" in invoke("launch", str(f), "--db", db, "--dry-run")
     assert "nothing to run" in invoke("launch", str(f), "--db", db, "--mlflow-uri", ml, "--plain")
     idle = fresh_process("launch", str(f), "--db", db, "--mlflow-uri", ml, "--storage", str(tmp_path / "ck"))
