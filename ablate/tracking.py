@@ -500,6 +500,17 @@ def sweep_page(base: str, store: Store | None, sweep: str | None = None) -> str:
     return f"{base}/#/experiments/{exp}/runs"
 
 
+def _die_with(parent: int) -> None:
+    """In the forked server, before it runs: ask Linux to send it SIGTERM when `parent` (`ablate ui`) dies, even
+    by SIGKILL, which no handler of ours sees; elsewhere nothing. A parent already gone ends it at once."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG = 1
+        if os.getppid() != parent:
+            os._exit(1)
+
+
 class UiServer:
     """`mlflow server` on a tracking store for `ablate ui`, run until it exits or this process gets SIGTERM or
     SIGINT. The signal is forwarded to it once (it runs in a process group of its own, out of the terminal's
@@ -526,7 +537,9 @@ class UiServer:
             self._saved[sig] = signal.signal(sig, self._forward)
         self.started = time.monotonic()
         env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
-        self.proc = subprocess.Popen(self.cmd, env=env, start_new_session=True)
+        parent = os.getpid()
+        self.proc = subprocess.Popen(self.cmd, env=env, start_new_session=True,
+                                     preexec_fn=lambda: _die_with(parent))  # fmt: skip
         if self.stopping is not None:
             self.proc.terminate()
         return self

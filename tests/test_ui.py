@@ -116,3 +116,24 @@ def test_ui_for_an_unknown_sweep_exits_2_and_stops_the_server_it_started(tmp_pat
     assert proc.returncode == 2, out
     assert "no sweep 'nope'" in out and "aa-newer, zz-older" in out
     assert not left, out
+
+
+def test_ui_killed_with_sigkill_takes_its_server_down_too(tmp_path: Path) -> None:
+    """SIGKILL reaches no handler of `ablate ui`: the server learns of its death from the kernel (the parent-death
+    signal it asked for before it started) and stops with its worker."""
+    _, uri, _ = stores(tmp_path)
+    port = free_port()
+    cmd = [sys.executable, "-m", "ablate.cli", "ui", "--mlflow-uri", uri, "--port", str(port), "--no-browser"]
+    proc = subprocess.Popen(cmd, cwd=tmp_path, env=CLI_ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, start_new_session=True)  # fmt: skip
+    try:
+        wait_for(lambda: serving(port) or proc.poll() is not None, timeout=240)
+        assert proc.poll() is None, proc.communicate()[0]
+        under = procfs.descendants(proc.pid)
+        assert len(under) >= 2  # the mlflow server and its worker
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=60)  # (its output pipe stays open while a child holds it)
+        wait_for(lambda: not [pid for pid in under if alive(pid)], timeout=120)
+    finally:
+        left = kill_all(proc, port)
+    assert not left
