@@ -6,8 +6,8 @@ model, mechanism, data widths) is checked once per process: a batch of two real-
 loss, backward. Passing checks are also remembered in a file under a fingerprint of the architecture and of the
 code that builds it (`launch` keeps it beside the cost cache, `ablate.cache.folder()`), so a later launch on this
 machine, of any sweep or project, does not repeat them, while an edited mechanism or backbone module is checked
-again. torch is imported only to run a step: a launch whose
-variants are all done or remembered (an idle relaunch) never imports it.
+again. torch is imported only to run a step: a launch whose variants are all done or remembered (an idle
+relaunch) never imports it.
 """
 
 from __future__ import annotations
