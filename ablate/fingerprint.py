@@ -31,7 +31,7 @@ from ablate.registry import BACKBONES, DATASETS, MECHANISMS, TASKS, Registry
 if TYPE_CHECKING:
     from ablate.config import TrialConfig
 
-LOOP = ("ablate.trial", "ablate.parallel", "ablate.nn.factory", "ablate.nn.widths")
+LOOP = ("ablate.trial", "ablate.parallel", "ablate.nn.factory", "ablate.nn.build", "ablate.nn.widths")
 """The training loop: the same for every trial (the model factory builds every network)."""
 FOLLOWED = ("ablate.nn", "ablate.data")
 """Imports of a component's module that are followed (other ablate modules configure; they do not compute)."""

@@ -20,13 +20,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ValidationError
+from pydantic import ValidationError
 
-from ablate.config import REPLICATES, AnyMechanism, TrialConfig, identity
+from ablate.config import REPLICATES, TrialConfig, identity
 from ablate.errors import Problem, SpecError
 from ablate.paths import get_path, matches, set_path
-from ablate.plugins import Plugins, load_builtins
-from ablate.registry import DATASETS, MECHANISMS
+from ablate.plugins import Plugins
+from ablate.registry import DATASETS
 from ablate.spec import (
     AdaptiveSeeds,
     Linked,
@@ -35,6 +35,7 @@ from ablate.spec import (
     SweepSource,
     clean_loc,
     error_message,
+    path_problem,
     read_sweeps,
     with_overrides,
 )
@@ -120,40 +121,6 @@ def variant_identity(cfg: TrialConfig) -> dict[str, Any]:
 
 def variant_key(cfg: TrialConfig) -> str:
     return digest(variant_identity(cfg))
-
-
-def _models_in(annotation: Any, metadata: list[Any] | tuple[Any, ...] = ()) -> list[type[BaseModel]]:
-    """The config models a field holds; for the attention field, every registered mechanism's config."""
-    if any(isinstance(meta, AnyMechanism) for meta in metadata):
-        return [cls for _, cls in MECHANISMS.items()]
-    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-        return [annotation]
-    return [m for arg in typing.get_args(annotation) for m in _models_in(arg)]
-
-
-def _takes_dict(annotation: Any) -> bool:
-    return (
-        annotation is dict
-        or typing.get_origin(annotation) is dict
-        or any(_takes_dict(a) for a in typing.get_args(annotation))
-    )
-
-
-def path_problem(path: str) -> str | None:
-    """None if `path` names a config field (of any attention kind), else what was expected."""
-    load_builtins()
-    models: list[type[BaseModel]] = [TrialConfig]
-    parts = path.split(".")
-    for i, part in enumerate(parts):
-        fields = {n: f for m in models for n, f in m.model_fields.items()}
-        if part not in fields:
-            where = ".".join(parts[:i]) or "the top level"
-            return f"unknown config path {path!r}: {part!r} is not a key of {where}; expected one of {sorted(fields)}"
-        ann = fields[part].annotation
-        models = _models_in(ann, fields[part].metadata)
-        if not models:
-            return None if i == len(parts) - 1 or _takes_dict(ann) else f"{'.'.join(parts[: i + 1])} has no sub-keys"
-    return None
 
 
 # ------------------------------------------------------------------------------------------------- expand

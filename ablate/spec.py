@@ -14,19 +14,30 @@ import contextlib
 import copy
 import os
 import re
+import typing
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import Discriminator, Field, Tag, ValidationError, ValidationInfo, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    Discriminator,
+    Field,
+    Tag,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from ablate.components import Strict
-from ablate.config import TrialConfig
+from ablate.config import AnyMechanism, TrialConfig
 from ablate.errors import Problem, SpecError
 from ablate.paths import get_path, set_path, typed_value
-from ablate.plugins import PluginError, Plugins
+from ablate.plugins import PluginError, Plugins, load_builtins
+from ablate.registry import MECHANISMS
 
 Loc = tuple[str | int, ...]
 """A key path inside the YAML file, e.g. ("sweeps", "cpu", "grid", "train.lr", 0)."""
@@ -440,6 +451,40 @@ def read_sweeps(path: str | Path) -> SweepFile:
     return SweepFile(path, sweeps, default or next(iter(sweeps), None), problems)
 
 
+def _models_in(annotation: Any, metadata: list[Any] | tuple[Any, ...] = ()) -> list[type[BaseModel]]:
+    """The config models a field holds; for the attention field, every registered mechanism's config."""
+    if any(isinstance(meta, AnyMechanism) for meta in metadata):
+        return [cls for _, cls in MECHANISMS.items()]
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return [annotation]
+    return [m for arg in typing.get_args(annotation) for m in _models_in(arg)]
+
+
+def _takes_dict(annotation: Any) -> bool:
+    return (
+        annotation is dict
+        or typing.get_origin(annotation) is dict
+        or any(_takes_dict(a) for a in typing.get_args(annotation))
+    )
+
+
+def path_problem(path: str) -> str | None:
+    """None if `path` names a config field (of any attention kind), else what was expected."""
+    load_builtins()
+    models: list[type[BaseModel]] = [TrialConfig]
+    parts = path.split(".")
+    for i, part in enumerate(parts):
+        fields = {n: f for m in models for n, f in m.model_fields.items()}
+        if part not in fields:
+            where = ".".join(parts[:i]) or "the top level"
+            return f"unknown config path {path!r}: {part!r} is not a key of {where}; expected one of {sorted(fields)}"
+        ann = fields[part].annotation
+        models = _models_in(ann, fields[part].metadata)
+        if not models:
+            return None if i == len(parts) - 1 or _takes_dict(ann) else f"{'.'.join(parts[: i + 1])} has no sub-keys"
+    return None
+
+
 @dataclass(frozen=True)
 class Override:
     """`PATH=VALUE` given on the command line (`-s train.epochs=3`) or to `ablate.plan`: VALUE is YAML, set on
@@ -482,8 +527,6 @@ def with_overrides(file: SweepFile, texts: Sequence[str], names: Iterable[str] |
     override's (`SweepSource.problem`)."""
     if not texts:
         return file
-    from ablate.planner import path_problem  # the planner imports this module
-
     problems: list[Problem] = []
     overrides: list[Override] = []
     for text in texts:

@@ -17,7 +17,8 @@ from torch.profiler import ProfilerActivity, profile
 from torch.utils.flop_counter import FlopCounterMode, sdpa_backward_flop_count, sdpa_flop_count
 
 from ablate.config import TrialConfig
-from ablate.nn.factory import count_params, create_model
+from ablate.nn.build import count_params
+from ablate.nn.factory import create_model
 from ablate.registry import BACKBONES
 
 if TYPE_CHECKING:

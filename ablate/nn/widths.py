@@ -38,15 +38,15 @@ def meta_params(cfg: TrialConfig, num_classes: int, in_chans: int) -> int:
     def count() -> int | str:
         import torch
 
-        from ablate.nn.factory import count_params, create_model
+        from ablate.nn.build import build, count_params
 
         try:
             with torch.device("meta"):
-                return count_params(create_model(cfg, num_classes, in_chans))
+                return count_params(build(cfg, num_classes, in_chans))
         except ValueError as e:
             return str(e)
 
-    found = remembered("params", cfg, model_key(cfg, num_classes, in_chans), count, "ablate.nn.factory")
+    found = remembered("params", cfg, model_key(cfg, num_classes, in_chans), count, "ablate.nn.build")
     if isinstance(found, str):
         raise ValueError(found)
     return int(found)

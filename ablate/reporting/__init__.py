@@ -21,27 +21,22 @@ Modules: `frames` (store -> frames, per-variant statistics), `stats` (design-awa
 
 from __future__ import annotations
 
-import hashlib
 import json
-import re
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
-from ablate.reporting import effects, frames, plots, render, seeding, stats, tables
+from ablate.reporting import effects, frames, plots, render, seeding, tables
 from ablate.reporting.compare import compare
 from ablate.reporting.frames import ReportError, SweepData
+from ablate.reporting.output import ALL_FORMATS, FORMATS, check, folder, write_file, write_pages
 from ablate.reporting.render import Block, Image, Section, Table
-from ablate.spec import SAFE_NAME
 from ablate.store import STATES, Store
 
-__all__ = ["ALL_FORMATS", "FORMATS", "ReportError", "compare", "report"]
+__all__ = ["ALL_FORMATS", "FORMATS", "ReportError", "compare", "folder", "report"]
 
-FORMATS = ("html", "md", "csv")
-"""Written unless the caller names others."""
-ALL_FORMATS = (*FORMATS, "tex")
 FIGURES = ("variants", "cost", "curves", "diagnostics", "effects")
 SUMMARY = "summary.json"
 
@@ -73,45 +68,6 @@ def report(
     if "html" in wanted:
         written.append(write_file(out / "index.html", index_page(out)))
     return written
-
-
-def check(formats: Iterable[str], correction: str) -> set[str]:
-    """The formats asked for, as a set; ReportError for an unknown format or correction."""
-    wanted = set(formats)
-    if not wanted or wanted - set(ALL_FORMATS):
-        raise ReportError(
-            f"formats must be some of {', '.join(ALL_FORMATS)}, not {', '.join(sorted(wanted)) or 'none'}"
-        )
-    if correction not in stats.CORRECTIONS:
-        raise ReportError(f"correction must be one of {', '.join(stats.CORRECTIONS)}, not {correction!r}")
-    return wanted
-
-
-def folder(sweep: str) -> str:
-    """The sweep's folder under `out`: its name when that is a safe name (what the planner accepts), else a
-    sanitised name with a hash, so `..`, `.`, `index.html` or `a/b` (a store written by other means) can
-    never leave `out` or overwrite its index."""
-    if SAFE_NAME.fullmatch(sweep):
-        return sweep
-    return f"sweep-{re.sub(r'[^A-Za-z0-9_-]', '_', sweep)[:40]}-{hashlib.sha256(sweep.encode()).hexdigest()[:8]}"
-
-
-def write_file(path: Path, content: str | bytes) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    if isinstance(content, bytes):
-        path.write_bytes(content)
-    else:
-        path.write_text(content, encoding="utf-8")
-    return path
-
-
-def write_pages(where: Path, formats: set[str], title: str, meta: list[str], sections: list[Section]) -> list[Path]:
-    """The page in each asked-for markup: index.html, report.md (figures as links beside it), tables.tex."""
-    pages = {"html": ("index.html", render.html_page), "md": ("report.md", render.markdown),
-             "tex": ("tables.tex", render.latex)}  # fmt: skip
-    return [
-        write_file(where / name, make(title, meta, sections)) for fmt, (name, make) in pages.items() if fmt in formats
-    ]
 
 
 def _write_sweep(store: Store, data: SweepData, where: Path, formats: set[str], correction: str) -> list[Path]:

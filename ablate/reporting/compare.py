@@ -20,6 +20,8 @@ import pandas as pd
 
 from ablate.reporting import frames, stats, tables
 from ablate.reporting.frames import ReportError, SweepData
+from ablate.reporting.output import FORMATS, check, write_file, write_pages
+from ablate.reporting.output import folder as sweep_folder
 from ablate.reporting.render import Section, Table
 from ablate.store import Store
 
@@ -137,8 +139,6 @@ def table(c: Comparison, correction: str) -> Table:
 
 def folder(a: str, b: str) -> str:
     """The comparison's folder under `out`: built from the two sweeps' own safe folders."""
-    from ablate.reporting import folder as sweep_folder
-
     return f"compare-{sweep_folder(a)}-vs-{sweep_folder(b)}"
 
 
@@ -155,8 +155,6 @@ def compare(
     """Write the side-by-side report of sweeps `a` and `b` to `out/compare-A-vs-B/` (html, md, csv, tex as
     asked); return the files written. ReportError before anything is written when a sweep is unknown,
     the metrics differ or they share no variant."""
-    from ablate.reporting import FORMATS, check, write_file, write_pages
-
     wanted = check(formats or FORMATS, correction)
     c = comparison(frames.load(store, a, metric), frames.load(store, b, metric), correction)
     where = Path(out) / folder(a, b)

@@ -29,14 +29,16 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ablate.nn.csan import CSaNAttention
 from ablate.nn.mixer import TokenMixer, logits, normalize_rows
+
+if TYPE_CHECKING:
+    from ablate.nn.csan import CSaNAttention
 
 
 def _knee_chunks(

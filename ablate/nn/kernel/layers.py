@@ -9,13 +9,16 @@ starting at ``cfg.sigma``. At sigma = 1 the Gaussian's dot-product term is exact
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ablate.nn.kernel import GaussianAttention, LaplaceAttention
 from ablate.nn.mixer import RowsMixer, TokenMixer, logits, normalize_rows
+
+if TYPE_CHECKING:
+    from ablate.nn.kernel import GaussianAttention, LaplaceAttention
 
 #: Floor of a squared distance before its square root (Laplace): a finite gradient when q_i == k_j.
 DIST_EPS = 1e-6

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from functools import partial
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
@@ -16,7 +17,9 @@ from entmax import entmax15, sparsemax
 from torch import Tensor
 
 from ablate.nn.mixer import RowsMixer, key_keep, logits, normalize_rows
-from ablate.nn.sparse import ISTAAttention
+
+if TYPE_CHECKING:
+    from ablate.nn.sparse import ISTAAttention
 
 #: A given ISTA step is clipped to this fraction of 2 / L, strictly inside the convergent range.
 STEP_MARGIN = 0.99

@@ -11,13 +11,16 @@ paper: the polynomial's repeated chain rule explodes or vanishes.
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
 from ablate.nn.mixer import TokenMixer, key_keep, logits, normalize_rows
-from ablate.nn.syn import SynAttention
+
+if TYPE_CHECKING:
+    from ablate.nn.syn import SynAttention
 
 #: Floor of a row's L2 norm: an all-zero (fully masked) row stays zero instead of becoming NaN.
 NORM_EPS = 1e-12

@@ -1,0 +1,113 @@
+"""The package's modules import each other as a DAG: every import counts, a function-local one included (it
+runs as surely as a top-level one, only later); only imports under `if TYPE_CHECKING:` do not, as they never
+run."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parents[1] / "ablate"
+
+
+def modules(root: Path) -> dict[str, Path]:
+    """Dotted module name -> file, for every module of the package at `root`."""
+    out = {}
+    for f in sorted(root.rglob("*.py")):
+        parts = f.relative_to(root.parent).with_suffix("").parts
+        out[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = f
+    return out
+
+
+def _type_checking_nodes(tree: ast.Module) -> set[int]:
+    return {
+        id(sub)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
+        for stmt in node.body
+        for sub in ast.walk(stmt)
+    }
+
+
+def imports(name: str, file: Path, known: dict[str, Path]) -> set[str]:
+    """The package's modules that `name` imports anywhere in its file: `from a.b import c` is a.b.c where c
+    is a module, else a.b; relative imports resolve against the module's package."""
+    tree = ast.parse(file.read_text())
+    package = name if file.name == "__init__.py" else name.rpartition(".")[0]
+    skip = _type_checking_nodes(tree)
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if id(node) in skip:
+            continue
+        if isinstance(node, ast.Import):
+            targets = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".")
+                base = ".".join(parts[: len(parts) - node.level + 1] + ([base] if base else []))
+            targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in known else base for a in node.names]
+        else:
+            continue
+        for target in targets:
+            while target and target not in known:
+                target = target.rpartition(".")[0]
+            if target and target != name:
+                found.add(target)
+    return found
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    out: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = [stack.pop()]
+            while component[-1] != v:
+                component.append(stack.pop())
+            if len(component) > 1:
+                out.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def import_graph(root: Path) -> dict[str, set[str]]:
+    known = modules(root)
+    return {name: imports(name, file, known) for name, file in known.items()}
+
+
+def test_the_package_import_graph_has_no_cycle() -> None:
+    graph = import_graph(PACKAGE)
+    assert len(graph) > 50 and "ablate.planner" in graph["ablate.api"] | graph["ablate.cli"]
+    assert cycles(graph) == []
+
+
+def test_the_walk_sees_deferred_relative_and_aliased_imports(tmp_path: Path) -> None:
+    """A cycle through a function-local relative import is found; one through a TYPE_CHECKING import is not."""
+    pkg = tmp_path / "pkg"
+    (pkg / "sub").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "a.py").write_text("import pkg.b as bee\n")
+    (pkg / "b.py").write_text("def f():\n    from .sub import layers\n")
+    (pkg / "sub" / "__init__.py").write_text("")
+    (pkg / "sub" / "layers.py").write_text("from ..a import x\n")
+    (pkg / "c.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from pkg.d import y\n")
+    (pkg / "d.py").write_text("from pkg import c\n")
+    graph = import_graph(pkg)
+    assert graph["pkg.b"] == {"pkg.sub.layers"} and graph["pkg.c"] == set()
+    assert cycles(graph) == [["pkg.a", "pkg.b", "pkg.sub.layers"]]
