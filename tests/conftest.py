@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import os
 import shutil
 import socket
@@ -80,14 +81,54 @@ def ray_local():
     ray.shutdown()
 
 
+def needs(found: object, reason: str) -> None:
+    """Skip the test, saying `reason`, where what it needs from outside the package (a PostgreSQL server, Chromium,
+    the S3 server) is missing; under CI (`CI=true`), which installs all of it, fail instead: a skip there would
+    silently drop a part of the suite."""
+    if found:
+        return
+    if os.environ.get("CI", "").lower() in ("true", "1"):
+        pytest.fail(f"{reason} [CI=true: required, not skipped]", pytrace=False)
+    pytest.skip(reason)
+
+
+def importable(module: str) -> bool:
+    """Whether `module` imports here (a driver or server of the dev extra)."""
+    try:
+        importlib.import_module(module)
+    except ImportError:
+        return False
+    return True
+
+
+#: Where Debian's postgresql package puts its server programs (`<version>/bin`), without linking them onto PATH.
+POSTGRES_HOME = Path("/usr/lib/postgresql")
+
+
+def postgres_binary(name: str) -> str | None:
+    """A PostgreSQL server program: on PATH, else the newest version's under `POSTGRES_HOME`."""
+    found = shutil.which(name)
+    if found:
+        return found
+    newest = max(POSTGRES_HOME.glob(f"*/bin/{name}"), key=lambda p: float(p.parts[-3]), default=None)
+    return str(newest) if newest else None
+
+
+def chromium() -> str:
+    """The Chromium (or Chrome) binary for headless-browser tests (`needs` it)."""
+    browser = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
+    needs(browser, "no Chromium on this machine (Debian: apt-get install chromium)")
+    return browser
+
+
 @pytest.fixture(scope="session")
 def postgres():
     """A real PostgreSQL server for the session (Debian's initdb and pg_ctl, on loopback, trust auth): the URL
-    of its server, without a database. Skipped, saying why, where the binaries or the driver are missing."""
-    initdb, pg_ctl = shutil.which("initdb"), shutil.which("pg_ctl")
-    if not initdb or not pg_ctl:
-        pytest.skip("PostgreSQL tests need initdb and pg_ctl on PATH (Debian: apt install postgresql)")
-    pytest.importorskip("psycopg", reason="PostgreSQL tests need the driver: pip install 'ablate[postgres]'")
+    of its server, without a database. Needs the binaries and the driver (`needs`)."""
+    initdb, pg_ctl = postgres_binary("initdb"), postgres_binary("pg_ctl")
+    needs(initdb and pg_ctl, "PostgreSQL tests need initdb and pg_ctl, on PATH or in /usr/lib/postgresql/<version>/bin "
+                             "(Debian: apt-get install postgresql)")  # fmt: skip
+    needs(importable("psycopg"), "PostgreSQL tests need the driver: pip install 'ablate[postgres]'")
     root = Path(tempfile.mkdtemp(prefix="ablate-postgres-"))  # not under pytest's 0700 folder: the server reads it
     as_user = []
     if os.geteuid() == 0:  # initdb refuses root: run the server as the postgres user
@@ -128,8 +169,8 @@ def free_port(ip: str = "127.0.0.1") -> int:
 def s3_server():
     """A real S3-compatible HTTP server for the session (moto in server mode, on loopback): the environment
     that points S3 clients at it (endpoint and dummy credentials), for this process and the ones it starts."""
-    pytest.importorskip("s3fs", reason="S3 storage tests need the driver: pip install 'ablate[s3]'")
-    pytest.importorskip("moto.server", reason="S3 storage tests need moto[s3] and flask (the dev extra)")
+    needs(importable("s3fs"), "S3 storage tests need the driver: pip install 'ablate[s3]'")
+    needs(importable("moto.server"), "S3 storage tests need moto[s3] and flask (the dev extra)")
     from gate import wait_for
 
     port = free_port()

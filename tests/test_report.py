@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 import pytest
 from conftest import KINDS as REGISTERED_KINDS
-from conftest import TINY, write_sweeps
+from conftest import TINY, chromium, write_sweeps
 from scipy import stats as sps
 from synthetic import DIAGNOSTICS, EPOCH_METRICS, fill
 from typer.testing import CliRunner
@@ -571,9 +571,7 @@ def test_bands_stay_in_the_metrics_range_and_a_cost_with_one_value_gets_no_plot(
 
 
 def test_report_renders_in_headless_chromium_without_console_errors(store, tmp_path):
-    browser = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
-    if browser is None:
-        pytest.skip("no Chromium on this machine (apt-get install chromium)")
+    browser = chromium()
     pair_store(store, tmp_path, epochs=3)
     page = next(f for f in report("pair", store=store, out=tmp_path / "r", formats=["html"]) if f.parent.name == "pair")
     done = subprocess.run([browser, "--headless", "--no-sandbox", "--disable-gpu", "--enable-logging=stderr", "--v=0",

@@ -4,16 +4,20 @@ concurrency and leases, frames."""
 from __future__ import annotations
 
 import math
+import os
 import sqlite3
+import subprocess
+import sys
 import threading
 import time
 from concurrent.futures import ProcessPoolExecutor
 from multiprocessing import get_context
+from pathlib import Path
 
 import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
-from conftest import fresh_database
+from conftest import ROOT, fresh_database
 from sqlalchemy import text
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.exc import IntegrityError
@@ -49,6 +53,26 @@ def store(url):
 def count(store: Store, table: str) -> int:
     with store.engine.connect() as conn:
         return conn.execute(text(f"SELECT count(*) FROM {table}")).scalar_one()
+
+
+@pytest.mark.parametrize("ci", [None, "true"])
+def test_without_postgresql_its_tests_skip_here_and_fail_under_ci(tmp_path, ci):
+    """A test on the `postgres` fixture, run by pytest with no initdb on PATH nor in the Debian folder: it skips
+    saying why, and under CI=true (which `.ci/run` sets, having installed PostgreSQL) it fails with that reason."""
+    (tmp_path / "test_on_postgresql.py").write_text(
+        "import conftest\nfrom conftest import postgres\n\n"
+        f"conftest.POSTGRES_HOME = conftest.Path({str(tmp_path / 'none')!r})\n\n"
+        "def test_store(postgres):\n    pass\n"
+    )
+    path = os.pathsep.join(d for d in os.environ["PATH"].split(os.pathsep) if not Path(d, "initdb").exists())
+    env = {k: v for k, v in os.environ.items() if k != "CI"} | {"PATH": path, "PYTHONPATH": str(ROOT / "tests")}
+    cmd = [sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", "test_on_postgresql.py"]
+    done = subprocess.run(cmd, cwd=tmp_path, env=env | ({"CI": ci} if ci else {}), capture_output=True, text=True,
+                          timeout=120)  # fmt: skip
+    out = done.stdout + done.stderr
+    assert "PostgreSQL tests need initdb and pg_ctl" in out, out
+    expected = (1, "1 error") if ci else (0, "1 skipped")  # a fixture's failure is the test's error
+    assert done.returncode == expected[0] and expected[1] in out, out
 
 
 # --------------------------------------------------------------------------------------- engine, schema
