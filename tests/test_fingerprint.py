@@ -13,7 +13,7 @@ import pytest
 import torch
 import yaml
 from conftest import BUILTIN_KINDS, TINY
-from test_plugins import plugin_source
+from test_plugins import edit, plugin_package, plugin_source
 
 from ablate.config import TrialConfig
 from ablate.fingerprint import fingerprint, fingerprints, modules_of, record
@@ -35,14 +35,6 @@ class WideViT(ViT):
 
 register_backbone(WideViT())
 '''
-
-
-def edit(path: Path, old: str, new: str) -> None:
-    """Change a file's text and make sure its modification time moves (coarse clocks)."""
-    before = path.stat().st_mtime_ns
-    path.write_text(path.read_text().replace(old, new))
-    if path.stat().st_mtime_ns == before:
-        os.utime(path, ns=(before + 1_000_000, before + 1_000_000))
 
 
 def sweep_file(folder: Path, plugins: list[str], grid: dict, base: dict | None = None) -> Path:
@@ -163,12 +155,6 @@ def test_rerun_stale_and_failed_keep_old_results_and_forget_deletes_what_it_list
     assert report.returncode == 0, report.stderr
     md = (tmp_path / "reports" / "s" / "report.md").read_text()
     assert "1 stale†" in md and "changed: mechanism relu" in md
-    created = [tmp_path / "r.sqlite", tmp_path / "m.sqlite", tmp_path / "ck", tmp_path / "ck" / soft,
-               tmp_path / "ck" / soft / "checkpoint.pt", tmp_path / "reports", tmp_path / "reports" / "s" / "report.md",
-               tmp_path / "reports" / "index.html"]  # fmt: skip
-    assert {str(p.relative_to(tmp_path)): oct(p.stat().st_mode & 0o077) for p in created} == {
-        str(p.relative_to(tmp_path)): "0o0" for p in created
-    }  # owner-only (ABLATE_UMASK unset), the embedded Ray's workers' checkpoints too
     rerun = cli(tmp_path, *args, "--stale", "rerun")
     assert rerun.returncode == 0, rerun.stdout + rerun.stderr
     with Store(db) as store:
@@ -212,6 +198,25 @@ def test_an_edit_to_a_module_a_plugin_imports_makes_its_cells_stale(tmp_path: Pa
         edit(pkg / "helpers.py", "return x", "return 2 * x")
         stale = select([p], store, Select()).stale
     assert stale == {p.trials[0].key: ["mechanism pkgrelu"]}
+
+
+def test_an_edit_to_the_layers_of_a_plugin_package_shaped_like_the_built_ins_changes_its_digest(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A plugin package whose `__init__.py` declares the mechanism and whose `build` imports the mixer from
+    `.layers` (a relative import, as a package split like the built-ins writes it): editing layers.py alone
+    changes the mechanism's digest, whether or not this process has imported layers.py yet."""
+    package = plugin_package(tmp_path, "splitpkg", kind="splitrelu")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    cfg = plan(sweep_file(tmp_path, ["splitpkg"], {"attention.kind": ["splitrelu"]}), "s").trials[0].config
+    assert "splitpkg.layers" not in sys.modules and "splitpkg.layers" in modules_of(cfg)["mechanism splitrelu"]
+    before = fingerprint(cfg)
+    edit(package / "layers.py", "return a @ v", "return (a @ v) * 2.0")
+    assert fingerprint(cfg).changed(before) == ["mechanism splitrelu"]
+    cfg.attention.build(8, 2)  # imports splitpkg.layers: its file is now found through the module
+    before = fingerprint(cfg)
+    edit(package / "layers.py", "return (a @ v) * 2.0", "return (a @ v) * 3.0")
+    assert fingerprint(cfg).changed(before) == ["mechanism splitrelu"]
 
 
 def test_only_and_rerun_all_choose_trials_by_key_and_state(tmp_path: Path) -> None:

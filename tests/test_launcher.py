@@ -419,6 +419,25 @@ def test_failed_trials_make_launch_exit_1_with_a_summary(tmp_path: Path) -> None
     assert "1 trials not done" in res.stdout and "DataError: dataset 'mil_csv'" in res.stdout
 
 
+def test_what_a_launch_and_its_report_create_is_for_their_owner_alone(tmp_path: Path) -> None:
+    """ABLATE_UMASK unset, started with a permissive mask (022): every file and folder that a launch (results,
+    MLflow store, checkpoints, which the embedded Ray's workers write with the mask they inherit) and the report
+    create is closed to the group and others."""
+    f = write_sweeps(tmp_path / "e.yaml", {"s": {"base": {**TINY, "train": {**TINY["train"], "epochs": 1}}}})
+    key = plan(f, "s").trials[0].key
+    env = {k: v for k, v in CLI_ENV.items() if k != "ABLATE_UMASK"}
+    commands = [[*launch_cmd(f, tmp_path, mlflow=f"sqlite:///{tmp_path}/m.sqlite"), "--no-check"],
+                [sys.executable, "-m", "ablate.cli", "report", "s", "--db", f"sqlite:///{tmp_path}/r.sqlite",
+                 "--out", str(tmp_path / "reports")]]  # fmt: skip
+    for command in commands:
+        res = subprocess.run(command, cwd=tmp_path, env=env, umask=0o022, capture_output=True, text=True, timeout=300)
+        assert res.returncode == 0, res.stdout + res.stderr
+    created = {str(p.relative_to(tmp_path)): p.stat().st_mode for p in tmp_path.rglob("*") if p != f}
+    expected = {"r.sqlite", "m.sqlite", f"ck/{key}/checkpoint.pt", "reports/s/report.md", "reports/index.html"}
+    assert expected <= set(created)
+    assert {name: oct(mode & 0o077) for name, mode in created.items() if mode & 0o077} == {}
+
+
 def two_worker_sweep(tmp_path: Path, epochs: int) -> Path:
     cfg = {**TINY, "train": {**TINY["train"], "epochs": epochs}, "resources": {"cpus": 1, "workers": 2}}
     return write_sweeps(tmp_path / "e.yaml", {"s": {"base": cfg}})

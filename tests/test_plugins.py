@@ -7,7 +7,6 @@ import os
 import re
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import pytest
@@ -25,12 +24,10 @@ from ablate.registry import BACKBONES, Registry, RegistryError
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "cosine_attention" / "experiments.yaml"
 
-#: A minimal mechanism module; {kind}, {body} and {extra} are filled per test.
-PLUGIN = '''
+#: A minimal mechanism's torch-free declaration; {kind} and {build} (the body of `build`) are filled per test.
+DECLARATION = '''
 from typing import Literal
-import torch.nn.functional as F
 from ablate.config import Mechanism
-from ablate.nn.mixer import TokenMixer
 from ablate.registry import register_mechanism
 
 
@@ -41,23 +38,48 @@ class ReluConfig(Mechanism):
     kind: Literal["{kind}"] = "{kind}"
 
     def build(self, dim, num_heads, in_dim=None):
-        return Relu(self, dim, num_heads, in_dim)
+        {build}
 
     def describe(self):
         return "ReLU attention"
+'''
+#: Its torch code, the mixer; {body} ends its forward.
+LAYERS = """
+import torch.nn.functional as F
+from ablate.nn.mixer import TokenMixer
 
 
 class Relu(TokenMixer):
     def forward(self, q, k, v, bias=None, x=None):
         a = F.relu(q @ k.transpose(-2, -1) * q.shape[-1] ** -0.5 + (0 if bias is None else bias)) / k.shape[-2]
         {body}
-{extra}
-'''
+"""
+BUILD = "return Relu(self, dim, num_heads, in_dim)"
 GOOD_BODY = "return a @ v"
 
 
 def plugin_source(kind: str = "relu", body: str = GOOD_BODY, extra: str = "") -> str:
-    return PLUGIN.format(kind=kind, body=body, extra=extra)
+    """A plugin module: the declaration and the mixer in one file, then `extra` at its top level."""
+    return DECLARATION.format(kind=kind, build=BUILD) + LAYERS.format(body=body) + extra + "\n"
+
+
+def plugin_package(folder: Path, name: str, kind: str, body: str = GOOD_BODY, extra: str = "") -> Path:
+    """A plugin package shaped like the built-ins: the declaration in `__init__.py` (torch-free: what planning
+    imports), the mixer in `layers.py` (`extra` at its top level), imported relatively when a mixer is built."""
+    package = folder / name
+    package.mkdir(parents=True)
+    relative = f"from .layers import Relu\n        {BUILD}"
+    (package / "__init__.py").write_text(DECLARATION.format(kind=kind, build=relative))
+    (package / "layers.py").write_text(LAYERS.format(body=body) + extra + "\n")
+    return package
+
+
+def edit(path: Path, old: str, new: str) -> None:
+    """Change a file's text and make sure its modification time moves (coarse clocks)."""
+    before = path.stat().st_mtime_ns
+    path.write_text(path.read_text().replace(old, new))
+    if path.stat().st_mtime_ns == before:
+        os.utime(path, ns=(before + 1_000_000, before + 1_000_000))
 
 
 def experiments(folder: Path, plugins: list[str], kind: str = "relu") -> Path:
@@ -227,10 +249,12 @@ def test_every_mechanism_passes_the_check_on_every_backbone_that_takes_it(kind: 
 
 
 def test_a_plugin_package_beside_the_experiments_file_is_shipped_to_workers(tmp_path: Path) -> None:
-    """`plugins: [mypkg.relu]` for a package that is not installed: its folder travels in the runtime env."""
+    """`plugins: [mypkg.relu]` for a package that is not installed, its mechanism split like the built-ins (the
+    declaration in `mypkg/relu/__init__.py`, the mixer in `layers.py`, imported relatively when the worker
+    builds the model): its folder travels with the task as a zip, and the trial runs on a Ray worker."""
     (tmp_path / "mypkg").mkdir()
     (tmp_path / "mypkg" / "__init__.py").write_text("")
-    (tmp_path / "mypkg" / "relu.py").write_text(textwrap.dedent(plugin_source()))
+    plugin_package(tmp_path / "mypkg", "relu", kind="relu")
     f = experiments(tmp_path, ["mypkg.relu"])
     elsewhere = tmp_path / "run"  # the launcher runs from another folder: only the shipped zip has mypkg
     elsewhere.mkdir()
