@@ -112,7 +112,12 @@ _FAST: set[str] = set()
 
 
 EXPERIMENT_KIND = ("mlflow.experimentKind", "custom_model_development")
-"""Experiment tag that makes MLflow 3's UI open an experiment on its runs (without it: on an empty traces page)."""
+"""Experiment tag that makes MLflow 3's UI, before 3.17, open an experiment on its runs (without it: on an empty
+traces page)."""
+TRAINING_VIEW = "workflowType=machine_learning"
+"""Query of every MLflow UI address ablate gives: from MLflow 3.17 the UI shows every experiment as its global
+workflow type says (this query, else the browser's last choice, GenAI at first: traces, prompts, judges),
+whatever the experiment's kind tag; its own links keep the query."""
 REPORT = "report"
 """Artifact folder of a sweep's parent run holding its report (HTML, CSV, summary.json)."""
 DIGEST_TAG = "report.digest"
@@ -247,15 +252,15 @@ class Tracker:
     def run_url(self, run_id: str) -> str:
         """Where a person opens the run: the server's page, or for a local store the run in `ablate ui`."""
         run = self.client.get_run(run_id)
-        path = f"#/experiments/{run.info.experiment_id}/runs/{run_id}"
+        path = ui_route(f"experiments/{run.info.experiment_id}/runs/{run_id}")
         if self.uri.startswith("http"):
             return f"{self.uri.rstrip('/')}/{path}"
         return f"http://127.0.0.1:5000/{path} (while `ablate ui` serves it)"
 
     # ------------------------------------------------------------------------------------------ sweeps
     def experiment(self, sweep: str) -> str:
-        """Id of the sweep's experiment (named after it), created or restored as needed; tagged so that
-        MLflow's UI opens it on its runs."""
+        """Id of the sweep's experiment (named after it), created or restored as needed; tagged as model
+        training (`EXPERIMENT_KIND`)."""
         from mlflow.exceptions import MlflowException
 
         kind, value = EXPERIMENT_KIND
@@ -368,7 +373,7 @@ class Tracker:
                 continue
             if run.data.tags.get(tag) != parent:
                 self.client.set_tag(run_id, tag, parent)
-            links.append(f"[{run.info.run_name}](#/experiments/{run.info.experiment_id}/runs/{run_id})")
+            links.append(f"[{run.info.run_name}]({ui_route(f'experiments/{run.info.experiment_id}/runs/{run_id}')})")
         record = store.sweep(sweep)
         note = (record.description or "") if record else ""
         if links:
@@ -495,9 +500,14 @@ def sweep_page(base: str, store: Store | None, sweep: str | None = None) -> str:
     else:
         known = frame.dropna(subset=["mlflow_experiment_id"]) if frame is not None else None
         if known is None or known.empty:
-            return f"{base}/#/experiments"
+            return f"{base}/{ui_route('experiments')}"
         exp = known.sort_values("updated_at").iloc[-1]["mlflow_experiment_id"]
-    return f"{base}/#/experiments/{exp}/runs"
+    return f"{base}/{ui_route(f'experiments/{exp}/runs')}"
+
+
+def ui_route(path: str) -> str:
+    """The MLflow UI's address of `path` (`experiments/1/runs`) in its model-training view (`TRAINING_VIEW`)."""
+    return f"#/{path}?{TRAINING_VIEW}"
 
 
 def _die_with(parent: int) -> None:

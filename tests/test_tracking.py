@@ -221,7 +221,9 @@ def test_a_sweep_reusing_trials_gets_its_experiment_linking_their_runs(tracker, 
     assert tracker.client.get_run(runs[0]).data.tags["sweep.again"] == again.mlflow_run_id
     assert "sweep.again" not in tracker.client.get_run(runs[1]).data.tags
     note = parent.data.tags["mlflow.note.content"]
-    assert note.startswith("softmax only") and f"#/experiments/{first.mlflow_experiment_id}/runs/{runs[0]})" in note
+    link = f"#/experiments/{first.mlflow_experiment_id}/runs/{runs[0]}?workflowType=machine_learning"  # training view
+    assert note.startswith("softmax only") and f"({link})" in note
+    assert tracker.run_url(runs[0]) == f"http://127.0.0.1:5000/{link} (while `ablate ui` serves it)"
     assert [r.info.run_id for r in runs_of(tracker, again.mlflow_experiment_id)] == [parent.info.run_id]  # not copied
 
 

@@ -1,11 +1,13 @@
 """`ablate ui` as a real process on a real MLflow store: it serves the runs page of the sweep launched last,
-and a stop signal sent to it alone ends the MLflow server and its workers too."""
+which headless Chromium shows in MLflow's model-training view, and a stop signal sent to it alone ends the
+MLflow server and its workers too."""
 
 from __future__ import annotations
 
 import itertools
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -14,7 +16,7 @@ from pathlib import Path
 
 import procfs
 import pytest
-from conftest import free_port
+from conftest import chromium, free_port
 from gate import wait_for
 
 from ablate.store import Store
@@ -22,6 +24,10 @@ from ablate.tracking import Tracker
 
 pytestmark = pytest.mark.timeout(300)
 CLI_ENV = {k: v for k, v in os.environ.items() if k not in ("DISPLAY", "WAYLAND_DISPLAY")}
+#: Headless Chromium that reaches nothing but the page; 20 s of virtual time for the page's scripts to render it.
+HEADLESS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+            "--disable-background-networking", "--disable-component-update", "--disable-sync",
+            "--virtual-time-budget=20000")  # fmt: skip
 
 
 def serving_on(port: int) -> set[int]:
@@ -101,6 +107,31 @@ def test_ui_prints_the_last_sweeps_runs_page_and_a_stop_signal_leaves_no_process
     assert proc.returncode == 0, out
     assert f"http://127.0.0.1:{port}/#/experiments/{exp}/runs" in out
     assert not [pid for pid in under if alive(pid)] and not left, out
+
+
+def test_the_page_ui_prints_opens_on_training_runs_in_headless_chromium(tmp_path: Path) -> None:
+    """The page `ablate ui` prints, as Chromium renders it once its scripts ran: MLflow's model-training view of
+    the sweep's experiment (runs and models in the sidebar), not its GenAI view (traces, prompts, judges), which
+    MLflow 3.17 shows by default whatever the experiment's kind tag."""
+    browser = chromium()
+    db, uri, experiments = stores(tmp_path)
+    port = free_port()
+    cmd = [sys.executable, "-m", "ablate.cli", "ui", "--db", db, "--mlflow-uri", uri, "--port", str(port)]
+    proc = subprocess.Popen(cmd, cwd=tmp_path, env=CLI_ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, start_new_session=True)  # fmt: skip
+    try:
+        assert proc.stdout is not None
+        page = next(word for line in proc.stdout for word in line.split() if word.startswith("http://"))
+        wait_for(lambda: serving(port) or proc.poll() is not None, timeout=240)
+        assert proc.poll() is None, proc.communicate()[0]
+        done = subprocess.run([browser, *HEADLESS, f"--user-data-dir={tmp_path / 'profile'}", "--dump-dom", page],
+                              capture_output=True, text=True, timeout=180)  # fmt: skip
+    finally:
+        kill_all(proc, port)
+    exp = experiments["aa-newer"]
+    tabs = set(re.findall(rf'href="#/experiments/{exp}/([a-z-]+)', done.stdout))
+    assert done.returncode == 0 and {"runs", "models"} <= tabs, (tabs, done.stdout[-2000:], done.stderr[-2000:])
+    assert not tabs & {"prompts", "judges", "chat-sessions", "evaluation-runs"}, tabs
 
 
 def test_ui_for_an_unknown_sweep_exits_2_and_stops_the_server_it_started(tmp_path: Path) -> None:
