@@ -3,30 +3,29 @@
 A broken mechanism (a mixer that raises, returns the wrong shape or no gradient) fails here in seconds,
 before Ray starts, instead of in every trial on the cluster. Each distinct architecture (`model_key`:
 model, mechanism, data widths) is checked once per process: a batch of two real-shaped inputs, forward,
-loss, backward. Passing checks are also remembered in a file under a fingerprint of the architecture and of the
-code that builds it (`launch` keeps it beside the cost cache, `ablate.cache.folder()`), so a later launch on this
-machine, of any sweep or project, does not repeat them, while an edited mechanism or backbone module is checked
-again. torch is imported only to run a step: a launch whose variants are all done or remembered (an idle
-relaunch) never imports it.
+loss, backward. Passing checks are also remembered in a file under the architecture and the trial's code
+fingerprint (`ablate.fingerprint`; `launch` keeps the file beside the cost cache, `ablate.cache.folder()`), so a
+later launch on this machine, of any sweep or project, does not repeat them, while code the fingerprint sees
+edited (a component's modules and what they import, a plugin package's `layers.py` included) is checked again.
+torch is imported only to run a step: a launch whose variants are all done or remembered (an idle relaunch)
+never imports it.
 """
 
 from __future__ import annotations
 
-import functools
 import hashlib
-import inspect
 import json
 import os
 import traceback
 from dataclasses import dataclass
-from importlib import metadata
 from pathlib import Path
 
 from ablate.config import TrialConfig
+from ablate.fingerprint import fingerprint as code_fingerprint
 from ablate.nn.costs import data_dims, model_cost
 from ablate.nn.widths import model_key
 from ablate.planner import Plan
-from ablate.registry import BACKBONES, MECHANISMS
+from ablate.registry import MECHANISMS
 
 BATCH = 2
 
@@ -84,26 +83,11 @@ def check_config(cfg: TrialConfig) -> str | None:
     return _CACHE[key]
 
 
-def fingerprint(cfg: TrialConfig) -> str | None:
-    """The architecture and the source of the modules that build it (mechanism, backbone, ablate.nn), with
-    the torch and timm versions; None when a module's source cannot be read (then nothing is remembered)."""
-    modules = {inspect.getmodule(MECHANISMS.get(cfg.attention.kind)),
-               inspect.getmodule(type(BACKBONES.get(cfg.model.backbone)))}  # fmt: skip
-    parts = [model_key(cfg, *reversed(data_dims(cfg))), metadata.version("torch"), metadata.version("timm")]
-    try:
-        parts += sorted(inspect.getsource(m) for m in modules if m is not None)
-    except (OSError, TypeError):
-        return None
-    parts += _nn_sources()
-    return hashlib.sha256(json.dumps(parts).encode()).hexdigest()[:20]
-
-
-@functools.cache
-def _nn_sources() -> list[str]:
-    """The sources of ablate.nn, read once per process (every variant's fingerprint includes them)."""
-    import ablate.nn
-
-    return [p.read_text() for p in sorted(Path(ablate.nn.__file__).parent.rglob("*.py"))]
+def fingerprint(cfg: TrialConfig) -> str:
+    """The architecture and the trial's code fingerprint (`ablate.fingerprint`): a pass is remembered for
+    exactly the code that a result would be recorded with, so whatever makes a result stale is checked again."""
+    code = code_fingerprint(cfg).digest
+    return hashlib.sha256(json.dumps([model_key(cfg, *reversed(data_dims(cfg))), code]).encode()).hexdigest()[:20]
 
 
 class Remembered:
@@ -142,7 +126,7 @@ def check(plans: list[Plan], skip: set[str] | None = None, remember: Path | None
                 continue
             seen.add(t.variant)
             fp = fingerprint(t.config) if remember is not None else None
-            error = None if fp is not None and fp in memory.passed else check_config(t.config)
+            error = None if fp in memory.passed else check_config(t.config)
             if error is None and fp is not None:
                 memory.passed.add(fp)
             params = gflops = None

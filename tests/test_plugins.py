@@ -18,7 +18,7 @@ from ablate import check as check_module
 from ablate.check import check, check_config, fingerprint
 from ablate.cli import app
 from ablate.config import TrialConfig
-from ablate.planner import plan
+from ablate.planner import Plan, plan
 from ablate.registry import BACKBONES, Registry, RegistryError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -193,28 +193,51 @@ def test_the_example_plugin_checks_and_its_knobs_are_in_the_schema(tmp_path: Pat
     assert "Initial temperature multiplying the cosine logits." in schema.stdout  # the plugin's field docstring
 
 
+COUNTING = "if q.device.type != 'meta':\n            FORWARDS.append(1)\n        return a @ v"
+"""A mixer's body that counts its real (non-meta) forwards in its module's FORWARDS."""
+
+
+def steps_of_a_fresh_check(p: Plan, remember: Path | None, module: str) -> int:
+    """The real forwards of `module`'s counting mixer in a check of `p` that starts as a new process does."""
+
+    def forwards() -> int:
+        return len(getattr(sys.modules.get(module), "FORWARDS", []))
+
+    check_module._CACHE.clear()
+    before = forwards()
+    assert all(c.ok for c in check([p], remember=remember))
+    return forwards() - before
+
+
 def test_a_passing_check_is_remembered_across_processes_in_a_file(tmp_path: Path) -> None:
     """A relaunch reads the remembered fingerprints instead of stepping the model again; without the file
-    (or with another architecture) the step runs. The mixer counts its real (non-meta) forwards."""
-    counting = "if q.device.type != 'meta':\n            FORWARDS.append(1)\n        return a @ v"
-    (tmp_path / "counted.py").write_text(plugin_source(kind="counted", body=counting, extra="FORWARDS = []"))
+    (or with another architecture) the step runs."""
+    (tmp_path / "counted.py").write_text(plugin_source(kind="counted", body=COUNTING, extra="FORWARDS = []"))
     p = plan(experiments(tmp_path, ["./counted.py"], kind="counted"), "p")
-    forwards = sys.modules[p.plugins.files[0].module].FORWARDS
+    module = p.plugins.files[0].module
     memory = tmp_path / "ck" / "checked.json"
-
-    def fresh_check(remember: Path | None) -> int:
-        check_module._CACHE.clear()  # what a new process starts with
-        before = len(forwards)
-        assert all(c.ok for c in check([p], remember=remember))
-        return len(forwards) - before
-
-    assert fresh_check(memory) > 0 and memory.exists()
-    assert fresh_check(memory) == 0
-    assert fresh_check(None) > 0
+    assert steps_of_a_fresh_check(p, memory, module) > 0 and memory.exists()
+    assert steps_of_a_fresh_check(p, memory, module) == 0
+    assert steps_of_a_fresh_check(p, None, module) > 0
     other = p.trials[0].config.model_copy(
         update={"model": p.trials[0].config.model.model_copy(update={"embed_dim": 16})}
     )
     assert fingerprint(other) != fingerprint(p.trials[0].config)
+
+
+def test_an_edited_layers_py_of_a_plugin_package_is_checked_again(tmp_path: Path, monkeypatch) -> None:
+    """A plugin package split like the built-ins (its mixer in layers.py, imported relatively by the
+    declaration's `build`): a remembered pass stands until layers.py alone is edited; then the check steps the
+    model again (the process keeps running the layers it imported: only whether a step ran is counted)."""
+    package = plugin_package(tmp_path, "checkedpkg", kind="checkedrelu", body=COUNTING, extra="FORWARDS = []")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    p = plan(experiments(tmp_path, ["checkedpkg"], kind="checkedrelu"), "p")
+    memory = tmp_path / "ck" / "checked.json"
+    assert steps_of_a_fresh_check(p, memory, "checkedpkg.layers") > 0
+    assert steps_of_a_fresh_check(p, memory, "checkedpkg.layers") == 0
+    edit(package / "layers.py", "return a @ v", "return (a @ v) * 2.0")
+    assert steps_of_a_fresh_check(p, memory, "checkedpkg.layers") > 0
+    assert steps_of_a_fresh_check(p, memory, "checkedpkg.layers") == 0
 
 
 def test_registry_refuses_a_second_source_for_a_name() -> None:
