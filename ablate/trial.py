@@ -6,7 +6,8 @@ finds.
 A NaN/inf loss ends the trial as `diverged` (epoch and step recorded); any other error propagates with
 its traceback for the launcher to record. The test split is evaluated once, at the end, on the final
 model (`train.select: final`), or every epoch with the result taken from the epoch of the best validation
-score (`best`): it is never used for selection.
+score (`best`): it is never used for selection, and its per-epoch scores stay in the checkpoint (for that
+choice after a resume), never reported, so no per-epoch test curve reaches the store or MLflow.
 """
 
 from __future__ import annotations
@@ -126,7 +127,7 @@ def _train(
         seed_everything(cfg.seed + 1_000_003 * group.rank + 7919 * progress.epoch)
     result.resumed_from = progress.epoch
     for epoch, metrics in progress.history:  # metrics a crashed recorder may have missed; writes are idempotent
-        report(epoch, metrics)
+        report(epoch, reported(metrics))
     train_model = cast(nn.Module, torch.compile(model)) if t.compile else model
     total_epochs = t.epochs + t.cooldown_epochs
     stop = StopRequest(folder)
@@ -158,7 +159,7 @@ def _train(
         progress.history.append((epoch + 1, metrics))
         if folder is not None:
             checkpoints.save(folder, model, optimizer, scheduler, progress)
-        report(epoch + 1, metrics)
+        report(epoch + 1, reported(metrics))
     if group.main and t.select == "best":
         result.metrics = best_epoch(progress.history, f"val.{task.headline}")
     elif group.main:
@@ -167,6 +168,12 @@ def _train(
     result.epochs = total_epochs
     result.peak_memory = int(peak_memory_mb(device) * 2**20)  # bytes
     return result
+
+
+def reported(metrics: dict[str, float]) -> dict[str, float]:
+    """An epoch's metrics without its test scores (`select: best` keeps them for the final choice only): a
+    reader given a per-epoch test curve could pick the best epoch on the test split."""
+    return {k: v for k, v in metrics.items() if not k.startswith("test.")}
 
 
 def best_epoch(history: list[tuple[int, dict[str, float]]], score: str) -> dict[str, float]:

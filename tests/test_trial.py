@@ -29,6 +29,15 @@ def collect() -> tuple[list, callable]:
     return seen, lambda epoch, metrics: seen.append((epoch, metrics))
 
 
+class Stop(Exception):
+    """Raised by `stop_after_two`: the trial ends as a crash after its second epoch's checkpoint."""
+
+
+def stop_after_two(epoch: int, metrics: dict) -> None:
+    if epoch == 2:
+        raise Stop
+
+
 def test_classify_trial_reports_every_epoch_and_tests_once() -> None:
     seen, report = collect()
     res = run_trial(config(train={**TINY["train"], "diagnostics": True}), report)
@@ -55,15 +64,24 @@ def test_classify_trial_reports_every_epoch_and_tests_once() -> None:
     assert env["packages"]["torch"] and env["device"].startswith("cpu") and "git_sha" in env
 
 
-def test_select_best_reports_the_test_scores_of_the_best_validation_epoch() -> None:
-    """train.select best: the test split is scored every epoch, the result is the epoch whose val.top1 is
-    highest (earliest on ties) and says which; a final-epoch trial never scores test before the end."""
+def test_select_best_reports_the_test_scores_of_the_best_validation_epoch(tmp_path: Path) -> None:
+    """train.select best: the test split is scored every epoch and kept in the checkpoint, never reported per
+    epoch, a resume's replay included (the store and MLflow get no test curve to pick an epoch from); the result
+    is the test scores of the epoch whose val.top1 is highest (earliest on ties) and says which; a final-epoch
+    trial never scores test before the end."""
+    cfg = config(train={**TINY["train"], "epochs": 4, "lr": 0.1, "select": "best"})
+    with pytest.raises(Stop):
+        run_trial(cfg, stop_after_two, tmp_path)
     seen, report = collect()
-    res = run_trial(config(train={**TINY["train"], "epochs": 4, "lr": 0.1, "select": "best"}), report)
+    res = run_trial(cfg, report, tmp_path)  # replays epochs 1 and 2, trains 3 and 4
+    assert [e for e, _ in seen] == [1, 2, 3, 4]
+    assert not [k for _, m in seen for k in m if k.startswith("test.")]
     val = [m["val.top1"] for _, m in seen]
     best = val.index(max(val))
     assert best != len(val) - 1  # lr 0.1 overshoots: the first epoch validates best, so the final one differs
-    assert res.metrics == {**{k: v for k, v in seen[best][1].items() if k.startswith("test.")}, "test.epoch": best + 1}
+    state, _ = checkpoints.read(tmp_path)
+    tested = {k: v for k, v in state["history"][best][1].items() if k.startswith("test.")}
+    assert tested and res.metrics == {**tested, "test.epoch": best + 1}
     final, report = collect()
     run_trial(config(), report)
     assert not [k for _, m in final for k in m if k.startswith("test.")]
@@ -107,14 +125,6 @@ def test_resume_equals_an_uninterrupted_run(tmp_path: Path) -> None:
     cfg = config(train={**TINY["train"], "epochs": 3, "shift": 1, "mixup": 0.2})
     whole_seen, whole_report = collect()
     whole = run_trial(cfg, whole_report, tmp_path / "whole")
-
-    class Stop(Exception):
-        pass
-
-    def stop_after_two(epoch: int, metrics: dict) -> None:
-        if epoch == 2:
-            raise Stop
-
     with pytest.raises(Stop):
         run_trial(cfg, stop_after_two, tmp_path / "cut")
     state, problem = checkpoints.read(tmp_path / "cut")
