@@ -10,8 +10,8 @@ second Ctrl-C stops at once. No address: an embedded local Ray for the launch; a
 
 A launch with nothing to run starts no Ray and opens no MLflow client: ray, the worker and the trial loop are
 imported where trials are submitted, and MLflow is opened only when it lags behind the store (`Tracker.end_sweep`
-reads a SQLite MLflow store directly to tell). With trials to run, the embedded Ray starts while another thread
-runs `RunConfig.preflight` (a library caller's check of the trials to run) and opens MLflow.
+reads a SQLite MLflow store directly to tell). With trials to run, MLflow is opened in another thread while Ray
+starts.
 """
 
 from __future__ import annotations
@@ -114,11 +114,6 @@ class RunConfig:
     lease: float = 60.0
     """Seconds a launcher's claim on a trial lasts unless its heartbeat (every quarter of it) renews it: how
     long a crashed launcher's trials wait before another launcher takes them over."""
-    preflight: Callable[[list[Trial]], None] | None = None
-    """Called with the trials about to run (never when there are none) in a thread of its own while Ray starts,
-    before anything is written to the store or submitted; what it raises stops the launch (an embedded Ray is
-    shut down again) and propagates. `ablate launch` runs its pre-launch check before it opens the store instead,
-    so a failing check writes nothing; it skips done and remembered variants and imports no torch for them."""
 
 
 class Stop:
@@ -269,8 +264,9 @@ def _round(
     if todo:  # a storage that cannot serve these trials is an error before Ray starts
         storage.refuse_gangs(list(todo.values()))
         storage.check()
-    # Ray first: an unreachable cluster (or a failed preflight) is an error before anything is written to the store.
-    ours = _start(cluster, run.preflight, list(todo.values()), tracker) if todo else False
+    # Ray first: an unreachable cluster (or an MLflow that cannot be opened) is an error before anything is written
+    # to the store.
+    ours = _start(cluster, tracker) if todo else False
     owner = Owner.new(run.lease)
     heartbeat = Heartbeat(store, owner)
     try:
@@ -338,25 +334,22 @@ def _round(
     return result
 
 
-def _start(cluster: Cluster, preflight: Callable[[list[Trial]], None] | None, trials: list[Trial],
-           tracker: Tracker | None) -> bool:  # fmt: skip
-    """Connect to Ray or start the embedded one (`_connect`) while a thread runs `preflight(trials)` and then
-    opens MLflow; True if this launch started Ray. What the thread raised is raised here, before what Ray
-    raised (the preflight's verdict comes first, as when it ran before Ray), with an embedded Ray shut down."""
+def _start(cluster: Cluster, tracker: Tracker | None) -> bool:
+    """Connect to Ray or start the embedded one (`_connect`) while a thread opens MLflow; True if this launch
+    started Ray. What opening MLflow raised is raised here, before what Ray raised, with an embedded Ray shut
+    down."""
     import ray  # imported here first, not by both threads at once
 
     failure: list[BaseException] = []
 
     def beside() -> None:
         try:
-            if preflight is not None:
-                preflight(trials)
             if tracker is not None:
                 tracker.open()
         except BaseException as e:  # raised again in the launching thread
             failure.append(e)
 
-    thread = threading.Thread(target=beside, name="ablate-preflight", daemon=True)
+    thread = threading.Thread(target=beside, name="ablate-mlflow", daemon=True)
     thread.start()
     ours = False
     try:

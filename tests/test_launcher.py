@@ -487,17 +487,15 @@ import json, sys
 from ablate.api import launch
 from ablate.launcher import RunConfig
 from ablate.planner import plan
-called = []
-run = RunConfig(storage=sys.argv[4], preflight=called.append)
-res = launch(plan(sys.argv[1], "s"), sys.argv[2], sys.argv[3], run=run)
-print(json.dumps({"skipped": res.skipped, "counts": res.counts, "preflight": len(called),
+res = launch(plan(sys.argv[1], "s"), sys.argv[2], sys.argv[3], run=RunConfig(storage=sys.argv[4]))
+print(json.dumps({"skipped": res.skipped, "counts": res.counts,
                   "loaded": sorted(m for m in ("ray", "mlflow", "ablate.trial") if m in sys.modules)}))
 """
 
 
 def test_a_launch_with_nothing_to_run_starts_no_ray_and_opens_mlflow_only_where_it_lags(ray_local, tmp_path) -> None:
     """Every trial done and MLflow in step: a relaunch as `ablate launch` makes it (the library call, in a fresh
-    process) says so and imports neither ray nor mlflow, nor runs the preflight. Once MLflow lags behind the
+    process) says so and imports neither ray nor mlflow. Once MLflow lags behind the
     store (the sweep's parent run deleted by hand), the same relaunch opens it and brings it up to date."""
     f = write_sweeps(tmp_path / "e.yaml", {"s": {"base": TINY, "seeds": 2}})
     db, mlflow = f"sqlite:///{tmp_path}/r.sqlite", f"sqlite:///{tmp_path}/m.sqlite"
@@ -514,7 +512,7 @@ def test_a_launch_with_nothing_to_run_starts_no_ray_and_opens_mlflow_only_where_
         return json.loads(out.stdout.splitlines()[-1]), out.stdout
 
     idle, said = relaunch()
-    assert idle == {"skipped": 2, "counts": {}, "preflight": 0, "loaded": []}
+    assert idle == {"skipped": 2, "counts": {}, "loaded": []}
     said = " ".join(said.split())  # as one line, however the console wrapped it
     assert "nothing to run: all 2 trials are done; report: `ablate report s` writes reports/s/index.html" in said
     assert tracker.client.get_run(parent).info.status == "FINISHED"
@@ -527,36 +525,29 @@ def test_a_launch_with_nothing_to_run_starts_no_ray_and_opens_mlflow_only_where_
     assert again.info.run_id != parent and again.info.status == "FINISHED" and again.data.metrics
 
 
-PREFLIGHT = """
-import json, sys, threading
+UNOPENED = """
+import json, sys
 import ray
-from ablate.launcher import RunConfig, launch
+from ablate.api import launch
+from ablate.launcher import RunConfig
 from ablate.planner import plan
-from ablate.progress import Progress
-from ablate.selection import Select
 from ablate.store import Store
-seen = []
-def refuse(trials):
-    seen.append([[t.key for t in trials], threading.current_thread() is threading.main_thread()])
-    raise RuntimeError("refused")
-p = plan(sys.argv[1], "s")
-with Store(sys.argv[2]) as store:
-    try:
-        launch(p, store, run=RunConfig(storage=sys.argv[3], preflight=refuse), progress=Progress(live=False),
-               choice=Select(only=(p.trials[1].key,)))
-    except RuntimeError as e:
-        print(json.dumps({"error": str(e), "seen": seen, "ray": ray.is_initialized(), "planned": p.trials[1].key,
-                          "sweeps": len(store.sweeps_frame())}))
+try:
+    launch(plan(sys.argv[1], "s"), sys.argv[2], sys.argv[3], run=RunConfig(storage=sys.argv[4]))
+except Exception as e:
+    with Store(sys.argv[2]) as store:
+        print(json.dumps({"error": str(e), "ray": ray.is_initialized(), "sweeps": len(store.sweeps_frame())}))
 """
 
 
-def test_a_failing_preflight_stops_the_launch_before_anything_is_written_and_stops_its_ray(tmp_path) -> None:
-    """The preflight gets the trials to run (here the one `only` names), in a thread of its own while the
-    launch starts its embedded Ray; what it raises propagates, nothing reached the store, and that Ray is down."""
-    f = write_sweeps(tmp_path / "e.yaml", {"s": {"base": TINY, "seeds": 2}})
-    args = [sys.executable, "-c", PREFLIGHT, str(f), f"sqlite:///{tmp_path}/r.sqlite", str(tmp_path / "ck")]
+def test_an_mlflow_store_that_cannot_be_opened_stops_the_launch_before_anything_is_written(tmp_path) -> None:
+    """MLflow is opened in a thread of its own while the launch starts its embedded Ray: what it raises (here
+    a SQLite file that is not a database) propagates, nothing reached the store, and that Ray is down again."""
+    f = write_sweeps(tmp_path / "e.yaml", {"s": {"base": TINY}})
+    (tmp_path / "m.sqlite").write_bytes(b"not a database" * 512)
+    args = [sys.executable, "-c", UNOPENED, str(f), f"sqlite:///{tmp_path}/r.sqlite", f"sqlite:///{tmp_path}/m.sqlite",
+            str(tmp_path / "ck")]  # fmt: skip
     out = subprocess.run(args, cwd=tmp_path, env=CLI_ENV, capture_output=True, text=True, timeout=240)
     assert out.returncode == 0 and out.stdout.strip(), out.stdout + out.stderr
     said = json.loads(out.stdout.splitlines()[-1])
-    assert said["error"] == "refused" and said["seen"] == [[[said["planned"]], False]]
-    assert not said["ray"] and said["sweeps"] == 0
+    assert "file is not a database" in said["error"] and not said["ray"] and said["sweeps"] == 0
