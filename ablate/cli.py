@@ -10,6 +10,7 @@ import json
 import os
 import signal
 import sys
+from collections.abc import Collection, Sequence
 from enum import Enum
 from pathlib import Path
 from typing import Any
@@ -387,6 +388,7 @@ def sync(
 ) -> None:
     """Bring MLflow up to date with the store: runs, params, metric points and states it lacks (after MLflow
     was down during a launch). Safe to repeat: nothing is sent twice."""
+    from ablate.mirror import ReportFailed, Synced, from_mlflow
     from ablate.mirror import sync as run_sync
     from ablate.tracking import Tracker
 
@@ -394,7 +396,15 @@ def sync(
         tracker = Tracker(mlflow_uri)
         try:
             done = run_sync(store, tracker, sweep or None)
+        except ReportFailed as e:  # MLflow answered: blaming it would send the user to wait for nothing
+            synced = e.synced or Synced(0, 0)
+            summaries = "the sweep's summary" if len(e.errors) == 1 else "the sweeps' summaries"
+            fail(f"{e}, not MLflow at {tracker.uri}: {e.left} trials and {summaries} wait for the report "
+                 f"({synced.trials} trials synced, {synced.points} metric points sent); `ablate report "
+                 f"{' '.join(e.errors)}` shows its traceback, then run `ablate sync` again", code=1)  # fmt: skip
         except Exception as e:
+            if not from_mlflow(e):  # the store (exit 3, by `main`) or a bug: as itself
+                raise
             fail(f"MLflow at {tracker.uri} is failing ({type(e).__name__}: {str(e)[:300]}); nothing lost: "
                  "run `ablate sync` again once it is back", code=1)  # fmt: skip
     out.print(f"MLflow at {tracker.uri} is up to date: {done.trials} trials synced, {done.points} metric points sent")
@@ -485,18 +495,38 @@ def status(
         out.print("no sweeps in the store")
         return
     counts = counts.assign(**{"epochs left": pace["epochs_left"], "s/epoch": pace["epoch_s"],
-                              "ETA": pace["eta_s"].map(_duration)})  # fmt: skip
-    _print_frame(counts.rename_axis("sweep").reset_index(), "trials per state")
+                              "ETA": pace["eta_s"].map(_duration)}).rename_axis("sweep").reset_index()  # fmt: skip
+    _print_frame(counts, "trials per state", compact=_folded(counts), drop=("s/epoch", "epochs left"),
+                 wrap=("trials",), hint=WIDER)  # fmt: skip
     running = trials[trials["state"] == "running"]
     if len(running):
-        _print_frame(running[["sweep", "key", "host", "started_at", "lease_host", "lease_expires"]], "running")
+        _print_frame(running[["sweep", "key", "host", "started_at", "lease_host", "lease_expires"]], "running",
+                     drop=("lease_expires", "lease_host", "started_at", "host"), hint=WIDER)  # fmt: skip
     failed = trials[trials["state"].isin(["failed", "diverged"])]
     if len(failed):
-        _print_frame(failed[["sweep", "key", "state", "error"]], "failures")
+        _print_frame(failed[["sweep", "key", "state", "error"]], "failures", wrap=("error",))
     if stale:
         rows = trials[trials["key"].isin(stale)][["sweep", "key"]]
         rows = rows.assign(changed=[", ".join(stale[k]) for k in rows["key"]])
-        _print_frame(rows, f"{len(stale)} stale (done with other code than now; `launch --rerun stale` retrains)")
+        _print_frame(rows, f"{len(stale)} stale (done with other code than now; `launch --rerun stale` retrains)",
+                     wrap=("changed",))  # fmt: skip
+
+
+WIDER = "`COLUMNS=200 ablate status` shows them"
+"""How to see what `status` left out to fit the terminal."""
+
+
+def _folded(counts: Any) -> Any:
+    """`status`'s counts with the states in one column that wraps, `4/32 done, 1 running, 27 pending`: a
+    narrow terminal fits that where it cannot fit a column per state. States no trial is in say nothing."""
+    from ablate.store import STATES
+
+    trials = [", ".join([f"{row['done']}/{row['total']} done",
+                         *(f"{row[s]} {s}" for s in STATES if s != "done" and row[s])])
+              for _, row in counts.iterrows()]  # fmt: skip
+    folded = counts.drop(columns=[*STATES, "total"])
+    folded.insert(1, "trials", trials)
+    return folded
 
 
 WHERE_HELP = (
@@ -525,7 +555,10 @@ def runs(
     format: Format = typer.Option(Format.table, "--format", "-f", help="table, csv, json or markdown."),
     db: str | None = DB,
 ) -> None:
-    """Trials with their axis values, state and their sweep's metric (`--columns`, `--all-columns` for more)."""
+    """Trials with their axis values, state and their sweep's metric (`--columns`, `--all-columns` for more).
+    A table that does not fit the terminal leaves out replicate axes, then other axes, key and sweep, and says
+    which; state, stale and the metrics stay."""
+    from ablate.config import REPLICATES
     from ablate.selection import stale_in_store
     from ablate.store.queries import column_of
 
@@ -547,7 +580,10 @@ def runs(
     elif format is Format.markdown:
         sys.stdout.write(_markdown(frame))
     else:
-        _print_frame(frame, f"{len(frame)} trials")
+        axes = [c for c in reversed(frame.columns) if c.startswith("axis.")]  # the sweeps' last axes go first
+        drop = [] if columns or all_columns else [*sorted(axes, key=lambda c: c[5:] not in REPLICATES), "key", "sweep"]
+        _print_frame(frame, f"{len(frame)} trials", drop=drop, wrap=("stale",),
+                     hint="`--columns` picks columns, `--format csv` prints them all")  # fmt: skip
 
 
 def _matching(store: Any, sweep: list[str] | None, state: str | None, where: list[str] | None) -> Any:
@@ -678,13 +714,86 @@ def _run_ids(store: Any, key: str) -> list[str]:
     return [i for i in ids if i]
 
 
-def _print_frame(frame: Any, title: str) -> None:
+KEY_SHOWN = 10
+"""Characters of a trial key that a table too narrow for whole keys shows (a prefix `ablate show` takes)."""
+Columns = dict[str, tuple[str, list[str]]]
+"""A table to print: per column of the frame, its header and its cells as shown."""
+
+
+def _print_frame(
+    frame: Any, title: str, *, compact: Any = None, drop: Sequence[str] = (), wrap: Collection[str] = (), hint: str = ""
+) -> None:
+    """Print `frame` as a table that fits the terminal, rather than one whose headers rich cuts to `swe…`.
+
+    Whole where it fits (cells of the `wrap` columns wrap between words); else `compact` (the caller's folded
+    form of `frame`, by default `frame`) with axis columns by the shortest end of their path, trial keys cut
+    to a prefix and a sweep column of one value said in the title; while that is still too wide, the columns
+    of `drop` are left out, in that order, and one line names them and `hint` says how to see them."""
+    columns = _columns(frame)
+    width = out.width
+    left_out = []
+    if _needed(columns, wrap) > width:
+        columns, title = _compacted(columns if compact is None else _columns(compact), title)
+        for name in (c for c in drop if c in columns):
+            if _needed(columns, wrap) <= width:
+                break
+            del columns[name]
+            left_out.append(name.removeprefix("axis."))
     table = Table(title=title, title_justify="left")
-    for col in frame.columns:
-        table.add_column(str(col))
-    for row in frame.itertuples(index=False):
-        table.add_row(*[_shown(v) for v in row])
+    for name, (header, _) in columns.items():
+        table.add_column(header, no_wrap=name not in wrap)
+    for row in zip(*(cells for _, cells in columns.values())):
+        table.add_row(*row)
     out.print(table)
+    if left_out:
+        out.print(f"left out to fit {width} columns: {', '.join(left_out)} ({hint})", highlight=False, soft_wrap=False)
+
+
+def _columns(frame: Any) -> Columns:
+    return {str(c): (str(c), [_shown(v) for v in frame.iloc[:, i]]) for i, c in enumerate(frame.columns)}
+
+
+def _needed(columns: Columns, wrap: Collection[str]) -> int:
+    """Terminal columns a table takes: each column its widest line of a cell or the header (its longest word
+    where it wraps), plus rich's padding and rules."""
+    from rich.cells import cell_len
+
+    total = 1
+    for name, (header, cells) in columns.items():
+        texts = [header, *cells]
+        parts = (
+            [w for t in texts for w in t.split()] if name in wrap else [line for t in texts for line in t.splitlines()]
+        )
+        total += max(map(cell_len, parts), default=0) + 3
+    return total
+
+
+def _compacted(columns: Columns, title: str) -> tuple[Columns, str]:
+    """`columns` made narrower without leaving one out: axis headers by the shortest end of their path that no
+    other column shares (`axis.attention.kind` -> `kind`), keys cut to KEY_SHOWN characters, and a sweep column
+    of one value in several rows said once, in the title."""
+    axes = [c.removeprefix("axis.") for c in columns if c.startswith("axis.")]
+    taken = {header for c, (header, _) in columns.items() if not c.startswith("axis.")}
+    narrow: Columns = {}
+    for name, (header, cells) in columns.items():
+        if name.startswith("axis."):
+            header = _axis_header(name.removeprefix("axis."), axes, taken)
+        narrow[name] = (header, [c[:KEY_SHOWN] for c in cells] if name == "key" else cells)
+    sweeps = set(narrow.get("sweep", ("", []))[1])
+    if len(sweeps) == 1 and len(narrow["sweep"][1]) > 1:
+        del narrow["sweep"]
+        title = f"{title}, sweep {sweeps.pop()}"
+    return narrow, title
+
+
+def _axis_header(path: str, axes: list[str], taken: set[str]) -> str:
+    """The shortest end of an axis path that no other of the `axes` ends with and no other column is called."""
+    parts = path.split(".")
+    for n in range(1, len(parts) + 1):
+        end = ".".join(parts[-n:])
+        if end not in taken and sum(a == end or a.endswith(f".{end}") for a in axes) == 1:
+            return end
+    return f"axis.{path}"
 
 
 def _shown(value: Any) -> str:

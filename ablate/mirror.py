@@ -7,17 +7,20 @@ final result and status. The store keeps per trial what MLflow already has (`mlf
 `mlflow_state`), so a resumed trial that replays its epoch history never sends a point twice, and a trial
 the mirror could not reach MLflow for is still dirty in the store: `ablate sync`, and every later launch,
 bring it over (`sync`). When MLflow is down the mirror says so once, backs off (1 s doubling to 30 s) and
-tries again; the launch goes on and ends without waiting for it.
+tries again; the launch goes on and ends without waiting for it. A sweep whose report cannot be written
+(a run is named by its variant's label there) is said to be that, once, never as MLflow failing.
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 from ablate.store import FINAL_STATES, Store
+from ablate.store.faults import StoreUnavailable
 from ablate.tracking import Tracker
 
 BACKOFF = (1.0, 30.0)
@@ -34,6 +37,41 @@ class Synced:
     """Sweeps whose parent run got a new summary (`Tracker.summarise`)."""
 
 
+class ReportFailed(RuntimeError):
+    """Writing a sweep's report for MLflow failed outside MLflow (a bug in ablate or a plugin, the store, this
+    machine's disk). The report names the sweep's trial runs and makes its summary, so those wait; waiting for
+    MLflow mends nothing. `errors`: the first error per sweep; from `sync`, `synced` is what did reach MLflow
+    and `left` the trials still behind."""
+
+    def __init__(self, errors: dict[str, Exception], synced: Synced | None = None, left: int = 0) -> None:
+        self.errors, self.synced, self.left = errors, synced, left
+        said = "; ".join(f"{type(e).__name__}: {str(e)[:300]}" for e in errors.values())
+        super().__init__(f"writing the report of sweep {', '.join(map(repr, errors))} for MLflow failed ({said})")
+
+
+def from_mlflow(error: BaseException) -> bool:
+    """Whether `error` came out of MLflow's client (raised in, or passed up through, the mlflow package), as
+    MLflow down or failing does; not what ablate does between its calls (the store, a sweep's report)."""
+    tb = error.__traceback__
+    while tb is not None:
+        if str(tb.tb_frame.f_globals.get("__name__", "")).partition(".")[0] == "mlflow":
+            return True
+        tb = tb.tb_next
+    return False
+
+
+@contextmanager
+def _report_of(sweep: str) -> Iterator[None]:
+    """Around a tracker call that writes `sweep`'s report: an error neither out of MLflow nor the store's is
+    the report's, raised as ReportFailed."""
+    try:
+        yield
+    except Exception as e:
+        if from_mlflow(e) or isinstance(e, StoreUnavailable):
+            raise
+        raise ReportFailed({sweep: e}) from e
+
+
 def sync_trial(store: Store, tracker: Tracker, key: str) -> int:
     """Bring the trial's MLflow run in step with the store; returns the metric points sent (0: in step)."""
     trial = store.trial(key)
@@ -44,7 +82,8 @@ def sync_trial(store: Store, tracker: Tracker, key: str) -> int:
     if not rows and trial.mlflow_state == trial.state:
         return 0
     home = max(sweeps, key=lambda s: _launched(store, s)) if trial.mlflow_run_id is None else sweeps[0]
-    run = tracker.start_trial(store, home, key)
+    with _report_of(home):  # the run's name is its variant's label in the report
+        run = tracker.start_trial(store, home, key)
     tracker.log_metric_rows(run, [(name, step, value, wall) for name, step, value, wall in rows])
     step = max([trial.mlflow_step or 0, *(step for _, step, _, _ in rows)])
     if trial.state in FINAL_STATES and trial.mlflow_state != trial.state:
@@ -62,11 +101,32 @@ def _launched(store: Store, sweep: str) -> str:
 
 def sync(store: Store, tracker: Tracker, sweeps: Iterable[str] | None = None) -> Synced:
     """Mirror every trial (of `sweeps`, or all) that MLflow lags behind on, then bring each sweep's summary on
-    its parent run up to date (`Tracker.summarise`), now, in this thread."""
+    its parent run up to date (`Tracker.summarise`), now, in this thread. A sweep whose report cannot be
+    written holds up no other (its own trials wait, untried after the first failure): ReportFailed names it
+    at the end. An error out of MLflow or the store stops the sync at once."""
     names = list(sweeps) if sweeps is not None else list(store.sweeps_frame()["name"])
     keys = store.unmirrored(names)
-    points = sum(sync_trial(store, tracker, k) for k in keys)
-    return Synced(len(keys), points, sum(tracker.summarise(store, name) for name in names))
+    failed: dict[str, Exception] = {}
+    points = left = summaries = 0
+    for key in keys:
+        if failed and set(store.sweeps_of(key)) <= failed.keys():  # its report would fail again
+            left += 1
+            continue
+        try:
+            points += sync_trial(store, tracker, key)
+        except ReportFailed as e:
+            failed = {**e.errors, **failed}
+            left += 1
+    for name in (n for n in names if n not in failed):
+        try:
+            with _report_of(name):
+                summaries += tracker.summarise(store, name)
+        except ReportFailed as e:
+            failed.update(e.errors)
+    synced = Synced(len(keys) - left, points, summaries)
+    if failed:
+        raise ReportFailed(failed, synced, left) from next(iter(failed.values()))
+    return synced
 
 
 class Mirror:
@@ -79,6 +139,8 @@ class Mirror:
         self.down: str | None = None
         """Why MLflow failed last, while it is failing."""
         self.warned = False
+        self.unreported: set[str] = set()
+        """Trials whose sweep's report failed (ReportFailed): said once, left to `ablate sync`."""
         self._wake = threading.Condition()
         self._closing = False
         self._busy = False
@@ -105,7 +167,7 @@ class Mirror:
                 self._wake.wait(min(0.1, max(0.0, end - time.monotonic())))
             self._closing = True
             self._wake.notify()
-            left = len(self.dirty) + self._busy
+            left = len(self.unreported.union(self.dirty)) + self._busy
         return left
 
     def _run(self) -> None:
@@ -119,6 +181,16 @@ class Mirror:
                 key, self._busy = self.dirty.pop(0), True  # a change during the sync marks it dirty again
             try:
                 sync_trial(self.store, self.tracker, key)
+            except ReportFailed as e:  # not MLflow: retrying mends nothing; the store keeps the trial dirty
+                with self._wake:
+                    if not self.unreported:
+                        self.warn(f"{e}; MLflow is not at fault: the sweep goes on, the store keeps everything, "
+                                  f"`ablate report {next(iter(e.errors))}` shows the error and `ablate sync` "
+                                  "updates MLflow once it is mended")  # fmt: skip
+                    self.unreported.add(key)
+                    self._busy = False
+                    self._wake.notify_all()
+                continue
             except Exception as e:  # MLflow unreachable or failing: the store keeps the trial dirty
                 with self._wake:
                     if key not in self.dirty:
@@ -131,6 +203,7 @@ class Mirror:
                 continue
             wait, self.down = BACKOFF[0], None
             with self._wake:
+                self.unreported.discard(key)
                 self._busy = False
                 self._wake.notify_all()
 

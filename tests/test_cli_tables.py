@@ -1,0 +1,196 @@
+"""What the CLI prints a user: `ablate status` and `ablate runs` at the width of a terminal (80 columns: no
+header cut to `swe…`; 200: every column whole), and `ablate sync` blaming what really failed."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from conftest import TINY, free_port, write_sweeps
+from test_cli import table
+from typer.testing import CliRunner
+
+from ablate.cli import app
+from ablate.mirror import Mirror
+from ablate.planner import load_plans
+from ablate.store import STATES, Store
+from ablate.tracking import Tracker
+
+pytestmark = pytest.mark.timeout(300)
+
+CSAN = {"attention.tau": [True, False], "attention.mu": [True, False], "attention.kappa_pub": ["unit", "off"],
+        "attention.kappa_priv": [True, False]}  # fmt: skip
+
+
+def launched(tmp_path: Path) -> tuple[str, list[str]]:
+    """A store as a launch leaves it (the launcher's own calls on a real plan): sweep `cpu` (stack x kind, 2
+    seeds, 8 trials) and `csan-components` (four CSaN switches, 2 seeds, 32 trials), with 20-character keys;
+    in csan-components 4 trials done (2 of them cpu's too: CSaN with every switch on), one running on a host,
+    one failed, one diverged. Returns the store's URL and csan-components' keys in plan order."""
+    f = write_sweeps(tmp_path / "e.yaml", {
+        "cpu": {"base": TINY, "grid": {"model.stack": ["alternating", "pure"], "attention.kind": ["softmax", "csan"]},
+                "seeds": 2},
+        "csan-components": {"base": {**TINY, "attention": {"kind": "csan"}}, "grid": CSAN, "seeds": 2},
+    })  # fmt: skip
+    db = f"sqlite:///{tmp_path}/r.sqlite"
+    plans = load_plans(f)
+    with Store(db) as store:
+        for plan in plans.values():
+            store.upsert_sweep(plan.sweep, spec_path=plan.file, metric=plan.metric, baseline=plan.baseline,
+                               spec={"axes": plan.axes, "plugins": plan.plugins.to_json()})  # fmt: skip
+            store.add_trials(plan.sweep, plan.trials)
+        keys = [t.key for t in plans["csan-components"].trials]
+        for key in keys[:7]:
+            store.mark_running(key, host="gpu-node-17")
+        for i, key in enumerate(keys[:4]):
+            store.finish(key, "done", result={"test": {"top1": 90.0 + i / 7}})
+        store.finish(keys[5], "failed", error="Traceback...\nRuntimeError: CUDA out of memory. Tried to allocate 2 GiB")
+        store.finish(keys[6], "diverged", diverged_epoch=1, diverged_step=3)
+    return db, keys
+
+
+def at(width: int, *args: str) -> str:
+    """The command's output on a terminal `width` columns wide."""
+    result = CliRunner().invoke(app, list(args), env={"COLUMNS": str(width)})
+    assert result.exit_code == 0, result.output
+    return result.output
+
+
+def rows(output: str, title: str) -> list[dict[str, str]]:
+    """The rows of the table under `title`; a row rich wrapped onto more lines is joined back (the lines it
+    adds have an empty first cell)."""
+    joined: list[dict[str, str]] = []
+    for row in table(output, title) or []:
+        if joined and not next(iter(row.values())):
+            joined[-1] = {k: f"{joined[-1][k]} {v}".strip() for k, v in row.items()}
+        else:
+            joined.append(row)
+    return joined
+
+
+def headers(output: str, title: str) -> list[str]:
+    found = rows(output, title)
+    assert found, output
+    return list(found[0])
+
+
+def test_status_fits_80_columns_with_the_states_folded_and_shows_every_column_at_200(tmp_path: Path) -> None:
+    db, keys = launched(tmp_path)
+    narrow = at(80, "status", "--db", db)
+    assert "…" not in narrow, narrow  # no header, sweep name or count cut
+    assert max(map(len, narrow.splitlines())) <= 80
+    counts = {r["sweep"]: r for r in rows(narrow, "trials per state")}
+    assert list(counts["cpu"]) == ["sweep", "trials", "epochs left", "s/epoch", "ETA"]
+    assert counts["csan-components"]["trials"] == "4/32 done, 25 pending, 1 running, 1 failed, 1 diverged"
+    assert counts["cpu"]["trials"] == "2/8 done, 6 pending"
+    (running,) = rows(narrow, "running")
+    assert (running["sweep"], running["key"], running["host"]) == ("csan-components", keys[4][:10], "gpu-node-17")
+    assert "left out to fit 80 columns: lease_expires, lease_host, started_at" in narrow
+    failures = {r["key"]: r for r in rows(narrow, "failures")}  # the error wraps: whole keys still fit
+    assert failures[keys[5]]["error"] == "RuntimeError: CUDA out of memory. Tried to allocate 2 GiB"
+    assert failures[keys[6]]["state"] == "diverged"
+
+    wide = at(200, "status", "--db", db)
+    assert "…" not in wide and "left out" not in wide
+    assert headers(wide, "trials per state") == ["sweep", *STATES, "total", "epochs left", "s/epoch", "ETA"]
+    assert headers(wide, "running") == ["sweep", "key", "host", "started_at", "lease_host", "lease_expires"]
+    assert {r["key"] for r in rows(wide, "running")} == {keys[4]}
+
+
+def test_runs_fits_80_columns_keeping_state_and_metric_and_shows_every_column_at_200(tmp_path: Path) -> None:
+    db, keys = launched(tmp_path)
+    default = list(json.loads(at(200, "runs", "csan-components", "--db", db, "-f", "json"))[0])
+    assert default == ["sweep", "key", "state", *(f"axis.{a}" for a in [*CSAN, "seed"]), "test.top1"]
+
+    wide = at(200, "runs", "csan-components", "--db", db)
+    assert "…" not in wide and "left out" not in wide
+    assert headers(wide, "32 trials") == default
+    assert [r["key"] for r in rows(wide, "32 trials")] == keys
+
+    narrow = at(80, "runs", "csan-components", "--db", db)
+    assert "…" not in narrow, narrow
+    title = "32 trials, sweep csan-components"  # one sweep: said once, in the title
+    assert headers(narrow, title) == ["key", "state", "tau", "mu", "kappa_pub", "kappa_priv", "test.top1"]
+    shown = rows(narrow, title)
+    assert [r["key"] for r in shown] == [k[:10] for k in keys]  # a prefix `ablate show` takes
+    assert [r["state"] for r in shown[:7]] == ["done"] * 4 + ["running", "failed", "diverged"]
+    assert shown[3]["test.top1"] == "90.43" and shown[3]["kappa_pub"] == "unit"
+    assert "left out to fit 80 columns: seed (`--columns` picks columns" in narrow
+
+    both = at(80, "runs", "--db", db)  # two sweeps: the replicate axis first, then the last axes
+    assert "…" not in both, both
+    assert headers(both, "40 trials") == ["sweep", "key", "state", "stack", "kind", "test.top1"]
+    assert "left out to fit 80 columns: seed, attention.kappa_priv" in both
+    everything = at(200, "runs", "--db", db)  # all of them, by the end of their paths
+    assert "…" not in everything and "left out" not in everything
+    assert headers(everything, "40 trials") == ["sweep", "key", "state", "stack", "kind", "seed", "tau", "mu",
+                                                "kappa_pub", "kappa_priv", "test.top1"]  # fmt: skip
+
+
+BROKEN = '''
+from typing import Literal
+
+from ablate.config import Mechanism
+from ablate.registry import register_mechanism
+
+
+@register_mechanism
+class Broken(Mechanism):
+    """A mechanism whose report label has a bug."""
+
+    kind: Literal["broken"] = "broken"
+
+    def build(self, dim, num_heads, in_dim=None):
+        raise NotImplementedError
+
+    def describe(self) -> str:
+        return self.words  # no such field
+'''
+
+
+def unreportable(tmp_path: Path) -> str:
+    """A store whose sweep `s` cannot be reported: its plugin's label raises (AttributeError), in every process
+    that loads the sweep's plugins from the store, as a report does. Two trials done, k0 and k1; beside it
+    sweep `fine` with one trial done, ok. MLflow has none of them."""
+    db = f"sqlite:///{tmp_path}/r.sqlite"
+    with Store(db) as store:
+        plugins = {"files": [{"path": str(tmp_path / "broken.py"), "source": BROKEN}]}
+        store.upsert_sweep("s", metric="test.top1", spec={"axes": ["seed"], "plugins": plugins})
+        config = {**TINY, "attention": {"kind": "broken"}}
+        store.add_trials("s", [{"key": f"k{i}", "variant": "v", "config": {**config, "seed": i}, "axes": {"seed": i}}
+                               for i in range(2)])  # fmt: skip
+        store.upsert_sweep("fine", metric="test.top1", spec={"axes": ["seed"]})
+        store.add_trials("fine", [{"key": "ok", "variant": "v", "config": {**TINY, "seed": 0}, "axes": {"seed": 0}}])
+        for key in ("k0", "k1", "ok"):
+            store.mark_running(key)
+            store.finish(key, "done", result={"test": {"top1": 50.0}})
+    return db
+
+
+def test_sync_blames_the_report_not_mlflow_when_the_report_fails(tmp_path: Path) -> None:
+    db = unreportable(tmp_path)
+    mlflow = f"sqlite:///{tmp_path}/m.sqlite"
+    result = CliRunner().invoke(app, ["sync", "--db", db, "--mlflow-uri", mlflow], env={"COLUMNS": "300"})
+    assert result.exit_code == 1, result.output
+    assert "writing the report of sweep 's' for MLflow failed (AttributeError: 'Broken' object has no attribute " \
+           "'words'), not MLflow" in result.output, result.output  # fmt: skip
+    assert "2 trials and the sweep's summary wait for the report (1 trials synced" in result.output
+    assert "is failing" not in result.output and "`ablate report s` shows its traceback" in result.output
+    with Store(db) as store:
+        assert store.unmirrored() == ["k0", "k1"]  # the other sweep is synced; these wait for the mend
+
+    down = f"http://127.0.0.1:{free_port()}"  # MLflow itself down: still said to be MLflow
+    result = CliRunner().invoke(app, ["sync", "--db", db, "--mlflow-uri", down], env={"COLUMNS": "300"})
+    assert result.exit_code == 1 and f"MLflow at {down} is failing" in result.output, result.output
+
+
+def test_the_launchs_mirror_says_once_that_a_report_fails_and_holds_nothing_up(tmp_path: Path) -> None:
+    db = unreportable(tmp_path)
+    with Store(db) as store:
+        heard: list[str] = []
+        mirror = Mirror(store, Tracker(f"sqlite:///{tmp_path}/m.sqlite"), heard.append).start(["k0", "k1", "ok"])
+        assert mirror.close(timeout=120) == 2  # k0, k1 tried, not mirrored (`ablate sync` later); ok mirrored
+        assert mirror.down is None and len(heard) == 1, heard
+        assert "writing the report of sweep 's'" in heard[0] and "MLflow is not at fault" in heard[0]
+        assert store.unmirrored() == ["k0", "k1"]
