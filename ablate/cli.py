@@ -894,8 +894,8 @@ def file_plugins(file: Path | None) -> None:
         load_builtins()
         load_entry_points()
         if file is not None:
-            data, lines = read_yaml(file)
-            load_plugins(data.get("plugins") if isinstance(data, dict) else None, file, lines)
+            doc = read_yaml(file)
+            load_plugins(doc.data.get("plugins") if isinstance(doc.data, dict) else None, file, doc.lines)
     except SpecError as e:
         fail("; ".join(str(p) for p in e.problems))
     except ValueError as e:  # PluginError from an entry point

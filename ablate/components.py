@@ -9,6 +9,7 @@ imports torch: validation asks `check` and `dims` before any model or data is bu
 
 from __future__ import annotations
 
+import types
 import typing
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -34,8 +35,15 @@ class Strict(BaseModel):
     @classmethod
     def _no_boolean_numbers(cls, value: Any, info: ValidationInfo) -> Any:
         field = cls.model_fields.get(info.field_name or "")
-        if isinstance(value, bool) and field is not None and not _admits_bool(field.annotation):
+        if field is None:
+            return value
+        if isinstance(value, bool) and not _admits_bool(field.annotation):
             raise ValueError(f"expected {_expected(field.annotation)}, got the boolean {str(value).lower()}")
+        items = _item_types(field.annotation)
+        if isinstance(value, (list, tuple)) and items and not any(_admits_bool(a) for a in items):
+            for i, item in enumerate(value):
+                if isinstance(item, bool):
+                    raise ValueError(f"expected {_expected(items[0])} at [{i}], got the boolean {str(item).lower()}")
         return value
 
 
@@ -43,6 +51,16 @@ def _admits_bool(annotation: Any) -> bool:
     if annotation is bool or annotation is Any:
         return True
     return any(_admits_bool(a) for a in typing.get_args(annotation) if not isinstance(a, (str, int, float)))
+
+
+def _item_types(annotation: Any) -> list[Any]:
+    """What the items of a list or tuple field may be (`tuple[int, ...] | None` -> [int]); [] for no sequence."""
+    origin = typing.get_origin(annotation)
+    if origin in (list, tuple):
+        return [a for a in typing.get_args(annotation) if a is not Ellipsis]
+    if origin in (typing.Union, types.UnionType):
+        return [t for a in typing.get_args(annotation) for t in _item_types(a)]
+    return []
 
 
 def _expected(annotation: Any) -> str:

@@ -23,16 +23,16 @@ from typing import Any
 from pydantic import ValidationError
 
 from ablate.config import REPLICATES, TrialConfig, identity
-from ablate.errors import Problem, SpecError
+from ablate.errors import Problem, SpecError, format_path
 from ablate.paths import get_path, matches, set_path
 from ablate.plugins import Plugins
-from ablate.registry import DATASETS
 from ablate.spec import (
     AdaptiveSeeds,
     Linked,
     Loc,
     SweepFile,
     SweepSource,
+    axis_paths,
     clean_loc,
     error_message,
     path_problem,
@@ -164,6 +164,43 @@ def _product(groups: list[list[Cell]]) -> Iterable[Cell]:
         yield tuple(a for row in combo for a in row)
 
 
+def _declared(loc: Loc) -> Loc:
+    """Where an axis value's axis is declared: `grid.PATH` or `linked[g]` (inside a when block or not)."""
+    at = max(i for i, part in enumerate(loc) if part in ("grid", "linked"))
+    return loc[: at + 2]
+
+
+def _varied_twice(sweep: SweepSource, cell: Cell) -> list[Problem]:
+    """An axis a cell takes from two places (grid and linked, two linked groups, a when block and the grid):
+    one value would silently win, so each path is varied in one place."""
+    first: dict[str, Loc] = {}
+    problems = []
+    for path, _, loc in cell:
+        where = _declared(loc)
+        if first.setdefault(path, where) != where:
+            problems.append(sweep.problem(where, f"{path} is also varied at {format_path(first[path])}: vary each "
+                                          "path in one place (a linked group, or the grid)"))  # fmt: skip
+    return problems
+
+
+def _taken(values: Iterable[Any]) -> list[Any]:
+    """Distinct values, in order of first appearance (lists compared as JSON)."""
+    return list({json.dumps(v, sort_keys=True, default=str): v for v in values}.values())
+
+
+def _dead_values(rule: dict[str, Any], haves: dict[str, list[Any]]) -> Iterable[tuple[str, str]]:
+    """(path, what is wrong) for each value of a `when:` or `exclude:` rule that matches no value its path takes
+    in the sweep (a typo of a mechanism name, say): such a rule silently does nothing."""
+    for path, want in rule.items():
+        taken = haves.get(path, [])
+        scalar_axis = not any(isinstance(h, (list, tuple)) for h in taken)
+        candidates = want if isinstance(want, list) and scalar_axis else [want]
+        dead = [c for c in candidates if not any(matches({path: c}, {path: h}, flat=True) for h in taken)]
+        if dead:
+            shown = ", ".join(repr(v) for v in taken[:12]) + (", ..." if len(taken) > 12 else "")
+            yield path, f"{', '.join(map(repr, dead))} matches no value {path} takes in this sweep ({shown})"
+
+
 def _where(sweep: SweepSource, cell: Cell, err_path: str, msg: str) -> list[Problem]:
     """Place a cell's validation error at the axes that set the offending path, else in the base."""
     hits = [
@@ -177,6 +214,27 @@ def _where(sweep: SweepSource, cell: Cell, err_path: str, msg: str) -> list[Prob
         desc = ", ".join(f"{p}={v!r}" for p, v, _ in cell)
         return [sweep.problem(("base",), f"{msg} (in the cell {desc})" if desc else msg)]
     return [sweep.problem(("base", *err_path.split(".")), msg)]
+
+
+def _base_problems(sweep: SweepSource) -> list[Problem]:
+    """What is wrong in the base where no axis could mend it: named beside a grid's own problems, which stop
+    the cells from being checked, so a file's problems are named at once."""
+    varied = axis_paths(sweep.spec)
+
+    def fixed(path: str) -> bool:
+        return bool(path) and not any(path == v or v.startswith(path + ".") or path.startswith(v + ".") for v in varied)
+
+    base = _raw_config(sweep, ())
+    found = []
+    try:
+        TrialConfig.model_validate(base)
+    except ValidationError as err:
+        for e in err.errors():
+            path = ".".join(str(p) for p in clean_loc(tuple(e["loc"]), base))
+            found += _where(sweep, (), path, error_message(e)) if fixed(path) else []
+    if fixed("data.path") and isinstance(base.get("data"), dict) and (msg := _data_path_problem(base["data"])):
+        found += _where(sweep, (), "data.path", msg)
+    return found
 
 
 def _raw_config(sweep: SweepSource, cell: Cell) -> dict[str, Any]:
@@ -205,12 +263,14 @@ def match_problem(cfg: TrialConfig) -> str | None:
     return None
 
 
-def _data_path_problem(cfg: TrialConfig) -> str | None:
-    """A dataset's path must exist where the plan is made, unless it is marked as the cluster's (`remote`)."""
-    d = cfg.data
-    if d.path is None or d.remote or not DATASETS.get(d.name).needs_path or Path(d.path).exists():
+def _data_path_problem(data: dict[str, Any]) -> str | None:
+    """A path the config gives must exist where the plan is made, whether the dataset needs one or takes it in
+    place of a shipped copy, unless it is marked as the cluster's (`remote`). Read from the raw section, so a
+    cell that fails validation elsewhere has this problem named too."""
+    path = data.get("path")
+    if not isinstance(path, str) or data.get("remote") is True or Path(path).exists():
         return None
-    return f"{d.path} does not exist on this machine (data.remote: true marks a path only the cluster's nodes have)"
+    return f"{path} does not exist on this machine (data.remote: true marks a path only the cluster's nodes have)"
 
 
 MAX_TRIALS = 10_000
@@ -232,29 +292,37 @@ def expand(sweep: SweepSource, max_trials: int = MAX_TRIALS) -> Plan:
                                        f"{' and when: blocks' if whens else ''} x {len(seeds)} seeds) exceed "
                                        f"the limit of {max_trials:,} per sweep; --max-trials raises it")])  # fmt: skip
     cells = list(_product(top))
+    dead: list[Problem] = []
     for w, block in enumerate(spec.when):
         for path in block.when:
             if (msg := path_problem(path)) is not None:
                 problems.append(sweep.problem(("when", w, "when", path), msg))
         groups = whens[w]
         grown: list[Cell] = []
-        for cell in cells:
-            raw = _raw_config(sweep, cell)
-            if matches(block.when, {p: get_path(raw, p, get_path(defaults, p)) for p in block.when}, flat=True):
+        raws = [_raw_config(sweep, cell) for cell in cells]
+        conditions = [{p: get_path(raw, p, get_path(defaults, p)) for p in block.when} for raw in raws]
+        for cell, values in zip(cells, conditions, strict=True):
+            if matches(block.when, values, flat=True):
                 grown.extend(cell + extra for extra in _product(groups))
             else:
                 grown.append(cell)
+        if not problems:  # a condition that can never hold leaves the cells as they are: named with theirs
+            haves = {p: _taken(v[p] for v in conditions) for p in block.when}
+            dead += [sweep.problem(("when", w, "when", p), m) for p, m in _dead_values(block.when, haves)]
         cells = grown
     for i, rule in enumerate(spec.exclude):
         for path in rule:
             if (msg := path_problem(path)) is not None:
                 problems.append(sweep.problem(("exclude", i, path), msg))
+    problems += [p for cell in cells for p in _varied_twice(sweep, cell)]
     if problems:
-        raise SpecError(problems)
+        raise SpecError(problems + _base_problems(sweep))
 
     axes = list(dict.fromkeys(p for cell in cells for p, _, _ in cell))
     trials: list[Trial] = []
     seen: set[str] = set()
+    valid: list[dict[str, Any]] = []
+    """The resolved config of every cell that validates, excluded or not: what `exclude:` rules can match."""
     for cell in cells:
         raw = _raw_config(sweep, cell)
         try:
@@ -263,14 +331,17 @@ def expand(sweep: SweepSource, max_trials: int = MAX_TRIALS) -> Plan:
             for e in err.errors():
                 err_path = ".".join(str(p) for p in clean_loc(tuple(e["loc"]), raw))
                 problems.extend(_where(sweep, cell, err_path, error_message(e)))
+            if isinstance(raw.get("data"), dict) and (msg := _data_path_problem(raw["data"])) is not None:
+                problems.extend(_where(sweep, cell, "data.path", msg))
             continue
         resolved = cfg.model_dump(mode="json")
+        valid.append(resolved)
         if any(matches(rule, resolved) for rule in spec.exclude):
             continue
         if (msg := match_problem(cfg)) is not None:
             problems.extend(_where(sweep, cell, "model.match_params", msg))
             continue
-        if (msg := _data_path_problem(cfg)) is not None:
+        if (msg := _data_path_problem(resolved["data"])) is not None:
             problems.extend(_where(sweep, cell, "data.path", msg))
             continue
         ident = identity(cfg)
@@ -284,6 +355,7 @@ def expand(sweep: SweepSource, max_trials: int = MAX_TRIALS) -> Plan:
             secret = {p: text for p, (value, text) in sweep.placeholders.items() if get_path(resolved, p) == value}
             trials.append(Trial(key, variant, cfg.model_copy(update={"seed": seed}), {**cell_axes, "seed": seed},
                                 secret))  # fmt: skip
+    problems += dead + _dead_exclusions(sweep, valid)
     if problems:
         raise SpecError(problems)
     if not trials:
@@ -305,6 +377,18 @@ def expand(sweep: SweepSource, max_trials: int = MAX_TRIALS) -> Plan:
     reserve = [t for t in trials if adaptive is not None and t.config.seed >= adaptive.min]
     return Plan(sweep.name, first, axes, baseline, metric, sweep.source, spec.description, sweep.plugins,
                 spec.stale, adaptive, sorted(reserve, key=lambda t: t.config.seed))  # fmt: skip
+
+
+def _dead_exclusions(sweep: SweepSource, valid: list[dict[str, Any]]) -> list[Problem]:
+    """`exclude:` rules that match no cell: a value no cell takes, or values that no one cell takes together."""
+    problems = []
+    for i, rule in enumerate(sweep.spec.exclude):
+        haves = {p: _taken(get_path(r, p) for r in valid) for p in rule}
+        dead = [sweep.problem(("exclude", i, p), m) for p, m in _dead_values(rule, haves)]
+        if not dead and valid and not any(matches(rule, r) for r in valid):
+            dead = [sweep.problem(("exclude", i), f"matches no cell: no cell has all of {rule}")]
+        problems += dead
+    return problems
 
 
 def load_plans(

@@ -25,6 +25,7 @@ from pydantic import (
     BaseModel,
     Discriminator,
     Field,
+    StrictInt,
     Tag,
     ValidationError,
     ValidationInfo,
@@ -58,6 +59,8 @@ class When(Strict):
     """Linked axis groups added to matching cells."""
 
 
+Seed = Annotated[StrictInt, Field(ge=0, lt=2**63)]
+"""A seed, as `TrialConfig.seed` takes it (a YAML `true` is not the seed 1)."""
 MAX_SEEDS = 10_000
 """Seeds a sweep may count (`seeds: n`); the trial cap (`--max-trials`) bounds the grid as a whole."""
 
@@ -111,7 +114,7 @@ class SweepSpec(Strict):
     exclude: list[Assignment] = []
     """Cells matching any of these partial assignments are dropped."""
     seeds: Annotated[
-        Annotated[list[int], Tag("list")] | Annotated[AdaptiveSeeds, Tag("adaptive")],
+        Annotated[list[Seed], Tag("list")] | Annotated[AdaptiveSeeds, Tag("adaptive")],
         Discriminator(lambda v: "adaptive" if isinstance(v, (dict, AdaptiveSeeds)) else "list"),
     ] = [0]
     """Seeds per cell: a list, a count n meaning 0..n-1, or adaptive ({min, max, threshold}: `AdaptiveSeeds`)."""
@@ -202,12 +205,28 @@ class SweepSource:
     def problem(self, path: tuple[str | int, ...], message: str) -> Problem:
         """A problem at `path` inside this sweep's YAML, with the nearest known line; a problem in the base
         at a path an override set is the override's."""
+        full: Loc = ("sweeps", self.name, *path)
         if path[:1] == ("base",) and len(path) > 1:
             dotted = ".".join(str(p) for p in path[1:])
             if (o := next((o for o in self.overrides if o.overlaps(dotted)), None)) is not None:
                 return o.problem(message)
-        full = ("sweeps", self.name, *path)
+            if self._inherited(path[1:]):
+                full = ("defaults", *path[1:])
         return Problem(self.source, full, message, nearest_line(self.lines, full))
+
+    def _inherited(self, keys: Loc) -> bool:
+        """Whether the base's value at `keys` is the file's `defaults:` (the sweep's own base leaves it out),
+        so a problem there is named once, where it is written, not once per sweep."""
+        own: Any = self.spec.base
+        merged: Any = self.base
+        for k in keys:
+            if not isinstance(merged, dict) or k not in merged:
+                return False
+            merged = merged[k]
+            if not isinstance(own, dict) or k not in own:
+                return True
+            own = own[k]
+        return False
 
 
 def nearest_line(lines: dict[tuple[str | int, ...], int], path: tuple[str | int, ...]) -> int | None:
@@ -217,13 +236,15 @@ def nearest_line(lines: dict[tuple[str | int, ...], int], path: tuple[str | int,
     return None
 
 
-def _line_map(node: yaml.Node, path: Loc, out: dict[Loc, int], dups: list[tuple[Loc, int]], seen: set[int]) -> None:
+def _line_map(
+    node: yaml.Node, path: Loc, out: dict[Loc, int], dups: list[tuple[Loc, int]], seen: dict[int, Loc]
+) -> None:
     """Record the 1-based line of every key and list item; note duplicate keys (PyYAML keeps the last). A node
-    that aliases repeat is walked once, under its first path."""
+    that aliases repeat is walked once, under its first path (kept in `seen`)."""
     out[path] = node.start_mark.line + 1
     if id(node) in seen:
         return
-    seen.add(id(node))
+    seen[id(node)] = path
     if isinstance(node, yaml.MappingNode):
         keys: set[Any] = set()
         for k, v in node.value:
@@ -298,23 +319,41 @@ def _decode(raw: bytes, src: str) -> str:
                                  "UTF-8", line)]) from None  # fmt: skip
 
 
-def _expanded_size(node: yaml.Node, memo: dict[int, int]) -> int:
-    """Nodes of the document with aliases expanded, counted in time linear in the composed graph."""
+def _expanded_size(node: yaml.Node, memo: dict[int, int], src: str, at: dict[int, Loc], open_: set[int]) -> int:
+    """Nodes of the document with aliases expanded, counted in time linear in the composed graph. A node that
+    holds an alias to itself (`a: &x [*x]`) has no expansion: a SpecError at its path (`at`, from `_line_map`)."""
+    if id(node) in open_:
+        raise SpecError([Problem(src, at.get(id(node), ()), "a recursive alias: this node holds an alias to itself, "
+                                 "which no config can be", node.start_mark.line + 1)])  # fmt: skip
     if id(node) in memo:
         return memo[id(node)]
-    memo[id(node)] = 1  # a recursive alias counts once (PyYAML refuses to construct it anyway)
+    open_.add(id(node))
     size = 1
     if isinstance(node, yaml.MappingNode):
-        size += sum(_expanded_size(k, memo) + _expanded_size(v, memo) for k, v in node.value)
+        size += sum(
+            _expanded_size(k, memo, src, at, open_) + _expanded_size(v, memo, src, at, open_) for k, v in node.value
+        )
     elif isinstance(node, yaml.SequenceNode):
-        size += sum(_expanded_size(v, memo) for v in node.value)
+        size += sum(_expanded_size(v, memo, src, at, open_) for v in node.value)
+    open_.discard(id(node))
     memo[id(node)] = size
     return size
 
 
-def read_yaml(path: Path) -> tuple[Any, dict[tuple[str | int, ...], int]]:
+@dataclass
+class YamlDoc:
+    """A YAML file read: its data, the line of every key path, and its duplicate keys (as problems, so the
+    rest of the file is still checked; PyYAML keeps the last of each)."""
+
+    data: Any
+    lines: dict[Loc, int]
+    duplicates: list[Problem]
+
+
+def read_yaml(path: Path) -> YamlDoc:
     """Safe-load a YAML file with a line for every key path. Raises SpecError on unreadable/invalid YAML, a
-    file over MAX_BYTES, text that is not UTF-8, or a document over MAX_NODES nodes once aliases expand."""
+    file over MAX_BYTES, text that is not UTF-8, a recursive alias, or a document over MAX_NODES nodes once
+    aliases expand."""
     src = str(path)
     try:
         size = path.stat().st_size
@@ -330,11 +369,12 @@ def read_yaml(path: Path) -> tuple[Any, dict[tuple[str | int, ...], int]]:
         loader = yaml.SafeLoader(text)
         try:
             node = loader.get_single_node()
-            if node is not None and (n := _expanded_size(node, {})) > MAX_NODES:
+            at: dict[int, Loc] = {}
+            if node is not None:  # before construction, which rewrites merge keys (<<) in place
+                _line_map(node, (), lines, dups, at)
+            if node is not None and (n := _expanded_size(node, {}, src, at, set())) > MAX_NODES:
                 raise SpecError([Problem(src, (), f"the document expands to {n:,} YAML nodes (aliases repeat what "
                                          f"they name); at most {MAX_NODES:,} are read")])  # fmt: skip
-            if node is not None:  # before construction, which rewrites merge keys (<<) in place
-                _line_map(node, (), lines, dups, set())
             data = loader.construct_document(node) if node is not None else None
         finally:
             loader.dispose()
@@ -344,9 +384,7 @@ def read_yaml(path: Path) -> tuple[Any, dict[tuple[str | int, ...], int]]:
         raise SpecError([Problem(src, (), f"invalid YAML: {getattr(e, 'problem', None) or e}", line)]) from None
     except RecursionError:
         raise SpecError([Problem(src, (), "the document nests too deeply")]) from None
-    if dups:
-        raise SpecError([Problem(src, p, "duplicate key (YAML keeps only the last)", ln) for p, ln in dups])
-    return data, lines
+    return YamlDoc(data, lines, [Problem(src, p, "duplicate key (YAML keeps only the last)", ln) for p, ln in dups])
 
 
 ENV_VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}|\$([A-Za-z_][A-Za-z0-9_]*)")
@@ -412,16 +450,48 @@ class SweepFile:
     problems: list[Problem] = field(default_factory=list)
 
 
+DEPENDS: dict[str, tuple[str, ...]] = {
+    "grid": ("when", "exclude", "baseline", "seeds"),
+    "linked": ("when", "exclude", "baseline", "seeds"),
+    "when": ("exclude", "baseline", "seeds"),
+    "baseline": ("seeds",),
+}
+"""Parts of a sweep that are checked against others: when one of these is malformed, the parts that depend
+on it are left unchecked too (a `when:` value looks for the grid's values; adaptive seeds need a baseline)."""
+
+
+def _checkable(body: Any) -> SweepSpec | None:
+    """A sweep whose structure has errors (already reported through SpecFile), less the parts they are in and
+    the parts that depend on those, so its base and the rest of its grid are still checked: a file's problems
+    are named at once, across sections. None when its base is malformed (then no cell can be checked)."""
+    if not isinstance(body, dict):
+        return None
+    try:
+        return SweepSpec.model_validate(body)
+    except ValidationError as err:
+        bad = {str(e["loc"][0]) for e in err.errors() if e["loc"]}
+    if not bad or "base" in bad:
+        return None
+    bad |= {d for part in bad for d in DEPENDS.get(part, ())}
+    with contextlib.suppress(ValidationError):
+        return SweepSpec.model_validate({k: v for k, v in body.items() if k not in bad})
+    return None
+
+
 def read_sweeps(path: str | Path) -> SweepFile:
     """Read and check `path`: YAML, plugins, and each sweep's structure. Problems that stop the file from
     being read at all (unreadable YAML, a failing plugin) raise SpecError; the rest are collected."""
     path = Path(path)
     src = str(path)
-    data, lines = read_yaml(path)
+    doc = read_yaml(path)
+    data, lines = doc.data, doc.lines
     if not isinstance(data, dict):
-        raise SpecError([Problem(src, (), "expected a mapping with a `sweeps` key", 1)])
-    plugins = load_plugins(data.get("plugins"), path, lines)
-    problems: list[Problem] = []
+        raise SpecError([*doc.duplicates, Problem(src, (), "expected a mapping with a `sweeps` key", 1)])
+    try:
+        plugins = load_plugins(data.get("plugins"), path, lines)
+    except SpecError as e:
+        raise SpecError([*doc.duplicates, *e.problems]) from None
+    problems: list[Problem] = list(doc.duplicates)
     try:
         spec = SpecFile.model_validate(data)
         defaults, specs, default = spec.defaults, spec.sweeps, spec.default
@@ -430,10 +500,7 @@ def read_sweeps(path: str | Path) -> SweepFile:
         problems += validation_problems(err, data, lambda p, m: Problem(src, p, m, nearest_line(lines, p)))
         defaults = data["defaults"] if isinstance(data.get("defaults"), dict) else {}
         raw = data["sweeps"] if isinstance(data.get("sweeps"), dict) else {}
-        specs = {}
-        for name, body in raw.items():
-            with contextlib.suppress(ValidationError):  # already reported through SpecFile
-                specs[name] = SweepSpec.model_validate(body)
+        specs = {name: sweep for name, body in raw.items() if (sweep := _checkable(body)) is not None}
         default = data.get("default") if data.get("default") in specs else None
     folder = path.resolve().parent
     sweeps = {}
@@ -544,7 +611,7 @@ def with_overrides(file: SweepFile, texts: Sequence[str], names: Iterable[str] |
         source = sweeps[name]
         base = copy.deepcopy(source.base)
         for o in overrides:
-            varied = [p for p in _axis_paths(source.spec) if o.overlaps(p)]
+            varied = [p for p in axis_paths(source.spec) if o.overlaps(p)]
             if varied:
                 problems.append(o.problem(f"sweep {name} varies {', '.join(varied)} in its grid; an override sets "
                                           "one value for every trial, so set it in the file instead"))  # fmt: skip
@@ -555,7 +622,7 @@ def with_overrides(file: SweepFile, texts: Sequence[str], names: Iterable[str] |
     return replace(file, sweeps=sweeps, problems=[*file.problems, *problems])
 
 
-def _axis_paths(spec: SweepSpec) -> list[str]:
+def axis_paths(spec: SweepSpec) -> list[str]:
     """Every dotted path a sweep's grid, linked groups and when blocks vary."""
     paths: list[str] = []
     for grid, linked in [(spec.grid, spec.linked), *((w.grid, w.linked) for w in spec.when)]:

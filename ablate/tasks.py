@@ -108,10 +108,11 @@ class Task:
         return gen
 
     def _seeded(self, epoch: int) -> torch.Generator:
-        """A generator that depends only on (seed, epoch)."""
+        """A generator that depends only on (seed, epoch); taken modulo 2^64, what a generator's seed may be, so
+        every seed a config allows (below 2^63) has one."""
         import torch
 
-        return torch.Generator().manual_seed(self.cfg.seed * 100_003 + epoch)
+        return torch.Generator().manual_seed((self.cfg.seed * 100_003 + epoch) % 2**64)
 
 
 @register_task

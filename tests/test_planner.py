@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import types
 import typing
 from dataclasses import dataclass
@@ -169,6 +170,7 @@ def test_folds_are_replicates_of_one_variant(tmp_path: Path) -> None:
 def test_relative_data_paths_resolve_against_the_file(tmp_path: Path) -> None:
     f = tmp_path / "sub" / "e.yaml"
     f.parent.mkdir()
+    (tmp_path / "mil").mkdir()
     f.write_text(
         yaml.safe_dump(
             {
@@ -539,7 +541,8 @@ def test_exactly_the_result_relevant_fields_change_the_key(leaf: Leaf) -> None:
 
 def test_when_and_exclude_match_list_valued_fields_against_tuple_defaults(tmp_path: Path) -> None:
     """`when: {model.num_heads: [3]}` matches a default (3,) the file never wrote (the tuple branch of
-    `matches`), and only there; exclude rules match a list-valued axis value exactly."""
+    `matches`), and only there (a condition no cell meets is refused); exclude rules match a list-valued axis
+    value exactly."""
     f = tmp_path / "e.yaml"
     sweep = {"base": {"train": {"epochs": 1}}, "grid": {"attention.kind": ["softmax", "sparsemax"]},
              "when": [{"when": {"model.num_heads": [3]}, "grid": {"train.lr": [0.1, 0.01]}}]}  # fmt: skip
@@ -547,7 +550,8 @@ def test_when_and_exclude_match_list_valued_fields_against_tuple_defaults(tmp_pa
     assert len(plan(f, "w").trials) == 4  # vit-tiny's default num_heads (3,) matched: 2 kinds x 2 lr
     sweep["when"][0]["when"] = {"model.num_heads": [6]}
     f.write_text(yaml.safe_dump({"sweeps": {"w": sweep}}))
-    assert len(plan(f, "w").trials) == 2  # no match: the when block adds nothing
+    with pytest.raises(SpecError, match=re.escape("[6] matches no value model.num_heads takes in this sweep ((3,))")):
+        plan(f, "w")
     excl = {"base": {"train": {"epochs": 1}, "model": {"size": "vit-tiny"}}, "grid": {"model.depths": [[2], [3]]},
             "exclude": [{"model.depths": [3]}]}  # fmt: skip
     f.write_text(yaml.safe_dump({"sweeps": {"x": excl}}))

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import re
 import tempfile
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 from conftest import TINY
 from hypothesis import HealthCheck, given, settings
@@ -76,3 +78,108 @@ def test_a_mutated_file_plans_or_is_a_spec_error(doc: dict[str, Any]) -> None:
         f.write_text(yaml.safe_dump(doc, allow_unicode=True))
         with contextlib.suppress(SpecError):
             load_plans(f)
+
+
+# ------------------------------------------------------------------------------------ hazards, combined
+# Each hazard draws a parameter that may or may not be a defect, and knows which (an oracle written apart from
+# the planner). The property: a file plans exactly when it has no defect, and its SpecError names every defect
+# at once, across sections. Pairs that share one pydantic model are not drawn together: a model whose fields
+# fail is not checked across fields (pydantic runs a model's own checks only on valid fields), and a grid whose
+# axes are malformed has no cells for `when:` and `exclude:` values to be checked against.
+KINDS = ["softmax", "csan"]
+LRS = [0.001, 0.002]
+
+
+def _when(doc: dict[str, Any], value: str) -> str | None:
+    doc["sweeps"]["s"]["when"] = [{"when": {"attention.kind": value}, "grid": {"train.weight_decay": [0.0, 0.1]}}]
+    return None if value in KINDS else 'when[0].when["attention.kind"]'
+
+
+def _exclude(doc: dict[str, Any], value: tuple[str, float]) -> str | None:
+    doc["sweeps"]["s"]["exclude"] = [{"attention.kind": value[0], "train.lr": value[1]}]
+    return None if value[0] in KINDS and value[1] in LRS else "exclude[0]"
+
+
+def _linked(doc: dict[str, Any], path: str) -> str | None:
+    values = {"attention.kind": KINDS, "train.lr": LRS, "train.weight_decay": [0.0, 0.1]}[path]
+    doc["sweeps"]["s"]["linked"] = [{path: values, "train.epochs": [1, 2]}]
+    return "linked[0]" if path in doc["sweeps"]["s"]["grid"] else None
+
+
+def _boolean_depth(doc: dict[str, Any], depth: bool | int) -> str | None:
+    doc["sweeps"]["s"]["base"]["model"]["depths"] = [depth]
+    return "model.depths" if isinstance(depth, bool) else None
+
+
+def _patches(doc: dict[str, Any], sizes: tuple[int, int]) -> str | None:
+    img, patch = sizes
+    doc["sweeps"]["s"]["base"]["model"].update(img_size=img, patch_size=patch)
+    return "model.patch_size" if patch > img or img % patch else None
+
+
+def _seeds(doc: dict[str, Any], seeds: list[int]) -> str | None:
+    doc["sweeps"]["s"]["seeds"] = seeds
+    return "seeds[" if any(s >= 2**63 for s in seeds) else None
+
+
+def _data_path(doc: dict[str, Any], exists: bool) -> str | None:
+    doc["sweeps"]["s"]["base"]["data"]["path"] = "." if exists else "./surely-not-here"
+    return None if exists else "data.path"
+
+
+HAZARDS = {
+    "when": (_when, st.sampled_from([*KINDS, "csna", "sparsemax"])),
+    "exclude": (_exclude, st.tuples(st.sampled_from([*KINDS, "Softmax"]), st.sampled_from([*LRS, 0.003]))),
+    "linked": (_linked, st.sampled_from(["attention.kind", "train.lr", "train.weight_decay"])),
+    "depth": (_boolean_depth, st.sampled_from([True, False, 1, 2])),
+    "patches": (_patches, st.tuples(st.integers(2, 20), st.integers(1, 24))),
+    "seeds": (_seeds, st.lists(st.integers(0, 2**70), min_size=1, max_size=3, unique=True)),
+    "data": (_data_path, st.booleans()),
+}
+APART = [{"depth", "patches"}, {"linked", "when"}, {"linked", "exclude"}]
+
+
+@st.composite
+def hazardous(draw: st.DrawFn) -> tuple[dict[str, Any], list[str]]:
+    """A valid file with some hazards applied, and the key paths of the defects among them."""
+    names = draw(st.lists(st.sampled_from(sorted(HAZARDS)), min_size=1, max_size=4, unique=True))
+    names = [n for i, n in enumerate(names) if not any({n, m} <= pair for m in names[:i] for pair in APART)]
+    doc = copy.deepcopy(VALID)
+    doc["sweeps"]["s"]["base"]["train"] = {"epochs": 1}
+    defects = []
+    for name in names:
+        apply, values = HAZARDS[name]
+        if (where := apply(doc, draw(values))) is not None:
+            defects.append(where)
+    return doc, defects
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(hazardous())
+def test_a_file_plans_exactly_when_it_has_no_defect_and_every_defect_is_named(
+    case: tuple[dict[str, Any], list[str]],
+) -> None:
+    doc, defects = case
+    with tempfile.TemporaryDirectory() as folder:
+        f = Path(folder) / "e.yaml"
+        f.write_text(yaml.safe_dump(doc, allow_unicode=True))
+        if not defects:
+            load_plans(f)
+            return
+        try:
+            load_plans(f)
+        except SpecError as e:
+            missing = [d for d in defects if d not in str(e)]
+            assert missing == [], str(e)
+        else:
+            raise AssertionError(f"planned a file with defects at {defects}")
+
+
+@pytest.mark.parametrize("where", ["base: &x {model: *x}", "grid: &x {train.lr: [*x]}", "exclude: &x [{a: *x}]",
+                                   "baseline: &x {attention.kind: [*x]}"])  # fmt: skip
+def test_a_recursive_alias_anywhere_is_a_spec_error_naming_its_path(tmp_path: Path, where: str) -> None:
+    """PyYAML builds a recursive alias as a structure that contains itself: refused where it is written."""
+    f = tmp_path / "e.yaml"
+    f.write_text(f"sweeps:\n  s:\n    {where}\n")
+    with pytest.raises(SpecError, match=re.escape(f"sweeps.s.{where.split(':')[0]}") + ".*a recursive alias"):
+        load_plans(f)

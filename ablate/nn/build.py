@@ -13,10 +13,8 @@ from ablate.registry import BACKBONES
 
 
 def build(cfg: TrialConfig, num_classes: int, in_chans: int) -> nn.Module:
-    """The network of `cfg` as written (`model.match_params` must already be solved), on the current default
-    device (``with torch.device("meta")`` for counting)."""
-    if cfg.model.match_params is not None:
-        raise ValueError("model.match_params is solved by ablate.nn.factory.create_model, not built as written")
+    """The network of `cfg` at the widths it states (`model.match_params` is not solved here), on the current
+    default device (``with torch.device("meta")`` for counting)."""
     backbone = BACKBONES.get(cfg.model.backbone)
     model = backbone.build(cfg.model, cfg.attention, num_classes, in_chans)
     if cfg.model.desync_drop_path:

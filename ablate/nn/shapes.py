@@ -40,6 +40,24 @@ def one_stage(m: ModelConfig) -> None:
         raise ValueError(f"{m.backbone} has one stage: depths and num_heads take one entry each")
 
 
+def patch_grid(m: ModelConfig) -> None:
+    """Patches tile the image: a patch larger than the image has no token, and a remainder would be dropped
+    silently (the patch embedding's stride skips the last rows and columns)."""
+    assert m.patch_size is not None  # set by validation
+    if m.patch_size > m.img_size:
+        raise ValueError(f"model.patch_size {m.patch_size} is larger than model.img_size {m.img_size}")
+    if m.img_size % m.patch_size:
+        raise ValueError(f"model.img_size {m.img_size} is not a multiple of model.patch_size {m.patch_size}: "
+                         f"the last {m.img_size % m.patch_size} pixel rows and columns would be dropped")  # fmt: skip
+
+
+def uniform_head_dims(m: ModelConfig) -> tuple[int, ...]:
+    """The head dims of a backbone whose every stage has embed_dim / num_heads[0] (ViT's one stage; Hiera's
+    widths and heads double together)."""
+    assert m.embed_dim is not None and m.num_heads is not None  # set by validation
+    return (m.embed_dim // m.num_heads[0],)
+
+
 def heads_divide(m: ModelConfig) -> None:
     assert m.embed_dim is not None and m.num_heads is not None  # set by validation
     if m.embed_dim % m.num_heads[0]:

@@ -42,7 +42,7 @@ def meta_params(cfg: TrialConfig, num_classes: int, in_chans: int) -> int:
 
         try:
             with torch.device("meta"):
-                return count_params(build(cfg, num_classes, in_chans))
+                return count_params(build(match_width(cfg, num_classes, in_chans), num_classes, in_chans))
         except ValueError as e:
             return str(e)
 

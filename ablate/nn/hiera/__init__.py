@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ablate.components import Backbone, Mechanism
-from ablate.nn.shapes import check_twin, heads_divide, no_dwconv
+from ablate.nn.shapes import check_twin, heads_divide, no_dwconv, patch_grid, uniform_head_dims
 from ablate.registry import register_backbone
 
 if TYPE_CHECKING:
@@ -49,14 +49,14 @@ class Hiera(Backbone):
     }
 
     def check(self, m: ModelConfig) -> None:
+        patch_grid(m)
         heads_divide(m)
         no_dwconv(m)
         check_twin(m, self)
 
     def head_dims(self, m: ModelConfig) -> tuple[int, ...]:
         """Widths and heads double together: one head dim at every stage."""
-        assert m.embed_dim is not None and m.num_heads is not None  # set by validation
-        return (m.embed_dim // m.num_heads[0],)
+        return uniform_head_dims(m)
 
     def build(self, m: ModelConfig, attention: Mechanism, num_classes: int, in_chans: int) -> nn.Module:
         """timm Hiera (widths and heads doubling per stage; mask-unit attention in the first half of the

@@ -11,7 +11,7 @@ import math
 from typing import TYPE_CHECKING
 
 from ablate.components import Backbone, Mechanism
-from ablate.nn.shapes import check_twin, heads_divide
+from ablate.nn.shapes import check_twin, heads_divide, patch_grid
 from ablate.registry import register_backbone
 
 if TYPE_CHECKING:
@@ -33,6 +33,7 @@ class Swin(Backbone):
     }
 
     def check(self, m: ModelConfig) -> None:
+        patch_grid(m)
         assert m.num_heads is not None and m.depths is not None  # set by validation
         if len(m.num_heads) != len(m.depths):
             raise ValueError("swin needs one num_heads entry per stage (len(num_heads) == len(depths))")

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ablate.components import Backbone, Mechanism
-from ablate.nn.shapes import check_twin, heads_divide, no_dwconv, one_stage
+from ablate.nn.shapes import check_twin, heads_divide, no_dwconv, one_stage, patch_grid, uniform_head_dims
 from ablate.registry import register_backbone
 
 if TYPE_CHECKING:
@@ -31,6 +31,7 @@ class ViT(Backbone):
     }
 
     def check(self, m: ModelConfig) -> None:
+        patch_grid(m)
         one_stage(m)
         heads_divide(m)
         no_dwconv(m)
@@ -38,8 +39,7 @@ class ViT(Backbone):
 
     def head_dims(self, m: ModelConfig) -> tuple[int, ...]:
         """One stage: embed_dim over num_heads[0]."""
-        assert m.embed_dim is not None and m.num_heads is not None  # set by validation
-        return (m.embed_dim // m.num_heads[0],)
+        return uniform_head_dims(m)
 
     def build(self, m: ModelConfig, attention: Mechanism, num_classes: int, in_chans: int) -> nn.Module:
         """timm VisionTransformer (class token, depth = depths[0]) with every attention mixed."""
