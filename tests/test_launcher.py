@@ -542,12 +542,14 @@ except Exception as e:
 
 def test_an_mlflow_store_that_cannot_be_opened_stops_the_launch_before_anything_is_written(tmp_path) -> None:
     """MLflow is opened in a thread of its own while the launch starts its embedded Ray: what it raises (here
-    a SQLite file that is not a database) propagates, nothing reached the store, and that Ray is down again."""
+    its SQLite store's lock file cannot be made, a folder holds the name) propagates, nothing reached the store,
+    and that Ray is down again. (A SQLite file that is not a database would do, after MLflow's own retries for
+    nearly two minutes.)"""
     f = write_sweeps(tmp_path / "e.yaml", {"s": {"base": TINY}})
-    (tmp_path / "m.sqlite").write_bytes(b"not a database" * 512)
+    (tmp_path / "m.sqlite.lock").mkdir()
     args = [sys.executable, "-c", UNOPENED, str(f), f"sqlite:///{tmp_path}/r.sqlite", f"sqlite:///{tmp_path}/m.sqlite",
             str(tmp_path / "ck")]  # fmt: skip
     out = subprocess.run(args, cwd=tmp_path, env=CLI_ENV, capture_output=True, text=True, timeout=240)
     assert out.returncode == 0 and out.stdout.strip(), out.stdout + out.stderr
     said = json.loads(out.stdout.splitlines()[-1])
-    assert "file is not a database" in said["error"] and not said["ray"] and said["sweeps"] == 0
+    assert "Is a directory" in said["error"] and not said["ray"] and said["sweeps"] == 0
