@@ -34,6 +34,8 @@ class Strict(BaseModel):
     @field_validator("*", mode="before")
     @classmethod
     def _no_boolean_numbers(cls, value: Any, info: ValidationInfo) -> Any:
+        if not isinstance(value, (bool, list, tuple)):
+            return value
         field = cls.model_fields.get(info.field_name or "")
         if field is None:
             return value

@@ -9,6 +9,7 @@ grid cell without its replicates (seed, CV fold); its key hashes the identity mi
 from __future__ import annotations
 
 import copy
+import functools
 import hashlib
 import itertools
 import json
@@ -53,11 +54,19 @@ class Trial:
 
     key: str
     variant: str
-    config: TrialConfig
+    cell: TrialConfig
+    """The trial's config, or with `seed` its grid cell's config, which the cell's seeds share."""
     axes: dict[str, Any]
     """Resolved value of every axis path of the sweep (None where it does not apply), and `seed`."""
     placeholders: dict[str, str] = field(default_factory=dict)
     """Dotted path -> the text written in the file, for values that came from environment variables."""
+    seed: int | None = None
+    """Set by the planner: `config` is `cell` at this seed, copied when first asked for (copying every
+    trial's config is most of a 100,000-trial plan's time otherwise)."""
+
+    @functools.cached_property
+    def config(self) -> TrialConfig:
+        return self.cell if self.seed is None else self.cell.model_copy(update={"seed": self.seed})
 
     def recorded(self) -> dict[str, Any]:
         """The config as the store, MLflow and reports keep it: `${VAR}` text in place of secret values."""
@@ -100,10 +109,32 @@ def _hashable(v: Any) -> Any:
     return json.dumps(v) if isinstance(v, (list, dict, tuple)) else v
 
 
+def _canonical(data: Any) -> str:
+    return json.dumps([KEY_VERSION, data], sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+
+
+def _hash(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:20]
+
+
 def digest(data: Any) -> str:
     """sha256 of canonical JSON (sorted keys, no spaces), 20 hex digits."""
-    text = json.dumps([KEY_VERSION, data], sort_keys=True, separators=(",", ":"), ensure_ascii=True)
-    return hashlib.sha256(text.encode()).hexdigest()[:20]
+    return _hash(_canonical(data))
+
+
+_SEED_MARK = "\x00seed\x00"
+
+
+def seed_keys(ident: dict[str, Any], seeds: Sequence[int]) -> list[str]:
+    """`digest({**ident, "seed": s})` for each seed, the identity serialised once: its canonical JSON holds a
+    mark where the seed goes, and each seed's decimal text (its JSON) replaces it (a large sweep's keys are
+    most of its planning time otherwise)."""
+    text = _canonical({**ident, "seed": _SEED_MARK})
+    mark = json.dumps(_SEED_MARK)
+    if text.count(mark) != 1:  # the identity itself holds the mark's text: serialise each seed
+        return [digest({**ident, "seed": seed}) for seed in seeds]
+    head, tail = text.split(mark)
+    return [_hash(f"{head}{seed:d}{tail}") for seed in seeds]
 
 
 def trial_key(cfg: TrialConfig) -> str:
@@ -347,14 +378,12 @@ def expand(sweep: SweepSource, max_trials: int = MAX_TRIALS) -> Plan:
         ident = identity(cfg)
         variant = variant_key(cfg)
         cell_axes = {a: get_path(resolved, a) for a in axes}
-        for seed in seeds:
-            key = digest({**ident, "seed": seed})
+        secret = {p: text for p, (value, text) in sweep.placeholders.items() if get_path(resolved, p) == value}
+        for seed, key in zip(seeds, seed_keys(ident, seeds), strict=True):
             if key in seen:
                 continue
             seen.add(key)
-            secret = {p: text for p, (value, text) in sweep.placeholders.items() if get_path(resolved, p) == value}
-            trials.append(Trial(key, variant, cfg.model_copy(update={"seed": seed}), {**cell_axes, "seed": seed},
-                                secret))  # fmt: skip
+            trials.append(Trial(key, variant, cfg, {**cell_axes, "seed": seed}, secret, seed))
     problems += dead + _dead_exclusions(sweep, valid)
     if problems:
         raise SpecError(problems)

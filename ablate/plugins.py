@@ -111,10 +111,18 @@ class Plugins:
         return bool(self.modules or self.files)
 
 
+_BUILTINS_LOADED = False
+
+
 def load_builtins() -> None:
-    """Import the built-in component modules (each registers itself)."""
+    """Import the built-in component modules (each registers itself), once per process (validation asks on
+    every config)."""
+    global _BUILTINS_LOADED
+    if _BUILTINS_LOADED:
+        return
     for name in BUILTINS:
         importlib.import_module(name)
+    _BUILTINS_LOADED = True
 
 
 _ENTRY_POINTS_LOADED = False

@@ -14,7 +14,7 @@ import pytest
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from ablate.config import AnyMechanism, TrialConfig
+from ablate.config import AnyMechanism, TrialConfig, identity
 from ablate.errors import SpecError
 from ablate.planner import Plan, plan, plan_all, trial_key, variant_key
 from ablate.plugins import load_builtins
@@ -617,3 +617,19 @@ def test_planning_shipped_sweeps_and_showing_their_costs_imports_no_torch(
                               timeout=300)  # fmt: skip
         assert done.returncode == 0, done.stderr
         assert "total" in done.stdout and done.stdout.strip().splitlines()[-1] == "[]", (sweep, done.stdout)
+
+
+def test_seed_keys_serialise_the_identity_once_and_equal_a_digest_per_seed(tmp_path: Path) -> None:
+    """The planner's fast path (one serialisation per cell) gives each seed the key a whole digest gives, also
+    when a value of the identity holds the text of the seed's mark; each trial's config is its cell's at its
+    seed."""
+    from ablate.planner import _SEED_MARK, digest, seed_keys
+
+    f = tmp_path / "e.yaml"
+    f.write_text(yaml.safe_dump({"sweeps": {"s": {"base": BASE, "grid": {"train.lr": [0.1, 0.2]}, "seeds": 3}}}))
+    trials = plan(f, "s").trials
+    ident = identity(trials[0].config)
+    for marked in (ident, {**ident, "data": {**ident["data"], "id": _SEED_MARK}}):
+        assert seed_keys(marked, [0, 7, 2**63 - 1]) == [digest({**marked, "seed": s}) for s in (0, 7, 2**63 - 1)]
+    assert [t.config.seed for t in trials] == [t.axes["seed"] for t in trials] == [0, 1, 2, 0, 1, 2]
+    assert [trial_key(t.config) for t in trials] == [t.key for t in trials]
