@@ -28,7 +28,10 @@ ROOT = Path(__file__).resolve().parents[1]
 GROUPS: dict[str, tuple[list[str], list[str]]] = {
     "planner": (["ablate/planner.py"], ["tests/test_planner.py", "tests/test_spec.py"]),
     "store": (["ablate/store/writes.py", "ablate/store/queries.py"], ["tests/test_store.py"]),
-    "launcher": (["ablate/launcher.py", "ablate/gangs.py"], ["tests/test_launcher.py", "tests/test_cli.py"]),
+    "launcher": (
+        ["ablate/launcher.py", "ablate/fanout.py", "ablate/gangs.py"],
+        ["tests/test_launcher.py", "tests/test_cli.py"],
+    ),
     "trial": (
         ["ablate/trial.py", "ablate/checkpoints.py", "ablate/parallel.py"],
         ["tests/test_trial.py", "tests/test_parallel.py"],
