@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from conftest import TINY
@@ -243,3 +244,19 @@ def test_syn_mil_smoke_every_dataset_and_fold_trains() -> None:
         cfg = t.config.model_copy(update={"train": t.config.train.model_copy(update={"epochs": 1})})
         res = run_trial(cfg)
         assert res.outcome == "done" and 0 <= res.metrics["test.auc"] <= 1, (t.axes, res)
+
+
+def test_the_default_sweep_can_decide() -> None:
+    """`make run`'s sweep (cpu) plans enough seeds for its report to show a decision: with every seed's
+    difference to the baseline on one side (the most extreme ranks a signed-rank test can see), the report's
+    paired test over those seeds, adjusted over the sweep's comparisons with the baseline, falls below alpha.
+    (At 2 seeds the exact Wilcoxon p is never below 0.5, so the first report could never decide.)"""
+    from ablate.reporting import stats
+
+    cpu = plan(ROOT / "experiments.yaml", "cpu")
+    assert cpu.baseline is not None and not any(a.startswith("data.") for a in cpu.axes)  # independent seeds
+    seeds = {v: sum(t.variant == v for t in cpu.trials) for v in cpu.variants}
+    n, k = min(seeds.values()), len(seeds) - 1
+    row = stats.paired(np.arange(1.0, n + 1), design=stats.Design()).iloc[0]
+    adjusted = stats.adjust([row["p"]] * k)
+    assert adjusted.max() < stats.ALPHA, (n, k, row["test"], row["p"], adjusted)

@@ -259,6 +259,54 @@ def test_variant_words_and_published_rows():
     assert published.match(ablated) is None
 
 
+def published_section(md: str) -> list[str]:
+    """The non-empty lines of report.md's "Published numbers" section."""
+    body = md.split("\n## Published numbers\n", 1)[1].split("\n## ", 1)[0]
+    return [line for line in body.splitlines() if line.strip()]
+
+
+def test_published_numbers_are_one_line_when_no_variant_is_comparable(store, tmp_path):
+    """A sweep on other data than every published table (here digits against ImageNet-1K rows) gets one line
+    saying why, not each variant's list of differences from the paper."""
+    pair_store(store, tmp_path)
+    report("pair", store=store, out=tmp_path / "r", formats=["md"])
+    lines = published_section((tmp_path / "r" / "pair" / "report.md").read_text())
+    assert lines == [
+        "None comparable (the published rows are ImageNet-1K; this sweep is digits): "
+        f"{TABLES.get('csan-imagenet').source}."
+    ]
+
+
+def test_published_numbers_in_full_when_a_variant_is_comparable(store, tmp_path):
+    """Trained on the table's dataset with its recipe at a published size: measured beside published, and the
+    variant at an unpublished size listed with what differs."""
+    base = {"data": {"name": "imagefolder", "path": str(tmp_path), "id": "imagenet-1k"}}
+    for path, v in TABLES.get("csan-imagenet").recipe.items():
+        set_path(base, path, v)
+    p = planned(tmp_path, "inet", base=base, grid={"model.size": ["swin-min", "swin-micro"]}, seeds=1)
+    fill(store, p, lambda t: 70.0)
+    report("inet", store=store, out=tmp_path / "r", formats=["md"])
+    text = "\n".join(published_section((tmp_path / "r" / "inet" / "report.md").read_text()))
+    assert "*Measured vs published (" in text and "| Swin-Min, original (attn-FFN) | 1.00M | 11.8M |" in text
+    assert "*Not compared with the published numbers (" in text and "size swin-micro (published swin-min)" in text
+    assert "None comparable" not in text
+
+
+def test_none_comparable_names_the_differences_every_variant_shares():
+    """On the table's dataset but off its recipe: the line names what all variants share, and counts the rest."""
+    recipe = TABLES.get("csan-imagenet").recipe
+    base = {"data": {"name": "imagefolder", "path": "/x", "id": "imagenet-1k"}, "model": {"size": "swin-min"}}
+    for path, v in {**recipe, "train.batch_size": 256, "train.epochs": 100, "train.lr": 1e-3, "train.mixup": 0}.items():
+        set_path(base, path, v)
+    found = [published.match(TrialConfig.model_validate({**base, "attention": {"kind": k}}).model_dump(mode="json"))
+             for k in ("softmax", "csan")]  # fmt: skip
+    assert published.none_comparable([m for m in found if m is not None]) == (
+        "None comparable (every variant differs from its nearest published row in train.batch_size 256 (published "
+        "2048), train.lr 0.001 (published 0.002), train.epochs 100 (published 300) and 1 more): "
+        f"{TABLES.get('csan-imagenet').source}."
+    )
+
+
 # --------------------------------------------------------------------- the report: files, formats, CLI
 class Page(HTMLParser):
     def __init__(self) -> None:
@@ -407,7 +455,7 @@ def test_report_of_a_real_launch(ray_local, store, tmp_path):
     assert v["gflops"].to_numpy() == pytest.approx(trials["flops"].reindex(v.index).astype(float).to_numpy() / 2e9)
     assert (v["samples_s"] > 0).all() and (v["n"] == 1).all() and v["mean"].between(0, 100).all()
     md = files["report.md"].read_text()
-    assert "CSaN (tau, mu, private; unit readout), attn-FFN" in md and "Not compared with the published" in md
+    assert "CSaN (tau, mu, private; unit readout), attn-FFN" in md and "None comparable (the published rows" in md
 
 
 @pytest.mark.parametrize("name", ["..", ".", "index.html", "a/b", "/".join(["..", "..", "up"]), "cpu"])
@@ -516,7 +564,7 @@ def test_latex_tables_are_booktabs_and_compile_where_a_tex_engine_exists(store, 
     tex = next(f for f in files if f.name == "tables.tex").read_text()
     assert tex.isascii() and tex.count("{") == tex.count("}")
     tables = latex_tables(tex)
-    assert len(tables) == 4 and tables[0][0][0] == r"\textbf{Architecture}"  # variants, published, effects, unfinished
+    assert len(tables) == 3 and tables[0][0][0] == r"\textbf{Architecture}"  # variants, effects, unfinished
     assert r"$\pm$" in tex and r"\caption{" in tex and r"\usepackage{booktabs}" in tex
     engine = shutil.which("pdflatex") or shutil.which("lualatex")
     if engine:

@@ -4,12 +4,14 @@ A variant corresponds to a published row when backbone size, stack, mechanism (i
 diamond (param-matched) and DWConv agree, and it was trained on the table's dataset (its `data.id`) with the
 table's recipe (every path the table lists): then the numbers are comparable. A variant that agrees on the
 rest gets the nearest row (same size, else same family, else the first) for orientation only, with what
-differs from the paper.
+differs from the paper. A sweep none of whose variants is comparable gets one line saying why
+(`none_comparable`), not its variants' differences from a paper it cannot be set beside.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -51,6 +53,8 @@ class Match:
     table: PublishedTable
     differs: tuple[str, ...]
     """Model size, dataset and recipe items where the run is not the paper's (empty: comparable)."""
+    data: str | None = None
+    """The variant's dataset where it is not the table's; None where it is."""
 
     @property
     def comparable(self) -> bool:
@@ -71,8 +75,29 @@ def match(cfg: dict[str, Any]) -> Match | None:
     table = entry.component
     differs = [] if row.size == size else [f"size {size or 'unnamed'} (published {row.size})"]
     data_id = cfg.get("data", {}).get("id")
-    if _normalised(data_id) not in table.data_ids:
-        differs.append(f"data {data_id or cfg.get('data', {}).get('name')} (published {table.dataset})")
+    data = None if _normalised(data_id) in table.data_ids else str(data_id or cfg.get("data", {}).get("name"))
+    if data is not None:
+        differs.append(f"data {data} (published {table.dataset})")
     differs += [f"{path} {get_path(cfg, path)!r} (published {want!r})" for path, want in table.recipe.items()
                 if get_path(cfg, path) != want]  # fmt: skip
-    return Match(row, table, tuple(differs))
+    return Match(row, table, tuple(differs), data)
+
+
+#: Differences `none_comparable` names before it counts the rest.
+NAMED = 3
+
+
+def none_comparable(found: Sequence[Match]) -> str:
+    """The published section of a sweep whose variants all miss their nearest row (`found`, not empty), in one
+    line: the datasets where they differ (every variant trained on other data), else the differences all of them
+    share. Each variant's full list would bury a first report (an MNIST variant differs from the ImageNet rows in
+    twenty items) and compare nothing."""
+    papers = "; ".join(dict.fromkeys(m.table.source for m in found))
+    if all(m.data is not None for m in found):
+        theirs = "/".join(dict.fromkeys(m.table.dataset for m in found))
+        why = f"the published rows are {theirs}; this sweep is {', '.join(dict.fromkeys(str(m.data) for m in found))}"
+    else:
+        shared = [d for d in found[0].differs if all(d in m.differs for m in found)]
+        named = ", ".join(shared[:NAMED]) + (f" and {len(shared) - NAMED} more" if len(shared) > NAMED else "")
+        why = f"every variant differs from its nearest published row in {named or 'model size or recipe'}"
+    return f"None comparable ({why}): {papers}."

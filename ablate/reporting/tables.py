@@ -183,13 +183,14 @@ def _replicate_words(data: SweepData) -> list[str]:
     return [words[p] for p in REPLICATES if p == "seed" or f"axis.{p}" in data.trials]
 
 
-def published_tables(table: pd.DataFrame, data: SweepData) -> list[Table]:
+def published_tables(table: pd.DataFrame, data: SweepData) -> list[Table | str]:
     """Published rows beside the measured variants they correspond to; rows that only share the token mixer
-    and stack (other size or dataset) in a second table, for orientation only."""
+    and stack (other size or dataset) in a second table, for orientation only. When no variant is comparable,
+    one line saying why instead (`published.none_comparable`)."""
     done = data.trials[data.trials["state"] == "done"]
     top1 = pd.to_numeric(done["test.top1"], errors="coerce") if "test.top1" in done else pd.Series(math.nan, done.index)
     measured = top1.groupby(done["variant"]).mean()
-    exact, near, sources, notes = [], [], {}, dict[str, None]()
+    exact, near, misses, sources, notes = [], [], [], {}, dict[str, None]()
     for variant, cfg in data.variants["config"].items():
         found = published.match(cfg)
         if found is None:
@@ -205,17 +206,19 @@ def published_tables(table: pd.DataFrame, data: SweepData) -> list[Table]:
                           num(row.gflops, 1), num(r["gflops"] - (row.gflops or math.nan), 2, True),
                           num(m_top1, 2), num(row.top1, 1), num(m_top1 - row.top1, 2, True)])  # fmt: skip
         else:
+            misses.append(found)
             near.append([r["label"], f"{row.model}, {row.setting}", "; ".join(found.differs)])
+    if not exact:
+        return [published.none_comparable(misses)] if misses else []
     src = "; ".join(sources)
     datasets = "/".join(dict.fromkeys(sources.values()))
-    out = []
-    if exact:
-        header = ["Variant", "published row", "#Params", "published", "Δ", "GFLOPs", "published", "Δ",
-                  "top-1 (%)", "published", "Δ"]  # fmt: skip
-        out.append(Table(f"Measured vs published ({src}): same size, stack, token mixer, dataset and recipe; Δ = "
-                         f"measured - published (published {'; '.join(notes)}). Measured GFLOPs count the attention "
-                         "matmuls, which published tables leave out (`ablate plan` shows both): expect them 2-8% "
-                         "higher.", header, exact))  # fmt: skip
+    header = ["Variant", "published row", "#Params", "published", "Δ", "GFLOPs", "published", "Δ",
+              "top-1 (%)", "published", "Δ"]  # fmt: skip
+    out: list[Table | str] = [
+        Table(f"Measured vs published ({src}): same size, stack, token mixer, dataset and recipe; Δ = measured - "
+              f"published (published {'; '.join(notes)}). Measured GFLOPs count the attention matmuls, which "
+              "published tables leave out (`ablate plan` shows both): expect them 2-8% higher.", header, exact)
+    ]  # fmt: skip
     if near:
         header = ["Variant", f"nearest published row ({datasets})", "not compared: differs from the paper in"]
         caption = (f"Not compared with the published numbers ({src}): these variants share the token mixer and "
