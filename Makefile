@@ -10,7 +10,7 @@ BIN := $(VENV)/bin
 SWEEP ?= cpu
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint install clean mutants
+.PHONY: run test lint install clean mutants gpu-check
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -26,6 +26,11 @@ run: $(STAMP)
 
 test: lint $(STAMP)
 	$(BIN)/python -m pytest -q
+
+# A short sweep on this machine's GPUs through the launch path, and its figures (README: Checking a GPU node);
+# without a GPU a dry run that lists what it would run.
+gpu-check: $(STAMP)
+	$(BIN)/ablate gpu-check
 
 # Lint, format and types (strict on ablate/); part of `make test`, so CI runs them.
 lint: $(STAMP)

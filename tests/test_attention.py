@@ -253,6 +253,18 @@ def reference_csan(mixer: CSaN, q, k, v, bias, x):
     return (a @ v) * pub + over_groups(v * priv, 2)
 
 
+def swin_window_bias(dtype: torch.dtype) -> torch.Tensor:
+    """What a shifted Swin block hands its mixer, composed as `MixedWindowAttention` composes it: a learnt
+    relative-position bias (1, H, N, N) plus each window's shift mask (B windows of one image; window 0
+    unmasked, window 1 with -100 between its two sub-windows), so the bias differs along the batch."""
+    g = torch.Generator().manual_seed(2)
+    rel = (0.5 * torch.randn(1, H, N, N, generator=g, dtype=dtype)).requires_grad_()
+    half = torch.arange(N) < N // 2
+    mask = torch.zeros(B, N, N, dtype=dtype)
+    mask[1] = torch.where(half[:, None] == half[None, :], 0.0, -100.0)
+    return (rel + mask.unsqueeze(1)).expand(1, -1, -1, -1, -1).reshape(B, H, N, N)
+
+
 def assert_csan_paths_equal_reference(mixer: CSaN, bias_kind: str | None, pooled: bool, in_dim: int = DIM) -> None:
     """Output and every gradient, in float64: `forward_fused`, `forward_explicit` and what `forward` picks
     against `reference_csan`, with the weights far from init, so every head matters."""
@@ -263,6 +275,8 @@ def assert_csan_paths_equal_reference(mixer: CSaN, bias_kind: str | None, pooled
     bias = None if bias_kind is None else swin_like_bias(torch.float64)
     if bias_kind == "finite":
         bias = bias.detach().clamp(min=-100.0).requires_grad_()
+    if bias_kind == "window":
+        bias = swin_window_bias(torch.float64)
     leaves = [q, k, v, *mixer.parameters()] + ([x] if mixer.calibrated else []) + ([] if bias is None else [bias])
     w = torch.randn(B, H, N, D, dtype=torch.float64)
     ref = reference_csan(mixer, q, k, v, bias=bias, x=x)
@@ -312,6 +326,28 @@ def test_csan_non_default_knobs_equal_explicit_reference(knobs: dict, bias_kind:
     anywhere in either path differs from the reference, and the layer shapes follow the knobs."""
     mixer = create_mixer(CSaNAttention(chunk=3, **knobs), DIM, H)
     assert_csan_paths_equal_reference(mixer, bias_kind, pooled)
+
+
+#: Every combination of CSaN's four switches (kappa_pub unit, head or off): 24 mixers.
+SWITCHES = [
+    {"tau": tau, "mu": mu, "kappa_pub": pub, "kappa_priv": priv}
+    for tau in (True, False)
+    for mu in (True, False)
+    for pub in ("unit", "head", "off")
+    for priv in (True, False)
+]
+#: Where CSaN runs: ViT (no bias), a shifted Swin window (learnt bias + per-window -100 shift mask), a mask
+#: with -inf rows and keys, Hiera's pooled queries (one token per key).
+PLACES = {"vit": (None, False), "swin-window": ("window", False), "-inf": ("-inf", False), "hiera": (None, True)}
+
+
+@pytest.mark.parametrize("place", PLACES)
+@pytest.mark.parametrize("switches", SWITCHES, ids=lambda s: "-".join(f"{k}={v}" for k, v in s.items()))
+def test_csan_every_switch_combination_equals_the_reference_everywhere(switches: dict, place: str) -> None:
+    """The fused path (and the explicit one, and what `forward` picks) for every combination of the four
+    switches at every place CSaN runs, output and every gradient in float64."""
+    bias_kind, pooled = PLACES[place]
+    assert_csan_paths_equal_reference(create_mixer(CSaNAttention(chunk=3, **switches), DIM, H), bias_kind, pooled)
 
 
 def test_csan_pooled_queries_take_one_token_per_key() -> None:
