@@ -67,6 +67,19 @@ def test_standardised_effect_and_its_noncentral_t_interval():
         assert row.d_lo < row.d < row.d_hi
 
 
+def test_effect_interval_where_scipys_noncentral_t_is_nan():
+    """scipy's noncentral t cdf is NaN in patches around ncp = -t; the bisection read NaN as 'below the target'
+    and put the lower bound of a clearly positive effect below zero (t = 11.73 with 23 seeds: -12.6 instead of
+    +7.7; t = 50 with 2 seeds: -50.0 instead of +1.5)."""
+    assert np.isnan(sps.nct.cdf(11.73, 22, -12.0))
+    assert stats.nct_cdf(np.array([11.73]), np.array([22.0]), np.array([-12.0]))[0] == pytest.approx(1.0)
+    for t, df in ((11.73, 22.0), (50.0, 1.0)):
+        lo, hi = stats.standardised(t, df, 1.0)
+        assert 0 < lo < t < hi
+        assert sps.nct.cdf(t, df, lo) == pytest.approx(0.975, abs=1e-9)
+        assert sps.nct.cdf(t, df, hi) == pytest.approx(0.025, abs=1e-9)
+
+
 SWEEPS = 1000
 
 

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 from numpy.typing import ArrayLike
-from scipy import stats
+from scipy import special, stats
 
 LEVEL = 0.95
 ALPHA = 1 - LEVEL
@@ -113,10 +113,21 @@ def standardised(t: ArrayLike, df: ArrayLike, scale: ArrayLike, level: float = L
         lo, hi = tt - reach, tt + reach
         for _ in range(BISECTIONS):
             mid = (lo + hi) / 2
-            above = stats.nct.cdf(tt, dd, mid) > target
+            above = nct_cdf(tt, dd, mid) > target
             lo, hi = np.where(above, mid, lo), np.where(above, hi, mid)
         bounds.append(np.where(ok, (lo + hi) / 2 * scale, np.nan))
     return bounds[0], bounds[1]
+
+
+def nct_cdf(t: np.ndarray, df: np.ndarray, ncp: np.ndarray) -> np.ndarray:
+    """The noncentral t cdf (scipy's `nct.cdf`, without its argument checks: df >= 1 and everything is finite
+    here). scipy's is NaN at points of a band around ncp = -t (t = 11.73, 22 df: ncp -15 to -9), where its
+    complement at (-t, -ncp), the same number, is not: the bisection read NaN as 'below the target'."""
+    c = np.asarray(special.nctdtr(df, ncp, t), dtype=float)
+    bad = np.isnan(c)
+    if bad.any():
+        c[bad] = stats.nct.sf(-t[bad], df[bad], -ncp[bad])
+    return c
 
 
 def paired(
