@@ -110,7 +110,7 @@ def main() -> None:
     print(
         f"report {took:.2f} s ({len(files)} files, index.html {html / 2**10:.0f} KiB); "
         f"reading the trials frame alone {floor:.2f} s; medians of {args.repeats}, warm, order alternated; "
-        f"ratio {took / floor:.2f}; target < 5 s"
+        f"ratio {took / floor:.2f}; target < 2 s"
     )
 
 

@@ -69,14 +69,17 @@ def factorial(data: SweepData) -> Factorial | None:
     grid = axis_cells(measured, data.axes)
     base = data.baseline if data.baseline in grid.index else grid.index[0]
     candidates = [a for a in data.axes if grid[a].nunique() > 1][:MAX_FACTORS]
+    if not candidates:
+        return None
     held = {a: _held(grid[a], grid.loc[base, a]) for a in candidates}
-    at_base = np.stack([(grid[a] == held[a]) | (grid[a] == NA) for a in candidates], axis=1) if candidates else None
+    at_base = np.stack([(grid[a] == held[a]) | (grid[a] == NA) for a in candidates], axis=1)
+    codes = np.stack([pd.factorize(grid[a])[0] for a in candidates], axis=1)  # levels counted as numbers
     best: tuple[int, list[str], Any] | None = None
     for size in range(len(candidates), 0, -1):
         for subset in itertools.combinations(range(len(candidates)), size):
             rest = [i for i in range(len(candidates)) if i not in subset]
-            rows = at_base[:, rest].all(axis=1)  # type: ignore[index]  # candidates is not empty here
-            counts = grid.loc[rows, [candidates[i] for i in subset]].nunique()
+            rows = at_base[:, rest].all(axis=1)
+            counts = np.array([len(np.unique(codes[rows, i])) for i in subset])
             if (counts > 1).all() and int(np.prod(counts)) == rows.sum() and (best is None or rows.sum() > best[0]):
                 best = (int(rows.sum()), [candidates[i] for i in subset], rows)
         if best is not None:
@@ -88,8 +91,8 @@ def factorial(data: SweepData) -> Factorial | None:
     levels = [[grid.loc[base, f]] + [v for v in dict.fromkeys(sub[f]) if v != grid.loc[base, f]] for f in factors]
     vals = table.reindex(index=sub.index).to_numpy()
     values = np.full((vals.shape[1], *map(len, levels)), np.nan)
-    for variant, row in zip(sub.index, vals):
-        at: tuple[int | slice, ...] = (slice(None), *(lv.index(sub.loc[variant, f]) for lv, f in zip(levels, factors)))
+    for row, cell in zip(vals, sub.itertuples(index=False, name=None)):
+        at: tuple[int | slice, ...] = (slice(None), *(lv.index(v) for lv, v in zip(levels, cell)))
         values[at] = row
     shown = {f: dict(zip(grid[f], measured[f"axis.{f}"].map(describe.value))) for f in factors}
     repeat = data.trials.drop_duplicates("rep").set_index("rep")["repeat"]
@@ -143,7 +146,8 @@ def effects(f: Factorial, correction: str = "holm") -> pd.DataFrame:
     out = pd.DataFrame([t[:3] for t in terms], columns=columns[:3])
     if f.method == PAIRED:
         cells = f.values[f.complete]
-        est = stats.paired(np.stack([_contrast(cells, at) for *_, at in terms]), design=f.design, exact=False)
+        contrasts = np.stack([_contrast(cells, at) for *_, at in terms])
+        est = stats.paired(contrasts, design=f.design, exact=False, effect=False)  # the table shows no d
         out["effect"], out["lo"], out["hi"], out["p"] = est["mean"], est["lo"], est["hi"], est["p_t"]
         out["n"] = len(cells)
         out["test"] = est["test"]

@@ -103,8 +103,8 @@ def load(store: Store, name: str, metric: str | None = None, baseline: str | Non
     if ref is not None and ref not in variants.index:
         ref = None
     variants["ref"] = _references(variants, axes, ref)
-    stamps = trials[["created_at", "started_at", "finished_at"]].stack()
-    updated = stamps.max().strftime("%Y-%m-%d %H:%M UTC") if len(stamps) else ""
+    latest = trials[["created_at", "started_at", "finished_at"]].max().max()
+    updated = latest.strftime("%Y-%m-%d %H:%M UTC") if pd.notna(latest) else ""
     return SweepData(name, record.description or "", metric, higher_is_better(metric), axes, trials, variants, ref,
                      updated, stale_in_store(store, [name]), design(trials, variants))  # fmt: skip
 
@@ -146,18 +146,20 @@ def _variants(store: Store, trials: pd.DataFrame, axes: list[str]) -> pd.DataFra
     necessarily its own)."""
     first = trials.drop_duplicates("variant").set_index("variant")
     out = first[[f"axis.{a}" for a in axes]].copy()
-    said = axis_cells(out, [a for a in axes if describe.said(a)])
-    words = said.apply(tuple, axis=1) if len(said.columns) else pd.Series([()] * len(out), index=out.index)
-    configs = {w: _config(store, first.loc[v, "key"]) for v, w in words.drop_duplicates().items()}
-    out["config"] = words.map(configs)
+    words = list(axis_cells(out, [a for a in axes if describe.said(a)]).itertuples(index=False, name=None))
+    keys: dict[tuple[str, ...], str] = {}
+    for w, key in zip(words, first["key"]):
+        keys.setdefault(w, key)
+    configs = {w: _config(store, key) for w, key in keys.items()}
+    out["config"] = [configs[w] for w in words]
+    # described once per set of said axes (the config stands for all of them), not once per variant
+    described = {w: (describe.architecture(c), describe.dataset(c), describe.mixer(c)) for w, c in configs.items()}
     varying = [a for a in axes if axis_cells(out, [a])[a].nunique() > 1 and not describe.said(a)]
-    out["architecture"] = out["config"].map(describe.architecture)
-    out["dataset"] = out["config"].map(describe.dataset)
-    extras = out[[f"axis.{a}" for a in varying]].apply(
-        lambda r: ", ".join(f"{describe.short(a)}={describe.value(v)}" for a, v in zip(varying, r)), axis=1
-    ) if varying else pd.Series("", index=out.index)  # fmt: skip
-    mixers = out["config"].map(describe.mixer)
-    out["mixer"] = [f"{m}; {e}" if e else m for m, e in zip(mixers, extras)]
+    out["architecture"] = [described[w][0] for w in words]
+    out["dataset"] = [described[w][1] for w in words]
+    extras = [", ".join(f"{describe.short(a)}={describe.value(v)}" for a, v in zip(varying, r))
+              for r in out[[f"axis.{a}" for a in varying]].itertuples(index=False, name=None)]  # fmt: skip
+    out["mixer"] = [f"{described[w][2]}; {e}" if e else described[w][2] for w, e in zip(words, extras)]
     out["group"] = out["architecture"] + " · " + out["dataset"]
     several = out["group"].nunique() > 1
     out["label"] = [f"{g}: {m}" if several else m for g, m in zip(out["group"], out["mixer"])]
@@ -223,15 +225,12 @@ def _references(variants: pd.DataFrame, axes: list[str], baseline: str | None) -
     """Each variant's reference: the baseline with the variant's own dataset axes (None if absent)."""
     if baseline is None:
         return pd.Series(None, index=variants.index, dtype=object)
-    cols = list(axes)
-    strata = [a for a in STRATA if a in axes]
     cells = axis_cells(variants, axes)
-    index = {tuple(r): k for k, r in zip(cells.index, cells.itertuples(index=False))}
-    base = cells.loc[baseline]
-    refs = []
-    for _, row in cells.iterrows():
-        want = [row[c] if c in strata else base[c] for c in cols]
-        refs.append(index.get(tuple(want)))
+    rows = list(cells.itertuples(index=False, name=None))
+    index = dict(zip(rows, cells.index))
+    own = [a in STRATA for a in axes]
+    base = rows[cells.index.get_loc(baseline)]
+    refs = [index.get(tuple(v if o else b for v, o, b in zip(row, own, base))) for row in rows]
     return pd.Series(refs, index=variants.index, dtype=object)
 
 
@@ -286,12 +285,11 @@ def variant_table(data: SweepData, speed: pd.Series, correction: str = "holm") -
     out["p_adj"] = stats.adjust(out["p"].where(compared), correction)
     out["floor"] = out["ref"].map(out["seed_std"]).astype(float)
     out["below_floor"] = compared & (out["delta"].abs() < out["floor"])
-    states = pd.crosstab(t["variant"], t["state"]).reindex(index=v.index, fill_value=0)
+    states = t.groupby(["variant", "state"]).size().unstack(fill_value=0).reindex(index=v.index, fill_value=0)
     out["trials"] = states.sum(axis=1)
     out["done"] = states.get("done", 0)
-    out["unfinished"] = states.drop(columns=["done"], errors="ignore").apply(
-        lambda r: ", ".join(f"{n} {s}" for s, n in r.items() if n), axis=1
-    )
+    other = states.drop(columns=["done"], errors="ignore")
+    out["unfinished"] = [", ".join(f"{n} {s}" for s, n in zip(other.columns, row) if n) for row in other.to_numpy()]
     stale = t[t["key"].isin(data.stale) & (t["state"] == "done")]
     out["stale"] = stale.groupby("variant").size().reindex(v.index, fill_value=0)
     out["is_baseline"] = out.index == data.baseline
@@ -324,7 +322,7 @@ def winners(data: SweepData, table: pd.DataFrame, correction: str = "holm") -> l
         best = str(g["mean"].idxmax() if data.higher else g["mean"].idxmin())
         others = [i for i in g.index if i != best]
         diffs = values.loc[[best]].to_numpy() - values.loc[others].to_numpy()
-        p = stats.paired(diffs, design=data.design)["p"].to_numpy()
+        p = stats.paired(diffs, design=data.design, effect=False)["p"].to_numpy()
         adj = stats.adjust(p, correction)
         worst = float(np.max(adj)) if not np.isnan(adj).any() else float("nan")
         out.append(Winner(str(group), best, bool(worst < stats.ALPHA), worst, len(others)))

@@ -21,6 +21,7 @@ checked against statsmodels' multipletests in the tests).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -41,6 +42,12 @@ CORRECTED = "corrected resampled t"
 CORRECTIONS = {"holm": "Holm", "bh": "Benjamini-Hochberg"}
 BISECTIONS = 40
 """Halvings of the standardised effect's search interval (width < 30 + 6|t|): below 1e-10."""
+SECANTS = 8
+"""Secant steps that estimate the bisection's root before it runs (they converge in 3 to 5)."""
+MARGIN = 1e-13
+"""How far from the target a cdf value must be to tell on which side of the root its point lies: scipy's
+noncentral t cdf is monotone to well within this where measured, and typically moves 5e-13 or more over the
+bisection's last interval."""
 
 
 @dataclass(frozen=True)
@@ -102,27 +109,88 @@ def wilcoxon(diffs: np.ndarray) -> float:
 def standardised(t: ArrayLike, df: ArrayLike, scale: ArrayLike, level: float = LEVEL) -> tuple[np.ndarray, ...]:
     """The confidence interval of a standardised effect d = t * scale from its t statistic: the noncentral t
     is inverted for its noncentrality (the values at which the observed t sits at the upper and lower
-    (1 - level)/2 tails), found by a vectorised bisection, times `scale` (sqrt(1/n + ratio)). NaN where t is
-    not finite."""
-    t, df, scale = np.broadcast_arrays(*(np.asarray(a, dtype=float) for a in (t, df, scale)))
+    (1 - level)/2 tails, `noncentrality`), times `scale` (sqrt(1/n + ratio)). NaN where t is not finite."""
+    shaped = np.broadcast_arrays(*(np.asarray(a, dtype=float) for a in (t, df, scale)))
+    t, df, scale = (a.ravel() for a in shaped)
     ok = np.isfinite(t) & (df >= 1)
-    tt, dd = np.where(ok, t, 0.0), np.where(ok, df, 1.0)
-    reach = 10 + 3 * np.abs(tt)
     bounds = []
     for target in (0.5 + level / 2, 0.5 - level / 2):  # cdf falls as ncp rises: the lower bound comes first
-        lo, hi = tt - reach, tt + reach
-        for _ in range(BISECTIONS):
-            mid = (lo + hi) / 2
-            above = nct_cdf(tt, dd, mid) > target
-            lo, hi = np.where(above, mid, lo), np.where(above, hi, mid)
-        bounds.append(np.where(ok, (lo + hi) / 2 * scale, np.nan))
+        bound = np.full(t.shape, np.nan)
+        bound[ok] = noncentrality(t[ok], df[ok], target) * scale[ok]
+        bounds.append(bound.reshape(shaped[0].shape))
     return bounds[0], bounds[1]
+
+
+def noncentrality(t: np.ndarray, df: np.ndarray, target: float) -> np.ndarray:
+    """Per element, the noncentrality at which the noncentral t cdf at `t` is `target`: a bisection of
+    [t - reach, t + reach] (reach = 10 + 3|t|) in BISECTIONS halvings, its midpoint.
+
+    Each cdf evaluation costs time in proportion to the noncentrality (0.1 ms at 1000), and a bisection
+    spends most of its evaluations far from the root. So a few secant steps on the probit of the cdf (close
+    to linear in the noncentrality) first estimate the root, the ends of the bisection's last interval
+    around that estimate are looked at, and the bisection evaluates only the midpoints that fall between
+    what is known: every other midpoint is on a known side (the cdf falls as the noncentrality rises;
+    `MARGIN`). The same midpoints and the same answer as evaluating every one, in a fifth of the evaluations."""
+    reach = 10 + 3 * np.abs(t)
+    above = np.full(t.shape, -np.inf)  # the largest noncentrality seen whose cdf is above target
+    below = np.full(t.shape, np.inf)  # the smallest seen whose cdf is not
+    every = np.arange(len(t))
+
+    def look(x: np.ndarray, rows: np.ndarray) -> np.ndarray:
+        c = nct_cdf(t[rows], df[rows], x)
+        sure = np.abs(c - target) > MARGIN  # a value within rounding of target (or NaN) places nothing
+        above[rows] = np.where(sure & (c > target), np.maximum(above[rows], x), above[rows])
+        below[rows] = np.where(sure & (c < target), np.minimum(below[rows], x), below[rows])
+        return c
+
+    # start: the normal approximation, T ~ N(ncp, 1 + ncp^2 / 2df), whose cdf's probit is (t - ncp) / spread
+    z = stats.norm.ppf(target)
+    spread = np.sqrt(1 + t * t / (2 * df))
+    x0, x1 = t - z * spread, t - z * spread - 0.1 * spread
+    f0, f1 = (stats.norm.ppf(look(x, every)) - z for x in (x0, x1))
+    estimate, rows = x1.copy(), every
+    cell = 2 * reach * 0.5**BISECTIONS  # the width of the bisection's last interval
+    for _ in range(SECANTS):
+        with np.errstate(invalid="ignore", divide="ignore"):
+            step = f1 * (x1 - x0) / (f1 - f0)
+        go = np.isfinite(step) & (np.abs(step) > cell[rows] / 4)
+        if not go.any():
+            break
+        rows, x0, f0 = rows[go], x1[go], f1[go]
+        x1 = np.clip(x0 - step[go], t[rows] - reach[rows], t[rows] + reach[rows])
+        f1 = stats.norm.ppf(look(x1, rows)) - z
+        estimate[rows] = x1
+    lo, hi = _bisect(t - reach, t + reach, lambda mid: mid <= estimate)  # where the bisection would end
+    look(lo, every)
+    look(hi, every)
+    for end, open_ in ((lo - cell, above < lo), (hi + cell, below > hi)):  # an end within rounding: one further
+        look(end[open_], np.flatnonzero(open_))
+
+    def side(mid: np.ndarray) -> np.ndarray:
+        hit = mid <= above
+        rows = np.flatnonzero((mid > above) & (mid < below))
+        if len(rows):
+            hit[rows] = look(mid[rows], rows) > target
+        return hit
+
+    lo, hi = _bisect(t - reach, t + reach, side)
+    root: np.ndarray = (lo + hi) / 2
+    return root
+
+
+def _bisect(lo: np.ndarray, hi: np.ndarray, above: Callable[[np.ndarray], np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """The last interval of BISECTIONS halvings of [lo, hi], keeping the upper half where `above(mid)`."""
+    for _ in range(BISECTIONS):
+        mid = (lo + hi) / 2
+        hit = above(mid)
+        lo, hi = np.where(hit, mid, lo), np.where(hit, hi, mid)
+    return lo, hi
 
 
 def nct_cdf(t: np.ndarray, df: np.ndarray, ncp: np.ndarray) -> np.ndarray:
     """The noncentral t cdf (scipy's `nct.cdf`, without its argument checks: df >= 1 and everything is finite
     here). scipy's is NaN at points of a band around ncp = -t (t = 11.73, 22 df: ncp -15 to -9), where its
-    complement at (-t, -ncp), the same number, is not: the bisection read NaN as 'below the target'."""
+    complement at (-t, -ncp), the same number, is not."""
     c = np.asarray(special.nctdtr(df, ncp, t), dtype=float)
     bad = np.isnan(c)
     if bad.any():

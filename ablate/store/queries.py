@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-from sqlalchemy import Engine, func, select
+from sqlalchemy import Engine, Text, cast, func, select
 
 from ablate.paths import same, typed_value
 from ablate.store.schema import STATES, Base, Membership, Metric, PreviousResult, SweepRecord, TrialRecord
@@ -33,6 +33,7 @@ TRIAL_COLUMNS = [
     "diverged_epoch", "diverged_step", "resumed_from", "host", "node_id", "device", "created_at", "started_at",
     "finished_at", "duration_s", "error", "mlflow_run_id", "lease_host", "lease_expires",
 ]  # fmt: skip
+LEADING = frozenset(TRIAL_COLUMNS)
 TIMES = ["created_at", "started_at", "finished_at", "lease_expires"]
 COUNTS = [
     "position",
@@ -92,24 +93,31 @@ class Queries:
         column is left out). `expand` names JSON columns to flatten as well (`config`, `environment`):
         `config.model.embed_dim`, `environment.git_sha`, ..."""
         expand = list(expand)
-        stmt = select(MEMBERS.c.sweep, MEMBERS.c.position, MEMBERS.c.axes.label("sweep_axes"), TRIALS).join(
-            TRIALS, TRIALS.c.key == MEMBERS.c.trial_key
-        )
+        # Only the columns the frame shows (a trial's config, of which only the seed is shown, and its code are
+        # the bulk of a row), and the JSON ones as text, decoded a column at a time (`_json_column`): decoding
+        # each value on its own was most of the time of a large sweep's frame.
+        lead = [MEMBERS.c.sweep, MEMBERS.c.position, *(TRIALS.c[c] for c in TRIAL_COLUMNS if c in TRIALS.c)]
+        texts = [TRIALS.c.config["seed"], MEMBERS.c.axes, TRIALS.c.result, *(TRIALS.c[c] for c in expand)]
+        stmt = select(*lead, *(cast(c, Text) for c in texts)).join(TRIALS, TRIALS.c.key == MEMBERS.c.trial_key)
         if (wanted := as_list(sweeps)) is not None:
             stmt = stmt.where(MEMBERS.c.sweep.in_(wanted))
         with self.engine.connect() as conn:
-            rows = conn.execute(stmt.order_by(MEMBERS.c.sweep, MEMBERS.c.position)).mappings().all()
-        records = []
-        for row in rows:
-            rec = {c: row[c] for c in TRIAL_COLUMNS if c in row}
-            rec["seed"] = row["config"].get("seed")
-            rec.update({f"axis.{k}": _cell(v) for k, v in (row["sweep_axes"] or {}).items()})
-            for name, value in flatten(row["result"] or {}).items():
-                rec.setdefault(name, _cell(value))
-            for col in expand:
-                rec.update({k: _cell(v) for k, v in flatten(row[col] or {}, col).items()})
-            records.append(rec)
-        df = pd.DataFrame.from_records(records) if records else pd.DataFrame(columns=TRIAL_COLUMNS)
+            rows = conn.execute(stmt.order_by(MEMBERS.c.sweep, MEMBERS.c.position)).all()
+        df = pd.DataFrame(columns=TRIAL_COLUMNS)
+        if rows:
+            columns = list(zip(*rows))
+            seeds, axes, results, *expanded = (_json_column(c) for c in columns[len(lead) :])
+            records = []  # per row, what is not a leading column: axis values, results, expanded columns
+            for i, (row_axes, result) in enumerate(zip(axes, results)):
+                rec = {f"axis.{k}": _cell(v) for k, v in (row_axes or {}).items()}
+                for name, value in flatten(result or {}).items():
+                    if name not in LEADING:
+                        rec.setdefault(name, _cell(value))
+                for col, values in zip(expand, expanded):
+                    rec.update({k: _cell(v) for k, v in flatten(values[i] or {}, col).items()})
+                records.append(rec)
+            leading = pd.DataFrame({c.name: list(v) for c, v in zip(lead, columns)}).assign(seed=seeds)
+            df = pd.concat([leading, pd.DataFrame(records, index=leading.index)], axis=1)
         extra = [c for c in df.columns if c not in TRIAL_COLUMNS]
         df = _utc(df.reindex(columns=TRIAL_COLUMNS + extra), TIMES).astype(dict.fromkeys(COUNTS, "Int64"))
         df["duration_s"] = (df["finished_at"] - df["started_at"]).dt.total_seconds()
@@ -336,6 +344,12 @@ def _repeat(labels: pd.Series, counts: pd.Series) -> pd.Categorical:
     """Each label repeated its count of times, as a categorical (codes only: no per-row strings)."""
     cat = pd.Categorical(labels)
     return pd.Categorical.from_codes(np.repeat(cat.codes, counts.to_numpy()), cat.categories)
+
+
+def _json_column(texts: Sequence[str | None]) -> list[Any]:
+    """JSON texts (None: SQL NULL) decoded in one call, as one JSON array: the same values as decoding each."""
+    values: list[Any] = json.loads("[" + ",".join("null" if t is None else t for t in texts) + "]")
+    return values
 
 
 def _utc(df: pd.DataFrame, columns: list[str]) -> pd.DataFrame:
