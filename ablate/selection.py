@@ -120,7 +120,7 @@ def stale_in_store(store: Store, sweeps: list[str] | None = None) -> dict[str, l
         record = store.sweep(name)
         if record is not None:
             Plugins.from_json((record.spec or {}).get("plugins")).load()
-    keys = list(store.trials_frame(names)["key"].unique()) if sweeps else None
+    keys = store.member_keys(names) if sweeps else None
     codes = store.codes(keys)
     configs = store.configs(list(codes))
     done = store.done_keys(list(codes))

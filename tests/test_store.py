@@ -193,6 +193,8 @@ def test_add_trials_keeps_state_and_records_membership_per_sweep(store):
 
     assert store.states() == {shared.key: "done", only_a.key: "pending", only_b.key: "pending"}
     assert store.done_keys([only_b.key, shared.key, "unknown"]) == {shared.key}
+    assert store.member_keys(["b"]) == sorted([only_b.key, shared.key])
+    assert store.member_keys(["a", "b"]) == sorted([shared.key, only_a.key, only_b.key])
     assert count(store, "trials") == 3 and count(store, "sweep_trials") == 4
     assert store.membership("b", shared.key).axes == {"lr": 0.1}
     assert store.membership("b", shared.key).position == 1

@@ -87,6 +87,13 @@ class Queries:
             df = pd.read_sql(stmt, conn)
         return _utc(df, ["created_at", "updated_at"])
 
+    def member_keys(self, sweeps: Iterable[str]) -> list[str]:
+        """The keys of the trials the sweeps planned, each once (what a caller that needs no trial's columns
+        asks instead of `trials_frame`)."""
+        stmt = select(MEMBERS.c.trial_key).where(MEMBERS.c.sweep.in_(list(sweeps))).distinct()
+        with self.engine.connect() as conn:
+            return list(conn.execute(stmt.order_by(MEMBERS.c.trial_key)).scalars())
+
     def trials_frame(self, sweeps: str | Iterable[str] | None = None, *, expand: Iterable[str] = ()) -> pd.DataFrame:
         """One row per trial x sweep, in plan order: TRIAL_COLUMNS, then `axis.<path>` (the sweep's axis
         values), then the flattened final result (`test.top1`, ...; a name that clashes with a leading
