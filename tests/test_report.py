@@ -292,6 +292,20 @@ def test_published_numbers_in_full_when_a_variant_is_comparable(store, tmp_path)
     assert "None comparable" not in text
 
 
+def test_a_variant_off_the_recipe_by_its_own_axis_is_not_compared(store, tmp_path):
+    """A recipe axis the variant words do not say (train.epochs): the 30-epoch variant is not put beside the
+    paper's 300-epoch row, though it reads the same as the 300-epoch one."""
+    base = {"data": {"name": "imagefolder", "path": str(tmp_path), "id": "imagenet-1k"}, "model": {"size": "swin-min"}}
+    for path, v in TABLES.get("csan-imagenet").recipe.items():
+        set_path(base, path, v)
+    p = planned(tmp_path, "ep", base=base, grid={"train.epochs": [300, 30]}, seeds=1)
+    fill(store, p, lambda t: 70.0)
+    report("ep", store=store, out=tmp_path / "r", formats=["md"])
+    text = "\n".join(published_section((tmp_path / "r" / "ep" / "report.md").read_text()))
+    measured = text.split("*Measured vs published (")[0]
+    assert measured.count("| Swin-Min") == 1 and "train.epochs 30 (published 300)" in text, text
+
+
 def test_none_comparable_names_the_differences_every_variant_shares():
     """On the table's dataset but off its recipe: the line names what all variants share, and counts the rest."""
     recipe = TABLES.get("csan-imagenet").recipe

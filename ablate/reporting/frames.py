@@ -12,6 +12,8 @@ Reads only through the store's query API.
 
 from __future__ import annotations
 
+import copy
+import math
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -21,7 +23,7 @@ import pandas as pd
 import yaml
 
 from ablate.config import REPLICATES
-from ablate.paths import matches
+from ablate.paths import matches, set_path
 from ablate.plugins import PluginError, Plugins
 from ablate.reporting import describe, stats
 from ablate.selection import stale_in_store
@@ -166,6 +168,19 @@ def _variants(store: Store, trials: pd.DataFrame, axes: list[str]) -> pd.DataFra
     out.index.name = "variant"
     first_seen = {g: i for i, g in reversed(list(enumerate(out["group"])))}
     return out.iloc[np.argsort(out["group"].map(first_seen).to_numpy(), kind="stable")]
+
+
+def own_config(data: SweepData, variant: str) -> dict[str, Any]:
+    """The variant's config: the one read for its words (`_variants`) with the variant's own axis values set,
+    so what the words do not say (a recipe axis such as train.epochs) is the variant's too."""
+    row = data.variants.loc[variant]
+    cfg = copy.deepcopy(row["config"])
+    for axis in data.axes:
+        value = row[f"axis.{axis}"]
+        value = value.item() if isinstance(value, np.generic) else value  # the frame's numbers, as the config's
+        if value is not None and not (isinstance(value, float) and math.isnan(value)):
+            set_path(cfg, axis, value)
+    return cfg
 
 
 def _config(store: Store, key: str) -> dict[str, Any]:

@@ -191,8 +191,8 @@ def published_tables(table: pd.DataFrame, data: SweepData) -> list[Table | str]:
     top1 = pd.to_numeric(done["test.top1"], errors="coerce") if "test.top1" in done else pd.Series(math.nan, done.index)
     measured = top1.groupby(done["variant"]).mean()
     exact, near, misses, sources, notes = [], [], [], {}, dict[str, None]()
-    for variant, cfg in data.variants["config"].items():
-        found = published.match(cfg)
+    for variant in data.variants.index:
+        found = published.match(frames.own_config(data, variant))
         if found is None:
             continue
         row = found.row
