@@ -174,7 +174,7 @@ def own_config(data: SweepData, variant: str) -> dict[str, Any]:
     """The variant's config: the one read for its words (`_variants`) with the variant's own axis values set,
     so what the words do not say (a recipe axis such as train.epochs) is the variant's too."""
     row = data.variants.loc[variant]
-    cfg = copy.deepcopy(row["config"])
+    cfg: dict[str, Any] = copy.deepcopy(row["config"])
     for axis in data.axes:
         value = row[f"axis.{axis}"]
         value = value.item() if isinstance(value, np.generic) else value  # the frame's numbers, as the config's
