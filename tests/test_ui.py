@@ -83,13 +83,20 @@ def serving(port: int) -> bool:
         return False
 
 
-@pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGINT])
-def test_ui_prints_the_last_sweeps_runs_page_and_a_stop_signal_leaves_no_process(tmp_path: Path, stop: int) -> None:
+def start_ui(tmp_path: Path) -> tuple[subprocess.Popen[str], int, dict[str, str]]:
+    """`ablate ui` over two sweeps' stores on a free port, in a session of its own (a test signals it alone);
+    with its port and the sweeps' experiment ids."""
     db, uri, experiments = stores(tmp_path)
     port = free_port()
     cmd = [sys.executable, "-m", "ablate.cli", "ui", "--db", db, "--mlflow-uri", uri, "--port", str(port)]
     proc = subprocess.Popen(cmd, cwd=tmp_path, env=CLI_ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True, start_new_session=True)  # fmt: skip
+    return proc, port, experiments
+
+
+@pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGINT])
+def test_ui_prints_the_last_sweeps_runs_page_and_a_stop_signal_leaves_no_process(tmp_path: Path, stop: int) -> None:
+    proc, port, experiments = start_ui(tmp_path)
     try:
         wait_for(lambda: serving(port) or proc.poll() is not None, timeout=240)
         assert proc.poll() is None, proc.communicate()[0]
@@ -114,11 +121,7 @@ def test_the_page_ui_prints_opens_on_training_runs_in_headless_chromium(tmp_path
     the sweep's experiment (runs and models in the sidebar), not its GenAI view (traces, prompts, judges), which
     MLflow 3.17 shows by default whatever the experiment's kind tag."""
     browser = chromium()
-    db, uri, experiments = stores(tmp_path)
-    port = free_port()
-    cmd = [sys.executable, "-m", "ablate.cli", "ui", "--db", db, "--mlflow-uri", uri, "--port", str(port)]
-    proc = subprocess.Popen(cmd, cwd=tmp_path, env=CLI_ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True, start_new_session=True)  # fmt: skip
+    proc, port, experiments = start_ui(tmp_path)
     try:
         assert proc.stdout is not None
         page = next(word for line in proc.stdout for word in line.split() if word.startswith("http://"))
