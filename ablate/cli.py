@@ -516,9 +516,10 @@ def status(
 
     with existing_store(db) as store:
         counts = store.status(sweep or None)
-        trials = store.trials_frame(sweep or None)
+        shown = store.trials_frame(sweep or None, states=("running", "failed", "diverged"))
         pace = store.progress(sweep or None)
         stale = stale_in_store(store, sweep or None) if not counts.empty else {}
+        done = store.trials_frame(sweep or None, states=("done",)) if stale else None  # stale trials are done ones
     if counts.empty:
         out.print("no sweeps in the store")
         return
@@ -526,15 +527,15 @@ def status(
                               "ETA": pace["eta_s"].map(_duration)}).rename_axis("sweep").reset_index()  # fmt: skip
     _print_frame(counts, "trials per state", compact=_folded(counts), drop=("s/epoch", "epochs left"),
                  wrap=("trials",), hint=WIDER)  # fmt: skip
-    running = trials[trials["state"] == "running"]
+    running = shown[shown["state"] == "running"]
     if len(running):
         _print_frame(running[["sweep", "key", "host", "started_at", "lease_host", "lease_expires"]], "running",
                      drop=("lease_expires", "lease_host", "started_at", "host"), hint=WIDER)  # fmt: skip
-    failed = trials[trials["state"].isin(["failed", "diverged"])]
+    failed = shown[shown["state"].isin(["failed", "diverged"])]
     if len(failed):
         _print_frame(failed[["sweep", "key", "state", "error"]], "failures", wrap=("error",))
-    if stale:
-        rows = trials[trials["key"].isin(stale)][["sweep", "key"]]
+    if done is not None:
+        rows = done[done["key"].isin(stale)][["sweep", "key"]]
         rows = rows.assign(changed=[", ".join(stale[k]) for k in rows["key"]])
         _print_frame(rows, f"{len(stale)} stale (done with other code than now; `launch --rerun stale` retrains)",
                      wrap=("changed",))  # fmt: skip

@@ -103,7 +103,8 @@ def select(plans: list[Plan], store: Store, choice: Select) -> Selection:
     else:
         again = {k: "stale" for k in stale if policy[k] == "rerun"}
         run = [k for k in trials if k not in done or k in again]
-    chosen = {k: trials[k] for k in trials if k in set(run)}
+    wanted = set(run)
+    chosen = {k: trials[k] for k in trials if k in wanted}
     warned = [k for k in stale if k not in again and policy[k] == "warn" and choice.rerun is None]
     return Selection(chosen, done - set(again), again, stale,
                      {k: record(fps[k], files[k]) for k in chosen}, warned, policy)  # fmt: skip

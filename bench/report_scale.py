@@ -23,7 +23,9 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import yaml
 from timing import alternate
@@ -78,9 +80,17 @@ def generate(db: Path, seeds: int, epochs: int) -> None:
         base = {**BASE, "train": {"epochs": epochs}}
         big = {"description": "report scale bench", "base": base, "grid": GRID, "seeds": seeds, "baseline": BASELINE}
         f.write_text(yaml.safe_dump({"sweeps": {"big": big}}))
-        p = plan(f, "big")
+        p = plan(f, "big", max_trials=10**8)  # --seeds 250: 100,000 trials (bench/sweep_scale.py)
     with Store(f"sqlite:///{db}") as store:
         fill(store, p, value, state=state, cost=cost, epochs=epochs)
+
+
+def report_sides(store: Store, out: Path) -> dict[str, Callable[[], Any]]:
+    """The two timed sides: the report of the sweep into a fresh folder under `out` per call (its first call
+    writes `out/0`), and its floor, the trials frame (also what bench/sweep_scale.py times)."""
+    runs = itertools.count()
+    return {"report": lambda: report("big", store=store, out=out / str(next(runs))),
+            "floor": lambda: store.trials_frame("big")}  # fmt: skip
 
 
 def main() -> None:
@@ -98,9 +108,7 @@ def main() -> None:
     with Store(f"sqlite:///{args.db}") as store, tempfile.TemporaryDirectory() as out:
         counts = store.status("big")
         rows = len(store.metrics_frame("big", names="samples_per_s"))
-        runs = itertools.count()  # a fresh output folder per report
-        sides = {"report": lambda: report("big", store=store, out=Path(out) / str(next(runs))),
-                 "floor": lambda: store.trials_frame("big")}  # fmt: skip
+        sides = report_sides(store, Path(out))
         files = sides["report"]()  # the same untimed warm-up for both
         sides["floor"]()
         times = alternate(sides, args.repeats)

@@ -402,6 +402,31 @@ def test_trials_frame_one_row_per_trial_and_sweep(filled):
     assert empty.empty and list(empty.columns) == TRIAL_COLUMNS
 
 
+def test_trials_frame_of_some_states_is_those_rows_of_the_whole_frame(filled):
+    """`status` reads only the states it shows (`states`, filtered in SQL): the same rows, columns and order."""
+    store, trials = filled
+    store.finish(trials[1].key, "failed", error="RuntimeError: boom")
+    store.mark_running(trials[2].key)
+    whole = store.trials_frame("s")
+    some = store.trials_frame("s", states=("running", "failed"))
+    assert some["key"].tolist() == [trials[1].key, trials[2].key]
+    cols = ["sweep", "key", "state", "error", "host", "started_at", "lease_host", "lease_expires"]
+    expected = whole[whole["state"].isin(["running", "failed"])][cols].reset_index(drop=True)
+    assert some[cols].equals(expected)
+    assert store.trials_frame("s", states=()).empty
+
+
+def test_progress_reads_each_trials_epochs_and_cooldown_from_its_config(store):
+    """Epochs left are the config's train.epochs plus train.cooldown_epochs (read in SQL) less those recorded."""
+    cfg = TrialConfig.model_validate({"attention": {"kind": "softmax"}, "train": {"epochs": 3, "cooldown_epochs": 2}})
+    cooled = Trial(trial_key(cfg), variant_key(cfg), cfg, {"seed": 0})
+    plain = trial(1)  # 2 epochs, no cooldown
+    store.add_trials("s", [cooled, plain])
+    store.log_metric_rows([(cooled.key, "val.top1", 1, 0.5, 100.0), (cooled.key, "val.top1", 2, 0.6, 110.0)])
+    row = store.progress("s").loc["s"]
+    assert (row["epochs_done"], row["epochs_left"], row["epoch_s"]) == (2, 3 + 2 + 2 - 2, 10.0)
+
+
 def test_metrics_frame_filters_and_dtypes(filled):
     store, trials = filled
     df = store.metrics_frame()

@@ -94,11 +94,18 @@ class Queries:
         with self.engine.connect() as conn:
             return list(conn.execute(stmt.order_by(MEMBERS.c.trial_key)).scalars())
 
-    def trials_frame(self, sweeps: str | Iterable[str] | None = None, *, expand: Iterable[str] = ()) -> pd.DataFrame:
+    def trials_frame(
+        self,
+        sweeps: str | Iterable[str] | None = None,
+        *,
+        expand: Iterable[str] = (),
+        states: Iterable[str] | None = None,
+    ) -> pd.DataFrame:
         """One row per trial x sweep, in plan order: TRIAL_COLUMNS, then `axis.<path>` (the sweep's axis
         values), then the flattened final result (`test.top1`, ...; a name that clashes with a leading
         column is left out). `expand` names JSON columns to flatten as well (`config`, `environment`):
-        `config.model.embed_dim`, `environment.git_sha`, ..."""
+        `config.model.embed_dim`, `environment.git_sha`, ... `states`: only trials in these (filtered in SQL,
+        for a caller that shows a few states of a large sweep)."""
         expand = list(expand)
         # Only the columns the frame shows (a trial's config, of which only the seed is shown, and its code are
         # the bulk of a row), and the JSON ones as text, decoded a column at a time (`_json_column`): decoding
@@ -108,6 +115,8 @@ class Queries:
         stmt = select(*lead, *(cast(c, Text) for c in texts)).join(TRIALS, TRIALS.c.key == MEMBERS.c.trial_key)
         if (wanted := as_list(sweeps)) is not None:
             stmt = stmt.where(MEMBERS.c.sweep.in_(wanted))
+        if states is not None:
+            stmt = stmt.where(TRIALS.c.state.in_(list(states)))
         with self.engine.connect() as conn:
             rows = conn.execute(stmt.order_by(MEMBERS.c.sweep, MEMBERS.c.position)).all()
         df = pd.DataFrame(columns=TRIAL_COLUMNS)
@@ -193,7 +202,12 @@ class Queries:
         first and last recorded epoch; NaN before any trial has two), `running` and `eta_s` (the epochs left
         at that pace, shared by the running trials; NaN when none runs or nothing is measured)."""
         m = METRICS.c
-        members = select(MEMBERS.c.sweep, TRIALS.c.key, TRIALS.c.state, TRIALS.c.config).join(
+        # Each trial's epochs read in SQL from its config (decoding 100,000 configs took most of `status`).
+        train = TRIALS.c.config
+        epochs = func.coalesce(train[("train", "epochs")].as_integer(), 0) + func.coalesce(
+            train[("train", "cooldown_epochs")].as_integer(), 0
+        )
+        members = select(MEMBERS.c.sweep, TRIALS.c.key, TRIALS.c.state, epochs.label("epochs")).join(
             TRIALS, TRIALS.c.key == MEMBERS.c.trial_key
         )
         if (wanted := as_list(sweeps)) is not None:
@@ -207,17 +221,18 @@ class Queries:
         with self.engine.connect() as conn:
             rows = conn.execute(members).all()
             measured = {k: (n, first, last) for k, n, first, last in conn.execute(times)}
+        per_sweep: dict[str, list[Any]] = {}
+        for r in rows:
+            per_sweep.setdefault(r.sweep, []).append(r)
         out = {}
-        for sweep in dict.fromkeys(r.sweep for r in rows):
+        for sweep, members_of in per_sweep.items():
             done = left = running = 0
             paces = []
-            for r in (r for r in rows if r.sweep == sweep):
-                train = (r.config or {}).get("train", {})
-                epochs = int(train.get("epochs", 0)) + int(train.get("cooldown_epochs", 0))
+            for r in members_of:
                 n, first, last = measured.get(r.key, (0, None, None))
-                done += min(n, epochs)
+                done += min(n, r.epochs)
                 if r.state in ("pending", "running", "interrupted", "preempted"):
-                    left += max(epochs - n, 0)
+                    left += max(r.epochs - n, 0)
                 running += r.state == "running"
                 if n >= 2 and first is not None and last is not None:
                     paces.append((last - first) / (n - 1))
