@@ -396,11 +396,16 @@ class Tracker:
             query = f"tags.trial_key = '{key}'" + (f" and tags.retrained = '{retrained}'" if retrained else "")
             found = self.client.search_runs([exp], query, max_results=1)
             run = self._resume(found[0].info.run_id) if found else None
+            created = run is None
             if run is None:
                 tags = {"mlflow.parentRunId": parent, "sweep": sweep, "trial_key": key, "variant": trial.variant or "",
                         "retrained": str(retrained)}  # fmt: skip
                 run = self.client.create_run(exp, tags=tags, run_name=self.run_name(store, sweep, key))
-            store.set_mlflow_run(key, run.info.run_id)
+            kept = store.keep_mlflow_run(key, run.info.run_id, trial.mlflow_run_id)
+            if kept != run.info.run_id and (theirs := self._resume(kept)) is not None:
+                if created:  # another launcher's mirror made the trial's run meanwhile: one run per trial
+                    self.client.delete_run(run.info.run_id)
+                run = theirs
         home = store.membership(run.data.tags.get("sweep", sweep), key) or member  # the experiment's sweep
         name = self.run_name(store, home.sweep, key)
         if run.info.run_name != name:  # named by an earlier version, or the sweep's labels changed

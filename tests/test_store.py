@@ -454,3 +454,18 @@ def test_sweeps_frame_and_flatten(filled):
     df = store.sweeps_frame()
     assert df.set_index("name")["trials"].to_dict() == {"other": 1, "s": 4}
     assert flatten({"a": {"b": 1, "c": {"d": [2]}}, "e": {}}, "x") == {"x.a.b": 1, "x.a.c.d": [2], "x.e": {}}
+
+
+def test_a_trials_mlflow_run_is_kept_by_the_first_launcher_to_write_it(store):
+    """Two launchers mirroring one trial at once both create its run; the store keeps the first written and
+    tells the second, which reads it back (one MLflow run per trial); a run kept already is replaced only by
+    whoever read it."""
+    t = trial(0)
+    store.upsert_sweep("s", spec_path="e.yaml", spec={}, metric="test.top1")
+    store.add_trials("s", [t])
+    assert store.keep_mlflow_run(t.key, "run-a", None) == "run-a"
+    assert store.keep_mlflow_run(t.key, "run-b", None) == "run-a"  # the second read no run, wrote too late
+    assert store.keep_mlflow_run(t.key, "run-c", "run-a") == "run-c"  # the first run was gone: replaced
+    assert store.trial(t.key).mlflow_run_id == "run-c"
+    with pytest.raises(KeyError):
+        store.keep_mlflow_run("no-such-key", "run-d", None)

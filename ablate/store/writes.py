@@ -245,9 +245,17 @@ class Store(Queries):
         """The recorded last checkpoint of each trial (of `keys`, or all) that has one."""
         return self._column("checkpoint", keys)
 
-    def set_mlflow_run(self, key: str, run_id: str) -> None:
-        """Keep the trial's MLflow run id, so a resumed trial logs to the same run."""
-        self._update(TRIALS, TRIALS.c.key == key, key, mlflow_run_id=run_id)
+    def keep_mlflow_run(self, key: str, run_id: str, replacing: str | None) -> str:
+        """Keep `run_id` as the trial's MLflow run (so a resumed trial logs to the same run) if the store still
+        keeps `replacing` (None: no run yet), and return the run it keeps: the launchers sharing a store mirror
+        each other's trials, and two that create a trial's run at once keep one, the first to write."""
+        was = TRIALS.c.mlflow_run_id.is_(None) if replacing is None else TRIALS.c.mlflow_run_id == replacing
+        with self._write() as conn:
+            conn.execute(update(TRIALS).where(TRIALS.c.key == key, was).values(mlflow_run_id=run_id))
+            kept = conn.execute(select(TRIALS.c.mlflow_run_id).where(TRIALS.c.key == key)).scalar_one_or_none()
+        if kept is None:
+            raise KeyError(f"no trial {key!r} in the store")
+        return str(kept)
 
     def log_metrics(self, key: str, step: int, values: Mapping[str, float], wall_time: float | None = None) -> None:
         """Metric values of one trial at one step (epoch), in one transaction; a repeat overwrites."""
