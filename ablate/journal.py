@@ -1,9 +1,11 @@
 """A launcher's journal: the records it could not write while the results store was unavailable.
 
-Each failed write is appended (one JSON line per trial message) to `<storage>/journal/<launcher id>.jsonl`
-on the launching machine; the next launch replays every journal before it starts (the store's writes are
-idempotent, so a record replayed twice changes nothing) and removes it. So a trial that finished while
-the disk was full or the database server was down keeps its result.
+Each failed write goes (one JSON line per trial message) to `<storage>/journal/<launcher id>.jsonl` on the
+launching machine. The launcher writes its journal to the store first, before any later record, as soon as the
+store takes writes again (`ablate.recorder`): records keep their order, so a trial's start never lands after its
+result. A journal left behind (the store stayed down until the launcher ended) is replayed by the next launch
+before it starts, and removed. So a trial that finished while the disk was full or the database server was down
+keeps its result.
 """
 
 from __future__ import annotations
@@ -50,12 +52,15 @@ def _value(data: Any) -> Any:
     return data
 
 
-def append(path: Path, records: list[Record]) -> None:
+def write(path: Path, records: list[Record]) -> None:
+    """Make the journal at `path` hold exactly `records` (a whole new file renamed over the old one, so a launcher
+    that dies meanwhile leaves the old journal or the new one, never a mix)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("a", encoding="utf-8") as f:
+    new = path.with_name(f"{path.name}.new")
+    with new.open("w", encoding="utf-8") as f:
         for r in records:
             f.write(json.dumps({"kind": type(r).__name__, **_plain(asdict(r))}) + "\n")
-        f.flush()
+    new.replace(path)
 
 
 def read(path: Path) -> list[Record]:

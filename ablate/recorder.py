@@ -9,7 +9,7 @@ history) never duplicates a row.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -37,11 +37,13 @@ class Inbox:
 
 def start_inbox() -> Any:
     """An Inbox actor for one launch, on the launcher's own node (a worker node that dies, say a reclaimed spot
-    instance, must not take undrained messages with it); restarted by Ray if its worker dies, calls retried."""
+    instance, must not take undrained messages with it); restarted by Ray if its worker dies, calls retried. The
+    affinity is hard: a soft one lets Ray put the actor on another node when the launcher's has no worker process
+    ready for it (seen on a 3-node cluster, whose killed worker node took two launchers' inboxes with it)."""
     import ray
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-    here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=True)
+    here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
     actor: Any = ray.remote(Inbox)
     return actor.options(num_cpus=0, max_restarts=-1, max_task_retries=-1, scheduling_strategy=here).remote()
 
@@ -50,14 +52,16 @@ def start_inbox() -> Any:
 class Recorder:
     """Writes what trials report to the store, then tells the MLflow mirror (if any) which trials changed:
     recording never waits on MLflow (see `ablate.mirror`). With a `journal`, records the store refuses (disk
-    full, database server down) go to that file instead, for the next launch to replay (`ablate.journal`)."""
+    full, database server down) go to that file instead, and to the store, first, once it takes writes again; the
+    next launch replays what is left when the launch ends without the store (`ablate.journal`)."""
 
     store: Store
     mirror: Mirror | None = None
     journal: Path | None = None
     failure: StoreUnavailable | None = None
     """The store's error while it refuses writes (records are journaled meanwhile); None once it takes them."""
-    journaled: int = 0
+    _waiting: list[Record] = field(default_factory=list)
+    """What the journal holds (kept here too: it is written again whole as the store takes part of it)."""
     _applied: int = 0
 
     def handle(self, messages: list[Message]) -> None:
@@ -83,17 +87,32 @@ class Recorder:
         return n
 
     def _write(self, records: list[Record]) -> None:
-        if not records:
+        """Write `records` after what waits in the journal (while the store refuses writes this is tried at every
+        call, with no new records too, so the journal reaches the store as soon as it answers): the store sees
+        every record in the order the trials sent them, and a start journaled earlier never reopens the trial its
+        later result closed. What the store refuses waits in the journal, and only that."""
+        pending = self._waiting + records
+        if not pending:
             return
         try:
-            self._apply(records)
+            self._apply(pending)
         except StoreUnavailable as e:
             if self.journal is None:
                 raise
-            journal.append(self.journal, records[self._applied :])
-            self.failure, self.journaled = e, self.journaled + len(records) - self._applied
+            if records or self._applied:  # else the journal holds exactly these already
+                self._waiting = pending[self._applied :]
+                journal.write(self.journal, self._waiting)
+            self.failure = e
             return
+        if self._waiting and self.journal is not None:
+            self._waiting = []
+            self.journal.unlink()
         self.failure = None
+
+    @property
+    def journaled(self) -> int:
+        """Records waiting in the journal."""
+        return len(self._waiting)
 
     def _apply(self, records: list[Record]) -> None:
         """The store writes of `records`, in order (metric rows of consecutive epochs in one transaction);

@@ -169,10 +169,13 @@ class Storage:
         return marker
 
     def fetch(self, key: str) -> str | None:
-        """Make the local folder hold exactly the published checkpoint (or none); returns a problem, if any."""
+        """Make the local folder hold exactly the published checkpoint (or none) and no stop request (one an earlier
+        attempt here answered stays on this machine; the launcher withdrew it from the bucket before this attempt,
+        and a new one reaches it through the bucket); returns a problem, if any."""
         folder = self.folder(key)
         folder.mkdir(parents=True, exist_ok=True)
         (folder / FILE).unlink(missing_ok=True)
+        clear_stop(folder)
         marker = self.published(key)
         if marker is None:
             return None
@@ -204,8 +207,9 @@ class Sync:
     """Keeps one running trial's bucket folder in step with its local copy (a no-op for a path storage).
 
     On entry the published checkpoint is fetched; while the trial runs a thread uploads each new checkpoint
-    and copies stop requests down; `close(upload=True)` uploads the last checkpoint before the task returns
-    (a preempted or failed attempt's successor may start on another node).
+    and copies stop requests down; on exit the last checkpoint is uploaded before the task returns, whatever its
+    outcome: a preempted or failed attempt's successor may start on another node, and a done trial's last
+    checkpoint, the one the store records with its result, must outlive the machine that trained it.
     """
 
     def __init__(self, storage: Storage, key: str) -> None:
@@ -226,17 +230,13 @@ class Sync:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.close(upload=True)
-
-    def close(self, upload: bool) -> None:
-        """Stop the thread; with `upload`, publish a checkpoint the thread has not published yet."""
+        """Stop the thread, then publish a checkpoint it has not published yet."""
         if self._thread is None:
             return
         self._done.set()
         self._thread.join()
         self._thread = None
-        if upload:
-            self._upload(final=True)
+        self._upload(final=True)
 
     def _stat(self) -> tuple[int, int, int] | None:
         try:

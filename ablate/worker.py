@@ -101,8 +101,7 @@ def trial_task(args: TaskArgs, place: Rank | None = None) -> TrialResult:
                 (folder / checkpoints.DIGEST).unlink(missing_ok=True)
             refused = checkpoints.admit(folder, args.resume)  # every rank reaches the same verdict
             result = args.runner(cfg, report, folder)
-            result.checkpoint = saved()
-            sync.close(upload=result.outcome == "preempted")  # a done trial needs no last upload
+            result.checkpoint = saved()  # and in the bucket as the `with` ends, whatever the outcome
         result.warnings.extend(sync.problems + ([refused] if refused else []))
         return result
     finally:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import resource
+import shutil
 import signal
 import subprocess
 import sys
@@ -136,6 +137,46 @@ def test_what_the_store_refuses_is_journaled_and_replayed(tmp_path: Path) -> Non
         assert (row["state"], row["attempts"], row["params"], row["test.top1"]) == ("done", 1, 10, 0.9)
         assert sorted(store.metrics_frame("s")["step"]) == [1, 1, 2, 2]
     assert journals(storage) == []
+
+
+def test_the_journal_reaches_the_store_first_once_it_answers_again(tmp_path: Path) -> None:
+    """The store refuses a trial's start and first epoch, then answers again (its server restarted): the
+    launcher's next poll, with no message, writes the journal, and later records follow it, so the trial ends
+    `done` with both epochs and one attempt, and nothing is left to replay. Before, the journal waited for the
+    next launch, whose replayed start reopened the finished trial (`running`, no result)."""
+    db = tmp_path / "r.sqlite"
+    storage = tmp_path / "ck"
+    with Store(f"sqlite:///{db}") as store, Store(f"sqlite:///file:{db}?mode=ro&uri=true") as down:
+        store.add_trials("s", [{"key": "k", "config": {}, "axes": {}, "variant": "v"}])
+        recorder = Recorder(down, journal=storage / "journal" / "launcher.jsonl")
+        recorder.handle([Started("k", "host", "node", "cpu"), EpochEnd("k", 1, {"loss": 0.5}, time.time())])
+        assert recorder.failure is not None and recorder.journaled == 2 and len(journals(storage)) == 1
+        recorder.handle([])  # a poll while the store is still down: the journal stays as it is
+        assert recorder.journaled == 2 and store.trial("k").state == "pending"
+        recorder.store = store  # the server is back
+        recorder.handle([])
+        assert recorder.failure is None and journals(storage) == [] and store.trial("k").state == "running"
+        recorder.handle([EpochEnd("k", 2, {"loss": 0.25}, time.time())])
+        recorder.finish(Finished("k", "done", result={"test": {"top1": 0.9}}))
+        assert Recorder(store).replay(storage) == 0
+        row = store.trials_frame("s").iloc[0]
+        assert (row["state"], row["attempts"], row["test.top1"]) == ("done", 1, 0.9)
+        assert sorted(store.metrics_frame("s")["step"]) == [1, 2]
+
+
+def test_reads_of_a_store_that_went_away_are_store_errors(tmp_path: Path) -> None:
+    """A read that meets a store gone away mid-launch raises StoreUnavailable, as a write does: the launch loop
+    goes on without the store and journals what it refuses. Before, a read (`states`, which the loop calls
+    whenever a trial ends) raised the driver's error and ended the launch with a traceback while PostgreSQL
+    restarted."""
+    db = tmp_path / "gone" / "r.sqlite"
+    with Store(f"sqlite:///{db}") as store:
+        store.add_trials("s", [{"key": "k", "config": {}, "axes": {}, "variant": "v"}])
+        shutil.rmtree(db.parent)
+        store.engine.dispose()  # its next connection opens the file again
+        for read in (store.states, store.holders, store.checkpoints, store.unmirrored, store.trials_frame):
+            with pytest.raises(StoreUnavailable, match="cannot be opened"):
+                read(["k"])
 
 
 def test_a_store_that_refuses_writes_raises_without_a_journal(tmp_path: Path) -> None:

@@ -21,10 +21,13 @@ from gate import Gate, wait_for
 from test_launcher import CLI_ENV, launch_cmd
 
 from ablate import checkpoints
-from ablate.messages import StopRequest
+from ablate.config import TrialConfig
+from ablate.messages import StopRequest, TrialResult
 from ablate.planner import plan
+from ablate.plugins import Plugins
 from ablate.storage import MARKER, SCRATCH, Storage
 from ablate.store import Store
+from ablate.worker import TaskArgs, trial_task
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -84,6 +87,40 @@ def test_a_stop_request_reaches_the_trial_through_the_bucket(bucket: str, scratc
         wait_for(stop, timeout=30)
     storage.clear_stop("k3")
     assert not stop() and not storage.stop_requested("k3")
+
+
+def test_a_stop_request_one_attempt_answered_stops_no_later_attempt(
+    bucket: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A worker keeps the stop request it copied down for an attempt (SIGTERM to the launcher); the launcher, on
+    another machine, withdraws the request from the bucket as it submits the trial again: the next attempt on
+    that worker is not stopped (it was at its first step, again and again, with the worker's stale copy)."""
+    storage, worker = Storage(bucket), tmp_path / "worker"
+    monkeypatch.setenv(SCRATCH, str(worker))
+    with storage.sync("k5"):
+        storage.request_stop("k5")
+        wait_for(StopRequest(storage.folder("k5")), timeout=30)
+    monkeypatch.setenv(SCRATCH, str(tmp_path / "launcher"))
+    storage.clear_stop("k5")  # the launcher submits the trial again
+    monkeypatch.setenv(SCRATCH, str(worker))
+    with storage.sync("k5"):
+        assert not StopRequest(storage.folder("k5"))()
+
+
+def test_a_done_attempt_leaves_its_last_checkpoint_in_the_bucket(ray_local, bucket: str, scratch: Path) -> None:
+    """A trial that ends `done` right after its last save, before the upload thread looked again, still leaves
+    that checkpoint in the bucket, the one its result reports (and the store records): a done trial's weights
+    outlive the machine that trained them. Before, only a preempted attempt uploaded as it ended."""
+    storage = Storage(bucket)
+
+    def runner(cfg: TrialConfig, report: object, folder: Path) -> TrialResult:
+        save(storage, "k6", 2)
+        return TrialResult("done", 2)
+
+    result = trial_task(TaskArgs(TrialConfig.model_validate(TINY).model_dump(mode="json"), "k6", bucket, None, runner,
+                                 Plugins()))  # fmt: skip
+    marker = storage.published("k6")
+    assert result.checkpoint is not None and marker is not None and marker["sha256"] == result.checkpoint["sha"]
 
 
 def run_cli(tmp_path: Path, *args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:

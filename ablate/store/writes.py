@@ -19,12 +19,13 @@ from datetime import datetime, timedelta, timezone
 from typing import Any, TypeVar
 
 from pydantic import BaseModel
-from sqlalchemy import Connection, func, or_, select, update
-from sqlalchemy.exc import DatabaseError, DataError, IntegrityError, OperationalError, ProgrammingError
+from sqlalchemy import Connection, event, func, or_, select, update
+from sqlalchemy.engine import ExceptionContext
+from sqlalchemy.exc import DatabaseError, DataError, IntegrityError, ProgrammingError
 from sqlalchemy.orm import Session
 
 from ablate.store import engine as eng
-from ablate.store.faults import explain
+from ablate.store.faults import StoreUnavailable, explain
 from ablate.store.queries import MEMBERS, METRICS, PREVIOUS, SWEEPS, TRIALS, Queries
 from ablate.store.schema import FINAL_STATES, Base, Membership, SweepRecord, TrialRecord
 
@@ -114,10 +115,21 @@ class Store(Queries):
         self.url = url or eng.DEFAULT_URL
         try:
             self.engine = eng.make_engine(self.url)
-            self._writer = self.engine.execution_options(**eng.WRITE)
-            eng.upgrade(self.engine)
-        except (OperationalError, DatabaseError, OSError) as e:
+        except OSError as e:  # the database's folder cannot be made
             raise explain(self.url, e) from e
+        event.listen(self.engine, "handle_error", self._unavailable)
+        self._writer = self.engine.execution_options(**eng.WRITE)
+        eng.upgrade(self.engine)
+
+    def _unavailable(self, context: ExceptionContext) -> StoreUnavailable | None:
+        """A database fault (full disk, read-only, locked or corrupt file, a server that is down or restarting)
+        as StoreUnavailable (`ablate.store.faults`), from every statement and connection, reads as much as writes:
+        a launch goes on without the store and journals what it refuses, whichever call met the fault first.
+        Constraint and programming errors stay themselves; a failed pre-ping is the pool's to mend (it reconnects)."""
+        error = context.sqlalchemy_exception
+        if context.is_pre_ping or not isinstance(error, DatabaseError):
+            return None
+        return None if isinstance(error, (IntegrityError, ProgrammingError, DataError)) else explain(self.url, error)
 
     def close(self) -> None:
         self.engine.dispose()
@@ -130,15 +142,9 @@ class Store(Queries):
 
     @contextmanager
     def _write(self) -> Iterator[Connection]:
-        """One write transaction; a database fault (full disk, read-only or corrupt file, lost server) surfaces
-        as StoreUnavailable (`ablate.store.faults`), constraint and programming errors as themselves."""
-        try:
-            with self._writer.begin() as conn:
-                yield conn
-        except (OperationalError, DatabaseError) as e:
-            if isinstance(e, (IntegrityError, ProgrammingError, DataError)):
-                raise
-            raise explain(self.url, e) from e
+        """One write transaction (a database fault raises StoreUnavailable: `_unavailable`)."""
+        with self._writer.begin() as conn:
+            yield conn
 
     # ------------------------------------------------------------------------------------------ sweeps
     def upsert_sweep(
