@@ -10,7 +10,7 @@ BIN := $(VENV)/bin
 SWEEP ?= cpu
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint install clean mutants gpu-check
+.PHONY: run test team lint install clean mutants gpu-check
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -31,6 +31,11 @@ test: lint $(STAMP)
 # without a GPU a dry run that lists what it would run.
 gpu-check: $(STAMP)
 	$(BIN)/ablate gpu-check
+
+# The team set-up end to end (tests/test_team.py, marker `team`: PostgreSQL, an MLflow server, a bucket, three Ray
+# nodes, three launchers, and the faults it injects; minutes of its own); not part of `make test`, CI runs both.
+team: $(STAMP)
+	$(BIN)/python -m pytest -q -m team tests/test_team.py
 
 # Lint, format and types (strict on ablate/); part of `make test`, so CI runs them.
 lint: $(STAMP)

@@ -1,0 +1,793 @@
+"""A team's set-up, end to end on loopback (issue 29), and the cluster definitions checked offline.
+
+The end-to-end test (marker `team`, left out of `make test`: `make team`, which CI runs too) runs the production
+topology with real processes: the session's PostgreSQL server holding the results store and MLflow's database, an
+`mlflow server` on it with its artifacts in a bucket (moto in server mode), a Ray head and two worker nodes on
+loopback addresses, and three launchers started together on overlapping sweeps (every trial is in two of them).
+While they run it stops the MLflow server, SIGKILLs a worker node with its processes, SIGTERMs a launcher and
+launches it again, and stops PostgreSQL while trials report, then starts it again; at the end it checks that
+every trial was trained to the end once, what each other start was cut by, the checkpoints in the bucket, MLflow
+against the store, the reports, and every result against a quiet run. Every fault lands while trials are
+provably mid-run: the first launchers' trials stop at epoch 1 on a gate (tests/gate.py, which runs the CLI with
+the gate in its trial runner) until the test opens it, and every wait is on a condition the test reads (a pid
+file, the store, the bucket, a journal, a process's exit); deadlines only fail the test.
+
+The servers, the nodes and the launchers run the README's cluster commands (the bash block after its marker
+comment) with only hosts, ports, database URLs, the bucket, the experiments file and the sweep replaced, and the
+loopback options of `loopback` added to `ray start`; the relaunch is `ablate launch` exactly as written there.
+The fast tests check that block, and the `workers/` definitions, against the installed CLIs and the schemas, so
+neither drifts unnoticed where the end-to-end test does not run.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shlex
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from collections import Counter
+from collections.abc import Callable, Mapping
+from contextlib import ExitStack, suppress
+from pathlib import Path
+from typing import Any
+
+import fsspec
+import pytest
+import yaml
+from conftest import ROOT, TINY, free_port, fresh_database, postgres_binary, write_sweeps
+from gate import Gate, wait_for
+from procfs import descendants
+from test_cluster import kill_node
+
+from ablate import journal
+from ablate.storage import Storage
+from ablate.store import Store, flatten
+
+RAY, ABLATE, MLFLOW = (str(Path(sys.executable).with_name(name)) for name in ("ray", "ablate", "mlflow"))
+GATE_SCRIPT = Path(__file__).with_name("gate.py")
+MARKER = "<!-- tests/test_team.py runs this block"
+ROLES = ("mlflow server", "ray start --head", "ray start --address", "ablate launch")
+NODES = ("127.0.0.2", "127.0.0.3", "127.0.0.4")
+"""The head's address and the two workers': a node per loopback address, as a machine each."""
+SWEEPS = {"alpha": [0, 1, 2, 3], "beta": [2, 3, 4, 5], "gamma": [4, 5, 0, 1]}
+"""One sweep per launcher; every trial (a seed of TINY) is in two of them."""
+MEASURED = ("epoch_s", "samples_per_s", "peak_mem_mb")
+"""Epoch metrics that measure the machine, not the training: left out of the comparison with a quiet run."""
+DEADLINE = 240.0
+"""Seconds any one condition may take before the test fails (never a wait in itself)."""
+
+
+# ------------------------------------------------------------------------------------------ the README's block
+README = (ROOT / "README.md").read_text()
+DB, MLFLOW_DB = "USER:PASSWORD@DB_HOST:5432/ablate", "USER:PASSWORD@DB_HOST:5432/mlflow"
+PLACEHOLDERS = (DB, MLFLOW_DB, "MLFLOW_HOST", "5000", "HEAD_IP", "6379", "BUCKET", "experiments.yaml", "csan-paper")
+"""What the test replaces in the README's block."""
+
+
+def readme_commands(text: str = README) -> dict[str, list[str]]:
+    """The README's cluster commands by role (`ROLES`): the bash block after its marker comment, continuation
+    lines joined, comments dropped."""
+    assert MARKER in text, "README.md lost the marker comment above its cluster commands"
+    block = re.search(r"```bash\n(.*?)```", text[text.index(MARKER) :], re.S)
+    assert block is not None, "no bash block after the README's cluster marker"
+    out: dict[str, list[str]] = {}
+    for line in block.group(1).replace("\\\n", " ").splitlines():
+        argv = shlex.split(line, comments=True)
+        if not argv:
+            continue
+        role = " ".join(argv[:2]) if argv[:2] != ["ray", "start"] else f"ray start {argv[2].split('=')[0]}"
+        assert role in ROLES and role not in out, f"README cluster block: a command test_team.py does not run: {line}"
+        out[role] = argv
+    assert tuple(out) == ROLES, f"README cluster block: expected {ROLES} in this order, found {tuple(out)}"
+    return out
+
+
+def substitute(argv: list[str], values: Mapping[str, str]) -> list[str]:
+    """`argv` with each placeholder (a key of `values`, anywhere in an argument) replaced in one pass, so a
+    replacement is never replaced again; fails on a placeholder it does not know."""
+    pattern = re.compile("|".join(re.escape(p) for p in sorted(values, key=len, reverse=True)))
+    out = [pattern.sub(lambda m: values[m.group()], arg) for arg in argv]
+    left = re.findall(r"\b[A-Z][A-Z0-9]*_[A-Z0-9_]+\b|\b(?:USER|PASSWORD|BUCKET)\b", " ".join(out))
+    assert not left, f"README cluster block: placeholders test_team.py does not fill: {left}"
+    return out
+
+
+def option(argv: list[str], name: str) -> str:
+    """The value of `--name VALUE` or `--name=VALUE` in `argv`."""
+    for i, arg in enumerate(argv):
+        if arg == name:
+            return argv[i + 1]
+        if arg.startswith(f"{name}="):
+            return arg.split("=", 1)[1]
+    raise AssertionError(f"{name} missing from {argv}")
+
+
+def check_readme_block(text: str) -> None:
+    """Every command of the README's block is a valid command line of the installed mlflow, ray and ablate, uses
+    every placeholder the end-to-end test fills and no other, and points the launch at the servers it starts."""
+    import mlflow.cli
+    import ray.scripts.scripts
+    import typer.main
+
+    from ablate.cli import app
+
+    commands = readme_commands(text)
+    words = " ".join(" ".join(argv) for argv in commands.values())
+    assert [p for p in PLACEHOLDERS if p not in words] == [], "README cluster block: a placeholder is gone"
+    substitute([words], dict.fromkeys(PLACEHOLDERS, "x"))  # nothing else to fill
+    parsers = {"mlflow server": mlflow.cli.server, "ray start --head": ray.scripts.scripts.start,
+               "ray start --address": ray.scripts.scripts.start,
+               "ablate launch": typer.main.get_command(app).commands["launch"]}  # type: ignore[attr-defined]  # fmt: skip
+    parsed = {role: parsers[role].make_context(role, argv[2:]).params for role, argv in commands.items()}
+    head, worker, launch, server = (parsed[role] for role in ("ray start --head", "ray start --address",
+                                                               "ablate launch", "mlflow server"))  # fmt: skip
+    assert head["head"] and not worker["head"]
+    assert worker["address"] == launch["address"] == f"HEAD_IP:{head['port']}"
+    assert launch["mlflow_uri"] == f"http://{server['host']}:{server['port']}"
+    assert launch["storage"].startswith("s3://BUCKET/") and server["artifacts_destination"].startswith("s3://BUCKET/")
+    assert (launch["db"], server["backend_store_uri"]) == (
+        f"postgresql+psycopg://{DB}",
+        f"postgresql+psycopg://{MLFLOW_DB}",
+    )
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")  # ray.scripts imports Ray Serve's pydantic models
+def test_the_readme_cluster_commands_parse_with_the_installed_clis() -> None:
+    check_readme_block(README)
+
+
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [
+        ("--storage s3://BUCKET/checkpoints", "--storage /shared/checkpoints"),  # not the bucket the test serves
+        ("ray start --head --port=6379", "ray start --head --prot=6379"),  # no such option of ray start
+        ("--mlflow-uri http://MLFLOW_HOST:5000", "--mlflow-url http://MLFLOW_HOST:5000"),  # nor of ablate launch
+        ("ray start --address=HEAD_IP:6379", "ray start --address=HEAD_IP:6380"),  # another cluster
+        ("ray start --address=HEAD_IP:6379 ", "ray start --address=HEAD_IP:6379\nablate report csan-paper "),
+        ("ray start --address=HEAD_IP:6379 ", "ray start --address=${HEAD_NODE}:6379 "),  # a placeholder it lacks
+    ],
+)
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")
+def test_a_changed_readme_block_is_caught(old: str, new: str) -> None:
+    """The README's block changed in ways the end-to-end test could not run: each fails the check (a command line
+    that mlflow's or ray's click, or ablate's typer, refuses, or an assertion)."""
+    import click
+    import typer
+
+    assert old in README
+    with pytest.raises((AssertionError, click.UsageError, typer.TyperException)):
+        check_readme_block(README.replace(old, new))
+    assert substitute(["HEAD_IP:6379", "--port=6379"], {"HEAD_IP": "6379", "6379": "1"}) == ["6379:1", "--port=1"]
+
+
+# ------------------------------------------------------------------------------------------ workers/ definitions
+def test_the_ray_up_cluster_definition_is_valid() -> None:
+    """workers/cluster.yaml against the JSON schema the installed Ray ships (`ray up` checks the same), then Ray's
+    own validation of the filled-out config (cross-field rules: the head type is a node type, ...)."""
+    import jsonschema
+    import ray
+    from ray.autoscaler._private.util import prepare_config, validate_config
+
+    config = yaml.safe_load((ROOT / "workers" / "cluster.yaml").read_text())
+    schema = json.loads((Path(ray.__file__).parent / "autoscaler" / "ray-schema.json").read_text())
+    jsonschema.validate(config, schema)
+    validate_config(prepare_config(config))
+    broken = {**config, "available_node_types": {**config["available_node_types"], "gpu": {"min_worker": 0}}}
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(broken, schema)
+    assert config["available_node_types"][config["head_node_type"]]["resources"] == {"CPU": 0}  # the head records
+    assert any("pip install" in c and "ablate" in c for c in config["setup_commands"])
+
+
+QUANTITY = r"^[+-]?(\d+(\.\d*)?|\.\d+)([KMGTPE]i|[numkMGTPE]|[eE][+-]?\d+)?$"
+"""A Kubernetes resource quantity (the CRD's pattern)."""
+PARAMS = {"type": "object", "additionalProperties": {"type": "string"}}
+"""rayStartParams: strings only (the CRD's map[string]string; a YAML number there is refused by the API server)."""
+POD_TEMPLATE = {
+    "type": "object",
+    "required": ["spec"],
+    "properties": {
+        "metadata": {"type": "object"},
+        "spec": {
+            "type": "object",
+            "required": ["containers"],
+            "properties": {
+                "containers": {
+                    "type": "array",
+                    "minItems": 1,
+                    "items": {
+                        "type": "object",
+                        "required": ["name", "image", "resources"],
+                        "properties": {
+                            "name": {"type": "string", "pattern": r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"},
+                            "image": {"type": "string", "minLength": 1},
+                            "resources": {
+                                "type": "object",
+                                "required": ["limits"],
+                                "additionalProperties": False,
+                                "properties": {
+                                    kind: {
+                                        "type": "object",
+                                        "additionalProperties": {"type": ["string", "integer"], "pattern": QUANTITY},
+                                    }
+                                    for kind in ("limits", "requests")
+                                },
+                            },
+                            "volumeMounts": {
+                                "type": "array",
+                                "items": {"type": "object", "required": ["name", "mountPath"]},
+                            },
+                        },
+                    },
+                },
+                "volumes": {"type": "array", "items": {"type": "object", "required": ["name"]}},
+            },
+        },
+    },
+}
+"""The part of a core/v1 PodTemplateSpec the manifest uses, with what a Ray pod needs (an image, resource limits:
+KubeRay sizes `ray start` from them)."""
+CLUSTER_SPEC = {
+    "type": "object",
+    "required": ["headGroupSpec"],
+    "additionalProperties": False,
+    "properties": {
+        "headGroupSpec": {
+            "type": "object",
+            "required": ["template"],
+            "additionalProperties": False,
+            "properties": {
+                "template": POD_TEMPLATE,
+                "rayStartParams": PARAMS,
+                "headService": {"type": "object"},
+                "enableIngress": {"type": "boolean"},
+                "serviceType": {"type": "string"},
+            },
+        },
+        "workerGroupSpecs": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "required": ["groupName", "template"],
+                "additionalProperties": False,
+                "properties": {
+                    "groupName": {"type": "string"},
+                    **{n: {"type": "integer", "minimum": 0} for n in ("replicas", "minReplicas", "maxReplicas")},
+                    "idleTimeoutSeconds": {"type": "integer"},
+                    "numOfHosts": {"type": "integer", "minimum": 1},
+                    "rayStartParams": PARAMS,
+                    "template": POD_TEMPLATE,
+                    "scaleStrategy": {"type": "object"},
+                    "suspend": {"type": "boolean"},
+                },
+            },
+        },
+        "rayVersion": {"type": "string"},
+        "enableInTreeAutoscaling": {"type": "boolean"},
+        "autoscalerOptions": {"type": "object"},
+        "headServiceAnnotations": {"type": "object"},
+        "gcsFaultToleranceOptions": {"type": "object"},
+        "suspend": {"type": "boolean"},
+        "managedBy": {"type": "string"},
+    },
+}
+"""KubeRay's ray.io/v1 RayClusterSpec as its API reference writes it down (fields, which are required, types);
+unknown fields are refused, so a misspelt one (`workerGroupSpec`) fails here instead of being dropped by the
+API server."""
+MANIFESTS = {
+    "RayCluster": {
+        "type": "object",
+        "required": ["apiVersion", "kind", "metadata", "spec"],
+        "properties": {
+            "apiVersion": {"const": "ray.io/v1"},
+            "kind": {"const": "RayCluster"},
+            "metadata": {"type": "object", "required": ["name"]},
+            "spec": CLUSTER_SPEC,
+        },
+    },
+    "RayJob": {
+        "type": "object",
+        "required": ["apiVersion", "kind", "metadata", "spec"],
+        "properties": {
+            "apiVersion": {"const": "ray.io/v1"},
+            "kind": {"const": "RayJob"},
+            "metadata": {"type": "object", "required": ["name"]},
+            "spec": {
+                "type": "object",
+                "required": ["entrypoint"],
+                "oneOf": [{"required": ["clusterSelector"]}, {"required": ["rayClusterSpec"]}],
+                "additionalProperties": False,
+                "properties": {
+                    "entrypoint": {"type": "string"},
+                    "clusterSelector": PARAMS,
+                    "rayClusterSpec": CLUSTER_SPEC,
+                    "runtimeEnvYAML": {"type": "string"},
+                    "jobId": {"type": "string"},
+                    "submissionMode": {"enum": ["K8sJobMode", "HTTPMode", "InteractiveMode"]},
+                    "shutdownAfterJobFinishes": {"type": "boolean"},
+                    "ttlSecondsAfterFinished": {"type": "integer", "minimum": 0},
+                    "activeDeadlineSeconds": {"type": "integer", "minimum": 1},
+                    "backoffLimit": {"type": "integer", "minimum": 0},
+                    "entrypointNumCpus": {"type": "number"},
+                    "entrypointNumGpus": {"type": "number"},
+                    "entrypointResources": {"type": "string"},
+                    "submitterPodTemplate": POD_TEMPLATE,
+                    "submitterConfig": {"type": "object"},
+                    "suspend": {"type": "boolean"},
+                    "metadata": PARAMS,
+                },
+            },
+        },
+    },
+}
+"""The RayCluster and RayJob manifests' schemas (ray.io/v1), as KubeRay's API reference lists their fields."""
+
+
+def test_the_kuberay_manifests_are_valid() -> None:
+    """workers/kuberay.yaml: a RayCluster and a RayJob, each valid against its schema (above); the pods run one
+    image with cpu and memory limits, GPU workers ask for GPUs, the head takes no trials, every volume mount
+    names a volume of its pod, the cluster runs the Ray this project pins, and the job's entrypoint is an
+    `ablate launch` command line the installed CLI accepts, writing where the pods mount shared storage."""
+    import jsonschema
+    import ray
+    import typer.main
+
+    from ablate.cli import app
+
+    docs = {d["kind"]: d for d in yaml.safe_load_all((ROOT / "workers" / "kuberay.yaml").read_text())}
+    assert set(docs) == set(MANIFESTS)
+    for kind, schema in MANIFESTS.items():
+        jsonschema.validate(docs[kind], schema)
+    spec = docs["RayCluster"]["spec"]
+    assert spec["rayVersion"] == ray.__version__  # constraints.txt's Ray, which the tests run
+    groups = [spec["headGroupSpec"], *spec["workerGroupSpecs"]]
+    assert spec["headGroupSpec"]["rayStartParams"]["num-cpus"] == "0"
+    pods = [g["template"]["spec"] for g in groups]
+    assert len({c["image"] for pod in pods for c in pod["containers"]}) == 1  # ablate and Ray alike on every node
+    for pod in pods:
+        volumes = {v["name"] for v in pod.get("volumes", [])}
+        for c in pod["containers"]:
+            assert {"cpu", "memory"} <= set(c["resources"]["limits"]), c["name"]
+            assert {m["name"] for m in c.get("volumeMounts", [])} <= volumes, c["name"]
+    for group in spec["workerGroupSpecs"]:
+        assert group.get("minReplicas", 0) <= group.get("replicas", 0) <= group.get("maxReplicas", 2**31 - 1)
+        assert all("nvidia.com/gpu" in c["resources"]["limits"] for c in group["template"]["spec"]["containers"])
+    job = docs["RayJob"]["spec"]
+    assert job["clusterSelector"] == {"ray.io/cluster": docs["RayCluster"]["metadata"]["name"]}
+    argv = shlex.split(job["entrypoint"])
+    assert argv[:2] == ["ablate", "launch"]
+    params = typer.main.get_command(app).commands["launch"].make_context("launch", argv[2:]).params  # type: ignore[attr-defined]
+    mounts = {m["mountPath"] for pod in pods for c in pod["containers"] for m in c.get("volumeMounts", [])}
+    assert any(params["storage"].startswith(m) for m in mounts)
+    broken = {**docs["RayCluster"], "spec": {**spec, "workerGroupSpec": spec["workerGroupSpecs"]}}
+    with pytest.raises(jsonschema.ValidationError, match="workerGroupSpec"):
+        jsonschema.validate(broken, MANIFESTS["RayCluster"])
+
+
+# ------------------------------------------------------------------------------------------ the end-to-end test
+def loopback(ip: str, folder: Path) -> list[str]:
+    """What the test adds to the README's `ray start`: the node's loopback address (Ray finds a machine's own),
+    one CPU (three nodes share this machine's cores), a session folder of its own (other Rays may run here), a
+    small object store, no usage report, and --block, so that the node's processes stay under the one the test
+    started and can be killed with it."""
+    return ["--block", f"--node-ip-address={ip}", "--num-cpus=1", f"--temp-dir={folder}",
+            f"--object-store-memory={80 * 2**20}", "--disable-usage-stats"]  # fmt: skip
+
+
+class Service:
+    """A server the test starts, stops and starts again with the same command (its own process group)."""
+
+    def __init__(self, argv: list[str], env: dict[str, str], log: Path) -> None:
+        self.argv, self.env, self.log = argv, env, log
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> Service:
+        with self.log.open("ab") as out:
+            self.proc = subprocess.Popen(self.argv, env=self.env, start_new_session=True, stdout=out,
+                                         stderr=subprocess.STDOUT)  # fmt: skip
+        return self
+
+    def stop(self, sig: int = signal.SIGTERM) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            with suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, sig)
+            try:
+                self.proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(timeout=30)
+        if self.proc is not None:  # what is left of its group (an orphaned worker)
+            with suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
+
+
+class Postgres:
+    """The session's PostgreSQL server (conftest's `postgres`), found by asking it for its data folder: stopped
+    (fast: open sessions end) and started again with the options it was started with (postmaster.opts)."""
+
+    def __init__(self, server: str) -> None:
+        import sqlalchemy
+
+        engine = sqlalchemy.create_engine(f"{server}/postgres")
+        with engine.connect() as conn:
+            self.data = Path(conn.exec_driver_sql("SHOW data_directory").scalar_one())
+        engine.dispose()
+        self.as_user = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
+        self.pg_ctl = postgres_binary("pg_ctl")
+        self.down = False
+
+    def stop(self) -> None:
+        subprocess.run([*self.as_user, self.pg_ctl, "-D", self.data, "-m", "fast", "-w", "stop"], check=True,
+                       capture_output=True)  # fmt: skip
+        self.down = True
+
+    def start(self) -> None:
+        options = shlex.split((self.data / "postmaster.opts").read_text())[1:]  # the postgres binary first
+        at = options.index("-D")
+        options = options[:at] + options[at + 2 :]
+        subprocess.run([*self.as_user, self.pg_ctl, "-D", self.data, "-o", shlex.join(options), "-l",
+                        self.data.parent / "log", "-w", "start"], check=True, capture_output=True)  # fmt: skip
+        self.down = False
+
+
+class Timeline:
+    """What happened when, in seconds from the start, printed as it goes (`pytest -s`) and kept for failures."""
+
+    def __init__(self) -> None:
+        self.began, self.events = time.monotonic(), list[str]()
+        self.context: Callable[[], str] = str
+        """What else a failure should show (the launchers' output, once there are launchers)."""
+
+    def __call__(self, text: str) -> None:
+        self.events.append(f"{time.monotonic() - self.began:6.1f} s  {text}")
+        print(self.events[-1], flush=True)
+
+    def __str__(self) -> str:
+        return "\n".join(self.events)
+
+
+class Launcher:
+    """One `ablate launch` process, its own scratch folder (the machine it runs on) and its output."""
+
+    def __init__(self, sweep: str, argv: list[str], env: dict[str, str], cwd: Path, log: Path) -> None:
+        self.sweep, self.log = sweep, log
+        with log.open("ab") as out:
+            self.proc = subprocess.Popen(argv, env=env, cwd=cwd, start_new_session=True, stdout=out,
+                                         stderr=subprocess.STDOUT)  # fmt: skip
+
+    def text(self) -> str:
+        return self.log.read_text(errors="replace")
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            with suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(timeout=30)
+
+
+def healthy(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(f"{url}/health", timeout=2) as r:
+            return bool(r.status == 200)
+    except OSError:
+        return False
+
+
+def journaled(scratch: Path, storage: str) -> list[Any]:
+    """The records waiting in the journals of the launcher whose scratch root is `scratch`."""
+    folder = scratch / Storage(storage).root.name / journal.FOLDER  # the root's name hashes the storage URL
+    return [r for path in sorted(folder.glob("*.jsonl")) for r in journal.read(path)]
+
+
+def until(what: Callable[[], Any], why: str, timeline: Timeline) -> Any:
+    """Block until `what()` holds (a condition the test reads); past `DEADLINE`, fail saying what it waited for."""
+    try:
+        return wait_for(what, timeout=DEADLINE)
+    except TimeoutError:
+        pytest.fail(f"waited {DEADLINE:.0f} s for {why}\ntimeline:\n{timeline}\n{timeline.context()}", pytrace=False)
+
+
+EVENT = re.compile(r"^(?:\[[\d:]+\] (start|done|preempted|interrupted|failed|diverged) ([0-9a-f]{10})"
+                   r"|([0-9a-f]{10}): its worker or node was (lost))", re.M)  # fmt: skip
+"""A launcher's plain output about one trial: `[12:00:00] start KEY10 ...`, `KEY10: its worker or node was lost`."""
+
+
+def attempts(logs: Mapping[str, str], stopped: str) -> tuple[Counter[str], Counter[str], list[tuple[str, str, str]]]:
+    """What the launchers' own output says of each trial (by its key's first 10 characters): how often it started,
+    how often a start ran to `done` in that launcher, and every other start with what ended it: `lost` (its node
+    died), or, in the launcher `stopped` (SIGTERM), `preempted` or `stopped` (running when the launcher ended)."""
+    starts, completed, cut = Counter[str](), Counter[str](), list[tuple[str, str, str]]()
+    for name, text in logs.items():
+        running: set[str] = set()
+        for m in EVENT.finditer(text):
+            event, key = (m.group(1), m.group(2)) if m.group(1) else (m.group(4), m.group(3))
+            if event == "start":
+                assert key not in running, f"{name} started {key} twice at once"
+                running.add(key)
+                starts[key] += 1
+            elif key in running:  # else: a trial another launcher ran, counted here as it finished there
+                running.discard(key)
+                if event == "done":
+                    completed[key] += 1
+                else:
+                    cut.append((name, key, event))
+        cut += [(name, key, "stopped") for key in running]
+    assert all(how == "lost" or name == stopped for name, _, how in cut), cut
+    return starts, completed, cut
+
+
+@pytest.mark.team
+@pytest.mark.timeout(1200)
+def test_a_team_set_up_survives_its_faults(postgres: str, bucket: str, tmp_path: Path) -> None:
+    """See the module docstring; the timeline it prints (`pytest -s`) is the issue's closing note."""
+    note = Timeline()
+    readme = readme_commands()
+    work = Path(tempfile.mkdtemp(prefix="ablate-team-"))  # short: Ray's socket paths live under its session folders
+    experiments = write_sweeps(
+        tmp_path / "experiments.yaml", {s: {"base": TINY, "seeds": v} for s, v in SWEEPS.items()}
+    )
+    values = {
+        DB: fresh_database(postgres).split("://", 1)[1],
+        MLFLOW_DB: fresh_database(postgres).split("://", 1)[1],
+        "MLFLOW_HOST": "127.0.0.1",
+        "5000": str(free_port()),
+        "HEAD_IP": NODES[0],
+        "6379": str(free_port(NODES[0])),
+        "BUCKET": bucket.removeprefix("s3://").split("/")[0],
+        "experiments.yaml": str(experiments),
+    }
+    launch = {s: substitute(readme["ablate launch"], {**values, "csan-paper": s}) for s in SWEEPS}
+    storage, url, uri = (option(launch["alpha"], name) for name in ("--storage", "--db", "--mlflow-uri"))
+    pg = Postgres(postgres)
+    base = {**os.environ, "RAY_AUTH_MODE": "disabled", "RAY_ADDRESS": ""}
+    gate = Gate(work / "gate", epoch=1)
+    launchers: dict[str, Launcher] = {}
+    nodes: list[subprocess.Popen[bytes]] = []
+    with ExitStack() as cleanup:
+        cleanup.callback(shutil.rmtree, work, ignore_errors=True)
+        cleanup.callback(lambda: pg.start() if pg.down else None)
+        mlflow = Service([MLFLOW, *substitute(readme["mlflow server"], values)[1:]],
+                         {**base, "MLFLOW_WORKERS": "1", "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"},
+                         work / "mlflow.log")  # fmt: skip
+        cleanup.callback(mlflow.stop, signal.SIGKILL)
+        cleanup.callback(lambda: [kill_node(node) for node in nodes if node.poll() is None])
+        cleanup.callback(lambda: [launcher.kill() for launcher in launchers.values()])
+        mlflow.start()
+
+        def start_node(role: str, *extra: str) -> None:
+            i = len(nodes)
+            argv = [RAY, *substitute(readme[role], values)[1:], *loopback(NODES[i], work / f"ray{i}"), *extra]
+            env = {**base, "ABLATE_SCRATCH": str(work / f"node{i}")}  # a machine of its own
+            with (work / f"ray{i}.log").open("ab") as out:
+                nodes.append(subprocess.Popen(argv, env=env, start_new_session=True, stdout=out,
+                                              stderr=subprocess.STDOUT))  # fmt: skip
+
+        dashboard = free_port()  # the default one may be another Ray's on this machine
+        start_node("ray start --head", f"--dashboard-port={dashboard}")
+        until(lambda: _listening(NODES[0], int(values["6379"])), "the Ray head", note)
+        start_node("ray start --address")
+        start_node("ray start --address")
+        until(lambda: _alive_nodes(dashboard) == len(NODES), "three Ray nodes", note)
+        until(lambda: healthy(uri), "the MLflow server", note)
+        note("up: PostgreSQL (a results and an MLflow database), moto S3, MLflow server, Ray head + 2 workers")
+
+        def start(sweep: str, gated: bool, name: str) -> Launcher:
+            argv = launch[sweep][1:]  # without `ablate`
+            cmd = [sys.executable, str(GATE_SCRIPT), str(gate.folder), "1", "--", *argv] if gated else [ABLATE, *argv]
+            env = {**base, "ABLATE_SCRATCH": str(work / f"launcher-{sweep}")}  # a machine of its own
+            launchers[name] = Launcher(sweep, cmd, env, tmp_path, work / f"{name}.log")
+            return launchers[name]
+
+        for sweep in SWEEPS:
+            start(sweep, gated=True, name=sweep)
+        note.context = lambda: "\n".join(
+            f"==== {name}\n{launcher.text()[-4000:]}" for name, launcher in launchers.items()
+        )
+        note("3 launchers started together on alpha, beta, gamma; trials wait at epoch 1 until the gate opens")
+        store = cleanup.enter_context(Store(url))
+
+        def node_of(pid: int) -> int | None:
+            return next((i for i, node in enumerate(nodes) if pid in descendants(node.pid)), None)
+
+        def published(key: str) -> bool:
+            marker, recorded = Storage(storage).published(key), store.checkpoints([key]).get(key)
+            return marker is not None and recorded is not None and marker["sha256"] == recorded["sha"]
+
+        def held_everywhere() -> dict[str, int] | None:
+            where = {key: node_of(pid) for key, pid in gate.reached().items()}
+            full = set(where.values()) == set(range(len(NODES))) and all(published(k) for k in where)
+            return where if full else None  # type: ignore[return-value]
+
+        where = until(held_everywhere, "a trial at the gate on every node, its epoch-1 checkpoint published", note)
+        owner = {key: _launcher_of(holder, launchers) for key, holder in store.holders(where).items()}
+        note("at the gate, epoch-1 checkpoints in the bucket and the store: "
+             + ", ".join(f"{k[:10]} (node {where[k]}, {owner[k]})" for k in sorted(where, key=where.get)))  # type: ignore[arg-type]  # fmt: skip
+
+        assert _inboxes(dashboard) == [NODES[0]] * len(SWEEPS)  # where the launchers' drivers attach, not on a worker
+
+        mlflow.stop()
+        note("F1 MLflow server stopped (SIGTERM)")
+
+        on_b = {k for k, i in where.items() if i == 2}
+        kill_node(nodes[2])
+        until(lambda: set(store.states(on_b).values()) == {"preempted"}
+              and all(f"{k[:10]}: its worker or node was lost" in launchers[owner[k]].text() for k in on_b),
+              "the dead node's trials preempted", note)  # fmt: skip
+        lost = ", ".join(f"{owner[k]} recorded {k[:10]}" for k in sorted(on_b))
+        note(f"F2 worker node 2 SIGKILLed with its processes: {lost} preempted and submitted it again")
+
+        x = {owner[k] for k in on_b}
+        y = min((owner[k] for k in where if k not in on_b), key=lambda name: (name in x, name))
+        launchers[y].proc.send_signal(signal.SIGTERM)
+        until(lambda: launchers[y].proc.poll() is not None, f"{y} to end after SIGTERM", note)
+        assert launchers[y].proc.returncode == 128 + signal.SIGTERM, launchers[y].text()
+        stopped = sorted(k for k in where if owner[k] == y and k not in on_b)
+        note(f"F3 SIGTERM to {y}: its trials at the gate ({', '.join(k[:10] for k in stopped)}) reached no step in "
+             f"the 25 s grace and were stopped, any other checkpointed at its next step; all recorded preempted, "
+             f"{y} released its leases and exited 143")  # fmt: skip
+
+        def alive(name: str) -> bool:
+            return launchers[name].proc.poll() is None
+
+        def blocked() -> set[str]:
+            holders = store.holders(gate.reached())
+            return {k for k, who in holders.items() if alive(_launcher_of(who, launchers))} - on_b - set(stopped)
+
+        waiting = until(blocked, "a trial of a running launcher at the gate", note)
+        pg.stop()
+        note(f"F4 PostgreSQL stopped; at the gate: {', '.join(k[:10] for k in sorted(waiting))}")
+        gate.open()
+        journals = [work / f"launcher-{sweep}" for sweep in SWEEPS]
+
+        def in_journals(kind: str = "") -> list[Any]:
+            return [r for j in journals for r in journaled(j, storage) if type(r).__name__.startswith(kind)]
+
+        until(lambda: waiting <= {r.key for r in in_journals("Finished")}, "their results in the journals", note)
+        note(f"F5 gate opened with the store down: the trials finished, {len(in_journals())} records journaled")
+        pg.start()
+        until(lambda: not in_journals() and set(store.states(waiting).values()) == {"done"},
+              "the journals written to the store", note)  # fmt: skip
+        note("F6 PostgreSQL started again: the launchers wrote their journals to the store first, then went on")
+
+        again = start(launchers[y].sweep, gated=False, name=f"{y} again")
+        until(lambda: " trials in " in again.text(), f"{y} launched again", note)
+        note(f"F7 {y} launched again, by the README's command as it is")
+        mlflow.start()
+        until(lambda: healthy(uri), "the MLflow server back", note)
+        note("F8 MLflow server started again")
+        for name, launcher in launchers.items():
+            until(lambda launcher=launcher: launcher.proc.poll() is not None, f"{name} to end", note)  # type: ignore[misc]
+        logs = {name: launcher.text() for name, launcher in launchers.items()}
+        codes = {name: launcher.proc.returncode for name, launcher in launchers.items()}
+        assert codes == {**dict.fromkeys(launchers, 0), y: 128 + signal.SIGTERM}, "\n".join(logs.values())
+        note(f"the launchers ended: {codes}")
+
+        synced = _cli("sync", *SWEEPS, "--db", url, "--mlflow-uri", uri, cwd=tmp_path, env=base)
+        reported = _cli("report", *SWEEPS, "--db", url, cwd=tmp_path, env=base)
+        note(f"ablate sync: {synced.strip().splitlines()[-1]}; ablate report: written")
+
+        keys = sorted({k for s in SWEEPS for k in store.trials_frame(s)["key"]})
+        trials = {k: store.trial(k) for k in keys}
+        assert len(keys) == 6 and {t.state for t in trials.values()} == {"done"}, logs
+        starts, completed, cut = attempts(logs, stopped=y)
+        assert {k: t.attempts for k, t in trials.items()} == {k: starts[k[:10]] for k in keys}, logs  # a start each
+        assert {k: completed[k[:10]] for k in keys} == dict.fromkeys(keys, 1), logs  # trained to the end once
+        interrupted = {key for _, key, _ in cut}  # the other starts, each ended by a fault the test made
+        assert {k[:10] for k in on_b} | {k[:10] for k in stopped} <= interrupted, cut
+        gated = on_b | set(stopped)  # cut at the gate: they went on from their epoch-1 checkpoints
+        once = {k for k, t in trials.items() if t.attempts == 1}  # trained from scratch in one go
+        assert {k: trials[k].resumed_from for k in gated | once} == {k: int(k in gated) for k in gated | once}
+        assert all(store.previous(k) == [] for k in keys)  # none was trained again from scratch as a new result
+        assert all({step for _, step, *_ in store.metric_rows(k)} == {1, 2} for k in keys)
+        note(f"every trial done once: {sum(starts.values())} starts for {len(keys)} trials; the cut ones: "
+             + ", ".join(f"{key} ({how}, {name})" for name, key, how in cut))  # fmt: skip
+
+        fs, prefix = fsspec.core.url_to_fs(storage)
+        for k in keys:  # each trial's last checkpoint is the bucket's, whole, and the only one there
+            marker = Storage(storage).published(k)
+            assert marker is not None and marker["sha256"] == store.checkpoints([k])[k]["sha"], k
+            assert hashlib.sha256(fs.cat_file(f"{prefix}/{k}/{marker['object']}")).hexdigest() == marker["sha256"]
+            assert [Path(p).name for p in fs.ls(f"{prefix}/{k}") if p.endswith(".pt")] == [marker["object"]]
+        _assert_mlflow_is_the_store(store, uri, list(SWEEPS), keys)
+        assert fs.find(f"{values['BUCKET']}/mlartifacts"), "no MLflow artifact in the bucket"
+        for s in SWEEPS:
+            written = {p.name for p in (tmp_path / "reports" / s).iterdir()}
+            assert {"index.html", "report.md", "trials.csv"} <= written, reported
+        quiet = _quiet_run(store, keys, tmp_path / "quiet")
+        for k in keys:
+            result, epochs = quiet[k]
+            assert flatten(trials[k].result) == result, k
+            recorded = {(name, step): value for name, step, value, _ in store.metric_rows(k) if name not in MEASURED}
+            assert recorded == {at: value for at, value in epochs.items() if at[0] not in MEASURED}, k
+        note("checked: the checkpoints in the bucket, MLflow equal to the store, the reports, and every result and "
+             "epoch equal to a quiet run of the same trials")  # fmt: skip
+
+
+def _listening(ip: str, port: int) -> bool:
+    with socket.socket() as s:
+        return s.connect_ex((ip, port)) == 0
+
+
+def _alive_nodes(dashboard: int) -> int:
+    from ray.util.state import list_nodes
+
+    try:
+        return sum(n.state == "ALIVE" for n in list_nodes(address=f"http://127.0.0.1:{dashboard}"))
+    except Exception:  # the dashboard is not serving yet
+        return 0
+
+
+def _inboxes(dashboard: int) -> list[str]:
+    """The node address of each live Inbox actor (a launcher's, `ablate.recorder.start_inbox`)."""
+    from ray.util.state import list_actors, list_nodes
+
+    address = f"http://127.0.0.1:{dashboard}"
+    ips = {n.node_id: n.node_ip for n in list_nodes(address=address)}
+    actors = list_actors(address=address, filters=[("class_name", "=", "Inbox"), ("state", "=", "ALIVE")])
+    return sorted(ips[a.node_id] for a in actors)
+
+
+def _launcher_of(holder: str, launchers: Mapping[str, Launcher]) -> str:
+    """The launcher named by a lease's holder (user@host:pid)."""
+    pid = int(holder.rsplit(":", 1)[1])
+    return next(name for name, launcher in launchers.items() if launcher.proc.pid == pid)
+
+
+def _cli(*args: str, cwd: Path, env: dict[str, str]) -> str:
+    run = subprocess.run([ABLATE, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stdout + run.stderr
+    return run.stdout
+
+
+def _assert_mlflow_is_the_store(store: Store, uri: str, sweeps: list[str], keys: list[str]) -> None:
+    """One MLflow run per trial across the sweeps' experiments (a shared trial's run lives in one of them), with
+    the store's run id, status, params and result, and per metric exactly the store's steps, each once; each
+    sweep's parent run holds its summary."""
+    from ablate.tracking import RUN_STATUS, Tracker, mlflow_name, params_of
+
+    tracker = Tracker(uri)
+    assert store.unmirrored(sweeps) == []
+    experiments = [tracker.client.get_experiment_by_name(s).experiment_id for s in sweeps]
+    for s in sweeps:
+        parent = tracker.client.get_run(store.sweep(s).mlflow_run_id)
+        assert any(k.startswith(f"{parent.data.tags['report.metric']}/mean/") for k in parent.data.metrics), s
+    for key in keys:
+        runs = tracker.client.search_runs(experiments, f"tags.trial_key = '{key}'")
+        assert len(runs) == 1, key
+        run, record = runs[0], store.trial(key)
+        assert run.info.run_id == record.mlflow_run_id and run.info.status == RUN_STATUS[record.state]
+        assert run.data.params == params_of(record.config, store.membership(run.data.tags["sweep"], key).axes)
+        assert {mlflow_name(k): v for k, v in flatten(record.result).items()}.items() <= run.data.metrics.items()
+        rows = store.metric_rows(key)
+        for name in {n for n, *_ in rows}:
+            steps = sorted(m.step for m in tracker.client.get_metric_history(run.info.run_id, name))
+            assert steps == sorted(s for n, s, *_ in rows if n == name), (key, name)
+
+
+def _quiet_run(store: Store, keys: list[str], folder: Path) -> dict[str, tuple[dict[str, Any], dict[Any, float]]]:
+    """Each trial trained again here, alone and uninterrupted, from its recorded config: its result and its
+    epochs' metrics by (name, epoch). The trial sets torch's threads from its config, as on a Ray worker."""
+    import torch
+
+    from ablate.config import TrialConfig
+    from ablate.trial import run_trial
+
+    threads, out = torch.get_num_threads(), {}
+    try:
+        for key, config in store.configs(keys).items():
+            epochs: dict[Any, float] = {}
+            report = lambda e, metrics, epochs=epochs: epochs.update({(n, e): v for n, v in metrics.items()})  # noqa: E731
+            result = run_trial(TrialConfig.model_validate(config), report, folder / key)
+            out[key] = (result.metrics, epochs)
+    finally:
+        torch.set_num_threads(threads)
+    return out
