@@ -43,6 +43,11 @@ def set_path(data: dict[str, Any], path: str, value: Any) -> None:
     node[leaf] = copy.deepcopy(value)
 
 
+def overlaps(a: str, b: str) -> bool:
+    """Whether dotted path `a` is `b`, inside it, or holds it (`model` and `model.stack` overlap)."""
+    return a == b or a.startswith(b + ".") or b.startswith(a + ".")
+
+
 def same(want: Any, have: Any) -> bool:
     """Equality, except that a YAML 1.1 boolean matches the word it was written as (`off` -> false)."""
     if isinstance(want, bool) and isinstance(have, str):

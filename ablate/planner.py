@@ -25,7 +25,7 @@ from pydantic import ValidationError
 
 from ablate.config import REPLICATES, TrialConfig, identity
 from ablate.errors import Problem, SpecError, format_path
-from ablate.paths import get_path, matches, set_path
+from ablate.paths import get_path, matches, overlaps, set_path
 from ablate.plugins import Plugins
 from ablate.spec import (
     AdaptiveSeeds,
@@ -237,7 +237,7 @@ def _where(sweep: SweepSource, cell: Cell, err_path: str, msg: str) -> list[Prob
     hits = [
         sweep.problem(loc, msg if "(got " in msg else f"{msg} (value {value!r})")
         for path, value, loc in cell
-        if err_path and (path == err_path or path.startswith(err_path + ".") or err_path.startswith(path + "."))
+        if err_path and overlaps(path, err_path)
     ]
     if hits:
         return hits
@@ -253,7 +253,7 @@ def _base_problems(sweep: SweepSource) -> list[Problem]:
     varied = axis_paths(sweep.spec)
 
     def fixed(path: str) -> bool:
-        return bool(path) and not any(path == v or v.startswith(path + ".") or path.startswith(v + ".") for v in varied)
+        return bool(path) and not any(overlaps(path, v) for v in varied)
 
     base = _raw_config(sweep, ())
     found = []

@@ -36,7 +36,7 @@ from pydantic import (
 from ablate.components import Strict
 from ablate.config import AnyMechanism, TrialConfig
 from ablate.errors import Problem, SpecError
-from ablate.paths import get_path, set_path, typed_value
+from ablate.paths import get_path, overlaps, set_path, typed_value
 from ablate.plugins import PluginError, Plugins, load_builtins
 from ablate.registry import MECHANISMS
 
@@ -563,7 +563,7 @@ class Override:
 
     def overlaps(self, path: str) -> bool:
         """Whether `path` is this override's path, inside it, or holds it."""
-        return path == self.path or path.startswith(self.path + ".") or self.path.startswith(path + ".")
+        return overlaps(path, self.path)
 
     def problem(self, message: str) -> Problem:
         """A problem named by the override as it was typed, with the value it found."""

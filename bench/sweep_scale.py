@@ -1,8 +1,9 @@
 """A sweep of 100,000 trials (issue 29 item 3): the first launch's store work, `ablate status`, `ablate runs`
 and the report, each beside a floor measured in the same run.
 
-    .venv/bin/python bench/sweep_scale.py [--db /tmp/ablate-sweep-scale.sqlite] [--seeds 250] [--epochs 10]
-                                          [--repeats 3] [--skip-report]
+    .venv/bin/python bench/sweep_scale.py [--db PATH] [--seeds 250] [--epochs 10] [--repeats 3] [--skip-report]
+
+--db defaults to ablate-sweep-scale.sqlite in the system's temporary folder.
 
 The store is bench/report_scale.py's sweep (400 variants x --seeds; 250: 100,000 trials, 1% failed / 1% diverged
 / 1% pending, 8 metrics per epoch) written once through the Store API into --db (an existing --db is reused:
