@@ -283,51 +283,52 @@ CLUSTER_SPEC = {
 """KubeRay's ray.io/v1 RayClusterSpec as its API reference writes it down (fields, which are required, types);
 unknown fields are refused, so a misspelt one (`workerGroupSpec`) fails here instead of being dropped by the
 API server."""
-MANIFESTS = {
-    "RayCluster": {
+
+
+def manifest(kind: str, spec: dict[str, Any]) -> dict[str, Any]:
+    """The schema of a ray.io/v1 object of `kind` whose spec is `spec`: the envelope every such manifest has."""
+    return {
         "type": "object",
         "required": ["apiVersion", "kind", "metadata", "spec"],
         "properties": {
             "apiVersion": {"const": "ray.io/v1"},
-            "kind": {"const": "RayCluster"},
+            "kind": {"const": kind},
             "metadata": {"type": "object", "required": ["name"]},
-            "spec": CLUSTER_SPEC,
+            "spec": spec,
         },
-    },
-    "RayJob": {
-        "type": "object",
-        "required": ["apiVersion", "kind", "metadata", "spec"],
-        "properties": {
-            "apiVersion": {"const": "ray.io/v1"},
-            "kind": {"const": "RayJob"},
-            "metadata": {"type": "object", "required": ["name"]},
-            "spec": {
-                "type": "object",
-                "required": ["entrypoint"],
-                "oneOf": [{"required": ["clusterSelector"]}, {"required": ["rayClusterSpec"]}],
-                "additionalProperties": False,
-                "properties": {
-                    "entrypoint": {"type": "string"},
-                    "clusterSelector": PARAMS,
-                    "rayClusterSpec": CLUSTER_SPEC,
-                    "runtimeEnvYAML": {"type": "string"},
-                    "jobId": {"type": "string"},
-                    "submissionMode": {"enum": ["K8sJobMode", "HTTPMode", "InteractiveMode"]},
-                    "shutdownAfterJobFinishes": {"type": "boolean"},
-                    "ttlSecondsAfterFinished": {"type": "integer", "minimum": 0},
-                    "activeDeadlineSeconds": {"type": "integer", "minimum": 1},
-                    "backoffLimit": {"type": "integer", "minimum": 0},
-                    "entrypointNumCpus": {"type": "number"},
-                    "entrypointNumGpus": {"type": "number"},
-                    "entrypointResources": {"type": "string"},
-                    "submitterPodTemplate": POD_TEMPLATE,
-                    "submitterConfig": {"type": "object"},
-                    "suspend": {"type": "boolean"},
-                    "metadata": PARAMS,
-                },
+    }
+
+
+MANIFESTS = {
+    "RayCluster": manifest("RayCluster", CLUSTER_SPEC),
+    "RayJob": manifest(
+        "RayJob",
+        {
+            "type": "object",
+            "required": ["entrypoint"],
+            "oneOf": [{"required": ["clusterSelector"]}, {"required": ["rayClusterSpec"]}],
+            "additionalProperties": False,
+            "properties": {
+                "entrypoint": {"type": "string"},
+                "clusterSelector": PARAMS,
+                "rayClusterSpec": CLUSTER_SPEC,
+                "runtimeEnvYAML": {"type": "string"},
+                "jobId": {"type": "string"},
+                "submissionMode": {"enum": ["K8sJobMode", "HTTPMode", "InteractiveMode"]},
+                "shutdownAfterJobFinishes": {"type": "boolean"},
+                "ttlSecondsAfterFinished": {"type": "integer", "minimum": 0},
+                "activeDeadlineSeconds": {"type": "integer", "minimum": 1},
+                "backoffLimit": {"type": "integer", "minimum": 0},
+                "entrypointNumCpus": {"type": "number"},
+                "entrypointNumGpus": {"type": "number"},
+                "entrypointResources": {"type": "string"},
+                "submitterPodTemplate": POD_TEMPLATE,
+                "submitterConfig": {"type": "object"},
+                "suspend": {"type": "boolean"},
+                "metadata": PARAMS,
             },
         },
-    },
+    ),
 }
 """The RayCluster and RayJob manifests' schemas (ray.io/v1), as KubeRay's API reference lists their fields."""
 
