@@ -27,8 +27,9 @@ class TokenMixer(nn.Module):
     Constructor: dim = H * d (the attention width), in_dim = width of x (Hiera's stage transitions
     project dim -> dim_out, so in_dim can differ from dim; defaults to dim).
 
-    Diagnostics: when ``self.record`` is True, a variant stores the attention rows of its last forward
-    in ``self.last_attn`` (B, H, Nq, Nk, detached); otherwise it must not materialise them.
+    Diagnostics: when ``self.record`` is True, a variant hands the attention rows of its forward to
+    ``self.keep_attention`` (stored in ``self.last_attn``, (B, H, Nq, Nk), detached); otherwise it must not
+    materialise them.
     """
 
     def __init__(self, cfg: Mechanism, dim: int, num_heads: int, in_dim: int | None = None) -> None:
@@ -43,7 +44,8 @@ class TokenMixer(nn.Module):
     def forward(self, q: Tensor, k: Tensor, v: Tensor, bias: Tensor | None = None, x: Tensor | None = None) -> Tensor:
         raise NotImplementedError
 
-    def _keep(self, attn: Tensor) -> None:
+    def keep_attention(self, attn: Tensor) -> None:
+        """Store `attn` (B, H, Nq, Nk) as this forward's rows while recording (`ablate.nn.diagnostics`)."""
         if self.record:
             self.last_attn = attn.detach()
 
@@ -102,5 +104,5 @@ class RowsMixer(TokenMixer):
 
     def forward(self, q: Tensor, k: Tensor, v: Tensor, bias: Tensor | None = None, x: Tensor | None = None) -> Tensor:
         a = self.rows(q, k, bias)
-        self._keep(a)
+        self.keep_attention(a)
         return a.to(v.dtype) @ v

@@ -52,6 +52,6 @@ class Cosine(TokenMixer):
     def forward(self, q: Tensor, k: Tensor, v: Tensor, bias: Tensor | None = None, x: Tensor | None = None) -> Tensor:
         q, k = F.normalize(q, dim=-1) * self.log_tau.exp(), F.normalize(k, dim=-1)
         if self.record:
-            self._keep(normalize_rows(q @ k.transpose(-2, -1) + (0 if bias is None else bias), bias))
+            self.keep_attention(normalize_rows(q @ k.transpose(-2, -1) + (0 if bias is None else bias), bias))
         mask = None if bias is None else bias.to(q.dtype)
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=1.0)

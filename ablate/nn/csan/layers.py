@@ -259,7 +259,7 @@ class CSaN(TokenMixer):
             s, g = logits(q, k, bias), self.gains(None, x, k.shape[-2])
         a = normalize_rows(s, bias if masked else None)
         if self.record:
-            self._keep(a if g.mu is None else a * g.mu.transpose(-2, -1))
+            self.keep_attention(a if g.mu is None else a * g.mu.transpose(-2, -1))
         vs = v if g.mu is None else v * g.mu.to(v.dtype)
         return self.readout(a.to(v.dtype) @ vs, v, g)
 

@@ -53,7 +53,7 @@ class Gaussian(TokenMixer):
         k = F.pad(torch.cat([k, -0.5 * inv * (k * k).sum(-1, keepdim=True)], -1), (0, pad - 1))
         if self.record:
             a = normalize_rows(logits(q, k, bias, scale=1.0), bias)
-            self._keep(a)
+            self.keep_attention(a)
             return a.to(v.dtype) @ v
         mask = None if bias is None else bias.to(q.dtype)
         return F.scaled_dot_product_attention(q, k, F.pad(v, (0, pad)), attn_mask=mask, scale=1.0)[..., :d]

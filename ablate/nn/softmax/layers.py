@@ -13,5 +13,5 @@ class Softmax(TokenMixer):
 
     def forward(self, q: Tensor, k: Tensor, v: Tensor, bias: Tensor | None = None, x: Tensor | None = None) -> Tensor:
         if self.record:
-            self._keep(softmax_rows(q, k, bias))
+            self.keep_attention(softmax_rows(q, k, bias))
         return F.scaled_dot_product_attention(q, k, v, attn_mask=None if bias is None else bias.to(q.dtype))

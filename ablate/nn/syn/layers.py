@@ -84,5 +84,5 @@ class Syn(TokenMixer):
             a = a0 + (a_steps - a0).detach()  # the steps' values, a0's gradient
         else:
             a = syn_steps(a0, steps, gamma, key_keep(bias), self.cfg.renormalize)
-        self._keep(a)
+        self.keep_attention(a)
         return a.to(v.dtype) @ v
