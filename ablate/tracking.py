@@ -294,9 +294,12 @@ class Tracker:
         exp = self.experiment(sweep)
         tags = {"sweep": sweep, "mlflow.note.content": record.description or ""}
         run_id = self.client.create_run(exp, tags=tags, run_name=sweep).info.run_id
+        kept = store.keep_sweep_mlflow(sweep, exp, run_id, record.mlflow_run_id)
+        if kept != run_id and (theirs := self._resume(kept, running=resume)) is not None:
+            self.client.delete_run(run_id)  # another launcher made the sweep's parent run meanwhile: one per sweep
+            return theirs.info.experiment_id, kept
         if not resume:
             self.client.set_terminated(run_id, "FINISHED")
-        store.set_sweep_mlflow(sweep, exp, run_id)
         return exp, run_id
 
     def end_sweep(self, store: Store, sweep: str, status: str = "FINISHED") -> None:

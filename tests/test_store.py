@@ -212,7 +212,8 @@ def test_upsert_sweep_updates_only_given_fields(store):
     store.upsert_sweep("s", spec_path="a.yaml", metric="test.top1", baseline={"attention.kind": "softmax"})
     created = store.sweep("s").created_at
     store.upsert_sweep("s", description="now with a description")
-    store.set_sweep_mlflow("s", "7", "run123")
+    assert store.keep_sweep_mlflow("s", "7", "run123", None) == "run123"
+    assert store.keep_sweep_mlflow("s", "8", "run456", None) == "run123"  # another launcher's run came first
     s = store.sweep("s")
     assert (s.spec_path, s.metric, s.baseline, s.description) == (
         "a.yaml", "test.top1", {"attention.kind": "softmax"}, "now with a description")  # fmt: skip

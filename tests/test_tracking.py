@@ -134,9 +134,39 @@ def test_a_run_the_store_lost_is_found_by_its_tag(tracker, store, tmp_path):
     parent = store.sweep("lost").mlflow_run_id
     with Store(f"sqlite:///{tmp_path / 'fresh.sqlite'}") as fresh:  # a store that never saw the run ids
         fresh.add_trials("lost", [t])
-        fresh.set_sweep_mlflow("lost", store.sweep("lost").mlflow_experiment_id, parent)
+        fresh.keep_sweep_mlflow("lost", store.sweep("lost").mlflow_experiment_id, parent, None)
         assert tracker.start_trial(fresh, "lost", t.key) == run_id
         assert fresh.trial(t.key).mlflow_run_id == run_id
+
+
+class LateStore(Store):
+    """A real store whose first read of a sweep lets another launcher start the same sweep right after it:
+    the interleaving of two launchers racing to create the sweep's parent run, made deterministic."""
+
+    def __init__(self, url: str, other: Tracker) -> None:
+        super().__init__(url)
+        self.other, self.raced = other, False
+
+    def sweep(self, name: str):
+        record = super().sweep(name)
+        if not self.raced:
+            self.raced = True
+            with Store(self.url) as theirs:
+                self.other.start_sweep(theirs, name)
+        return record
+
+
+def test_two_launchers_starting_one_sweep_keep_one_parent_run(tracker, tmp_path):
+    """The second launcher read the sweep with no parent run, the first then made one, and the second's
+    write came too late: it keeps the first's run and deletes its own, so the experiment has one parent."""
+    url = f"sqlite:///{tmp_path / 'race.sqlite'}"
+    with Store(url) as s:
+        s.add_trials("race", [trial(4)])
+    with LateStore(url, tracker) as late:
+        kept = tracker.start_sweep(late, "race")
+        assert late.sweep("race").mlflow_run_id == kept
+    exp = tracker.experiment("race")
+    assert [r.info.run_id for r in runs_of(tracker, exp)] == [kept]
 
 
 def test_metric_batches_over_the_limit(tracker, store):

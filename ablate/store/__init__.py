@@ -10,7 +10,7 @@
         store.finish(key, "done", result={"test": {"top1": 0.64}}, params=..., flops=...)
         store.trials_frame("cpu"); store.metrics_frame("cpu", names=["val.top1"]); store.status()
 
-Writes (one writer: the launcher or its recorder actor): upsert_sweep, set_sweep_mlflow, add_trials,
+Writes (one writer: the launcher or its recorder actor): upsert_sweep, keep_sweep_mlflow, add_trials,
 mark_running, log_metrics, log_metric_rows, finish, interrupt, keep_mlflow_run; and the trial leases every
 launcher takes before it runs a trial (claim, renew, release), so launchers sharing a store train each
 trial once.

@@ -166,9 +166,11 @@ class Store(Queries):
             eng.upsert(conn, SWEEPS, [{"name": name, "created_at": t, "updated_at": t, **given}], ["name"],
                        ["updated_at", *given])  # fmt: skip
 
-    def set_sweep_mlflow(self, name: str, experiment_id: str, run_id: str) -> None:
-        """Keep the sweep's MLflow experiment and parent run, so a relaunch reuses them."""
-        self._update(SWEEPS, SWEEPS.c.name == name, name, mlflow_experiment_id=experiment_id, mlflow_run_id=run_id)
+    def keep_sweep_mlflow(self, name: str, experiment_id: str, run_id: str, replacing: str | None) -> str:
+        """Keep `run_id` (in `experiment_id`) as the sweep's MLflow parent run, so a relaunch reuses it, if the
+        store still keeps `replacing` (None: no run yet), and return the run it keeps: two launchers that start
+        one sweep at once keep one parent run, the first to write (as `keep_mlflow_run` for a trial's run)."""
+        return self._keep_run(SWEEPS, SWEEPS.c.name, name, run_id, replacing, mlflow_experiment_id=experiment_id)
 
     def add_trials(self, sweep: str, trials: Iterable[Any]) -> None:
         """Add planned trials to `sweep` (created if missing), in plan order.
@@ -255,12 +257,16 @@ class Store(Queries):
         """Keep `run_id` as the trial's MLflow run (so a resumed trial logs to the same run) if the store still
         keeps `replacing` (None: no run yet), and return the run it keeps: the launchers sharing a store mirror
         each other's trials, and two that create a trial's run at once keep one, the first to write."""
-        was = TRIALS.c.mlflow_run_id.is_(None) if replacing is None else TRIALS.c.mlflow_run_id == replacing
+        return self._keep_run(TRIALS, TRIALS.c.key, key, run_id, replacing)
+
+    def _keep_run(self, table: Any, id_col: Any, ident: str, run_id: str, replacing: str | None, **also: Any) -> str:
+        """Compare-and-set of a row's `mlflow_run_id` (with `also`), returning the run the row keeps."""
+        was = table.c.mlflow_run_id.is_(None) if replacing is None else table.c.mlflow_run_id == replacing
         with self._write() as conn:
-            conn.execute(update(TRIALS).where(TRIALS.c.key == key, was).values(mlflow_run_id=run_id))
-            kept = conn.execute(select(TRIALS.c.mlflow_run_id).where(TRIALS.c.key == key)).scalar_one_or_none()
+            conn.execute(update(table).where(id_col == ident, was).values(mlflow_run_id=run_id, **also))
+            kept = conn.execute(select(table.c.mlflow_run_id).where(id_col == ident)).scalar_one_or_none()
         if kept is None:
-            raise KeyError(f"no trial {key!r} in the store")
+            raise KeyError(f"no {table.name[:-1]} {ident!r} in the store")
         return str(kept)
 
     def log_metrics(self, key: str, step: int, values: Mapping[str, float], wall_time: float | None = None) -> None:
