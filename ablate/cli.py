@@ -879,7 +879,7 @@ def report(
         None, help="Baseline: PATH=VALUE[,PATH=VALUE] on axis values, or a variant key (prefix) [default: the sweep's]."
     ),
     out_dir: Path = typer.Option(
-        Path("reports"), "--out", help="Output folder: <out>/<sweep>/ per sweep and <out>/index.html."
+        Path("reports"), "--out", help="Output folder: `<out>/<sweep>/` per sweep and `<out>/index.html`."
     ),
     format: list[str] | None = typer.Option(
         None, "--format", "-f", help="html, md, csv, tex; repeat or comma list [default: html, md, csv]."

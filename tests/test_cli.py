@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import typer
 import yaml
 from conftest import TINY, write_sweeps
 from typer.testing import CliRunner
@@ -228,6 +229,18 @@ def test_help_shows_every_default() -> None:
                  "[default: live on a terminal]", "[default: db/checkpoints]", "[default: 2000]"):  # fmt: skip
         assert text in launch, text
     assert "[default: the sweep's]" in invoke("report", "--help", env=wide)
+
+
+def test_every_help_text_reads_whole_in_help() -> None:
+    """Every word of each command's and option's help text is in its `--help` (markdown mode would take
+    `<out>/<sweep>/` for HTML tags and drop them: "Output folder: // per sweep")."""
+    command = typer.main.get_command(app)
+    assert isinstance(command, typer.core.TyperGroup)
+    for name, sub in command.commands.items():
+        shown = invoke(name, "--help", env={"COLUMNS": "300"})
+        for what, text in [(name, sub.help), *((p.name, getattr(p, "help", None)) for p in sub.params)]:
+            missing = [w for w in (text or "").replace("`", "").split() if w not in shown]
+            assert not missing, (name, what, missing)
 
 
 def test_version_and_the_completion_script() -> None:
