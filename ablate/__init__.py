@@ -10,6 +10,11 @@ module never shadows a function of the same name.
 
 from __future__ import annotations
 
+import sys
+from collections.abc import Sequence
+from importlib.abc import MetaPathFinder
+from importlib.machinery import ModuleSpec
+from types import ModuleType
 from typing import Any
 
 __version__ = "0.1.0"
@@ -40,5 +45,23 @@ def __getattr__(name: str) -> Any:
         return getattr(importlib.import_module(_API[name]), name)
     raise AttributeError(f"module 'ablate' has no attribute {name!r}")
 
+
+class _TorchvisionShim(MetaPathFinder):
+    """Runs `ablate._tv_compat` the first time anything imports torchvision (timm does), so that no module has
+    to remember to import the shim before timm; then it steps aside for the normal finders."""
+
+    done = False
+
+    def find_spec(
+        self, fullname: str, path: Sequence[str] | None = None, target: ModuleType | None = None
+    ) -> ModuleSpec | None:
+        if fullname == "torchvision" and not self.done:
+            self.done = True
+            import ablate._tv_compat  # noqa: F401  (defines what torchvision's failed extension would have)
+        return None
+
+
+if "torchvision" not in sys.modules:
+    sys.meta_path.insert(0, _TorchvisionShim())
 
 __all__ = list(_API)

@@ -306,8 +306,6 @@ class TrainConfig(Strict):
         name = v.lower().removeprefix("lookahead_")
         if name in COMMON_OPTIMIZERS:
             return v
-        import ablate._tv_compat  # noqa: F401  (before timm)
-
         from timm.optim import list_optimizers
 
         if name not in list_optimizers():

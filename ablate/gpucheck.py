@@ -326,8 +326,6 @@ def plain_rate(cfg: TrialConfig, device: torch.device) -> float:
     """Images/s of a hand-written timm training loop on the trial's model, data, optimizer and precision:
     a shuffling DataLoader, forward under autocast, cross-entropy, backward, step; no scheduler, no per-step
     sync, no evaluation (`steady_rate` of its epochs, timed as the trial times them)."""
-    import ablate._tv_compat  # noqa: F401  (the torchvision shim, before timm)
-
     import torch
     import torch.nn.functional as F
     from timm.optim import create_optimizer_v2

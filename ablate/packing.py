@@ -69,8 +69,6 @@ def measure(cfg: TrialConfig) -> Footprint:
 def train_steps(cfg: TrialConfig, device: Any, steps: int = PROBE_STEPS) -> None:
     """`steps` optimizer steps of the trial's model, optimizer and precision at its device batch, on a
     batch of its input shape (the loss is the output's mean: its memory is the real loss's)."""
-    import ablate._tv_compat  # noqa: F401  (the torchvision shim, before timm)
-
     import torch
     from timm.optim import create_optimizer_v2
 

@@ -20,8 +20,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, cast
 
-import ablate._tv_compat  # noqa: F401  (the torchvision shim, before timm)
-
 import numpy as np
 import torch
 from torch import Tensor, nn

@@ -33,8 +33,9 @@ from collections.abc import Callable
 from contextlib import nullcontext
 from dataclasses import dataclass
 
-import ablate._tv_compat  # noqa: F401  (the torchvision shim, before timm)
+import ablate  # noqa: F401  (installs the torchvision shim before timm is imported)
 
+# isort: split
 import torch
 from pydantic import TypeAdapter
 from rich.console import Console

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import math
 
-import ablate._tv_compat  # noqa: F401  (the torchvision shim, before timm)
-
 import pytest
 import timm
 import torch

@@ -6,8 +6,6 @@ from __future__ import annotations
 import copy
 import re
 
-import ablate._tv_compat  # noqa: F401  (the torchvision shim, before timm)
-
 import pytest
 import torch
 from conftest import KINDS

@@ -5,6 +5,8 @@ run."""
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "ablate"
@@ -111,3 +113,12 @@ def test_the_walk_sees_deferred_relative_and_aliased_imports(tmp_path: Path) -> 
     graph = import_graph(pkg)
     assert graph["pkg.b"] == {"pkg.sub.layers"} and graph["pkg.c"] == set()
     assert cycles(graph) == [["pkg.a", "pkg.b", "pkg.sub.layers"]]
+
+
+def test_importing_ablate_is_enough_for_timm_to_import() -> None:
+    """`import ablate` installs the torchvision shim as an import hook, so timm (which imports torchvision)
+    imports after it whatever imports it, and no module has to import the shim by hand (on this machine's CPU
+    torch, torchvision's extension cannot load and `import timm` alone fails)."""
+    code = "import ablate, timm.models, timm.data, torchvision.ops; print(timm.models.vit_tiny_patch16_224)"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]

@@ -4,8 +4,6 @@ backbone. `ablate.nn.factory.create_model` solves `model.match_params` first; th
 
 from __future__ import annotations
 
-import ablate._tv_compat  # noqa: F401  (the torchvision shim, before timm)
-
 from torch import nn
 
 from ablate.config import TrialConfig

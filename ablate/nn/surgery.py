@@ -21,8 +21,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import ablate._tv_compat  # noqa: F401  (the torchvision shim, before timm)
-
 from timm.models import named_apply
 from timm.models.vision_transformer import init_weights_vit_timm
 from torch import nn

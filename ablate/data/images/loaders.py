@@ -227,8 +227,6 @@ def _cifar(cfg: TrialConfig) -> Splits:
 
 # ------------------------------------------------------------------------------------------- imagefolder
 def _imagefolder(cfg: TrialConfig) -> Splits:
-    import ablate._tv_compat  # noqa: F401  (the torchvision shim, before timm)
-
     from timm.data import ImageDataset, create_dataset, create_transform
 
     d, name = cfg.data, cfg.data.name
@@ -283,8 +281,6 @@ def _imagefolder(cfg: TrialConfig) -> Splits:
 
 def normalization(cfg: TrialConfig) -> tuple[tuple[float, ...], tuple[float, ...]]:
     """Mean and std for `data.normalization` (`family`: the backbone component's)."""
-    import ablate._tv_compat  # noqa: F401  (the torchvision shim, before timm)
-
     from timm.data import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD, IMAGENET_INCEPTION_MEAN, IMAGENET_INCEPTION_STD
 
     name: str = cfg.data.normalization

@@ -3,8 +3,6 @@ the trial's mixer."""
 
 from __future__ import annotations
 
-import ablate._tv_compat  # noqa: F401  (the torchvision shim, before timm)
-
 import timm
 from timm.models.hiera import HieraBlock, MaskUnitAttention
 from torch import Tensor, nn

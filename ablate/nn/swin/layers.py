@@ -3,8 +3,6 @@ and CSaN-V2's depthwise conv on the attention branches."""
 
 from __future__ import annotations
 
-import ablate._tv_compat  # noqa: F401  (the torchvision shim, before timm)
-
 import timm
 import torch
 import torch.nn.functional as F

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import ablate._tv_compat  # noqa: F401  (the torchvision shim, before timm)
-
 import timm
 from timm.layers import Attention
 from timm.layers.attention import resolve_self_attn_mask
