@@ -16,7 +16,7 @@ import json
 import math
 import typing
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -64,16 +64,53 @@ class Trial:
     """Set by the planner: `config` is `cell` at this seed, copied when first asked for (copying every
     trial's config is most of a 100,000-trial plan's time otherwise)."""
 
+    recording: Recording | None = field(default=None, compare=False, repr=False)
+    """Set by the planner, shared by a cell's trials: their recorded config's JSON text made once."""
+
     @functools.cached_property
     def config(self) -> TrialConfig:
         return self.cell if self.seed is None else self.cell.model_copy(update={"seed": self.seed})
 
     def recorded(self) -> dict[str, Any]:
         """The config as the store, MLflow and reports keep it: `${VAR}` text in place of secret values."""
-        data = self.config.model_dump(mode="json")
-        for path, text in self.placeholders.items():
-            set_path(data, path, text)
-        return data
+        return _recorded(self.config, self.placeholders)
+
+    def recorded_text(self) -> str:
+        """`recorded()` as JSON text (what the store writes): the cell's text with this seed where there is one
+        (serialising every trial's config is most of a 100,000-trial first launch's store time otherwise)."""
+        return self._seeded(None if self.recording is None else self.recording.config, self.recorded)
+
+    def axes_text(self) -> str:
+        """`axes` as JSON text, as `recorded_text` makes the config's."""
+        return self._seeded(None if self.recording is None else self.recording.axes, lambda: self.axes)
+
+    def _seeded(self, halves: tuple[str, str] | None, data: Callable[[], Any]) -> str:
+        return json.dumps(data()) if halves is None or self.seed is None else f"{halves[0]}{self.seed:d}{halves[1]}"
+
+
+def _recorded(cfg: TrialConfig, placeholders: dict[str, str]) -> dict[str, Any]:
+    data = cfg.model_dump(mode="json")
+    for path, text in placeholders.items():
+        set_path(data, path, text)
+    return data
+
+
+@dataclass
+class Recording:
+    """A cell's recorded config (`Trial.recorded`) and axes as JSON text split where the seed goes
+    (`seed_halves`), made once for all the cell's trials."""
+
+    cell: TrialConfig
+    placeholders: dict[str, str]
+    cell_axes: dict[str, Any]
+
+    @functools.cached_property
+    def config(self) -> tuple[str, str] | None:
+        return seed_halves(_recorded(self.cell, self.placeholders), json.dumps)
+
+    @functools.cached_property
+    def axes(self) -> tuple[str, str] | None:
+        return seed_halves(self.cell_axes, json.dumps)
 
 
 @dataclass
@@ -125,16 +162,23 @@ def digest(data: Any) -> str:
 _SEED_MARK = "\x00seed\x00"
 
 
-def seed_keys(ident: dict[str, Any], seeds: Sequence[int]) -> list[str]:
-    """`digest({**ident, "seed": s})` for each seed, the identity serialised once: its canonical JSON holds a
-    mark where the seed goes, and each seed's decimal text (its JSON) replaces it (a large sweep's keys are
-    most of its planning time otherwise)."""
-    text = _canonical({**ident, "seed": _SEED_MARK})
+def seed_halves(data: dict[str, Any], dumps: Callable[[Any], str]) -> tuple[str, str] | None:
+    """`dumps({**data, "seed": s})` for any seed s is head + s's decimal text (its JSON) + tail: the text made
+    once with a mark where the seed goes, split there; None where the data holds the mark's text itself."""
+    text = dumps({**data, "seed": _SEED_MARK})
     mark = json.dumps(_SEED_MARK)
-    if text.count(mark) != 1:  # the identity itself holds the mark's text: serialise each seed
-        return [digest({**ident, "seed": seed}) for seed in seeds]
+    if text.count(mark) != 1:
+        return None
     head, tail = text.split(mark)
-    return [_hash(f"{head}{seed:d}{tail}") for seed in seeds]
+    return head, tail
+
+
+def seed_keys(ident: dict[str, Any], seeds: Sequence[int]) -> list[str]:
+    """`digest({**ident, "seed": s})` for each seed, the identity serialised once (`seed_halves`: a large
+    sweep's keys are most of its planning time otherwise)."""
+    if (halves := seed_halves(ident, _canonical)) is None:
+        return [digest({**ident, "seed": seed}) for seed in seeds]
+    return [_hash(f"{halves[0]}{seed:d}{halves[1]}") for seed in seeds]
 
 
 def trial_key(cfg: TrialConfig) -> str:
@@ -379,11 +423,12 @@ def expand(sweep: SweepSource, max_trials: int = MAX_TRIALS) -> Plan:
         variant = variant_key(cfg)
         cell_axes = {a: get_path(resolved, a) for a in axes}
         secret = {p: text for p, (value, text) in sweep.placeholders.items() if get_path(resolved, p) == value}
+        recording = Recording(cfg, secret, cell_axes)
         for seed, key in zip(seeds, seed_keys(ident, seeds), strict=True):
             if key in seen:
                 continue
             seen.add(key)
-            trials.append(Trial(key, variant, cfg, {**cell_axes, "seed": seed}, secret, seed))
+            trials.append(Trial(key, variant, cfg, {**cell_axes, "seed": seed}, secret, seed, recording))
     problems += dead + _dead_exclusions(sweep, valid)
     if problems:
         raise SpecError(problems)

@@ -584,6 +584,28 @@ def test_a_value_from_an_environment_variable_is_recorded_as_its_placeholder(tmp
     assert len(files) >= 2 and not [p.name for p in files if b"s3cr3t" in p.read_bytes()]
 
 
+def test_the_store_keeps_each_trials_config_and_axes_at_its_own_seed(tmp_path: Path, monkeypatch) -> None:
+    """A cell's config and axes are serialised once with a place for the seed (`planner.Recording`): what the
+    store keeps for every trial is its own recorded config and axes, seed included, placeholders kept."""
+    from ablate.store import Store
+
+    monkeypatch.setenv("SEEDED_DIR", str(tmp_path))
+    f = tmp_path / "e.yaml"
+    base = {"data": {"name": "cifar10", "path": "${SEEDED_DIR}", "id": "cifar10"},
+            "model": {"backbone": "vit", "embed_dim": 32, "depths": [2], "num_heads": [2], "patch_size": 4}}
+    f.write_text(yaml.safe_dump({"sweeps": {"s": {"base": base, "grid": {"train.lr": [0.1, 0.2]},
+                                                 "seeds": [3, 11, 12]}}}))  # fmt: skip
+    trials = plan(f, "s").trials
+    assert len(trials) == 6 and all(t.recording is not None for t in trials)
+    with Store(f"sqlite:///{tmp_path / 'r.sqlite'}") as store:
+        store.add_trials("s", trials)
+        for t in trials:
+            kept = store.trial(t.key)
+            assert kept.config == t.recorded() and kept.config["seed"] == t.seed
+            assert kept.config["data"]["path"] == "${SEEDED_DIR}"
+            assert store.membership("s", t.key).axes == t.axes == {"train.lr": t.config.train.lr, "seed": t.seed}
+
+
 HEAVY = ("torch", "timm", "torchvision", "pandas", "mlflow", "ray", "sklearn", "h5py")
 """What `ablate plan` must not import: every built-in component's declaration is torch-free, so validation and
 planning cost a fraction of a second (issue 17's 2 s budget; measured in bench/startup.py)."""

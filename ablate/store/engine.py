@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Connection, Engine, Table, create_engine, event, make_url
+from sqlalchemy import JSON, Connection, Engine, Table, Text, bindparam, cast, create_engine, event, make_url
 from sqlalchemy.dialects import postgresql, sqlite
 
 DEFAULT_URL = "sqlite:///db/ablate.sqlite"
@@ -100,19 +100,31 @@ def upgrade(engine: Engine, revision: str = "head") -> None:
         command.upgrade(cfg, revision)
 
 
-def upsert_stmt(dialect: str, table: Table, keys: Iterable[str], update: Iterable[str] = ()) -> Any:
-    """INSERT ... ON CONFLICT (keys): overwrite the `update` columns, or with none keep the old row."""
+def upsert_stmt(
+    dialect: str, table: Table, keys: Iterable[str], update: Iterable[str] = (), serialised: Iterable[str] = ()
+) -> Any:
+    """INSERT ... ON CONFLICT (keys): overwrite the `update` columns, or with none keep the old row. The
+    `serialised` JSON columns take their values as JSON text already (bound as text, not serialised again)."""
     if dialect not in ("sqlite", "postgresql"):
         raise NotImplementedError(f"upserts are written for sqlite and postgresql, not {dialect}")
     stmt = (sqlite if dialect == "sqlite" else postgresql).insert(table)
+    if serialised := list(serialised):  # PostgreSQL takes text into a json column only by an explicit cast
+        text = {c: bindparam(c, type_=Text()) for c in serialised}
+        stmt = stmt.values({c: cast(v, JSON) if dialect == "postgresql" else v for c, v in text.items()})
     if update := list(update):
         return stmt.on_conflict_do_update(index_elements=list(keys), set_={c: stmt.excluded[c] for c in update})
     return stmt.on_conflict_do_nothing(index_elements=list(keys))
 
 
 def upsert(
-    conn: Connection, table: Table, rows: Sequence[Mapping[str, Any]], keys: Iterable[str], update: Iterable[str] = ()
+    conn: Connection,
+    table: Table,
+    rows: Sequence[Mapping[str, Any]],
+    keys: Iterable[str],
+    update: Iterable[str] = (),
+    serialised: Iterable[str] = (),
 ) -> None:
-    """Insert `rows` (one executemany); duplicates of `keys` overwrite the `update` columns or are skipped."""
+    """Insert `rows` (one executemany); duplicates of `keys` overwrite the `update` columns or are skipped.
+    `serialised`: JSON columns whose values are JSON text already (see `upsert_stmt`)."""
     if rows:
-        conn.execute(upsert_stmt(conn.dialect.name, table, keys, update), list(rows))
+        conn.execute(upsert_stmt(conn.dialect.name, table, keys, update, serialised), list(rows))

@@ -8,6 +8,7 @@ to the newest schema first.
 from __future__ import annotations
 
 import getpass
+import json
 import math
 import os
 import socket
@@ -97,10 +98,11 @@ def _finite(value: Any) -> Any:
     return value
 
 
-def _recorded(trial: Any) -> Any:
-    """A trial's config as kept: a planned Trial's `recorded()` (no secret values), else as given."""
-    recorded = getattr(trial, "recorded", None)
-    return recorded() if callable(recorded) else _json(_field(trial, "config"))
+def _text(trial: Any, method: str, name: str) -> str:
+    """A trial's field as kept, as JSON text: a planned Trial's own text of it (`recorded_text`: no secret
+    values; `axes_text`), else the field as given, serialised."""
+    made = getattr(trial, method, None)
+    return str(made()) if callable(made) else json.dumps(_json(_field(trial, name)))
 
 
 def _json(value: Any) -> Any:
@@ -181,15 +183,20 @@ class Store(Queries):
         """
         t = now()
         new, members = [], []
-        for pos, trial in enumerate(trials):
-            key, axes = _field(trial, "key"), _json(_field(trial, "axes"))
-            new.append({"key": key, "variant": _field(trial, "variant"), "config": _recorded(trial),
-                        "axes": axes, "state": "pending", "attempts": 0, "created_at": t})  # fmt: skip
+        for pos, trial in enumerate(trials):  # JSON serialised here, once per row (axes serve both tables)
+            key, axes, config = (
+                _field(trial, "key"),
+                _text(trial, "axes_text", "axes"),
+                _text(trial, "recorded_text", "config"),
+            )
+            new.append({"key": key, "variant": _field(trial, "variant"), "config": config, "axes": axes,
+                        "state": "pending", "attempts": 0, "created_at": t})  # fmt: skip
             members.append({"sweep": sweep, "trial_key": key, "axes": axes, "position": pos})
         with self._write() as conn:
             eng.upsert(conn, SWEEPS, [{"name": sweep, "created_at": t, "updated_at": t}], ["name"])
-            eng.upsert(conn, TRIALS, new, ["key"], ["variant"])  # derived from the config: always current
-            eng.upsert(conn, MEMBERS, members, ["sweep", "trial_key"], ["axes", "position"])
+            # the variant is derived from the config: always current
+            eng.upsert(conn, TRIALS, new, ["key"], ["variant"], serialised=["config", "axes"])
+            eng.upsert(conn, MEMBERS, members, ["sweep", "trial_key"], ["axes", "position"], serialised=["axes"])
 
     # ------------------------------------------------------------------------------------------ trials
     def mark_running(
