@@ -5,7 +5,8 @@ A trial's key says *what* it trains (its config); its fingerprint says *with whi
 the trial uses (its mechanism, backbone, dataset and task, plugins included, and the training loop), the
 digest covers the module that registers it and the module that defines it, and the modules they import from
 `ablate.nn` and `ablate.data` (or from their own package, for a plugin package), each as its syntax tree
-without docstrings: comments, docstrings and formatting never count, a changed expression always does. The
+without docstrings: comments, docstrings and formatting never count, a changed expression always does (a
+plugin file's module counts under its stem, not under its name, which carries a hash of its text). The
 versions of torch, timm and of the distributions that ship plugin components count too. Module digests are
 cached by file and modification time, and fingerprints by component names, so a plan of thousands of trials
 costs one dictionary lookup per trial after the first of each kind.
@@ -19,6 +20,7 @@ import hashlib
 import importlib.util
 import inspect
 import json
+import re
 import subprocess
 import sys
 from dataclasses import dataclass, field
@@ -36,6 +38,9 @@ LOOP = ("ablate.trial", "ablate.parallel", "ablate.nn.factory", "ablate.nn.build
 FOLLOWED = ("ablate.nn", "ablate.data")
 """Imports of a component's module that are followed (other ablate modules configure; they do not compute)."""
 VERSIONED = ("torch", "timm")
+FILE_PLUGIN = re.compile(r"(ablate_plugin_\w+)_[0-9a-f]{12}")
+"""The module of a plugin given as a file (`ablate.plugins.FilePlugin.module`): its stem, then a hash of its
+path and text."""
 
 
 @dataclass(frozen=True)
@@ -113,7 +118,7 @@ def _stamp(module: str) -> tuple[str, int, int]:
 def _of(names: tuple[str, str, str, str], stamps: tuple[tuple[str, int, int], ...]) -> Fingerprint:
     """Fingerprints by component names, recomputed when any of their modules' files changed (`stamps`)."""
     modules = _components(names)
-    components = {name: _hash(json.dumps([[m, _module_digest(m, *_stamp(m)[1:])] for m in sorted(mods)]))
+    components = {name: _hash(json.dumps(sorted([_label(m), _module_digest(m, *_stamp(m)[1:])] for m in mods)))
                   for name, mods in modules.items()}  # fmt: skip
     versions = {pkg: _version(pkg) for pkg in VERSIONED}
     for mods in modules.values():
@@ -121,6 +126,13 @@ def _of(names: tuple[str, str, str, str], stamps: tuple[tuple[str, int, int], ..
             if not module.startswith("ablate.") and (dist := _distribution(module.split(".")[0])):
                 versions[dist] = _version(dist)
     return Fingerprint(components, versions)
+
+
+def _label(module: str) -> str:
+    """A module's name in a digest: its name, but for a file plugin (`ablate.plugins.FilePlugin.module`, its
+    stem and a hash of its path and text) its stem alone: an edited text is imported as a new module, and only
+    its syntax tree may count, as for any other module."""
+    return match[1] if (match := FILE_PLUGIN.fullmatch(module)) else module
 
 
 def _roots(registry: Registry[Any], name: str) -> set[str]:

@@ -53,8 +53,9 @@ def record_done(store: Store, p: Plan, f: Path) -> None:
 
 def test_only_the_cells_using_edited_code_are_stale_and_docstrings_never_count(tmp_path: Path) -> None:
     """Two plugins (a mechanism, a backbone) in a 2 x 2 grid, every trial recorded done with today's code:
-    a docstring or comment edit leaves all four current; a real edit of the mechanism's forward makes its two
-    cells stale, naming the mechanism; a real edit of the backbone makes its two cells stale."""
+    a docstring, comment, blank line or formatting edit leaves all four current; a real edit of the mechanism's
+    forward makes its two cells stale, naming the mechanism; a real edit of the backbone makes its two cells
+    stale. Each look plans the file again, as a launch does: the edited text is imported as a new module."""
     (tmp_path / "relu.py").write_text(plugin_source())
     (tmp_path / "wide.py").write_text(BACKBONE)
     f = sweep_file(tmp_path, ["./relu.py", "./wide.py"],
@@ -65,6 +66,8 @@ def test_only_the_cells_using_edited_code_are_stale_and_docstrings_never_count(t
         record_done(store, p, f)
 
         def stale() -> dict[str, set[str]]:
+            p = plan(f, "s")
+            p.plugins.load()
             chosen = select([p], store, Select())
             by = {t.key: f"{t.axes['attention.kind']}/{t.axes['model.backbone']}" for t in p.trials}
             assert not chosen.run and chosen.warned == list(chosen.stale)  # warn: reused, listed
@@ -74,6 +77,7 @@ def test_only_the_cells_using_edited_code_are_stale_and_docstrings_never_count(t
         edit(tmp_path / "relu.py", '"""ReLU attention: relu(q k^T / sqrt(d)) / N, no softmax."""',
              '"""ReLU attention, reworded."""  # and a comment')  # fmt: skip
         edit(tmp_path / "relu.py", "a @ v", "a  @  v")  # formatting
+        edit(tmp_path / "relu.py", "class Relu(", "# a comment\n\n\nclass Relu(")  # blank lines
         assert stale() == {}
         edit(tmp_path / "relu.py", "return a  @  v", "return (a @ v) * 2.0")
         assert stale() == {"relu/vit": {"mechanism relu"}, "relu/wideviT": {"mechanism relu"}}
