@@ -89,7 +89,7 @@ def test_large_n_uses_the_paired_t_test():
     row = stats.paired(a - b).iloc[0]
     assert row["test"] == stats.T_TEST and row["p"] == pytest.approx(sps.ttest_rel(a, b).pvalue)
     assert np.isnan(row["p_w"])
-    assert stats.wilcoxon(np.zeros(3)) == 1.0 and stats.paired(np.full(3, np.nan)).iloc[0]["test"] == ""
+    assert stats.paired(np.full(3, np.nan)).iloc[0]["test"] == ""
 
 
 def test_pareto_front():
@@ -186,6 +186,65 @@ def test_factorial_part_of_linked_and_conditional_grids(store, tmp_path):
         and g.method == effects.POOLED
     )
     assert np.isnan(effects.effects(g)["lo"]).all()  # one trial per cell: no variance to build an interval on
+
+
+def test_a_knob_of_one_mixer_with_three_levels_gets_a_row_per_level(store, tmp_path):
+    """`steps: [1, 2, 3]` under `when: ista`: the first part compares the kinds (steps held at 1), a second
+    part within ISTA's variants has one row per level against 1; one Holm family over every row."""
+    from ablate.reporting import tables
+
+    p = planned(tmp_path, "nest", grid={"attention.kind": ["softmax", "ista"]}, seeds=3,
+                when=[{"when": {"attention.kind": "ista"}, "grid": {"attention.steps": [1, 2, 3]}}],
+                baseline={"attention.kind": "softmax"})  # fmt: skip
+    gain = {None: 0.0, 1: 1.0, 2: 4.0, 3: 2.0}
+    fill(store, p, lambda t: 60 + gain[t.axes["attention.steps"]] + t.axes["seed"] + 0.1 * t.axes["seed"] ** 2
+         * (t.axes["attention.steps"] or 0))  # fmt: skip
+    data = frames.load(store, "nest")
+    f = effects.factorial(data)
+    assert f.factors == ["attention.kind"] and f.held == {"attention.steps": "1"} and len(f.parts) == 2
+    nested = f.more[0]
+    assert nested.factors == ["attention.steps"] and nested.levels == [["1", "2", "3"]]
+    assert nested.within == {"attention.kind": "ista"} and nested.method == effects.PAIRED
+    eff = effects.effects(f).set_index(["factor", "contrast"])
+    assert len(eff) == 3 and eff["p_adj"].to_numpy() == pytest.approx(stats.adjust(eff["p"].to_numpy()))
+    for contrast, level in (("2 vs 1", 2), ("3 vs 1", 3)):  # per seed: gain + 0.1 seed^2 (level - 1)
+        by_seed = [gain[level] - gain[1] + 0.1 * s**2 * (level - 1) for s in range(3)]
+        row = eff.loc[("steps (kind=ista)", contrast)]
+        assert row["effect"] == pytest.approx(np.mean(by_seed))
+        assert row["p"] == pytest.approx(sps.ttest_1samp(by_seed, 0).pvalue)
+    assert eff.loc[("kind", "ista vs softmax"), "effect"] == pytest.approx(1 + 0.1 * 5 / 3)
+    shown = tables.effects(effects.effects(f), f, data)
+    assert "(1) attention.kind: softmax, ista (attention.steps = 1); (2) within attention.kind = ista: " \
+           "attention.steps: 1, 2, 3" in shown.caption  # fmt: skip
+    assert "Holm-adjusted over the family of the 3 terms" in shown.caption
+
+
+def test_no_interval_where_the_spread_cannot_be_estimated(store, tmp_path):
+    """Two seeds whose differences are equal (in print; in floating point up to the last bits): no zero-width
+    "[+19.75, +19.75]", no test, nothing called significant; the caption says why."""
+    from ablate.reporting import tables
+
+    p = planned(tmp_path, "flat", grid={"attention.kind": ["softmax", "csan"]}, seeds=2,
+                baseline={"attention.kind": "softmax"})  # fmt: skip
+    values = {("softmax", 0): 41.55, ("softmax", 1): 61.35, ("csan", 0): 61.3, ("csan", 1): 81.1}
+    fill(store, p, lambda t: values[t.axes["attention.kind"], t.axes["seed"]])
+    data = frames.load(store, "flat")
+    table = frames.variant_table(data, pd.Series(dtype=float))
+    shown = tables.variants(table, data)
+    row = next(r for r in shown.rows if r[1].startswith("CSaN"))
+    assert row[7:11] == ["+19.75 [n/a: zero spread, 2 seeds]", "-", "-", "-"]
+    assert "n/a: no interval and no test where the spread cannot be estimated" in shown.caption
+    f = effects.factorial(data)
+    eff = effects.effects(f)
+    assert np.isnan(eff.loc[0, "p"]) and np.isnan(eff.loc[0, "p_adj"])
+    cells = tables.effects(eff, f, data).rows[0]
+    assert cells[3:7] == ["+19.75", "[n/a: zero spread, 2 seeds]", "-", "-"]
+    one = planned(tmp_path, "one", grid={"attention.kind": ["softmax", "csan"]}, seeds=1,
+                  baseline={"attention.kind": "softmax"})  # fmt: skip
+    fill(store, one, lambda t: 60.0 + (t.axes["attention.kind"] == "csan"))
+    data = frames.load(store, "one")
+    shown = tables.variants(frames.variant_table(data, pd.Series(dtype=float)), data)
+    assert next(r for r in shown.rows if r[1].startswith("CSaN"))[7] == "+1.00 [n/a: 1 seed]"
 
 
 # ------------------------------------------------------------------------------ MIL: folds x seeds, strata

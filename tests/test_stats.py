@@ -40,6 +40,28 @@ def test_paired_tests_over_seeds_match_scipy():
     assert few["test"] == stats.WILCOXON and few["p"] == pytest.approx(sps.wilcoxon(a[:6], b[:6]).pvalue)
 
 
+def test_no_interval_and_no_test_where_the_spread_cannot_be_estimated():
+    """Equal differences, exactly or up to rounding (61.3 - 41.55 and 81.1 - 61.35 are both 19.75 in print but
+    differ in their last bits, which made a t of 1e15: "[+19.75, +19.75]", p < 0.001), have no spread: no
+    interval and no test (eight equal differences would give Wilcoxon's p 0.008); nor has a single pair."""
+    nan = math.nan
+    rounded = [61.3 - 41.55, 81.1 - 61.35]
+    assert rounded[0] != rounded[1]
+    d = np.array([[19.75, 19.75] + [nan] * 6, rounded + [nan] * 6, [2.0] * 8, [1.5] + [nan] * 7,
+                  [1.0, 2.0] + [nan] * 6])  # fmt: skip
+    out = stats.paired(d)
+    assert out["std"][:3].tolist() == [0.0, 0.0, 0.0] and np.isnan(out["std"][3])
+    for col in ("lo", "hi", "p", "p_t", "p_w", "d"):
+        assert out[col][:4].isna().all(), col
+    assert out["test"].tolist() == ["", "", "", "", stats.WILCOXON] and out["mean"][:3].tolist() == pytest.approx(
+        [19.75, 19.75, 2.0]
+    )
+    assert out.loc[4, "lo"] < out.loc[4, "hi"]  # two different differences: an interval as ever
+    assert stats.missing_spread(2, 1, "seed") == "zero spread, 2 seeds"
+    assert stats.missing_spread(1, 0, "seed") == "1 seed"
+    assert stats.missing_spread(4, 0, "trial") == "1 trial per cell"
+
+
 def test_holm_and_benjamini_hochberg_against_hand_computation_and_statsmodels():
     p = np.array([0.01, 0.04, 0.03, 0.005, np.nan])
     # Holm: sorted 0.005, 0.01, 0.03, 0.04 times 4, 3, 2, 1 = 0.02, 0.03, 0.06, 0.04; running max 0.02, 0.03, 0.06, 0.06

@@ -99,15 +99,13 @@ def _floor(data: SweepData) -> float:
 
 def table(c: Comparison, correction: str) -> Table:
     """The side-by-side table with its caption (tests, family, noise floor)."""
-    d = tables.digits(c.a)
+    d, unit = tables.digits(c.a), tables.unit(c.design)
     rows = []
     for _, r in c.frame.iterrows():
         sides = [f"{tables.num(r[f'{s}_mean'], d)} ± {tables.num(r[f'{s}_std'], d)}" for s in "ab"]
         if r["pairs"] > 0:
-            marks = ("*" if r["p_adj"] < stats.ALPHA else "") + ("‡" if r["below_floor"] else "")
-            delta = f"{tables.num(r['delta'], d, True)} [{tables.num(r['lo'], d, True)}, " \
-                    f"{tables.num(r['hi'], d, True)}]{marks}"  # fmt: skip
-            eff = f"{tables.num(r['d'], 2, True)} [{tables.num(r['d_lo'], 2, True)}, {tables.num(r['d_hi'], 2, True)}]"
+            delta = tables.difference(r, d, unit)
+            eff = tables.standardised(r)
             p = f"{tables.pvalue(r['p'])} {tables.TESTS.get(r['test'], '')}".strip()
         else:
             delta, eff, p = "not paired", "-", "-"
@@ -126,6 +124,7 @@ def table(c: Comparison, correction: str) -> Table:
         f"fold: 'pairs'), with a 95% interval; d: Δ in standard deviations of the paired differences. "
         f"p: {tables.test_words(c.a) if c.design == c.a.design else 'paired t-test'}. "
         f"{stats.family(k, correction, 'shared variants')}; * = significant after adjustment. {floor_words}"
+        + tables.na_words([row[6] for row in rows], unit)
         + (
             f" {c.ambiguous} variants were left out: another variant of their sweep agrees on the same axes."
             if c.ambiguous

@@ -1,10 +1,16 @@
-"""Which knob carries the gain: main effects and two-way interactions of the factorial part of a sweep.
+"""Which knob carries the gain: main effects and two-way interactions of the factorial parts of a sweep.
 
 The factorial part is the largest set of axes whose levels are fully crossed among the measured variants
 while every other axis stays at the baseline's value (a linked grid like the CSaN paper's table holds the
 2 x 2 stack x mixer square through its baseline). A knob of one attention kind (CSaN's kappa_pub, ISTA's
 steps) is held at its first value among the variants it applies to, and ignored for the others.
-Reference levels are the baseline's. With cells y[level_1, ..., level_k]:
+Reference levels are the baseline's. An axis left out of that part (a knob of one attention kind with
+more than one value, `power: [1, 2, 3]` under `when: relu2`) gets a part of its own: the same search among
+the variants it applies to, with that axis in the set and the variant nearest the baseline as reference;
+such a part reports the terms that involve the axes no earlier part has, named with the values its
+variants share (`power (kind=relu2)`). A factor of k levels gives k - 1 contrasts, each level against the
+reference (many-to-one comparisons, as a reviewer reads a knob's levels against its default). With cells
+y[level_1, ..., level_k]:
 
     main effect of factor A at level a = mean over the other factors of  y[a, ...] - y[a0, ...]
     interaction A x B at (a, b)        = mean over the rest of  y[a, b] - y[a0, b] - y[a, b0] + y[a0, b0]
@@ -15,7 +21,9 @@ per complete replicate and its 95% interval and p-value are the paired t over re
 shared by all cells cancel; under cross-validation the corrected resampled t over the folds, see `stats`).
 Otherwise (failures scattered over a large grid) it is computed on cell means with a t interval from the
 pooled within-cell variance: unpaired, so wider, but it uses every trial (under cross-validation, on each
-repeat's mean over its folds, the independent replicates). The p-values of the table are adjusted together.
+repeat's mean over its folds, the independent replicates). The p-values of every part's terms are adjusted
+together, one family. Where the spread cannot be estimated (one value per cell, or zero spread) a term has no
+interval and no p (`stats`).
 """
 
 from __future__ import annotations
@@ -38,7 +46,8 @@ POOLED = "cell means, pooled variance"
 
 @dataclass
 class Factorial:
-    """The factorial part: per factor its levels (reference first) and the metric per cell."""
+    """One factorial part: per factor its levels (reference first) and the metric per cell; the first part
+    holds the others (`more`)."""
 
     factors: list[str]
     levels: list[list[str]]
@@ -47,6 +56,17 @@ class Factorial:
     design: stats.Design = field(default_factory=stats.Design)
     repeats: tuple[str, ...] = ()
     """The independent replicate (seed[/split seed]) of each replicate of `values` (its folds share one)."""
+    knobs: tuple[str, ...] = ()
+    """The factors whose terms this part reports: main effects and the interactions that involve one (every
+    factor of the first part; in a later part those no earlier part has)."""
+    within: dict[str, str] = field(default_factory=dict)
+    """Axis values every variant of the part has and the baseline has not (attention.kind: relu2 for the
+    part of relu2's own knobs)."""
+    held: dict[str, str] = field(default_factory=dict)
+    """Axes outside the factors held at a value other than the baseline's (a knob the baseline lacks, at its
+    first value)."""
+    more: list[Factorial] = field(default_factory=list)
+    """The parts of the axes with two or more levels that this one leaves out."""
 
     @property
     def complete(self) -> np.ndarray:
@@ -59,24 +79,54 @@ class Factorial:
         n = int(self.complete.sum())
         return PAIRED if n >= 2 and 2 * n >= len(self.values) else POOLED
 
+    @property
+    def parts(self) -> list[Factorial]:
+        return [self, *self.more]
+
 
 def factorial(data: SweepData) -> Factorial | None:
-    """The factorial part of the sweep (see the module docstring), or None if no axis has two levels."""
+    """The factorial parts of the sweep (see the module docstring), or None if no axis has two levels."""
     table = replicates(data).dropna(how="all").dropna(axis=1, how="all")
     measured = data.variants.loc[table.index]
     if measured.empty:
         return None
     grid = axis_cells(measured, data.axes)
-    base = data.baseline if data.baseline in grid.index else grid.index[0]
-    candidates = [a for a in data.axes if grid[a].nunique() > 1][:MAX_FACTORS]
-    if not candidates:
+    base = str(data.baseline if data.baseline in grid.index else grid.index[0])
+    first = _part(data, table, grid, base)
+    if first is None:
         return None
-    held = {a: _held(grid[a], grid.loc[base, a]) for a in candidates}
+    covered = set(first.factors)
+    for axis in [a for a in data.axes if grid[a].nunique() > 1][:MAX_FACTORS]:
+        if axis in covered:
+            continue
+        stratum = grid[grid[axis] != NA]
+        nearest = str((stratum == grid.loc[base]).sum(axis=1).idxmax())  # agrees with the baseline on most axes
+        part = _part(data, table, stratum, nearest, grid.loc[base], axis)
+        if part is None:
+            continue
+        part.knobs = tuple(f for f in part.factors if f not in covered)
+        covered |= set(part.factors)
+        first.more.append(part)
+    return first
+
+
+def _part(
+    data: SweepData, table: pd.DataFrame, grid: pd.DataFrame, ref: str, base: pd.Series | None = None, must: str = ""
+) -> Factorial | None:
+    """The largest set of axes fully crossed among `grid`'s variants with every other axis held (`_held`)
+    at the values of variant `ref`; with `must`, only sets that hold that axis. `base`: the baseline's axis
+    values, against which `within` and `held` are told (default `ref`'s)."""
+    candidates = [a for a in data.axes if grid[a].nunique() > 1][:MAX_FACTORS]
+    if not candidates or (must and must not in candidates):
+        return None
+    held = {a: _held(grid[a], grid.loc[ref, a]) for a in candidates}
     at_base = np.stack([(grid[a] == held[a]) | (grid[a] == NA) for a in candidates], axis=1)
     codes = np.stack([pd.factorize(grid[a])[0] for a in candidates], axis=1)  # levels counted as numbers
     best: tuple[int, list[str], Any] | None = None
     for size in range(len(candidates), 0, -1):
         for subset in itertools.combinations(range(len(candidates)), size):
+            if must and candidates.index(must) not in subset:
+                continue
             rest = [i for i in range(len(candidates)) if i not in subset]
             rows = at_base[:, rest].all(axis=1)
             counts = np.array([len(np.unique(codes[rows, i])) for i in subset])
@@ -88,16 +138,21 @@ def factorial(data: SweepData) -> Factorial | None:
         return None
     _, factors, rows = best
     sub = grid.loc[rows, factors]
-    levels = [[grid.loc[base, f]] + [v for v in dict.fromkeys(sub[f]) if v != grid.loc[base, f]] for f in factors]
+    levels = [[grid.loc[ref, f]] + [v for v in dict.fromkeys(sub[f]) if v != grid.loc[ref, f]] for f in factors]
     vals = table.reindex(index=sub.index).to_numpy()
     values = np.full((vals.shape[1], *map(len, levels)), np.nan)
     for row, cell in zip(vals, sub.itertuples(index=False, name=None)):
         at: tuple[int | slice, ...] = (slice(None), *(lv.index(v) for lv, v in zip(levels, cell)))
         values[at] = row
-    shown = {f: dict(zip(grid[f], measured[f"axis.{f}"].map(describe.value))) for f in factors}
+    measured = data.variants.loc[grid.index]
+    shown = {a: dict(zip(grid[a], measured[f"axis.{a}"].map(describe.value))) for a in data.axes}
     repeat = data.trials.drop_duplicates("rep").set_index("rep")["repeat"]
+    told = grid.loc[ref] if base is None else base
+    shared = {a: grid[a].iloc[0] for a in data.axes if grid[a].nunique() == 1 and told[a] != NA}
+    within = {a: shown[a][v] for a, v in shared.items() if v not in (told[a], NA)}
+    kept = {a: shown[a][held[a]] for a in candidates if a not in factors and held[a] not in (told[a], NA)}
     return Factorial(factors, [[shown[f][v] for v in lv] for f, lv in zip(factors, levels)], values, data.design,
-                     tuple(repeat.reindex(table.columns).astype(str)))  # fmt: skip
+                     tuple(repeat.reindex(table.columns).astype(str)), tuple(factors), within, kept)  # fmt: skip
 
 
 def _held(column: pd.Series, base: str) -> str:
@@ -123,33 +178,51 @@ def _contrast(cells: np.ndarray, at: dict[int, int]) -> np.ndarray:
 
 
 def _terms(f: Factorial) -> list[tuple[str, str, str, dict[int, int]]]:
-    """(term, factor, contrast, {factor index: level}) for every main effect and two-way interaction."""
+    """(term, factor, contrast, {factor index: level}) for every main effect of the part's `knobs` and every
+    two-way interaction that involves one; a factor of k levels has k - 1 contrasts, each level against the
+    reference. A part `within` some values names them after each factor (power (kind=relu2))."""
     short = [describe.short(x) for x in f.factors]
+    given = f" ({', '.join(f'{describe.short(a)}={v}' for a, v in f.within.items())})" if f.within else ""
+    own = [x in f.knobs for x in f.factors]
     terms = []
     for i, lv in enumerate(f.levels):
-        terms += [("main", short[i], f"{lv[j]} vs {lv[0]}", {i: j}) for j in range(1, len(lv))]
+        if own[i]:
+            terms += [("main", short[i] + given, f"{lv[j]} vs {lv[0]}", {i: j}) for j in range(1, len(lv))]
     for i, k in itertools.combinations(range(len(f.factors)), 2):
+        if not (own[i] or own[k]):
+            continue
         for a, b in itertools.product(range(1, len(f.levels[i])), range(1, len(f.levels[k]))):
             contrast = f"({f.levels[i][a]} vs {f.levels[i][0]}) x ({f.levels[k][b]} vs {f.levels[k][0]})"
-            terms.append(("interaction", f"{short[i]} x {short[k]}", contrast, {i: a, k: b}))
+            terms.append(("interaction", f"{short[i]} x {short[k]}{given}", contrast, {i: a, k: b}))
     return terms
 
 
+COLUMNS = ["term", "factor", "contrast", "effect", "lo", "hi", "p", "p_adj", "n", "df", "method", "test"]
+
+
 def effects(f: Factorial, correction: str = "holm") -> pd.DataFrame:
-    """One row per main effect (factor, level vs reference) and two-way interaction: term, factor,
-    contrast, effect, lo, hi, p, p_adj (adjusted over the table's terms), n (replicates, or trials for cell
-    means), method, test."""
+    """One row per main effect (factor, level vs reference) and two-way interaction of every part (`parts`):
+    term, factor, contrast, effect, lo, hi (NaN where the spread cannot be estimated, `stats`), p, p_adj
+    (adjusted together over every part's terms), n (replicates, or trials for cell means), df (of the t
+    interval; 0: no spread to estimate), method, test."""
+    parts = [x for x in map(_estimate, f.parts) if len(x)]
+    out = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=COLUMNS)
+    out["p_adj"] = stats.adjust(out["p"], correction)
+    return out[COLUMNS]
+
+
+def _estimate(f: Factorial) -> pd.DataFrame:
+    """The terms of one part, estimated by its `method` (module docstring); p_adj left to `effects`."""
     terms = _terms(f)
-    columns = ["term", "factor", "contrast", "effect", "lo", "hi", "p", "p_adj", "n", "method", "test"]
     if not terms:
-        return pd.DataFrame(columns=columns)
-    out = pd.DataFrame([t[:3] for t in terms], columns=columns[:3])
+        return pd.DataFrame(columns=COLUMNS)
+    out = pd.DataFrame([t[:3] for t in terms], columns=COLUMNS[:3])
     if f.method == PAIRED:
         cells = f.values[f.complete]
         contrasts = np.stack([_contrast(cells, at) for *_, at in terms])
         est = stats.paired(contrasts, design=f.design, exact=False, effect=False)  # the table shows no d
         out["effect"], out["lo"], out["hi"], out["p"] = est["mean"], est["lo"], est["hi"], est["p_t"]
-        out["n"] = len(cells)
+        out["n"], out["df"] = len(cells), len(cells) - 1
         out["test"] = est["test"]
     else:
         values = _repeat_means(f) if f.design.folds is not None else f.values
@@ -158,16 +231,17 @@ def effects(f: Factorial, correction: str = "holm") -> pd.DataFrame:
             means = np.nanmean(values, axis=0)[None]
             df = int(count.sum() - count.size)
             pooled = np.nansum((values - means) ** 2) / df if df > 0 else np.nan
+        if stats.zero_spread(np.sqrt(pooled), np.nanmax(np.abs(values))):
+            pooled = 0.0
         basis = np.eye(count.size).reshape(count.size, *count.shape)
         weights = np.stack([_contrast(basis, at) for *_, at in terms])
         out["effect"] = [_contrast(means, at)[0] for *_, at in terms]
         se = np.sqrt(pooled * (weights**2 / count.reshape(1, -1)).sum(axis=1))
         out["lo"], out["hi"], out["p"] = stats.t_test(out["effect"], se, df)
-        out["n"] = int(count.sum())
+        out["n"], out["df"] = int(count.sum()), max(df, 0)
         out["test"] = "t (pooled variance)"
-    out["p_adj"] = stats.adjust(out["p"], correction)
     out["method"] = f.method
-    return out[columns]
+    return out
 
 
 def _repeat_means(f: Factorial) -> np.ndarray:

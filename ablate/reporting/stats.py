@@ -14,6 +14,11 @@ two share (data order, initialisation stream, fold difficulty). Which test depen
   resampled t-test (Nadeau & Bengio 2003, "Inference for the generalization error"; its repeated k-fold
   form in Bouckaert & Frank 2004) uses (1/n + n_test/n_train) s^2 over all n fold differences, df n - 1.
 
+Where the spread cannot be estimated (fewer than two replicates, or every replicate gives the same
+difference: zero variance, up to rounding) there is no interval and no test: a t interval of zero width
+would claim certainty that two seeds cannot give, and a rank test on identical differences would call them
+significant. The tables say n/a and why (`missing_spread`).
+
 A table that makes k comparisons adjusts their p-values together (`adjust`: Holm by default, which
 controls the family-wise error; Benjamini-Hochberg, which controls the false discovery rate, on request;
 checked against statsmodels' multipletests in the tests).
@@ -40,6 +45,10 @@ WILCOXON = "Wilcoxon"
 CORRECTED = "corrected resampled t"
 #: Corrections `adjust` offers: name -> the words a caption uses.
 CORRECTIONS = {"holm": "Holm", "bh": "Benjamini-Hochberg"}
+RESOLUTION = 1e-9
+"""A standard deviation at most this times the largest magnitude of the values it comes from is zero: equal
+differences computed from different operands (72.1 - 70.3, 74.1 - 72.3) differ in their last bits, and a t
+test on that rounding noise would find a huge t."""
 BISECTIONS = 40
 """Halvings of the standardised effect's search interval (width < 30 + 6|t|): below 1e-10."""
 SECANTS = 8
@@ -70,40 +79,51 @@ class Design:
 
 
 def t_test(mean: ArrayLike, se: ArrayLike, df: ArrayLike, level: float = LEVEL) -> tuple[np.ndarray, ...]:
-    """(lo, hi, p): the t interval mean +- t(df) se and the two-sided p of mean == 0 (NaN where se is
-    0 or undefined)."""
+    """(lo, hi, p): the t interval mean +- t(df) se and the two-sided p of mean == 0 (all three NaN where se
+    is 0 or undefined: no spread, no interval)."""
     mean, se, df = (np.asarray(a, dtype=float) for a in (mean, se, df))
     with np.errstate(invalid="ignore", divide="ignore"):
-        half = stats.t.ppf(0.5 + level / 2, np.maximum(df, 1)) * se
+        half = np.where(se > 0, stats.t.ppf(0.5 + level / 2, np.maximum(df, 1)) * se, np.nan)
         p = np.where(se > 0, 2 * stats.t.sf(np.abs(mean / se), np.maximum(df, 1)), np.nan)
     return mean - half, mean + half, p
+
+
+def zero_spread(std: ArrayLike, magnitude: ArrayLike) -> np.ndarray:
+    """Where a standard deviation is zero up to rounding (`RESOLUTION` of the values' magnitude)."""
+    std, magnitude = np.asarray(std, dtype=float), np.asarray(magnitude, dtype=float)
+    out: np.ndarray = std <= RESOLUTION * magnitude
+    return out
+
+
+def missing_spread(n: int, df: int, unit: str) -> str:
+    """Why a row has no interval and no test, in a table cell's words: one `unit` (seed, fold, trial), one
+    per cell (df 0), or zero spread over n of them (every one gave the same difference)."""
+    if df < 1:
+        return f"1 {unit}" if n <= 1 else f"1 {unit} per cell"
+    return f"zero spread, {n} {unit}s"
 
 
 def interval(values: np.ndarray, level: float = LEVEL, ratio: float = 0.0) -> pd.DataFrame:
     """Per row of `values` (NaN = missing): n, mean, std (ddof 1), the t interval of the mean (lo, hi),
     and the two-sided one-sample t-test p-value of mean == 0. `ratio` > 0 is the resampling correction
     (see the module docstring): the mean's variance is (1/n + ratio) std^2. Rows with n < 2 get NaN spread
-    and p."""
+    and p; rows whose spread is zero up to rounding (`zero_spread`) std 0 and no interval or p."""
     x = np.atleast_2d(np.asarray(values, dtype=float))
     n = np.sum(~np.isnan(x), axis=1)
     with np.errstate(invalid="ignore", divide="ignore"):
         mean = np.where(n > 0, np.nansum(x, axis=1) / np.maximum(n, 1), np.nan)
         dev = np.where(np.isnan(x), 0.0, x - mean[:, None])
         std = np.where(n > 1, np.sqrt((dev**2).sum(axis=1) / np.maximum(n - 1, 1)), np.nan)
+        std = np.where(zero_spread(std, np.nanmax(np.abs(x), axis=1, initial=0.0)), 0.0, std)
         lo, hi, p = t_test(mean, std * np.sqrt(1 / n + ratio), n - 1, level)
     return pd.DataFrame({"n": n, "mean": mean, "std": std, "lo": lo, "hi": hi, "p_t": p})
 
 
 def wilcoxon(diffs: np.ndarray) -> float:
-    """Two-sided Wilcoxon signed-rank p of one row of paired differences (NaN ignored); exact for small n
-    without ties (scipy's choice). All differences zero: no evidence of a difference, p = 1."""
+    """Two-sided Wilcoxon signed-rank p of one row of paired differences (NaN ignored; `paired` asks only
+    where they spread); exact for small n without ties (scipy's choice)."""
     d = np.asarray(diffs, dtype=float)
-    d = d[~np.isnan(d)]
-    if len(d) == 0:
-        return float("nan")
-    if not np.any(d):
-        return 1.0
-    return float(stats.wilcoxon(d).pvalue)
+    return float(stats.wilcoxon(d[~np.isnan(d)]).pvalue)
 
 
 def standardised(t: ArrayLike, df: ArrayLike, scale: ArrayLike, level: float = LEVEL) -> tuple[np.ndarray, ...]:
@@ -203,7 +223,8 @@ def paired(
 ) -> pd.DataFrame:
     """Paired comparison per row of differences (variant - baseline per replicate): `interval`'s columns
     (corrected for resampling under a cross-validation design), the Wilcoxon p (`p_w`, independent
-    replicates with 2 <= n < SMALL_N when `exact`), the test used (`test`; none below 2 pairs), its p-value
+    replicates with 2 <= n < SMALL_N when `exact`), the test used (`test`; none below 2 pairs or with zero
+    spread: see the module docstring), its p-value
     (`p`), and the standardised effect d = mean / std of the differences (Cohen's d_z; under resampling the
     same ratio over the fold differences) with its interval (`d`, `d_lo`, `d_hi`; NaN unless `effect`: the
     interval is the costly part, which simulations of thousands of comparisons leave out)."""
@@ -211,9 +232,10 @@ def paired(
     out = interval(d, level, design.ratio)
     n = out["n"].to_numpy()
     small = (n < SMALL_N) & exact & (design.folds is None)
-    out["p_w"] = [wilcoxon(row) if s and k > 1 else np.nan for row, s, k in zip(d, small, n)]
+    testable = out["std"].to_numpy() > 0
+    out["p_w"] = [wilcoxon(row) if s and ok else np.nan for row, s, ok in zip(d, small, testable)]
     t_name = T_TEST if design.folds is None else CORRECTED
-    out["test"] = np.where(n < 2, "", np.where(small, WILCOXON, t_name))
+    out["test"] = np.where(testable, np.where(small, WILCOXON, t_name), "")
     out["p"] = np.where(small, out["p_w"], out["p_t"])
     with np.errstate(invalid="ignore", divide="ignore"):
         scale = np.sqrt(1 / np.maximum(n, 1) + design.ratio)

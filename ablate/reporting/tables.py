@@ -10,7 +10,7 @@ import pandas as pd
 
 from ablate.config import REPLICATES
 from ablate.reporting import frames, published, stats
-from ablate.reporting.effects import PAIRED, Factorial
+from ablate.reporting.effects import PAIRED, POOLED, Factorial
 from ablate.reporting.frames import SweepData
 from ablate.reporting.render import Table
 
@@ -32,6 +32,39 @@ def pvalue(p: float) -> str:
     return "-" if pd.isna(p) else "<0.001" if p < 0.001 else f"{p:.3f}"
 
 
+def ci(lo: float, hi: float, digits: int, n: int, df: int, unit: str) -> str:
+    """A 95% interval, or n/a and why where the spread cannot be estimated (`stats.missing_spread`): never
+    the zero-width interval a t interval degenerates to."""
+    if pd.isna(lo) or pd.isna(hi):
+        return f"[n/a: {stats.missing_spread(n, df, unit)}]"
+    return f"[{num(lo, digits, True)}, {num(hi, digits, True)}]"
+
+
+def difference(r: pd.Series, digits: int, unit: str) -> str:
+    """A paired difference (delta over `pairs`) with its interval and marks (`marks`)."""
+    n = int(r["pairs"])
+    return f"{num(r['delta'], digits, True)} {ci(r['lo'], r['hi'], digits, n, n - 1, unit)}{marks(r)}"
+
+
+def standardised(r: pd.Series) -> str:
+    """Cohen's d_z with its interval; "-" where the spread is not estimated (d is undefined)."""
+    return "-" if pd.isna(r["d"]) else f"{num(r['d'], 2, True)} [{num(r['d_lo'], 2, True)}, {num(r['d_hi'], 2, True)}]"
+
+
+def unit(design: stats.Design) -> str:
+    """What a paired difference is taken over: a seed, or under cross-validation a fold."""
+    return "seed" if design.folds is None else "fold"
+
+
+def na_words(cells: list[str], unit: str) -> str:
+    """The caption's footnote for n/a intervals, where a table has any."""
+    if not any("n/a" in c for c in cells):
+        return ""
+    return (f" n/a: no interval and no test where the spread cannot be estimated: one {unit}, or every {unit} "
+            "gave the same difference (zero spread): a zero-width interval would claim a certainty that so few "
+            "replicates cannot give, so such a row is never significant.")  # fmt: skip
+
+
 def digits(data: SweepData) -> int:
     """Decimals for the metric: 2 for percentages, 4 for values in [0, 1] (AUC)."""
     values = data.trials["value"].abs()
@@ -50,8 +83,8 @@ def variants(table: pd.DataFrame, data: SweepData, correction: str = "holm") -> 
         if r["is_baseline"]:
             delta, eff, p, adj = "baseline", "", "", ""
         elif r["pairs"] > 0:
-            delta = f"{num(r['delta'], d, True)} [{num(r['lo'], d, True)}, {num(r['hi'], d, True)}]" + marks(r)
-            eff = f"{num(r['d'], 2, True)} [{num(r['d_lo'], 2, True)}, {num(r['d_hi'], 2, True)}]"
+            delta = difference(r, d, unit(data.design))
+            eff = standardised(r)
             p, adj = f"{pvalue(r['p'])} {TESTS.get(r['test'], '')}".strip(), pvalue(r["p_adj"])
         else:
             delta, eff, p, adj = "-", "-", "-", "-"
@@ -76,6 +109,7 @@ def variants(table: pd.DataFrame, data: SweepData, correction: str = "holm") -> 
         f"{winner_words(won, table, data, correction)} #Params and GFLOPs are exact: bold = the smallest of "
         f"the group. GFLOPs = stored FLOPs / 2e9: multiply-accumulates per example, as the papers count FLOPs. "
         f"samples/s: training throughput, mean over epochs of up to {frames.THROUGHPUT_TRIALS} finished trials."
+        + na_words([row[7] for row in rows], unit(data.design))
         + stale_note(data)
     )
     return Table(caption, header, rows, groups=list(table["group"]), bold=bold)
@@ -230,25 +264,42 @@ def published_tables(table: pd.DataFrame, data: SweepData) -> list[Table | str]:
 
 def effects(eff: pd.DataFrame, f: Factorial, data: SweepData, correction: str = "holm") -> Table:
     d = digits(data)
-    levels = "; ".join(f"{name}: {', '.join(lv)}" for name, lv in zip(f.factors, f.levels))
+    units = {PAIRED: unit(f.design), POOLED: "trial" if f.design.folds is None else "repeat"}
     rows = [[r["term"], r["factor"], r["contrast"], num(r["effect"], d, True),
-             f"[{num(r['lo'], d, True)}, {num(r['hi'], d, True)}]", pvalue(r["p"]), pvalue(r["p_adj"]), str(r["n"])]
-            for _, r in eff.iterrows()]  # fmt: skip
-    if f.method == PAIRED:
-        test = "corrected resampled t over the folds" if f.design.folds is not None else "paired t-test"
-        how = (f"per complete replicate (every cell has the seed/fold); 95% interval and {test} p over "
-               "replicates; n = replicates")  # fmt: skip
-    else:
-        unit = "repeat means (folds averaged)" if f.design.folds is not None else "trials"
-        how = ("on cell means, as fewer than two (or fewer than half) of the replicates are complete in every "
-               "cell; 95% t interval and p from the pooled within-cell variance (unpaired; none with one value "
-               f"per cell) of the {unit}; n = {unit}")  # fmt: skip
-    caption = (f"Factorial part: {levels} (first level = reference, the baseline's; other axes at the baseline's "
-               f"values). Main effect = mean {data.metric} at the level minus at the reference, averaged over the "
-               "other factors; interaction = effect of the first factor at the second's level minus at its "
-               f"reference. Estimated {how}. {stats.family(int(eff['p_adj'].notna().sum()), correction, 'terms')}."
-               f" {noise_floor(data)}")  # fmt: skip
+             ci(r["lo"], r["hi"], d, int(r["n"]), int(r["df"]), units[r["method"]]), pvalue(r["p"]),
+             pvalue(r["p_adj"]), str(r["n"])] for _, r in eff.iterrows()]  # fmt: skip
+    parts = []
+    for i, part in enumerate(f.parts, 1):
+        levels = "; ".join(f"{name}: {', '.join(lv)}" for name, lv in zip(part.factors, part.levels))
+        where = ", ".join(f"{a} = {v}" for a, v in part.within.items())
+        held = ", ".join(f"{a} = {v}" for a, v in part.held.items())
+        parts.append((f"({i}) " if len(f.parts) > 1 else "") + (f"within {where}: " if where else "") + levels
+                     + (f" ({held})" if held else ""))  # fmt: skip
+    more = (" An axis outside the first part gets a part of its own among the variants it applies to (a knob "
+            "of one token mixer: that mixer's variants; reference = the one nearest the baseline), with the terms "
+            "that involve it; its rows name the values that part's variants share: factor (axis=value)."
+            if len(parts) > 1 else "")  # fmt: skip
+    caption = (f"Factorial part{'s' if len(parts) > 1 else ''}: {'; '.join(parts)} (first level = reference, the "
+               "baseline's; other axes at the baseline's values, or in parentheses where the baseline lacks them)."
+               f" Main effect = mean {data.metric} at the level minus at the reference, averaged over the other "
+               "factors (a factor of k levels: k - 1 rows, each level against the reference); interaction = "
+               f"effect of the first factor at the second's level minus at its reference.{more} Estimated "
+               f"{'; '.join(_how(m, f.design) for m in dict.fromkeys(eff['method']))}. "
+               f"{stats.family(int(eff['p_adj'].notna().sum()), correction, 'terms')}. {noise_floor(data)}"
+               + na_words([row[4] for row in rows], "replicate"))  # fmt: skip
     return Table(caption, ["term", "factor", "contrast", "effect", "95% CI", "p", "p adj.", "n"], rows, left=3)
+
+
+def _how(method: str, design: stats.Design) -> str:
+    """How the effects of a part are estimated, in the caption's words."""
+    if method == PAIRED:
+        test = "corrected resampled t over the folds" if design.folds is not None else "paired t-test"
+        return (f"per complete replicate (every cell has the seed/fold); 95% interval and {test} p over "
+                "replicates; n = replicates")  # fmt: skip
+    unit = "repeat means (folds averaged)" if design.folds is not None else "trials"
+    return ("on cell means, as fewer than two (or fewer than half) of the replicates are complete in every "
+            "cell; 95% t interval and p from the pooled within-cell variance (unpaired; none with one value "
+            f"per cell) of the {unit}; n = {unit}")  # fmt: skip
 
 
 def noise_floor(data: SweepData) -> str:
