@@ -148,9 +148,9 @@ def plan_rows(plan: Any, costs: bool) -> list[dict[str, Any]]:
     rows = []
     cost_of = None
     if costs:
-        from ablate.nn.costs import model_cost
+        from ablate.check import cost
 
-        cost_of = model_cost
+        cost_of = cost  # a failing model is a ModelError naming its mechanism, backbone or dataset
     for t in plan.trials:
         row: dict[str, Any] = {"sweep": plan.sweep, "key": t.key, "variant": t.variant, **t.axes}
         if cost_of is not None:
@@ -177,8 +177,13 @@ def plan(
     overrides: list[str] | None = SET,
 ) -> None:
     """Expand sweeps into trials: key, axis values, params and GFLOPs; counts per axis."""
+    from ablate.check import ModelError
+
     plans = plans_of(file, sweep, max_trials=max_trials, overrides=overrides)
-    rows = [r for p in plans for r in plan_rows(p, costs)]
+    try:
+        rows = [r for p in plans for r in plan_rows(p, costs)]
+    except ModelError as e:
+        fail(f"{e}\n(`ablate check` steps every variant; --no-costs plans without building models)")
     if format is Format.json:
         sys.stdout.write(json.dumps(rows, indent=1) + "\n")
         return
@@ -363,10 +368,12 @@ def _confirm_size(plans: list[Any], db: str | None, above: int, again: bool, onl
     typer.confirm(f"launch {what}?", abort=True)
 
 
-def _check(plans: list[Any], done: set[str] | None = None, remember: Path | None = None) -> list[Any]:
+def _check(
+    plans: list[Any], done: set[str] | None = None, remember: Path | None = None, data: bool = False
+) -> list[Any]:
     from ablate.check import check as run_check
 
-    return run_check(plans, done, remember)
+    return run_check(plans, done, remember, data)
 
 
 def _done_keys(db: str | None) -> set[str]:
@@ -416,12 +423,16 @@ def check(
     sweep: list[str] | None = typer.Argument(None, help="Sweeps to check (default: every sweep)."),
     max_trials: int = MAX_TRIALS,
     overrides: list[str] | None = SET,
+    data: bool = typer.Option(
+        True, "--data/--no-data", help="Also build a batch of each dataset (--no-data: where the data is elsewhere)."
+    ),
 ) -> None:
-    """Build every distinct model of the plan and run one forward and backward step on CPU; exit 2 on failure."""
+    """Build every distinct model of the plan and run one forward and backward step on CPU, and a batch of each
+    dataset through it (labels, shapes and classes as the dataset declared them); exit 2 on failure."""
     from ablate.config import REPLICATES
 
     plans = plans_of(file, sweep, max_trials=max_trials, overrides=overrides)
-    results = _check(plans)
+    results = _check(plans, data=data)
     table = Table(title="pre-launch check: one training step per variant (batch 2, CPU)", title_justify="left")
     for col in ("sweep", "variant", "params", "GFLOPs", "Δ params vs baseline", "status"):
         table.add_column(col, justify="right" if col in ("params", "GFLOPs", "Δ params vs baseline") else "left")

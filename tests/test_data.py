@@ -53,7 +53,7 @@ def bag_keys(ds: torch.utils.data.Dataset) -> set[bytes]:
 @pytest.mark.parametrize(("name", "total", "chans"), [("mnist5k", 5000, 1), ("digits", 1797, 1)])
 def test_in_memory_images(name: str, total: int, chans: int) -> None:
     s = build_data(image_cfg(name, img_size=20))
-    assert (s.num_classes, s.in_chans, s.collate) == (10, chans, None)
+    assert (s.num_classes, s.in_chans, s.collate.inner) == (10, chans, None)  # labels checked first
     assert len(s.train) + len(s.val) + len(s.test) == total
     assert (len(s.test), len(s.val)) == (round(0.2 * total), round(0.1 * total))
     x, y = s.train[0]
@@ -204,7 +204,7 @@ def test_packaged_csv(name: str) -> None:
     s = build_data(mil_cfg(name))
     bags, width = BAGS[name]
     assert s.val is None and len(s.train) + len(s.test) == bags
-    assert (s.num_classes, s.in_chans, s.collate) == (2, width, pad_bags)
+    assert (s.num_classes, s.in_chans, s.collate.inner) == (2, width, pad_bags)  # labels checked first
     x, y = s.train[0]
     assert x.dtype == torch.float32 and x.ndim == 2 and x.shape[1] == width and y in (0.0, 1.0)
 

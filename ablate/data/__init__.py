@@ -3,7 +3,9 @@
 Image datasets (`ablate.data.images`) yield (float image (C, H, W) at cfg.model.img_size, normalised, int
 label); MIL datasets (`ablate.data.mil`) yield (instances float32 (n_i, F), float 0/1 label) and ship a
 padding collate. Every problem with the data (missing path, unreadable or malformed file, class count that
-does not match the model) is a `DataError` raised here, before any training starts.
+does not match the model or the dataset's own declaration) is a `DataError` raised here, before any training
+starts; a label that is not a class index is one too, raised by the splits' collate (`Labels`) on the first
+batch that holds it (`ablate check` collates a sample of every split).
 
 Splits are stratified and depend only on the labels and `split_seed` (numpy's seeded generator, our own
 few lines rather than scikit-learn's, so tiny datasets never hit "too few members" errors).
@@ -11,6 +13,8 @@ few lines rather than scikit-learn's, so tiny datasets never hit "too few member
 
 from __future__ import annotations
 
+import dataclasses
+import math
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -25,7 +29,7 @@ if TYPE_CHECKING:
 
     from ablate.config import TrialConfig
 
-__all__ = ["DataError", "Splits", "build_data", "holdout", "kfold"]
+__all__ = ["DataError", "Labels", "Splits", "build_data", "holdout", "kfold"]
 
 
 class DataError(ValueError):
@@ -90,12 +94,53 @@ def stamp(*paths: Path) -> tuple[tuple[int, int], ...]:
 
 def build_data(cfg: TrialConfig) -> Splits:
     """The train / val / test splits of `cfg.data` (built by its registered dataset), checked against
-    `cfg.model.num_classes`."""
+    `cfg.model.num_classes` and against the widths the dataset declares (`dims`, what plans and checks build
+    models with), their collate checking labels (`Labels`)."""
     from ablate.registry import DATASETS
 
-    splits = DATASETS.get(cfg.data.name).build(cfg)
+    dataset = DATASETS.get(cfg.data.name)
+    splits = dataset.build(cfg)
     wanted = cfg.model.num_classes
     if wanted is not None and wanted != splits.num_classes:
         kind = "binary MIL (num_classes 2, one logit)" if cfg.task == "mil" else f"{splits.num_classes} classes"
         raise DataError(cfg.data.name, cfg.data.path, f"model.num_classes is {wanted} but the data is {kind}")
-    return splits
+    declared = dataset.dims(cfg)
+    if declared != (splits.in_chans, splits.num_classes):
+        raise DataError(cfg.data.name, cfg.data.path,
+                        f"its dims() declare in_chans {declared[0]} and num_classes {declared[1]}, but the splits "
+                        f"it built have in_chans {splits.in_chans} and num_classes {splits.num_classes}")  # fmt: skip
+    checked = Labels(cfg.data.name, cfg.data.path, splits.num_classes, splits.collate)
+    return dataclasses.replace(splits, collate=checked)
+
+
+@dataclass(frozen=True)
+class Labels:
+    """A split's collate that first checks every item's label (its last element) is a class index 0 ..
+    num_classes - 1, MIL's 0/1 included: a DataError naming the dataset, where the loss would fail with torch's
+    "Target 11 is out of bounds", naming nothing."""
+
+    dataset: str
+    path: str | os.PathLike[str] | None
+    num_classes: int
+    inner: Callable[[list[tuple[Tensor, Any]]], Any] | None
+    """The dataset's own collate (None: torch's default)."""
+
+    def __call__(self, items: list[tuple[Tensor, Any]]) -> Any:
+        for item in items:
+            self.check(item[-1])
+        if self.inner is not None:
+            return self.inner(items)
+        from torch.utils.data import default_collate
+
+        return default_collate(items)
+
+    def check(self, label: Any) -> None:
+        try:
+            value = float(label)  # an int, a float, a numpy or one-element torch number
+        except (TypeError, ValueError, RuntimeError):
+            value = math.nan
+        if not (value.is_integer() and 0 <= value < self.num_classes):
+            shown = f"{value:g}" if math.isfinite(value) else repr(label)
+            raise DataError(self.dataset, self.path,
+                            f"an item's label {shown} is not a class index 0..{self.num_classes - 1} (its splits "
+                            f"have num_classes {self.num_classes})")  # fmt: skip

@@ -19,6 +19,7 @@ from torch.utils.flop_counter import FlopCounterMode, sdpa_backward_flop_count, 
 from ablate.config import TrialConfig
 from ablate.nn.build import count_params
 from ablate.nn.factory import create_model
+from ablate.nn.mixer import TokenMixer, outputs_checked
 from ablate.registry import BACKBONES
 
 if TYPE_CHECKING:
@@ -157,7 +158,9 @@ def _flops(cfg: TrialConfig, meta_model: nn.Module, num_classes: int, in_chans: 
 
 
 def _counted(model: nn.Module, inputs: Inputs) -> tuple[int, int]:
-    with attention_matmuls(model) as attention:
+    """Counted with every mixer's output shape checked (`outputs_checked`): a mixer that returns another shape
+    fails here, naming itself, not in the reshape after it or as a model that counts but is not the one meant."""
+    with attention_matmuls(model) as attention, outputs_checked(model):
         total = count_flops(model, inputs)
     return total, sum(attention) // _batch(inputs)
 
@@ -166,8 +169,6 @@ def _counted(model: nn.Module, inputs: Inputs) -> tuple[int, int]:
 def attention_matmuls(model: nn.Module) -> Iterator[list[int]]:
     """Collect, per token-mixer call, the FLOPs of its two attention matmuls as dense products
     (2 B H Nq Nk (d + dv)), whatever the mechanism computes in between."""
-    from ablate.nn.mixer import TokenMixer
-
     found: list[int] = []
 
     def hook(module: nn.Module, args: tuple[Tensor, ...], out: Tensor) -> None:

@@ -9,7 +9,9 @@ mixer a config gets is the mechanism's own business (`Mechanism.build`); mechani
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
 
 from torch import Tensor, nn
 
@@ -56,6 +58,40 @@ def create_mixer(cfg: Mechanism, dim: int, num_heads: int, in_dim: int | None = 
     if not isinstance(mixer, TokenMixer):
         raise TypeError(f"mechanism {cfg.kind!r}: build() returned {type(mixer).__name__}, not a TokenMixer")
     return mixer
+
+
+class MixerShapeError(ValueError):
+    """A mixer whose output is not (B, H, Nq, dv): the model around it would reshape it into another model."""
+
+
+def expect_output(mixer: TokenMixer, q: Tensor, v: Tensor, out: object) -> None:
+    """Raise a MixerShapeError unless `out` is what `TokenMixer.forward` promises for `q` and `v`: a tensor
+    (B, H, Nq, dv), q's first three sizes and v's last, exactly (a transposed (B, Nq, H, dv) included)."""
+    expected = (*q.shape[:-1], v.shape[-1])
+    got = tuple(out.shape) if isinstance(out, Tensor) else type(out).__name__
+    if got != expected:
+        code = type(mixer).forward.__code__
+        raise MixerShapeError(f"{type(mixer).__qualname__}.forward ({code.co_filename}:{code.co_firstlineno}) "
+                              f"returned {got}, expected {expected}: (B, H, Nq, d) of q {tuple(q.shape)} and v "
+                              f"{tuple(v.shape)}")  # fmt: skip
+
+
+@contextmanager
+def outputs_checked(model: nn.Module) -> Iterator[None]:
+    """Within it, every call of a TokenMixer in `model` (itself included) checks its output (`expect_output`):
+    the pre-launch check and plan's FLOP count run under it, training does not."""
+
+    def hook(mixer: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], out: object) -> None:
+        assert isinstance(mixer, TokenMixer)
+        named = dict(zip(("q", "k", "v"), args)) | kwargs
+        expect_output(mixer, named["q"], named["v"], out)
+
+    handles = [m.register_forward_hook(hook, with_kwargs=True) for m in model.modules() if isinstance(m, TokenMixer)]
+    try:
+        yield
+    finally:
+        for h in handles:
+            h.remove()
 
 
 #: An additive bias at or below this masks a key (-inf does too). exp(-50) ~ 2e-22 is zero next to float32's
