@@ -40,8 +40,8 @@ if TYPE_CHECKING:
     from optuna.samplers import BaseSampler
 
 MAX_BUDGET = 512
-"""Configurations an arm may try. Each is a whole trial; and every launch replays the search from scratch,
-whose TPE cost grows with the square of the budget (bench/tuning.py measures it per configuration)."""
+"""Configurations an arm may try. Each is a whole trial, and a launch replays the arm's search: at 512, TPE's
+replay takes seconds per arm (bench/tuning.py measures it per configuration)."""
 STARTUP = 4
 """TPE proposes at random until this many configurations (and at least the first round) are known: its
 densities need a few points, but Optuna's default of 10 would leave a budget of 12 a random search."""
@@ -202,44 +202,79 @@ def proposals(spec: TuneSpec, results: Sequence[Result]) -> list[dict[str, Any]]
     proposed so far, in order; missing ones are None) lets the search go: every round up to and including the
     first with an unknown result, or up to the budget. Replayed from scratch: deterministic for a spec and
     results, in any process. Results beyond the budget are ignored."""
-    import optuna
+    return Search(spec).advance(results)
 
-    dists = _distributions(spec)
-    out: list[dict[str, Any]] = []
-    with _quiet():
-        study = optuna.create_study(
-            sampler=_sampler(spec), direction="maximize" if spec.direction == "max" else "minimize"
-        )
-        asked: list[optuna.Trial] = []
-        for start in range(0, spec.budget, spec.batch):
-            for i, trial in enumerate(asked):  # the round before, known; the last round is never told
-                _tell(study, trial, results[start - len(asked) + i])
-            asked = [study.ask(dists) for _ in range(start, min(start + spec.batch, spec.budget))]
-            out += [_decode(spec, t.params) for t in asked]
-            if any(_known(results, i) is None for i in range(start, start + len(asked))):
-                break
-    return out
+
+class Search:
+    """An arm's search held in memory, for a process that asks again as results come in: `advance` tells and
+    asks only the rounds that are new since its last call, where `proposals` replays every round each time (a
+    cost that grows with the square of the budget). Both make the same calls in the same order, so they propose
+    the same configurations; a result that changed since it was told (a trial run again) replays from scratch."""
+
+    def __init__(self, spec: TuneSpec) -> None:
+        self.spec = spec
+        self._study: optuna.Study | None = None
+        self._told: list[Result] = []
+        """Results told, round by round: the configurations before the current round."""
+        self._round: list[optuna.Trial] = []
+        """The current round's trials: asked, not told."""
+        self._proposed: list[dict[str, Any]] = []
+
+    def advance(self, results: Sequence[Result]) -> list[dict[str, Any]]:
+        """What `proposals(self.spec, results)` returns."""
+        known = [_outcome(r) for r in results[: self.spec.budget]]
+        with _quiet():
+            study = self._study
+            if study is None or known[: len(self._told)] != self._told:
+                study = self._start()
+            while True:
+                start, end = len(self._told), len(self._told) + len(self._round)
+                if end == self.spec.budget or any(i >= len(known) or known[i] is None for i in range(start, end)):
+                    return list(self._proposed)
+                for trial, result in zip(self._round, known[start:end]):
+                    _tell(study, trial, result)
+                self._told += known[start:end]
+                self._ask(study, end)
+
+    def _start(self) -> optuna.Study:
+        import optuna
+
+        direction: Literal["maximize", "minimize"] = "maximize" if self.spec.direction == "max" else "minimize"
+        self._study = optuna.create_study(sampler=_sampler(self.spec), direction=direction)
+        self._told, self._round, self._proposed = [], [], []
+        self._ask(self._study, 0)
+        return self._study
+
+    def _ask(self, study: optuna.Study, start: int) -> None:
+        """Ask the round of configurations from `start`."""
+        dists = _distributions(self.spec)
+        self._round = [study.ask(dists) for _ in range(start, min(start + self.spec.batch, self.spec.budget))]
+        self._proposed += [_decode(self.spec, t.params) for t in self._round]
 
 
 def best(spec: TuneSpec, results: Sequence[Result]) -> int | None:
     """Index of the best configuration whose metric is known and finite (the earliest on ties); None when no
     configuration within the budget has one."""
-    done = [(i, r) for i, r in enumerate(results[: spec.budget]) if isinstance(r, float | int) and math.isfinite(r)]
+    done = [(i, r) for i, r in enumerate(map(_outcome, results[: spec.budget])) if isinstance(r, float)]
     if not done:
         return None
     sign = 1 if spec.direction == "max" else -1
     return max(done, key=lambda ir: (sign * ir[1], -ir[0]))[0]
 
 
-def _known(results: Sequence[Result], i: int) -> Result:
-    return results[i] if i < len(results) else None
+def _outcome(result: Result) -> Result:
+    """A result as the sampler learns it: a finite metric, Failed (a failure, or a metric that is not finite),
+    or None (not known yet)."""
+    if result is None or isinstance(result, Failed):
+        return result
+    return float(result) if math.isfinite(result) else Failed()
 
 
 def _tell(study: optuna.Study, trial: optuna.Trial, result: Result) -> None:
     from optuna.trial import TrialState
 
-    if isinstance(result, float | int) and math.isfinite(result):
-        study.tell(trial, float(result))
+    if isinstance(result, float):
+        study.tell(trial, result)
     else:
         study.tell(trial, state=TrialState.FAIL)
 

@@ -19,7 +19,7 @@ from pydantic import ValidationError
 
 from ablate.reporting.tuning import ExpectedBest, expected_best, stable_budget
 from ablate.spec import clean_loc
-from ablate.tuning import MAX_BUDGET, Failed, Result, TuneSpec, best, proposals
+from ablate.tuning import MAX_BUDGET, Failed, Result, Search, TuneSpec, best, proposals
 
 SPACE = {"train.lr": {"log": [1e-4, 3e-3]}, "train.weight_decay": [0.01, 0.05], "model.depths": [[2], [4]]}
 
@@ -70,6 +70,20 @@ def test_a_relaunch_or_an_interrupted_round_replays_the_same_proposals():
         assert proposals(s, results[:k] + [results[k], None, results[k + 2]]) == configs[: k + 4]
         assert proposals(s, results[: k + 3]) == configs[: k + 4]
     assert proposals(s, [*results, 0.5, 0.7]) == configs  # results past the budget are not asked for
+
+
+def test_a_search_kept_in_memory_proposes_what_a_replay_does():
+    """Advanced as results come in (a round partly known, then known), it proposes what `proposals` replays;
+    a result that changed since it was told (a trial run again) starts it over, as a replay would."""
+    s = spec()
+    configs, results = search(s)
+    kept = Search(s)
+    for k in range(0, 13, 2):
+        assert kept.advance(results[:k]) == proposals(s, results[:k])
+    assert kept.advance(results) == configs
+    changed = [*results[:5], 10.0, *results[6:]]  # the best now
+    assert kept.advance(changed) == proposals(s, changed) != configs
+    assert kept.advance(results) == configs
 
 
 def test_extending_the_budget_keeps_the_configurations_already_tried():
