@@ -389,6 +389,7 @@ def settle(
         return "failed"
     for warning in out.warnings:
         progress.message(f"{key[:10]}: {warning}")
+    progress.result(key, out.metrics)
     recorder.finish(replace(Finished.of(key, out), code=code))
     return out.outcome
 

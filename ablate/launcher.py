@@ -239,7 +239,8 @@ def _round(
             for key in keys:
                 storage.discard(key)  # a new training starts from scratch
         progress = progress or Progress()
-        progress.begin([plan.sweep for plan in plans], len(todo) + len(done), len(done))
+        metrics = {t.key: plan.metric for plan in reversed(plans) for t in plan.trials}  # a shared trial: the first's
+        progress.begin([plan.sweep for plan in plans], len(todo) + len(done), len(done), metrics)
         for line in chosen.lines({t.key: t for plan in plans for t in plan.trials}):
             progress.message(line)
         for line in admission.lines:

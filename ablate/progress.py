@@ -25,6 +25,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ablate.config import REPLICATES
+from ablate.messages import higher_is_better
 
 if TYPE_CHECKING:
     from ablate.planner import Trial
@@ -34,8 +35,6 @@ PLAIN_EVERY = 30.0
 FINAL = ("done", "failed", "diverged")
 HEADLINES = ("val.top1", "val.auc", "train.loss")
 """Epoch metrics shown as a trial's latest figure, first present wins."""
-BETTER_HIGHER = ("val.top1", "val.auc")
-"""Headlines by which the summary picks the best variant so far (mean over its finished trials)."""
 SHOWN_KEYS = 4
 """Trials named on a state's summary line (the most recent)."""
 
@@ -84,6 +83,10 @@ class Progress:
         """Keys per final state, in the order they finished (this launch)."""
         self.last: dict[str, dict[str, float]] = {}
         """The last epoch metrics of each trial that finished here."""
+        self.metrics: dict[str, str] = {}
+        """The metric of each trial's sweep, by key: what the summary ranks variants by."""
+        self.results: dict[str, dict[str, float]] = {}
+        """The final metrics (test scores) of each trial that returned here."""
         self.began = clock()
         self._plain_at = self.began
         self._moved = False
@@ -102,9 +105,10 @@ class Progress:
             self._live = None
         self.console.print(self.summary())
 
-    def begin(self, sweeps: list[str], total: int, done: int) -> None:
-        """The launch's plan: how many trials, how many of them already done."""
+    def begin(self, sweeps: list[str], total: int, done: int, metrics: dict[str, str] | None = None) -> None:
+        """The launch's plan: how many trials, how many of them already done, each trial's sweep metric."""
         self.sweeps, self.total, self.skipped, self.counts = sweeps, total, done, Counter(done=done)
+        self.metrics = metrics or {}
         self.began = self._plain_at = self.clock()
         self.message(f"{total} trials in {', '.join(sweeps)}: {done} done, {total - done} to run")
 
@@ -128,6 +132,10 @@ class Progress:
         run.epoch, run.metrics = epoch, metrics
         self._moved = True
         self.refresh()
+
+    def result(self, key: str, metrics: dict[str, float]) -> None:
+        """A trial's final metrics, as it returned them."""
+        self.results[key] = metrics
 
     def finished(self, key: str, state: str) -> None:
         run = self.running.pop(key, None)
@@ -208,20 +216,21 @@ class Progress:
         more = f" (+{len(keys) - SHOWN_KEYS} more)" if len(keys) > SHOWN_KEYS else ""
         return Text(f"{state} {len(keys)} this launch: {named}{more}")
 
-    def best(self) -> tuple[str, str, float, int] | None:
-        """The best variant so far: (its axes in words, headline name, mean over its finished trials, trials),
-        by the first of `BETTER_HIGHER` its trials reported at their last epoch."""
-        for name in BETTER_HIGHER:
-            scores: dict[str, list[float]] = {}
-            for key in self.finished_keys.get("done", []):
-                trial = self.trials.get(key)
-                if trial is not None and name in self.last.get(key, {}):
-                    scores.setdefault(trial.variant, []).append(self.last[key][name])
-            if scores:
-                variant, values = max(scores.items(), key=lambda kv: statistics.fmean(kv[1]))
-                trial = next(t for t in self.trials.values() if t.variant == variant)
-                return _describe(trial, REPLICATES), name, statistics.fmean(values), len(values)
-        return None
+    def best(self) -> list[tuple[str, str, float, int]]:
+        """Per sweep metric (`begin`), the best variant of the trials done here: (its axes in words, the metric,
+        the mean of its trials' final values, trials)."""
+        scores: dict[str, dict[str, list[float]]] = {}
+        for key in self.finished_keys.get("done", []):
+            trial, name = self.trials.get(key), self.metrics.get(key, "")
+            if trial is not None and name in self.results.get(key, {}):
+                scores.setdefault(name, {}).setdefault(trial.variant, []).append(self.results[key][name])
+        out = []
+        for name, by_variant in scores.items():
+            pick = max if higher_is_better(name) else min
+            variant, values = pick(by_variant.items(), key=lambda kv: statistics.fmean(kv[1]))
+            trial = next(t for t in self.trials.values() if t.variant == variant)
+            out.append((_describe(trial, REPLICATES), name, statistics.fmean(values), len(values)))
+        return out
 
     def summary(self) -> Group:
         """The end of a launch: trials per state, the best variant so far, and where the report will be."""
@@ -237,10 +246,9 @@ class Progress:
         parts: list[Table | Text] = [table]
         elapsed = self.clock() - self.began
         parts.append(Text(f"{self._finished()}/{self.total} finished in {_duration(elapsed)}; {self._pace()}"))
-        if (best := self.best()) is not None:
-            words, name, value, n = best
-            parts.append(Text(f"best variant of this launch: {words or 'the only one'} ({name} {value:.4g} at the "
-                              f"last epoch, mean of {n})"))  # fmt: skip
+        for words, name, value, n in self.best():
+            parts.append(Text(f"best variant of this launch: {words or 'the only one'} ({name} {value:.4g}, mean "
+                              f"of {n})"))  # fmt: skip
         if where := self.report_hint():
             parts.append(Text(where))
         return Group(*parts)

@@ -108,9 +108,11 @@ def test_plain_progress_lines_are_throttled_and_need_news(tmp_path: Path) -> Non
 
 
 def test_summary_names_states_the_best_variant_and_the_report(tmp_path: Path) -> None:
+    """The best variant by the sweep's own metric (test.top1: the trials' final results, not the last epoch's
+    val.top1), and by the lowest mean for a metric where lower is better."""
     ts, clock = trials(tmp_path), Clock()
     p, buf = progress(False, clock)
-    p.begin(["s"], total=4, done=0)
+    p.begin(["s"], total=4, done=0, metrics={t.key: "test.top1" for t in ts})
     # softmax: 50 and 70 (mean 60); csan: 55, and 90 in a trial that diverged (which must not count)
     scores = {"softmax": [50.0, 70.0], "csan": [55.0, 90.0]}
     with p:
@@ -119,10 +121,13 @@ def test_summary_names_states_the_best_variant_and_the_report(tmp_path: Path) ->
             p.submitted(t)
             p.started(t.key)
             clock.now += 60
-            p.epoch(t.key, 2, {"val.top1": top1})
+            p.epoch(t.key, 2, {"val.top1": 100 - top1})
+            p.result(t.key, {"test.top1": top1, "test.loss": top1 / 100})
             p.finished(t.key, "diverged" if top1 == 90.0 else "done")
     summary = " ".join(buf.getvalue()[buf.getvalue().index("launch summary") :].split())
     assert "│ done │ 3 │ 3 │" in summary and "│ diverged │ 1 │ 1 │" in summary
     assert "4/4 finished in 0:04:00" in summary
-    assert "best variant of this launch: attention.kind=softmax (val.top1 60 at the last epoch, mean of 2)" in summary
-    assert "`ablate report s` writes reports/s/index.html" in summary
+    assert "best variant of this launch: attention.kind=softmax (test.top1 60, mean of 2)" in summary
+    assert "val.top1" not in summary and "`ablate report s` writes reports/s/index.html" in summary
+    p.metrics = {t.key: "test.loss" for t in ts}
+    assert [b[:3] for b in p.best()] == [("attention.kind=csan", "test.loss", 0.55)]

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import copy
 import math
-import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,6 +22,7 @@ import pandas as pd
 import yaml
 
 from ablate.config import REPLICATES
+from ablate.messages import higher_is_better
 from ablate.paths import matches, set_path
 from ablate.plugins import PluginError, Plugins
 from ablate.reporting import describe, stats
@@ -70,10 +70,6 @@ class SweepData:
     """Done trials computed by other code than now, with what changed (`ablate.selection.stale_in_store`)."""
     design: stats.Design = field(default_factory=stats.Design)
     """Independent seeds, or folds of k-fold cross-validation (which test the comparisons use)."""
-
-
-def higher_is_better(metric: str) -> bool:
-    return not re.search(r"(loss|err|error|nll)$", metric.rsplit(".", 1)[-1])
 
 
 def load(store: Store, name: str, metric: str | None = None, baseline: str | None = None) -> SweepData:
