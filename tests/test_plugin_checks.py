@@ -1,0 +1,179 @@
+"""What a new plugin author meets when a plugin is wrong in a way that still runs (issue 33, items 1 and 3): a mixer
+whose output has the wrong shape, or a dataset whose labels, classes or images are not what it declared, is named
+by `ablate plan` or `ablate check` (exit 2), never trained as another model or failed on deep in the loss."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+from conftest import TINY
+from test_plugins import cli, experiments, plugin_source
+from typer.testing import CliRunner
+
+from ablate.cli import app
+from ablate.data import DataError
+from ablate.planner import plan
+from ablate.trial import run_trial
+
+SWAPPED = "return (a @ v).transpose(1, 2)"
+"""A mixer's body returning (B, N, H, d) where (B, H, N, d) is due: same numbers, another model after reshape."""
+NARROW = "return (a @ v)[..., :1]"
+"""A mixer's body returning one channel per head: the wrong last dimension."""
+
+EQUAL = {"embed_dim": 20, "depths": [1], "num_heads": [5], "patch_size": 2, "img_size": 4}
+"""A ViT whose every mixer call has as many tokens as heads (4 patches and the class token, 5 heads): a swapped
+(B, N, H, d) output has the shape of the right one there."""
+
+
+def sweeps(folder: Path, plugins: list[str], bases: dict[str, dict]) -> Path:
+    """An experiments file of one sweep per entry of `bases` (sweep name: its base), one seed each."""
+    path = folder / "e.yaml"
+    body = {"plugins": plugins, "sweeps": {name: {"base": base, "seeds": 1} for name, base in bases.items()}}
+    path.write_text(yaml.safe_dump(body, sort_keys=False))
+    return path
+
+
+def said(res: subprocess.CompletedProcess) -> str:
+    """The command's output, its spacing and line breaks undone."""
+    return " ".join((res.stdout + res.stderr).split())
+
+
+def statuses(res: subprocess.CompletedProcess) -> dict[str, str]:
+    """Sweep -> status of `ablate check`'s table (one variant per sweep; wide enough not to wrap)."""
+    rows = [line.split("│") for line in res.stdout.splitlines() if line.startswith("│")]
+    return {row[1].strip(): " ".join(row[6].split()) for row in rows}
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        (SWAPPED, "MixerShapeError: Relu.forward ({file}:24) returned (1, 17, 2, 16), expected (1, 2, 17, 16)"),
+        (NARROW, "MixerShapeError: Relu.forward ({file}:24) returned (1, 2, 17, 1), expected (1, 2, 17, 16)"),
+        ("raise RuntimeError('no mixing today')", "RuntimeError: no mixing today ({file}:26)"),
+    ],
+    ids=["swapped", "narrow", "raises"],
+)
+def test_plan_names_the_plugin_whose_model_fails_and_exits_2(body: str, message: str, tmp_path: Path) -> None:
+    """plan counts FLOPs on the model: a mixer's wrong output shape or error there is one message naming the
+    mechanism, its plugin file and the line, exit 2 (it was a 195-line traceback from the FLOP counter, exit 1,
+    and a swapped output planned as if nothing were wrong)."""
+    kind = f"relu{len(body)}"  # a kind of its own: this process keeps the costs of every kind it counted
+    (tmp_path / "relu.py").write_text(plugin_source(kind=kind, body=body))
+    res = CliRunner().invoke(app, ["plan", str(experiments(tmp_path, ["./relu.py"], kind=kind))])
+    assert res.exit_code == 2, res.output
+    text = "".join(res.output.split())  # without the spaces and line breaks: the terminal wraps long paths anywhere
+    assert f"attention.kind'{kind}'(ablate_plugin_relu_" in text and "Traceback" not in text, res.output
+    assert "".join(message.format(file=tmp_path / "relu.py").split()) in text, res.output
+
+
+def test_check_holds_every_mixer_to_its_output_shape_where_the_model_cannot_tell(tmp_path: Path) -> None:
+    """One `ablate check` of three variants: a swapped mixer in the usual tiny ViT (caught in the model's step),
+    the same mixer in a ViT with as many tokens as heads (its model step cannot see it: the mixer alone, at sizes
+    that all differ, does), a mixer of the wrong width (named, not torch's reshape error in ablate's ViT); the
+    right mixer passes in both models."""
+    for kind, body in (("swapped", SWAPPED), ("narrow", NARROW), ("relu", "return a @ v")):
+        (tmp_path / f"{kind}.py").write_text(plugin_source(kind=kind, body=body))
+    equal = {**TINY, "model": {**TINY["model"], **EQUAL}}
+    f = sweeps(tmp_path, ["./swapped.py", "./narrow.py", "./relu.py"], {
+        "swapped": {**TINY, "attention": {"kind": "swapped"}},
+        "swapped-equal": {**equal, "attention": {"kind": "swapped"}},
+        "narrow": {**TINY, "attention": {"kind": "narrow"}},
+        "right": {**TINY, "attention": {"kind": "relu"}},
+        "right-equal": {**equal, "attention": {"kind": "relu"}},
+    })  # fmt: skip
+    res = cli(["check", str(f)], tmp_path, {"COLUMNS": "400"})
+    assert res.returncode == 2, res.stdout + res.stderr
+    rows = statuses(res)
+    swapped = tmp_path / "swapped.py"
+    assert "(ablate_plugin_swapped_" in rows["swapped"] and str(swapped) in rows["swapped"], rows
+    assert f"Relu.forward ({swapped}:24) returned (2, 17, 2, 16), expected (2, 2, 17, 16)" in rows["swapped"], rows
+    assert f"Relu.forward ({swapped}:24) returned (2, 4, 3, 8), expected (2, 3, 4, 8)" in rows["swapped-equal"], rows
+    narrow = f"Relu.forward ({tmp_path / 'narrow.py'}:24) returned (2, 2, 17, 1), expected (2, 2, 17, 16)"
+    assert narrow in rows["narrow"] and "reshape" not in rows["narrow"], rows
+    assert rows["right"] == rows["right-equal"] == "ok", rows
+
+
+#: A one-file dataset plugin, as the README's plugin section describes one: 4 classes of grey blobs, a split's
+#: items in class order; {name}, {chans} (what its splits say), {size} (of its images) and {fault} (a line that
+#: breaks the labels or images) are filled per test.
+DATASET = '''
+import torch
+from ablate.components import Dataset
+from ablate.data import Splits
+from ablate.registry import register_dataset
+
+
+class Blobs(Dataset):
+    """Grey blobs, brighter with their class."""
+
+    name = "{name}"
+
+    def dims(self, cfg):
+        return 1, 4
+
+    def build(self, cfg):
+        g = torch.Generator().manual_seed(0)
+
+        def part(n):
+            y = torch.arange(n) * 4 // n
+            x = torch.randn(n, 1, {size}, {size}, generator=g) + y.view(-1, 1, 1, 1)
+            {fault}
+            return torch.utils.data.TensorDataset(x, y)
+
+        return Splits(part(64), part(16), part(16), num_classes=4, in_chans={chans})
+
+
+register_dataset(Blobs())
+'''
+LAST_LABEL_OUT = "y[-1] = 4  # the last item of a split: one past the classes"
+FAULTS = {
+    "blobs": {},
+    "labels": {"fault": LAST_LABEL_OUT},
+    "widths": {"chans": 3},
+    "images": {"size": 16},
+    "channels-last": {"fault": "x = x.permute(0, 2, 3, 1)"},
+}
+"""Dataset name: what its plugin gets wrong (nothing, for `blobs`)."""
+
+
+def dataset_plugin(folder: Path, name: str, **wrong: object) -> str:
+    """Write the dataset plugin `name` to `folder` with `wrong` filled in (else correct); its plugins entry."""
+    fields = {"name": name, "chans": 1, "size": "cfg.model.img_size", "fault": "pass", **wrong}
+    (folder / f"{name}.py").write_text(DATASET.format(**fields))
+    return f"./{name}.py"
+
+
+def test_check_builds_a_batch_of_each_dataset_and_names_what_it_does_not_declare(tmp_path: Path) -> None:
+    """One `ablate check` of a sweep per dataset plugin: the correct one passes; a label past the classes (only the
+    last item of each split has it), splits wider than the declared dims, images of another size and channels-last
+    images are each one message naming the dataset and its plugin file (where training met torch's "Target 4 is
+    out of bounds" or a shape error in ablate's ViT); --no-data checks the models alone."""
+    plugins = [dataset_plugin(tmp_path, name, **wrong) for name, wrong in FAULTS.items()]
+    f = sweeps(tmp_path, plugins, {name: {**TINY, "data": {"name": name}} for name in FAULTS})
+    res = cli(["check", str(f)], tmp_path, {"COLUMNS": "500"})
+    assert res.returncode == 2, res.stdout + res.stderr
+    rows = statuses(res)
+    assert rows.pop("blobs") == "ok", rows
+    for name, row in rows.items():
+        assert row.startswith(f"error: data.name '{name}' (ablate_plugin_") and str(tmp_path / f"{name}.py") in row
+    labels = "its train split: an item's label 4 is not a class index 0..3 (its splits have num_classes 4)"
+    assert labels in rows["labels"], rows
+    widths = "its dims() declare in_chans 1 and num_classes 4, but the splits it built have in_chans 3 and"
+    assert widths in rows["widths"], rows
+    assert "a batch of its train split, inputs (2, 1, 16, 16) and labels (2,) torch.int64, does not fit vit (which " \
+           "takes (2, 1, 8, 8) for the in_chans 1 it declares)" in rows["images"], rows  # fmt: skip
+    assert "inputs (2, 8, 8, 1)" in rows["channels-last"], rows
+    models = cli(["check", str(f), "--no-data"], tmp_path, {"COLUMNS": "500"})
+    assert models.returncode == 0 and models.stdout.count(" ok ") == len(FAULTS), models.stdout + models.stderr
+
+
+def test_a_label_past_the_classes_fails_the_trial_naming_the_dataset(tmp_path: Path) -> None:
+    """Training itself (no check ran): the first batch holding the bad label is a DataError naming the dataset."""
+    f = sweeps(tmp_path, [dataset_plugin(tmp_path, "late", fault=LAST_LABEL_OUT)],
+               {"late": {**TINY, "data": {"name": "late"}, "train": {**TINY["train"], "epochs": 1}}})  # fmt: skip
+    cfg = plan(f, "late").trials[0].config
+    with pytest.raises(DataError, match=r"dataset 'late' at <no path>: an item's label 4 is not a class index 0\.\.3"):
+        run_trial(cfg)
