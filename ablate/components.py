@@ -9,12 +9,13 @@ imports torch: validation asks `check` and `dims` before any model or data is bu
 
 from __future__ import annotations
 
+import functools
 import types
 import typing
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict, ValidationInfo, field_validator
+from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError, ValidationInfo, field_validator
 
 if TYPE_CHECKING:
     from torch import nn
@@ -26,33 +27,99 @@ if TYPE_CHECKING:
 
 class Strict(BaseModel):
     """Base of every config section: unknown keys are errors, docstrings are field descriptions, numbers are
-    finite, and a YAML boolean (`true`, `on`) is never taken for the number 1."""
+    finite, and a value is taken as the kind it was written as: pydantic would silently convert a YAML `true`
+    to 1, the text "no" to false, 1 to true and the text "2" to 2 (so `[true, "no", 1]` would be two values)."""
 
     model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True, validate_default=True,
                               allow_inf_nan=False)  # fmt: skip
 
     @field_validator("*", mode="before")
     @classmethod
-    def _no_boolean_numbers(cls, value: Any, info: ValidationInfo) -> Any:
-        if not isinstance(value, (bool, list, tuple)):
+    def _as_written(cls, value: Any, info: ValidationInfo) -> Any:
+        takes = _takes(cls, info.field_name or "")
+        if takes is None:
             return value
-        field = cls.model_fields.get(info.field_name or "")
-        if field is None:
-            return value
-        if isinstance(value, bool) and not _admits_bool(field.annotation):
-            raise ValueError(f"expected {_expected(field.annotation)}, got the boolean {str(value).lower()}")
-        items = _item_types(field.annotation)
-        if isinstance(value, (list, tuple)) and items and not any(_admits_bool(a) for a in items):
+        whole, items = takes
+        if (got := whole.converted(value)) is not None:
+            raise ValueError(f"expected {whole.expected}, got {got}")
+        if items is not None and isinstance(value, (list, tuple)):
             for i, item in enumerate(value):
-                if isinstance(item, bool):
-                    raise ValueError(f"expected {_expected(items[0])} at [{i}], got the boolean {str(item).lower()}")
+                if (got := items.converted(item)) is not None:
+                    raise ValueError(f"expected {items.expected} at [{i}], got {got}")
         return value
+
+
+_LAX = {kind: TypeAdapter(kind) for kind in (bool, int, float)}
+"""Scalar fields as pydantic fills them in lax mode: what they would convert a value of another kind to."""
+
+
+@dataclass(frozen=True)
+class _Takes:
+    """What a field, or each item of a list field, takes as written: worked out once from its annotation."""
+
+    booleans: bool
+    kinds: frozenset[type]
+    """Its scalar types where it takes only scalars ({int} for `int | None`); empty where it takes more."""
+    expected: str
+
+    @classmethod
+    def of(cls, annotation: Any) -> _Takes:
+        return cls(_admits_bool(annotation), frozenset(_scalar_kinds(annotation) or ()), _expected(annotation))
+
+    def converted(self, value: Any) -> str | None:
+        """What `value` is ("the string 'no'") where pydantic would take it only by converting it to another
+        kind of scalar; None where it is taken as it is, or refused anyway (pydantic then says why)."""
+        if isinstance(value, bool):
+            return None if self.booleans else f"the boolean {str(value).lower()}"
+        if isinstance(value, str) and self.kinds and str not in self.kinds:
+            what = "string"
+        elif isinstance(value, (int, float)) and self.kinds == {bool}:
+            what = "number"
+        else:
+            return None
+        return f"the {what} {value!r}" if any(_converts(_LAX[k], value) for k in self.kinds if k in _LAX) else None
+
+
+@functools.cache
+def _takes(model: type[BaseModel], name: str) -> tuple[_Takes, _Takes | None] | None:
+    """What field `name` of `model` takes, and what each of its items takes (None: not a list of one type)."""
+    field = model.model_fields.get(name)
+    if field is None:
+        return None
+    items = _item_types(field.annotation)
+    return _Takes.of(field.annotation), _Takes.of(items[0]) if len(items) == 1 else None
+
+
+def _converts(adapter: TypeAdapter[Any], value: Any) -> bool:
+    try:
+        adapter.validate_python(value)
+    except ValidationError:
+        return False
+    return True
 
 
 def _admits_bool(annotation: Any) -> bool:
     if annotation is bool or annotation is Any:
         return True
     return any(_admits_bool(a) for a in typing.get_args(annotation) if not isinstance(a, (str, int, float)))
+
+
+def _scalar_kinds(annotation: Any) -> set[type] | None:
+    """The scalar types a field takes ({int} for `int | None`, {str} for a Literal of names); None when it
+    takes anything else too (a section, a list, Any)."""
+    if annotation in (bool, int, float, str):
+        return {annotation}
+    if annotation is type(None):
+        return set()
+    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+    if origin is typing.Literal:
+        return {type(a) for a in args}
+    if origin is typing.Annotated:
+        return _scalar_kinds(args[0])
+    if origin in (typing.Union, types.UnionType):
+        kinds = [_scalar_kinds(a) for a in args]
+        return None if any(k is None for k in kinds) else set().union(*typing.cast(list[set[type]], kinds))
+    return None
 
 
 def _item_types(annotation: Any) -> list[Any]:
@@ -66,7 +133,7 @@ def _item_types(annotation: Any) -> list[Any]:
 
 
 def _expected(annotation: Any) -> str:
-    kinds = {int: "an integer", float: "a number", str: "a string"}
+    kinds = {int: "an integer", float: "a number", str: "a string", bool: "true or false"}
     found = [kinds[a] for a in (annotation, *typing.get_args(annotation)) if a in kinds]
     return " or ".join(dict.fromkeys(found)) or "a value of another type"
 

@@ -46,6 +46,8 @@ KEY_VERSION = "ablate-trial-v1"
 
 Cell = tuple[tuple[str, Any, Loc], ...]
 """A grid cell: (dotted path, value, where in the sweep's YAML it came from) per assigned axis."""
+Resolved = tuple[Cell, dict[str, Any]]
+"""A cell with its validated config (as JSON data)."""
 
 
 @dataclass(frozen=True)
@@ -200,13 +202,18 @@ def variant_key(cfg: TrialConfig) -> str:
 
 # ------------------------------------------------------------------------------------------------- expand
 def _groups(
-    grid: dict[str, list[Any]], linked: list[Linked], at: Loc, sweep: SweepSource, problems: list[Problem]
+    grid: dict[str, list[Any]],
+    linked: list[Linked],
+    at: Loc,
+    sweep: SweepSource,
+    problems: list[Problem],
+    kinds: list[str],
 ) -> list[list[Cell]]:
-    """Each axis group as its list of rows (a row is a partial cell)."""
+    """Each axis group as its list of rows (a row is a partial cell); `kinds`: the attention kinds they apply to."""
     groups: list[list[Cell]] = []
     for path, values in grid.items():
         loc = at + ("grid", path)
-        if (msg := path_problem(path)) is not None:
+        if (msg := path_problem(path, kinds)) is not None:
             problems.append(sweep.problem(loc, msg))
         elif not values:
             problems.append(sweep.problem(loc, "empty axis: expected a list of at least one value"))
@@ -228,7 +235,7 @@ def _groups(
         if not rows:
             problems.append(sweep.problem(loc, "empty linked group: expected at least one row"))
         for p in {p for row in rows for p in row}:
-            if (msg := path_problem(p)) is not None:
+            if (msg := path_problem(p, kinds)) is not None:
                 problems.append(sweep.problem(loc, msg))
         groups.append([tuple((p, v, locs[i][p]) for p, v in row.items()) for i, row in enumerate(rows)])
     return groups
@@ -279,7 +286,7 @@ def _dead_values(rule: dict[str, Any], haves: dict[str, list[Any]]) -> Iterable[
 def _where(sweep: SweepSource, cell: Cell, err_path: str, msg: str) -> list[Problem]:
     """Place a cell's validation error at the axes that set the offending path, else in the base."""
     hits = [
-        sweep.problem(loc, msg if "(got " in msg else f"{msg} (value {value!r})")
+        sweep.problem(loc, msg if "(got " in msg or ", got " in msg else f"{msg} (value {value!r})")
         for path, value, loc in cell
         if err_path and overlaps(path, err_path)
     ]
@@ -306,7 +313,7 @@ def _base_problems(sweep: SweepSource) -> list[Problem]:
     except ValidationError as err:
         for e in err.errors():
             path = ".".join(str(p) for p in clean_loc(tuple(e["loc"]), base))
-            found += _where(sweep, (), path, error_message(e)) if fixed(path) else []
+            found += _where(sweep, (), path, error_message(e, TrialConfig)) if fixed(path) else []
     if fixed("data.path") and isinstance(base.get("data"), dict) and (msg := _data_path_problem(base["data"])):
         found += _where(sweep, (), "data.path", msg)
     return found
@@ -356,8 +363,9 @@ def expand(sweep: SweepSource, max_trials: int = MAX_TRIALS) -> Plan:
     """Expand a sweep into trials; raise SpecError naming every bad axis value, or a grid over `max_trials`."""
     spec, problems = sweep.spec, list[Problem]()
     defaults = TrialConfig().model_dump()
-    top = _groups(spec.grid, spec.linked, (), sweep, problems)
-    whens = [_groups(b.grid, b.linked, ("when", w), sweep, problems) for w, b in enumerate(spec.when)]
+    kinds = sweep.kinds()
+    top = _groups(spec.grid, spec.linked, (), sweep, problems, kinds)
+    whens = [_groups(b.grid, b.linked, ("when", w), sweep, problems, sweep.kinds(b)) for w, b in enumerate(spec.when)]
     bound = math.prod(len(g) for g in top) * math.prod(max(1, math.prod(len(g) for g in w)) for w in whens)
     adaptive = spec.seeds if isinstance(spec.seeds, AdaptiveSeeds) else None
     seeds = adaptive.seeds if adaptive else typing.cast(list[int], spec.seeds)
@@ -370,7 +378,7 @@ def expand(sweep: SweepSource, max_trials: int = MAX_TRIALS) -> Plan:
     dead: list[Problem] = []
     for w, block in enumerate(spec.when):
         for path in block.when:
-            if (msg := path_problem(path)) is not None:
+            if (msg := path_problem(path, kinds)) is not None:
                 problems.append(sweep.problem(("when", w, "when", path), msg))
         groups = whens[w]
         grown: list[Cell] = []
@@ -387,7 +395,7 @@ def expand(sweep: SweepSource, max_trials: int = MAX_TRIALS) -> Plan:
         cells = grown
     for i, rule in enumerate(spec.exclude):
         for path in rule:
-            if (msg := path_problem(path)) is not None:
+            if (msg := path_problem(path, kinds)) is not None:
                 problems.append(sweep.problem(("exclude", i, path), msg))
     problems += [p for cell in cells for p in _varied_twice(sweep, cell)]
     if problems:
@@ -395,7 +403,10 @@ def expand(sweep: SweepSource, max_trials: int = MAX_TRIALS) -> Plan:
 
     axes = list(dict.fromkeys(p for cell in cells for p, _, _ in cell))
     trials: list[Trial] = []
-    seen: set[str] = set()
+    planned: list[Resolved] = []
+    """Each cell that makes trials."""
+    owner: dict[str, int] = {}
+    """Trial key -> the index in `planned` of the cell that makes it."""
     valid: list[dict[str, Any]] = []
     """The resolved config of every cell that validates, excluded or not: what `exclude:` rules can match."""
     for cell in cells:
@@ -405,7 +416,7 @@ def expand(sweep: SweepSource, max_trials: int = MAX_TRIALS) -> Plan:
         except ValidationError as err:
             for e in err.errors():
                 err_path = ".".join(str(p) for p in clean_loc(tuple(e["loc"]), raw))
-                problems.extend(_where(sweep, cell, err_path, error_message(e)))
+                problems.extend(_where(sweep, cell, err_path, error_message(e, TrialConfig)))
             if isinstance(raw.get("data"), dict) and (msg := _data_path_problem(raw["data"])) is not None:
                 problems.extend(_where(sweep, cell, "data.path", msg))
             continue
@@ -413,21 +424,23 @@ def expand(sweep: SweepSource, max_trials: int = MAX_TRIALS) -> Plan:
         valid.append(resolved)
         if any(matches(rule, resolved) for rule in spec.exclude):
             continue
+        keys = seed_keys(identity(cfg), seeds)
+        if (twin := next((owner[k] for k in keys if k in owner), None)) is not None:
+            problems.extend(_same_trials(sweep, planned[twin], (cell, resolved)))
+            continue
+        owner.update(dict.fromkeys(keys, len(planned)))
+        planned.append((cell, resolved))
         if (msg := match_problem(cfg)) is not None:
             problems.extend(_where(sweep, cell, "model.match_params", msg))
             continue
         if (msg := _data_path_problem(resolved["data"])) is not None:
             problems.extend(_where(sweep, cell, "data.path", msg))
             continue
-        ident = identity(cfg)
         variant = variant_key(cfg)
         cell_axes = {a: get_path(resolved, a) for a in axes}
         secret = {p: text for p, (value, text) in sweep.placeholders.items() if get_path(resolved, p) == value}
         recording = Recording(cfg, secret, cell_axes)
-        for seed, key in zip(seeds, seed_keys(ident, seeds), strict=True):
-            if key in seen:
-                continue
-            seen.add(key)
+        for seed, key in zip(seeds, keys, strict=True):
             trials.append(Trial(key, variant, cfg, {**cell_axes, "seed": seed}, secret, seed, recording))
     problems += dead + _dead_exclusions(sweep, valid)
     if problems:
@@ -436,7 +449,7 @@ def expand(sweep: SweepSource, max_trials: int = MAX_TRIALS) -> Plan:
         raise SpecError([sweep.problem(("exclude",) if spec.exclude else ("grid",), "empty grid: no cell remains")])
     baseline = None
     if spec.baseline is not None:
-        bad = [sweep.problem(("baseline", p), m) for p in spec.baseline if (m := path_problem(p)) is not None]
+        bad = [sweep.problem(("baseline", p), m) for p in spec.baseline if (m := path_problem(p, kinds)) is not None]
         if bad:
             raise SpecError(bad)
         hit = next((t for t in trials if matches(spec.baseline, t.config.model_dump(mode="json"))), None)
@@ -451,6 +464,30 @@ def expand(sweep: SweepSource, max_trials: int = MAX_TRIALS) -> Plan:
     reserve = [t for t in trials if adaptive is not None and t.config.seed >= adaptive.min]
     return Plan(sweep.name, first, axes, baseline, metric, sweep.source, spec.description, sweep.plugins,
                 spec.stale, adaptive, sorted(reserve, key=lambda t: t.config.seed))  # fmt: skip
+
+
+def _same_trials(sweep: SweepSource, first: Resolved, cell: Resolved) -> list[Problem]:
+    """A cell that makes the trials an earlier cell made: the axis values where the two differ collapse once
+    validated (2.0 and 2 for an integer, a repeated value, a field the key leaves out), so the sweep would run
+    fewer variants than its grid says. Named at each of this cell's values that differ from the earlier one's."""
+    (was, was_resolved), (now, resolved) = first, cell
+    before = {path: (value, loc) for path, value, loc in was}
+    problems = []
+    for path, value, loc in now:
+        other, at = before.get(path, (get_path(sweep.base, path), None))
+        if at == loc:
+            continue
+        validated = get_path(resolved, path)
+        if validated == get_path(was_resolved, path):
+            why = f"both are {path} = {validated!r} once validated"
+        elif path == "seed":
+            why = "the sweep's `seeds:` set every trial's seed"
+        else:
+            why = f"{path} is not part of a trial's key (it changes how a trial runs, not its result)"
+        source = format_path(at) if at else "the base"
+        problems.append(sweep.problem(loc, f"{value!r} makes the same trials as {other!r} ({source}): {why}; each "
+                                      "value of an axis must make trials of its own"))  # fmt: skip
+    return problems
 
 
 def _dead_exclusions(sweep: SweepSource, valid: list[dict[str, Any]]) -> list[Problem]:

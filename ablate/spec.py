@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import difflib
 import os
 import re
 import typing
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -202,6 +203,17 @@ class SweepSource:
     def source(self) -> str:
         return str(self.file)
 
+    def kinds(self, block: When | None = None) -> list[str]:
+        """The registered attention kinds cells may have (an unknown knob is compared with their knobs): those
+        `block`'s condition names, if it names any; else those the sweep's axes give attention.kind, or its
+        base's where they give none."""
+        named = block.when.get("attention.kind") if block is not None else None
+        if named is None:
+            spec, path = self.spec, "attention.kind"
+            named = axis_values(spec.grid, spec.linked, path) or [get_path(self.base, path, "softmax")]
+            named += [v for w in spec.when for v in axis_values(w.grid, w.linked, path)]
+        return sorted({k for k in _listed(named) if isinstance(k, str) and k in MECHANISMS})
+
     def problem(self, path: tuple[str | int, ...], message: str) -> Problem:
         """A problem at `path` inside this sweep's YAML, with the nearest known line; a problem in the base
         at a path an override set is the override's."""
@@ -274,11 +286,15 @@ def clean_loc(loc: Loc, data: Any) -> Loc:
     return tuple(out)
 
 
-def error_message(e: Any) -> str:
-    """A pydantic error as a sentence about what was expected."""
+def error_message(e: Any, root: type[BaseModel] | None = None) -> str:
+    """A pydantic error as a sentence about what was expected; with the model validated (`root`), an unknown
+    key is compared with the keys of its section (a mechanism's: its own knobs)."""
     msg = e["msg"].removeprefix("Value error, ")
     if e["type"] == "extra_forbidden":
-        return "unknown key"
+        loc = tuple(e["loc"])
+        if root is None or not loc:
+            return "unknown key"
+        return f"unknown key; {expected_keys(str(loc[-1]), _section(root, loc))}"
     if e["type"] == "missing":
         return "missing required key"
     if e["type"] in ("literal_error", "union_tag_invalid"):
@@ -286,9 +302,35 @@ def error_message(e: Any) -> str:
     return str(msg)
 
 
-def validation_problems(err: ValidationError, data: Any, where: Any) -> list[Problem]:
-    """Turn a pydantic error into problems; `where(path, message) -> Problem` places each in the file."""
-    return [where(clean_loc(tuple(e["loc"]), data), error_message(e)) for e in err.errors()]
+def validation_problems(err: ValidationError, data: Any, where: Any, root: type[BaseModel]) -> list[Problem]:
+    """Turn `root`'s validation error into problems; `where(path, message) -> Problem` places each in the file."""
+    return [where(clean_loc(tuple(e["loc"]), data), error_message(e, root)) for e in err.errors()]
+
+
+def _section(root: type[BaseModel], loc: Loc) -> list[type[BaseModel]]:
+    """The models whose keys sit where a pydantic error's `loc` ends: its path walked from `root`, a field at a
+    time (a dict key or list index keeps the models; the attention union's tag picks that mechanism)."""
+    models = [root]
+    for part in loc[:-1]:
+        fields = {n: f for m in models for n, f in m.model_fields.items()}
+        if isinstance(part, str) and part in fields:
+            models = _models_in(fields[part].annotation, fields[part].metadata)
+        elif isinstance(part, str) and part in MECHANISMS and MECHANISMS.get(part) in models:
+            models = [MECHANISMS.get(part)]
+    return models
+
+
+def expected_keys(name: str, models: Sequence[type[BaseModel]]) -> str:
+    """What to say of an unknown key `name` among the keys of `models`: the nearest one, then every one (a
+    mechanism's keys are its knobs, named by its kind)."""
+    keys = sorted({n for m in models for n in m.model_fields})
+    close = difflib.get_close_matches(name, keys, n=1)
+    text = f"did you mean {close[0]!r}? " if close else ""
+    kinds = [kind for kind, cls in MECHANISMS.items() if cls in models]
+    if kinds and len(kinds) == len(models):
+        which = f"attention kind {', '.join(kinds)}" if len(kinds) < len(MECHANISMS.names()) else "every attention kind"
+        return f"{text}expected one of {keys} (the knobs of {which})"
+    return f"{text}expected one of {keys}"
 
 
 def deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
@@ -350,6 +392,15 @@ class YamlDoc:
     duplicates: list[Problem]
 
 
+class _Loader(yaml.SafeLoader):
+    """PyYAML's safe loader, reading `1e-3` and `1.0e5` as the numbers YAML 1.2 says they are: YAML 1.1 reads
+    them as text, which a number field refuses (it takes a value as written, see `components.Strict`)."""
+
+
+_Loader.add_implicit_resolver("tag:yaml.org,2002:float", re.compile(r"[-+]?(?:\d+\.?\d*|\.\d+)[eE][-+]?\d+\Z"),
+                              list("-+.0123456789"))  # fmt: skip
+
+
 def read_yaml(path: Path) -> YamlDoc:
     """Safe-load a YAML file with a line for every key path. Raises SpecError on unreadable/invalid YAML, a
     file over MAX_BYTES, text that is not UTF-8, a recursive alias, or a document over MAX_NODES nodes once
@@ -366,7 +417,7 @@ def read_yaml(path: Path) -> YamlDoc:
     lines: dict[tuple[str | int, ...], int] = {}
     dups: list[tuple[tuple[str | int, ...], int]] = []
     try:
-        loader = yaml.SafeLoader(text)
+        loader = _Loader(text)
         try:
             node = loader.get_single_node()
             at: dict[int, Loc] = {}
@@ -497,7 +548,7 @@ def read_sweeps(path: str | Path) -> SweepFile:
         defaults, specs, default = spec.defaults, spec.sweeps, spec.default
     except ValidationError as err:
         # Keep going with the sweeps that are well-formed, so one run reports every problem of the file.
-        problems += validation_problems(err, data, lambda p, m: Problem(src, p, m, nearest_line(lines, p)))
+        problems += validation_problems(err, data, lambda p, m: Problem(src, p, m, nearest_line(lines, p)), SpecFile)
         defaults = data["defaults"] if isinstance(data.get("defaults"), dict) else {}
         raw = data["sweeps"] if isinstance(data.get("sweeps"), dict) else {}
         specs = {name: sweep for name, body in raw.items() if (sweep := _checkable(body)) is not None}
@@ -535,8 +586,9 @@ def _takes_dict(annotation: Any) -> bool:
     )
 
 
-def path_problem(path: str) -> str | None:
-    """None if `path` names a config field (of any attention kind), else what was expected."""
+def path_problem(path: str, kinds: Collection[str] = ()) -> str | None:
+    """None if `path` names a config field (of any attention kind), else what was expected: for a knob, among
+    the knobs of `kinds` (the attention kinds it may apply to) when given."""
     load_builtins()
     models: list[type[BaseModel]] = [TrialConfig]
     parts = path.split(".")
@@ -544,7 +596,9 @@ def path_problem(path: str) -> str | None:
         fields = {n: f for m in models for n, f in m.model_fields.items()}
         if part not in fields:
             where = ".".join(parts[:i]) or "the top level"
-            return f"unknown config path {path!r}: {part!r} is not a key of {where}; expected one of {sorted(fields)}"
+            own = [MECHANISMS.get(k) for k in kinds if k in MECHANISMS and MECHANISMS.get(k) in models]
+            hint = expected_keys(part, own or models)
+            return f"unknown config path {path!r}: {part!r} is not a key of {where}; {hint}"
         ann = fields[part].annotation
         models = _models_in(ann, fields[part].metadata)
         if not models:
@@ -567,7 +621,7 @@ class Override:
 
     def problem(self, message: str) -> Problem:
         """A problem named by the override as it was typed, with the value it found."""
-        found = "" if "(got " in message or "(value " in message else f" (found {self.value!r})"
+        found = "" if any(said in message for said in ("(got ", ", got ", "(value ")) else f" (found {self.value!r})"
         return Problem(f"override {self.text!r}", tuple(self.path.split(".")), message + found)
 
 
@@ -596,18 +650,20 @@ def with_overrides(file: SweepFile, texts: Sequence[str], names: Iterable[str] |
         return file
     problems: list[Problem] = []
     overrides: list[Override] = []
+    sweeps = dict(file.sweeps)
+    chosen = list(sweeps) if names is None else [n for n in names if n in sweeps]
+    kinds = {k for name in chosen for k in sweeps[name].kinds()}
     for text in texts:
         try:
             o = parse_override(text)
         except SpecError as e:
             problems += e.problems
             continue
-        if (msg := path_problem(o.path)) is not None:
+        if (msg := path_problem(o.path, kinds)) is not None:
             problems.append(o.problem(msg))
         else:
             overrides.append(o)
-    sweeps = dict(file.sweeps)
-    for name in sweeps if names is None else [n for n in names if n in sweeps]:
+    for name in chosen:
         source = sweeps[name]
         base = copy.deepcopy(source.base)
         for o in overrides:
@@ -630,6 +686,19 @@ def axis_paths(spec: SweepSpec) -> list[str]:
         for group in linked:
             paths += group if isinstance(group, dict) else [p for row in group for p in row]
     return list(dict.fromkeys(paths))
+
+
+def axis_values(grid: dict[str, list[Any]], linked: list[Linked], path: str) -> list[Any]:
+    """Every value a grid and its linked groups give `path`."""
+    values = list(grid.get(path, []))
+    for group in linked:
+        values += group.get(path, []) if isinstance(group, dict) else [row[path] for row in group if path in row]
+    return values
+
+
+def _listed(value: Any) -> list[Any]:
+    """A rule's value as the values it matches (a list matches any of its items)."""
+    return value if isinstance(value, list) else [value]
 
 
 def json_schema() -> dict[str, Any]:

@@ -85,7 +85,8 @@ def test_a_mutated_file_plans_or_is_a_spec_error(doc: dict[str, Any]) -> None:
 # the planner). The property: a file plans exactly when it has no defect, and its SpecError names every defect
 # at once, across sections. Pairs that share one pydantic model are not drawn together: a model whose fields
 # fail is not checked across fields (pydantic runs a model's own checks only on valid fields), and a grid whose
-# axes are malformed has no cells for `when:` and `exclude:` values to be checked against.
+# axes are malformed has no cells for `when:` and `exclude:` values to be checked against, nor cells that fail to
+# validate (a bad model) for two of them to be found the same.
 KINDS = ["softmax", "csan"]
 LRS = [0.001, 0.002]
 
@@ -127,6 +128,14 @@ def _data_path(doc: dict[str, Any], exists: bool) -> str | None:
     return None if exists else "data.path"
 
 
+def _boolean_axis(doc: dict[str, Any], values: list[Any]) -> str | None:
+    """A boolean field's axis (as a mechanism's knob would be): a value pydantic would convert ("no", 1), or two
+    values that are one boolean, would plan fewer cells than the grid says."""
+    doc["sweeps"]["s"]["grid"]["train.amp"] = values
+    booleans = [v for v in values if isinstance(v, bool)]
+    return 'grid["train.amp"]' if len(booleans) < len(values) or len(set(booleans)) < len(booleans) else None
+
+
 HAZARDS = {
     "when": (_when, st.sampled_from([*KINDS, "csna", "sparsemax"])),
     "exclude": (_exclude, st.tuples(st.sampled_from([*KINDS, "Softmax"]), st.sampled_from([*LRS, 0.003]))),
@@ -135,8 +144,17 @@ HAZARDS = {
     "patches": (_patches, st.tuples(st.integers(2, 20), st.integers(1, 24))),
     "seeds": (_seeds, st.lists(st.integers(0, 2**70), min_size=1, max_size=3, unique=True)),
     "data": (_data_path, st.booleans()),
+    "boolean axis": (
+        _boolean_axis,
+        st.lists(st.sampled_from([True, False, "no", "true", 1, 0]), min_size=1, max_size=3),
+    ),
 }
-APART = [{"depth", "patches"}, {"linked", "when"}, {"linked", "exclude"}]
+APART = [
+    {"depth", "patches"},
+    {"linked", "when"},
+    {"linked", "exclude"},
+    *({"boolean axis", h} for h in ("depth", "patches", "linked")),
+]
 
 
 @st.composite
