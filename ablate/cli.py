@@ -962,8 +962,9 @@ def plugins(
 
     file_plugins(file)
     table = Table(title="registered components", title_justify="left")
-    for col in ("kind", "name", "source"):
-        table.add_column(col)
+    table.add_column("kind", no_wrap=True)
+    table.add_column("name", no_wrap=True)
+    table.add_column("source", overflow="fold")  # a plugin file's path wraps whole onto more lines, never cut
     for registry in (MECHANISMS, BACKBONES, DATASETS, TASKS, TABLES):
         for entry in registry.entries():
             table.add_row(registry.kind, entry.name, entry.source)
