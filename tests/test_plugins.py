@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -23,6 +24,12 @@ from ablate.registry import BACKBONES, Registry, RegistryError
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "cosine_attention" / "experiments.yaml"
+#: The example plugins (a mechanism, a dataset, a backbone): folder -> (its file, the variants of its sweep).
+EXAMPLES = {
+    "cosine_attention": ("cosine.py", 3),
+    "shapes_dataset": ("shapes.py", 2),
+    "plain_backbone": ("plainvit.py", 4),
+}
 
 #: A minimal mechanism's torch-free declaration; {kind} and {build} (the body of `build`) are filled per test.
 DECLARATION = '''
@@ -184,11 +191,66 @@ def test_entry_point_plugin_is_listed_and_used_without_a_plugins_key(tmp_path: P
     assert cli(["check", str(f)], tmp_path).returncode == 2  # without the distribution: unknown kind
 
 
-def test_the_example_plugin_checks_and_its_knobs_are_in_the_schema(tmp_path: Path) -> None:
-    """In a subprocess, as a user runs it (and so the example's registration stays out of this process)."""
-    res = cli(["check", str(EXAMPLE)], tmp_path, {"COLUMNS": "200"})
+@pytest.mark.parametrize("example", list(EXAMPLES))
+def test_each_example_launches_as_a_plugin_file_and_checks_as_an_installed_package(
+    example: str, ray_local, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its experiments file at tiny size (one seed, one epoch) launched through the CLI on the session's Ray, the
+    file under `plugins:`; then its own pyproject.toml installed (pip, offline), the file and the `plugins:` key
+    gone: a fresh process finds the component through its entry point and steps every variant (`ablate check`)."""
+    monkeypatch.setenv("ABLATE_CACHE", str(tmp_path / "cache"))  # no check remembered from another run
+    file, variants = EXAMPLES[example]
+    folder = shutil.copytree(ROOT / "examples" / example, tmp_path / example)
+    spec = yaml.safe_load((folder / "experiments.yaml").read_text())
+    for sweep in spec["sweeps"].values():
+        sweep["seeds"], sweep["base"]["train"]["epochs"] = 1, 1
+    (folder / "experiments.yaml").write_text(yaml.safe_dump(spec, sort_keys=False))
+    db, storage = f"sqlite:///{tmp_path}/r.sqlite", str(tmp_path / "ck")
+    launch = ["launch", str(folder / "experiments.yaml"), "--all", "--no-mlflow", "--plain", "--db", db, "--storage"]
+    res = CliRunner().invoke(app, [*launch, storage])
+    assert res.exit_code == 0 and f"done {variants};" in res.output, res.output
+
+    pip = [sys.executable, "-m", "pip", "install", "-q", "--no-build-isolation", "--no-deps", "--no-index"]
+    res = subprocess.run([*pip, "--target", str(tmp_path / "site"), str(folder)], capture_output=True, text=True)
     assert res.returncode == 0, res.stdout + res.stderr
-    assert res.stdout.count(" ok ") == 3  # softmax, cosine learnt, cosine fixed
+    (folder / file).unlink()
+    del spec["plugins"]
+    (folder / "experiments.yaml").write_text(yaml.safe_dump(spec, sort_keys=False))
+    env = {"PYTHONPATH": str(tmp_path / "site"), "COLUMNS": "200", "ABLATE_CACHE": str(tmp_path / "cache2")}
+    res = cli(["check", "experiments.yaml"], folder, env)
+    assert res.returncode == 0 and res.stdout.count(" ok ") == variants, res.stdout + res.stderr
+
+
+def test_the_plugins_table_fits_80_columns_with_every_source_whole(tmp_path: Path) -> None:
+    """`ablate plugins` on an 80-column terminal, the three examples loaded: no line wider, no cell cut short;
+    a plugin file's long source (its module, class and path) wraps onto more lines of its row."""
+    files = {folder: ROOT / "examples" / folder / file for folder, (file, _) in EXAMPLES.items()}
+    f = tmp_path / "e.yaml"
+    f.write_text(yaml.safe_dump({"plugins": [str(p) for p in files.values()]}))
+    res = CliRunner().invoke(app, ["plugins", str(f)], env={"COLUMNS": "80"})
+    assert res.exit_code == 0, res.output
+    lines = res.output.splitlines()
+    assert max(map(len, lines)) <= 80 and "…" not in res.output, res.output
+    current, sources = "", dict[str, str]()  # name -> source, the lines a wrapped row adds joined back
+    for line in lines:
+        if line.startswith("│"):
+            _, name, source = (cell.strip() for cell in line.split("│")[1:-1])
+            current = name or current
+            sources[current] = sources.get(current, "") + source
+    for name, cls, folder in (("cosine", "CosineAttention", "cosine_attention"), ("shapes", "Shapes", "shapes_dataset"),
+                              ("plainvit", "PlainViT", "plain_backbone")):  # fmt: skip
+        assert re.fullmatch(rf"ablate_plugin_\w+:{cls} ?\({re.escape(str(files[folder]))}\)", sources[name]), sources
+
+
+def test_the_python_blocks_of_the_plugin_page_run() -> None:
+    """docs/plugins.md's Python is real: every block runs as written (they register nothing in this process)."""
+    blocks = re.findall(r"```python\n(.*?)```", (ROOT / "docs" / "plugins.md").read_text(), re.S)
+    assert len(blocks) == 2
+    for block in blocks:
+        exec(compile(block, "docs/plugins.md", "exec"), {})
+
+
+def test_a_plugin_mechanisms_knobs_are_in_the_schema(tmp_path: Path) -> None:
     schema = cli(["schema", str(EXAMPLE)], tmp_path)
     assert "Initial temperature multiplying the cosine logits." in schema.stdout  # the plugin's field docstring
 

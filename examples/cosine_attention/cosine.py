@@ -4,6 +4,8 @@ Attention logits are cosine similarities scaled by a learnt per-head temperature
 softmax(tau_h * cos(q_i, k_j) + bias) v. Knobs: `tau0` (initial temperature) and `learn_tau`.
 The experiments file lists this file under `plugins:`; ablate imports it before validating the file and
 on every Ray worker, and from then on `attention.kind: cosine` is a mechanism like the built-in ones.
+Installed (`pip install .`, see pyproject.toml) it is found through its entry point instead, with no `plugins:`
+key.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import torch.nn.functional as F
 from pydantic import Field
 from torch import Tensor, nn
 
-from ablate.config import Mechanism
+from ablate.components import Mechanism
 from ablate.nn.mixer import TokenMixer, normalize_rows
 from ablate.registry import register_mechanism
 
