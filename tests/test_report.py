@@ -27,7 +27,7 @@ from ablate.config import TrialConfig
 from ablate.paths import set_path
 from ablate.planner import plan
 from ablate.registry import TABLES
-from ablate.reporting import ReportError, describe, effects, frames, published, report, stats
+from ablate.reporting import ReportError, describe, effects, frames, output, published, report, stats
 from ablate.reporting.plots import pareto
 from ablate.store import Store
 
@@ -462,6 +462,22 @@ def test_report_files_formats_and_unfinished_trials(store, tmp_path):
 
     overview = (out / "index.html").read_text()
     assert 'href="u/index.html"' in overview and "data:" not in overview
+
+
+def test_csv_writes_utc_times_as_pandas_does():
+    """trials.csv formats its UTC times a column at a time (output.csv): the text is pandas' own, decimals
+    (none, 3, 6, 9) per column, missing times empty, other time zones left to pandas."""
+    times = {"whole": ["2026-11-25 14:17:34", "2026-11-25", None], "milli": ["2026-11-25 14:17:34.5", None],
+             "micro": ["2026-11-25 14:17:34.000123", "2026-11-25 14:17:34"], "midnight": ["2026-11-25", "2026-11-26"],
+             "nano": ["2026-11-25 14:17:34.000000001", None], "old": ["1969-12-31 23:59:59.999", "1970-01-01"],
+             "missing": [None, None]}  # fmt: skip
+    frame = pd.DataFrame(
+        {f"{name}.{unit}": pd.Series(pd.to_datetime(values + [None] * (3 - len(values)), utc=True, format="ISO8601"))
+         .astype(f"datetime64[{unit}, UTC]") for name, values in times.items() for unit in ("s", "ms", "us", "ns")}
+    )  # fmt: skip
+    frame["berlin"] = frame["micro.us"].dt.tz_convert("Europe/Berlin")
+    assert output.csv(frame) == frame.to_csv()
+    assert output.csv(frame.head(1), index=False) == frame.head(1).to_csv(index=False)
 
 
 def test_rerun_is_idempotent_and_index_lists_every_report(store, tmp_path):

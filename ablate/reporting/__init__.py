@@ -31,7 +31,7 @@ import pandas as pd
 from ablate.reporting import effects, frames, plots, render, seeding, tables
 from ablate.reporting.compare import compare
 from ablate.reporting.frames import ReportError, SweepData
-from ablate.reporting.output import ALL_FORMATS, FORMATS, check, folder, write_file, write_pages
+from ablate.reporting.output import ALL_FORMATS, FORMATS, check, csv, folder, write_file, write_pages
 from ablate.reporting.render import Block, Image, Section, Table
 from ablate.store import STATES, Store
 
@@ -77,10 +77,10 @@ def _write_sweep(store: Store, data: SweepData, where: Path, formats: set[str], 
     written = []
     if "csv" in formats:
         label = data.trials["variant"].map(data.variants["label"])
-        written.append(write_file(where / "trials.csv", data.trials.assign(label=label).to_csv(index=False)))
-        written.append(write_file(where / "variants.csv", table.to_csv()))
+        written.append(write_file(where / "trials.csv", csv(data.trials.assign(label=label), index=False)))
+        written.append(write_file(where / "variants.csv", csv(table)))
         if eff is not None:
-            written.append(write_file(where / "effects.csv", eff.to_csv(index=False)))
+            written.append(write_file(where / "effects.csv", csv(eff, index=False)))
     if formats & {"html", "md", "tex"}:
         figures = _figures(store, data, table, eff) if formats & {"html", "md"} else {}
         title, meta, sections = _sections(data, table, fac, eff, figures, correction)
