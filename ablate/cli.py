@@ -294,15 +294,17 @@ def launch(
     plans = plans_of(file, sweep, default=not every, max_trials=max_trials, overrides=overrides)
     if not sweep and not every:
         out.print(f"sweep {plans[0].sweep} (the file's default; name sweeps, or --all for every one)")
+    from ablate.selection import Select, SelectionError
+
+    choice = Select(rerun.value if rerun else None, tuple(only or ()), stale.value if stale else None)
     if dry_run:
-        _dry_run(plans, db)
+        _dry_run(plans, db, choice)
         return
     if not yes:
         _confirm_size(plans, db, ask_above, again=rerun in (RerunWhat.stale, RerunWhat.all), only=only or [])
     from ablate.api import launch as run
     from ablate.launcher import Cluster, RunConfig, reachable
     from ablate.progress import Progress
-    from ablate.selection import Select, SelectionError
     from ablate.storage import Storage, StorageError
     from ablate.store import Store
 
@@ -330,7 +332,6 @@ def launch(
         tracker = mlflow_uri or True if mlflow else False  # a URI, the default one, or none
         try:
             settings = RunConfig(storage, cpus, gpus, lease=lease)
-            choice = Select(rerun.value if rerun else None, tuple(only or ()), stale.value if stale else None)
             result = run(plans, store, tracker, cluster=Cluster(address), run=settings,
                          progress=Progress(live=live, console=out), choice=choice)  # fmt: skip
         except (ConnectionError, SelectionError) as e:
@@ -492,28 +493,34 @@ def existing_store(db: str | None) -> Any:
     return Store(db)
 
 
-RESUMABLE = ("running", "interrupted", "preempted")
-"""States whose trial continues from its checkpoint on the next launch."""
-
-
-def _dry_run(plans: list[Any], db: str | None) -> None:
+def _dry_run(plans: list[Any], db: str | None, choice: Any) -> None:
+    """Each planned trial's state (a done one with other code than now: stale) and what this launch would do
+    with it (`ablate.selection.Selection.action`), then what changed in stale trials; writes nothing."""
+    from ablate.selection import SelectionError, select
     from ablate.store import database_exists
 
-    states: dict[str, str] = {}
-    if database_exists(db):
-        with existing_store(db) as store:
-            states = store.states({t.key for p in plans for t in p.trials})
+    try:
+        if database_exists(db):
+            with existing_store(db) as store:
+                chosen = select(plans, store, choice)
+        else:
+            chosen = select(plans, None, choice)
+    except SelectionError as e:
+        fail(str(e))
     for p in plans:
         table = Table(title=f"{p.sweep} (dry run)", title_justify="left")
         for col in ("key", *p.axes, "seed", "state", "action"):
             table.add_column(col)
         for t in p.trials:
-            state = states.get(t.key, "new")
-            action = "skip" if state == "done" else ("resume" if state in RESUMABLE else "run")
-            table.add_row(t.key[:10], *[_cell(t.axes[a]) for a in p.axes], str(t.axes["seed"]), state, action)
+            state = "stale" if t.key in chosen.stale else chosen.states.get(t.key, "new")
+            table.add_row(t.key[:10], *[_cell(t.axes[a]) for a in p.axes], str(t.axes["seed"]), state,
+                          chosen.action(t.key))  # fmt: skip
         out.print(table)
-    todo = sum(states.get(t.key) != "done" for p in plans for t in p.trials)
-    out.print(f"would run {todo}, skip {sum(len(p.trials) for p in plans) - todo}")
+    for line in chosen.lines({t.key: t for p in plans for t in p.trials}):
+        out.print(line)
+    planned = [t.key for p in plans for t in p.trials]
+    todo, kept = sum(k in chosen.run for k in planned), sum(k in chosen.stale and k not in chosen.run for k in planned)
+    out.print(f"would run {todo}, skip {len(planned) - todo}" + (f" ({kept} of them stale, kept)" if kept else ""))
 
 
 @app.command()

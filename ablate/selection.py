@@ -21,6 +21,8 @@ Rerun = Literal["failed", "diverged", "stale", "all"]
 Policy = Literal["warn", "rerun", "reuse"]
 LISTED = 20
 """Stale trials listed one per line; the rest are counted."""
+RESUMABLE = ("running", "interrupted", "preempted")
+"""States whose trial continues from its checkpoint on the next launch."""
 
 
 class SelectionError(ValueError):
@@ -57,6 +59,17 @@ class Selection:
     """The stale trials a `warn` policy reuses: listed to the user."""
     policy: dict[str, str] = field(default_factory=dict)
     """Each trial's staleness policy (also what a checkpoint written by other code gets)."""
+    states: dict[str, str] = field(default_factory=dict)
+    """The stored state of each planned trial the store knows."""
+
+    def action(self, key: str) -> str:
+        """What the launch does with planned trial `key` (what `launch --dry-run` lists): run, resume, rerun
+        (and why: failed, diverged, stale, all), keep (a stale trial its policy reuses) or skip."""
+        if key in self.again:
+            return f"rerun ({self.again[key]})"
+        if key in self.run:
+            return "resume" if self.states.get(key) in RESUMABLE else "run"
+        return f"keep (stale: {self.policy[key]})" if key in self.stale else "skip"
 
     def lines(self, trials: dict[str, Trial]) -> list[str]:
         """What to tell the user about stale trials (empty when nothing is stale or every policy is silent)."""
@@ -74,8 +87,8 @@ class Selection:
         return out
 
 
-def select(plans: list[Plan], store: Store, choice: Select) -> Selection:
-    """Decide what a launch of `plans` runs (reads the store; writes nothing)."""
+def select(plans: list[Plan], store: Store | None, choice: Select) -> Selection:
+    """Decide what a launch of `plans` runs (reads the store, None where there is none yet; writes nothing)."""
     trials: dict[str, Trial] = {}
     policy: dict[str, str] = {}
     files: dict[str, str] = {}
@@ -87,9 +100,9 @@ def select(plans: list[Plan], store: Store, choice: Select) -> Selection:
     if choice.only:
         trials = {k: trials[k] for k in _resolve(choice.only, list(trials))}
     fps = dict(zip(trials, fingerprints([t.config for t in trials.values()])))
-    states = store.states(trials)
+    states = store.states(trials) if store is not None else {}
     done = {k for k, s in states.items() if s == "done"}
-    stale = _stale(store.codes(done), fps)
+    stale = _stale(store.codes(done) if store is not None else {}, fps)
     again: dict[str, str]
     if choice.rerun in ("failed", "diverged"):
         again = {k: str(choice.rerun) for k in trials if states.get(k) == choice.rerun}
@@ -107,7 +120,7 @@ def select(plans: list[Plan], store: Store, choice: Select) -> Selection:
     chosen = {k: trials[k] for k in trials if k in wanted}
     warned = [k for k in stale if k not in again and policy[k] == "warn" and choice.rerun is None]
     return Selection(chosen, done - set(again), again, stale,
-                     {k: record(fps[k], files[k]) for k in chosen}, warned, policy)  # fmt: skip
+                     {k: record(fps[k], files[k]) for k in chosen}, warned, policy, states)  # fmt: skip
 
 
 def stale_in_store(store: Store, sweeps: list[str] | None = None) -> dict[str, list[str]]:

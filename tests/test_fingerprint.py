@@ -4,6 +4,7 @@ again with the old result kept; `show` and `forget` (real Ray, SQLite, MLflow, C
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -14,7 +15,9 @@ import torch
 import yaml
 from conftest import BUILTIN_KINDS, TINY
 from test_plugins import edit, plugin_package, plugin_source
+from typer.testing import CliRunner
 
+from ablate.cli import app
 from ablate.config import TrialConfig
 from ablate.fingerprint import fingerprint, fingerprints, modules_of, record
 from ablate.planner import Plan, plan
@@ -238,3 +241,52 @@ def test_only_and_rerun_all_choose_trials_by_key_and_state(tmp_path: Path) -> No
         assert list(everything.run) == [a, b, c] and everything.again == {a: "all", b: "all"}
         with pytest.raises(SelectionError, match="matches no planned trial"):
             select([p], store, Select(only=("zzzz",)))
+
+
+def test_every_view_agrees_on_what_is_stale_and_a_dry_run_says_what_a_launch_does_with_it(
+    ray_local, tmp_path: Path
+) -> None:
+    """Two sweeps of one plugin file, launched. A comment, blank-line and docstring edit leaves both trials
+    current; after a real edit a dry run marks both stale and says what each `--stale` policy does with them;
+    once `launch a --stale rerun` trained a's again, `status` and `runs` of every sweep (which load each sweep's
+    stored plugin text, b's the old one) agree with the view of sweep a: only b's trial is stale."""
+    (tmp_path / "relu.py").write_text(plugin_source())
+    base = {**TINY, "attention": {"kind": "relu"}, "train": {**TINY["train"], "epochs": 1}}
+    sweeps = {"a": {"base": base}, "b": {"base": {**base, "train": {**base["train"], "lr": 1e-3}}}}
+    f = tmp_path / "e.yaml"
+    f.write_text(yaml.safe_dump({"plugins": ["./relu.py"], "sweeps": sweeps}))
+    a, b = (plan(f, s).trials[0].key for s in ("a", "b"))
+    db = f"sqlite:///{tmp_path}/r.sqlite"
+    args = ("--db", db, "--mlflow-uri", f"sqlite:///{tmp_path}/m.sqlite", "--plain", "--storage", str(tmp_path / "ck"))
+
+    def ablate(*argv: str) -> str:
+        done = CliRunner().invoke(app, list(argv), env={"COLUMNS": "200"})
+        assert done.exit_code == 0, done.output
+        return done.output
+
+    def dry(*extra: str) -> tuple[dict[str, str], str]:
+        """The dry run's `state action` per trial, and its output."""
+        text = ablate("launch", str(f), "--all", "--db", db, "--dry-run", *extra)
+        rows = {k: [c.strip() for c in line.split("│") if c.strip()] for line in text.splitlines()
+                for k in (a, b) if line.startswith(f"│ {k[:10]}")}  # fmt: skip
+        return {k: " ".join(row[-2:]) for k, row in rows.items()}, text
+
+    assert "done 2" in ablate("launch", str(f), "--all", *args, "--no-check")
+    edit(tmp_path / "relu.py", '"""ReLU attention: relu(q k^T / sqrt(d)) / N, no softmax."""', '"""Reworded."""')
+    edit(tmp_path / "relu.py", "class Relu(", "# a comment\n\n\nclass Relu(")
+    current, text = dry()
+    assert current == {a: "done skip", b: "done skip"} and "would run 0, skip 2\n" in text
+    edit(tmp_path / "relu.py", "return a @ v", "return (a @ v) * 2.0")
+    warned, text = dry()
+    assert warned == {a: "stale keep (stale: warn)", b: "stale keep (stale: warn)"}
+    assert "would run 0, skip 2 (2 of them stale, kept)" in text
+    assert all(f"stale {k[:10]} seed=0: changed mechanism relu" in text for k in (a, b)), text
+    rerun, text = dry("--stale", "rerun")
+    assert rerun == {a: "stale rerun (stale)", b: "stale rerun (stale)"} and "would run 2, skip 0" in text
+    assert "done 1" in ablate("launch", str(f), "a", *args, "--stale", "rerun", "--no-check")
+    fresh = ("runs", "--db", db, "--format", "json")  # new processes, as a user runs them: nothing cached
+    for runs, want in ((cli(tmp_path, *fresh).stdout, {a: "", b: "mechanism relu"}), (ablate(*fresh, "a"), {a: ""})):
+        got = {r["key"]: r.get("stale", "") for r in json.loads(runs)}  # no column: none stale
+        assert got == want, runs
+    status = cli(tmp_path, "status", "--db", db).stdout
+    assert "1 stale" in status and b in status and a not in status, status
