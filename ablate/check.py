@@ -249,7 +249,7 @@ def check(
     """Every distinct variant of the plans with a trial not in `skip` (done keys), checked; the first such
     trial of each variant stands for it. `remember`: a file of passing fingerprints, read, and extended when
     every variant passes. `data`: each variant's dataset is checked too (`check_data`, once per dataset; not
-    remembered: the data may change under its path)."""
+    remembered: the data may change under its path), unless its path is the cluster's (`data.remote`)."""
     memory = Remembered(remember)
     out = []
     for plan in plans:
@@ -269,7 +269,7 @@ def check(
                     params, gflops = counted.params, counted.gflops / 2
                 except ModelError as e:
                     error = str(e)
-            if error is None and data:
+            if error is None and data and not t.config.data.remote:  # a remote path is only on the cluster
                 error = check_data(t.config)
             out.append(Checked(plan.sweep, t.variant, params, gflops, error))
     if all(c.ok for c in out):  # a failed check exits before anything is written

@@ -150,13 +150,15 @@ def test_check_builds_a_batch_of_each_dataset_and_names_what_it_does_not_declare
     """One `ablate check` of a sweep per dataset plugin: the correct one passes; a label past the classes (only the
     last item of each split has it), splits wider than the declared dims, images of another size and channels-last
     images are each one message naming the dataset and its plugin file (where training met torch's "Target 4 is
-    out of bounds" or a shape error in ablate's ViT); --no-data checks the models alone."""
+    out of bounds" or a shape error in ablate's ViT); --no-data checks the models alone, and so does a dataset at
+    a path marked as the cluster's (`data.remote`)."""
     plugins = [dataset_plugin(tmp_path, name, **wrong) for name, wrong in FAULTS.items()]
-    f = sweeps(tmp_path, plugins, {name: {**TINY, "data": {"name": name}} for name in FAULTS})
+    remote = {**TINY, "data": {"name": "labels", "path": "/on/the/cluster", "remote": True}}
+    f = sweeps(tmp_path, plugins, {**{name: {**TINY, "data": {"name": name}} for name in FAULTS}, "remote": remote})
     res = cli(["check", str(f)], tmp_path, {"COLUMNS": "500"})
     assert res.returncode == 2, res.stdout + res.stderr
     rows = statuses(res)
-    assert rows.pop("blobs") == "ok", rows
+    assert rows.pop("blobs") == rows.pop("remote") == "ok", rows  # data only the cluster has is not built here
     for name, row in rows.items():
         assert row.startswith(f"error: data.name '{name}' (ablate_plugin_") and str(tmp_path / f"{name}.py") in row
     labels = "its train split: an item's label 4 is not a class index 0..3 (its splits have num_classes 4)"
@@ -167,7 +169,7 @@ def test_check_builds_a_batch_of_each_dataset_and_names_what_it_does_not_declare
            "takes (2, 1, 8, 8) for the in_chans 1 it declares)" in rows["images"], rows  # fmt: skip
     assert "inputs (2, 8, 8, 1)" in rows["channels-last"], rows
     models = cli(["check", str(f), "--no-data"], tmp_path, {"COLUMNS": "500"})
-    assert models.returncode == 0 and models.stdout.count(" ok ") == len(FAULTS), models.stdout + models.stderr
+    assert models.returncode == 0 and models.stdout.count(" ok ") == len(FAULTS) + 1, models.stdout + models.stderr
 
 
 def test_a_label_past_the_classes_fails_the_trial_naming_the_dataset(tmp_path: Path) -> None:
