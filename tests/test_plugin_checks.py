@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 from conftest import TINY
-from test_plugins import cli, experiments, plugin_source
+from test_plugins import GOOD_BODY, cli, experiments, plugin_source
 from typer.testing import CliRunner
 
 from ablate.cli import app
@@ -22,6 +22,13 @@ SWAPPED = "return (a @ v).transpose(1, 2)"
 """A mixer's body returning (B, N, H, d) where (B, H, N, d) is due: same numbers, another model after reshape."""
 NARROW = "return (a @ v)[..., :1]"
 """A mixer's body returning one channel per head: the wrong last dimension."""
+
+INDENT = "\n        "
+"""Between two lines of a mixer's body."""
+VIT_ONLY = (
+    f"if q.shape[-2] != 17:{INDENT}    raise ValueError('made for 16 patches and a class token'){INDENT}{GOOD_BODY}"
+)
+"""A mixer's body that runs only where its model puts it (as one that needs the backbone's token grid does)."""
 
 EQUAL = {"embed_dim": 20, "depths": [1], "num_heads": [5], "patch_size": 2, "img_size": 4}
 """A ViT whose every mixer call has as many tokens as heads (4 patches and the class token, 5 heads): a swapped
@@ -73,16 +80,18 @@ def test_check_holds_every_mixer_to_its_output_shape_where_the_model_cannot_tell
     """One `ablate check` of three variants: a swapped mixer in the usual tiny ViT (caught in the model's step),
     the same mixer in a ViT with as many tokens as heads (its model step cannot see it: the mixer alone, at sizes
     that all differ, does), a mixer of the wrong width (named, not torch's reshape error in ablate's ViT); the
-    right mixer passes in both models."""
-    for kind, body in (("swapped", SWAPPED), ("narrow", NARROW), ("relu", "return a @ v")):
+    right mixer passes in both models, and so does one that runs only in its model (the mixer alone is held to
+    its shape, not to running outside its backbone)."""
+    for kind, body in (("swapped", SWAPPED), ("narrow", NARROW), ("relu", GOOD_BODY), ("vitonly", VIT_ONLY)):
         (tmp_path / f"{kind}.py").write_text(plugin_source(kind=kind, body=body))
     equal = {**TINY, "model": {**TINY["model"], **EQUAL}}
-    f = sweeps(tmp_path, ["./swapped.py", "./narrow.py", "./relu.py"], {
+    f = sweeps(tmp_path, ["./swapped.py", "./narrow.py", "./relu.py", "./vitonly.py"], {
         "swapped": {**TINY, "attention": {"kind": "swapped"}},
         "swapped-equal": {**equal, "attention": {"kind": "swapped"}},
         "narrow": {**TINY, "attention": {"kind": "narrow"}},
         "right": {**TINY, "attention": {"kind": "relu"}},
         "right-equal": {**equal, "attention": {"kind": "relu"}},
+        "vit-only": {**TINY, "attention": {"kind": "vitonly"}},
     })  # fmt: skip
     res = cli(["check", str(f)], tmp_path, {"COLUMNS": "400"})
     assert res.returncode == 2, res.stdout + res.stderr
@@ -93,7 +102,7 @@ def test_check_holds_every_mixer_to_its_output_shape_where_the_model_cannot_tell
     assert f"Relu.forward ({swapped}:24) returned (2, 4, 3, 8), expected (2, 3, 4, 8)" in rows["swapped-equal"], rows
     narrow = f"Relu.forward ({tmp_path / 'narrow.py'}:24) returned (2, 2, 17, 1), expected (2, 2, 17, 16)"
     assert narrow in rows["narrow"] and "reshape" not in rows["narrow"], rows
-    assert rows["right"] == rows["right-equal"] == "ok", rows
+    assert rows["right"] == rows["right-equal"] == rows["vit-only"] == "ok", rows
 
 
 #: A one-file dataset plugin, as the README's plugin section describes one: 4 classes of grey blobs, a split's
