@@ -716,3 +716,44 @@ def test_report_renders_in_headless_chromium_without_console_errors(store, tmp_p
                           capture_output=True, text=True, timeout=120)  # fmt: skip
     assert done.returncode == 0 and "<table>" in done.stdout
     assert not [line for line in done.stderr.splitlines() if "CONSOLE" in line], done.stderr[-2000:]
+
+
+TAU_PLUGIN = '''
+from typing import Literal
+from ablate.config import Mechanism
+from ablate.registry import register_mechanism
+
+
+@register_mechanism
+class TauPlug(Mechanism):
+    """Softmax at temperature tau; its words leave tau out."""
+
+    kind: Literal["tauplug"] = "tauplug"
+    tau: float = 1.0
+    """The temperature."""
+
+    def build(self, dim, num_heads, in_dim=None):
+        raise NotImplementedError
+
+    def describe(self):
+        return "Tau plug"
+'''
+
+
+def test_a_plugin_knob_named_like_a_said_builtin_knob_still_labels_its_variants(store, tmp_path):
+    """CSaN's words say `tau`; a plugin's `tau` that its own words leave out must still be appended, or two
+    variants of the plugin read the same in every table."""
+    (tmp_path / "tauplug.py").write_text(TAU_PLUGIN)
+    f = tmp_path / "t.yaml"
+    f.write_text(json.dumps({"plugins": ["tauplug.py"], "sweeps": {"t": {"base": {**TINY, "attention": {
+        "kind": "tauplug"}}, "grid": {"attention.tau": [1.0, 2.0]}, "seeds": 2}}}))  # fmt: skip
+    p = plan(f, "t")
+    p.plugins.load()
+    assert describe.said("attention.tau", {"csan"}) and not describe.said("attention.tau", {"tauplug"})
+    fill(store, p, lambda t: 60.0 + t.axes["attention.tau"] + t.axes["seed"])
+    labels = frames.load(store, "t").variants["label"].tolist()
+    assert labels == ["Tau plug, attn-FFN; tau=1", "Tau plug, attn-FFN; tau=2"]
+    csan = {"base": {**TINY, "attention": {"kind": "csan"}}, "grid": {"attention.tau": [True, False]}, "seeds": 2}
+    c = plan(write_sweeps(tmp_path / "c.yaml", {"c": csan}), "c")
+    fill(store, c, lambda t: 60.0 + t.axes["seed"])  # a CSaN sweep's words say tau: nothing appended
+    assert not any("tau=" in label for label in frames.load(store, "c").variants["label"])

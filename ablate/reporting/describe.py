@@ -10,6 +10,7 @@ axis that varies in a sweep is appended as `name=value` by the caller, so two va
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from ablate.registry import BACKBONES, DATASETS, MECHANISMS
@@ -21,11 +22,17 @@ SAID = {
 }  # fmt: skip
 
 
-def said(path: str) -> bool:
+def said(path: str, kinds: Iterable[str] | None = None) -> bool:
+    """Whether the words of every variant say `path`: an attention knob is said when each mechanism among
+    `kinds` (the sweep's; None: all registered) that has the knob says it, so a plugin's knob that shares a
+    name with another mechanism's said knob (`tau`) is still appended where its own words leave it out."""
     if path in SAID:
         return True
     section, _, knob = path.partition(".")
-    return section == "attention" and any(knob in cls.said for _, cls in MECHANISMS.items())
+    if section != "attention":
+        return False
+    having = [cls for name, cls in MECHANISMS.items() if (kinds is None or name in kinds) and knob in cls.model_fields]
+    return bool(having) and all(knob in cls.said for cls in having)
 
 
 def architecture(cfg: dict[str, Any]) -> str:

@@ -144,7 +144,10 @@ def _variants(store: Store, trials: pd.DataFrame, axes: list[str]) -> pd.DataFra
     necessarily its own)."""
     first = trials.drop_duplicates("variant").set_index("variant")
     out = first[[f"axis.{a}" for a in axes]].copy()
-    words = list(axis_cells(out, [a for a in axes if describe.said(a)]).itertuples(index=False, name=None))
+    kinds = (set(out["axis.attention.kind"].dropna()) if "axis.attention.kind" in out
+             else {_config(store, first["key"].iloc[0]).get("attention", {}).get("kind")})  # fmt: skip
+    said = [a for a in axes if describe.said(a, kinds)]
+    words = list(axis_cells(out, said).itertuples(index=False, name=None))
     keys: dict[tuple[str, ...], str] = {}
     for w, key in zip(words, first["key"]):
         keys.setdefault(w, key)
@@ -152,7 +155,7 @@ def _variants(store: Store, trials: pd.DataFrame, axes: list[str]) -> pd.DataFra
     out["config"] = [configs[w] for w in words]
     # described once per set of said axes (the config stands for all of them), not once per variant
     described = {w: (describe.architecture(c), describe.dataset(c), describe.mixer(c)) for w, c in configs.items()}
-    varying = [a for a in axes if axis_cells(out, [a])[a].nunique() > 1 and not describe.said(a)]
+    varying = [a for a in axes if axis_cells(out, [a])[a].nunique() > 1 and a not in said]
     out["architecture"] = [described[w][0] for w in words]
     out["dataset"] = [described[w][1] for w in words]
     extras = [", ".join(f"{describe.short(a)}={describe.value(v)}" for a, v in zip(varying, r))
