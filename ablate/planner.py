@@ -23,6 +23,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from ablate import tune_check
 from ablate.config import REPLICATES, TrialConfig, identity
 from ablate.errors import Problem, SpecError, format_path
 from ablate.paths import get_path, matches, overlaps, set_path
@@ -40,6 +41,7 @@ from ablate.spec import (
     read_sweeps,
     with_overrides,
 )
+from ablate.tuning import Searches
 
 KEY_VERSION = "ablate-trial-v1"
 """Bumped only when the meaning of a config changes, so old keys stop matching new trials."""
@@ -134,6 +136,11 @@ class Plan:
     """Adaptive seeding (`ablate.sequential`): `trials` holds the seeds planned so far, `reserve` the rest."""
     reserve: list[Trial] = field(default_factory=list)
     """Trials of seeds an adaptive sweep may still add (min..max-1 of each cell), in seed order."""
+    tuning: Searches | None = None
+    """A tuned sweep's `tune:` and each arm's search so far (`ablate.tuned`): `trials` and `reserve` hold the
+    arms' trials at their best configurations, added as their searches end, `arms` the grid as written."""
+    arms: list[Trial] = field(default_factory=list)
+    """A tuned sweep's grid at the base's values: each arm's trials, every seed (the adaptive reserve's too)."""
     variants: list[str] = field(init=False)
 
     def __post_init__(self) -> None:
@@ -369,10 +376,13 @@ def expand(sweep: SweepSource, max_trials: int = MAX_TRIALS) -> Plan:
     bound = math.prod(len(g) for g in top) * math.prod(max(1, math.prod(len(g) for g in w)) for w in whens)
     adaptive = spec.seeds if isinstance(spec.seeds, AdaptiveSeeds) else None
     seeds = adaptive.seeds if adaptive else typing.cast(list[int], spec.seeds)
-    if bound * len(seeds) > max_trials:
+    each = len(seeds) + (spec.tune.budget + len(seeds) if spec.tune else 0)  # a tuned arm: its search, 2 x seeds
+    if bound * each > max_trials:
         sizes = " x ".join(str(len(g)) for g in top) or "1"
-        raise SpecError([sweep.problem(("grid",), f"up to {bound * len(seeds):,} trials ({sizes} cells"
-                                       f"{' and when: blocks' if whens else ''} x {len(seeds)} seeds) exceed "
+        per = f"{len(seeds)} seeds"
+        per = f"({spec.tune.budget} configurations + 2 x {per})" if spec.tune else per
+        raise SpecError([sweep.problem(("grid",), f"up to {bound * each:,} trials ({sizes} cells"
+                                       f"{' and when: blocks' if whens else ''} x {per}) exceed "
                                        f"the limit of {max_trials:,} per sweep; --max-trials raises it")])  # fmt: skip
     cells = list(_product(top))
     dead: list[Problem] = []
@@ -397,7 +407,7 @@ def expand(sweep: SweepSource, max_trials: int = MAX_TRIALS) -> Plan:
         for path in rule:
             if (msg := path_problem(path, kinds)) is not None:
                 problems.append(sweep.problem(("exclude", i, path), msg))
-    problems += [p for cell in cells for p in _varied_twice(sweep, cell)]
+    problems += [p for cell in cells for p in _varied_twice(sweep, cell)] + tune_check.path_problems(sweep, kinds)
     if problems:
         raise SpecError(problems + _base_problems(sweep))
 
@@ -460,6 +470,16 @@ def expand(sweep: SweepSource, max_trials: int = MAX_TRIALS) -> Plan:
         raise SpecError([sweep.problem(("seeds",), "adaptive seeds compare every cell with the baseline: give the "
                                        "sweep a `baseline:`")])  # fmt: skip
     metric = spec.metric or ("test.auc" if trials[0].config.task == "mil" else "test.top1")
+    if spec.tune is not None:
+        arms: dict[str, Trial] = {}  # each arm's first trial (its tuning seed), by variant
+        for t in trials:
+            arms.setdefault(t.variant, t)
+        words = {", ".join(f"{a}={t.axes[a]}" for a in axes) or "the only one": t.config for t in arms.values()}
+        if bad := tune_check.cell_problems(sweep, words):
+            raise SpecError(bad)
+        tuning = Searches(spec=spec.tune, baseline=list(arms).index(baseline) if baseline else None)
+        return Plan(sweep.name, [], axes, baseline, metric, sweep.source, spec.description, sweep.plugins,
+                    spec.stale, adaptive, tuning=tuning, arms=trials)  # fmt: skip
     first = [t for t in trials if adaptive is None or t.config.seed < adaptive.min]
     reserve = [t for t in trials if adaptive is not None and t.config.seed >= adaptive.min]
     return Plan(sweep.name, first, axes, baseline, metric, sweep.source, spec.description, sweep.plugins,

@@ -40,6 +40,7 @@ from ablate.errors import Problem, SpecError
 from ablate.paths import get_path, overlaps, set_path, typed_value
 from ablate.plugins import PluginError, Plugins, load_builtins
 from ablate.registry import MECHANISMS
+from ablate.tuning import TuneSpec
 
 Loc = tuple[str | int, ...]
 """A key path inside the YAML file, e.g. ("sweeps", "cpu", "grid", "train.lr", 0)."""
@@ -126,6 +127,9 @@ class SweepSpec(Strict):
     stale: Literal["warn", "rerun", "reuse"] = "warn"
     """A done trial whose code changed since it ran (`ablate.fingerprint`): warn (reuse it and list it), rerun
     (train it again, keeping the old result as a previous one) or reuse (silently); `launch --stale` overrides."""
+    tune: TuneSpec | None = None
+    """Tune every arm (variant) alike before its seeds run: `budget` configurations of `space` each, chosen on
+    the validation `metric` (`ablate.tuning`, `ablate.tuned`; checked against the grid by `ablate.tune_check`)."""
 
     @field_validator("seeds", mode="before", json_schema_input_type=list[int] | int | AdaptiveSeeds)
     @classmethod
@@ -671,6 +675,9 @@ def with_overrides(file: SweepFile, texts: Sequence[str], names: Iterable[str] |
             if varied:
                 problems.append(o.problem(f"sweep {name} varies {', '.join(varied)} in its grid; an override sets "
                                           "one value for every trial, so set it in the file instead"))  # fmt: skip
+            if searched := [p for p in (source.spec.tune.space if source.spec.tune else {}) if o.overlaps(p)]:
+                problems.append(o.problem(f"sweep {name} searches {', '.join(searched)} in its tune: space; an "
+                                          "override sets one value for every trial"))  # fmt: skip
             set_path(base, o.path, o.value)
         if any(o.overlaps("data.path") for o in overrides):  # a relative path typed here is relative to here
             base = _absolute_data_path(base, Path.cwd())[0]

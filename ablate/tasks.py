@@ -36,6 +36,9 @@ class Task:
     name: ClassVar[str]
     headline: ClassVar[str]
     """The score (higher is better) that chooses the best epoch on validation data (`train.select: best`)."""
+    scores: ClassVar[tuple[str, ...]] = ()
+    """The names `score` returns (what a `tune:` block may choose on, as val.<name>); empty: not declared, and
+    any validation metric is taken."""
 
     def __init__(self, cfg: TrialConfig, data: Splits, device: torch.device) -> None:
         self.cfg, self.data, self.device = cfg, data, device
@@ -119,6 +122,7 @@ class Task:
 class Classify(Task):
     name = "classify"
     headline = "top1"
+    scores = ("loss", "top1", "top5")
 
     def __init__(self, cfg: TrialConfig, data: Splits, device: torch.device) -> None:
         super().__init__(cfg, data, device)
@@ -195,6 +199,7 @@ def shift_images(x: Tensor, shift: int) -> Tensor:
 class MIL(Task):
     name = "mil"
     headline = "auc"
+    scores = ("loss", "auc", "acc")
 
     def inputs(self, batch: Any) -> tuple[tuple[Tensor, ...], Tensor]:
         x, mask, y = batch

@@ -29,9 +29,10 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
-from pydantic import Discriminator, Field, StrictInt, Tag, ValidationInfo, field_validator
+from pydantic import Discriminator, Field, StrictInt, Tag, ValidationInfo, field_validator, model_validator
 
 from ablate.components import Strict
+from ablate.messages import higher_is_better
 from ablate.paths import overlaps
 
 if TYPE_CHECKING:
@@ -136,12 +137,21 @@ class TuneSpec(Strict):
     metric: str
     """What chooses the best configuration: a validation metric (val.top1); the test split never chooses."""
     direction: Literal["max", "min"] = "max"
-    """Whether the metric is better higher (top1, auc) or lower (loss)."""
+    """Whether the metric is better higher (top1, auc) or lower (loss); default: what its name says
+    (`ablate.messages.higher_is_better`), and a direction that contradicts the name is refused."""
     batch: int = Field(4, ge=1, le=MAX_BUDGET)
     """Configurations proposed at once per arm: a round runs in parallel, the next is proposed from its results.
     Changing it changes every configuration after the first round."""
     seed: int = Field(0, ge=0, lt=2**63)
     """Seed of the sampler, shared by every arm."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _direction_of_the_metric(cls, data: Any) -> Any:
+        """The direction the metric's name says, unless the block gives one (checked in `_direction`)."""
+        if isinstance(data, dict) and "direction" not in data and isinstance(data.get("metric"), str):
+            return {**data, "direction": "max" if higher_is_better(data["metric"]) else "min"}
+        return data
 
     @field_validator("space")
     @classmethod
@@ -149,6 +159,9 @@ class TuneSpec(Strict):
         bad = [p for p in space if not p or any(not part for part in p.split("."))]
         if bad:
             raise ValueError(f"expected dotted config paths such as train.lr, got {bad}")
+        single = [p for p, d in space.items() if isinstance(d, list) and len(d) == 1]
+        if single:
+            raise ValueError(f"{', '.join(single)}: a single value belongs in the base, not in a search")
         repeated = {p: r for p, d in space.items() if isinstance(d, list) and (r := _repeated(d))}
         if repeated:
             raise ValueError("values repeat: " + "; ".join(f"{p}: {r}" for p, r in repeated.items()))
@@ -181,6 +194,60 @@ class TuneSpec(Strict):
             raise ValueError(f"expected a validation metric such as val.top1 (the test split never chooses), "
                              f"got {metric!r}")  # fmt: skip
         return metric
+
+    @field_validator("direction")
+    @classmethod
+    def _direction(cls, direction: str, info: ValidationInfo) -> str:
+        metric = info.data.get("metric")
+        said = None if metric is None else "max" if higher_is_better(metric) else "min"
+        if said is not None and direction != said:
+            raise ValueError(f"{metric} is better {'higher' if said == 'max' else 'lower'}: direction {said} (or "
+                             "leave direction out)")  # fmt: skip
+        return direction
+
+
+COMPANION = "/tuning"
+"""What a tuned sweep's name gains to name the sweep of its tuning trials (`companion`)."""
+
+
+def companion(sweep: str) -> str:
+    """The sweep that holds `sweep`'s tuning trials: its arms' searches, and its arms at the baseline's
+    configuration, kept out of its comparison. `/` is in no name a file can give a sweep (`spec.SAFE_NAME`),
+    so the name never meets a sweep of its own."""
+    return sweep + COMPANION
+
+
+def tuned_of(name: str) -> str | None:
+    """The tuned sweep whose tuning trials the sweep `name` holds; None for any other sweep."""
+    return name.removesuffix(COMPANION) if name.endswith(COMPANION) and len(name) > len(COMPANION) else None
+
+
+class ArmSearch(Strict):
+    """One arm's search as far as a launch took it: what a report reads of it, by trial key."""
+
+    axes: dict[str, Any]
+    """The arm's grid axis values (its cell, without replicates): what names it."""
+    search: list[str] = []
+    """Trial keys of its configurations, in the order proposed (one key twice where a sampler proposed one
+    configuration twice)."""
+    best: int | None = None
+    """Index in `search` of its best configuration (`best`), once every configuration of the budget has a
+    result."""
+    finals: list[str] = []
+    """Its trials at its own best configuration: the sweep's seeds (its trials in the tuned sweep)."""
+    at_baseline: list[str] = []
+    """Its trials at the baseline arm's best configuration, the same seeds (none for the baseline arm)."""
+
+
+class Searches(Strict):
+    """A tuned sweep's searches: its `tune:` block, and each arm's search as the last launch left it (the sweep's
+    record keeps it for reports, `ablate.reporting.tuned`)."""
+
+    spec: TuneSpec
+    arms: list[ArmSearch] = []
+    """Every arm, in plan order."""
+    baseline: int | None = None
+    """Index in `arms` of the baseline's arm (None: a sweep without a baseline)."""
 
 
 def _repeated(values: list[Any]) -> list[Any]:

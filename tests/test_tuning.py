@@ -152,7 +152,7 @@ def test_best_is_the_earliest_of_the_best_known_results():
     s = spec(budget=5)
     assert best(s, [0.2, None, 0.9, Failed(), 0.9]) == 2
     assert best(s, [0.2, math.nan, 0.9, 0.1, 0.05, 0.01]) == 2  # past the budget: not a candidate
-    assert best(spec(budget=5, direction="min"), [0.2, math.nan, 0.9, 0.1, 0.1, 0.01]) == 3
+    assert best(spec(budget=5, metric="val.loss"), [0.2, math.nan, 0.9, 0.1, 0.1, 0.01]) == 3
     assert best(s, [None, Failed(), math.nan]) is None and best(s, []) is None
 
 
