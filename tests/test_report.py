@@ -353,7 +353,8 @@ def test_published_numbers_in_full_when_a_variant_is_comparable(store, tmp_path)
 
 def test_a_variant_off_the_recipe_by_its_own_axis_is_not_compared(store, tmp_path):
     """A recipe axis the variant words do not say (train.epochs): the 30-epoch variant is not put beside the
-    paper's 300-epoch row, though it reads the same as the 300-epoch one."""
+    paper's 300-epoch row, though it reads the same as the 300-epoch one. Each variant's own config leaves the
+    config the two share as it was."""
     base = {"data": {"name": "imagefolder", "path": str(tmp_path), "id": "imagenet-1k"}, "model": {"size": "swin-min"}}
     for path, v in TABLES.get("csan-imagenet").recipe.items():
         set_path(base, path, v)
@@ -363,6 +364,10 @@ def test_a_variant_off_the_recipe_by_its_own_axis_is_not_compared(store, tmp_pat
     text = "\n".join(published_section((tmp_path / "r" / "ep" / "report.md").read_text()))
     measured = text.split("*Measured vs published (")[0]
     assert measured.count("| Swin-Min") == 1 and "train.epochs 30 (published 300)" in text, text
+    data = frames.load(store, "ep")
+    shared = json.dumps(list(data.variants["config"]), sort_keys=True)
+    assert sorted(frames.own_config(data, v)["train"]["epochs"] for v in data.variants.index) == [30, 300]
+    assert json.dumps(list(data.variants["config"]), sort_keys=True) == shared
 
 
 def test_none_comparable_names_the_differences_every_variant_shares():
