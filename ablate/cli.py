@@ -706,7 +706,10 @@ def show(
     if trial.mlflow_run_id:
         from ablate.tracking import Tracker
 
-        out.print(f"MLflow run: {Tracker(mlflow_uri).run_url(trial.mlflow_run_id)}")
+        tracker = Tracker(mlflow_uri)
+        url = tracker.run_url(trial.mlflow_run_id)
+        out.print(f"MLflow run: {url}" if url else f"MLflow run {trial.mlflow_run_id}: not in {tracker.uri} (give the "
+                  "--mlflow-uri the launch logged to)")  # fmt: skip
 
 
 def _as_record(trial: Any) -> dict[str, Any]:

@@ -249,9 +249,15 @@ class Tracker:
         assert client is not None
         return client
 
-    def run_url(self, run_id: str) -> str:
-        """Where a person opens the run: the server's page, or for a local store the run in `ablate ui`."""
-        run = self.client.get_run(run_id)
+    def run_url(self, run_id: str) -> str | None:
+        """Where a person opens the run: the server's page, or for a local store the run in `ablate ui`; None
+        when this tracking store does not hold the run (the launch logged to another `--mlflow-uri`)."""
+        from mlflow.exceptions import MlflowException
+
+        try:
+            run = self.client.get_run(run_id)
+        except MlflowException:
+            return None
         path = ui_route(f"experiments/{run.info.experiment_id}/runs/{run_id}")
         if self.uri.startswith("http"):
             return f"{self.uri.rstrip('/')}/{path}"
