@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import os
 import shutil
@@ -14,6 +15,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from procs import Postgres
 
 from ablate.plugins import load_builtins
 from ablate.registry import BACKBONES, DATASETS, MECHANISMS, TABLES, TASKS
@@ -130,19 +132,10 @@ def postgres():
                              "(Debian: apt-get install postgresql)")  # fmt: skip
     needs(importable("psycopg"), "PostgreSQL tests need the driver: pip install 'ablate[postgres]'")
     root = Path(tempfile.mkdtemp(prefix="ablate-postgres-"))  # not under pytest's 0700 folder: the server reads it
-    as_user = []
-    if os.geteuid() == 0:  # initdb refuses root: run the server as the postgres user
-        as_user = ["runuser", "-u", "postgres", "--"]
-        shutil.chown(root, "postgres")
-    port = free_port()
-    data = root / "data"
-    subprocess.run([*as_user, initdb, "-D", str(data), "-A", "trust", "-U", "postgres", "--no-sync"], check=True,
-                   capture_output=True)  # fmt: skip
-    options = f"-p {port} -k {root} -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=200"
-    subprocess.run([*as_user, pg_ctl, "-D", str(data), "-o", options, "-l", str(root / "log"), "-w", "start"],
-                   check=True, capture_output=True)  # fmt: skip
-    yield f"postgresql+psycopg://postgres@127.0.0.1:{port}"
-    subprocess.run([*as_user, pg_ctl, "-D", str(data), "-m", "immediate", "stop"], capture_output=True)
+    server = Postgres.create(root, initdb, pg_ctl, free_port())
+    yield server.url
+    with contextlib.suppress(subprocess.CalledProcessError):  # a test left it stopped
+        server.stop("immediate")
     shutil.rmtree(root, ignore_errors=True)
 
 

@@ -11,13 +11,14 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 import yaml
 from conftest import TINY, free_port
 from gate import Gate
+from procs import kill_tree
 from test_plugins import plugin_source
 
 from ablate.store import Store
@@ -35,32 +36,6 @@ def start_node(args: list[str], env: dict) -> subprocess.Popen:
                              "--object-store-memory", str(80 * 2**20), "--disable-usage-stats", *args],
                             env=env, start_new_session=True,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
-
-
-def descendants(pid: int) -> list[int]:
-    """Every process started by `pid`, its children's children included (from /proc)."""
-    children: dict[int, list[int]] = {}
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            ppid = int(stat.read_text().rsplit(")", 1)[1].split()[1])
-        except (OSError, IndexError, ValueError):
-            continue  # a process that ended while we looked
-        children.setdefault(ppid, []).append(int(stat.parent.name))
-    found, todo = [], [pid]
-    while todo:
-        kids = children.get(todo.pop(), [])
-        found += kids
-        todo += kids
-    return found
-
-
-def kill_node(node: subprocess.Popen) -> None:
-    """SIGKILL a node and every process it started (its raylet's workers leave its process group)."""
-    for pid in descendants(node.pid):
-        with suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
-    os.killpg(node.pid, signal.SIGKILL)
-    node.wait(timeout=30)
 
 
 def nodes_alive(address: str, env: dict) -> int:
@@ -146,7 +121,7 @@ def test_a_lost_node_preempts_its_trial_which_resumes_on_the_other(tmp_path: Pat
                                     text=True)  # fmt: skip
         try:
             gate.wait(2)
-            kill_node(nodes[1])
+            kill_tree(nodes[1])
             gate.open()
             out, _ = launcher.communicate(timeout=300)
         finally:

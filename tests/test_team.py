@@ -28,7 +28,6 @@ import re
 import shlex
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -46,7 +45,7 @@ import yaml
 from conftest import ROOT, TINY, free_port, fresh_database, postgres_binary, write_sweeps
 from gate import Gate, wait_for
 from procfs import descendants
-from test_cluster import kill_node
+from procs import NODES, Launcher, Postgres, alive_nodes, kill_tree, listening, loopback
 
 from ablate import journal
 from ablate.storage import Storage
@@ -56,8 +55,6 @@ RAY, ABLATE, MLFLOW = (str(Path(sys.executable).with_name(name)) for name in ("r
 GATE_SCRIPT = Path(__file__).with_name("gate.py")
 MARKER = "<!-- tests/test_team.py runs this block"
 ROLES = ("mlflow server", "ray start --head", "ray start --address", "ablate launch")
-NODES = ("127.0.0.2", "127.0.0.3", "127.0.0.4")
-"""The head's address and the two workers': a node per loopback address, as a machine each."""
 SWEEPS = {"alpha": [0, 1, 2, 3], "beta": [2, 3, 4, 5], "gamma": [4, 5, 0, 1]}
 """One sweep per launcher; every trial (a seed of TINY) is in two of them."""
 MEASURED = ("epoch_s", "samples_per_s", "peak_mem_mb")
@@ -375,15 +372,6 @@ def test_the_kuberay_manifests_are_valid() -> None:
 
 
 # ------------------------------------------------------------------------------------------ the end-to-end test
-def loopback(ip: str, folder: Path) -> list[str]:
-    """What the test adds to the README's `ray start`: the node's loopback address (Ray finds a machine's own),
-    one CPU (three nodes share this machine's cores), a session folder of its own (other Rays may run here), a
-    small object store, no usage report, and --block, so that the node's processes stay under the one the test
-    started and can be killed with it."""
-    return ["--block", f"--node-ip-address={ip}", "--num-cpus=1", f"--temp-dir={folder}",
-            f"--object-store-memory={80 * 2**20}", "--disable-usage-stats"]  # fmt: skip
-
-
 class Service:
     """A server the test starts, stops and starts again with the same command (its own process group)."""
 
@@ -411,35 +399,6 @@ class Service:
                 os.killpg(self.proc.pid, signal.SIGKILL)
 
 
-class Postgres:
-    """The session's PostgreSQL server (conftest's `postgres`), found by asking it for its data folder: stopped
-    (fast: open sessions end) and started again with the options it was started with (postmaster.opts)."""
-
-    def __init__(self, server: str) -> None:
-        import sqlalchemy
-
-        engine = sqlalchemy.create_engine(f"{server}/postgres")
-        with engine.connect() as conn:
-            self.data = Path(conn.exec_driver_sql("SHOW data_directory").scalar_one())
-        engine.dispose()
-        self.as_user = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
-        self.pg_ctl = postgres_binary("pg_ctl")
-        self.down = False
-
-    def stop(self) -> None:
-        subprocess.run([*self.as_user, self.pg_ctl, "-D", self.data, "-m", "fast", "-w", "stop"], check=True,
-                       capture_output=True)  # fmt: skip
-        self.down = True
-
-    def start(self) -> None:
-        options = shlex.split((self.data / "postmaster.opts").read_text())[1:]  # the postgres binary first
-        at = options.index("-D")
-        options = options[:at] + options[at + 2 :]
-        subprocess.run([*self.as_user, self.pg_ctl, "-D", self.data, "-o", shlex.join(options), "-l",
-                        self.data.parent / "log", "-w", "start"], check=True, capture_output=True)  # fmt: skip
-        self.down = False
-
-
 class Timeline:
     """What happened when, in seconds from the start, printed as it goes (`pytest -s`) and kept for failures."""
 
@@ -454,25 +413,6 @@ class Timeline:
 
     def __str__(self) -> str:
         return "\n".join(self.events)
-
-
-class Launcher:
-    """One `ablate launch` process, its own scratch folder (the machine it runs on) and its output."""
-
-    def __init__(self, sweep: str, argv: list[str], env: dict[str, str], cwd: Path, log: Path) -> None:
-        self.sweep, self.log = sweep, log
-        with log.open("ab") as out:
-            self.proc = subprocess.Popen(argv, env=env, cwd=cwd, start_new_session=True, stdout=out,
-                                         stderr=subprocess.STDOUT)  # fmt: skip
-
-    def text(self) -> str:
-        return self.log.read_text(errors="replace")
-
-    def kill(self) -> None:
-        if self.proc.poll() is None:
-            with suppress(ProcessLookupError):
-                os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait(timeout=30)
 
 
 def healthy(url: str) -> bool:
@@ -548,7 +488,7 @@ def test_a_team_set_up_survives_its_faults(postgres: str, bucket: str, tmp_path:
     }
     launch = {s: substitute(readme["ablate launch"], {**values, "csan-paper": s}) for s in SWEEPS}
     storage, url, uri = (option(launch["alpha"], name) for name in ("--storage", "--db", "--mlflow-uri"))
-    pg = Postgres(postgres)
+    pg = Postgres.of(postgres, postgres_binary("pg_ctl"))
     base = {**os.environ, "RAY_AUTH_MODE": "disabled", "RAY_ADDRESS": ""}
     gate = Gate(work / "gate", epoch=1)
     launchers: dict[str, Launcher] = {}
@@ -560,7 +500,7 @@ def test_a_team_set_up_survives_its_faults(postgres: str, bucket: str, tmp_path:
                          {**base, "MLFLOW_WORKERS": "1", "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"},
                          work / "mlflow.log")  # fmt: skip
         cleanup.callback(mlflow.stop, signal.SIGKILL)
-        cleanup.callback(lambda: [kill_node(node) for node in nodes if node.poll() is None])
+        cleanup.callback(lambda: [kill_tree(node) for node in nodes if node.poll() is None])
         cleanup.callback(lambda: [launcher.kill() for launcher in launchers.values()])
         mlflow.start()
 
@@ -574,10 +514,10 @@ def test_a_team_set_up_survives_its_faults(postgres: str, bucket: str, tmp_path:
 
         dashboard = free_port()  # the default one may be another Ray's on this machine
         start_node("ray start --head", f"--dashboard-port={dashboard}")
-        until(lambda: _listening(NODES[0], int(values["6379"])), "the Ray head", note)
+        until(lambda: listening(NODES[0], int(values["6379"])), "the Ray head", note)
         start_node("ray start --address")
         start_node("ray start --address")
-        until(lambda: _alive_nodes(dashboard) == len(NODES), "three Ray nodes", note)
+        until(lambda: alive_nodes(dashboard) == len(NODES), "three Ray nodes", note)
         until(lambda: healthy(uri), "the MLflow server", note)
         note("up: PostgreSQL (a results and an MLflow database), moto S3, MLflow server, Ray head + 2 workers")
 
@@ -619,7 +559,7 @@ def test_a_team_set_up_survives_its_faults(postgres: str, bucket: str, tmp_path:
         note("F1 MLflow server stopped (SIGTERM)")
 
         on_b = {k for k, i in where.items() if i == 2}
-        kill_node(nodes[2])
+        kill_tree(nodes[2])
         until(lambda: set(store.states(on_b).values()) == {"preempted"}
               and all(f"{k[:10]}: its worker or node was lost" in launchers[owner[k]].text() for k in on_b),
               "the dead node's trials preempted", note)  # fmt: skip
@@ -711,20 +651,6 @@ def test_a_team_set_up_survives_its_faults(postgres: str, bucket: str, tmp_path:
             assert recorded == {at: value for at, value in epochs.items() if at[0] not in MEASURED}, k
         note("checked: the checkpoints in the bucket, MLflow equal to the store, the reports, and every result and "
              "epoch equal to a quiet run of the same trials")  # fmt: skip
-
-
-def _listening(ip: str, port: int) -> bool:
-    with socket.socket() as s:
-        return s.connect_ex((ip, port)) == 0
-
-
-def _alive_nodes(dashboard: int) -> int:
-    from ray.util.state import list_nodes
-
-    try:
-        return sum(n.state == "ALIVE" for n in list_nodes(address=f"http://127.0.0.1:{dashboard}"))
-    except Exception:  # the dashboard is not serving yet
-        return 0
 
 
 def _inboxes(dashboard: int) -> list[str]:
