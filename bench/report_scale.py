@@ -11,7 +11,9 @@ through the store's query API (`Store.trials_frame`), the one read no report can
 How: wall clock around each whole call, from outside, on the same open store; both get the same
 warm-up (one untimed call of each, so neither is timed cold: SQLite pages and compiled queries are warm
 for both); then the order alternates between repeats (ABAB, BABA, ...) and the medians of --repeats
-runs are compared (ratio = report / floor).
+runs are compared (ratio = report / floor). The report's median process CPU time and the load average
+are printed beside it: on a shared machine the wall clock also counts the time other processes held
+the cores.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import math
+import os
 import statistics
 import sys
 import tempfile
@@ -85,12 +88,20 @@ def generate(db: Path, seeds: int, epochs: int) -> None:
         fill(store, p, value, state=state, cost=cost, epochs=epochs)
 
 
-def report_sides(store: Store, out: Path) -> dict[str, Callable[[], Any]]:
+def report_sides(store: Store, out: Path, cpu: list[float] | None = None) -> dict[str, Callable[[], Any]]:
     """The two timed sides: the report of the sweep into a fresh folder under `out` per call (its first call
-    writes `out/0`), and its floor, the trials frame (also what bench/sweep_scale.py times)."""
+    writes `out/0`; each call's process CPU time is appended to `cpu`, if given), and its floor, the trials
+    frame (also what bench/sweep_scale.py times)."""
     runs = itertools.count()
-    return {"report": lambda: report("big", store=store, out=out / str(next(runs))),
-            "floor": lambda: store.trials_frame("big")}  # fmt: skip
+
+    def write() -> list[Path]:
+        start = time.process_time()
+        files = report("big", store=store, out=out / str(next(runs)))
+        if cpu is not None:
+            cpu.append(time.process_time() - start)
+        return files
+
+    return {"report": write, "floor": lambda: store.trials_frame("big")}
 
 
 def main() -> None:
@@ -108,17 +119,20 @@ def main() -> None:
     with Store(f"sqlite:///{args.db}") as store, tempfile.TemporaryDirectory() as out:
         counts = store.status("big")
         rows = len(store.metrics_frame("big", names="samples_per_s"))
-        sides = report_sides(store, Path(out))
+        cpu: list[float] = []
+        sides = report_sides(store, Path(out), cpu)
         files = sides["report"]()  # the same untimed warm-up for both
         sides["floor"]()
+        cpu.clear()
         times = alternate(sides, args.repeats)
         html = (Path(out) / "0" / "big" / "index.html").stat().st_size
     took, floor = statistics.median(times["report"]), statistics.median(times["floor"])
     print(f"store {size / 2**20:.0f} MiB: {int(counts['total'].iloc[0])} trials, {rows} epoch rows per metric name")
     print(
-        f"report {took:.2f} s ({len(files)} files, index.html {html / 2**10:.0f} KiB); "
-        f"reading the trials frame alone {floor:.2f} s; medians of {args.repeats}, warm, order alternated; "
-        f"ratio {took / floor:.2f}; target < 2 s"
+        f"report {took:.2f} s (CPU {statistics.median(cpu):.2f} s; {len(files)} files, index.html "
+        f"{html / 2**10:.0f} KiB); reading the trials frame alone {floor:.2f} s; medians of {args.repeats}, warm, "
+        f"order alternated; ratio {took / floor:.2f}; target < 2 s; load {os.getloadavg()[0]:.1f} on "
+        f"{os.cpu_count()} cores"
     )
 
 

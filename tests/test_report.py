@@ -13,6 +13,7 @@ import subprocess
 from html.parser import HTMLParser
 from pathlib import Path
 
+import matplotlib as mpl
 import numpy as np
 import pandas as pd
 import pytest
@@ -483,6 +484,14 @@ def test_csv_writes_utc_times_as_pandas_does():
     frame["berlin"] = frame["micro.us"].dt.tz_convert("Europe/Berlin")
     assert output.csv(frame) == frame.to_csv()
     assert output.csv(frame.head(1), index=False) == frame.head(1).to_csv(index=False)
+
+
+def test_drawing_leaves_matplotlibs_settings_as_they_were(store, tmp_path):
+    """The figures draw with their own hinting (plots.HINTING) set only while they draw."""
+    pair_store(store, tmp_path, epochs=2)
+    before = dict(mpl.rcParams)
+    report("pair", store=store, out=tmp_path / "reports", formats=["html"])
+    assert dict(mpl.rcParams) == before
 
 
 def test_rerun_is_idempotent_and_index_lists_every_report(store, tmp_path):
