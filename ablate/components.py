@@ -13,9 +13,10 @@ import functools
 import types
 import typing
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError, ValidationInfo, field_validator
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, ValidationInfo, field_validator
+from pydantic.config import JsonDict
 
 if TYPE_CHECKING:
     from torch import nn
@@ -138,6 +139,26 @@ def _expected(annotation: Any) -> str:
     return " or ".join(dict.fromkeys(found)) or "a value of another type"
 
 
+#: Marks a result-relevant field added after trials were stored (``json_schema_extra``): see `added`.
+ADDED: JsonDict = {"x-key-unless-default": True}
+
+
+def added(default: Any, **kw: Any) -> Any:
+    """A result-relevant field added to a config that trials were already keyed by: it joins the key only
+    when set to something other than its default (which must be what trials did before it existed), so
+    adding it keeps every stored trial's key. Every new result-relevant field is declared this way."""
+    return Field(default, json_schema_extra=ADDED, **kw)
+
+
+class KnobError(ValueError):
+    """A knob's value that the rest of the trial's config rules out (`Mechanism.fits`): validation names the
+    knob (`attention.<knob>`), not the whole section."""
+
+    def __init__(self, knob: str, message: str) -> None:
+        super().__init__(message)
+        self.knob = knob
+
+
 class Mechanism(Strict):
     """Base of every attention mechanism's config; a mechanism is one module that subclasses it.
 
@@ -151,6 +172,19 @@ class Mechanism(Strict):
     """True when the mixer calibrates each key from its own token: it cannot pool with a single query."""
     said: ClassVar[tuple[str, ...]] = ()
     """Knobs that `describe` puts in words (reports append the other varying knobs as name=value)."""
+    projections: Literal["learned", "tied", "identity"] = added("learned")
+    """Query, key and value projections: `learned` (three matrices), `tied` (one matrix makes both the query
+    and the key, so q = k; a second the value) or `identity` (none: q = k = v = the token itself, split into
+    heads). The output projection stays. Applied by the backbone's attention layers (`Backbone.check_projections`
+    says which it can)."""
+
+    def fits(self, backbone: Backbone, m: ModelConfig) -> None:
+        """Raise a KnobError for a knob of this config that the network `backbone` builds from `m` cannot take
+        (checked at validation). By default: projections the backbone's layers cannot apply."""
+        try:
+            backbone.check_projections(m, self.projections)
+        except ValueError as e:
+            raise KnobError("projections", str(e)) from None
 
     def build(self, dim: int, num_heads: int, in_dim: int | None = None) -> TokenMixer:
         """The token mixer of this config (see `ablate.nn.mixer.TokenMixer` for the interface)."""
@@ -186,6 +220,17 @@ class Backbone:
 
     def accepts(self, attention: Mechanism) -> None:
         """Raise ValueError for a mechanism this backbone cannot use."""
+
+    token_grid: ClassVar[bool] = False
+    """Its attentions see their tokens as a grid (after any class token), which it tells each mixer
+    (`ablate.nn.mixer.TokenMixer.grid`): what a mechanism comparing neighbourhoods of tokens needs."""
+
+    def check_projections(self, m: ModelConfig, projections: str) -> None:
+        """Raise ValueError for an `attention.projections` its attention layers cannot apply. The default takes
+        learned only: a backbone whose own layers project queries, keys and values (synpool, a plugin's)."""
+        if projections != "learned":
+            raise ValueError(f"{self.name} projects queries, keys and values in its own layers: it takes "
+                             f"projections: learned only, not {projections}")  # fmt: skip
 
     def build(self, m: ModelConfig, attention: Mechanism, num_classes: int, in_chans: int) -> nn.Module:
         raise NotImplementedError

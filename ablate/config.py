@@ -13,11 +13,20 @@ from dataclasses import dataclass
 from pathlib import PurePath
 from typing import Annotated, Any, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, GetCoreSchemaHandler, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    GetCoreSchemaHandler,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 from pydantic.config import JsonDict
-from pydantic_core import core_schema
+from pydantic_core import InitErrorDetails, PydanticCustomError, core_schema
 
-from ablate.components import Mechanism, Strict
+from ablate.components import ADDED, KnobError, Mechanism, Strict, added
 from ablate.registry import BACKBONES, DATASETS, MECHANISMS, TASKS, Registry
 
 T = TypeVar("T")
@@ -34,17 +43,6 @@ COMMON_OPTIMIZERS = frozenset({"adamw", "adam", "sgd", "momentum", "nesterov", "
 def nokey(default: Any = None, **kw: Any) -> Any:
     """A field that does not change a trial's result, so it is left out of the trial key."""
     return Field(default, json_schema_extra=NOKEY, **kw)
-
-
-#: Marks a result-relevant field added after trials were stored (``json_schema_extra``): see `added`.
-ADDED: JsonDict = {"x-key-unless-default": True}
-
-
-def added(default: Any, **kw: Any) -> Any:
-    """A result-relevant field added to a config that trials were already keyed by: it joins the key only
-    when set to something other than its default (which must be what trials did before it existed), so
-    adding it keeps every stored trial's key. Every new result-relevant field is declared this way."""
-    return Field(default, json_schema_extra=ADDED, **kw)
 
 
 class AnyMechanism:
@@ -374,6 +372,21 @@ class TrialConfig(Strict):
     def _default_kind(cls, v: Any) -> Any:
         """An attention section without `kind` is softmax (so `attention.tau` on it is an unknown key)."""
         return {"kind": "softmax", **v} if isinstance(v, dict) and "kind" not in v else v
+
+    @field_validator("attention")
+    @classmethod
+    def _fits_network(cls, v: Mechanism, info: ValidationInfo) -> Mechanism:
+        """A knob the network cannot take (`Mechanism.fits`: projections its layers cannot apply, a patch form
+        without a token grid), named at that knob."""
+        model = info.data.get("model")
+        if isinstance(model, ModelConfig):
+            try:
+                v.fits(BACKBONES.get(model.backbone), model)
+            except KnobError as e:
+                error = PydanticCustomError("value_error", "{reason}", {"reason": str(e)})
+                details = InitErrorDetails(type=error, loc=(e.knob,), input=getattr(v, e.knob, None))
+                raise ValidationError.from_exception_data(type(v).__name__, [details]) from None
+        return v
 
     @model_validator(mode="after")
     def _check(self) -> TrialConfig:

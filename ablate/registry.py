@@ -139,7 +139,7 @@ TABLES: Registry[PublishedTable] = Registry("published table")
 
 #: Modules of the built-in components, imported like plugins (see `ablate.plugins.load_builtins`).
 BUILTINS = (
-    "ablate.nn.softmax", "ablate.nn.csan", "ablate.nn.syn", "ablate.nn.kernel", "ablate.nn.sparse",
+    "ablate.nn.softmax", "ablate.nn.csan", "ablate.nn.syn", "ablate.nn.kernel", "ablate.nn.nlm", "ablate.nn.sparse",
     "ablate.nn.vit", "ablate.nn.swin", "ablate.nn.hiera", "ablate.nn.mil",
     "ablate.data.images", "ablate.data.mil", "ablate.tasks",
 )  # fmt: skip

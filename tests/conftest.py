@@ -26,7 +26,7 @@ MUSK1_JLD = ROOT / "tests" / "data" / "mil" / "Musk1.jld"
 
 load_builtins()
 #: The built-in mechanisms: every one must be registered (a missing registration fails the tests over KINDS).
-BUILTIN_KINDS = ("softmax", "csan", "syn", "gaussian", "laplace", "sparsemax", "entmax15", "ista")
+BUILTIN_KINDS = ("softmax", "csan", "syn", "gaussian", "laplace", "nlm", "sparsemax", "entmax15", "ista")
 #: Every registered mechanism kind, for tests parametrised over the registry.
 KINDS = sorted(MECHANISMS.names())
 

@@ -158,7 +158,8 @@ def swin_variant_macs(kind: str) -> int:
 
     The attention's N x N matmuls per window and head: q k^T and a v (16 x 16 x 12 each) for the kinds that
     form logits; Gaussian's q and k carry one more column (the key bias) and all three are zero-padded to
-    16; ISTA's 3 default steps take 2 each (a K, then (Q - a K) K^T), plus a v. CSaN adds its linears
+    16, as are non-local means' (which has no q, k, v projections); ISTA's 3 default steps take 2 each (a K,
+    then (Q - a K) K^T), plus a v. CSaN adds its linears
     (descriptor gates r = 24 // 4 = 6, trunk h = max(24 // 8, 24) = 24) and the tiny spread of m over the
     gates; its logits are formed once (the explicit path, queries within a chunk). A kind not listed here
     is a KeyError: a new mixer must state its cost."""
@@ -171,11 +172,13 @@ def swin_variant_macs(kind: str) -> int:
         "laplace": 2 * n * n * d,
         "csan": 2 * n * n * d,
         "gaussian": 2 * n * n * 16,
+        "nlm": 2 * n * n * 16,
         "ista": (2 * 3 + 1) * n * n * d,
     }[kind]
     r, h = 6, 24
     csan = tokens * (heads * r + width * r + r * h + h * h + 2 * h * heads + 2 * h * width)
-    block = tokens * width * 3 * width + windows * heads * per_window_head + tokens * width * width
+    qkv = 0 if kind == "nlm" else tokens * width * 3 * width
+    block = qkv + windows * heads * per_window_head + tokens * width * width
     block += 2 * tokens * width * 4 * width + (csan if kind == "csan" else 0)
     return tokens * (3 * 4 * 4) * width + 2 * block + width * 10
 

@@ -598,7 +598,7 @@ def test_ista_signed_zero_diagonal_and_masks() -> None:
 # ------------------------------------------------------------------------------------------- no N x N tensors
 @pytest.mark.parametrize(
     "cfg",
-    [config("softmax"), CSaNAttention(chunk=16), config("gaussian"), config("syn", steps=0)],
+    [config("softmax"), CSaNAttention(chunk=16), config("gaussian"), config("nlm"), config("syn", steps=0)],
     ids=lambda c: c.kind,
 )
 def test_fused_variants_never_materialise_n_by_n(cfg: AttentionConfig) -> None:

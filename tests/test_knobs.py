@@ -97,7 +97,7 @@ def test_knob_values_that_make_one_cell_twice_are_an_error(tmp_path: Path) -> No
 def test_an_unknown_knob_is_compared_with_its_own_mechanisms_knobs(tmp_path: Path) -> None:
     """In a grid, in the base, as a knob of another mechanism (syn's `renormalize`) and in an override: the
     nearest of relupow's knobs, and relupow's knobs only (not the built-ins' 20-odd)."""
-    own = "expected one of ['kind', 'normalize', 'power'] (the knobs of attention kind relupow)"
+    own = "expected one of ['kind', 'normalize', 'power', 'projections'] (the knobs of attention kind relupow)"
     text = refused(experiments(tmp_path, {"grid": {"attention.normalise": [True, False]}}))
     assert "'normalise' is not a key of attention; did you mean 'normalize'? " + own in text, text
     text = refused(experiments(tmp_path, {"base": {"attention": {"kind": "relupow", "powr": 3}}}))

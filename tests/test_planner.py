@@ -12,6 +12,7 @@ from pathlib import Path
 import golden_keys
 import pytest
 import yaml
+from conftest import BUILTIN_KINDS
 from pydantic import BaseModel, ValidationError
 
 from ablate.config import AnyMechanism, TrialConfig, identity
@@ -374,7 +375,7 @@ EXPECTED_NOKEY = {
 REPLICATES = {"seed", "data.split_seed", "data.fold"}
 #: Perturbations that need a hand-picked valid value (tried before the generic candidates).
 HAND_PICKED: dict[str, list] = {"model.size": ["vit-small"], "data.name": ["digits"], "model.backbone": ["swin"],
-                              "train.opt": ["sgd"]}  # fmt: skip
+                              "train.opt": ["sgd"], "attention.patch": [3]}  # fmt: skip
 #: Fields that validation ties to others, so no valid config differs in them alone: set without validation.
 UNVALIDATED: dict[str, object] = {"task": "mil"}  # task follows data.name and model.backbone (TrialConfig._check)
 #: Valid bases a perturbation is tried on, in order (a model field may need another backbone: dwconv is swin;
@@ -416,7 +417,8 @@ def _leaves(model: type[BaseModel], prefix: str = "", kind: str | None = None) -
             models = [cls for _, cls in MECHANISMS.items()]
             for m in models:
                 tag = typing.get_args(m.model_fields["kind"].annotation)[0]
-                out += [leaf for leaf in _leaves(m, f"{path}.", tag) if leaf.path != f"{path}.kind"]
+                # kind, and a knob a kind fixes (nlm's projections: Literal["identity"]), have no other value
+                out += [leaf for leaf in _leaves(m, f"{path}.", tag) if not _fixed(leaf.annotation)]
             tags = tuple(typing.get_args(m.model_fields["kind"].annotation)[0] for m in models)
             out.append(Leaf(f"{path}.kind", None, typing.Literal[tags], tag=True))
         elif models:
@@ -425,6 +427,11 @@ def _leaves(model: type[BaseModel], prefix: str = "", kind: str | None = None) -
         else:
             out.append(Leaf(path, kind, field.annotation))
     return out
+
+
+def _fixed(annotation: object) -> bool:
+    """A one-value Literal: a field a mechanism's kind fixes."""
+    return typing.get_origin(annotation) is typing.Literal and len(typing.get_args(annotation)) == 1
 
 
 load_builtins()
@@ -515,7 +522,8 @@ def test_the_walk_finds_every_leaf_of_every_section() -> None:
     assert ids >= EXPECTED_NOKEY, f"EXPECTED_NOKEY names fields that no longer exist: {EXPECTED_NOKEY - ids}"
     assert {"seed", "task", "data.fold", "train.lr", "model.embed_dim", "attention.kind", "attention[csan].tau",
             "attention[ista].step_size", "attention[syn].gamma", "attention[laplace].sigma"} <= ids  # fmt: skip
-    assert {leaf.kind for leaf in LEAVES if leaf.kind} == {"csan", "syn", "gaussian", "laplace", "ista"}
+    assert {"attention[softmax].projections", "attention[nlm].patch"} <= ids
+    assert {leaf.kind for leaf in LEAVES if leaf.kind} == set(BUILTIN_KINDS)  # every kind has projections
 
 
 @pytest.mark.parametrize("leaf", LEAVES, ids=lambda leaf: leaf.id)

@@ -160,7 +160,7 @@ def test_schema_describes_fields_and_kinds() -> None:
     assert schema["properties"]["defaults"]["$ref"] == "#/$defs/TrialConfig"
     assert defs["CSaNAttention"]["properties"]["tau"]["description"].startswith("Row temperature")
     kinds = {d["properties"]["kind"]["const"] for n, d in defs.items() if n.endswith("Attention")}
-    assert kinds == {"softmax", "csan", "syn", "gaussian", "laplace", "sparsemax", "entmax15", "ista"}
+    assert kinds == {"softmax", "csan", "syn", "gaussian", "laplace", "nlm", "sparsemax", "entmax15", "ista"}
     json.dumps(schema)
 
 

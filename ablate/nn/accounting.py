@@ -168,13 +168,15 @@ def _counted(model: nn.Module, inputs: Inputs) -> tuple[int, int]:
 @contextmanager
 def attention_matmuls(model: nn.Module) -> Iterator[list[int]]:
     """Collect, per token-mixer call, the FLOPs of its two attention matmuls as dense products
-    (2 B H Nq Nk (d + dv)), whatever the mechanism computes in between."""
+    (2 B H Nq Nk (dk + dv), dk the channels a query and a key are compared over: the head dim, or what the
+    mixer's `key_width` says, e.g. non-local means' patches), whatever the mechanism computes in between."""
     found: list[int] = []
 
     def hook(module: nn.Module, args: tuple[Tensor, ...], out: Tensor) -> None:
+        assert isinstance(module, TokenMixer)
         q, k, v = args[:3]
         *lead, nq, d = q.shape
-        found.append(2 * math.prod(lead) * nq * k.shape[-2] * (d + v.shape[-1]))
+        found.append(2 * math.prod(lead) * nq * k.shape[-2] * (module.key_width(d) + v.shape[-1]))
 
     handles = [m.register_forward_hook(hook) for m in model.modules() if isinstance(m, TokenMixer)]
     try:

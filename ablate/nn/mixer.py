@@ -11,11 +11,22 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 from torch import Tensor, nn
 
 from ablate.components import Mechanism
+
+
+@dataclass(frozen=True)
+class TokenGrid:
+    """Where an attention's tokens lie: `prefix` tokens off the grid first (ViT's class token), then a `height`
+    x `width` grid in row-major order (ViT: the patches; Swin: one window)."""
+
+    prefix: int
+    height: int
+    width: int
 
 
 class TokenMixer(nn.Module):
@@ -32,6 +43,9 @@ class TokenMixer(nn.Module):
     Diagnostics: when ``self.record`` is True, a variant hands the attention rows of its forward to
     ``self.keep_attention`` (stored in ``self.last_attn``, (B, H, Nq, Nk), detached); otherwise it must not
     materialise them.
+
+    ``self.grid``: the tokens' layout (`TokenGrid`), set by a backbone whose tokens have one
+    (`Backbone.token_grid`), else None.
     """
 
     def __init__(self, cfg: Mechanism, dim: int, num_heads: int, in_dim: int | None = None) -> None:
@@ -42,9 +56,16 @@ class TokenMixer(nn.Module):
         self.in_dim = in_dim or dim
         self.record = False
         self.last_attn: Tensor | None = None
+        self.grid: TokenGrid | None = None
 
     def forward(self, q: Tensor, k: Tensor, v: Tensor, bias: Tensor | None = None, x: Tensor | None = None) -> Tensor:
         raise NotImplementedError
+
+    def key_width(self, head_dim: int) -> int:
+        """Channels a query is compared with a key over, for heads `head_dim` wide: what the logits' matmul is
+        counted at (`ablate.nn.accounting.attention_matmuls`). Non-local means' patch form compares
+        neighbourhoods of tokens, wider than one."""
+        return head_dim
 
     def keep_attention(self, attn: Tensor) -> None:
         """Store `attn` (B, H, Nq, Nk) as this forward's rows while recording (`ablate.nn.diagnostics`)."""

@@ -67,3 +67,16 @@ def heads_divide(m: ModelConfig) -> None:
 def no_dwconv(m: ModelConfig) -> None:
     if m.dwconv:
         raise ValueError(f"dwconv (CSaN-V2) is defined for swin only, not {m.backbone}")
+
+
+def projections_fit(m: ModelConfig, projections: str, widening: str = "") -> None:
+    """The surgery's projections (`ablate.nn.surgery.project`): learned and tied anywhere; identity takes the
+    token itself as q, k and v, so every attention must be as wide as its tokens: no pure-stack twin of another
+    width, and none where the backbone widens inside an attention (`widening` says where, else "")."""
+    if projections != "identity":
+        return
+    if m.twin_width != 1:
+        raise ValueError(f"identity projections take the token itself as q, k and v: a twin attention "
+                         f"{m.twin_width:g} x as wide as its tokens cannot (model.twin_width)")  # fmt: skip
+    if widening:
+        raise ValueError(f"identity projections take the token itself as q, k and v: {widening}")

@@ -15,20 +15,93 @@ attention). Its inner width (q, k, v and the output projection's input) is `mode
 block's, head dims scaled; its output projection maps back to the block width. `dwconv` (CSaN-V2, Swin only):
 a 7x7 depthwise conv on every attention branch output, after window reverse and before the reverse shift; its
 output replaces the branch output before the residual add.
+
+Projections (`attention.projections`): surgery swaps timm's fused `qkv` Linear for a module that returns what it
+returns, [q | k | v] along the channels, so every attention's forward stays as it is. `tied` keeps timm's query
+rows as one matrix that makes both q and k, and its value rows (timm's initialisation, no new random draw);
+`identity` has no weights, q = k = v = the token (its attention must be as wide as its tokens). The output
+projection stays. Parameter and FLOP counts follow from the modules.
+
+A backbone with a token grid tells every mixer the layout (`set_grid`: ViT's patches after the class token,
+each Swin window).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+import torch
 from timm.models import named_apply
 from timm.models.vision_transformer import init_weights_vit_timm
-from torch import nn
+from torch import Tensor, nn
+from torch.nn.utils import skip_init
 
 from ablate.components import Mechanism
 from ablate.config import ModelConfig
-from ablate.nn.mixer import TokenMixer, create_mixer
+from ablate.nn.mixer import TokenGrid, TokenMixer, create_mixer
 from ablate.nn.shapes import twin_head_dim
+
+
+class Projected(nn.Module):
+    """timm's fused qkv Linear as `attention.projections` replaces it: the same widths in and out, and whether
+    timm's had a bias (a pure stack's twin is built like it: `has_qkv_bias`)."""
+
+    def __init__(self, qkv: nn.Linear) -> None:
+        super().__init__()
+        self.in_features, self.out_features = qkv.in_features, qkv.out_features
+        self.had_bias = qkv.bias is not None
+
+
+class TiedQKV(Projected):
+    """Tied projections: q = k = x W_qk^T + b_qk, v = x W_v^T + b_v, returned as timm's fused [q | k | v]."""
+
+    def __init__(self, qkv: nn.Linear) -> None:
+        super().__init__(qkv)
+        width = qkv.out_features // 3
+        self.qk = _rows(qkv, 0, width)
+        self.v = _rows(qkv, 2 * width, 3 * width)
+
+    def forward(self, x: Tensor) -> Tensor:
+        qk = self.qk(x)
+        return torch.cat([qk, qk, self.v(x)], -1)
+
+
+class IdentityQKV(Projected):
+    """No projections: q = k = v = the token, returned as timm's fused [q | k | v] (no weights)."""
+
+    def forward(self, x: Tensor) -> Tensor:
+        return torch.cat([x, x, x], -1)
+
+
+def _rows(qkv: nn.Linear, start: int, stop: int) -> nn.Linear:
+    """A Linear of rows start:stop of `qkv`'s weight and bias, on its device (timm's values, no random draw)."""
+    w = qkv.weight
+    lin: nn.Linear = skip_init(
+        nn.Linear, qkv.in_features, stop - start, bias=qkv.bias is not None, device=w.device, dtype=w.dtype
+    )
+    with torch.no_grad():
+        lin.weight.copy_(w[start:stop])
+        if qkv.bias is not None:
+            lin.bias.copy_(qkv.bias[start:stop])
+    return lin
+
+
+def project(qkv: nn.Linear, projections: str) -> nn.Module:
+    """timm's fused qkv Linear as `projections` asks (`Mechanism.projections`): itself, tied, or none."""
+    if projections == "learned":
+        return qkv
+    if projections == "tied":
+        return TiedQKV(qkv)
+    if qkv.out_features != 3 * qkv.in_features:
+        raise ValueError(f"identity projections use the token itself: an attention {qkv.out_features // 3} wide "
+                         f"cannot take tokens {qkv.in_features} wide")  # fmt: skip
+    return IdentityQKV(qkv)
+
+
+def has_qkv_bias(attn: nn.Module) -> bool:
+    """Whether timm's fused qkv projection of `attn` has (had, before `project`) a bias."""
+    qkv = attn.qkv
+    return qkv.bias is not None if isinstance(qkv, nn.Linear) else isinstance(qkv, Projected) and qkv.had_bias
 
 
 class Mixed:
@@ -38,18 +111,21 @@ class Mixed:
 
     @classmethod
     def adopt(cls, attn: nn.Module, att: Mechanism) -> nn.Module:
-        """Re-class `attn` in place and give it a mixer sized from its own qkv projection."""
-        heads, qkv = _heads_qkv(attn)
+        """Re-class `attn` in place, project as `att.projections` asks and give it a mixer sized from its own
+        qkv projection."""
+        heads, in_dim, width = _heads_widths(attn)
+        assert isinstance(attn.qkv, nn.Linear)  # timm's, not yet projected
         attn.__class__ = cls  # type: ignore[assignment]  # re-classed to its Mixed twin (subclasses attn's class)
-        attn.mixer = create_mixer(att, qkv.out_features // 3, heads, qkv.in_features)
+        attn.qkv = project(attn.qkv, att.projections)
+        attn.mixer = create_mixer(att, width, heads, in_dim)
         return attn
 
     @classmethod
     def twin(cls, attn: nn.Module, att: Mechanism, width: float) -> nn.Module:
         """A freshly initialised attention shaped like `attn` (the pure stack's FFN replacement), its head
         dim `width` times `attn`'s."""
-        heads, qkv = _heads_qkv(attn)
-        head_dim = twin_head_dim(qkv.out_features // 3 // heads, width)
+        heads, _, inner = _heads_widths(attn)
+        head_dim = twin_head_dim(inner // heads, width)
         fresh = named_apply(init_weights_vit_timm, cls.blank(attn, head_dim), include_root=True)
         return cls.adopt(fresh, att)
 
@@ -60,11 +136,19 @@ class Mixed:
         raise NotImplementedError
 
 
-def _heads_qkv(attn: nn.Module) -> tuple[int, nn.Linear]:
-    """(heads, qkv projection) of a timm attention (Hiera's names its heads `heads`)."""
+def _heads_widths(attn: nn.Module) -> tuple[int, int, int]:
+    """(heads, token width, attention width) of a timm attention from its qkv projection (timm's Linear, or
+    `project`'s), Hiera's naming its heads `heads`."""
     heads, qkv = attn.num_heads if hasattr(attn, "num_heads") else attn.heads, attn.qkv
-    assert isinstance(heads, int) and isinstance(qkv, nn.Linear)  # as in every timm attention
-    return heads, qkv
+    assert isinstance(heads, int) and isinstance(qkv, (nn.Linear, Projected))  # as in every timm attention
+    return heads, qkv.in_features, qkv.out_features // 3
+
+
+def set_grid(model: nn.Module, grid: TokenGrid) -> None:
+    """Tell every mixer in `model` how its tokens lie (`TokenMixer.grid`)."""
+    for mixer in model.modules():
+        if isinstance(mixer, TokenMixer):
+            mixer.grid = grid
 
 
 def mix_blocks(model: nn.Module, block_type: type[nn.Module], mixed: type[Mixed], m: ModelConfig,

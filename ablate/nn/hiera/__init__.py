@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ablate.components import Backbone, Mechanism
-from ablate.nn.shapes import check_twin, heads_divide, no_dwconv, patch_grid, uniform_head_dims
+from ablate.nn.shapes import check_twin, heads_divide, no_dwconv, patch_grid, projections_fit, uniform_head_dims
 from ablate.registry import register_backbone
 
 if TYPE_CHECKING:
@@ -53,6 +53,12 @@ class Hiera(Backbone):
         heads_divide(m)
         no_dwconv(m)
         check_twin(m, self)
+
+    def check_projections(self, m: ModelConfig, projections: str) -> None:
+        assert m.depths is not None and m.embed_dim is not None  # set by validation
+        widens = len(m.depths) > 1
+        projections_fit(m, projections, f"the first attention of each later stage widens its tokens ({m.embed_dim} "
+                          f"-> {2 * m.embed_dim} at stage 2)" if widens else "")  # fmt: skip
 
     def head_dims(self, m: ModelConfig) -> tuple[int, ...]:
         """Widths and heads double together: one head dim at every stage."""

@@ -11,7 +11,7 @@ import math
 from typing import TYPE_CHECKING
 
 from ablate.components import Backbone, Mechanism
-from ablate.nn.shapes import check_twin, heads_divide, patch_grid
+from ablate.nn.shapes import check_twin, heads_divide, patch_grid, projections_fit
 from ablate.registry import register_backbone
 
 if TYPE_CHECKING:
@@ -22,6 +22,7 @@ if TYPE_CHECKING:
 
 class Swin(Backbone):
     name = "swin"
+    token_grid = True
     family = "Swin"
     patch_size = 4
     sizes = {
@@ -39,6 +40,9 @@ class Swin(Backbone):
             raise ValueError("swin needs one num_heads entry per stage (len(num_heads) == len(depths))")
         heads_divide(m)
         check_twin(m, self)
+
+    def check_projections(self, m: ModelConfig, projections: str) -> None:
+        projections_fit(m, projections)
 
     def head_dims(self, m: ModelConfig) -> tuple[int, ...]:
         """Stage i: width embed_dim * 2^i over num_heads[i] heads."""

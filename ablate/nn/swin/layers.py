@@ -11,7 +11,8 @@ from torch import Tensor, nn
 
 from ablate.components import Mechanism
 from ablate.config import ModelConfig
-from ablate.nn.surgery import Mixed, timm_args
+from ablate.nn.mixer import TokenGrid
+from ablate.nn.surgery import Mixed, has_qkv_bias, set_grid, timm_args
 
 
 class MixedWindowAttention(Mixed, WindowAttention):
@@ -20,7 +21,7 @@ class MixedWindowAttention(Mixed, WindowAttention):
     @staticmethod
     def blank(attn: nn.Module, head_dim: int) -> WindowAttention:
         assert isinstance(attn, WindowAttention)
-        qkv_bias = attn.qkv.bias is not None
+        qkv_bias = has_qkv_bias(attn)
         return WindowAttention(attn.dim, attn.num_heads, head_dim, window_size=attn.window_size, qkv_bias=qkv_bias)
 
     def forward(self, x: Tensor, mask: Tensor | None = None) -> Tensor:
@@ -54,13 +55,15 @@ class MixedSwinBlock(SwinTransformerBlock):
 
     @classmethod
     def adopt(cls, block: SwinTransformerBlock, m: ModelConfig, att: Mechanism) -> SwinTransformerBlock:
-        """Re-class a timm block in place: mixed attention, pure stack's twin in `mlp`, dwconv per branch."""
+        """Re-class a timm block in place: mixed attention, pure stack's twin in `mlp`, dwconv per branch; its
+        mixers told their window's grid."""
         block.__class__ = cls
         MixedWindowAttention.adopt(block.attn, att)
         pure = m.stack == "pure"
         if pure:
             twin = MixedWindowAttention.twin(block.attn, att, m.twin_width)
             block.mlp = twin  # type: ignore[assignment]  # timm types mlp as Mlp
+        set_grid(block, TokenGrid(0, *block.window_size))
         block.dwconv1 = DWConv(block.dim) if m.dwconv else nn.Identity()
         block.dwconv2 = DWConv(block.dim) if m.dwconv and pure else nn.Identity()
         return block

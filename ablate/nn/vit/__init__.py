@@ -9,7 +9,15 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ablate.components import Backbone, Mechanism
-from ablate.nn.shapes import check_twin, heads_divide, no_dwconv, one_stage, patch_grid, uniform_head_dims
+from ablate.nn.shapes import (
+    check_twin,
+    heads_divide,
+    no_dwconv,
+    one_stage,
+    patch_grid,
+    projections_fit,
+    uniform_head_dims,
+)
 from ablate.registry import register_backbone
 
 if TYPE_CHECKING:
@@ -20,6 +28,7 @@ if TYPE_CHECKING:
 
 class ViT(Backbone):
     name = "vit"
+    token_grid = True
     family = "ViT"
     normalization = "inception"  # mean = std = 0.5, as the ViT authors
     patch_size = 16
@@ -36,6 +45,9 @@ class ViT(Backbone):
         heads_divide(m)
         no_dwconv(m)
         check_twin(m, self)
+
+    def check_projections(self, m: ModelConfig, projections: str) -> None:
+        projections_fit(m, projections)
 
     def head_dims(self, m: ModelConfig) -> tuple[int, ...]:
         """One stage: embed_dim over num_heads[0]."""
