@@ -24,17 +24,19 @@ if TYPE_CHECKING:
 
 
 def neighbourhoods(t: Tensor, grid: TokenGrid, patch: int) -> Tensor:
-    """(..., N, d) -> (..., N, d * patch^2): each grid token's patch x patch neighbourhood, its tokens in
-    row-major order, zeros outside the grid; a prefix token (off the grid) in the centre slot, zeros around."""
+    """(..., N, d) -> (..., N, d * patch^2): each grid token's patch x patch neighbourhood (F.unfold's layout:
+    channel by channel, the patch's tokens row by row within each), zeros outside the grid; a prefix token (off
+    the grid) in the centre slot, zeros around it. Only distances are taken, so the layout is the same to them
+    as any other fixed one."""
     *lead, n, d = t.shape
     h, w = grid.height, grid.width
     if n != grid.prefix + h * w:
         raise ValueError(f"{n} tokens do not lie on the grid of {grid.prefix} prefix tokens and {h} x {w}")
-    r, cells = patch // 2, patch * patch
-    padded = F.pad(t[..., grid.prefix :, :].reshape(*lead, h, w, d), (0, 0, r, r, r, r))
-    body = torch.cat([padded[..., i : i + h, j : j + w, :] for i in range(patch) for j in range(patch)], -1)
-    prefix = F.pad(t[..., : grid.prefix, :], ((cells // 2) * d, (cells - 1 - cells // 2) * d))
-    return torch.cat([prefix, body.reshape(*lead, h * w, cells * d)], -2)
+    cells, centre = patch * patch, patch * patch // 2
+    body = t[..., grid.prefix :, :].reshape(-1, h, w, d).permute(0, 3, 1, 2)  # (L, d, h, w)
+    body = F.unfold(body, patch, padding=patch // 2).transpose(1, 2).reshape(*lead, h * w, d * cells)
+    prefix = F.pad(t[..., : grid.prefix, :].unsqueeze(-1), (centre, cells - 1 - centre))
+    return torch.cat([prefix.flatten(-2), body], -2)
 
 
 class NonLocalMeans(TokenMixer):
