@@ -528,35 +528,45 @@ def status(
     sweep: list[str] | None = typer.Argument(None, help="Sweeps (default: all in the store)."),
     db: str | None = DB,
 ) -> None:
-    """Per sweep: trials per state, epochs left and the ETA at the pace measured so far; running trials,
-    failures with the first line of their error (`ablate show KEY`: the whole traceback), stale results."""
-    from ablate.selection import stale_in_store
+    """Per sweep: trials per state, epochs left and the ETA at the pace of the unfinished trials; running
+    trials, failures with the first line of their error (`ablate show KEY`: the whole traceback), stale results
+    (a listing shows its first rows and counts the rest)."""
+    from ablate.selection import LISTED, stale_code
 
+    sweeps = sweep or None
     with existing_store(db) as store:
-        counts = store.status(sweep or None)
-        shown = store.trials_frame(sweep or None, states=("running", "failed", "diverged"))
-        pace = store.progress(sweep or None)
-        stale = stale_in_store(store, sweep or None) if not counts.empty else {}
-        done = store.trials_frame(sweep or None, states=("done",)) if stale else None  # stale trials are done ones
-    if counts.empty:
-        out.print("no sweeps in the store")
-        return
-    counts = counts.assign(**{"epochs left": pace["epochs_left"], "s/epoch": pace["epoch_s"],
+        counts = store.status(sweeps)
+        if counts.empty:
+            out.print("no sweeps in the store")
+            return
+        pace = store.progress(sweeps).reindex(counts.index)
+        running = store.trials_frame(sweeps, states=("running",), limit=LISTED)
+        failed = store.trials_frame(sweeps, states=("failed", "diverged"), limit=LISTED)
+        code = stale_code(store, sweeps)
+        stale = store.with_code(code.changed, sweeps, limit=LISTED) if code.changed else None
+    counts = counts.assign(**{"epochs left": pace["epochs_left"].fillna(0).astype("int64"), "s/epoch": pace["epoch_s"],
                               "ETA": pace["eta_s"].map(_duration)}).rename_axis("sweep").reset_index()  # fmt: skip
     _print_frame(counts, "trials per state", compact=_folded(counts), drop=("s/epoch", "epochs left"),
                  wrap=("trials",), hint=WIDER)  # fmt: skip
-    running = shown[shown["state"] == "running"]
     if len(running):
         _print_frame(running[["sweep", "key", "host", "started_at", "lease_host", "lease_expires"]], "running",
                      drop=("lease_expires", "lease_host", "started_at", "host"), hint=WIDER)  # fmt: skip
-    failed = shown[shown["state"].isin(["failed", "diverged"])]
+        _more(len(running), int(counts["running"].sum()), "running trials", "`ablate runs --state running` lists them")
     if len(failed):
         _print_frame(failed[["sweep", "key", "state", "error"]], "failures", wrap=("error",))
-    if done is not None:
-        rows = done[done["key"].isin(stale)][["sweep", "key"]]
-        rows = rows.assign(changed=[", ".join(stale[k]) for k in rows["key"]])
-        _print_frame(rows, f"{len(stale)} stale (done with other code than now; `launch --rerun stale` retrains)",
+        _more(len(failed), int(counts[["failed", "diverged"]].sum().sum()), "failures",
+              "`ablate runs --state failed` (or diverged) lists them")  # fmt: skip
+    if stale is not None:
+        rows = stale.assign(changed=[", ".join(code.changed[d]) for d in stale["digest"]])[["sweep", "key", "changed"]]
+        _print_frame(rows, f"{code.trials} stale (done with other code than now; `launch --rerun stale` retrains)",
                      wrap=("changed",))  # fmt: skip
+        _more(stale["key"].nunique(), code.trials, "stale trials", "`ablate runs --format csv` marks every one")
+
+
+def _more(shown: int, total: int, what: str, how: str) -> None:
+    """Under a listing cut to its first rows: how many more there are and how to see them."""
+    if total > shown:
+        out.print(f"... and {total - shown} more {what}: {how}", highlight=False)
 
 
 WIDER = "`COLUMNS=200 ablate status` shows them"
@@ -590,6 +600,11 @@ def _duration(seconds: float) -> str:
     return f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s" if s >= 60 else f"{s}s"
 
 
+ROWS = 50
+"""Trials `ablate runs` prints as a table unless told (`--limit`, `--all`): what a person reads in a terminal."""
+LIMIT_HELP = f"At most N trials, in plan order [default: {ROWS} in a table, all in csv, json and markdown]."
+
+
 @app.command()
 def runs(
     sweep: list[str] | None = typer.Argument(None, help="Sweeps (default: all)."),
@@ -600,18 +615,24 @@ def runs(
     ),
     all_columns: bool = typer.Option(False, "--all-columns", help="Every column: attempts, hosts, times, costs..."),
     format: Format = typer.Option(Format.table, "--format", "-f", help="table, csv, json or markdown."),
+    limit: int | None = typer.Option(None, "--limit", "-n", min=1, help=LIMIT_HELP),
+    every: bool = typer.Option(False, "--all", help="Every trial in the table too."),
     db: str | None = DB,
 ) -> None:
     """Trials with their axis values, state and their sweep's metric (`--columns`, `--all-columns` for more).
-    A table that does not fit the terminal leaves out replicate axes, then other axes, key and sweep, and says
-    which; state, stale and the metrics stay."""
+    A table shows the first trials in plan order and says how many more there are; a table that does not fit
+    the terminal leaves out replicate axes, then other axes, key and sweep, and says which; state, stale and
+    the metrics stay."""
     from ablate.config import REPLICATES
     from ablate.selection import stale_in_store
     from ablate.store.queries import column_of
 
+    shown = None if every else limit if limit is not None or format is not Format.table else ROWS
     with existing_store(db) as store:
-        frame = _matching(store, sweep, state, where)
-        stale = stale_in_store(store, sweep or None) if len(frame) else {}
+        page = _matching(store, sweep, state, where, limit=shown)
+        frame = page.frame
+        part = list(frame["key"]) if len(frame) < page.total else None  # a page: its own trials' code
+        stale = stale_in_store(store, sweep or None, part) if len(frame) else {}
         frame.insert(2, "stale", [", ".join(stale.get(k, [])) for k in frame["key"]])
         if columns:
             try:
@@ -621,7 +642,7 @@ def runs(
         elif not all_columns:
             frame = frame[store.shown_columns(frame)]
     if format is Format.csv:
-        sys.stdout.write(frame.to_csv(index=False))
+        frame.to_csv(sys.stdout, index=False)
     elif format is Format.json:
         sys.stdout.write(frame.to_json(orient="records", date_format="iso", indent=1) + "\n")
     elif format is Format.markdown:
@@ -629,18 +650,23 @@ def runs(
     else:
         axes = [c for c in reversed(frame.columns) if c.startswith("axis.")]  # the sweeps' last axes go first
         drop = [] if columns or all_columns else [*sorted(axes, key=lambda c: c[5:] not in REPLICATES), "key", "sweep"]
-        _print_frame(frame, f"{len(frame)} trials", drop=drop, wrap=("stale",),
+        title = f"{page.total} trials" if len(frame) == page.total else f"first {len(frame)} of {page.total} trials"
+        _print_frame(frame, title, drop=drop, wrap=("stale",),
                      hint="`--columns` picks columns, `--format csv` prints them all")  # fmt: skip
+        _more(len(frame), page.total, "trials", "`--limit N` or `--all` shows them, `--format csv` prints every one")
 
 
-def _matching(store: Any, sweep: list[str] | None, state: str | None, where: list[str] | None) -> Any:
-    """The store's trials of `sweep` in `state` where every `--where` condition holds; exit 2 naming a bad
-    condition or an unknown column."""
+def _matching(
+    store: Any, sweep: list[str] | None, state: str | None, where: list[str] | None, limit: int | None = None
+) -> Any:
+    """The store's trials of `sweep` in `state` where every `--where` condition holds, the first `limit` (None:
+    all) and how many there are (`ablate.store.queries.Page`); exit 2 naming a bad condition or an unknown
+    column."""
     from ablate.store.queries import Condition
 
     try:
         conditions = [Condition.parse(w) for w in where or []]
-        return store.runs({"state": state} if state else None, sweep or None, where=conditions)
+        return store.page({"state": state} if state else None, sweep or None, where=conditions, limit=limit)
     except ValueError as e:
         fail(str(e))
     except KeyError as e:
@@ -732,7 +758,7 @@ def forget(
     from ablate.storage import Storage
 
     with existing_store(db) as store:
-        frame = _matching(store, sweep, state, where).drop_duplicates("key")
+        frame = _matching(store, sweep, state, where).frame.drop_duplicates("key")
         if frame.empty:
             out.print("no trials match: nothing deleted")
             return

@@ -37,6 +37,8 @@ LOOP = ("ablate.trial", "ablate.parallel", "ablate.nn.factory", "ablate.nn.build
 """The training loop: the same for every trial (the model factory builds every network)."""
 FOLLOWED = ("ablate.nn", "ablate.data")
 """Imports of a component's module that are followed (other ablate modules configure; they do not compute)."""
+KINDS = ("mechanism", "backbone", "dataset", "task")
+"""A trial's components, named `<kind> <name>` in its fingerprint (beside `loop`)."""
 VERSIONED = ("torch", "timm")
 FILE_PLUGIN = re.compile(r"(ablate_plugin_\w+)_[0-9a-f]{12}")
 """The module of a plugin given as a file (`ablate.plugins.FilePlugin.module`): its stem, then a hash of its
@@ -50,8 +52,9 @@ class Fingerprint:
     components: dict[str, str]
     versions: dict[str, str | None] = field(default_factory=dict)
 
-    @property
+    @functools.cached_property
     def digest(self) -> str:
+        """Hashed once per fingerprint (one is shared by every trial of its components)."""
         return _hash(json.dumps([self.components, self.versions], sort_keys=True))
 
     def changed(self, old: Fingerprint) -> list[str]:
@@ -83,11 +86,30 @@ def fingerprints(configs: list[TrialConfig]) -> list[Fingerprint]:
     for cfg in configs:
         names = (cfg.attention.kind, cfg.model.backbone, cfg.data.name, cfg.task)
         if names not in seen:
-            components = _components(names)
-            stamps = tuple(_stamp(m) for m in sorted(set().union(*components.values())))
-            seen[names] = _of(names, stamps)
+            seen[names] = _now(names)
         out.append(seen[names])
     return out
+
+
+def current(recorded: Fingerprint) -> Fingerprint:
+    """The fingerprint the code has now for the components a recorded one names (`mechanism csan`, `backbone
+    vit`, ...): what a trial recorded with it gets now, found without reading the trial's config. RegistryError
+    (a ValueError) where one of them is no longer registered; ValueError where the record lacks one."""
+    names = []
+    for kind in KINDS:
+        found = [n.removeprefix(f"{kind} ") for n in recorded.components if n.startswith(f"{kind} ")]
+        if len(found) != 1:
+            raise ValueError(f"a recorded fingerprint names {len(found)} {kind} components, not 1")
+        names.append(found[0])
+    kind, backbone, dataset, task = names
+    return _now((kind, backbone, dataset, task))
+
+
+def _now(names: tuple[str, str, str, str]) -> Fingerprint:
+    """The fingerprint of these components (mechanism, backbone, dataset, task) as their files are now."""
+    components = _components(names)
+    stamps = tuple(_stamp(m) for m in sorted(set().union(*components.values())))
+    return _of(names, stamps)
 
 
 def modules_of(cfg: TrialConfig) -> dict[str, list[str]]:
@@ -97,9 +119,8 @@ def modules_of(cfg: TrialConfig) -> dict[str, list[str]]:
 
 
 def _components(names: tuple[str, str, str, str]) -> dict[str, set[str]]:
-    kind, backbone, dataset, task = names
-    roots = {f"mechanism {kind}": _roots(MECHANISMS, kind), f"backbone {backbone}": _roots(BACKBONES, backbone),
-             f"dataset {dataset}": _roots(DATASETS, dataset), f"task {task}": _roots(TASKS, task)}  # fmt: skip
+    registries: tuple[Registry[Any], ...] = (MECHANISMS, BACKBONES, DATASETS, TASKS)
+    roots = {f"{kind} {name}": _roots(registry, name) for kind, registry, name in zip(KINDS, registries, names)}
     out = {name: _closure(mods) for name, mods in roots.items()}
     out["loop"] = set(LOOP)
     return out
@@ -267,8 +288,15 @@ def git_state(root: Path) -> dict[str, Any]:
 
 def record(fp: Fingerprint, spec_file: str | Path | None) -> dict[str, Any]:
     """What the store keeps of a trial's code: the fingerprint, and the git state of its experiments file."""
-    git = git_state(Path(spec_file).resolve().parent) if spec_file else {"sha": None, "dirty": None}
+    git = _git_of(str(Path(spec_file).absolute())) if spec_file else {"sha": None, "dirty": None}
     return {**fp.to_json(), "git": git}
+
+
+@functools.lru_cache(maxsize=64)
+def _git_of(spec_file: str) -> dict[str, Any]:
+    """`git_state` of the folder of an experiments file, its path resolved once per file (a launch records the
+    code of each of its trials)."""
+    return git_state(Path(spec_file).resolve().parent)
 
 
 @functools.cache

@@ -10,17 +10,18 @@ A done trial that is trained again keeps its old result in the store as a previo
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from ablate.fingerprint import Fingerprint, fingerprints, record
+from ablate.fingerprint import Fingerprint, current, fingerprints, record
 from ablate.planner import Plan, Trial
 from ablate.store import Store
 
 Rerun = Literal["failed", "diverged", "stale", "all"]
 Policy = Literal["warn", "rerun", "reuse"]
 LISTED = 20
-"""Stale trials listed one per line; the rest are counted."""
+"""Rows a listing shows (a launch's stale trials, each listing of `ablate status`); the rest are counted."""
 RESUMABLE = ("running", "interrupted", "preempted")
 """States whose trial continues from its checkpoint on the next launch."""
 
@@ -123,39 +124,71 @@ def select(plans: list[Plan], store: Store | None, choice: Select) -> Selection:
                      {k: record(fps[k], files[k]) for k in chosen}, warned, policy, states)  # fmt: skip
 
 
-def stale_in_store(store: Store, sweeps: list[str] | None = None) -> dict[str, list[str]]:
-    """Done trials (of `sweeps`, or all) whose recorded code differs from the current code, with what changed:
-    what `status`, `runs` and reports mark. Loads each sweep's plugins (their code is part of the answer)."""
-    from ablate.config import TrialConfig
+@dataclass(frozen=True)
+class StaleCode:
+    """The code digests that done trials were recorded with and that differ from the code now."""
+
+    changed: dict[str, list[str]]
+    """Recorded digest -> what changed since: component names, `torch 2.4 -> 2.5`."""
+    trials: int
+    """Done trials recorded with one of them."""
+
+
+def stale_code(store: Store, sweeps: list[str] | None = None) -> StaleCode:
+    """What is stale among the done trials of `sweeps` (or all), worked out once per recorded code digest (the
+    trial's components are named in its record): a store of 100,000 done trials holds a handful of digests.
+    Loads each sweep's plugins (their code is part of the answer). A record naming a component that is no
+    longer registered is not stale: its code cannot be compared."""
     from ablate.plugins import Plugins
 
-    names = sweeps or list(store.sweeps_frame()["name"])
-    for name in names:
+    for name in sweeps or list(store.sweeps_frame()["name"]):
         record = store.sweep(name)
         if record is not None:
             Plugins.from_json((record.spec or {}).get("plugins")).load()
-    keys = store.member_keys(names) if sweeps else None
-    codes = store.codes(keys)
-    configs = store.configs(list(codes))
-    done = store.done_keys(list(codes))
-    keyed, valid = [], []
-    for key in codes:
-        if key in done:
-            try:
-                valid.append(TrialConfig.model_validate(configs[key]))
-            except ValueError:  # a component no longer registered: its code cannot be compared
-                continue
-            keyed.append(key)
-    return _stale({k: codes[k] for k in keyed}, dict(zip(keyed, fingerprints(valid))))
+    digests = store.code_digests(sweeps or None)
+    codes = store.codes(list(digests["sample"]))
+    changed: dict[str, list[str]] = {}
+    trials = 0
+    for digest, row in digests.iterrows():
+        old = Fingerprint.from_json(codes[row["sample"]])
+        try:
+            now = current(old)
+        except ValueError:
+            continue
+        if old.digest != now.digest:
+            changed[str(digest)] = now.changed(old)
+            trials += int(row["trials"])
+    return StaleCode(changed, trials)
 
 
-def _stale(recorded: dict[str, dict[str, Any]], current: dict[str, Fingerprint]) -> dict[str, list[str]]:
-    """The trials whose recorded code differs from their current fingerprint, with what changed."""
+def stale_in_store(
+    store: Store, sweeps: list[str] | None = None, keys: Collection[str] | None = None
+) -> dict[str, list[str]]:
+    """Done trials (of `sweeps`, or all) whose recorded code differs from the current code, with what changed,
+    in plan order: what `status`, `runs` and reports mark (`stale_code`). `keys`: only these trials, read one by
+    one (a page of `runs`); else the stale trials' rows are read, and only theirs."""
+    code = stale_code(store, sweeps)
+    if not code.changed:
+        return {}
+    if keys is not None:
+        recorded = store.codes(store.done_keys(keys))
+        return {k: code.changed[d] for k in keys if k in recorded and (d := recorded[k].get("digest")) in code.changed}
+    rows = store.with_code(code.changed, sweeps or None)
+    return {key: code.changed[digest] for key, digest in zip(rows["key"], rows["digest"])}
+
+
+def _stale(recorded: dict[str, dict[str, Any]], now: dict[str, Fingerprint]) -> dict[str, list[str]]:
+    """The trials whose recorded code differs from their current fingerprint, with what changed (a recorded
+    fingerprint is read once per digest: a relaunch compares every done trial)."""
+    olds: dict[str, Fingerprint] = {}
     out = {}
     for key, code in recorded.items():
-        old = Fingerprint.from_json(code)
-        if old.digest != current[key].digest:
-            out[key] = current[key].changed(old)
+        digest = code.get("digest")
+        old = olds[digest] if digest in olds else Fingerprint.from_json(code)
+        if digest is not None:
+            olds[digest] = old
+        if old.digest != now[key].digest:
+            out[key] = now[key].changed(old)
     return out
 
 

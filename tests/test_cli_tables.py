@@ -1,9 +1,15 @@
 """What the CLI prints a user: `ablate status` and `ablate runs` at the width of a terminal (80 columns: no
-header cut to `swe…`; 200: every column whole), and `ablate sync` blaming what really failed."""
+header cut to `swe…`; 200: every column whole), what they list of a crowded store (counts equal to a count of
+every trial, listings cut to their first rows with how many more), and `ablate sync` blaming what really
+failed."""
 
 from __future__ import annotations
 
+import csv
+import io
 import json
+import random
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -11,9 +17,12 @@ from conftest import TINY, free_port, write_sweeps
 from test_cli import table
 from typer.testing import CliRunner
 
-from ablate.cli import app
+from ablate.cli import ROWS, app
+from ablate.config import TrialConfig
+from ablate.fingerprint import Fingerprint, fingerprint, record
 from ablate.mirror import Mirror
 from ablate.planner import load_plans
+from ablate.selection import LISTED
 from ablate.store import STATES, Store
 from ablate.tracking import Tracker
 
@@ -126,6 +135,130 @@ def test_runs_fits_80_columns_keeping_state_and_metric_and_shows_every_column_at
     assert "…" not in everything and "left out" not in everything
     assert headers(everything, "40 trials") == ["sweep", "key", "state", "stack", "kind", "seed", "tau", "mu",
                                                 "kappa_pub", "kappa_priv", "test.top1"]  # fmt: skip
+
+
+PLANS = {"alpha": range(0, 120), "beta": range(100, 230), "gamma": range(200, 300)}
+"""Three sweeps over 300 trials; 20 trials are in both alpha and beta, 30 in both beta and gamma."""
+
+
+def crowded(tmp_path: Path) -> tuple[str, dict[str, list[str]]]:
+    """A store of PLANS, each trial in a state drawn from STATES (a seeded draw: about 40 in each); done trials
+    recorded with today's code or with another training loop (stale), or with none. Returns its URL and each
+    sweep's keys in plan order."""
+    db = f"sqlite:///{tmp_path}/crowded.sqlite"
+    now = fingerprint(TrialConfig.model_validate(TINY))
+    old = Fingerprint({**now.components, "loop": "0" * 16}, now.versions)
+    codes = (record(now, None), record(old, None), record(old, None), record(old, None), None)
+    rng = random.Random(3)
+    plans = {sweep: [f"t{i:03d}" for i in seeds] for sweep, seeds in PLANS.items()}
+    with Store(db) as store:
+        for sweep, keys in plans.items():
+            store.upsert_sweep(sweep, metric="test.top1")
+            store.add_trials(sweep, [{"key": k, "variant": k, "config": {**TINY, "seed": int(k[1:])},
+                                      "axes": {"seed": int(k[1:])}} for k in keys])  # fmt: skip
+        for key in sorted({k for keys in plans.values() for k in keys}):
+            state = rng.choice(STATES)
+            if state != "pending":
+                store.mark_running(key, host="node-1")
+            if state in ("done", "failed", "diverged"):
+                code = rng.choice(codes)
+                store.finish(key, state, result={"test": {"top1": 50.0}} if state == "done" else None,
+                             error="RuntimeError: boom" if state == "failed" else None,
+                             **({"code": code} if code else {}))  # fmt: skip
+            elif state in ("interrupted", "preempted"):
+                store.interrupt([key], state)
+    return db, plans
+
+
+def truth(db: str, plans: dict[str, list[str]]) -> tuple[dict[str, str], set[str]]:
+    """Every trial's state, and the done trials whose recorded code differs from the code now, found one trial
+    at a time (the brute force the grouped queries must agree with)."""
+    with Store(db) as store:
+        states, codes, configs = store.states(), store.codes(), store.configs()
+    stale = {k for k, code in codes.items() if states[k] == "done" and Fingerprint.from_json(code).digest
+             != fingerprint(TrialConfig.model_validate(configs[k])).digest}  # fmt: skip
+    return states, stale
+
+
+def test_status_counts_every_trial_and_lists_the_first_of_each_kind(tmp_path: Path) -> None:
+    """Counts per sweep and state equal a count of every trial (a state left out of the count, or a sweep's
+    trial counted in another, shows); running trials, failures and stale trials are listed in plan order up to
+    LISTED rows, and a line counts the rest."""
+    db, plans = crowded(tmp_path)
+    states, stale = truth(db, plans)
+    output = at(250, "status", "--db", db)
+    counts = {r["sweep"]: r for r in rows(output, "trials per state")}
+    assert list(counts) == list(plans)
+    for sweep, keys in plans.items():
+        want = Counter(states[k] for k in keys)
+        assert {s: int(counts[sweep][s]) for s in STATES} == {s: want[s] for s in STATES}, sweep
+        assert int(counts[sweep]["total"]) == len(keys)
+    member = [(sweep, k) for sweep, keys in plans.items() for k in keys]  # plan order
+    for title, kinds, what in (("running", {"running"}, "running trials"),
+                               ("failures", {"failed", "diverged"}, "failures")):  # fmt: skip
+        listed = [(sweep, k) for sweep, k in member if states[k] in kinds]
+        assert len(listed) > LISTED
+        assert [(r["sweep"], r["key"]) for r in rows(output, title)] == listed[:LISTED]
+        assert f"... and {len(listed) - LISTED} more {what}:" in output
+    title = f"{len(stale)} stale (done with other code than now; `launch --rerun stale` retrains)"
+    listed = [(sweep, k) for sweep, k in member if k in stale]
+    assert len(stale) > LISTED and [(r["sweep"], r["key"], r["changed"]) for r in rows(output, title)] == [
+        (sweep, k, "loop") for sweep, k in listed[:LISTED]]  # fmt: skip
+    assert f"... and {len(stale) - len({k for _, k in listed[:LISTED]})} more stale trials:" in output
+
+    beta = at(250, "status", "beta", "--db", db)
+    (row,) = rows(beta, "trials per state")
+    want = Counter(states[k] for k in plans["beta"])
+    assert row["sweep"] == "beta" and {s: int(row[s]) for s in STATES} == {s: want[s] for s in STATES}
+    assert f"{len(stale & set(plans['beta']))} stale" in beta
+
+
+def runs_of(*args: str) -> tuple[list[dict[str, str]], str]:
+    """`ablate runs` as a table 200 columns wide: its rows and its output."""
+    output = at(200, "runs", *args)
+    titles = [line for line in output.splitlines() if line.endswith("trials") or " trials, sweep " in line]
+    return rows(output, titles[0]), output
+
+
+def test_runs_prints_the_first_trials_says_how_many_more_and_csv_prints_every_one(tmp_path: Path) -> None:
+    """A table shows the first ROWS trials in plan order (or --limit N, --all), its title and last line say how
+    many there are; --state goes into the query, --where is tested on every row, both before the page is cut;
+    csv (and json) print every trial; the stale column of a page and of every trial agree with the brute force.
+    """
+    db, plans = crowded(tmp_path)
+    states, stale = truth(db, plans)
+    member = [(sweep, k) for sweep, keys in plans.items() for k in keys]
+    total = len(member)
+
+    shown, output = runs_of("--db", db)
+    assert f"first {ROWS} of {total} trials" in output and len(shown) == ROWS
+    assert [(r["sweep"], r["key"]) for r in shown] == member[:ROWS]
+    assert [r["stale"] == "loop" for r in shown] == [k in stale for _, k in member[:ROWS]]
+    assert output.rstrip().endswith(f"... and {total - ROWS} more trials: `--limit N` or `--all` shows them, "
+                                    "`--format csv` prints every one")  # fmt: skip
+    for n in (1, 7, total - 1):
+        shown, output = runs_of("--db", db, "--limit", str(n))
+        assert [(r["sweep"], r["key"]) for r in shown] == member[:n] and f"... and {total - n} more trials" in output
+    for args in (("--limit", str(total)), ("--limit", str(total + 5)), ("--all",)):
+        shown, output = runs_of("--db", db, *args)
+        assert len(shown) == total and f"{total} trials" in output and "more trials" not in output
+
+    failed = [(sweep, k) for sweep, k in member if states[k] == "failed"]
+    shown, output = runs_of("--db", db, "--state", "failed", "--limit", "5")
+    assert [(r["sweep"], r["key"]) for r in shown] == failed[:5] and f"first 5 of {len(failed)} trials" in output
+    late = [(sweep, k) for sweep, k in member if int(k[1:]) >= 150]
+    shown, output = runs_of("--db", db, "--where", "seed>=150", "--limit", "5")
+    assert [(r["sweep"], r["key"]) for r in shown] == late[:5] and f"first 5 of {len(late)} trials" in output
+    shown, output = runs_of("gamma", "--db", db, "--limit", "3")
+    assert [r["key"] for r in shown] == plans["gamma"][:3] and f"of {len(plans['gamma'])} trials" in output
+
+    every = list(csv.DictReader(io.StringIO(at(200, "runs", "--db", db, "--format", "csv"))))
+    assert [(r["sweep"], r["key"]) for r in every] == member
+    assert {r["key"] for r in every if r["stale"]} == stale and {r["stale"] for r in every if r["stale"]} == {"loop"}
+    assert len(json.loads(at(200, "runs", "--db", db, "--format", "json"))) == total
+    assert len(list(csv.DictReader(io.StringIO(at(200, "runs", "--db", db, "-f", "csv", "-n", "4"))))) == 4
+    bad = CliRunner().invoke(app, ["runs", "--db", db, "--limit", "0"])
+    assert bad.exit_code == 2 and "--limit" in bad.output
 
 
 BROKEN = '''

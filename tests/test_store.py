@@ -425,7 +425,7 @@ def test_progress_reads_each_trials_epochs_and_cooldown_from_its_config(store):
     store.add_trials("s", [cooled, plain])
     store.log_metric_rows([(cooled.key, "val.top1", 1, 0.5, 100.0), (cooled.key, "val.top1", 2, 0.6, 110.0)])
     row = store.progress("s").loc["s"]
-    assert (row["epochs_done"], row["epochs_left"], row["epoch_s"]) == (2, 3 + 2 + 2 - 2, 10.0)
+    assert (row["epochs_left"], row["epoch_s"]) == (3 + 2 + 2 - 2, 10.0)
 
 
 def test_metrics_frame_filters_and_dtypes(filled):

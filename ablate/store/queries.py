@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-from sqlalchemy import Engine, Text, cast, func, select
+from sqlalchemy import Engine, Select, Text, cast, func, select
 
 from ablate.paths import same, typed_value
 from ablate.store.schema import STATES, Base, Membership, Metric, PreviousResult, SweepRecord, TrialRecord
@@ -46,6 +46,8 @@ COUNTS = [
     "diverged_step",
     "resumed_from",
 ]
+UNFINISHED = ("pending", "running", "interrupted", "preempted")
+"""States of trials still to finish: the epochs left of a sweep are theirs."""
 
 
 def flatten(data: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -100,25 +102,23 @@ class Queries:
         *,
         expand: Iterable[str] = (),
         states: Iterable[str] | None = None,
+        limit: int | None = None,
     ) -> pd.DataFrame:
         """One row per trial x sweep, in plan order: TRIAL_COLUMNS, then `axis.<path>` (the sweep's axis
         values), then the flattened final result (`test.top1`, ...; a name that clashes with a leading
         column is left out). `expand` names JSON columns to flatten as well (`config`, `environment`):
-        `config.model.embed_dim`, `environment.git_sha`, ... `states`: only trials in these (filtered in SQL,
-        for a caller that shows a few states of a large sweep)."""
+        `config.model.embed_dim`, `environment.git_sha`, ... `states`: only trials in these, `limit`: only the
+        first rows (both in SQL, for a caller that shows a few rows of a large sweep; `trials_count` counts them
+        all)."""
         expand = list(expand)
         # Only the columns the frame shows (a trial's config, of which only the seed is shown, and its code are
         # the bulk of a row), and the JSON ones as text, decoded a column at a time (`_json_column`): decoding
         # each value on its own was most of the time of a large sweep's frame.
         lead = [MEMBERS.c.sweep, MEMBERS.c.position, *(TRIALS.c[c] for c in TRIAL_COLUMNS if c in TRIALS.c)]
         texts = [TRIALS.c.config["seed"], MEMBERS.c.axes, TRIALS.c.result, *(TRIALS.c[c] for c in expand)]
-        stmt = select(*lead, *(cast(c, Text) for c in texts)).join(TRIALS, TRIALS.c.key == MEMBERS.c.trial_key)
-        if (wanted := as_list(sweeps)) is not None:
-            stmt = stmt.where(MEMBERS.c.sweep.in_(wanted))
-        if states is not None:
-            stmt = stmt.where(TRIALS.c.state.in_(list(states)))
+        stmt = _members(select(*lead, *(cast(c, Text) for c in texts)), sweeps, states)
         with self.engine.connect() as conn:
-            rows = conn.execute(stmt.order_by(MEMBERS.c.sweep, MEMBERS.c.position)).all()
+            rows = conn.execute(stmt.order_by(MEMBERS.c.sweep, MEMBERS.c.position).limit(limit)).all()
         df = pd.DataFrame(columns=TRIAL_COLUMNS)
         if rows:
             columns = list(zip(*rows))
@@ -138,6 +138,11 @@ class Queries:
         df = _utc(df.reindex(columns=TRIAL_COLUMNS + extra), TIMES).astype(dict.fromkeys(COUNTS, "Int64"))
         df["duration_s"] = (df["finished_at"] - df["started_at"]).dt.total_seconds()
         return df
+
+    def trials_count(self, sweeps: str | Iterable[str] | None = None, states: Iterable[str] | None = None) -> int:
+        """How many rows `trials_frame` of `sweeps` and `states` has, counted in SQL."""
+        with self.engine.connect() as conn:
+            return int(conn.execute(_members(select(func.count()), sweeps, states)).scalar_one())
 
     def metrics_frame(
         self,
@@ -181,15 +186,9 @@ class Queries:
 
     def status(self, sweeps: str | Iterable[str] | None = None) -> pd.DataFrame:
         """Trial counts per state: one row per sweep (index), one column per state in STATES, and `total`."""
-        stmt = (
-            select(MEMBERS.c.sweep, TRIALS.c.state, func.count().label("n"))
-            .join(TRIALS, TRIALS.c.key == MEMBERS.c.trial_key)
-            .group_by(MEMBERS.c.sweep, TRIALS.c.state)
-        )
-        if (wanted := as_list(sweeps)) is not None:
-            stmt = stmt.where(MEMBERS.c.sweep.in_(wanted))
+        stmt = _members(select(MEMBERS.c.sweep, TRIALS.c.state, func.count().label("n")), sweeps, STATES)
         with self.engine.connect() as conn:
-            long = pd.read_sql(stmt, conn)
+            long = pd.read_sql(stmt.group_by(MEMBERS.c.sweep, TRIALS.c.state), conn)
         wide = long.pivot_table(index="sweep", columns="state", values="n", aggfunc="sum", fill_value=0)
         wide = wide.reindex(columns=list(STATES), fill_value=0).astype("int64")
         wide["total"] = wide.sum(axis=1)
@@ -197,50 +196,69 @@ class Queries:
         return wide
 
     def progress(self, sweeps: str | Iterable[str] | None = None) -> pd.DataFrame:
-        """Epochs per sweep (index): `epochs_done`, `epochs_left` (of trials still to finish: pending, running,
-        interrupted, preempted), `epoch_s` (median seconds per epoch of its trials, measured between their
-        first and last recorded epoch; NaN before any trial has two), `running` and `eta_s` (the epochs left
-        at that pace, shared by the running trials; NaN when none runs or nothing is measured)."""
+        """Epochs per sweep (index) of its trials still to finish (UNFINISHED): `epochs_left`, `epoch_s` (median
+        seconds per epoch of those, measured between their first and last recorded epoch; NaN before any has
+        two), `running` and `eta_s` (the epochs left at that pace, shared by the running trials; NaN when none
+        runs or nothing is measured). A finished trial has no epochs left and says nothing of the pace now: only
+        the unfinished trials' metric rows are read, not every epoch a large sweep ever recorded."""
         m = METRICS.c
         # Each trial's epochs read in SQL from its config (decoding 100,000 configs took most of `status`).
         train = TRIALS.c.config
         epochs = func.coalesce(train[("train", "epochs")].as_integer(), 0) + func.coalesce(
             train[("train", "cooldown_epochs")].as_integer(), 0
         )
-        members = select(MEMBERS.c.sweep, TRIALS.c.key, TRIALS.c.state, epochs.label("epochs")).join(
-            TRIALS, TRIALS.c.key == MEMBERS.c.trial_key
-        )
-        if (wanted := as_list(sweeps)) is not None:
-            members = members.where(MEMBERS.c.sweep.in_(wanted))
-        keys = members.with_only_columns(TRIALS.c.key).scalar_subquery()
+        unfinished = _members(select(MEMBERS.c.sweep, TRIALS.c.key, TRIALS.c.state, epochs.label("epochs")), sweeps,
+                              UNFINISHED).subquery()  # fmt: skip
         times = (
             select(m.trial_key, func.count(func.distinct(m.step)), func.min(m.wall_time), func.max(m.wall_time))
-            .where(m.trial_key.in_(keys))
+            .where(m.trial_key.in_(select(unfinished.c.key)))
             .group_by(m.trial_key)
         )
         with self.engine.connect() as conn:
-            rows = conn.execute(members).all()
+            rows = conn.execute(select(unfinished)).all()
             measured = {k: (n, first, last) for k, n, first, last in conn.execute(times)}
         per_sweep: dict[str, list[Any]] = {}
         for r in rows:
             per_sweep.setdefault(r.sweep, []).append(r)
         out = {}
         for sweep, members_of in per_sweep.items():
-            done = left = running = 0
+            left = running = 0
             paces = []
             for r in members_of:
                 n, first, last = measured.get(r.key, (0, None, None))
-                done += min(n, r.epochs)
-                if r.state in ("pending", "running", "interrupted", "preempted"):
-                    left += max(r.epochs - n, 0)
+                left += max(r.epochs - n, 0)
                 running += r.state == "running"
                 if n >= 2 and first is not None and last is not None:
                     paces.append((last - first) / (n - 1))
             pace = float(np.median(paces)) if paces else math.nan
             eta = left * pace / running if running else math.nan
-            out[sweep] = {"epochs_done": done, "epochs_left": left, "epoch_s": pace, "running": running, "eta_s": eta}
-        columns = ["epochs_done", "epochs_left", "epoch_s", "running", "eta_s"]
-        return pd.DataFrame.from_dict(out, orient="index", columns=columns).sort_index()
+            out[sweep] = {"epochs_left": left, "epoch_s": pace, "running": running, "eta_s": eta}
+        frame = pd.DataFrame.from_dict(out, orient="index", columns=["epochs_left", "epoch_s", "running", "eta_s"])
+        return frame.sort_index()
+
+    def code_digests(self, sweeps: str | Iterable[str] | None = None) -> pd.DataFrame:
+        """The code digests (`ablate.fingerprint`) the done trials of `sweeps` (None: all) were recorded with:
+        per digest (index), its `trials` and one trial's key, `sample` (to read that code once). A look at what
+        is stale reads one row per digest, not one per trial."""
+        stmt = select(TRIALS.c.code_digest.label("digest"), func.count().label("trials"),
+                      func.min(TRIALS.c.key).label("sample")).where(TRIALS.c.state == "done",
+                                                                    TRIALS.c.code_digest.is_not(None))  # fmt: skip
+        if (wanted := as_list(sweeps)) is not None:
+            stmt = stmt.where(TRIALS.c.key.in_(select(MEMBERS.c.trial_key).where(MEMBERS.c.sweep.in_(wanted))))
+        with self.engine.connect() as conn:
+            rows = conn.execute(stmt.group_by(TRIALS.c.code_digest).order_by(TRIALS.c.code_digest)).all()
+        return pd.DataFrame(rows, columns=["digest", "trials", "sample"]).set_index("digest")
+
+    def with_code(
+        self, digests: Iterable[str], sweeps: str | Iterable[str] | None = None, limit: int | None = None
+    ) -> pd.DataFrame:
+        """sweep, key and digest of the done trials of `sweeps` (None: all) recorded with one of the code
+        `digests`: one row per trial x sweep in plan order, the first `limit` (None: all)."""
+        stmt = _members(select(MEMBERS.c.sweep, TRIALS.c.key, TRIALS.c.code_digest.label("digest")), sweeps, ["done"])
+        stmt = stmt.where(TRIALS.c.code_digest.in_(list(digests))).order_by(MEMBERS.c.sweep, MEMBERS.c.position)
+        with self.engine.connect() as conn:
+            rows = conn.execute(stmt.limit(limit)).all()
+        return pd.DataFrame(rows, columns=["sweep", "key", "digest"])
 
     def runs(
         self,
@@ -256,8 +274,28 @@ class Queries:
         Filter values match by equality or by their text, case-insensitively (`{"axis.train.lr": "0.001"}`
         matches 0.001, "true" matches True); an unknown column is a KeyError naming the columns there are.
         """
-        df = self.trials_frame(sweeps, expand=expand)
-        for column, wanted in (filters or {}).items():
+        return self.page(filters, sweeps, expand=expand, where=where).frame
+
+    def page(
+        self,
+        filters: Mapping[str, Any] | None = None,
+        sweeps: str | Iterable[str] | None = None,
+        *,
+        expand: Iterable[str] = (),
+        where: Sequence[Condition] = (),
+        limit: int | None = None,
+    ) -> Page:
+        """The first `limit` rows of `runs` (None: all) and how many there are. A `state` filter and the limit
+        go into SQL, so a page of a large sweep reads only its rows; other filters and `where` are tested on
+        every row in Python, and the page is cut after them."""
+        rest = dict(filters or {})
+        states = None
+        if "state" in rest:  # states are lower-case words: equality and the case-insensitive text agree
+            wanted = rest.pop("state")
+            states = [str(v).lower() for v in (wanted if isinstance(wanted, (list, tuple, set)) else [wanted])]
+        in_python = bool(rest or where)
+        df = self.trials_frame(sweeps, expand=expand, states=states, limit=None if in_python else limit)
+        for column, wanted in rest.items():
             if column not in df:
                 raise KeyError(f"no column {column!r}; columns: {', '.join(df.columns)}")
             values = list(wanted) if isinstance(wanted, (list, tuple, set)) else [wanted]
@@ -266,7 +304,12 @@ class Queries:
         for condition in where:
             column = column_of(df, condition.path)
             df = df[[condition.holds(v) for v in df[column]]]
-        return df.reset_index(drop=True)
+        total = len(df)
+        if limit is not None and in_python:
+            df = df.head(limit)
+        elif limit is not None and total == limit:  # there may be more than the page
+            total = self.trials_count(sweeps, states)
+        return Page(df.reset_index(drop=True), total)
 
     def shown_columns(self, frame: pd.DataFrame) -> list[str]:
         """What `ablate runs` shows unless told otherwise: sweep, key, state, the axis values that the rows
@@ -277,6 +320,14 @@ class Queries:
         stale = ["stale"] if "stale" in frame and frame["stale"].fillna("").astype(bool).any() else []
         leading = [c for c in ("sweep", "key", "state", *axes) if c in frame] + stale
         return leading + [m for m in dict.fromkeys(wanted) if m in frame and m not in leading]
+
+
+@dataclass(frozen=True)
+class Page:
+    """Some rows of `Queries.runs`, and how many rows there are in all."""
+
+    frame: pd.DataFrame
+    total: int
 
 
 OPERATORS = ("!=", "<=", ">=", "=", "<", ">", " in ")
@@ -372,6 +423,21 @@ def _json_column(texts: Sequence[str | None]) -> list[Any]:
     """JSON texts (None: SQL NULL) decoded in one call, as one JSON array: the same values as decoding each."""
     values: list[Any] = json.loads("[" + ",".join("null" if t is None else t for t in texts) + "]")
     return values
+
+
+def _members(stmt: Select[Any], sweeps: str | Iterable[str] | None, states: Iterable[str] | None) -> Select[Any]:
+    """`stmt` over the membership rows of `sweeps` (None: all) joined to their trials, in `states` (None: any).
+
+    With states, the trials are found by state in ix_trials_state_digest_key and the sweep is tested on the
+    membership rows they lead to: its condition is written (`sweep || ''`) so that no index can serve it, or
+    SQLite's planner (which has no statistics) would walk the sweep's members and read each trial's whole row
+    (config, code, result) for its state: seconds for 100,000 trials."""
+    stmt = stmt.select_from(MEMBERS).join(TRIALS, TRIALS.c.key == MEMBERS.c.trial_key)
+    if states is not None:
+        stmt = stmt.where(TRIALS.c.state.in_(list(states)))
+    if (wanted := as_list(sweeps)) is not None:
+        stmt = stmt.where((MEMBERS.c.sweep if states is None else MEMBERS.c.sweep + "").in_(wanted))
+    return stmt
 
 
 def _utc(df: pd.DataFrame, columns: list[str]) -> pd.DataFrame:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import JSON, BigInteger, DateTime, Float, ForeignKey, Integer, MetaData, String, Text
+from sqlalchemy import JSON, BigInteger, DateTime, Float, ForeignKey, Index, Integer, MetaData, String, Text
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 #: Every trial state. `running` trials left by a killed launcher are set to `interrupted` on the next launch;
@@ -58,6 +58,8 @@ class TrialRecord(Base):
     """One training run, shared by every sweep that planned the same config."""
 
     __tablename__ = "trials"
+    __table_args__ = (Index("ix_trials_state_digest_key", "state", "code_digest", "key"),)
+    """States, code digests and keys without reading the rows (`status` and `runs` of a large sweep)."""
 
     key: Mapped[str] = mapped_column(KEY, primary_key=True)
     variant: Mapped[str | None] = mapped_column(KEY, index=True)
@@ -112,9 +114,15 @@ class Membership(Base):
     """A trial in a sweep, with its axis values there and its position in the sweep's plan."""
 
     __tablename__ = "sweep_trials"
+    __table_args__ = (
+        Index("ix_sweep_trials_sweep_position", "sweep", "position", "trial_key"),
+        Index("ix_sweep_trials_trial_key_sweep", "trial_key", "sweep", "position"),
+    )
+    """A sweep's trials in plan order, and a trial's sweeps and positions, without reading the rows (`status`
+    and `runs` of a large sweep)."""
 
     sweep: Mapped[str] = mapped_column(NAME, ForeignKey("sweeps.name", ondelete="CASCADE"), primary_key=True)
-    trial_key: Mapped[str] = mapped_column(KEY, ForeignKey("trials.key"), primary_key=True, index=True)
+    trial_key: Mapped[str] = mapped_column(KEY, ForeignKey("trials.key"), primary_key=True)
     axes: Mapped[dict[str, Any] | None]
     position: Mapped[int] = mapped_column(default=0)
 
