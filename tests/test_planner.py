@@ -599,8 +599,8 @@ def test_the_store_keeps_each_trials_config_and_axes_at_its_own_seed(tmp_path: P
 
     monkeypatch.setenv("SEEDED_DIR", str(tmp_path))
     f = tmp_path / "e.yaml"
-    base = {"data": {"name": "cifar10", "path": "${SEEDED_DIR}", "id": "cifar10"},
-            "model": {"backbone": "vit", "embed_dim": 32, "depths": [2], "num_heads": [2], "patch_size": 4}}  # fmt: skip
+    model = {"backbone": "vit", "embed_dim": 32, "depths": [2], "num_heads": [2], "patch_size": 4}
+    base = {"data": {"name": "cifar10", "path": "${SEEDED_DIR}", "id": "cifar10"}, "model": model}
     f.write_text(yaml.safe_dump({"sweeps": {"s": {"base": base, "grid": {"train.lr": [0.1, 0.2]},
                                                  "seeds": [3, 11, 12]}}}))  # fmt: skip
     trials = plan(f, "s").trials
