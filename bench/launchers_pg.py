@@ -20,7 +20,8 @@ Printed per side and as ratios (launchers / baseline):
                      transaction counted as a write when it inserts, updates or deletes; p50 / p99 / max. Pool
                      check-out and the pre-ping before BEGIN are not in it; the client's work between the
                      statements of a transaction is. Beside it, the part PostgreSQL spent executing them (the
-                     statements' logged durations, lock waits included): the rest is the launcher's side
+                     statements' logged durations, lock waits included): the rest is the launcher's side;
+                     and how many connections (server sessions) they came over
   lease claims       the claim transactions (`Store.claim`: its SELECT of claimable trials) per second, from the
                      first claim to the last, their latency, and the trials leased (= trials started) per second
   wall               from starting the launchers together to the last one's exit
@@ -64,6 +65,7 @@ protocol step: parse, bind, execute), text."""
 
 @dataclass(frozen=True)
 class Transaction:
+    session: str
     began: float
     ended: float
     server: float
@@ -104,7 +106,7 @@ def transactions(log: str) -> list[Transaction]:
             began, durations, statements = open_[session]
             durations.append(seconds)
             if text in ("COMMIT", "ROLLBACK"):
-                out.append(Transaction(began, end, sum(durations), tuple(statements)))
+                out.append(Transaction(session, began, end, sum(durations), tuple(statements)))
                 del open_[session]
             elif step in ("statement", "execute"):
                 current = statements
@@ -154,7 +156,7 @@ class Side:
         return (f"  {name}: trained / planned {self.trained}/{self.planned} = {self.trained / self.planned:.2f}; "
                 f"wall {self.wall:.1f} s\n"
                 f"    store writes {len(spans)}: {ms(spans)}, max {max(spans) * 1e3:.0f} ms; of which in PostgreSQL "
-                f"{ms([t.server for t in self.writes])}\n"
+                f"{ms([t.server for t in self.writes])}; over {len({t.session for t in self.writes})} connections\n"
                 f"    lease claims {len(self.claims)} in {self.window:.1f} s: {self.claim_rate:.1f}/s, "
                 f"{ms([t.seconds for t in self.claims])}; trials leased "
                 f"{self.trained / self.window:.2f}/s")  # fmt: skip
