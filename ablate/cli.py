@@ -120,7 +120,7 @@ def plans_of(
 
     try:
         if default and not sweeps:
-            return [plan(file, None, max_trials, overrides or ())]
+            return grown([plan(file, None, max_trials, overrides or ())])
         loaded = load_plans(file, max_trials, overrides or (), sweeps)
     except SpecError as e:
         err.print(f"[bold red]{file}: {len(e.problems)} problem(s)[/]")
@@ -132,7 +132,17 @@ def plans_of(
     unknown = [s for s in sweeps or [] if s not in loaded]
     if unknown:
         fail(f"{file}: no sweep named {', '.join(map(repr, unknown))}; the file has {', '.join(loaded)}")
-    return [loaded[s] for s in (sweeps or list(loaded))]
+    return grown([loaded[s] for s in (sweeps or list(loaded))])
+
+
+def grown(plans: list[Any], store: Any = None) -> list[Any]:
+    """`plans` with each tuned sweep's searches as far as `store`'s results go (none: their first rounds), each
+    followed by its companion sweep of tuning trials (`ablate.tuned`)."""
+    if not any(p.tuning for p in plans):
+        return plans
+    from ablate.tuned import Rounds
+
+    return Rounds(plans).start(store).plans
 
 
 def _cell(value: Any) -> str:
@@ -202,6 +212,11 @@ def plan(
             writer.writerow({k: json.dumps(v) if isinstance(v, (dict, list)) else v for k, v in r.items()})
         return
     for p in plans:
+        if p.tuning and not p.trials:
+            from ablate.tuned import describe
+
+            out.print(f"{p.sweep}: {describe(p)}")
+            continue
         prows = [r for r in rows if r["sweep"] == p.sweep]
         table = Table(title=f"{p.sweep}: {len(p.trials)} trials, {len(p.variants)} variants", title_justify="left")
         table.add_column("key")
@@ -338,6 +353,7 @@ def launch(
             fail(str(e))
         if result.store_error:
             fail(f"{result.store_error} What it missed waits in {result.journal}; the next launch writes it.", code=3)
+        plans = grown(plans, store)  # a tuned sweep's trials as its searches went
         planned = store.trials_frame([p.sweep for p in plans]).drop_duplicates("key")
         planned = planned[planned["key"].isin({t.key for p in plans for t in p.trials})]
         unfinished = planned[planned["state"] != "done"]
@@ -502,6 +518,7 @@ def _dry_run(plans: list[Any], db: str | None, choice: Any) -> None:
     try:
         if database_exists(db):
             with existing_store(db) as store:
+                plans = grown(plans, store)  # a tuned sweep's searches as the store's results take them
                 chosen = select(plans, store, choice)
         else:
             chosen = select(plans, None, choice)

@@ -170,27 +170,45 @@ def launch(
     """Run every unfinished trial of `plans` (one Plan or several; `choice` changes which, see
     `ablate.selection`), recording to `store` (default: the results database under db/, as the CLI) and to
     MLflow through `tracker`; return counts per outcome. Sweeps with adaptive seeds run in rounds: after each,
-    the next look's seeds of their undecided cells (`ablate.sequential.grow`). See the module docstring."""
+    the next look's seeds of their undecided cells (`ablate.sequential.grow`), and tuned sweeps their searches'
+    next configurations, then their seeds at each arm's best (`ablate.tuned.Rounds`). See the module docstring."""
     if isinstance(plans, Plan):
         plans = [plans]
     if store is None:
         with Store() as default_store:
             return launch(plans, default_store, tracker, cluster=cluster, run=run, progress=progress, choice=choice)
     plans = list(plans)
-    result = _round(plans, store, tracker, cluster, run, progress, choice)
-    if not any(plan.adaptive for plan in plans):
-        return result
-    from ablate import sequential  # scipy: only for adaptive seeds
+    if not any(plan.adaptive or plan.tuning for plan in plans):
+        return _round(plans, store, tracker, cluster, run, progress, choice)
+    from ablate.tuned import Rounds  # optuna and scipy: only for sweeps that grow in rounds
 
-    while not result.interrupted and result.store_error is None:
-        grown = [sequential.grow(plan, store) for plan in plans]
-        new = [t.key for before, after in zip(plans, grown) for t in after.trials[len(before.trials) :]]
-        if not new:
-            return result
-        (progress or Progress()).message(f"adaptive seeds: {len(new)} more trials for cells still undecided")
-        plans = grown
-        result = result.then(_round(plans, store, tracker, cluster, run, progress, replace(choice, only=tuple(new))))
-    return result
+    rounds, ray = Rounds(plans), _Ray()
+    plans = rounds.start(store).plans  # a tuned sweep's searches as far as the store's results go
+    try:
+        result = _round(plans, store, tracker, cluster, run, progress, choice, ray)
+        while not result.interrupted and result.store_error is None:
+            grown = rounds.grow(store)
+            if not grown.new:
+                return result
+            for line in grown.lines:
+                (progress or Progress()).message(line)
+            plans = grown.plans
+            only = replace(choice, only=tuple(grown.new))
+            result = result.then(_round(plans, store, tracker, cluster, run, progress, only, ray))
+        return result
+    finally:
+        if ray.ours:
+            from ablate import fanout
+
+            fanout.shutdown()
+
+
+@dataclass
+class _Ray:
+    """Whether a launch of several rounds started Ray: it stays up from round to round (started again, it would
+    cost each round its start and its workers' imports) until the launch ends."""
+
+    ours: bool = False
 
 
 def _round(
@@ -201,8 +219,10 @@ def _round(
     run: RunConfig,
     progress: Progress | None,
     choice: Select,
+    ray: _Ray | None = None,
 ) -> LaunchResult:
-    """One pass of `launch`: run the selected trials of `plans` until each has finished or the launch stops."""
+    """One pass of `launch`: run the selected trials of `plans` until each has finished or the launch stops; the
+    Ray it starts is shut down at its end, unless `ray` keeps it for the launch's next round."""
     started = time.perf_counter()
     result = LaunchResult()
     plugins = Plugins()
@@ -222,6 +242,8 @@ def _round(
         # Ray first: an unreachable cluster (or an MLflow that cannot be opened) is an error before anything is
         # written to the store.
         ours = fanout.start(cluster, tracker)
+        if ray is not None and ours:
+            ray.ours, ours = True, False  # the launch shuts it down after its last round
     owner = Owner.new(run.lease)
     heartbeat = Heartbeat(store, owner)
     try:
@@ -231,7 +253,8 @@ def _round(
             store.upsert_sweep(plan.sweep, spec_path=plan.file, metric=plan.metric, baseline=plan.baseline,
                                description=plan.description,
                                spec={"axes": plan.axes, "plugins": plan.plugins.to_json(),
-                                     "adaptive": plan.adaptive.model_dump() if plan.adaptive else None})  # fmt: skip
+                                     "adaptive": plan.adaptive.model_dump() if plan.adaptive else None,
+                                     "tuning": plan.tuning and plan.tuning.model_dump(mode="json")})  # fmt: skip
             store.add_trials(plan.sweep, plan.trials)
         for reason in set(chosen.again.values()):
             keys = [k for k, why in chosen.again.items() if why == reason]

@@ -227,9 +227,9 @@ class ArmSearch(Strict):
 
     axes: dict[str, Any]
     """The arm's grid axis values (its cell, without replicates): what names it."""
-    search: list[str] = []
+    search: list[str | None] = []
     """Trial keys of its configurations, in the order proposed (one key twice where a sampler proposed one
-    configuration twice)."""
+    configuration twice; None for one its config refuses, told as failed)."""
     best: int | None = None
     """Index in `search` of its best configuration (`best`), once every configuration of the budget has a
     result."""
