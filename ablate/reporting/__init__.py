@@ -28,12 +28,13 @@ from typing import Any
 
 import pandas as pd
 
-from ablate.reporting import effects, frames, plots, render, seeding, tables
+from ablate.reporting import effects, frames, plots, render, seeding, tables, tuned
 from ablate.reporting.compare import compare
 from ablate.reporting.frames import ReportError, SweepData
 from ablate.reporting.output import ALL_FORMATS, FORMATS, check, csv, folder, write_file, write_pages
 from ablate.reporting.render import Block, Image, Section, Table
 from ablate.store import STATES, Store
+from ablate.tuning import tuned_of
 
 __all__ = ["ALL_FORMATS", "FORMATS", "ReportError", "compare", "folder", "report"]
 
@@ -58,6 +59,7 @@ def report(
     (ReportError) leaves the folder as it was."""
     wanted = check(formats, correction)
     names = [sweeps] if isinstance(sweeps, str) else list(sweeps or store.sweeps_frame()["name"])
+    names = list(dict.fromkeys(tuned_of(n) or n for n in names))  # a search's trials: its tuned sweep's report
     if not names:
         raise ReportError("no sweeps in the store")
     loaded = [frames.load(store, name, metric, baseline) for name in names]
@@ -75,6 +77,9 @@ def _write_sweep(store: Store, data: SweepData, where: Path, formats: set[str], 
     fac = effects.factorial(data)
     eff = effects.effects(fac, correction) if fac is not None else None
     written = []
+    tuning = tuned.report(store, data, table, correction)  # None unless the sweep is tuned
+    if "csv" in formats and tuning is not None:
+        written += [write_file(where / name, text) for name, text in tuning.files.items()]
     if "csv" in formats:
         label = data.trials["variant"].map(data.variants["label"])
         written.append(write_file(where / "trials.csv", csv(data.trials.assign(label=label), index=False)))
@@ -86,6 +91,9 @@ def _write_sweep(store: Store, data: SweepData, where: Path, formats: set[str], 
         title, meta, sections = _sections(data, table, fac, eff, figures, correction)
         if (seeds := seeding.section(store, data)) is not None:
             sections.insert(1, seeds)
+        if tuning is not None:
+            sections.insert(1, tuning.section)
+            figures |= tuning.figures if formats & {"html", "md"} else {}
         written += write_pages(where, formats, title, meta, sections)
         if "md" in formats:
             written += [write_file(where / f"{name}.png", png) for name, png in figures.items()]

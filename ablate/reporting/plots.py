@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import io
 import threading
+from collections.abc import Mapping
 
 import matplotlib as mpl
 import numpy as np
@@ -19,6 +20,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
 from ablate.reporting.frames import DIAGNOSTICS, LOSSES, SweepData, val_metric
+from ablate.reporting.tuning import ExpectedBest
 
 MAX_ROWS = 40
 MAX_CURVES = 8
@@ -235,6 +237,28 @@ def effects_plot(eff: pd.DataFrame, metric: str) -> bytes | None:
         ax.set_title(f"{'main effects' if kind == 'main' else 'two-way interactions'} on {metric} (95% CI)", fontsize=9)
         ax.grid(axis="x", alpha=0.3)
     fig.axes[-1].set_xlabel(f"change in {metric}{_unit(metric)}")
+    return _png(fig)
+
+
+def tuning_plot(curves: Mapping[str, ExpectedBest], metric: str, baseline: str | None) -> bytes | None:
+    """A tuned sweep's arms (`ablate.reporting.tuned`): the expected best validation score against the number of
+    configurations tried, one line per arm with a band of ± its std."""
+    if not curves:
+        return None
+    rows = -(-len(curves) // 2)
+    fig = _figure(9, 4.6 + 0.17 * rows, legend=rows + 1)
+    ax = fig.add_subplot()
+    colors = [f"C{i}" for i in range(10) if i != 3]  # C3 is red: the baseline's
+    for i, (arm, c) in enumerate(curves.items()):
+        color = BASE if arm == baseline else colors[i % len(colors)]
+        ax.plot(c.n, c.mean, color=color, lw=1.4, marker="o", ms=3, label=_clip(arm))
+        ax.fill_between(c.n, c.mean - c.std, c.mean + c.std, color=color, alpha=0.15, lw=0)
+    ax.set_xlabel("configurations tried")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_ylabel(f"expected best {metric}{_unit(metric)}")
+    ax.grid(alpha=0.3)
+    fig.legend(*ax.get_legend_handles_labels(), loc="lower center", ncol=2, fontsize=8, frameon=False)
+    fig.suptitle("expected best validation score of n configurations (Dodge et al.), band = ± std", fontsize=10)
     return _png(fig)
 
 
