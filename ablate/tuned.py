@@ -28,7 +28,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-import pandas as pd
 from pydantic import ValidationError
 
 from ablate.config import TrialConfig
@@ -210,6 +209,8 @@ def results(store: Store, sweep: str, metric: str) -> dict[str, Result]:
     """The result each ended tuning trial of the tuned `sweep` gives its search, by key: its validation `metric`
     at the epoch its result comes from (the last; under `train.select: best` the chosen one, `test.epoch`), or
     Failed where it failed, diverged or has no finite value. Trials still to run are left out."""
+    import pandas as pd  # only with a store, which needs it anyway: `ablate plan` imports no pandas
+
     frame = store.trials_frame(companion(sweep), states=ENDED).drop_duplicates("key").set_index("key")
     if frame.empty:
         return {}

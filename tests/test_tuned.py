@@ -30,7 +30,7 @@ from ablate.registry import TASKS
 from ablate.reporting import report
 from ablate.store import Store
 from ablate.tuned import Grown, Rounds
-from ablate.tuning import Searches, best, proposals
+from ablate.tuning import Searches, TuneSpec, best, proposals
 
 TUNE = {"space": {"train.lr": {"log": [1e-4, 3e-2]}}, "budget": 4, "batch": 2, "metric": "val.top1"}
 ARMS = {"attention.kind": ["softmax", "sparsemax"]}
@@ -267,3 +267,27 @@ def test_adaptive_seeds_grow_the_arms_at_their_best_configurations(tmp_path: Pat
     assert [seeds_of[main.trials[0].variant], seeds_of[main.trials[-1].variant]] == [list(range(6))] * 2
     assert {lrs[k] for k in softmax.finals} == {1e-3} and {lrs[k] for k in csan.finals} == {1e-2}
     assert set(frame["key"]) == {*softmax.finals, *csan.finals} and len(csan.at_baseline) == 3
+
+
+def test_a_best_moved_by_a_larger_budget_leaves_the_comparison(tmp_path: Path) -> None:
+    """Budget 2, then 4 on the same store: CSaN's best moves to 1e-2 (a grid seed whose first two rates leave it
+    out). The sweep keeps the done trials of its earlier best, but the report compares each arm at its current
+    best only: two variants."""
+    spec = TuneSpec.model_validate({"space": {"train.lr": LRS}, "sampler": "grid", "budget": 4, "metric": "val.top1"})
+    first = {s: [c["train.lr"] for c in proposals(spec.model_copy(update={"seed": s}), [])[:2]] for s in range(20)}
+    seed = next(s for s, rates in first.items() if 1e-2 not in rates)
+    tune = {"space": {"train.lr": LRS}, "sampler": "grid", "budget": 2, "batch": 2, "metric": "val.top1", "seed": seed}
+    grid = {"attention.kind": ["softmax", "csan"]}
+    with Store(f"sqlite:///{tmp_path}/r.sqlite") as store:
+        simulate(store, plan(tuned(tmp_path, tune=tune, grid=grid, seeds=8)))
+        before = searches(store)
+        simulate(store, plan(tuned(tmp_path, tune={**tune, "budget": 4}, grid=grid, seeds=8)))
+        after = searches(store)
+        kept = set(store.trials_frame("t")["key"])
+        report("t", store=store, out=tmp_path / "rep", formats=["csv"])
+    moved = set(before.arms[1].finals) - set(after.arms[1].finals)
+    assert moved and moved <= kept  # the earlier best's trials are still the sweep's
+    variants = pd.read_csv(tmp_path / "rep" / "t" / "variants.csv")
+    assert len(variants) == 2 and variants["n"].tolist() == [8, 8]
+    arms = pd.read_csv(tmp_path / "rep" / "t" / "tuning_arms.csv")
+    assert list(arms["train.lr"]) == [1e-3, 1e-2]

@@ -58,11 +58,14 @@ def report(
     table's p-values. Every sweep is read before anything is written, so an unknown sweep, metric or baseline
     (ReportError) leaves the folder as it was."""
     wanted = check(formats, correction)
-    names = [sweeps] if isinstance(sweeps, str) else list(sweeps or store.sweeps_frame()["name"])
+    counts = store.sweeps_frame().set_index("name")["trials"]
+    names = [sweeps] if isinstance(sweeps, str) else list(sweeps or counts.index)
     names = list(dict.fromkeys(tuned_of(n) or n for n in names))  # a search's trials: its tuned sweep's report
+    if not sweeps:  # every sweep, less a tuned one still searching: it has no trials of its own yet
+        names = [n for n in names if counts.get(n, 0) > 0]
     if not names:
         raise ReportError("no sweeps in the store")
-    loaded = [frames.load(store, name, metric, baseline) for name in names]
+    loaded = [tuned.current(store, frames.load(store, name, metric, baseline)) for name in names]
     out = Path(out)
     written: list[Path] = []
     for data in loaded:

@@ -12,7 +12,7 @@ paired, p adjusted over the arms); and the smallest budget from which the arms' 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -57,6 +57,18 @@ def searches_of(store: Store, sweep: str) -> Searches | None:
     record = store.sweep(sweep)
     raw = (record.spec or {}).get("tuning") if record is not None else None
     return Searches.model_validate(raw) if raw else None
+
+
+def current(store: Store, data: SweepData) -> SweepData:
+    """A tuned sweep's data with only its arms' current final trials: a larger budget can move an arm's best,
+    and the sweep keeps the trials of the best it had before (done, not compared any more)."""
+    record = searches_of(store, data.name)
+    if record is None:
+        return data
+    keys = {k for arm in record.arms for k in arm.finals}
+    trials = data.trials[data.trials["key"].isin(keys)]
+    variants = data.variants[data.variants.index.isin(set(trials["variant"]))]
+    return replace(data, trials=trials, variants=variants)
 
 
 def report(store: Store, data: SweepData, table: pd.DataFrame, correction: str) -> Tuned | None:
