@@ -141,7 +141,7 @@ def stale_code(store: Store, sweeps: list[str] | None = None) -> StaleCode:
     longer registered is not stale: its code cannot be compared."""
     from ablate.plugins import Plugins
 
-    for name in sweeps or list(store.sweeps_frame()["name"]):
+    for name in sweeps or list(store.sweep_metrics()):
         record = store.sweep(name)
         if record is not None:
             Plugins.from_json((record.spec or {}).get("plugins")).load()

@@ -89,6 +89,15 @@ class Queries:
             df = pd.read_sql(stmt, conn)
         return _utc(df, ["created_at", "updated_at"])
 
+    def sweep_metrics(self) -> dict[str, str | None]:
+        """Each sweep's headline metric, by name in name order (what `sweeps_frame` has, without counting every
+        sweep's trials)."""
+        with self.engine.connect() as conn:
+            return {
+                name: metric
+                for name, metric in conn.execute(select(SWEEPS.c.name, SWEEPS.c.metric).order_by(SWEEPS.c.name))
+            }
+
     def member_keys(self, sweeps: Iterable[str]) -> list[str]:
         """The keys of the trials the sweeps planned, each once (what a caller that needs no trial's columns
         asks instead of `trials_frame`)."""
@@ -141,8 +150,13 @@ class Queries:
 
     def trials_count(self, sweeps: str | Iterable[str] | None = None, states: Iterable[str] | None = None) -> int:
         """How many rows `trials_frame` of `sweeps` and `states` has, counted in SQL."""
+        count = _members(select(func.count()), sweeps, states)
+        if states is None:  # no trial row needed: every membership row has its trial (a foreign key)
+            count = select(func.count()).select_from(MEMBERS)
+            if (wanted := as_list(sweeps)) is not None:
+                count = count.where(MEMBERS.c.sweep.in_(wanted))
         with self.engine.connect() as conn:
-            return int(conn.execute(_members(select(func.count()), sweeps, states)).scalar_one())
+            return int(conn.execute(count).scalar_one())
 
     def metrics_frame(
         self,
@@ -314,7 +328,7 @@ class Queries:
     def shown_columns(self, frame: pd.DataFrame) -> list[str]:
         """What `ablate runs` shows unless told otherwise: sweep, key, state, the axis values that the rows
         have, stale (where a row is) and each of their sweeps' headline metric."""
-        metrics = self.sweeps_frame().set_index("name")["metric"]
+        metrics = self.sweep_metrics()
         wanted = [m for s in dict.fromkeys(frame["sweep"]) if isinstance(m := metrics.get(s), str)]
         axes = [c for c in frame.columns if c.startswith("axis.") and frame[c].notna().any()]
         stale = ["stale"] if "stale" in frame and frame["stale"].fillna("").astype(bool).any() else []
