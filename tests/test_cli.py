@@ -346,6 +346,16 @@ def keys(*args: str) -> list[str]:
     return sorted(r["key"] for r in json.loads(invoke("runs", *args, "-f", "json")))
 
 
+def test_show_says_when_the_trials_mlflow_run_is_not_in_the_given_tracking_store(tmp_path: Path) -> None:
+    """The launch logged to another --mlflow-uri: `show` says which URI to give, not an MLflow traceback."""
+    db = store_across_sweeps(tmp_path)
+    with Store(db) as store:
+        store.keep_mlflow_run("m1", "0123456789abcdef0123456789abcdef", None)
+    elsewhere = f"sqlite:///{tmp_path / 'other-mlflow.sqlite'}"
+    out = invoke("show", "m1", "--db", db, "--mlflow-uri", elsewhere)
+    assert "MLflow run 0123456789abcdef0123456789abcdef: not in " + elsewhere in out.replace("\n", " "), out
+
+
 def test_runs_where_compares_by_type_across_sweeps(tmp_path: Path) -> None:
     db = store_across_sweeps(tmp_path)
     assert keys("--db", db, "--where", "attention.steps=1") == ["m2", "s1"]
