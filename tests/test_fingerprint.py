@@ -135,6 +135,7 @@ def cli(tmp_path: Path, *args: str, env: dict[str, str] | None = None) -> subpro
                           text=True, timeout=300, stdin=subprocess.DEVNULL)  # fmt: skip
 
 
+@pytest.mark.timeout(360)  # ten CLI processes, two of them launches: about 180 s on 2 cores at load ~20
 def test_rerun_stale_and_failed_keep_old_results_and_forget_deletes_what_it_lists(tmp_path: Path) -> None:
     planted = "if __import__('os').environ.get('FAIL_RELU'): raise RuntimeError('planted')\n        return a @ v"
     (tmp_path / "relu.py").write_text(plugin_source(body=planted))
