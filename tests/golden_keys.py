@@ -25,11 +25,13 @@ IMAGENET_DIR = "/imagenet"
 
 
 def current_keys() -> dict:
-    """{"key_version": KEY_VERSION, "sweeps": {sweep: [trial key, in plan order]}} of experiments.yaml.
+    """{"key_version": KEY_VERSION, "sweeps": {sweep: [trial key, in plan order]}} of experiments.yaml (a tuned
+    sweep: its arms' keys).
     Needs IMAGENET_DIR set (to anything)."""
     from ablate.planner import KEY_VERSION, plan_all
 
-    return {"key_version": KEY_VERSION, "sweeps": {p.sweep: [t.key for t in p.trials] for p in plan_all(EXPERIMENTS)}}
+    plans = plan_all(EXPERIMENTS)  # a tuned sweep's grid is its arms (`Plan.arms`): its searches start from them
+    return {"key_version": KEY_VERSION, "sweeps": {p.sweep: [t.key for t in [*p.trials, *p.arms]] for p in plans}}
 
 
 def main() -> None:

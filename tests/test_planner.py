@@ -638,8 +638,9 @@ def test_planning_shipped_sweeps_and_showing_their_costs_imports_no_torch(
     monkeypatch.setattr(widths, "_SOLVED", {})
     report = "import atexit, sys; atexit.register(lambda: print(sorted(m for m in %r if m in sys.modules)))"
     run_cli = "import runpy; sys.argv = ['ablate', *sys.argv[1:]]; runpy.run_module('ablate.cli', run_name='__main__')"
-    for sweep in ("cpu", "syn-musk1", "csan-paper"):
-        for trial in plan(ROOT / "experiments.yaml", sweep).trials:
+    for sweep in ("cpu", "syn-musk1", "csan-paper", "cpu-tuned"):
+        planned = plan(ROOT / "experiments.yaml", sweep)
+        for trial in [*planned.trials, *planned.arms]:  # a tuned sweep's configurations share its arms' models
             costs.model_cost(trial.config)
         args = ["plan", str(ROOT / "experiments.yaml"), sweep]
         code = f"{report % (HEAVY,)}; {run_cli}"

@@ -27,7 +27,7 @@ from ablate.errors import SpecError
 from ablate.paths import set_path
 from ablate.planner import Plan, Trial, plan, trial_key
 from ablate.registry import TASKS
-from ablate.reporting import report
+from ablate.reporting import ReportError, report
 from ablate.store import Store
 from ablate.tuned import Grown, Rounds
 from ablate.tuning import Searches, TuneSpec, best, proposals
@@ -224,7 +224,11 @@ def test_an_arm_better_only_at_its_own_learning_rate_is_reported_as_such(tmp_pat
     f = tuned(tmp_path, tune=tune, grid={"attention.kind": ["softmax", "csan"]}, seeds=8)
     with Store(f"sqlite:///{tmp_path}/r.sqlite") as store:
         simulate(store, plan(f))
-        written = report("t", store=store, out=tmp_path / "rep", formats=["md", "csv"])
+        with pytest.raises(ReportError, match="t/tuning is the search of the tuned sweep t: its report is the"):
+            report("t/tuning", store=store, out=tmp_path / "rep")
+        written = report(
+            ["t", "t/tuning"], store=store, out=tmp_path / "rep", formats=["md", "csv"]
+        )  # as a launch says
     assert {w.name for w in written} >= {"report.md", "tuning.png", "tuning.csv", "tuning_arms.csv"}
     md = (tmp_path / "rep" / "t" / "report.md").read_text()
     section = md.split("## Tuning", 1)[1].split("\n## ", 1)[0]

@@ -60,7 +60,11 @@ def report(
     wanted = check(formats, correction)
     counts = store.sweeps_frame().set_index("name")["trials"]
     names = [sweeps] if isinstance(sweeps, str) else list(sweeps or counts.index)
-    names = list(dict.fromkeys(tuned_of(n) or n for n in names))  # a search's trials: its tuned sweep's report
+    searches = {n: of for n in names if (of := tuned_of(n)) in counts.index}  # a tuned sweep's search
+    if sweeps and (alone := [n for n, of in searches.items() if of not in names]):
+        raise ReportError(f"{alone[0]} is the search of the tuned sweep {searches[alone[0]]}: its report is the "
+                          f"Tuning section of {searches[alone[0]]}'s")  # fmt: skip
+    names = [n for n in names if n not in searches]
     if not sweeps:  # every sweep, less a tuned one still searching: it has no trials of its own yet
         names = [n for n in names if counts.get(n, 0) > 0]
     if not names:

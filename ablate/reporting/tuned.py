@@ -26,7 +26,7 @@ from ablate.reporting.render import Block, Image, Section, Table
 from ablate.reporting.tuning import ExpectedBest, expected_best, stable_budget
 from ablate.store import Store
 from ablate.tuned import AXIS, results, space_words
-from ablate.tuning import ArmSearch, Failed, Searches, companion
+from ablate.tuning import STARTUP, ArmSearch, Failed, Searches, companion
 
 
 @dataclass
@@ -225,8 +225,9 @@ def _shown(v: Any) -> str:
 
 def _procedure(record: Searches, data: SweepData) -> str:
     spec = record.spec
+    startup = min(max(spec.batch, STARTUP), spec.budget)  # TPE's random start: the same draws in every arm
     same = ("the same configurations" if spec.sampler in ("random", "grid")
-            else f"the same first {max(spec.batch, 4)} configurations, then its own")  # fmt: skip
+            else f"the same first {startup} configurations, then its own")  # fmt: skip
     return (f"Each arm (a variant of the grid) tried {spec.budget} configurations of {space_words(spec)}, proposed by "
             f"Optuna's {spec.sampler} sampler (seed {spec.seed}, the same for every arm: {same}) in rounds of "
             f"{spec.batch}, each trained at the arm's first seed and chosen on {spec.metric} alone: the test split "
