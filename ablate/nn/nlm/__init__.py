@@ -25,6 +25,8 @@ class NonLocalMeansAttention(Mechanism):
     neighbourhoods (the token alone at patch 1), n the channels compared; one bandwidth per head."""
 
     kind: Literal["nlm"] = "nlm"
+    self_attention_only: ClassVar[bool] = True
+    """Its queries are the tokens themselves: there is no learnt pooling query for it to compare."""
     said: ClassVar[tuple[str, ...]] = ("sigma", "learn_sigma", "patch")
     projections: Literal["identity"] = added("identity")
     """Always identity: queries, keys and values are the tokens themselves (split into heads)."""
