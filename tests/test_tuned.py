@@ -17,7 +17,7 @@ import pandas as pd
 import pytest
 import torch
 from conftest import TINY, write_sweeps
-from gate import Gate
+from gate import Gate, wait_for
 from test_launcher import CLI_ENV, launch_cmd
 from typer.testing import CliRunner
 
@@ -154,12 +154,14 @@ def test_a_launch_killed_mid_search_resumes_where_it_stopped(ray_local, tmp_path
     gate = Gate(tmp_path / "gate", epoch=1, keys=second)
     proc = subprocess.Popen([*launch_cmd(f, tmp_path, gate), "--no-check"], cwd=tmp_path, env=CLI_ENV,
                             start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    db = f"sqlite:///{tmp_path}/r.sqlite"
     try:
         held = gate.wait(2)
+        with Store(db) as store:  # the launcher records a start from the trial's message, after the trial has begun
+            wait_for(lambda: set(store.states(list(held)).values()) == {"running"})
     finally:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(timeout=30)
-    db = f"sqlite:///{tmp_path}/r.sqlite"
     with Store(db) as store:
         first = [k for arm in keys for k in arm[:2]]
         assert set(store.states(first).values()) == {"done"} and set(store.states(held).values()) == {"running"}
