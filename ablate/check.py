@@ -22,8 +22,10 @@ import hashlib
 import json
 import os
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from ablate.components import Mechanism
 from ablate.config import TrialConfig
@@ -149,14 +151,21 @@ def probe(mechanism: Mechanism) -> None:
 
 def check_config(cfg: TrialConfig) -> str | None:
     """None when a step runs, else the error naming the mechanism and where it was registered (cached)."""
-    key = model_key(cfg, *reversed(data_dims(cfg)))
-    if key not in _CACHE:
+    return _remembered(_CACHE, model_key(cfg, *reversed(data_dims(cfg))), lambda: step(cfg), lambda e: failure(cfg, e))
+
+
+def _remembered(
+    cache: dict[str, str | None], key: str, run: Callable[[], Any], fail: Callable[[Exception], str]
+) -> str | None:
+    """`run`'s outcome under `key`, run once per process: None when it passes, else `fail` of what it raised
+    (anything a component or dataset raises is the check's finding)."""
+    if key not in cache:
         try:
-            step(cfg)
-            _CACHE[key] = None
-        except Exception as e:  # anything a component raises is the check's finding
-            _CACHE[key] = failure(cfg, e)
-    return _CACHE[key]
+            run()
+            cache[key] = None
+        except Exception as e:
+            cache[key] = fail(e)
+    return cache[key]
 
 
 def batches(cfg: TrialConfig) -> None:
@@ -205,13 +214,7 @@ def batches(cfg: TrialConfig) -> None:
 def check_data(cfg: TrialConfig) -> str | None:
     """None when the trial's dataset passes `batches`, else the error naming it (cached per dataset)."""
     key = json.dumps([cfg.task, cfg.data.model_dump(mode="json"), cfg.model.img_size, cfg.model.num_classes])
-    if key not in _DATA:
-        try:
-            batches(cfg)
-            _DATA[key] = None
-        except Exception as e:  # anything a dataset raises is the check's finding
-            _DATA[key] = data_failure(cfg, e)
-    return _DATA[key]
+    return _remembered(_DATA, key, lambda: batches(cfg), lambda e: data_failure(cfg, e))
 
 
 _CHECKS = hashlib.sha256(Path(__file__).read_bytes()).hexdigest()[:16]

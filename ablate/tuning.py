@@ -29,7 +29,16 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
-from pydantic import Discriminator, Field, StrictInt, Tag, ValidationInfo, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    Discriminator,
+    Field,
+    StrictInt,
+    Tag,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from ablate.components import Strict
 from ablate.messages import higher_is_better
@@ -48,47 +57,39 @@ STARTUP = 4
 densities need a few points, but Optuna's default of 10 would leave a budget of 12 a random search."""
 
 
+def _ordered(v: tuple[Any, Any]) -> tuple[Any, Any]:
+    if v[0] >= v[1]:
+        raise ValueError(f"expected [lo, hi] with lo < hi, got [{v[0]}, {v[1]}] (a single value belongs in the base)")
+    return v
+
+
+Bounds = Annotated[tuple[float, float], AfterValidator(_ordered)]
+"""A float dimension's [lo, hi]."""
+
+
 class LogDim(Strict):
     """`{log: [lo, hi]}`: a float drawn log-uniformly (learning rates, weight decays)."""
 
-    log: tuple[float, float]
+    log: Bounds
 
     @field_validator("log")
     @classmethod
-    def _bounds(cls, v: tuple[float, float]) -> tuple[float, float]:
+    def _positive(cls, v: tuple[float, float]) -> tuple[float, float]:
         if v[0] <= 0:
             raise ValueError(f"a log-uniform range needs lo > 0, got lo = {v[0]}")
-        _ordered(*v)
         return v
 
 
 class RangeDim(Strict):
     """`{range: [lo, hi]}`: a float drawn uniformly."""
 
-    range: tuple[float, float]
-
-    @field_validator("range")
-    @classmethod
-    def _bounds(cls, v: tuple[float, float]) -> tuple[float, float]:
-        _ordered(*v)
-        return v
+    range: Bounds
 
 
 class IntDim(Strict):
     """`{int: [lo, hi]}`: an integer drawn uniformly from lo..hi, both included."""
 
-    int: tuple[StrictInt, StrictInt]
-
-    @field_validator("int")
-    @classmethod
-    def _bounds(cls, v: tuple[StrictInt, StrictInt]) -> tuple[StrictInt, StrictInt]:
-        _ordered(*v)
-        return v
-
-
-def _ordered(lo: float, hi: float) -> None:
-    if lo >= hi:
-        raise ValueError(f"expected [lo, hi] with lo < hi, got [{lo}, {hi}] (a single value belongs in the base)")
+    int: Annotated[tuple[StrictInt, StrictInt], AfterValidator(_ordered)]
 
 
 KINDS = {"log": "log-uniform", "range": "uniform", "int": "integer"}

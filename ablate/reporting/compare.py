@@ -123,7 +123,7 @@ def table(c: Comparison, correction: str) -> Table:
         f"replicates (seeds or CV repeats). Δ = B - A over the replicates both sweeps ran (same seed, split and "
         f"fold: 'pairs'), with a 95% interval; d: Δ in standard deviations of the paired differences. "
         f"p: {tables.test_words(c.a) if c.design == c.a.design else 'paired t-test'}. "
-        f"{stats.family(k, correction, 'shared variants')}; * = significant after adjustment. {floor_words}"
+        f"{stats.starred(k, correction, 'shared variants')} {floor_words}"
         + tables.na_words([row[6] for row in rows], unit)
         + (
             f" {c.ambiguous} variants were left out: another variant of their sweep agrees on the same axes."

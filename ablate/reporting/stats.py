@@ -275,3 +275,8 @@ def adjust(p: ArrayLike, method: str = "holm") -> np.ndarray:
 def family(k: int, method: str, what: str) -> str:
     """The caption's words for a corrected family: which correction, over which k comparisons."""
     return f"p adj.: {CORRECTIONS[method]}-adjusted over the family of the {k} {what}"
+
+
+def starred(k: int, method: str, what: str) -> str:
+    """`family`'s words and what a table's star means, for tables that mark significant rows."""
+    return f"{family(k, method, what)}; * = significant after adjustment (α = {ALPHA:.2f})."

@@ -212,8 +212,8 @@ def _table(data: SweepData, record: Searches, summary: pd.DataFrame, correction:
         f"Each arm's configuration chosen on {spec.metric} (its best of the configurations tried, at its first "
         f"seed), and its paired difference to the baseline in {data.metric} over the {unit}s both have: at its own "
         f"best configuration (the variant table's comparison, p adjusted there), and at the baseline's best "
-        f"configuration (the same {unit}s; {stats.family(k, correction, 'arms at the baseline configuration')}). "
-        f"* = significant after adjustment (α = {stats.ALPHA:.2f}). Conclusion: better, worse or no clear "
+        f"configuration (the same {unit}s). {stats.starred(k, correction, 'arms at the baseline configuration')} "
+        "Conclusion: better, worse or no clear "
         "difference at each, and whether it depends on the arms' own tuning."
     )
     return Table(caption, header, rows, left=1)
