@@ -1,5 +1,5 @@
 """The base classes of components: mechanisms (`Mechanism`, a config section), backbones, datasets, and
-the published tables a mechanism's module may declare.
+the published tables and report sections a mechanism's module may declare.
 
 A component is one module: it subclasses one of these, fills in what it knows, and registers it
 (`ablate.registry.register_mechanism` / `register_backbone` / `register_dataset`). The rest of ablate asks
@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import types
 import typing
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
@@ -24,6 +25,8 @@ if TYPE_CHECKING:
     from ablate.config import ModelConfig, TrialConfig
     from ablate.data import Splits
     from ablate.nn.mixer import TokenMixer
+    from ablate.reporting.render import Block
+    from ablate.reporting.sections import SweepResults
 
 
 class Strict(BaseModel):
@@ -322,3 +325,18 @@ class PublishedTable:
     rows: tuple[PublishedRow, ...]
     recipe: dict[str, Any] = field(default_factory=dict)
     """Dotted config paths and the values the paper trained with: a run is comparable only when it has them."""
+
+
+@dataclass(frozen=True)
+class ReportSection:
+    """A section of its own that a mechanism's module (or a plugin) adds to the report of every sweep one of
+    whose variants uses the mechanism, computed from that sweep's results: a paper's own tables, say
+    (`ablate.registry.register_section`; Syn's are in `ablate.nn.syn.report`)."""
+
+    title: str
+    """The section's heading, and its name in the registry."""
+    mechanism: str
+    """The `attention.kind` whose sweeps get the section."""
+    build: Callable[[SweepResults], Sequence[Block]]
+    """The section's blocks (text, `ablate.reporting.render.Table`) from the sweep's results. Whatever it
+    raises is shown in the section, naming where the section was registered: the rest of the report stands."""

@@ -139,6 +139,9 @@ class ModelConfig(Strict):
     """MIL: logit scale S of SynPooling (used instead of 1/sqrt(d))."""
     input_dropout: float = Field(0.75, ge=0, lt=1)
     """MIL: dropout on the raw instance features."""
+    pool: Literal["attention", "mean"] = added("attention")
+    """MIL: how a bag's instances become one vector: SynPooling (attention with the sweep's mechanism), or their
+    mean (SynPooling ablated, the Syn paper's Table 3: the mechanism is then not used)."""
 
     @field_validator("backbone")
     @classmethod
@@ -173,6 +176,8 @@ class ModelConfig(Strict):
             if self.twin_width != 1:
                 raise ValueError("twin_width is what match_by: twin_width solves: leave it unset")
         backbone = BACKBONES.get(self.backbone)
+        if self.pool != "attention" and backbone.task != "mil":
+            raise ValueError(f"pool: {self.pool} pools a MIL bag's instances; {self.backbone} is not a MIL backbone")
         if self.patch_size is None:
             self.patch_size = backbone.patch_size
         backbone.check(self)

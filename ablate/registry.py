@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
-from ablate.components import Backbone, Dataset, Mechanism, PublishedTable
+from ablate.components import Backbone, Dataset, Mechanism, PublishedTable, ReportSection
 
 if TYPE_CHECKING:
     from ablate.tasks import Task
@@ -136,6 +136,8 @@ TASKS: Registry[type[Task]] = Registry("task")
 """task -> how a batch becomes a loss and a split a score."""
 TABLES: Registry[PublishedTable] = Registry("published table")
 """Papers' tables that reports place measured variants beside."""
+SECTIONS: Registry[ReportSection] = Registry("report section")
+"""Report sections mechanisms add to the reports of the sweeps that use them."""
 
 #: Modules of the built-in components, imported like plugins (see `ablate.plugins.load_builtins`).
 BUILTINS = (
@@ -175,3 +177,9 @@ def register_task(cls: type[Task]) -> type[Task]:
 def register_table(table: PublishedTable) -> PublishedTable:
     """Make a paper's table available to reports (declared by the module of the mechanism it publishes)."""
     return TABLES.register(table.name, table)
+
+
+def register_section(section: ReportSection) -> ReportSection:
+    """Add a section to the report of every sweep that uses `section.mechanism` (declared by that mechanism's
+    module, or by a plugin)."""
+    return SECTIONS.register(section.title, section)

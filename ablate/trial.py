@@ -283,6 +283,6 @@ def diagnose(
         stats = summarize(model)
         winners = argmax_keys(model)
     out = {f"diag.{k}": v for k, v in stats.items()}
-    if prev is not None:
+    if prev is not None and winners:
         out["diag.winner_transfer"] = winner_transfer(prev, winners)
     return out, winners

@@ -19,15 +19,10 @@ POOLING_KINDS = [k for k in KINDS if not MECHANISMS.get(k).self_attention_only]
 SELF_ATTENTION_ONLY = [k for k in KINDS if MECHANISMS.get(k).self_attention_only]
 
 
-def net(kind: str = "softmax", **attention: object) -> SynPoolingNet:
-    cfg = TrialConfig.model_validate(
-        dict(
-            task="mil",
-            data={"name": "musk1"},
-            model={"size": "synpool", "embed_dim": 16, "pool_dim": 8, "num_heads": [2], "depths": [2]},
-            attention={"kind": kind, **attention},
-        )
-    )
+def net(kind: str = "softmax", pool: str = "attention", **attention: object) -> SynPoolingNet:
+    model = {"size": "synpool", "embed_dim": 16, "pool_dim": 8, "num_heads": [2], "depths": [2], "pool": pool}
+    cfg = TrialConfig.model_validate(dict(task="mil", data={"name": "musk1"}, model=model,
+                                          attention={"kind": kind, **attention}))  # fmt: skip
     torch.manual_seed(0)
     return create_model(cfg, num_classes=2, in_chans=F)
 
@@ -66,6 +61,17 @@ def test_padding_gets_no_weight(kind: str) -> None:
     assert x.grad[0, 4:].abs().max() == 0 and x.grad[0, :4].abs().max() > 0
     for name, p in model.named_parameters():
         assert p.grad is not None and torch.isfinite(p.grad).all(), name
+
+
+def test_mean_pooling_averages_the_real_instances_and_is_refused_outside_mil() -> None:
+    """SynPooling ablated (`model.pool: mean`): the bag is the mean of its real instances' embeddings, padding has
+    no weight, no attention is built, and an image backbone refuses the option."""
+    model = net("syn", pool="mean").eval()
+    x, mask = padded_batch()
+    torch.testing.assert_close(model(x, mask)[0], model.head(model.embed(x[0, :4]).mean(0)).squeeze(-1))
+    assert not any("mixer" in name for name, _ in model.named_modules())
+    with pytest.raises(ValueError, match="pool: mean pools a MIL bag's instances; vit is not a MIL backbone"):
+        TrialConfig.model_validate({"model": {"size": "vit-tiny", "pool": "mean"}})
 
 
 def test_logits_are_scaled_by_s_not_one_over_sqrt_d() -> None:

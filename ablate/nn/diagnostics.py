@@ -75,14 +75,15 @@ def column_gini(a: Tensor) -> float:
 
 
 def summarize(model: nn.Module) -> dict[str, float]:
-    """``entropy/<layer>`` and ``gini/<layer>`` for every recording mixer, plus their means over layers."""
+    """``entropy/<layer>`` and ``gini/<layer>`` for every recording mixer, plus their means over layers (none for
+    a model without attention, such as a MIL network with mean pooling)."""
     out: dict[str, float] = {}
     for name, a in _recorded(model).items():
         out[f"entropy/{name}"] = row_entropy(a)
         out[f"gini/{name}"] = column_gini(a)
     for metric in ("entropy", "gini"):
-        values = [v for k, v in out.items() if k.startswith(metric + "/")]
-        out[metric] = sum(values) / len(values)
+        if values := [v for k, v in out.items() if k.startswith(metric + "/")]:
+            out[metric] = sum(values) / len(values)
     return out
 
 

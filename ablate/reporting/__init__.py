@@ -28,7 +28,7 @@ from typing import Any
 
 import pandas as pd
 
-from ablate.reporting import effects, frames, plots, render, seeding, tables, tuned
+from ablate.reporting import effects, frames, plots, render, sections, seeding, tables, tuned
 from ablate.reporting.compare import compare
 from ablate.reporting.frames import ReportError, SweepData
 from ablate.reporting.output import ALL_FORMATS, FORMATS, check, csv, folder, write_file, write_pages
@@ -95,13 +95,14 @@ def _write_sweep(store: Store, data: SweepData, where: Path, formats: set[str], 
             written.append(write_file(where / "effects.csv", csv(eff, index=False)))
     if formats & {"html", "md", "tex"}:
         figures = _figures(store, data, table, eff) if formats & {"html", "md"} else {}
-        title, meta, sections = _sections(data, table, fac, eff, figures, correction)
+        contributed = sections.sections(sections.SweepResults(data, table, correction, store))
+        title, meta, parts = _sections(data, table, fac, eff, figures, correction, contributed)
         if (seeds := seeding.section(store, data)) is not None:
-            sections.insert(1, seeds)
+            parts.insert(1, seeds)
         if tuning is not None:
-            sections.insert(1, tuning.section)
+            parts.insert(1, tuning.section)
             figures |= tuning.figures if formats & {"html", "md"} else {}
-        written += write_pages(where, formats, title, meta, sections)
+        written += write_pages(where, formats, title, meta, parts)
         if "md" in formats:
             written += [write_file(where / f"{name}.png", png) for name, png in figures.items()]
             for stale in set(FIGURES) - set(figures):
@@ -135,7 +136,10 @@ def _sections(
     eff: pd.DataFrame | None,
     figures: dict[str, bytes],
     correction: str,
+    contributed: list[Section],
 ) -> tuple[str, list[str], list[Section]]:
+    """The report's own sections, with those its mechanisms contribute (`sections`) before the training curves."""
+
     def fig(name: str, alt: str) -> list[Block]:
         return [Image(name, figures[name], alt)] if name in figures else []
 
@@ -162,6 +166,7 @@ def _sections(
         )
     else:
         sections.append(Section("Effects of each knob", ["No axis with two measured levels: no factorial part."]))
+    sections += contributed
     training = [*fig("curves", "training curves"), *fig("diagnostics", "attention diagnostics")]
     sections.append(Section("Training", training or ["No per-epoch metrics recorded yet."]))
     if (t := tables.unfinished(data)) is not None:

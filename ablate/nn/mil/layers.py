@@ -53,6 +53,16 @@ class SynPooling(nn.Module):
         return pooled
 
 
+class MeanPooling(nn.Module):
+    """The mean of a bag's real instances: SynPooling ablated (`model.pool: mean`)."""
+
+    def forward(self, x: Tensor, mask: Tensor | None = None) -> Tensor:
+        if mask is None:
+            return x.mean(dim=1)
+        keep = mask[..., None].to(x.dtype)
+        return (x * keep).sum(dim=1) / keep.sum(dim=1).clamp_min(1)
+
+
 class SynPoolingNet(nn.Module):
     """Bag classifier: forward(x (B, N, F), mask (B, N) True = real instance) -> (B,) logits."""
 
@@ -64,13 +74,16 @@ class SynPoolingNet(nn.Module):
             layers += [nn.Linear(in_features if i == 0 else m.embed_dim, m.embed_dim), nn.ReLU()]
         self.drop = nn.Dropout(m.input_dropout)
         self.embed = nn.Sequential(*layers)
-        self.pool = SynPooling(att, m.embed_dim, m.pool_dim, m.num_heads[0], m.pool_scale)
+        self.pool = (SynPooling(att, m.embed_dim, m.pool_dim, m.num_heads[0], m.pool_scale) if m.pool == "attention"
+                     else MeanPooling())  # fmt: skip
         self.head = nn.Linear(m.embed_dim, 1)
-        for module in [*self.embed, self.pool.q, self.pool.kv, self.pool.proj, self.head]:
+        pooling = [self.pool.q, self.pool.kv, self.pool.proj] if isinstance(self.pool, SynPooling) else []
+        for module in [*self.embed, *pooling, self.head]:
             if isinstance(module, nn.Linear):
                 nn.init.xavier_uniform_(module.weight)
                 nn.init.zeros_(module.bias)
-        nn.init.xavier_uniform_(self.pool.query)
+        if isinstance(self.pool, SynPooling):
+            nn.init.xavier_uniform_(self.pool.query)
 
     def forward(self, x: Tensor, mask: Tensor | None = None) -> Tensor:
         logit: Tensor = self.head(self.pool(self.embed(self.drop(x)), mask))

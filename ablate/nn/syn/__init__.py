@@ -1,7 +1,7 @@
 """Syn layer (synergetic attention, for multiple-instance learning): a cubic map iterated on attention rows.
 
 Its config (torch-free, what validation and planning import); the torch code is in `layers`, imported when a trial
-builds its mixer.
+builds its mixer; the paper's tables, the section Syn adds to a report, are in `report`, imported when one is written.
 """
 
 from __future__ import annotations
@@ -10,11 +10,13 @@ from typing import TYPE_CHECKING, ClassVar, Literal
 
 from pydantic import Field
 
-from ablate.components import Mechanism
-from ablate.registry import register_mechanism
+from ablate.components import Mechanism, ReportSection
+from ablate.registry import register_mechanism, register_section
 
 if TYPE_CHECKING:
     from ablate.nn.mixer import TokenMixer
+    from ablate.reporting.render import Block
+    from ablate.reporting.sections import SweepResults
 
 
 @register_mechanism
@@ -42,3 +44,12 @@ class SynAttention(Mechanism):
         bypass = "" if self.bypass else ", no bypass"
         renormalized = ", renormalised" if self.renormalize else ""
         return f"Syn (I={self.steps}: {mode}; gamma={self.gamma}{bypass}{renormalized})"
+
+
+def _paper_tables(results: SweepResults) -> list[Block]:
+    from ablate.nn.syn.report import paper_tables
+
+    return paper_tables(results)
+
+
+register_section(ReportSection("Syn: the paper's tables", "syn", _paper_tables))
