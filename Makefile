@@ -1,6 +1,7 @@
 # Two commands do all the set-up on a fresh machine:
 #   make run   - create .venv, install, run the default sweep of experiments.yaml and write its report
-#   make test  - create .venv if needed, install, lint (ruff, mypy) and run the whole test suite
+#   make test  - create .venv if needed, install, lint (ruff, mypy), build the docs site strictly and run the whole
+#                test suite
 # torch/torchvision are installed in the same pip call as everything else, from constraints.txt, so pip
 # never swaps in another (CUDA) torch build.
 
@@ -10,7 +11,7 @@ BIN := $(VENV)/bin
 SWEEP ?= cpu
 STAMP := $(VENV)/.installed
 
-.PHONY: run test team lint install clean mutants gpu-check
+.PHONY: run test team lint docs gallery install clean mutants gpu-check
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -24,8 +25,29 @@ run: $(STAMP)
 	$(BIN)/ablate launch experiments.yaml $(SWEEP)
 	$(BIN)/ablate report $(SWEEP)
 
-test: lint $(STAMP)
+test: lint docs $(STAMP)
 	$(BIN)/python -m pytest -q
+
+# The documentation site (mkdocs.yml, docs/) into build/site, strictly: a broken link or anchor, a page left out of
+# the nav or an API reference to something that no longer exists fails it. Part of `make test`, so CI builds it.
+docs: $(STAMP)
+	$(BIN)/mkdocs build --strict --quiet
+
+# The gallery's reports (docs/gallery/<sweep>/), regenerated from a real run of the shipped CPU sweeps GALLERY into
+# a fresh store under build/gallery (never db/), with the run's date and commit in docs/gallery/run.json; minutes
+# per sweep (docs/sweeps.md), so not part of `make test`: commit what it writes.
+GALLERY ?= syn-musk1
+GALLERY_RUN := build/gallery
+gallery: $(STAMP)
+	rm -rf $(GALLERY_RUN) && mkdir -p $(GALLERY_RUN) docs/gallery
+	start=$$(date -u +%s) && $(BIN)/ablate launch experiments.yaml $(GALLERY) --plain --yes --no-mlflow \
+		--db sqlite:///$(GALLERY_RUN)/ablate.sqlite --storage $(GALLERY_RUN)/checkpoints \
+		&& echo $$(( $$(date -u +%s) - start )) > $(GALLERY_RUN)/seconds
+	$(BIN)/ablate report $(GALLERY) --db sqlite:///$(GALLERY_RUN)/ablate.sqlite --out $(GALLERY_RUN)/reports
+	for sweep in $(GALLERY); do rm -rf docs/gallery/$$sweep && cp -r $(GALLERY_RUN)/reports/$$sweep docs/gallery/; done
+	printf '{"date": "%s", "commit": "%s%s", "sweeps": "%s", "seconds": %s}\n' "$$(date -u '+%Y-%m-%d %H:%M UTC')" \
+		"$$(git rev-parse --short HEAD)" "$$(git diff --quiet HEAD -- ablate experiments.yaml || echo ' (with local changes)')" \
+		"$(GALLERY)" "$$(cat $(GALLERY_RUN)/seconds)" > docs/gallery/run.json
 
 # A short sweep on this machine's GPUs through the launch path, and its figures (README: Checking a GPU node);
 # without a GPU a dry run that lists what it would run.
@@ -39,8 +61,8 @@ team: $(STAMP)
 
 # Lint, format and types (strict on ablate/); part of `make test`, so CI runs them.
 lint: $(STAMP)
-	$(BIN)/ruff check ablate tests bench examples
-	$(BIN)/ruff format --check ablate tests bench examples
+	$(BIN)/ruff check ablate tests bench examples docs/_hooks
+	$(BIN)/ruff format --check ablate tests bench examples docs/_hooks
 	$(BIN)/mypy
 
 # Mutation testing of the core modules, score per module (bench/mutants.py); not part of `make test`.

@@ -1,4 +1,4 @@
-"""The library API as a notebook uses it: the README's example, run as written, records what the CLI records."""
+"""The library API as a notebook uses it: the docs' example, run as written, records what the CLI records."""
 
 from __future__ import annotations
 
@@ -16,12 +16,16 @@ from ablate.tracking import Tracker
 pytestmark = pytest.mark.timeout(300)
 
 
+PAGE = ROOT / "docs" / "concepts" / "commands.md"
+"""The docs page whose "From a notebook" section holds the example."""
+
+
 def readme_example() -> str:
-    """The Python block under the README's "From a notebook" heading."""
-    text = (ROOT / "README.md").read_text()
+    """The Python block under the "From a notebook" heading of `PAGE`."""
+    text = PAGE.read_text()
     section = text[text.index("## From a notebook") :]
     match = re.search(r"```python\n(.*?)```", section, re.S)
-    assert match is not None, "the README's notebook section has no python block"
+    assert match is not None, f"{PAGE.name}'s notebook section has no python block"
     return match.group(1)
 
 
@@ -34,7 +38,7 @@ def test_the_readme_notebook_example_runs_and_records_to_the_store_mlflow_and_a_
     os.chdir(tmp_path)
     try:
         scope: dict[str, object] = {}
-        exec(compile(code, "README.md", "exec"), scope)
+        exec(compile(code, str(PAGE), "exec"), scope)
     finally:
         os.chdir(cwd)
     plan, result = scope["plan"], scope["result"]

@@ -12,11 +12,11 @@ provably mid-run: the first launchers' trials stop at epoch 1 on a gate (tests/g
 the gate in its trial runner) until the test opens it, and every wait is on a condition the test reads (a pid
 file, the store, the bucket, a journal, a process's exit); deadlines only fail the test.
 
-The servers, the nodes and the launchers run the README's cluster commands (the bash block after its marker
-comment) with only hosts, ports, database URLs, the bucket, the experiments file and the sweep replaced, and the
-loopback options of `loopback` added to `ray start`; the relaunch is `ablate launch` exactly as written there.
-The fast tests check that block, and the `workers/` definitions, against the installed CLIs and the schemas, so
-neither drifts unnoticed where the end-to-end test does not run.
+The servers, the nodes and the launchers run the cluster tutorial's commands (docs/tutorials/cluster.md, the bash
+block after its marker comment) with only hosts, ports, database URLs, the bucket, the experiments file and the
+sweep replaced, and the loopback options of `loopback` added to `ray start`; the relaunch is `ablate launch` exactly
+as written there. The fast tests check that block, and the `workers/` definitions, against the installed CLIs and
+the schemas, so neither drifts unnoticed where the end-to-end test does not run.
 """
 
 from __future__ import annotations
@@ -64,7 +64,9 @@ DEADLINE = 240.0
 
 
 # ------------------------------------------------------------------------------------------ the README's block
-README = (ROOT / "README.md").read_text()
+CLUSTER_PAGE = ROOT / "docs" / "tutorials" / "cluster.md"
+README = CLUSTER_PAGE.read_text()
+"""The page whose cluster block the test runs (the README's until the docs site took it over)."""
 DB, MLFLOW_DB = "USER:PASSWORD@DB_HOST:5432/ablate", "USER:PASSWORD@DB_HOST:5432/mlflow"
 PLACEHOLDERS = (DB, MLFLOW_DB, "MLFLOW_HOST", "5000", "HEAD_IP", "6379", "BUCKET", "experiments.yaml", "csan-paper")
 """What the test replaces in the README's block."""
@@ -73,7 +75,7 @@ PLACEHOLDERS = (DB, MLFLOW_DB, "MLFLOW_HOST", "5000", "HEAD_IP", "6379", "BUCKET
 def readme_commands(text: str = README) -> dict[str, list[str]]:
     """The README's cluster commands by role (`ROLES`): the bash block after its marker comment, continuation
     lines joined, comments dropped."""
-    assert MARKER in text, "README.md lost the marker comment above its cluster commands"
+    assert MARKER in text, f"{CLUSTER_PAGE.name} lost the marker comment above its cluster commands"
     block = re.search(r"```bash\n(.*?)```", text[text.index(MARKER) :], re.S)
     assert block is not None, "no bash block after the README's cluster marker"
     out: dict[str, list[str]] = {}

@@ -1,0 +1,193 @@
+"""The documentation site: it builds strictly, its generated reference covers the code, its tutorials run as
+written, and a browser shows every page without a console error or a broken image.
+
+The tutorials are read from their pages: a fenced block with a `title="PATH"` is a file the reader writes (a
+`--8<--` snippet line stands for the repository file it includes), a `bash` block holds the commands the reader
+types. They run in a fresh folder in page order; `ablate` commands run in this process on the session's Ray (as
+the CLI tests do), until the page installs a package: from then on in fresh processes, where a new shell would
+find it. A page's `pip install` goes to a folder of the test (`PIP_TARGET`), never into this environment.
+"""
+
+from __future__ import annotations
+
+import functools
+import http.server
+import json
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import typer.main
+from conftest import ROOT, chromium
+from typer.testing import CliRunner
+
+from ablate.cli import app
+from ablate.spec import json_schema
+
+BIN = Path(sys.executable).parent
+FENCE = re.compile(r"^```(\w+)([^\n]*)\n(.*?)^```", re.S | re.M)
+SNIPPET = re.compile(r'^--8<-- "([^"]+)"$', re.M)
+
+
+# ------------------------------------------------------------------------------------------------- the build
+@pytest.fixture(scope="module")
+def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The site built strictly, as `make docs` builds it, into a folder of the test."""
+    out = tmp_path_factory.mktemp("site")
+    env = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}
+    done = subprocess.run([str(BIN / "mkdocs"), "build", "--strict", "--quiet", "--site-dir", str(out)], cwd=ROOT,
+                          env=env, capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    return out
+
+
+def text_of(site: Path, page: str) -> str:
+    """A built page's text, tags dropped."""
+    return re.sub(r"<[^>]+>", "", (site / page / "index.html").read_text())
+
+
+def test_the_reference_lists_every_key_of_the_schema_and_every_command_and_flag(site: Path) -> None:
+    schema = json_schema()["$defs"]
+    keys = text_of(site, "reference/experiments")
+    for section, model in (("model", "ModelConfig"), ("train", "TrainConfig"), ("attention", "CSaNAttention")):
+        for field in schema[model]["properties"]:
+            assert f"{section}.{field}" in keys, f"{section}.{field} missing from the experiments.yaml reference"
+    for field in schema["SweepSpec"]["properties"]:
+        assert f">{field}<" in (site / "reference/experiments/index.html").read_text(), field
+    cli = text_of(site, "reference/cli")
+    for name, command in typer.main.get_command(app).commands.items():  # type: ignore[attr-defined]
+        assert f"ablate {name}" in cli
+        for param in command.params:
+            for opt in param.opts if param.param_type_name == "option" else [param.name.upper()]:
+                assert opt in cli, f"ablate {name} {opt} missing from the CLI reference"
+    api = text_of(site, "reference/api")
+    assert all(name in api for name in ("plan_all", "launch", "report", "Store", "Tracker", "RunConfig"))
+
+
+# ------------------------------------------------------------------------------------------------- tutorials
+def steps(page: str) -> Iterator[tuple[str, str]]:
+    """("file", path and content) or ("run", a bash block) for each fenced block of a page that does something."""
+    for lang, attrs, body in FENCE.findall((ROOT / "docs" / page).read_text()):
+        title = re.search(r'title="([^"]+)"', attrs)
+        if title:
+            yield "file", f"{title.group(1)}\n{SNIPPET.sub(lambda m: (ROOT / m.group(1)).read_text(), body)}"
+        elif lang == "bash":
+            yield "run", body
+
+
+def commands(block: str) -> Iterator[list[str]]:
+    """The commands of a bash block: continuation lines joined, comments dropped, `&&` chains split."""
+    for line in block.replace("\\\n", " ").splitlines():
+        words = shlex.split(line, comments=True)
+        while words:
+            cut = words.index("&&") if "&&" in words else len(words)
+            yield words[:cut]
+            words = words[cut + 1 :]
+
+
+def run_page(page: str, folder: Path) -> list[str]:
+    """Every step of `page` in `folder` (the current directory); the output of each command, in order."""
+    outputs, fresh = [], False
+    site_packages = folder / ".site-packages"
+    env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}", "PYTHONPATH": str(site_packages),
+           "PIP_TARGET": str(site_packages), "PIP_NO_INDEX": "1", "PIP_NO_BUILD_ISOLATION": "0",
+           "PIP_DISABLE_PIP_VERSION_CHECK": "1", "RAY_ADDRESS": "", "COLUMNS": "200"}  # fmt: skip
+    for kind, body in steps(page):
+        if kind == "file":
+            path, content = body.split("\n", 1)
+            (folder / path).parent.mkdir(parents=True, exist_ok=True)
+            (folder / path).write_text(content)
+            continue
+        for argv in commands(body):
+            if argv[0] == "ablate" and not fresh:
+                res = CliRunner().invoke(app, argv[1:], env={"COLUMNS": "200"})
+                assert res.exit_code == 0, f"{page}: {shlex.join(argv)}\n{res.output}"
+                outputs.append(res.output)
+                continue
+            done = subprocess.run(argv, cwd=folder, env=env, capture_output=True, text=True, timeout=300)
+            assert done.returncode == 0, f"{page}: {shlex.join(argv)}\n{done.stdout}{done.stderr}"
+            outputs.append(done.stdout)
+            fresh = fresh or argv[:2] == ["pip", "install"]
+    return outputs
+
+
+@pytest.fixture
+def reader(ray_local, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A fresh folder as the reader's working directory, with a cache of its own."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("ABLATE_CACHE", str(tmp_path / ".cache"))
+    monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
+    return tmp_path
+
+
+def test_the_first_ablation_tutorial_runs_as_written(reader: Path) -> None:
+    plan, launch, status, runs, report = run_page("tutorials/first-ablation.md", reader)
+    assert "first: 4 trials, 2 variants" in plan
+    assert "done 4; 0 already done" in launch
+    assert status.startswith("trials per state") and runs.count(" done ") == 4, status + runs
+    text = (reader / "reports" / "first" / "report.md").read_text()
+    assert "Softmax, attn-FFN" in text and "CSaN" in text and "reports/first/index.html" in report
+
+
+def test_the_plugin_tutorial_runs_as_written(reader: Path) -> None:
+    shutil.copytree(ROOT / "examples", reader / "examples", ignore=shutil.ignore_patterns("build", "*.egg-info"))
+    listed, checked, launched, reported, _, again = run_page("tutorials/plugin.md", reader)
+    assert re.search(r"mechanism\s+│\s+cosine\s+│\s+ablate_plugin_\w+:CosineAttention", listed), listed
+    assert checked.count(" ok ") == 3, checked
+    assert "done 6; 0 already done" in launched and "reports/cosine/index.html" in reported
+    assert re.search(r"cosine\s+│\s+cosine:CosineAttention \(\S+site-packages/cosine.py\)", again), again
+
+
+# --------------------------------------------------------------------------------------------------- browser
+HARNESS = """<!doctype html><html><body><pre id="out"></pre><script>
+const out = document.getElementById("out");
+(async () => {
+  for (const page of PAGES) {
+    const frame = document.createElement("iframe");
+    frame.width = 1200; frame.height = 900;
+    const loaded = new Promise(resolve => { frame.onload = resolve; });
+    frame.src = page;
+    document.body.appendChild(frame);
+    await loaded;
+    const images = [...frame.contentDocument.images];
+    await Promise.all(images.map(i => i.complete ? null : new Promise(r => { i.onload = i.onerror = r; })));
+    for (const i of images) if (i.naturalWidth === 0) out.textContent += `BROKEN ${page} ${i.src}\\n`;
+    out.textContent += `VISITED ${page}\\n`;
+    frame.remove();
+  }
+  out.textContent += "DONE";
+})();
+</script></body></html>"""
+"""Opens each page in a frame of one browser page, in turn, and writes down each image that did not load."""
+
+
+def browse(site: Path, tmp_path: Path) -> tuple[str, str, list[str]]:
+    """Every page of `site` (and the gallery's reports) through a local HTTP server in headless Chromium: the DOM
+    the harness wrote, the browser's log and the pages."""
+    pages = sorted(str(p.relative_to(site)) for p in site.rglob("index.html") if p.parent != site / "search")
+    (site / "_harness.html").write_text(HARNESS.replace("PAGES", json.dumps(pages)))
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(site))
+    handler.log_message = lambda *_: None  # type: ignore[method-assign]
+    with http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler) as server:
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        url = f"http://127.0.0.1:{server.server_address[1]}/_harness.html"
+        done = subprocess.run([chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--enable-logging=stderr",
+                               "--v=0", f"--user-data-dir={tmp_path / 'profile'}", "--virtual-time-budget=120000",
+                               "--dump-dom", url], capture_output=True, text=True, timeout=180)  # fmt: skip
+        server.shutdown()
+    assert done.returncode == 0, done.stderr[-2000:]
+    return done.stdout, done.stderr, pages
+
+
+def test_every_page_shows_in_chromium_without_console_errors_or_broken_images(site: Path, tmp_path: Path) -> None:
+    dom, log, pages = browse(site, tmp_path)
+    assert len(pages) > 15 and "DONE" in dom and dom.count("VISITED ") == len(pages), dom[-2000:]
+    assert "BROKEN" not in dom, dom
+    assert not [line for line in log.splitlines() if "CONSOLE" in line], log[-3000:]
