@@ -10,6 +10,7 @@ from conftest import KINDS
 
 import ablate.nn  # noqa: F401  (registers every variant)
 from ablate.config import TrialConfig
+from ablate.nn.diagnostics import argmax_keys, recording, summarize
 from ablate.nn.factory import create_model
 from ablate.nn.mil.layers import SynPoolingNet
 from ablate.registry import MECHANISMS
@@ -70,6 +71,9 @@ def test_mean_pooling_averages_the_real_instances_and_is_refused_outside_mil() -
     x, mask = padded_batch()
     torch.testing.assert_close(model(x, mask)[0], model.head(model.embed(x[0, :4]).mean(0)).squeeze(-1))
     assert not any("mixer" in name for name, _ in model.named_modules())
+    with recording(model):  # the attention diagnostics of a trial with none: nothing, not an error
+        model(x, mask)
+        assert summarize(model) == {} and argmax_keys(model) == {}
     with pytest.raises(ValueError, match="pool: mean pools a MIL bag's instances; vit is not a MIL backbone"):
         TrialConfig.model_validate({"model": {"size": "vit-tiny", "pool": "mean"}})
 

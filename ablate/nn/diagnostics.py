@@ -38,8 +38,9 @@ def recording(model: nn.Module) -> Iterator[nn.Module]:
 
 
 def _recorded(model: nn.Module) -> dict[str, Tensor]:
-    rows = {n: m.last_attn for n, m in model.named_modules() if isinstance(m, TokenMixer) and m.last_attn is not None}
-    if not rows:
+    mixers = {n: m for n, m in model.named_modules() if isinstance(m, TokenMixer)}
+    rows = {n: m.last_attn for n, m in mixers.items() if m.last_attn is not None}
+    if mixers and not rows:  # (a model without any mixer, MIL mean pooling, has nothing to record)
         raise RuntimeError("no attention recorded: run a forward pass inside `with recording(model):`")
     return rows
 
