@@ -18,7 +18,8 @@ from ablate.registry import BACKBONES, DATASETS, MECHANISMS
 #: Config paths that `architecture`, `mixer` and `dataset` put in words, whatever the components.
 SAID = {
     "model.size", "model.backbone", "model.embed_dim", "model.depths", "model.num_heads", "model.patch_size",
-    "model.stack", "model.dwconv", "model.match_params", "data.name", "data.id", "data.path", "attention.kind",
+    "model.stack", "model.dwconv", "model.match_params", "model.pool", "data.name", "data.id", "data.path",
+    "attention.kind",
 }  # fmt: skip
 
 
@@ -66,6 +67,8 @@ def mixer(cfg: dict[str, Any]) -> str:
     """Token mixer and stack, the paper's second column: attention words, then attn-FFN / pure attention,
     ♢ for param-matched widths, + 7x7 DWConv for CSaN-V2."""
     m = cfg.get("model", {})
+    if m.get("pool") == "mean":  # MIL with SynPooling ablated: no attention, whatever the mechanism's knobs
+        return "mean pooling (no attention)"
     words = attention(cfg)
     if m.get("backbone") in BACKBONES and BACKBONES.get(m["backbone"]).task == "classify":
         words += ", pure attention" if m.get("stack") == "pure" else ", attn-FFN"
