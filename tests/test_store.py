@@ -28,6 +28,7 @@ from ablate.store import STATES, TRIAL_COLUMNS, Owner, Store, flatten
 from ablate.store.engine import make_engine, revision_number, upgrade, upsert_stmt
 from ablate.store.queries import METRICS
 from ablate.store.schema import Base
+from ablate.store.writes import CHUNK
 
 
 def trial(seed: int, kind: str = "softmax", **axes: object) -> Trial:
@@ -348,6 +349,18 @@ def test_a_lease_is_exclusive_until_it_lapses_and_then_anyone_may_take_it(store)
     assert store.claim(keys, b) == set(keys[:4]) and store.renew(a) == set()  # b took them over; a knows
     store.release(b)
     assert store.holders() == {} and store.claim(keys, a) == set(keys[:4])
+
+
+def test_a_claim_reads_the_queue_only_as_far_as_its_limit_needs_and_past_what_others_hold(store):
+    """The queue is read in chunks, in its order, stopping once `limit` trials are won (a launcher claims a slot's
+    worth at a time from a queue of thousands): trials another launcher holds are passed over, across chunks."""
+    trials = [trial(i) for i in range(2 * CHUNK + 10)]
+    keys = [t.key for t in trials]
+    store.add_trials("s", trials)
+    a, b = Owner("a" * 32, "alice@h1:1", 60), Owner("b" * 32, "bob@h2:2", 60)
+    assert store.claim(keys, b, limit=CHUNK + 3) == set(keys[: CHUNK + 3])
+    assert store.claim(keys, a, limit=2) == set(keys[CHUNK + 3 : CHUNK + 5])  # the first free ones, past a chunk
+    assert store.claim(keys, a) == set(keys[CHUNK + 3 :])  # no limit: the rest of the queue
 
 
 def _claim_all(url: str, keys: list[str], at: float) -> list[str]:

@@ -336,10 +336,14 @@ class Store(Queries):
         )
         held = set[str]()
         with self._write() as conn:
-            found = set[str]()
-            for where in self._key_filters(order):
-                found.update(conn.execute(select(TRIALS.c.key).where(where, *claimable)).scalars())
-            chosen = [k for k in order if k in found][:limit]
+            chosen: list[str] = []
+            for i in range(0, len(order), CHUNK):  # in queue order, reading no further than `limit` needs
+                part = order[i : i + CHUNK]
+                found = set(conn.execute(select(TRIALS.c.key).where(TRIALS.c.key.in_(part), *claimable)).scalars())
+                chosen += [k for k in part if k in found]
+                if limit is not None and len(chosen) >= limit:
+                    break
+            chosen = chosen[:limit]
             for where in self._key_filters(chosen):
                 conn.execute(update(TRIALS).where(where, *claimable).values(**lease))
                 held.update(conn.execute(select(TRIALS.c.key).where(where, TRIALS.c.lease_owner == owner.id)).scalars())
