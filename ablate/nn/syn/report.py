@@ -28,9 +28,10 @@ def paper_tables(results: SweepResults) -> list[Block]:
     syn = cells[(cells[KIND] == "syn") & (cells[POOL] == "attention") & cells["mean"].notna()]
     if syn.empty:
         return ["No Syn variant has a result yet."]
-    best = syn.loc[syn.groupby("setting", sort=False)["mean"].idxmax() if results.data.higher
-                   else syn.groupby("setting", sort=False)["mean"].idxmin()]  # fmt: skip
-    return [extremes(syn, results), ranks(syn, results), ablation(cells, best, results), transfer(syn, results)]
+    by = syn.groupby("setting", sort=False)["mean"]
+    best = syn.loc[by.idxmax() if results.data.higher else by.idxmin()]  # the first of a tie, in the table's order
+    return [extremes(syn, results), ranks(syn, results), ablation(cells, best, results),
+            transfer(syn, best, results)]  # fmt: skip
 
 
 def settings(results: SweepResults) -> pd.DataFrame:
@@ -129,7 +130,7 @@ def ablation(cells: pd.DataFrame, best: pd.DataFrame, results: SweepResults) -> 
     return Table(caption, ["setting", "ablated", "best", "drop [95% CI]", "p adj."], rows, left=3)
 
 
-def transfer(syn: pd.DataFrame, results: SweepResults) -> Table | str:
+def transfer(syn: pd.DataFrame, best: pd.DataFrame, results: SweepResults) -> Table | str:
     """Fig. 6: per setting, each trial's lowest winner-transfer rate over its epochs, averaged over the trials
     of each mode (and of the best variant)."""
     m = results.metrics([WINNER])
@@ -147,10 +148,10 @@ def transfer(syn: pd.DataFrame, results: SweepResults) -> Table | str:
         for name in MODES:
             rates = lowest[lowest["variant"].isin(g.index[mode == name])]["value"]
             cells.append(f"{100 * rates.mean():.1f}% ({len(rates)})" if len(rates) else "-")
-        top = g["mean"].idxmax() if results.data.higher else g["mean"].idxmin()
+        top = best.index[best["setting"] == setting][0]
         at_best = per_variant["mean"].get(top)
-        best = f"{100 * at_best:.1f}% (I = {int(g.loc[top, STEPS])})" if at_best is not None else "-"
-        rows.append([setting, *cells, best])
+        at = f"{100 * at_best:.1f}% (I = {int(g.loc[top, STEPS])})" if at_best is not None else "-"
+        rows.append([setting, *cells, at])
     caption = (
         "Minimum winner-transfer rate per setting, as the Syn paper's Fig. 6: each trial's lowest share of "
         "queries whose arg-max key changed from one epoch to the next, averaged over the trials of each mode "
