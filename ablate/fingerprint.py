@@ -4,7 +4,8 @@ never taken for a current one.
 A trial's key says *what* it trains (its config); its fingerprint says *with which code*. For each component
 the trial uses (its mechanism, backbone, dataset and task, plugins included, and the training loop), the
 digest covers the module that registers it and the module that defines it, and the modules they import from
-`ablate.nn` and `ablate.data` (or from their own package, for a plugin package), each as its syntax tree
+`ablate.nn` and `ablate.data` (or from their own package, for a plugin package; never a package's `report`
+module, which formats results: `REPORT`), each as its syntax tree
 without docstrings: comments, docstrings and formatting never count, a changed expression always does (a
 plugin file's module counts under its stem, not under its name, which carries a hash of its text). The
 versions of torch, timm and of the distributions that ship plugin components count too. Module digests are
@@ -37,6 +38,9 @@ LOOP = ("ablate.trial", "ablate.parallel", "ablate.nn.factory", "ablate.nn.build
 """The training loop: the same for every trial (the model factory builds every network)."""
 FOLLOWED = ("ablate.nn", "ablate.data")
 """Imports of a component's module that are followed (other ablate modules configure; they do not compute)."""
+REPORT = "report"
+"""A component package's module of this name holds its report section (`ablate.components.ReportSection`): it
+formats results and computes none, so it is never followed (an edit to a paper's tables leaves results current)."""
 KINDS = ("mechanism", "backbone", "dataset", "task")
 """A trial's components, named `<kind> <name>` in its fingerprint (beside `loop`)."""
 VERSIONED = ("torch", "timm")
@@ -182,7 +186,7 @@ def _closure(roots: set[str]) -> set[str]:
         top = module.split(".")[0]
         for name in _imports(module, *_stamp(module)[1:]):
             followed = name.startswith(FOLLOWED) or (top != "ablate" and name.split(".")[0] == top)
-            if followed and _file(name) is not None:
+            if followed and name.rpartition(".")[2] != REPORT and _file(name) is not None:
                 todo.append(name)
     return seen
 

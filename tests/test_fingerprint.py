@@ -108,6 +108,14 @@ def test_a_mechanism_digest_covers_the_torch_code_its_config_imports_lazily(kind
     assert type(mixer).__module__ in modules_of(cfg)[f"mechanism {kind}"]
 
 
+def test_a_mechanisms_report_section_is_not_part_of_its_digest() -> None:
+    """Syn's package registers its report section, whose tables module it imports when a report is written:
+    reports format results and compute none, so that module is left out and an edit to it leaves results
+    current, while the mixer's module, imported the same way, is in."""
+    modules = modules_of(plan_config({"attention": {"kind": "syn"}}))["mechanism syn"]
+    assert "ablate.nn.syn.layers" in modules and "ablate.nn.syn.report" not in modules
+
+
 @pytest.mark.parametrize("size", ["vit-tiny", "swin-min", "hiera-tiny", "synpool"])
 def test_a_backbone_digest_covers_the_network_code_it_imports_lazily(size: str) -> None:
     from ablate.nn.factory import create_model
