@@ -36,7 +36,7 @@ docs: $(STAMP)
 # The gallery's reports (docs/gallery/<sweep>/), regenerated from a real run of the shipped CPU sweeps GALLERY into
 # a fresh store under build/gallery (never db/), with the run's date and commit in docs/gallery/run.json; minutes
 # per sweep (docs/sweeps.md), so not part of `make test`: commit what it writes.
-GALLERY ?= syn-musk1
+GALLERY ?= syn-musk1 cpu
 GALLERY_RUN := build/gallery
 gallery: $(STAMP)
 	rm -rf $(GALLERY_RUN) && mkdir -p $(GALLERY_RUN) docs/gallery
