@@ -138,6 +138,8 @@ TABLES: Registry[PublishedTable] = Registry("published table")
 """Papers' tables that reports place measured variants beside."""
 SECTIONS: Registry[ReportSection] = Registry("report section")
 """Report sections mechanisms add to the reports of the sweeps that use them."""
+REGISTRIES: tuple[Registry[Any], ...] = (MECHANISMS, BACKBONES, DATASETS, TASKS, TABLES, SECTIONS)
+"""Every registry: what a plugin can register into."""
 
 #: Modules of the built-in components, imported like plugins (see `ablate.plugins.load_builtins`).
 BUILTINS = (

@@ -18,7 +18,7 @@ import yaml
 from procs import Postgres
 
 from ablate.plugins import load_builtins
-from ablate.registry import BACKBONES, DATASETS, MECHANISMS, TABLES, TASKS
+from ablate.registry import MECHANISMS, REGISTRIES
 
 ROOT = Path(__file__).resolve().parents[1]
 #: A real MIDatasets file (MIT, licence beside it), for the .jld reader.
@@ -55,7 +55,7 @@ def _file_plugins_stay_in_their_test():
     before = set(sys.modules)
     yield
     added = {m for m in set(sys.modules) - before if m.startswith("ablate_plugin_")}
-    for registry in (MECHANISMS, BACKBONES, DATASETS, TASKS, TABLES):
+    for registry in REGISTRIES:
         kept = {n: e for n, e in registry._entries.items() if e.source.split(":")[0] not in added}
         if len(kept) != len(registry._entries):
             registry._entries = kept

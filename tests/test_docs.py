@@ -5,7 +5,8 @@ The tutorials are read from their pages: a fenced block with a `title="PATH"` is
 `--8<--` snippet line stands for the repository file it includes), a `bash` block holds the commands the reader
 types. They run in a fresh folder in page order; `ablate` commands run in this process on the session's Ray (as
 the CLI tests do), until the page installs a package: from then on in fresh processes, where a new shell would
-find it. A page's `pip install` goes to a folder of the test (`PIP_TARGET`), never into this environment.
+find it (the plugin tutorial's from the start: its plugin file must not stay in the session's Ray). A page's
+`pip install` goes to a folder of the test (`PIP_TARGET`), never into this environment.
 """
 
 from __future__ import annotations
@@ -88,9 +89,10 @@ def commands(block: str) -> Iterator[list[str]]:
             words = words[cut + 1 :]
 
 
-def run_page(page: str, folder: Path) -> list[str]:
-    """Every step of `page` in `folder` (the current directory); the output of each command, in order."""
-    outputs, fresh = [], False
+def run_page(page: str, folder: Path, fresh: bool = False) -> list[str]:
+    """Every step of `page` in `folder` (the current directory); the output of each command, in order. `fresh`:
+    every command in a process of its own (with its own embedded Ray) from the start."""
+    outputs = []
     site_packages = folder / ".site-packages"
     env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}", "PYTHONPATH": str(site_packages),
            "PIP_TARGET": str(site_packages), "PIP_NO_INDEX": "1", "PIP_NO_BUILD_ISOLATION": "0",
@@ -134,7 +136,10 @@ def test_the_first_ablation_tutorial_runs_as_written(reader: Path) -> None:
 
 def test_the_plugin_tutorial_runs_as_written(reader: Path) -> None:
     shutil.copytree(ROOT / "examples", reader / "examples", ignore=shutil.ignore_patterns("build", "*.egg-info"))
-    listed, checked, launched, reported, _, again = run_page("tutorials/plugin.md", reader)
+    # in fresh processes: the session's Ray workers live on after the test, and would keep this copy's `cosine`
+    # registered beside another test's copy of the same file (a RegistryError there, as in one Ray job of two
+    # projects' same-named plugins; each `ablate launch` is a Ray job of its own)
+    listed, checked, launched, reported, _, again = run_page("tutorials/plugin.md", reader, fresh=True)
     assert re.search(r"mechanism\s+│\s+cosine\s+│\s+ablate_plugin_\w+:CosineAttention", listed), listed
     assert checked.count(" ok ") == 3, checked
     assert "done 6; 0 already done" in launched and "reports/cosine/index.html" in reported

@@ -379,7 +379,8 @@ HAND_PICKED: dict[str, list] = {"model.size": ["vit-small"], "data.name": ["digi
 #: Fields that validation ties to others, so no valid config differs in them alone: set without validation.
 UNVALIDATED: dict[str, object] = {"task": "mil"}  # task follows data.name and model.backbone (TrialConfig._check)
 #: Valid bases a perturbation is tried on, in order (a model field may need another backbone: dwconv is swin;
-#: or another stack: twin_width and match_by: twin_width need a pure stack, the latter a match_params).
+#: or another stack: twin_width and match_by: twin_width need a pure stack, the latter a match_params; or a MIL
+#: network: model.pool).
 #: Every optional field that derives another (data.path -> data.id) is set, so a base is fully explicit.
 BASES = [
     {"data": {"name": "mnist5k", "path": "/data/mnist5k"}, "model": {"size": "vit-tiny"}},
@@ -392,6 +393,7 @@ BASES = [
         "data": {"name": "mnist5k", "path": "/data/mnist5k"},
         "model": {"size": "swin-min", "stack": "pure", "match_params": 1.0e7},
     },
+    {"task": "mil", "data": {"name": "musk1"}, "model": {"size": "synpool"}},  # MIL-only fields: model.pool
 ]
 
 
