@@ -351,13 +351,20 @@ def winners(data: SweepData, table: pd.DataFrame, correction: str = "holm") -> l
     return out
 
 
+def variant_metrics(store: Store, data: SweepData, names: list[str], variants: list[str] | None = None) -> pd.DataFrame:
+    """Per-epoch metrics `names` of the trials of `variants` (None: every variant), long: key, name, step, value
+    and each trial's variant."""
+    trials = data.trials if variants is None else data.trials[data.trials["variant"].isin(variants)]
+    keys = trials[["key", "variant"]].drop_duplicates("key")
+    m = metrics(store, names, keys["key"].tolist())
+    return m.assign(variant=m["key"].map(dict(zip(keys["key"], keys["variant"]))))
+
+
 def curves(store: Store, data: SweepData, variants: list[str]) -> pd.DataFrame:
     """Per-epoch mean and std over replicates of the losses, the validation twin of the metric and the
     diagnostics, for `variants`: variant, name, step, mean, std, n."""
-    keys = data.trials.loc[data.trials["variant"].isin(variants), ["key", "variant"]]
     names = list(dict.fromkeys([*LOSSES, val_metric(data.metric), *DIAGNOSTICS]))
-    m = metrics(store, names, keys["key"].tolist())
-    m["variant"] = m["key"].map(dict(zip(keys["key"], keys["variant"])))
+    m = variant_metrics(store, data, names, variants)
     agg = m.groupby(["variant", "name", "step"], sort=False, observed=True)["value"].agg(["mean", "std", "count"])
     return agg.rename(columns={"count": "n"}).reset_index().astype({"variant": str, "name": str})
 

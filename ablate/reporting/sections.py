@@ -58,9 +58,7 @@ class SweepResults:
 
     def metrics(self, names: Iterable[str]) -> pd.DataFrame:
         """Per-epoch metrics `names` of the sweep's trials, long: key, variant, name, step, value."""
-        keys = self.data.trials[["key", "variant"]].drop_duplicates("key")
-        m = frames.metrics(self.store, list(names), keys["key"].tolist())
-        return m.assign(variant=m["key"].map(dict(zip(keys["key"], keys["variant"])))).astype({"variant": str})
+        return frames.variant_metrics(self.store, self.data, list(names)).astype({"variant": str})
 
 
 def mechanisms(data: SweepData) -> set[str]:

@@ -20,6 +20,8 @@ from ablate.reporting.sections import SweepResults
 STEPS, KIND, POOL = "attention.steps", "attention.kind", "model.pool"
 WINNER = "diag.winner_transfer"
 MODES = {"concentration": "I > 0", "none": "I = 0", "distraction": "I < 0"}
+SIGN = {"concentration": 1, "none": 0, "distraction": -1}
+"""The sign of I in each mode."""
 
 
 def paper_tables(results: SweepResults) -> list[Block]:
@@ -58,8 +60,8 @@ def extremes(syn: pd.DataFrame, results: SweepResults) -> Table:
         hi, lo = (g["mean"].max(), g["mean"].min()) if results.data.higher else (g["mean"].min(), g["mean"].max())
         top, bottom = g[g["mean"] == hi], g[g["mean"] == lo]
         for counts, chosen in ((best_by, top), (worst_by, bottom)):
-            for mode, sign in (("distraction", -1), ("concentration", 1)):
-                counts[mode] += bool((np.sign(chosen[STEPS]) == sign).any())
+            for mode in counts:
+                counts[mode] += bool((np.sign(chosen[STEPS]) == SIGN[mode]).any())
         rows.append([setting, _cell(top.iloc[0], d), _steps(top[STEPS]), _cell(bottom.iloc[0], d),
                      _steps(bottom[STEPS]), _steps(g[STEPS].sort_values())])  # fmt: skip
     k = len(rows)
@@ -87,7 +89,7 @@ def ranks(syn: pd.DataFrame, results: SweepResults) -> Table:
         rank = g["mean"].rank(ascending=not results.data.higher, method="average")
         by = np.sign(g[STEPS])
         cells = [f"{rank[by == s].mean():.2f} (of {int((by == s).sum())})" if (by == s).any() else "-"
-                 for s in (1, -1, 0)]  # fmt: skip
+                 for s in (SIGN["concentration"], SIGN["distraction"], SIGN["none"])]  # fmt: skip
         rows.append([setting, *cells, str(len(g))])
     caption = (
         f"Average rank of concentration (I > 0) and distraction (I < 0) per setting, as the Syn paper's Table 5: "
@@ -143,7 +145,7 @@ def transfer(syn: pd.DataFrame, best: pd.DataFrame, results: SweepResults) -> Ta
     per_variant = lowest.groupby("variant")["value"].agg(["mean", "count"])
     rows = []
     for setting, g in syn.groupby("setting", sort=False):
-        mode = np.sign(g[STEPS]).map({1: "concentration", 0: "none", -1: "distraction"})
+        mode = np.sign(g[STEPS]).map({sign: name for name, sign in SIGN.items()})
         cells = []
         for name in MODES:
             rates = lowest[lowest["variant"].isin(g.index[mode == name])]["value"]
