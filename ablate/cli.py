@@ -246,7 +246,12 @@ def plan(
             out.print("* = baseline variant")
 
 
-DB = typer.Option(None, "--db", envvar="ABLATE_DB", help="Results database URL [default: sqlite:///db/ablate.sqlite].")
+DB = typer.Option(
+    None,
+    "--db",
+    envvar="ABLATE_DB",
+    help="Results database: a URL or a SQLite file [default: sqlite:///db/ablate.sqlite].",
+)
 MLFLOW = typer.Option(
     None,
     "--mlflow-uri",

@@ -110,6 +110,16 @@ def test_status_prints_the_counts_per_state_of_the_store(tmp_path: Path) -> None
     ]
 
 
+def test_db_takes_a_sqlite_files_path_as_well_as_a_url(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`--db results.sqlite` is the file, relative to the cwd (a URL parser alone rejects a path)."""
+    db, _ = store_with_trials(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    assert status("--db", "r.sqlite") == status("--db", db)
+    missing = CliRunner().invoke(app, ["status", "--db", "none.sqlite"])
+    assert missing.exit_code == 2 and "no results database" in missing.output
+    assert not (tmp_path / "none.sqlite").exists()
+
+
 def test_status_names_the_sweep_of_each_row(tmp_path: Path) -> None:
     db, want = store_with_trials(tmp_path)
     rows = table(status("--db", db), "trials per state")

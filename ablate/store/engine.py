@@ -26,8 +26,17 @@ MIGRATION_LOCK = 71582026
 """PostgreSQL advisory lock id held while a process migrates the schema."""
 
 
+def database_url(db: str | None = None) -> str:
+    """The URL of a results database given as a URL or as a SQLite file's path (`--db results.sqlite`, which a
+    URL parser rejects); None: the default."""
+    if not db:
+        return DEFAULT_URL
+    return db if "://" in db else f"sqlite:///{Path(db).expanduser().resolve()}"
+
+
 def sqlite_file(url: str) -> Path | None:
-    """The database file of a `sqlite:///` URL, None for anything else (a server, memory)."""
+    """The database file of a `sqlite:///` URL or a path, None for anything else (a server, memory)."""
+    url = database_url(url)
     if not url.startswith("sqlite"):
         return None
     db = make_url(url).database
@@ -36,13 +45,14 @@ def sqlite_file(url: str) -> Path | None:
 
 def database_exists(url: str | None = None) -> bool:
     """False only for a SQLite file that is not there (so reading commands need not create one)."""
-    path = sqlite_file(url or DEFAULT_URL)
+    path = sqlite_file(database_url(url))
     return path is None or path.exists()
 
 
 def make_engine(url: str | None = None) -> Engine:
-    """An engine for `url` (default: db/ablate.sqlite under the cwd; its folder is created)."""
-    sa_url = make_url(url or DEFAULT_URL)
+    """An engine for `url`, a URL or a SQLite file's path (default: db/ablate.sqlite under the cwd; its folder is
+    created)."""
+    sa_url = make_url(database_url(url))
     if sa_url.get_backend_name() != "sqlite":
         return create_engine(sa_url, pool_pre_ping=True)
     db = sa_url.database

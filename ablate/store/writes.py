@@ -111,10 +111,10 @@ def _json(value: Any) -> Any:
 
 class Store(Queries):
     """The results database at `url` (default `sqlite:///db/ablate.sqlite` under the cwd; any SQLAlchemy
-    URL, e.g. postgresql+psycopg://...). Use as a context manager or call `close()`."""
+    URL, e.g. postgresql+psycopg://..., or a SQLite file's path). Use as a context manager or call `close()`."""
 
     def __init__(self, url: str | None = None) -> None:
-        self.url = url or eng.DEFAULT_URL
+        self.url = eng.database_url(url)
         try:
             self.engine = eng.make_engine(self.url)
         except OSError as e:  # the database's folder cannot be made
