@@ -10,6 +10,7 @@ import json
 import os
 import signal
 import sys
+from collections import Counter
 from collections.abc import Collection, Sequence
 from enum import Enum
 from pathlib import Path
@@ -326,7 +327,7 @@ def launch(
     from ablate.launcher import Cluster, RunConfig, reachable
     from ablate.progress import Progress
     from ablate.storage import Storage, StorageError
-    from ablate.store import Store
+    from ablate.store import STATES, Store
 
     if address:
         try:
@@ -359,20 +360,20 @@ def launch(
         if result.store_error:
             fail(f"{result.store_error} What it missed waits in {result.journal}; the next launch writes it.", code=3)
         plans = grown(plans, store)  # a tuned sweep's trials as its searches went
-        planned = store.trials_frame([p.sweep for p in plans]).drop_duplicates("key")
-        planned = planned[planned["key"].isin({t.key for p in plans for t in p.trials})]
-        unfinished = planned[planned["state"] != "done"]
+        planned = {t.key for p in plans for t in p.trials}
+        rows = store.trial_rows([p.sweep for p in plans], states=[s for s in STATES if s != "done"]).first_of("key")
+        unfinished = rows.rows(k in planned for k in rows["key"])
     if result.interrupted:  # what the store says is left, not what the launcher stopped: some never started
         ended = {k: v for k, v in result.counts.items() if k not in ("interrupted", "preempted")}
         counts = ", ".join(f"{k} {v}" for k, v in sorted(ended.items())) or "none finished"
-        left = ", ".join(f"{k} {v}" for k, v in sorted(unfinished["state"].value_counts().items()))
+        left = ", ".join(f"{k} {v}" for k, v in sorted(Counter(unfinished["state"]).items()))
         out.print(f"{counts}; not done: {left or 'none'}; {result.skipped} already done; "
                   f"{result.seconds:.1f} s")  # fmt: skip
         raise typer.Exit(128 + (result.signal or signal.SIGINT))  # the shell's code for death by the signal
     counts = ", ".join(f"{k} {v}" for k, v in sorted(result.counts.items())) or "nothing run"
     out.print(f"{counts}; {result.skipped} already done; {result.seconds:.1f} s")
     if len(unfinished):
-        _print_frame(unfinished[["sweep", "key", "state", "error"]], f"{len(unfinished)} trials not done")
+        _print_table(unfinished.select(["sweep", "key", "state", "error"]), f"{len(unfinished)} trials not done")
         raise typer.Exit(1)
 
 
@@ -553,36 +554,42 @@ def status(
     """Per sweep: trials per state, epochs left and the ETA at the pace of the unfinished trials; running
     trials, failures with the first line of their error (`ablate show KEY`: the whole traceback), stale results
     (a listing shows its first rows and counts the rest)."""
-    from ablate.selection import LISTED, stale_code
+    from ablate.stale import LISTED, stale_code
+    from ablate.store import STATES, Listing
 
     sweeps = sweep or None
     with existing_store(db) as store:
-        counts = store.status(sweeps)
-        if counts.empty:
+        counts = store.state_counts(sweeps)
+        if not counts:
             out.print("no sweeps in the store")
             return
-        pace = store.progress(sweeps).reindex(counts.index)
-        running = store.trials_frame(sweeps, states=("running",), limit=LISTED)
-        failed = store.trials_frame(sweeps, states=("failed", "diverged"), limit=LISTED)
+        pace = store.progress(sweeps)
+        running = store.trial_rows(sweeps, states=("running",), limit=LISTED)
+        failed = store.trial_rows(sweeps, states=("failed", "diverged"), limit=LISTED)
         code = stale_code(store, sweeps)
         stale = store.with_code(code.changed, sweeps, limit=LISTED) if code.changed else None
-    counts = counts.assign(**{"epochs left": pace["epochs_left"].fillna(0).astype("int64"), "s/epoch": pace["epoch_s"],
-                              "ETA": pace["eta_s"].map(_duration)}).rename_axis("sweep").reset_index()  # fmt: skip
-    _print_frame(counts, "trials per state", compact=_folded(counts), drop=("s/epoch", "epochs left"),
+    paces = [pace.get(s) for s in counts]
+    table = Listing({"sweep": list(counts), **{c: [n[c] for n in counts.values()] for c in [*STATES, "total"]},
+                     "epochs left": [p.epochs_left if p else 0 for p in paces],
+                     "s/epoch": [p.epoch_s if p else None for p in paces],
+                     "ETA": [_duration(p.eta_s) if p else "-" for p in paces]})  # fmt: skip
+    _print_table(table, "trials per state", compact=_folded(table), drop=("s/epoch", "epochs left"),
                  wrap=("trials",), hint=WIDER)  # fmt: skip
+    total = {s: sum(n[s] for n in counts.values()) for s in STATES}
     if len(running):
-        _print_frame(running[["sweep", "key", "host", "started_at", "lease_host", "lease_expires"]], "running",
+        _print_table(running.select(["sweep", "key", "host", "started_at", "lease_host", "lease_expires"]), "running",
                      drop=("lease_expires", "lease_host", "started_at", "host"), hint=WIDER)  # fmt: skip
-        _more(len(running), int(counts["running"].sum()), "running trials", "`ablate runs --state running` lists them")
+        _more(len(running), total["running"], "running trials", "`ablate runs --state running` lists them")
     if len(failed):
-        _print_frame(failed[["sweep", "key", "state", "error"]], "failures", wrap=("error",))
-        _more(len(failed), int(counts[["failed", "diverged"]].sum().sum()), "failures",
+        _print_table(failed.select(["sweep", "key", "state", "error"]), "failures", wrap=("error",))
+        _more(len(failed), total["failed"] + total["diverged"], "failures",
               "`ablate runs --state failed` (or diverged) lists them")  # fmt: skip
     if stale is not None:
-        rows = stale.assign(changed=[", ".join(code.changed[d]) for d in stale["digest"]])[["sweep", "key", "changed"]]
-        _print_frame(rows, f"{code.trials} stale (done with other code than now; `launch --rerun stale` retrains)",
+        changed = [", ".join(code.changed[d]) for d in stale["digest"]]
+        _print_table(Listing({"sweep": stale["sweep"], "key": stale["key"], "changed": changed}),
+                     f"{code.trials} stale (done with other code than now; `launch --rerun stale` retrains)",
                      wrap=("changed",))  # fmt: skip
-        _more(stale["key"].nunique(), code.trials, "stale trials", "`ablate runs --format csv` marks every one")
+        _more(len(set(stale["key"])), code.trials, "stale trials", "`ablate runs --format csv` marks every one")
 
 
 def _more(shown: int, total: int, what: str, how: str) -> None:
@@ -598,14 +605,13 @@ WIDER = "`COLUMNS=200 ablate status` shows them"
 def _folded(counts: Any) -> Any:
     """`status`'s counts with the states in one column that wraps, `4/32 done, 1 running, 27 pending`: a
     narrow terminal fits that where it cannot fit a column per state. States no trial is in say nothing."""
-    from ablate.store import STATES
+    from ablate.store import STATES, Listing
 
     trials = [", ".join([f"{row['done']}/{row['total']} done",
                          *(f"{row[s]} {s}" for s in STATES if s != "done" and row[s])])
-              for _, row in counts.iterrows()]  # fmt: skip
-    folded = counts.drop(columns=[*STATES, "total"])
-    folded.insert(1, "trials", trials)
-    return folded
+              for row in counts.records()]  # fmt: skip
+    rest = [c for c in counts.names if c not in (*STATES, "total")]
+    return Listing({rest[0]: counts[rest[0]], "trials": trials, **{c: counts[c] for c in rest[1:]}})
 
 
 WHERE_HELP = (
@@ -646,36 +652,39 @@ def runs(
     the terminal leaves out replicate axes, then other axes, key and sweep, and says which; state, stale and
     the metrics stay."""
     from ablate.config import REPLICATES
-    from ablate.selection import stale_in_store
+    from ablate.stale import stale_in_store
+    from ablate.store import Listing
     from ablate.store.queries import column_of
 
     shown = None if every else limit if limit is not None or format is not Format.table else ROWS
     with existing_store(db) as store:
         page = _matching(store, sweep, state, where, limit=shown)
-        frame = page.frame
-        part = list(frame["key"]) if len(frame) < page.total else None  # a page: its own trials' code
-        stale = stale_in_store(store, sweep or None, part) if len(frame) else {}
-        frame.insert(2, "stale", [", ".join(stale.get(k, [])) for k in frame["key"]])
+        rows = page.rows
+        part = rows["key"] if len(rows) < page.total else None  # a page: its own trials' code
+        stale = stale_in_store(store, sweep or None, part) if len(rows) else {}
+        names = rows.names
+        rows = Listing({**rows.select(names[:2]).columns, "stale": [", ".join(stale.get(k, [])) for k in rows["key"]],
+                        **rows.select(names[2:]).columns})  # fmt: skip
         if columns:
             try:
-                frame = frame[[column_of(frame, c.strip()) for c in columns.split(",") if c.strip()]]
+                rows = rows.select([column_of(rows, c.strip()) for c in columns.split(",") if c.strip()])
             except KeyError as e:
                 fail(f"--columns: {e.args[0]}")
         elif not all_columns:
-            frame = frame[store.shown_columns(frame)]
+            rows = rows.select(store.shown_columns(rows))
     if format is Format.csv:
-        frame.to_csv(sys.stdout, index=False)
+        rows.write_csv(sys.stdout)
     elif format is Format.json:
-        sys.stdout.write(frame.to_json(orient="records", date_format="iso", indent=1) + "\n")
+        rows.write_json(sys.stdout)
     elif format is Format.markdown:
-        sys.stdout.write(_markdown(frame))
+        sys.stdout.write(_markdown(rows))
     else:
-        axes = [c for c in reversed(frame.columns) if c.startswith("axis.")]  # the sweeps' last axes go first
+        axes = [c for c in reversed(rows.names) if c.startswith("axis.")]  # the sweeps' last axes go first
         drop = [] if columns or all_columns else [*sorted(axes, key=lambda c: c[5:] not in REPLICATES), "key", "sweep"]
-        title = f"{page.total} trials" if len(frame) == page.total else f"first {len(frame)} of {page.total} trials"
-        _print_frame(frame, title, drop=drop, wrap=("stale",),
+        title = f"{page.total} trials" if len(rows) == page.total else f"first {len(rows)} of {page.total} trials"
+        _print_table(rows, title, drop=drop, wrap=("stale",),
                      hint="`--columns` picks columns, `--format csv` prints them all")  # fmt: skip
-        _more(len(frame), page.total, "trials", "`--limit N` or `--all` shows them, `--format csv` prints every one")
+        _more(len(rows), page.total, "trials", "`--limit N` or `--all` shows them, `--format csv` prints every one")
 
 
 def _matching(
@@ -696,10 +705,10 @@ def _matching(
     raise AssertionError  # fail() exits
 
 
-def _markdown(frame: Any) -> str:
-    """A frame as a Markdown table (cells as the rich table prints them, `|` escaped)."""
-    cells = [[_shown(v).replace("|", "\\|").replace("\n", " ") for v in row] for row in frame.itertuples(index=False)]
-    lines = ["| " + " | ".join(map(str, frame.columns)) + " |", "|" + "---|" * len(frame.columns)]
+def _markdown(rows: Any) -> str:
+    """A listing as a Markdown table (cells as the rich table prints them, `|` escaped)."""
+    cells = [[_shown(v).replace("|", "\\|").replace("\n", " ") for v in row] for row in zip(*rows.columns.values())]
+    lines = ["| " + " | ".join(rows.names) + " |", "|" + "---|" * len(rows.names)]
     lines += ["| " + " | ".join(row) + " |" for row in cells]
     return "\n".join(lines) + "\n"
 
@@ -717,6 +726,7 @@ def show(
     from ablate.config import TrialConfig
     from ablate.fingerprint import modules_of
     from ablate.plugins import Plugins
+    from ablate.store import Listing
 
     with existing_store(db) as store:
         keys = [k for k in store.states() if k.startswith(key)]
@@ -750,7 +760,7 @@ def show(
             out.print(attempt["traceback"], highlight=False, markup=False)
     if len(metrics):
         last = metrics.groupby("name", observed=True).agg(steps=("step", "count"), last=("value", "last"))
-        _print_frame(last.reset_index(), "metrics (steps recorded, last value)")
+        _print_table(Listing.of_frame(last.reset_index()), "metrics (steps recorded, last value)")
     if trial.mlflow_run_id:
         from ablate.tracking import Tracker
 
@@ -780,17 +790,17 @@ def forget(
     from ablate.storage import Storage
 
     with existing_store(db) as store:
-        frame = _matching(store, sweep, state, where).frame.drop_duplicates("key")
-        if frame.empty:
+        rows = _matching(store, sweep, state, where).rows.first_of("key")
+        if not len(rows):
             out.print("no trials match: nothing deleted")
             return
-        axes = [c for c in frame.columns if c.startswith("axis.")]
-        _print_frame(frame[["sweep", "key", "state", *axes]], f"{len(frame)} trials to delete")
+        axes = [c for c in rows.names if c.startswith("axis.")]
+        _print_table(rows.select(["sweep", "key", "state", *axes]), f"{len(rows)} trials to delete")
         if not yes:
             if not sys.stdin.isatty():
                 fail("forget deletes results: pass --yes to confirm without a terminal")
-            typer.confirm(f"delete these {len(frame)} trials?", abort=True)
-        keys = list(frame["key"])
+            typer.confirm(f"delete these {len(rows)} trials?", abort=True)
+        keys = rows["key"]
         runs = [r for k in keys for r in _run_ids(store, k)]
         n = store.forget(keys)
     where_ = Storage(storage)
@@ -818,16 +828,17 @@ Columns = dict[str, tuple[str, list[str]]]
 """A table to print: per column of the frame, its header and its cells as shown."""
 
 
-def _print_frame(
-    frame: Any, title: str, *, compact: Any = None, drop: Sequence[str] = (), wrap: Collection[str] = (), hint: str = ""
+def _print_table(
+    rows: Any, title: str, *, compact: Any = None, drop: Sequence[str] = (), wrap: Collection[str] = (), hint: str = ""
 ) -> None:
-    """Print `frame` as a table that fits the terminal, rather than one whose headers rich cuts to `swe…`.
+    """Print `rows` (an `ablate.store.Listing`) as a table that fits the terminal, rather than one whose headers
+    rich cuts to `swe…`.
 
     Whole where it fits (cells of the `wrap` columns wrap between words); else `compact` (the caller's folded
-    form of `frame`, by default `frame`) with axis columns by the shortest end of their path, trial keys cut
+    form of `rows`, by default `rows`) with axis columns by the shortest end of their path, trial keys cut
     to a prefix and a sweep column of one value said in the title; while that is still too wide, the columns
     of `drop` are left out, in that order, and one line names them and `hint` says how to see them."""
-    columns = _columns(frame)
+    columns = _columns(rows)
     width = out.width
     left_out = []
     if _needed(columns, wrap) > width:
@@ -847,8 +858,8 @@ def _print_frame(
         out.print(f"left out to fit {width} columns: {', '.join(left_out)} ({hint})", highlight=False, soft_wrap=False)
 
 
-def _columns(frame: Any) -> Columns:
-    return {str(c): (str(c), [_shown(v) for v in frame.iloc[:, i]]) for i, c in enumerate(frame.columns)}
+def _columns(rows: Any) -> Columns:
+    return {name: (name, [_shown(v) for v in values]) for name, values in rows.columns.items()}
 
 
 def _needed(columns: Columns, wrap: Collection[str]) -> int:
@@ -896,9 +907,9 @@ def _axis_header(path: str, axes: list[str], taken: set[str]) -> str:
 
 def _shown(value: Any) -> str:
     """A cell as tables print it: numbers to 4 significant digits, missing values as -."""
-    import pandas as pd
+    from ablate.store.listing import missing
 
-    if value is None or value is pd.NA or value is pd.NaT or (isinstance(value, float) and value != value):
+    if missing(value):
         return "-"
     return f"{value:.4g}" if isinstance(value, float) else _cell(value)
 

@@ -10,18 +10,16 @@ A done trial that is trained again keeps its old result in the store as a previo
 
 from __future__ import annotations
 
-from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from ablate.fingerprint import Fingerprint, current, fingerprints, record
+from ablate.fingerprint import Fingerprint, fingerprints, record
 from ablate.planner import Plan, Trial
+from ablate.stale import LISTED
 from ablate.store import Store
 
 Rerun = Literal["failed", "diverged", "stale", "all"]
 Policy = Literal["warn", "rerun", "reuse"]
-LISTED = 20
-"""Rows a listing shows (a launch's stale trials, each listing of `ablate status`); the rest are counted."""
 RESUMABLE = ("running", "interrupted", "preempted")
 """States whose trial continues from its checkpoint on the next launch."""
 
@@ -122,59 +120,6 @@ def select(plans: list[Plan], store: Store | None, choice: Select) -> Selection:
     warned = [k for k in stale if k not in again and policy[k] == "warn" and choice.rerun is None]
     return Selection(chosen, done - set(again), again, stale,
                      {k: record(fps[k], files[k]) for k in chosen}, warned, policy, states)  # fmt: skip
-
-
-@dataclass(frozen=True)
-class StaleCode:
-    """The code digests that done trials were recorded with and that differ from the code now."""
-
-    changed: dict[str, list[str]]
-    """Recorded digest -> what changed since: component names, `torch 2.4 -> 2.5`."""
-    trials: int
-    """Done trials recorded with one of them."""
-
-
-def stale_code(store: Store, sweeps: list[str] | None = None) -> StaleCode:
-    """What is stale among the done trials of `sweeps` (or all), worked out once per recorded code digest (the
-    trial's components are named in its record): a store of 100,000 done trials holds a handful of digests.
-    Loads each sweep's plugins (their code is part of the answer). A record naming a component that is no
-    longer registered is not stale: its code cannot be compared."""
-    from ablate.plugins import Plugins
-
-    for name in sweeps or list(store.sweep_metrics()):
-        record = store.sweep(name)
-        if record is not None:
-            Plugins.from_json((record.spec or {}).get("plugins")).load()
-    digests = store.code_digests(sweeps or None)
-    codes = store.codes(list(digests["sample"]))
-    changed: dict[str, list[str]] = {}
-    trials = 0
-    for digest, row in digests.iterrows():
-        old = Fingerprint.from_json(codes[row["sample"]])
-        try:
-            now = current(old)
-        except ValueError:
-            continue
-        if old.digest != now.digest:
-            changed[str(digest)] = now.changed(old)
-            trials += int(row["trials"])
-    return StaleCode(changed, trials)
-
-
-def stale_in_store(
-    store: Store, sweeps: list[str] | None = None, keys: Collection[str] | None = None
-) -> dict[str, list[str]]:
-    """Done trials (of `sweeps`, or all) whose recorded code differs from the current code, with what changed,
-    in plan order: what `status`, `runs` and reports mark (`stale_code`). `keys`: only these trials, read one by
-    one (a page of `runs`); else the stale trials' rows are read, and only theirs."""
-    code = stale_code(store, sweeps)
-    if not code.changed:
-        return {}
-    if keys is not None:
-        recorded = store.codes(store.done_keys(keys))
-        return {k: code.changed[d] for k in keys if k in recorded and (d := recorded[k].get("digest")) in code.changed}
-    rows = store.with_code(code.changed, sweeps or None)
-    return {key: code.changed[digest] for key, digest in zip(rows["key"], rows["digest"])}
 
 
 def _stale(recorded: dict[str, dict[str, Any]], now: dict[str, Fingerprint]) -> dict[str, list[str]]:

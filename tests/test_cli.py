@@ -157,12 +157,13 @@ def test_launch_runs_the_default_sweep_unless_told_otherwise(tmp_path: Path) -> 
 
 
 HEAVY = ("torch", "timm", "ray", "mlflow")
+"""What a command that needs none of them must not import: seconds of start-up."""
 
 
-def fresh_process(*args: str) -> str:
+def fresh_process(*args: str, heavy: tuple[str, ...] = HEAVY) -> str:
     """`ablate ARGS` in a new process (as a user runs it, pre-launch check on); its output, then a last line
-    listing which of HEAVY it imported."""
-    report = f"import atexit, sys; atexit.register(lambda: print(sorted(m for m in {HEAVY!r} if m in sys.modules)))"
+    listing which of `heavy` it imported."""
+    report = f"import atexit, sys; atexit.register(lambda: print(sorted(m for m in {heavy!r} if m in sys.modules)))"
     run_cli = "import runpy; sys.argv = ['ablate', *sys.argv[1:]]; runpy.run_module('ablate.cli', run_name='__main__')"
     env = {**os.environ, "RAY_ADDRESS": "", "RAY_AUTH_MODE": "disabled"}
     done = subprocess.run([sys.executable, "-c", f"{report}; {run_cli}", *args], env=env, capture_output=True,
@@ -192,6 +193,9 @@ def test_launch_status_runs_report(ray_local, tmp_path: Path, monkeypatch: pytes
     assert {k: row[k] for k in (*STATES, "total")} == {**dict.fromkeys(STATES, "0"), "done": "2", "total": "2"}
     assert row["epochs left"] == "0" and row["ETA"] == "-"
     assert table(output, "running") is None and table(output, "failures") is None
+    for view in (["status"], ["runs"], ["runs", "--format", "csv"], ["runs", "--where", "attention.kind=csan"]):
+        shown = fresh_process(*view, "--db", db, heavy=(*HEAVY, "pandas"))  # pandas: a third of their start-up
+        assert shown.splitlines()[-1] == "[]", view
     runs = json.loads(invoke("runs", "--db", db, "--where", "attention.kind=csan", "--format", "json"))
     assert len(runs) == 1 and runs[0]["state"] == "done" and runs[0]["test.top1"] >= 0
     bad = CliRunner().invoke(app, ["runs", "--db", db, "--where", "nokey"])

@@ -22,7 +22,7 @@ from ablate.config import TrialConfig
 from ablate.fingerprint import Fingerprint, fingerprint, record
 from ablate.mirror import Mirror
 from ablate.planner import load_plans
-from ablate.selection import LISTED
+from ablate.stale import LISTED
 from ablate.store import STATES, Store
 from ablate.tracking import Tracker
 

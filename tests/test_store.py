@@ -437,8 +437,8 @@ def test_progress_reads_each_trials_epochs_and_cooldown_from_its_config(store):
     plain = trial(1)  # 2 epochs, no cooldown
     store.add_trials("s", [cooled, plain])
     store.log_metric_rows([(cooled.key, "val.top1", 1, 0.5, 100.0), (cooled.key, "val.top1", 2, 0.6, 110.0)])
-    row = store.progress("s").loc["s"]
-    assert (row["epochs_left"], row["epoch_s"]) == (3 + 2 + 2 - 2, 10.0)
+    pace = store.progress("s")["s"]
+    assert (pace.epochs_left, pace.epoch_s) == (3 + 2 + 2 - 2, 10.0)
 
 
 def test_metrics_frame_filters_and_dtypes(filled):

@@ -25,7 +25,7 @@ from ablate.messages import higher_is_better
 from ablate.paths import matches, set_path
 from ablate.plugins import PluginError, Plugins
 from ablate.reporting import describe, stats
-from ablate.selection import stale_in_store
+from ablate.stale import stale_in_store
 from ablate.store import TRIAL_COLUMNS, Store
 
 STRATA = ("data.name", "data.id")
@@ -66,7 +66,7 @@ class SweepData:
     updated: str
     """When the sweep last changed (latest trial event, UTC): the report's date, stable across re-runs."""
     stale: dict[str, list[str]] = field(default_factory=dict)
-    """Done trials computed by other code than now, with what changed (`ablate.selection.stale_in_store`)."""
+    """Done trials computed by other code than now, with what changed (`ablate.stale.stale_in_store`)."""
     design: stats.Design = field(default_factory=stats.Design)
     """Independent seeds, or folds of k-fold cross-validation (which test the comparisons use)."""
 

@@ -19,10 +19,12 @@ metrics_frame, status, runs (the only way reports read the store).
 PostgreSQL needs its driver (`pip install "ablate[postgres]"`, psycopg 3); concurrent first opens of a new
 database migrate it once on both backends (SQLite's write lock, PostgreSQL's advisory lock).
 Modules: `schema` (ORM models), `engine` (SQLite WAL + busy timeout, Alembic upgrade, upserts),
-`queries` (frames), `writes` (the write side), `migrations/` (Alembic scripts).
+`queries` (frames and listings), `listing` (rows without pandas), `writes` (the write side), `migrations/`
+(Alembic scripts).
 """
 
 from ablate.store.engine import DEFAULT_URL, database_exists, sqlite_file
+from ablate.store.listing import Listing
 from ablate.store.queries import TRIAL_COLUMNS, flatten
 from ablate.store.schema import FINAL_STATES, STATES
 from ablate.store.writes import MetricRow, Owner, Store, error_line
@@ -32,6 +34,7 @@ __all__ = [
     "FINAL_STATES",
     "STATES",
     "TRIAL_COLUMNS",
+    "Listing",
     "MetricRow",
     "Owner",
     "Store",

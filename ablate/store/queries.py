@@ -1,25 +1,32 @@
-"""The read side of the store: pandas frames for reports, `ablate status` and `ablate runs`.
+"""The read side of the store: pandas frames for reports, and listings (`ablate.store.listing`) for `ablate
+status` and `ablate runs`, which import no pandas (it is imported where a frame is built).
 
 Every query is a Core select read with one connection (no ORM objects), so frames over many trials stay
-fast. Frames are plain data: timestamps are UTC, JSON lists/dicts inside cells become JSON strings (so
-columns can be grouped on), nested results are flattened to dotted names (`test.top1`).
+fast. Frames and listings are plain data: timestamps are UTC, JSON lists/dicts inside cells become JSON
+strings (so columns can be grouped on), nested results are flattened to dotted names (`test.top1`).
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import re
+import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from datetime import datetime, timezone
+from numbers import Real
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
-import pandas as pd
 from sqlalchemy import Engine, Select, Text, cast, func, select
 
 from ablate.paths import same, typed_value
+from ablate.store.listing import Listing, missing
 from ablate.store.schema import STATES, Base, Membership, Metric, PreviousResult, SweepRecord, TrialRecord
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 SWEEPS = Base.metadata.tables[SweepRecord.__tablename__]
 TRIALS = Base.metadata.tables[TrialRecord.__tablename__]
@@ -78,6 +85,8 @@ class Queries:
 
     def sweeps_frame(self) -> pd.DataFrame:
         """One row per sweep: name, metric, description, spec_path, trials, created/updated, MLflow ids."""
+        import pandas as pd
+
         count = select(MEMBERS.c.sweep, func.count().label("trials")).group_by(MEMBERS.c.sweep).subquery()
         cols = [c for c in SWEEPS.c if c.name not in ("spec", "baseline")]
         stmt = (
@@ -119,6 +128,22 @@ class Queries:
         `config.model.embed_dim`, `environment.git_sha`, ... `states`: only trials in these, `limit`: only the
         first rows (both in SQL, for a caller that shows a few rows of a large sweep; `trials_count` counts them
         all)."""
+        return self._trials(sweeps, expand, states, limit).frame()
+
+    def trial_rows(
+        self,
+        sweeps: str | Iterable[str] | None = None,
+        *,
+        expand: Iterable[str] = (),
+        states: Iterable[str] | None = None,
+        limit: int | None = None,
+    ) -> Listing:
+        """`trials_frame`'s rows and columns as a listing (no pandas): times UTC, counts int or None."""
+        return self._trials(sweeps, expand, states, limit).listing
+
+    def _trials(
+        self, sweeps: str | Iterable[str] | None, expand: Iterable[str], states: Iterable[str] | None, limit: int | None
+    ) -> TrialRead:
         expand = list(expand)
         # Only the columns the frame shows (a trial's config, of which only the seed is shown, and its code are
         # the bulk of a row), and the JSON ones as text, decoded a column at a time (`_json_column`): decoding
@@ -128,25 +153,20 @@ class Queries:
         stmt = _members(select(*lead, *(cast(c, Text) for c in texts)), sweeps, states)
         with self.engine.connect() as conn:
             rows = conn.execute(stmt.order_by(MEMBERS.c.sweep, MEMBERS.c.position).limit(limit)).all()
-        df = pd.DataFrame(columns=TRIAL_COLUMNS)
-        if rows:
-            columns = list(zip(*rows))
-            seeds, axes, results, *expanded = (_json_column(c) for c in columns[len(lead) :])
-            records = []  # per row, what is not a leading column: axis values, results, expanded columns
-            for i, (row_axes, result) in enumerate(zip(axes, results)):
-                rec = {f"axis.{k}": _cell(v) for k, v in (row_axes or {}).items()}
-                for name, value in flatten(result or {}).items():
-                    if name not in LEADING:
-                        rec.setdefault(name, _cell(value))
-                for col, values in zip(expand, expanded):
-                    rec.update({k: _cell(v) for k, v in flatten(values[i] or {}, col).items()})
-                records.append(rec)
-            leading = pd.DataFrame({c.name: list(v) for c, v in zip(lead, columns)}).assign(seed=seeds)
-            df = pd.concat([leading, pd.DataFrame(records, index=leading.index)], axis=1)
-        extra = [c for c in df.columns if c not in TRIAL_COLUMNS]
-        df = _utc(df.reindex(columns=TRIAL_COLUMNS + extra), TIMES).astype(dict.fromkeys(COUNTS, "Int64"))
-        df["duration_s"] = (df["finished_at"] - df["started_at"]).dt.total_seconds()
-        return df
+        if not rows:
+            return TrialRead({}, [])
+        columns = list(zip(*rows))
+        seeds, axes, results, *expanded = (_json_column(c) for c in columns[len(lead) :])
+        records = []  # per row, what is not a leading column: axis values, results, expanded columns
+        for i, (row_axes, result) in enumerate(zip(axes, results)):
+            rec = {f"axis.{k}": _cell(v) for k, v in (row_axes or {}).items()}
+            for name, value in flatten(result or {}).items():
+                if name not in LEADING:
+                    rec.setdefault(name, _cell(value))
+            for col, values in zip(expand, expanded):
+                rec.update({k: _cell(v) for k, v in flatten(values[i] or {}, col).items()})
+            records.append(rec)
+        return TrialRead({**{c.name: list(v) for c, v in zip(lead, columns)}, "seed": seeds}, records)
 
     def trials_count(self, sweeps: str | Iterable[str] | None = None, states: Iterable[str] | None = None) -> int:
         """How many rows `trials_frame` of `sweeps` and `states` has, counted in SQL."""
@@ -173,6 +193,9 @@ class Queries:
         numbers, and the repeated strings are built as categorical codes, never as millions of Python
         strings (about 3x faster than `pandas.read_sql` of the four columns).
         """
+        import numpy as np
+        import pandas as pd
+
         m = METRICS.c
         where = []
         if (wanted := as_list(sweeps)) is not None:
@@ -200,21 +223,26 @@ class Queries:
 
     def status(self, sweeps: str | Iterable[str] | None = None) -> pd.DataFrame:
         """Trial counts per state: one row per sweep (index), one column per state in STATES, and `total`."""
-        stmt = _members(select(MEMBERS.c.sweep, TRIALS.c.state, func.count().label("n")), sweeps, STATES)
-        with self.engine.connect() as conn:
-            long = pd.read_sql(stmt.group_by(MEMBERS.c.sweep, TRIALS.c.state), conn)
-        wide = long.pivot_table(index="sweep", columns="state", values="n", aggfunc="sum", fill_value=0)
-        wide = wide.reindex(columns=list(STATES), fill_value=0).astype("int64")
-        wide["total"] = wide.sum(axis=1)
-        wide.columns.name = None
-        return wide
+        import pandas as pd
 
-    def progress(self, sweeps: str | Iterable[str] | None = None) -> pd.DataFrame:
-        """Epochs per sweep (index) of its trials still to finish (UNFINISHED): `epochs_left`, `epoch_s` (median
-        seconds per epoch of those, measured between their first and last recorded epoch; NaN before any has
-        two), `running` and `eta_s` (the epochs left at that pace, shared by the running trials; NaN when none
-        runs or nothing is measured). A finished trial has no epochs left and says nothing of the pace now: only
-        the unfinished trials' metric rows are read, not every epoch a large sweep ever recorded."""
+        counts = self.state_counts(sweeps)
+        return pd.DataFrame(list(counts.values()), index=list(counts), columns=[*STATES, "total"], dtype="int64")
+
+    def state_counts(self, sweeps: str | Iterable[str] | None = None) -> dict[str, dict[str, int]]:
+        """Per sweep, in name order: its trials in each of STATES, and `total`."""
+        stmt = _members(select(MEMBERS.c.sweep, TRIALS.c.state, func.count()), sweeps, STATES)
+        out: dict[str, dict[str, int]] = {}
+        with self.engine.connect() as conn:
+            for sweep, state, n in conn.execute(stmt.group_by(MEMBERS.c.sweep, TRIALS.c.state)):
+                out.setdefault(sweep, dict.fromkeys(STATES, 0))[state] += n
+        for counts in out.values():
+            counts["total"] = sum(counts.values())
+        return dict(sorted(out.items()))
+
+    def progress(self, sweeps: str | Iterable[str] | None = None) -> dict[str, Pace]:
+        """Per sweep with trials still to finish (UNFINISHED), in name order, their epochs left and pace
+        (`Pace`). A finished trial has no epochs left and says nothing of the pace now: only the unfinished
+        trials' metric rows are read, not every epoch a large sweep ever recorded."""
         m = METRICS.c
         # Each trial's epochs read in SQL from its config (decoding 100,000 configs took most of `status`).
         train = TRIALS.c.config
@@ -244,16 +272,14 @@ class Queries:
                 running += r.state == "running"
                 if n >= 2 and first is not None and last is not None:
                     paces.append((last - first) / (n - 1))
-            pace = float(np.median(paces)) if paces else math.nan
-            eta = left * pace / running if running else math.nan
-            out[sweep] = {"epochs_left": left, "epoch_s": pace, "running": running, "eta_s": eta}
-        frame = pd.DataFrame.from_dict(out, orient="index", columns=["epochs_left", "epoch_s", "running", "eta_s"])
-        return frame.sort_index()
+            pace = float(statistics.median(paces)) if paces else math.nan
+            out[sweep] = Pace(left, pace, running, left * pace / running if running else math.nan)
+        return dict(sorted(out.items()))
 
-    def code_digests(self, sweeps: str | Iterable[str] | None = None) -> pd.DataFrame:
-        """The code digests (`ablate.fingerprint`) the done trials of `sweeps` (None: all) were recorded with:
-        per digest (index), its `trials` and one trial's key, `sample` (to read that code once). A look at what
-        is stale reads one row per digest, not one per trial."""
+    def code_digests(self, sweeps: str | Iterable[str] | None = None) -> dict[str, CodeDigest]:
+        """The code digests (`ablate.fingerprint`) the done trials of `sweeps` (None: all) were recorded with,
+        in order, with their trials (`CodeDigest`). A look at what is stale reads one row per digest, not one
+        per trial."""
         stmt = select(TRIALS.c.code_digest.label("digest"), func.count().label("trials"),
                       func.min(TRIALS.c.key).label("sample")).where(TRIALS.c.state == "done",
                                                                     TRIALS.c.code_digest.is_not(None))  # fmt: skip
@@ -261,18 +287,18 @@ class Queries:
             stmt = stmt.where(TRIALS.c.key.in_(select(MEMBERS.c.trial_key).where(MEMBERS.c.sweep.in_(wanted))))
         with self.engine.connect() as conn:
             rows = conn.execute(stmt.group_by(TRIALS.c.code_digest).order_by(TRIALS.c.code_digest)).all()
-        return pd.DataFrame(rows, columns=["digest", "trials", "sample"]).set_index("digest")
+        return {digest: CodeDigest(trials, sample) for digest, trials, sample in rows}
 
     def with_code(
         self, digests: Iterable[str], sweeps: str | Iterable[str] | None = None, limit: int | None = None
-    ) -> pd.DataFrame:
+    ) -> Listing:
         """sweep, key and digest of the done trials of `sweeps` (None: all) recorded with one of the code
         `digests`: one row per trial x sweep in plan order, the first `limit` (None: all)."""
         stmt = _members(select(MEMBERS.c.sweep, TRIALS.c.key, TRIALS.c.code_digest.label("digest")), sweeps, ["done"])
         stmt = stmt.where(TRIALS.c.code_digest.in_(list(digests))).order_by(MEMBERS.c.sweep, MEMBERS.c.position)
         with self.engine.connect() as conn:
             rows = conn.execute(stmt.limit(limit)).all()
-        return pd.DataFrame(rows, columns=["sweep", "key", "digest"])
+        return Listing.of_rows(["sweep", "key", "digest"], rows)
 
     def runs(
         self,
@@ -288,7 +314,7 @@ class Queries:
         Filter values match by equality or by their text, case-insensitively (`{"axis.train.lr": "0.001"}`
         matches 0.001, "true" matches True); an unknown column is a KeyError naming the columns there are.
         """
-        return self.page(filters, sweeps, expand=expand, where=where).frame
+        return self.page(filters, sweeps, expand=expand, where=where).trials.frame()
 
     def page(
         self,
@@ -308,40 +334,105 @@ class Queries:
             wanted = rest.pop("state")
             states = [str(v).lower() for v in (wanted if isinstance(wanted, (list, tuple, set)) else [wanted])]
         in_python = bool(rest or where)
-        df = self.trials_frame(sweeps, expand=expand, states=states, limit=None if in_python else limit)
+        read = self._trials(sweeps, expand, states, None if in_python else limit)
+        rows = read.listing
+        keep = [True] * len(rows)
         for column, wanted in rest.items():
-            if column not in df:
-                raise KeyError(f"no column {column!r}; columns: {', '.join(df.columns)}")
+            if column not in rows:
+                raise KeyError(f"no column {column!r}; columns: {', '.join(rows.names)}")
             values = list(wanted) if isinstance(wanted, (list, tuple, set)) else [wanted]
             texts = {str(v).lower() for v in values}
-            df = df[df[column].isin(values) | df[column].astype(str).str.lower().isin(texts)]
+            keep = [k and (v in values or str(v).lower() in texts) for k, v in zip(keep, rows[column])]
         for condition in where:
-            column = column_of(df, condition.path)
-            df = df[[condition.holds(v) for v in df[column]]]
-        total = len(df)
+            column = column_of(rows, condition.path)
+            keep = [k and condition.holds(v) for k, v in zip(keep, rows[column])]
+        chosen = [i for i, k in enumerate(keep) if k]
+        total = len(chosen)
         if limit is not None and in_python:
-            df = df.head(limit)
+            chosen = chosen[:limit]
         elif limit is not None and total == limit:  # there may be more than the page
             total = self.trials_count(sweeps, states)
-        return Page(df.reset_index(drop=True), total)
+        return Page(read if len(chosen) == len(rows) else read.take(chosen), total)
 
-    def shown_columns(self, frame: pd.DataFrame) -> list[str]:
+    def shown_columns(self, rows: Listing) -> list[str]:
         """What `ablate runs` shows unless told otherwise: sweep, key, state, the axis values that the rows
         have, stale (where a row is) and each of their sweeps' headline metric."""
         metrics = self.sweep_metrics()
-        wanted = [m for s in dict.fromkeys(frame["sweep"]) if isinstance(m := metrics.get(s), str)]
-        axes = [c for c in frame.columns if c.startswith("axis.") and frame[c].notna().any()]
-        stale = ["stale"] if "stale" in frame and frame["stale"].fillna("").astype(bool).any() else []
-        leading = [c for c in ("sweep", "key", "state", *axes) if c in frame] + stale
-        return leading + [m for m in dict.fromkeys(wanted) if m in frame and m not in leading]
+        wanted = [m for s in dict.fromkeys(rows["sweep"]) if isinstance(m := metrics.get(s), str)]
+        axes = [c for c in rows.names if c.startswith("axis.") and not all(map(missing, rows[c]))]
+        stale = ["stale"] if "stale" in rows and any(rows["stale"]) else []
+        leading = [c for c in ("sweep", "key", "state", *axes) if c in rows] + stale
+        return leading + [m for m in dict.fromkeys(wanted) if m in rows and m not in leading]
+
+
+@dataclass(frozen=True)
+class TrialRead:
+    """One read of trial rows (`Queries.trials_frame`): the leading columns as the database gave them, and per
+    row its other cells (axis values, results, expanded columns), from which a frame or a listing is built."""
+
+    leading: dict[str, list[Any]]
+    records: list[dict[str, Any]]
+
+    def take(self, rows: Sequence[int]) -> TrialRead:
+        return TrialRead({c: [v[i] for i in rows] for c, v in self.leading.items()}, [self.records[i] for i in rows])
+
+    def frame(self) -> pd.DataFrame:
+        import pandas as pd
+
+        df = pd.DataFrame(columns=TRIAL_COLUMNS)
+        if self.records:
+            leading = pd.DataFrame(self.leading)
+            df = pd.concat([leading, pd.DataFrame(self.records, index=leading.index)], axis=1)
+        extra = [c for c in df.columns if c not in TRIAL_COLUMNS]
+        df = _utc(df.reindex(columns=TRIAL_COLUMNS + extra), TIMES).astype(dict.fromkeys(COUNTS, "Int64"))
+        df["duration_s"] = (df["finished_at"] - df["started_at"]).dt.total_seconds()
+        return df
+
+    @functools.cached_property
+    def listing(self) -> Listing:
+        """The frame's columns in its order and values, built without pandas."""
+        n = len(self.records)
+        rows = Listing.of_records(self.records)
+        lead = {c: self.leading.get(c, [None] * n) for c in TRIAL_COLUMNS}
+        for c in TIMES:  # stored as UTC; SQLite gives them back naive
+            lead[c] = [_utc_time(t) for t in lead[c]]
+        lead["duration_s"] = [(end - start).total_seconds() if start and end else None
+                              for start, end in zip(lead["started_at"], lead["finished_at"])]  # fmt: skip
+        return Listing({**lead, **{c: v for c, v in rows.columns.items() if c not in lead}})
 
 
 @dataclass(frozen=True)
 class Page:
     """Some rows of `Queries.runs`, and how many rows there are in all."""
 
-    frame: pd.DataFrame
+    trials: TrialRead
     total: int
+
+    @property
+    def rows(self) -> Listing:
+        return self.trials.listing
+
+
+@dataclass(frozen=True)
+class Pace:
+    """A sweep's trials still to finish (`Queries.progress`)."""
+
+    epochs_left: int
+    epoch_s: float
+    """Median seconds per epoch of those trials, measured between their first and last recorded epoch; NaN
+    before any has two."""
+    running: int
+    eta_s: float
+    """The epochs left at that pace, shared by the running trials; NaN when none runs or nothing is measured."""
+
+
+@dataclass(frozen=True)
+class CodeDigest:
+    """The done trials recorded with one code digest (`Queries.code_digests`)."""
+
+    trials: int
+    sample: str
+    """One of them: its code record is that digest's (read once, not per trial)."""
 
 
 OPERATORS = ("!=", "<=", ">=", "=", "<", ">", " in ")
@@ -394,32 +485,28 @@ class Condition:
         return {"<": x < y, ">": x > y, "<=": x <= y, ">=": x >= y}[self.op]
 
 
-def column_of(frame: pd.DataFrame, path: str) -> str:
+def column_of(rows: Listing, path: str) -> str:
     """The column `path` names: `axis.<path>` where the sweep varies it, else the column itself (a result,
     state, ...); KeyError naming the columns there are."""
     for name in (f"axis.{path}", path):
-        if name in frame.columns:
+        if name in rows:
             return name
-    raise KeyError(f"no column {path!r}; columns: {', '.join(c.removeprefix('axis.') for c in frame.columns)}")
+    raise KeyError(f"no column {path!r}; columns: {', '.join(c.removeprefix('axis.') for c in rows.names)}")
 
 
 def _number(v: Any) -> bool:
-    return isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, (bool, np.bool_))
-
-
-def _missing(v: Any) -> bool:
-    return v is None or v is pd.NA or (isinstance(v, (float, np.floating)) and math.isnan(v))
+    return isinstance(v, Real) and not isinstance(v, bool)
 
 
 def _equal(cell: Any, value: Any) -> bool:
     """Equality by type: numbers as numbers, booleans as booleans (or their YAML words in text), lists and
     mappings as their JSON (as cells hold them), text case-insensitively."""
-    if _missing(cell) or value is None:
-        return _missing(cell) and value is None
-    if isinstance(cell, (bool, np.bool_)) or isinstance(value, bool):
+    if missing(cell) or value is None:
+        return missing(cell) and value is None
+    if isinstance(cell, bool) or isinstance(value, bool):
         if isinstance(cell, str):
             return same(value, cell)
-        return isinstance(cell, (bool, np.bool_)) and isinstance(value, bool) and bool(cell) == value
+        return isinstance(cell, bool) and isinstance(value, bool) and cell == value
     if _number(cell) and _number(value):
         return float(cell) == float(value)
     if isinstance(value, (list, dict)):
@@ -429,6 +516,9 @@ def _equal(cell: Any, value: Any) -> bool:
 
 def _repeat(labels: pd.Series, counts: pd.Series) -> pd.Categorical:
     """Each label repeated its count of times, as a categorical (codes only: no per-row strings)."""
+    import numpy as np
+    import pandas as pd
+
     cat = pd.Categorical(labels)
     return pd.Categorical.from_codes(np.repeat(cat.codes, counts.to_numpy()), cat.categories)
 
@@ -454,7 +544,13 @@ def _members(stmt: Select[Any], sweeps: str | Iterable[str] | None, states: Iter
     return stmt
 
 
+def _utc_time(t: Any) -> Any:
+    return t.replace(tzinfo=timezone.utc) if isinstance(t, datetime) and t.tzinfo is None else t
+
+
 def _utc(df: pd.DataFrame, columns: list[str]) -> pd.DataFrame:
+    import pandas as pd
+
     for col in columns:
         df[col] = pd.to_datetime(df[col], utc=True)
     return df
