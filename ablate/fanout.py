@@ -258,6 +258,11 @@ class Fanout:
             self.progress.finished(key, states[key])
 
     def submit(self, key: str) -> None:
+        """Submit the trial's task: a single-worker trial with SPREAD placement (the nodes with room in turn);
+        Ray's default packs tasks onto the launcher's node until half of it is busy, and queued a trial behind
+        a busy node while another sat idle (bench/cluster_overhead.py: p99 idle 5 s). The strategy picks a
+        node, not a device: a node still packs GPU shares onto its GPUs (tests/test_packing.py). A gang places
+        its ranks in a placement group of its own (`ablate.gangs`)."""
         cfg = self.todo[key].config
         opts = {"num_cpus": self.worker_cpus(key), "num_gpus": self.gpus[key], "max_retries": 0,
                 "name": f"trial-{key[:10]}"}  # fmt: skip
@@ -268,7 +273,7 @@ class Fanout:
             gang = self.gangs[key] = gangs.start(self.task, opts, cfg.resources.workers, args)
             ref = gang.leader
         else:
-            ref = self.task.options(**opts).remote(args)
+            ref = self.task.options(**opts, scheduling_strategy="SPREAD").remote(args)
         self.pending[ref] = key
         self.progress.submitted(self.todo[key])
 

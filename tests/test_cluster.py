@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 from conftest import TINY, free_port
-from gate import Gate
+from gate import Gate, wait_for
 from procs import kill_tree
 from test_plugins import plugin_source
 
@@ -30,9 +30,9 @@ GATE_SCRIPT = Path(__file__).with_name("gate.py")
 IP = "127.0.0.2"  # Ray 2.60 cannot hold two nodes on 127.0.0.1
 
 
-def start_node(args: list[str], env: dict) -> subprocess.Popen:
+def start_node(args: list[str], env: dict, cpus: int) -> subprocess.Popen:
     """`ray start --block` in its own process group, so the test can stop exactly what it started."""
-    return subprocess.Popen([RAY, "start", "--block", "--node-ip-address", IP, "--num-cpus", "1",
+    return subprocess.Popen([RAY, "start", "--block", "--node-ip-address", IP, "--num-cpus", str(cpus),
                              "--object-store-memory", str(80 * 2**20), "--disable-usage-stats", *args],
                             env=env, start_new_session=True,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
@@ -46,17 +46,17 @@ def nodes_alive(address: str, env: dict) -> int:
 
 
 @contextmanager
-def two_nodes() -> Iterator[tuple[str, dict, list[subprocess.Popen]]]:
-    """A head and a worker node (1 CPU each) on loopback; stopped (their process groups killed) on exit."""
+def two_nodes(cpus: int = 1) -> Iterator[tuple[str, dict, list[subprocess.Popen]]]:
+    """A head and a worker node (`cpus` CPUs each) on loopback; stopped (their process groups killed) on exit."""
     env = {**os.environ, "RAY_AUTH_MODE": "disabled", "RAY_ADDRESS": ""}
     address = f"{IP}:{free_port(IP)}"
-    nodes = [start_node(["--head", "--port", address.split(":")[1], "--include-dashboard", "false"], env)]
+    nodes = [start_node(["--head", "--port", address.split(":")[1], "--include-dashboard", "false"], env, cpus)]
     try:
         deadline = time.monotonic() + 120
         while nodes_alive(address, env) < 1:
             assert time.monotonic() < deadline, "head did not start"
             time.sleep(1)
-        nodes.append(start_node(["--address", address], env))
+        nodes.append(start_node(["--address", address], env, cpus))
         while nodes_alive(address, env) < 2:
             assert time.monotonic() < deadline + 60, "second node did not join"
             time.sleep(1)
@@ -107,8 +107,10 @@ def test_sweep_runs_across_two_nodes(tmp_path: Path) -> None:
 def test_a_lost_node_preempts_its_trial_which_resumes_on_the_other(tmp_path: Path) -> None:
     """Two trials, one per node, provably mid-run (held at epoch 1 by the gate); the worker node dies (its
     processes killed, as a spot reclaim does): its trial is recorded `preempted`, starts again on the head
-    node from its epoch-1 checkpoint and finishes; the other trial is untouched."""
-    with two_nodes() as (address, env, nodes):
+    node from its epoch-1 checkpoint and finishes; the other trial is untouched. Each node has room for both
+    trials: they are on two nodes because trial tasks are spread (Ray's default put both on the launcher's
+    node, the head, which has them at a quarter of its CPUs)."""
+    with two_nodes(cpus=4) as (address, env, nodes):
         cfg = {**TINY, "train": {**TINY["train"], "epochs": 3}, "resources": {"cpus": 1}}
         f = tmp_path / "e.yaml"
         f.write_text(yaml.safe_dump({"sweeps": {"s": {"base": cfg, "seeds": 2}}}))
@@ -121,6 +123,9 @@ def test_a_lost_node_preempts_its_trial_which_resumes_on_the_other(tmp_path: Pat
                                     text=True)  # fmt: skip
         try:
             gate.wait(2)
+            with Store(db) as store:  # the launcher records each trial's node as its start message comes in
+                placed = wait_for(lambda: (n := store.trials_frame("s")["node_id"]).notna().all() and n.tolist())
+            assert len(set(placed)) == 2, placed
             kill_tree(nodes[1])
             gate.open()
             out, _ = launcher.communicate(timeout=300)
