@@ -1,12 +1,13 @@
-"""Figures that are slow to compute but fixed by a model's config and the code: costs and parameter counts.
+"""Figures that are slow to compute but fixed by the code they come from, kept on disk across processes.
 
 `ablate plan` shows params and GFLOPs per trial, and `model.match_params` searches widths by parameter count;
-both build networks (on the meta device: no memory, yet seconds for a few Swin models). They are kept on disk,
-so each is computed once per architecture and code version rather than once per process. An entry's key is
-what was computed, the architecture's identity, the trial's code fingerprint (its components, the training
-loop, torch and timm versions: `ablate.fingerprint`) and the source of the module that computes it. The file
-is `costs.json` under ABLATE_CACHE, else $XDG_CACHE_HOME/ablate, else ~/.cache/ablate. A cache that cannot be
-read or written is passed over: the figure is computed, as without one.
+both build networks (on the meta device: no memory, yet seconds for a few Swin models). They are kept in
+`costs.json`, so each is computed once per architecture and code version rather than once per process. An
+entry's key is what was computed, the architecture's identity, the trial's code fingerprint (its components,
+the training loop, torch and timm versions: `ablate.fingerprint`) and the source of the module that computes
+it. Code fingerprints themselves are kept in `fingerprints.json` (`ablate.fingerprint`), each with the files it
+was computed from. The files live under ABLATE_CACHE, else $XDG_CACHE_HOME/ablate, else ~/.cache/ablate. A
+cache that cannot be read or written is passed over: the figure is computed, as without one.
 """
 
 from __future__ import annotations
@@ -25,9 +26,9 @@ if TYPE_CHECKING:
     from ablate.config import TrialConfig
 
 CACHE_ENV = "ABLATE_CACHE"
-FILE = "costs.json"
+COSTS = "costs.json"
 _ENTRIES: dict[Path, dict[str, Any]] = {}
-"""The cache file's entries, per file, as this process knows them."""
+"""Each cache file's entries, as this process knows them."""
 
 
 def folder() -> Path:
@@ -45,12 +46,10 @@ def remembered(what: str, cfg: TrialConfig, identity: str, compute: Callable[[],
     key = hashlib.sha256(
         json.dumps([what, identity, fingerprint(cfg).digest, _source_digest(module)]).encode()
     ).hexdigest()
-    path = folder() / FILE
-    entries = _entries(path)
-    if key not in entries:
-        entries[key] = compute()
-        _write(path, entries)
-    return entries[key]
+    known = entries(COSTS)
+    if key not in known:
+        keep(COSTS, key, compute())
+    return known[key]
 
 
 @functools.cache
@@ -60,29 +59,36 @@ def _source_digest(module: str) -> str:
     return hashlib.sha256(Path(origin).read_bytes()).hexdigest()[:16] if origin else "none"
 
 
-def _entries(path: Path) -> dict[str, Any]:
+def entries(file: str) -> dict[str, Any]:
+    """The entries of the cache file named `file`, read once per process (a file that cannot be read, or holds
+    no JSON object, has none)."""
+    path = folder() / file
     if path not in _ENTRIES:
-        try:
-            data = json.loads(path.read_text())
-        except (OSError, ValueError):
-            data = {}
-        _ENTRIES[path] = data if isinstance(data, dict) else {}
+        _ENTRIES[path] = _read(path)
     return _ENTRIES[path]
 
 
-def _write(path: Path, entries: dict[str, Any]) -> None:
-    """Merge with what other processes wrote meanwhile, and replace the file whole (never half-written)."""
+def keep(file: str, key: str, value: Any) -> None:
+    """Set `key` to `value` in this process and in the file named `file`: merged with what other processes wrote
+    meanwhile, and the file replaced whole (never half-written). A file that cannot be written is passed over."""
+    path = folder() / file
+    known = entries(file)
+    known[key] = value
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        try:
-            on_disk = json.loads(path.read_text())
-        except (OSError, ValueError):
-            on_disk = {}
-        merged = {**on_disk, **entries} if isinstance(on_disk, dict) else entries
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".costs-", suffix=".json")
+        merged = {**_read(path), key: value}
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}-", suffix=".json")
         with os.fdopen(fd, "w") as f:
             json.dump(merged, f)
         os.replace(tmp, path)
-        entries.update(merged)
     except OSError:
         return
+    known.update(merged)
+
+
+def _read(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}

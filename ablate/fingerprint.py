@@ -11,6 +11,13 @@ plugin file's module counts under its stem, not under its name, which carries a 
 versions of torch, timm and of the distributions that ship plugin components count too. Module digests are
 cached by file and modification time, and fingerprints by component names, so a plan of thousands of trials
 costs one dictionary lookup per trial after the first of each kind.
+
+Fingerprints are also kept on disk (`CACHE` in `ablate.cache.folder()`), each with what it was computed
+from: the file, modification time and size of every module it covers, of every name it looked for and found
+no module of, and of the modules that decide which module registers a name (`DECIDING`); the plugin modules
+that registered its components; the package versions. A process whose files are as they were takes the kept
+fingerprint without importing a component or parsing a file (`ablate status` of a large store); any
+difference, and the fingerprint is computed again and kept anew.
 """
 
 from __future__ import annotations
@@ -24,15 +31,17 @@ import json
 import re
 import subprocess
 import sys
+import time
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ablate.registry import BACKBONES, DATASETS, MECHANISMS, TASKS, Registry
+from ablate import cache
 
 if TYPE_CHECKING:
     from ablate.config import TrialConfig
+    from ablate.registry import Registry
 
 LOOP = ("ablate.trial", "ablate.parallel", "ablate.nn.factory", "ablate.nn.build", "ablate.nn.widths")
 """The training loop: the same for every trial (the model factory builds every network)."""
@@ -47,6 +56,19 @@ VERSIONED = ("torch", "timm")
 FILE_PLUGIN = re.compile(r"(ablate_plugin_\w+)_[0-9a-f]{12}")
 """The module of a plugin given as a file (`ablate.plugins.FilePlugin.module`): its stem, then a hash of its
 path and text."""
+REGISTRY = "ablate.registry"
+"""The module that holds the registries (`_registries`)."""
+CACHE = "fingerprints.json"
+"""The cache file (`ablate.cache`) of fingerprints by component names, each with what it was computed from."""
+DECIDING = (__name__, REGISTRY, "ablate.plugins")
+"""Modules whose text decides a fingerprint beyond the components' own: this algorithm (`LOOP`, `FOLLOWED`),
+the built-in modules that register names (`BUILTINS`) and how a registration names its module, and how
+plugins are loaded and their modules named."""
+SETTLED_NS = 2_000_000_000
+"""A fingerprint is kept on disk only when every file it covers was last modified this long before it was
+computed: a file written within one tick of a coarse file-system clock (2 s on FAT) can change again with the
+same modification time and size, and a file edited while it was being read would be kept with the wrong
+digest."""
 
 
 @dataclass(frozen=True)
@@ -97,8 +119,10 @@ def fingerprints(configs: list[TrialConfig]) -> list[Fingerprint]:
 
 def current(recorded: Fingerprint) -> Fingerprint:
     """The fingerprint the code has now for the components a recorded one names (`mechanism csan`, `backbone
-    vit`, ...): what a trial recorded with it gets now, found without reading the trial's config. RegistryError
-    (a ValueError) where one of them is no longer registered; ValueError where the record lacks one."""
+    vit`, ...): what a trial recorded with it gets now, found without reading the trial's config. Kept on disk
+    (see the module docstring), it is found with no component loaded; computed, it needs them registered (their
+    plugins loaded). ValueError where one of them is not registered (a RegistryError where the registries are
+    imported) or the record lacks one."""
     names = []
     for kind in KINDS:
         found = [n.removeprefix(f"{kind} ") for n in recorded.components if n.startswith(f"{kind} ")]
@@ -110,10 +134,52 @@ def current(recorded: Fingerprint) -> Fingerprint:
 
 
 def _now(names: tuple[str, str, str, str]) -> Fingerprint:
-    """The fingerprint of these components (mechanism, backbone, dataset, task) as their files are now."""
+    """The fingerprint of these components (mechanism, backbone, dataset, task) as their files are now: the one
+    kept on disk when nothing it was computed from has changed, else computed and kept."""
+    key = json.dumps([*names, sys.version, sys.prefix])  # another interpreter or environment: another entry
+    kept = _kept(cache.entries(CACHE).get(key))
+    if kept is not None:
+        return kept
+    started = time.time_ns()
     components = _components(names)
     stamps = tuple(_stamp(m) for m in sorted(set().union(*components.values())))
-    return _of(names, stamps)
+    fp = _of(names, stamps)
+    _keep(key, fp, names, components, started)
+    return fp
+
+
+def _kept(entry: Any) -> Fingerprint | None:
+    """A kept fingerprint (`_keep`) when everything it was computed from is as it was: each file (the module of
+    each name is where it was, with the same modification time and size; a name that had no module still has
+    none), each plugin module that registered a component loaded in this process (so a name registers here
+    as it did then, not by another project's plugin of that name), each package version. None otherwise, and
+    for an entry this code cannot read."""
+    try:
+        fp = Fingerprint.from_json(entry["fingerprint"])
+        same = (
+            all(module in sys.modules for module in entry["loaded"])
+            and all(list(_stamp(module)) == stamp for module, *stamp in entry["files"])
+            and all(_version(pkg) == version for pkg, version in fp.versions.items())
+        )
+    except (KeyError, TypeError, ValueError, AttributeError):  # a damaged or older entry: computed again
+        return None
+    return fp if same else None
+
+
+def _keep(key: str, fp: Fingerprint, names: tuple[str, str, str, str], components: dict[str, set[str]],
+          started: int) -> None:  # fmt: skip
+    """Keep `fp` on disk with what `_kept` checks: the stamps of the modules it covers, of the names they
+    import that a digest would follow and that have no module (one that appears is followed), and of
+    `DECIDING`; the modules outside ablate that registered or define its components (plugins). Not when a file
+    was modified since `SETTLED_NS` before `started`."""
+    covered = set().union(*components.values())
+    looked_for = {name for module in covered for name in _followed(module)}
+    files = [(module, *_stamp(module)) for module in sorted(covered | looked_for | set(DECIDING))]
+    if any(mtime > started - SETTLED_NS for _, _, mtime, _ in files):
+        return
+    roots = set().union(*_named_roots(names).values())
+    loaded = sorted(module for module in roots if module.split(".")[0] != "ablate")
+    cache.keep(CACHE, key, {"fingerprint": fp.to_json(), "files": files, "loaded": loaded})
 
 
 def modules_of(cfg: TrialConfig) -> dict[str, list[str]]:
@@ -123,11 +189,25 @@ def modules_of(cfg: TrialConfig) -> dict[str, list[str]]:
 
 
 def _components(names: tuple[str, str, str, str]) -> dict[str, set[str]]:
-    registries: tuple[Registry[Any], ...] = (MECHANISMS, BACKBONES, DATASETS, TASKS)
-    roots = {f"{kind} {name}": _roots(registry, name) for kind, registry, name in zip(KINDS, registries, names)}
-    out = {name: _closure(mods) for name, mods in roots.items()}
+    out = {name: _closure(mods) for name, mods in _named_roots(names).items()}
     out["loop"] = set(LOOP)
     return out
+
+
+def _named_roots(names: tuple[str, str, str, str]) -> dict[str, set[str]]:
+    """Component name (`mechanism csan`) -> its `_roots`."""
+    return {f"{kind} {name}": _roots(registry, name) for kind, registry, name in zip(KINDS, _registries(), names)}
+
+
+def _registries() -> tuple[Registry[Any], ...]:
+    """The registries of `KINDS`, where this process imported their module. A component registers by importing
+    it, so a process that has not imported it holds no component: it is not imported here only to find
+    nothing, and a fingerprint from the disk cache (`_kept`) costs no import of it and of the pydantic models
+    it declares (tens of milliseconds of an `ablate status`)."""
+    registry = sys.modules.get(REGISTRY)
+    if registry is None:
+        raise ValueError("no component is registered in this process: no built-in or plugin was loaded")
+    return registry.MECHANISMS, registry.BACKBONES, registry.DATASETS, registry.TASKS
 
 
 def _stamp(module: str) -> tuple[str, int, int]:
@@ -148,7 +228,7 @@ def _of(names: tuple[str, str, str, str], stamps: tuple[tuple[str, int, int], ..
     versions = {pkg: _version(pkg) for pkg in VERSIONED}
     for mods in modules.values():
         for module in mods:
-            if not module.startswith("ablate.") and (dist := _distribution(module.split(".")[0])):
+            if _installable(module) and (dist := _distribution(module.split(".")[0])):
                 versions[dist] = _version(dist)
     return Fingerprint(components, versions)
 
@@ -183,12 +263,17 @@ def _closure(roots: set[str]) -> set[str]:
         if module in seen:
             continue
         seen.add(module)
-        top = module.split(".")[0]
-        for name in _imports(module, *_stamp(module)[1:]):
-            followed = name.startswith(FOLLOWED) or (top != "ablate" and name.split(".")[0] == top)
-            if followed and name.rpartition(".")[2] != REPORT and _file(name) is not None:
-                todo.append(name)
+        todo += [name for name in _followed(module) if _file(name) is not None]
     return seen
+
+
+def _followed(module: str) -> list[str]:
+    """The names `module` imports that its digest follows where they are modules: within `FOLLOWED`, or within
+    a plugin's own package, never a `REPORT` module."""
+    top = module.split(".")[0]
+    return [name for name in _imports(module, *_stamp(module)[1:])
+            if (name.startswith(FOLLOWED) or (top != "ablate" and name.split(".")[0] == top))
+            and name.rpartition(".")[2] != REPORT]  # fmt: skip
 
 
 @functools.lru_cache(maxsize=4096)
@@ -309,6 +394,12 @@ def _version(dist: str) -> str | None:
         return metadata.version(dist)
     except metadata.PackageNotFoundError:
         return None
+
+
+def _installable(module: str) -> bool:
+    """Whether `module` can belong to a distribution other than ablate's: a file plugin's module cannot (and
+    looking for one reads every installed distribution's file list, a second)."""
+    return not module.startswith("ablate.") and not FILE_PLUGIN.fullmatch(module)
 
 
 @functools.cache

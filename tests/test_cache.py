@@ -21,7 +21,7 @@ def fresh(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv(cache.CACHE_ENV, str(tmp_path / "cache"))
     monkeypatch.setattr(costs, "_COSTS", {})
     monkeypatch.setattr(cache, "_ENTRIES", {})
-    return tmp_path / "cache" / cache.FILE
+    return tmp_path / "cache" / cache.COSTS
 
 
 def new_process() -> None:

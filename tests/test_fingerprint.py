@@ -8,19 +8,21 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 import torch
 import yaml
 from conftest import BUILTIN_KINDS, TINY
-from test_plugins import edit, plugin_package, plugin_source
+from test_plugins import DECLARATION, edit, plugin_package, plugin_source
 from typer.testing import CliRunner
 
 from ablate.cli import app
 from ablate.config import TrialConfig
 from ablate.fingerprint import fingerprint, fingerprints, modules_of, record
 from ablate.planner import Plan, plan
+from ablate.plugins import Plugins
 from ablate.selection import Select, SelectionError, select
 from ablate.store import Store
 from ablate.tracking import Tracker
@@ -299,3 +301,110 @@ def test_every_view_agrees_on_what_is_stale_and_a_dry_run_says_what_a_launch_doe
         assert got == want, runs
     status = cli(tmp_path, "status", "--db", db).stdout
     assert "1 stale" in status and b in status and a not in status, status
+
+
+CHILD = """
+import json, sys
+from ablate.fingerprint import KINDS, Fingerprint, _imports, _module_digest, current
+
+names, plugins = json.loads(sys.argv[1]), json.loads(sys.argv[2])
+if plugins is not None:
+    from ablate.plugins import Plugins
+    Plugins.from_json(plugins).load()
+fp = current(Fingerprint({f"{kind} {name}": "" for kind, name in zip(KINDS, names)}))
+parsed = _imports.cache_info().misses + _module_digest.cache_info().misses
+out = {"components": fp.components, "versions": fp.versions, "parsed": parsed, "modules": list(sys.modules)}
+print(json.dumps(out))
+"""
+"""A new process's `current` for components `names` (after loading `plugins`, as stored with a sweep; none
+loaded, not even the built-ins, for None): its fingerprint, how many files it parsed, the modules it imported."""
+
+
+def in_new_process(folder: Path, names: list[str], plugins: dict | None = None) -> dict:
+    path = os.pathsep.join([str(folder), *filter(None, [os.environ.get("PYTHONPATH")])])
+    env = {**os.environ, "ABLATE_CACHE": str(folder / "cache"), "PYTHONPATH": path}
+    done = subprocess.run([sys.executable, "-c", CHILD, json.dumps(names), json.dumps(plugins)], cwd=folder, env=env,
+                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+def date(*paths: Path, ago: int = 3600) -> None:
+    """Date files `ago` seconds back (a moment that differs at each call): a fingerprint is kept on disk only
+    when no file it covers was modified just before it was computed (`fingerprint.SETTLED_NS`), and a date in
+    the future (negative `ago`) is never that long before."""
+    then = time.time_ns() - ago * 10**9
+    for path in paths:
+        os.utime(path, ns=(then, then))
+
+
+def test_a_new_process_takes_a_kept_fingerprint_without_importing_any_component(tmp_path: Path) -> None:
+    """A process that loaded the built-ins computes a fingerprint and keeps it; a new one that loads nothing gets
+    the same without importing a component module or the registries, or parsing a file. One kept with another
+    torch version is computed again; a cache file that is not JSON, or whose entries are damaged, is passed
+    over: computed again, the same."""
+    names = ["csan", "vit", "digits", "classify"]
+    computed = in_new_process(tmp_path, names, {})
+    here = fingerprint(plan_config({"attention": {"kind": "csan"}}))
+    assert computed["parsed"] and computed["components"] == here.components
+    kept = in_new_process(tmp_path, names)
+    assert (kept["components"], kept["versions"]) == (computed["components"], computed["versions"])
+    assert not kept["parsed"] and not {"ablate.nn.csan", "ablate.nn.vit", "ablate.registry"} & set(kept["modules"])
+    file = tmp_path / "cache" / "fingerprints.json"
+    entries = json.loads(file.read_text())
+    older = {k: {**e, "fingerprint": {**e["fingerprint"], "versions": {"torch": "1.0"}}} for k, e in entries.items()}
+    for changed in (older, "{not json", {key: {"files": 3} for key in entries}):  # torch since, damaged files
+        file.write_text(changed if isinstance(changed, str) else json.dumps(changed))
+        again = in_new_process(tmp_path, names, {})
+        assert again["parsed"] and (again["components"], again["versions"]) == (kept["components"], kept["versions"])
+
+
+def test_a_kept_fingerprint_is_computed_again_when_a_file_it_covers_changes(tmp_path: Path) -> None:
+    """A plugin package: while its files may still change unseen (dated in the future here) its fingerprint is
+    computed and not kept; once settled it is kept and taken; an edit of its mixer module alone that keeps the
+    file's size makes it computed again (and kept anew), as does a module its declaration imports lazily that
+    did not exist and now does."""
+    package = plugin_package(tmp_path, "keptpkg", kind="keptrelu")
+    lazily = "\n\ndef later():\n    from . import tools\n"
+    (package / "__init__.py").write_text((package / "__init__.py").read_text() + lazily)
+    names, plugins = ["keptrelu", "vit", "digits", "classify"], {"modules": ["keptpkg"]}
+    files = list(package.glob("*.py"))
+    date(*files, ago=-3600)
+    fresh = in_new_process(tmp_path, names, plugins)
+    assert not (tmp_path / "cache" / "fingerprints.json").exists()
+    date(*files)
+    computed = in_new_process(tmp_path, names, plugins)
+    assert computed["parsed"] and computed["components"] == fresh["components"]
+    assert not in_new_process(tmp_path, names, plugins)["parsed"]
+    edit(package / "layers.py", "return a @ v", "return a - v")  # the same size
+    date(package / "layers.py")
+    edited = in_new_process(tmp_path, names, plugins)
+    assert edited["parsed"] and edited["components"] != computed["components"]
+    kept = in_new_process(tmp_path, names, plugins)
+    assert not kept["parsed"] and kept["components"] == edited["components"]
+    (package / "tools.py").write_text("SCALE = 2\n")
+    date(package / "tools.py")
+    added = in_new_process(tmp_path, names, plugins)
+    assert added["components"]["mechanism keptrelu"] != edited["components"]["mechanism keptrelu"]
+
+
+def test_a_kept_fingerprint_is_of_the_plugin_loaded_and_its_file_on_disk(tmp_path: Path) -> None:
+    """A package and a file in one folder register one kind with different code (two sweeps, each loading
+    one; the file torch-free, as importing torch takes seconds): each process gets the fingerprint of the
+    plugin it loaded, not the one kept for the other, though the other's files are unchanged and importable.
+    A process that loads a sweep's stored text of the file, as `ablate status` does, gets the fingerprint kept
+    for it, and after the file was edited on disk (keeping its size) the edited file's."""
+    names = ["keptfile", "vit", "digits", "classify"]
+    plugin_package(tmp_path, "keptfilepkg", kind="keptfile")
+    (tmp_path / "relu.py").write_text(DECLARATION.format(kind="keptfile", build="return SCALE") + "SCALE = 1\n")
+    package, file = {"modules": ["keptfilepkg"]}, Plugins.from_list(["./relu.py"], tmp_path).to_json()
+    date(*tmp_path.rglob("*.py"))
+    by_package = in_new_process(tmp_path, names, package)["components"]["mechanism keptfile"]
+    by_file = in_new_process(tmp_path, names, file)["components"]["mechanism keptfile"]
+    assert by_file != by_package
+    kept = in_new_process(tmp_path, names, file)
+    assert not kept["parsed"] and kept["components"]["mechanism keptfile"] == by_file
+    edit(tmp_path / "relu.py", "SCALE = 1", "SCALE = 2")
+    date(tmp_path / "relu.py")
+    edited = in_new_process(tmp_path, names, file)["components"]["mechanism keptfile"]
+    assert edited not in (by_file, by_package)
