@@ -136,7 +136,7 @@ def current(recorded: Fingerprint) -> Fingerprint:
 def _now(names: tuple[str, str, str, str]) -> Fingerprint:
     """The fingerprint of these components (mechanism, backbone, dataset, task) as their files are now: the one
     kept on disk when nothing it was computed from has changed, else computed and kept."""
-    key = json.dumps([*names, sys.version, sys.prefix])  # another interpreter or environment: another entry
+    key = json.dumps([*names, sys.version, sys.prefix, __file__])  # per interpreter, environment and checkout
     kept = _kept(cache.entries(CACHE).get(key))
     if kept is not None:
         return kept
