@@ -13,6 +13,7 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import ray
@@ -31,6 +32,8 @@ from ablate.selection import Selection
 from ablate.storage import Storage
 from ablate.store import Owner, Store
 from ablate.store.faults import StoreUnavailable
+from ablate.store.schema import ENDED
+from ablate.store.writes import now
 from ablate.worker import TaskArgs, run_trial, trial_task
 
 if TYPE_CHECKING:
@@ -149,6 +152,9 @@ class Fanout:
         """Trials not claimed yet, in plan order."""
         self.claimed: dict[str, float] = {}
         """Trials this launch holds, and when it claimed them (time.monotonic)."""
+        self.seen = now()
+        """When the last look at the trials finished elsewhere began (`finished_elsewhere`): this machine's clock,
+        as the finish times other launchers write are theirs."""
         self.pending: dict[Any, str] = {}
         self.gangs: dict[str, gangs.Gang] = {}
         self.attempts = Attempts()
@@ -170,7 +176,7 @@ class Fanout:
             for ref in ready:
                 self.settle(ref)
             if ready or time.monotonic() - looked > self.owner.seconds / 4:
-                self.finished_elsewhere()
+                self.finished_elsewhere(whole=not ready)
                 self.fill()
                 looked = time.monotonic()
             self.progress.refresh()
@@ -245,12 +251,29 @@ class Fanout:
             self.claimed[key] = time.monotonic()
             self.submit(key)
 
-    def finished_elsewhere(self) -> None:
-        """Count the queued trials another launcher finished, and forget them."""
+    def finished_elsewhere(self, whole: bool) -> None:
+        """Count the queued trials another launcher finished, and forget them.
+
+        After a trial settles, the store is asked only for the trials that finished since the last look
+        (`Store.finished_since`, an index range), so a look costs what finished meanwhile, not the queue's length
+        (asking the state of every queued trial was 0.46 s per settled trial on PostgreSQL with 10,000 queued).
+        A finish time is the recording launcher's clock when it wrote, so the look reaches a lease length
+        (`Owner.seconds`) further back: leases already assume that launchers' clocks agree to well within one.
+        When nothing finished for a quarter of a lease the look is `whole`: the state of every queued trial,
+        which also finds what the window misses, a finish committed more than a lease after its time was taken
+        (a launcher paused mid-write, a lock waited on that long) or stamped by a clock further off."""
         if not self.queue:
             return
-        states: dict[str, str] = self.tolerant(lambda: self.store.states(self.queue), {})
-        ended = [k for k in self.queue if states.get(k) in ("done", "failed", "diverged")]
+        began = now()
+        since = self.seen - timedelta(seconds=self.owner.seconds)
+        read = (lambda: self.store.states(self.queue)) if whole else (lambda: self.store.finished_since(since))
+        states = self.tolerant(read, None)
+        if states is None:  # the store is down: look again from the same moment
+            return
+        self.seen = began
+        ended = [k for k in self.queue if states.get(k) in ENDED]
+        if not ended:
+            return
         gone = set(ended)
         self.queue = [k for k in self.queue if k not in gone]
         for key in ended:

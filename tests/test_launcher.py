@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import threading
+from datetime import timedelta
 from pathlib import Path
 
 import pandas as pd
@@ -18,12 +19,15 @@ import torch
 from conftest import TINY, fresh_database, write_sweeps
 from gate import Gate, wait_for
 from rich.console import Console
+from sqlalchemy import event, update
 
 from ablate import checkpoints
 from ablate.launcher import RunConfig, launch
 from ablate.planner import Plan, plan, plan_all
 from ablate.progress import Progress
-from ablate.store import Store
+from ablate.store import Owner, Store
+from ablate.store.queries import TRIALS
+from ablate.store.writes import now
 from ablate.tracking import Tracker
 
 GATE_SCRIPT = Path(__file__).with_name("gate.py")
@@ -156,10 +160,12 @@ def by_value() -> None:
     ray.cloudpickle.register_pickle_by_value(gate)
 
 
-def launch_in_thread(p: Plan, store: Store, tmp_path: Path, gate: Gate) -> tuple[dict, threading.Thread]:
+def launch_in_thread(
+    p: Plan, store: Store, tmp_path: Path, gate: Gate, lease: float = RunConfig.lease
+) -> tuple[dict, threading.Thread]:
     """Launch `p` with gated trials in a thread; the result lands in the returned box as `res`."""
     box: dict = {}
-    run = RunConfig(storage=tmp_path / "ck", runner=gate.runner())
+    run = RunConfig(storage=tmp_path / "ck", runner=gate.runner(), lease=lease)
     th = threading.Thread(target=lambda: box.update(res=launch([p], store=store, run=run, progress=quiet())))
     th.start()
     return box, th
@@ -186,6 +192,42 @@ def test_killed_worker_is_retried_and_resumes_from_its_checkpoint(ray_local, tmp
         assert not m.duplicated(["key", "name", "step"]).any()
         per_step = m.groupby("step")["name"].nunique()
         assert per_step.nunique() == 1  # every epoch has the same metric names: nothing lost
+
+
+def test_a_launcher_learns_what_another_finished_from_the_trials_finished_since_its_last_look(
+    ray_local, tmp_path: Path
+) -> None:
+    """Two trials, one at a time (2 CPUs each). While this launcher holds the first at the gate, another launcher
+    (its store calls here) runs the second, which fails, and records it by a clock behind this one's: stamped
+    before this launch began. Once the first trial settles, the launcher reads the trials finished since its
+    last look, reaching a lease further back: it counts the second as failed elsewhere and does not train it
+    (a failed trial can be claimed), and from its first trial's start on it never names the second in a
+    statement, so it did not read the state of its whole queue. Its lease of 600 s keeps the periodic look at
+    the whole queue (every quarter of a lease with nothing finished) out of the test."""
+    by_value()
+    f = write_sweeps(tmp_path / "e.yaml", {"s": {"base": {**TINY, "resources": {"cpus": 2}}, "seeds": 2}})
+    p = plan(f, "s")
+    first, other = (t.key for t in p.trials)
+    gate, began, named = Gate(tmp_path / "gate", epoch=1, keys=[first]), now(), list[str]()
+    db = f"sqlite:///{tmp_path}/r.sqlite"
+    with Store(db) as store, Store(db) as elsewhere:
+        box, th = launch_in_thread(p, store, tmp_path, gate, lease=600)
+        gate.wait(1)
+        event.listen(store.engine, "before_cursor_execute", lambda *call: named.append(str(call[3])))  # parameters
+        owner = Owner.new(60)
+        assert elsewhere.claim([other], owner) == {other}
+        elsewhere.mark_running(other)
+        elsewhere.finish(other, "failed", error="RuntimeError: elsewhere")
+        elsewhere.release(owner)
+        with elsewhere.engine.begin() as conn:
+            conn.execute(update(TRIALS).where(TRIALS.c.key == other).values(finished_at=began - timedelta(seconds=10)))
+        gate.open()
+        th.join(timeout=240)
+        assert box["res"].counts == {"done": 1, "failed": 1}
+        t = store.trials_frame("s").set_index("key")
+        assert (t.loc[first, "state"], t.loc[other, "state"], t.loc[other, "attempts"]) == ("done", "failed", 1)
+    assert named
+    assert not [s for s in named if other in s], "the launcher named the trial finished elsewhere"
 
 
 def flaky_runner(cfg, report, checkpoint_dir):
@@ -531,7 +573,9 @@ import ray
 from ablate.api import launch
 from ablate.launcher import RunConfig
 from ablate.planner import plan
-from ablate.store import Store
+from ablate.store import Owner, Store
+from ablate.store.queries import TRIALS
+from ablate.store.writes import now
 try:
     launch(plan(sys.argv[1], "s"), sys.argv[2], sys.argv[3], run=RunConfig(storage=sys.argv[4]))
 except Exception as e:

@@ -11,14 +11,16 @@ import sys
 import threading
 import time
 from concurrent.futures import ProcessPoolExecutor
+from datetime import datetime, timedelta, timezone
 from multiprocessing import get_context
 from pathlib import Path
+from typing import Any
 
 import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from conftest import ROOT, fresh_database
-from sqlalchemy import text
+from sqlalchemy import event, text
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.exc import IntegrityError
 
@@ -28,7 +30,7 @@ from ablate.store import STATES, TRIAL_COLUMNS, Owner, Store, flatten
 from ablate.store.engine import make_engine, revision_number, upgrade, upsert_stmt
 from ablate.store.queries import METRICS
 from ablate.store.schema import Base
-from ablate.store.writes import CHUNK
+from ablate.store.writes import CHUNK, now
 
 
 def trial(seed: int, kind: str = "softmax", **axes: object) -> Trial:
@@ -150,6 +152,24 @@ def test_a_database_of_the_previous_schema_gains_code_columns_and_previous_resul
         assert s.codes() == {t.key: {"components": {"loop": "x"}, "versions": {}, "digest": "abc"}}
         assert s.trial(t.key).code_digest == "abc"
         assert s.forget([t.key]) == 1 and s.states() == {} and s.previous(t.key) == []
+
+
+def test_a_store_of_0007_gains_the_index_of_finish_times_and_its_trials_are_found_by_it(url):
+    """Migration 0008 on a store with finished trials: the index is built over the rows already there, and the
+    look for the trials finished since a moment finds them."""
+    engine = make_engine(url)
+    upgrade(engine, "0007")
+    with engine.begin() as conn:
+        conn.execute(text("INSERT INTO trials (key, config, state, attempts, created_at, finished_at) VALUES "
+                          "('a', '{}', 'done', 1, '2025-01-01', '2025-01-03'), "
+                          "('b', '{}', 'failed', 1, '2025-01-01', '2025-01-01'), "
+                          "('c', '{}', 'pending', 0, '2025-01-01', NULL)"))  # fmt: skip
+    engine.dispose()
+    with Store(url) as s:
+        with s.engine.connect() as conn:
+            assert compare_metadata(MigrationContext.configure(conn), Base.metadata) == []
+        assert s.finished_since(datetime(2025, 1, 2, tzinfo=timezone.utc)) == {"a": "done"}
+        assert s.finished_since(datetime(2024, 12, 31, tzinfo=timezone.utc)) == {"a": "done", "b": "failed"}
 
 
 def test_postgresql_upserts_render_on_conflict():
@@ -361,6 +381,43 @@ def test_a_claim_reads_the_queue_only_as_far_as_its_limit_needs_and_past_what_ot
     assert store.claim(keys, b, limit=CHUNK + 3) == set(keys[: CHUNK + 3])
     assert store.claim(keys, a, limit=2) == set(keys[CHUNK + 3 : CHUNK + 5])  # the first free ones, past a chunk
     assert store.claim(keys, a) == set(keys[CHUNK + 3 :])  # no limit: the rest of the queue
+
+
+def test_finished_since_is_the_trials_that_ended_from_a_moment_on(store):
+    """What a launcher asks after each trial it settles: the trials done, failed or diverged at or after a moment
+    (the recording launcher's clock), whatever their sweep; interrupted and preempted ones are to resume, and a
+    trial archived to train again is pending."""
+    trials = [trial(i) for i in range(6)]
+    keys = [t.key for t in trials]
+    store.add_trials("s", trials[:4])
+    store.add_trials("other", trials[4:])
+    store.finish(keys[0], "done")
+    moment = now()
+    store.finish(keys[1], "failed", error="boom")
+    store.finish(keys[2], "diverged")
+    store.mark_running(keys[3])
+    store.interrupt([keys[3]])
+    store.finish(keys[4], "done")
+    store.finish(keys[5], "preempted")
+    assert store.finished_since(moment) == {keys[1]: "failed", keys[2]: "diverged", keys[4]: "done"}
+    at = store.trial(keys[1]).finished_at  # naive UTC from SQLite, aware from PostgreSQL
+    assert keys[1] in store.finished_since(at) and keys[1] not in store.finished_since(at + timedelta(microseconds=1))
+    assert store.finished_since(moment.astimezone(timezone(timedelta(hours=5)))) == store.finished_since(moment)
+    store.archive([keys[2]], "all")
+    assert store.finished_since(moment) == {keys[1]: "failed", keys[4]: "done"}
+
+
+def test_finished_since_reads_the_index_of_finish_times_not_the_rows_of_ended_trials(tmp_path):
+    """SQLite plans without statistics: the look must range over the finish times (the states are in the index's
+    entries) rather than take the index of states and read the row of every trial that ever ended."""
+    with Store(f"sqlite:///{tmp_path / 'r.sqlite'}") as s:
+        sent: list[tuple[str, Any]] = []
+        event.listen(s.engine, "before_cursor_execute", lambda _c, _k, sql, params, *_: sent.append((sql, params)))
+        s.finished_since(now())
+        with s.engine.connect() as conn:
+            plan = conn.exec_driver_sql(f"EXPLAIN QUERY PLAN {sent[-1][0]}", sent[-1][1]).all()
+    (step,) = [row[-1] for row in plan]
+    assert step == "SEARCH trials USING COVERING INDEX ix_trials_finished_at_state_key (finished_at>?)"
 
 
 def _claim_all(url: str, keys: list[str], at: float) -> list[str]:

@@ -14,7 +14,7 @@ Writes (one writer: the launcher or its recorder actor): upsert_sweep, keep_swee
 mark_running, log_metrics, log_metric_rows, finish, interrupt, keep_mlflow_run; and the trial leases every
 launcher takes before it runs a trial (claim, renew, release), so launchers sharing a store train each
 trial once.
-Reads: done_keys, states, trial, sweep, membership, and the frames sweeps_frame, trials_frame,
+Reads: done_keys, states, finished_since, trial, sweep, membership, and the frames sweeps_frame, trials_frame,
 metrics_frame, status, runs (the only way reports read the store).
 PostgreSQL needs its driver (`pip install "ablate[postgres]"`, psycopg 3); concurrent first opens of a new
 database migrate it once on both backends (SQLite's write lock, PostgreSQL's advisory lock).

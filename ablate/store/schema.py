@@ -19,6 +19,8 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 STATES = ("pending", "running", "done", "failed", "diverged", "interrupted", "preempted")
 #: States a trial ends in; `finish` accepts only these.
 FINAL_STATES = ("done", "failed", "diverged", "interrupted", "preempted")
+#: Final states no launch trains again unless asked to (`interrupted` and `preempted` trials resume).
+ENDED = ("done", "failed", "diverged")
 
 KEY = String(64)
 NAME = String(200)
@@ -58,8 +60,13 @@ class TrialRecord(Base):
     """One training run, shared by every sweep that planned the same config."""
 
     __tablename__ = "trials"
-    __table_args__ = (Index("ix_trials_state_digest_key", "state", "code_digest", "key"),)
-    """States, code digests and keys without reading the rows (`status` and `runs` of a large sweep)."""
+    __table_args__ = (
+        Index("ix_trials_state_digest_key", "state", "code_digest", "key"),
+        Index("ix_trials_finished_at_state_key", "finished_at", "state", "key"),
+    )
+    """States, code digests and keys without reading the rows (`status` and `runs` of a large sweep); the trials
+    finished since a moment, with their states, likewise (`Store.finished_since`, after each trial a launcher
+    settles)."""
 
     key: Mapped[str] = mapped_column(KEY, primary_key=True)
     variant: Mapped[str | None] = mapped_column(KEY, index=True)

@@ -28,7 +28,7 @@ from sqlalchemy.orm import Session
 from ablate.store import engine as eng
 from ablate.store.faults import StoreUnavailable, explain
 from ablate.store.queries import MEMBERS, METRICS, PREVIOUS, SWEEPS, TRIALS, Queries
-from ablate.store.schema import FINAL_STATES, Base, Membership, SweepRecord, TrialRecord
+from ablate.store.schema import ENDED, FINAL_STATES, Base, Membership, SweepRecord, TrialRecord
 
 #: Facts about a run that `finish` accepts (known once a trial has built its model).
 INFO_FIELDS = frozenset({"params", "flops", "peak_memory", "environment", "host", "node_id", "device",
@@ -381,6 +381,19 @@ class Store(Queries):
             for where in self._key_filters(keys):
                 out.update(conn.execute(select(TRIALS.c.key, TRIALS.c.state).where(where)).all())
         return out
+
+    def finished_since(self, since: datetime) -> dict[str, str]:
+        """State of each trial that ended (`ENDED`: done, failed or diverged) at or after `since` by the clock of
+        the launcher that recorded it (`finish`'s finished_at), whatever its sweep: read from the index of finish
+        times, so its cost follows the trials that finished since, not the size of the store or of a queue. A
+        naive `since` is UTC, as SQLite gives its times back."""
+        since = since.replace(tzinfo=timezone.utc) if since.tzinfo is None else since.astimezone(timezone.utc)
+        # `state || ''`: no index of states can serve it, so SQLite (no statistics) ranges over the finish times
+        # instead of reading the row of every ended trial; the states are in the index's entries
+        ended = (TRIALS.c.state + "").in_(ENDED)
+        stmt = select(TRIALS.c.key, TRIALS.c.state).where(TRIALS.c.finished_at >= since, ended)
+        with self.engine.connect() as conn:
+            return dict(conn.execute(stmt).all())
 
     def holders(self, keys: Iterable[str] | None = None) -> dict[str, str]:
         """Who holds a lease (user@host:pid) on each leased trial (of `keys`, or all), lapsed or not."""
