@@ -9,7 +9,6 @@ from collections.abc import Collection
 from dataclasses import dataclass
 
 from ablate.fingerprint import Fingerprint, current
-from ablate.plugins import Plugins
 from ablate.store import Store
 
 LISTED = 20
@@ -29,26 +28,36 @@ class StaleCode:
 def stale_code(store: Store, sweeps: list[str] | None = None) -> StaleCode:
     """What is stale among the done trials of `sweeps` (or all), worked out once per recorded code digest (the
     trial's components are named in its record): a store of 100,000 done trials holds a handful of digests.
-    Loads each sweep's plugins (their code is part of the answer). A record naming a component that is no
-    longer registered is not stale: its code cannot be compared."""
+    Today's fingerprints come from the disk cache where it answers (`ablate.fingerprint.current`, nothing
+    imported); only for the others are the sweeps' plugins loaded (their code is part of the answer). A record
+    naming a component that is no longer registered is not stale: its code cannot be compared."""
+    digests = store.code_digests(sweeps or None)
+    codes = store.codes([d.sample for d in digests.values()])
+    olds = {digest: Fingerprint.from_json(codes[done.sample]) for digest, done in digests.items()}
+    nows = {digest: now for digest, old in olds.items() if (now := _current(old)) is not None}
+    if len(nows) < len(olds):
+        _load_plugins(store, sweeps)
+        nows.update({d: now for d, old in olds.items() if d not in nows and (now := _current(old)) is not None})
+    changed = {d: now.changed(olds[d]) for d, now in nows.items() if now.digest != olds[d].digest}
+    return StaleCode(changed, sum(digests[d].trials for d in changed))
+
+
+def _current(old: Fingerprint) -> Fingerprint | None:
+    try:
+        return current(old)
+    except ValueError:  # a component not registered (yet: plugins not loaded; or no longer)
+        return None
+
+
+def _load_plugins(store: Store, sweeps: list[str] | None) -> None:
+    """Load the plugins each sweep recorded. Imported here: ablate.plugins brings the registries and their
+    pydantic models, which a status answered by the fingerprint cache does without."""
+    from ablate.plugins import Plugins
+
     for name in sweeps or list(store.sweep_metrics()):
         record = store.sweep(name)
         if record is not None:
             Plugins.from_json((record.spec or {}).get("plugins")).load()
-    digests = store.code_digests(sweeps or None)
-    codes = store.codes([d.sample for d in digests.values()])
-    changed: dict[str, list[str]] = {}
-    trials = 0
-    for digest, done in digests.items():
-        old = Fingerprint.from_json(codes[done.sample])
-        try:
-            now = current(old)
-        except ValueError:
-            continue
-        if old.digest != now.digest:
-            changed[digest] = now.changed(old)
-            trials += done.trials
-    return StaleCode(changed, trials)
 
 
 def stale_in_store(
