@@ -540,3 +540,20 @@ def test_a_trials_mlflow_run_is_kept_by_the_first_launcher_to_write_it(store):
     assert store.trial(t.key).mlflow_run_id == "run-c"
     with pytest.raises(KeyError):
         store.keep_mlflow_run("no-such-key", "run-d", None)
+
+
+def test_code_digests_count_each_done_trial_of_the_sweeps_once(store):
+    """Per recorded code digest, the done trials of the named sweeps (a trial in two of them once) and one of
+    them to read that code from; trials of other sweeps, and unfinished ones, are not counted."""
+    a, b, c, d = (trial(s) for s in range(4))
+    store.add_trials("one", [a, b, c])
+    store.add_trials("two", [a, d])
+    for t, digest in ((a, "old"), (b, "old"), (c, "new"), (d, "new")):
+        store.mark_running(t.key)
+        store.finish(t.key, "done", code={"digest": digest})
+    store.add_trials("one", [trial(9)])  # pending: no code yet
+    digests = store.code_digests(["one", "two"])
+    assert {k: v.trials for k, v in digests.items()} == {"new": 2, "old": 2}
+    assert digests["old"].sample == min(a.key, b.key)
+    assert {k: v.trials for k, v in store.code_digests("two").items()} == {"new": 1, "old": 1}
+    assert {k: v.trials for k, v in store.code_digests().items()} == {"new": 2, "old": 2}

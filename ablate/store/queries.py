@@ -283,8 +283,10 @@ class Queries:
         stmt = select(TRIALS.c.code_digest.label("digest"), func.count().label("trials"),
                       func.min(TRIALS.c.key).label("sample")).where(TRIALS.c.state == "done",
                                                                     TRIALS.c.code_digest.is_not(None))  # fmt: skip
-        if (wanted := as_list(sweeps)) is not None:
-            stmt = stmt.where(TRIALS.c.key.in_(select(MEMBERS.c.trial_key).where(MEMBERS.c.sweep.in_(wanted))))
+        if (wanted := as_list(sweeps)) is not None:  # a membership looked up per done trial (its primary key):
+            # half the time of `key IN (the sweeps' members)` at 100,000 trials, which SQLite builds as a list
+            member = select(MEMBERS.c.trial_key).where(MEMBERS.c.trial_key == TRIALS.c.key, MEMBERS.c.sweep.in_(wanted))
+            stmt = stmt.where(member.exists())
         with self.engine.connect() as conn:
             rows = conn.execute(stmt.group_by(TRIALS.c.code_digest).order_by(TRIALS.c.code_digest)).all()
         return {digest: CodeDigest(trials, sample) for digest, trials, sample in rows}
