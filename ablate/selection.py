@@ -16,7 +16,7 @@ from typing import Any, Literal
 from ablate.fingerprint import Fingerprint, fingerprints, record
 from ablate.planner import Plan, Trial
 from ablate.stale import LISTED
-from ablate.store import Store
+from ablate.store import ENDED, Store
 
 Rerun = Literal["failed", "diverged", "stale", "all"]
 Policy = Literal["warn", "rerun", "reuse"]
@@ -110,7 +110,7 @@ def select(plans: list[Plan], store: Store | None, choice: Select) -> Selection:
         again = dict.fromkeys(stale, "stale")
         run = list(again)
     elif choice.rerun == "all":
-        again = {k: "all" for k in trials if states.get(k) in ("done", "failed", "diverged")}
+        again = {k: "all" for k in trials if states.get(k) in ENDED}
         run = list(trials)
     else:
         again = {k: "stale" for k in stale if policy[k] == "rerun"}

@@ -26,11 +26,12 @@ Modules: `schema` (ORM models), `engine` (SQLite WAL + busy timeout, Alembic upg
 from ablate.store.engine import DEFAULT_URL, database_exists, sqlite_file
 from ablate.store.listing import Listing
 from ablate.store.queries import TRIAL_COLUMNS, flatten
-from ablate.store.schema import FINAL_STATES, STATES
+from ablate.store.schema import ENDED, FINAL_STATES, STATES
 from ablate.store.writes import MetricRow, Owner, Store, error_line
 
 __all__ = [
     "DEFAULT_URL",
+    "ENDED",
     "FINAL_STATES",
     "STATES",
     "TRIAL_COLUMNS",
