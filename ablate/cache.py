@@ -20,10 +20,7 @@ import os
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from ablate.config import TrialConfig
+from typing import Any
 
 CACHE_ENV = "ABLATE_CACHE"
 COSTS = "costs.json"
@@ -38,14 +35,11 @@ def folder() -> Path:
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "ablate"
 
 
-def remembered(what: str, cfg: TrialConfig, identity: str, compute: Callable[[], Any], module: str) -> Any:
-    """The JSON value `compute()` gives for the architecture `identity` of `cfg`, from the cache when the same
-    code (the trial's fingerprint and `module`'s source) computed it before; computed and kept otherwise."""
-    from ablate.fingerprint import fingerprint
-
-    key = hashlib.sha256(
-        json.dumps([what, identity, fingerprint(cfg).digest, _source_digest(module)]).encode()
-    ).hexdigest()
+def remembered(what: str, code: str, identity: str, compute: Callable[[], Any], module: str) -> Any:
+    """The JSON value `compute()` gives for the architecture `identity` of a trial whose code fingerprint has
+    digest `code` (`ablate.fingerprint`, which keeps its own entries here: the caller computes it), from the
+    cache when the same code and `module`'s source computed it before; computed and kept otherwise."""
+    key = hashlib.sha256(json.dumps([what, identity, code, _source_digest(module)]).encode()).hexdigest()
     known = entries(COSTS)
     if key not in known:
         keep(COSTS, key, compute())

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from ablate.cache import remembered
 from ablate.config import TrialConfig
+from ablate.fingerprint import fingerprint
 from ablate.nn.widths import model_key
 from ablate.registry import DATASETS
 
@@ -51,5 +52,5 @@ def model_cost(cfg: TrialConfig, in_chans: int | None = None, num_classes: int |
 
             return measure(cfg, *dims)
 
-        _COSTS[key] = Cost(*remembered("cost", cfg, key, measure, "ablate.nn.accounting"))
+        _COSTS[key] = Cost(*remembered("cost", fingerprint(cfg).digest, key, measure, "ablate.nn.accounting"))
     return _COSTS[key]

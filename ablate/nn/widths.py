@@ -34,6 +34,7 @@ def meta_params(cfg: TrialConfig, num_classes: int, in_chans: int) -> int:
     (`ablate.cache`) with the ValueError of a width the mechanism rejects: a width search builds each candidate
     once per code version, not once per process."""
     from ablate.cache import remembered
+    from ablate.fingerprint import fingerprint
 
     def count() -> int | str:
         import torch
@@ -46,7 +47,9 @@ def meta_params(cfg: TrialConfig, num_classes: int, in_chans: int) -> int:
         except ValueError as e:
             return str(e)
 
-    found = remembered("params", cfg, model_key(cfg, num_classes, in_chans), count, "ablate.nn.build")
+    found = remembered(
+        "params", fingerprint(cfg).digest, model_key(cfg, num_classes, in_chans), count, "ablate.nn.build"
+    )
     if isinstance(found, str):
         raise ValueError(found)
     return int(found)
