@@ -20,9 +20,9 @@ class Listing:
     columns: dict[str, list[Any]]
 
     @classmethod
-    def of_records(cls, records: Sequence[dict[str, Any]], leading: Iterable[str] = ()) -> Listing:
-        """Rows given as mappings: the `leading` columns first, then the others as they first appear."""
-        names = dict.fromkeys(leading)
+    def of_records(cls, records: Sequence[dict[str, Any]]) -> Listing:
+        """Rows given as mappings; columns in the order they first appear."""
+        names: dict[str, None] = {}
         for record in records:
             names.update(dict.fromkeys(record))
         return cls({n: [r.get(n) for r in records] for n in names})
@@ -69,9 +69,6 @@ class Listing:
             first.setdefault(v, i)
         chosen = set(first.values())
         return self.rows(i in chosen for i in range(len(self)))
-
-    def head(self, n: int) -> Listing:
-        return Listing({name: values[:n] for name, values in self.columns.items()})
 
     def records(self) -> Iterator[dict[str, Any]]:
         for row in zip(*self.columns.values()):
