@@ -383,6 +383,27 @@ def test_a_claim_reads_the_queue_only_as_far_as_its_limit_needs_and_past_what_ot
     assert store.claim(keys, a) == set(keys[CHUNK + 3 :])  # no limit: the rest of the queue
 
 
+def test_a_claim_refuses_a_trial_that_failed_or_diverged_since_the_launch_chose_it(store):
+    """A launch chose five trials: two pending, one failed and one diverged to train again (`retry`), one failed
+    that it did not choose to retry. Then, before its claim, another launcher fails a pending one and fails the
+    diverged one again: the claim takes only the untouched pending trial and the retry that ended before the
+    choice. Without `chosen_at` a claim takes any trial that is not done, as before."""
+    trials = [trial(i) for i in range(5)]
+    pending, failed_since, retried, retried_again, failed = keys = [t.key for t in trials]
+    store.add_trials("s", trials)
+    store.finish(retried, "failed", error="boom")
+    store.finish(retried_again, "diverged")
+    store.finish(failed, "failed", error="boom")
+    chosen_at = now()
+    store.mark_running(failed_since)
+    store.finish(failed_since, "failed", error="elsewhere")
+    store.mark_running(retried_again)
+    store.finish(retried_again, "failed", error="elsewhere")
+    a, b = Owner("a" * 32, "alice@h1:1", 60), Owner("b" * 32, "bob@h2:2", 60)
+    assert store.claim(keys, a, chosen_at=chosen_at, retry={retried, retried_again}) == {pending, retried}
+    assert store.claim(keys, b) == {failed_since, retried_again, failed}
+
+
 def test_finished_since_is_the_trials_that_ended_from_a_moment_on(store):
     """What a launcher asks after each trial it settles: the trials done, failed or diverged at or after a moment
     (the recording launcher's clock), whatever their sweep; interrupted and preempted ones are to resume, and a

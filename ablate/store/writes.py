@@ -13,7 +13,7 @@ import math
 import os
 import socket
 import uuid
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Collection, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
@@ -318,11 +318,23 @@ class Store(Queries):
         return n
 
     # ------------------------------------------------------------------------------------------ leases
-    def claim(self, keys: Iterable[str], owner: Owner, limit: int | None = None) -> set[str]:
+    def claim(
+        self,
+        keys: Iterable[str],
+        owner: Owner,
+        limit: int | None = None,
+        chosen_at: datetime | None = None,
+        retry: Collection[str] = (),
+    ) -> set[str]:
         """Lease to `owner`, for `owner.seconds`, the unfinished trials of `keys` that are free, already its,
         or whose lease lapsed: the first `limit` of them in the order of `keys` (all when None). Returns the
         keys of those it now holds. One transaction (SQLite's write lock; on PostgreSQL the update re-checks
-        each row under its lock), so two launchers never both win a trial."""
+        each row under its lock), so two launchers never both win a trial.
+
+        `chosen_at`: when the launch read the states it chose `keys` by. A failed or diverged trial is then
+        claimed only if it is one of `retry` (chosen in that state, to train again) and ended before that
+        moment: one that ended since, another launcher ran after this launch chose it, and training it again
+        would repeat that launcher's work (by the recording launcher's clock, as leases assume clocks agree)."""
         order = list(keys)
         t = now()
         lease = {
@@ -334,19 +346,31 @@ class Store(Queries):
             TRIALS.c.state != "done",
             or_(TRIALS.c.lease_owner.is_(None), TRIALS.c.lease_owner == owner.id, TRIALS.c.lease_expires < t),
         )
+
+        def unchanged(part: list[str]) -> tuple[Any, ...]:
+            """Of `part`, those that did not fail or diverge since the launch chose them (no test without
+            `chosen_at`)."""
+            if chosen_at is None:
+                return ()
+            again = TRIALS.c.key.in_([k for k in part if k in retry]) & (TRIALS.c.finished_at < chosen_at)
+            return (or_(TRIALS.c.state.not_in([s for s in ENDED if s != "done"]), again),)
+
         held = set[str]()
         with self._write() as conn:
             chosen: list[str] = []
             for i in range(0, len(order), CHUNK):  # in queue order, reading no further than `limit` needs
                 part = order[i : i + CHUNK]
-                found = set(conn.execute(select(TRIALS.c.key).where(TRIALS.c.key.in_(part), *claimable)).scalars())
+                where = (TRIALS.c.key.in_(part), *unchanged(part), *claimable)
+                found = set(conn.execute(select(TRIALS.c.key).where(*where)).scalars())
                 chosen += [k for k in part if k in found]
                 if limit is not None and len(chosen) >= limit:
                     break
             chosen = chosen[:limit]
-            for where in self._key_filters(chosen):
-                conn.execute(update(TRIALS).where(where, *claimable).values(**lease))
-                held.update(conn.execute(select(TRIALS.c.key).where(where, TRIALS.c.lease_owner == owner.id)).scalars())
+            for i in range(0, len(chosen), CHUNK):
+                part = chosen[i : i + CHUNK]
+                conn.execute(update(TRIALS).where(TRIALS.c.key.in_(part), *unchanged(part), *claimable).values(**lease))
+                mine = select(TRIALS.c.key).where(TRIALS.c.key.in_(part), TRIALS.c.lease_owner == owner.id)
+                held.update(conn.execute(mine).scalars())
         return held
 
     def renew(self, owner: Owner) -> set[str]:
