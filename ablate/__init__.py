@@ -32,6 +32,8 @@ _API = {
     "RunConfig": "ablate.launcher",
     "LaunchResult": "ablate.launcher",
     "Select": "ablate.selection",
+    "Checks": "ablate.preflight",
+    "PreflightError": "ablate.preflight",
     "Store": "ablate.store",
     "Tracker": "ablate.tracking",
     "report": "ablate.api",

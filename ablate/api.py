@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from ablate.launcher import Cluster, LaunchResult, RunConfig
     from ablate.planner import Plan
+    from ablate.preflight import Checks
     from ablate.progress import Progress
     from ablate.selection import Select
     from ablate.store import Store
@@ -46,22 +47,40 @@ def launch(
     run: RunConfig | None = None,
     progress: Progress | None = None,
     choice: Select | None = None,
+    checks: Checks | None = None,
 ) -> LaunchResult:
     """Run every unfinished trial of `plans` as `ablate launch` does: recorded to `store` (a Store, a database
     URL, or None: the CLI's db/ablate.sqlite) and to MLflow through `tracker` (a Tracker, a tracking URI,
     True: the CLI's db/mlflow.sqlite, False: no MLflow). `cluster`, `run` and `choice` as for
     `ablate.launcher.launch` (default: an embedded local Ray, checkpoints in db/checkpoints, every unfinished
-    trial)."""
+    trial). First the launch's pre-flight (`ablate.preflight`, `checks`: by default every model and dataset to
+    run): what it refuses is a PreflightError, raised before a store is created or anything is written."""
     from ablate.launcher import Cluster, RunConfig
     from ablate.launcher import launch as run_plans
+    from ablate.planner import Plan
+    from ablate.preflight import Checks, preflight
     from ablate.selection import Select
     from ablate.tracking import Tracker
 
+    plans = [plans] if isinstance(plans, Plan) else list(plans)
+    cluster, run, choice = cluster or Cluster(), run or RunConfig(), choice or Select()
+    preflight(plans, _done_keys(store), cluster, run, checks or Checks(), choice)
     if tracker is True or isinstance(tracker, str):  # opened by the launcher where MLflow is needed, not here
         tracker = Tracker(None if tracker is True else tracker, lazy=True)
     with _opened(store) as opened:
-        return run_plans(plans, opened, tracker or None, cluster=cluster or Cluster(), run=run or RunConfig(),
-                         progress=progress, choice=choice or Select())  # fmt: skip
+        return run_plans(plans, opened, tracker or None, cluster=cluster, run=run, progress=progress, choice=choice)
+
+
+def _done_keys(store: Store | str | None) -> set[str]:
+    """The done trials of `store`, without creating a database where there is none."""
+    from ablate.store import Store, database_exists
+
+    if isinstance(store, Store):
+        return store.done_keys()
+    if not database_exists(store):
+        return set()
+    with Store(store) as opened:
+        return opened.done_keys()
 
 
 def report(

@@ -53,24 +53,29 @@ def _source_digest(module: str) -> str:
     return hashlib.sha256(Path(origin).read_bytes()).hexdigest()[:16] if origin else "none"
 
 
-def entries(file: str) -> dict[str, Any]:
-    """The entries of the cache file named `file`, read once per process (a file that cannot be read, or holds
-    no JSON object, has none)."""
+def entries(file: str | Path) -> dict[str, Any]:
+    """The entries of the cache file `file` (a name in `folder()`, or a path of its own), read once per process (a
+    file that cannot be read, or holds no JSON object, has none)."""
     path = folder() / file
     if path not in _ENTRIES:
         _ENTRIES[path] = _read(path)
     return _ENTRIES[path]
 
 
-def keep(file: str, key: str, value: Any) -> None:
-    """Set `key` to `value` in this process and in the file named `file`: merged with what other processes wrote
+def keep(file: str | Path, key: str, value: Any) -> None:
+    """Set `key` to `value` in the cache file `file` (`keep_all`)."""
+    keep_all(file, {key: value})
+
+
+def keep_all(file: str | Path, values: dict[str, Any]) -> None:
+    """Set `values`' keys in this process and in the cache file `file`: merged with what other processes wrote
     meanwhile, and the file replaced whole (never half-written). A file that cannot be written is passed over."""
     path = folder() / file
     known = entries(file)
-    known[key] = value
+    known.update(values)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        merged = {**_read(path), key: value}
+        merged = {**_read(path), **values}
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}-", suffix=".json")
         with os.fdopen(fd, "w") as f:
             json.dump(merged, f)

@@ -20,13 +20,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ablate import cache
 from ablate.components import Mechanism
 from ablate.config import TrialConfig
 from ablate.fingerprint import fingerprint as code_fingerprint
@@ -46,6 +46,10 @@ last class too)."""
 
 class ModelError(ValueError):
     """A trial's model that cannot be built, counted or run; the message names its mechanism and backbone."""
+
+
+class UnusedMechanism(ValueError):
+    """A network that never calls the configured mechanism's mixer: its variants would all train one model."""
 
 
 @dataclass(frozen=True)
@@ -77,7 +81,11 @@ def failure(cfg: TrialConfig, e: Exception) -> str:
     backbone = BACKBONES.entry(cfg.model.backbone).source
     on = cfg.model.backbone + ("" if backbone.startswith("ablate.") else f" ({backbone})")
     frame = traceback.extract_tb(e.__traceback__)[-1:]
-    where = "" if isinstance(e, MixerShapeError) or not frame else f" ({frame[0].filename}:{frame[0].lineno})"
+    where = (
+        ""
+        if isinstance(e, (MixerShapeError, UnusedMechanism)) or not frame
+        else f" ({frame[0].filename}:{frame[0].lineno})"
+    )
     return (f"attention.kind {cfg.attention.kind!r} ({MECHANISMS.entry(cfg.attention.kind).source}) on {on}: "
             f"{type(e).__name__}: {e}{where}")  # fmt: skip
 
@@ -118,8 +126,14 @@ def step(cfg: TrialConfig) -> None:
     in_chans, num_classes = data_dims(cfg)
     model = create_model(cfg, num_classes, in_chans).train()
     inputs = example_input(cfg, in_chans, batch=BATCH)
-    with outputs_checked(model):
+    with outputs_checked(model) as called:
         out = model(*inputs)
+    if cfg.model.attends and not any(m.cfg.kind == cfg.attention.kind for m in called):
+        raise UnusedMechanism(
+            f"the network of backbone {cfg.model.backbone!r} never called a mixer of attention.kind "
+            f"{cfg.attention.kind!r} (every variant would train the same attention): its attention layers must mix "
+            "through `create_mixer(cfg.attention, dim, num_heads)` (docs/plugins.md)"
+        )
     if out.shape[0] != BATCH or not torch.isfinite(out).all():
         raise ValueError(f"the model returned {tuple(out.shape)} (finite: {bool(torch.isfinite(out).all())}) "
                          f"for a batch of {BATCH}")  # fmt: skip
@@ -150,8 +164,9 @@ def probe(mechanism: Mechanism) -> None:
 
 
 def check_config(cfg: TrialConfig) -> str | None:
-    """None when a step runs, else the error naming the mechanism and where it was registered (cached)."""
-    return _remembered(_CACHE, model_key(cfg, *reversed(data_dims(cfg))), lambda: step(cfg), lambda e: failure(cfg, e))
+    """None when a step runs, else the error naming the mechanism and where it was registered; kept for this
+    process under the architecture and its code (`fingerprint`): a plugin edited in a notebook is stepped again."""
+    return _remembered(_CACHE, fingerprint(cfg), lambda: step(cfg), lambda e: failure(cfg, e))
 
 
 def _remembered(
@@ -230,37 +245,21 @@ def fingerprint(cfg: TrialConfig) -> str:
     return hashlib.sha256(json.dumps(key).encode()).hexdigest()[:20]
 
 
-class Remembered:
-    """Fingerprints of architectures that passed, in a JSON file (written atomically; unreadable: empty)."""
-
-    def __init__(self, path: Path | None) -> None:
-        self.path = path
-        self.passed: set[str] = set()
-        if path is not None and path.exists():
-            try:
-                self.passed = set(json.loads(path.read_text()))
-            except (OSError, ValueError):
-                self.passed = set()
-
-    def save(self) -> None:
-        """Add what passed here to what the file holds now (another launcher may have added to it meanwhile)."""
-        if self.path is None:
-            return
-        self.passed |= Remembered(self.path).passed
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_name(f"{self.path.name}.{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(sorted(self.passed)))
-        tmp.replace(self.path)
-
-
 def check(
-    plans: list[Plan], skip: set[str] | None = None, remember: Path | None = None, data: bool = False
+    plans: list[Plan],
+    skip: set[str] | None = None,
+    remember: Path | None = None,
+    data: bool = False,
+    models: bool = True,
 ) -> list[Checked]:
     """Every distinct variant of the plans with a trial not in `skip` (done keys), checked; the first such
-    trial of each variant stands for it. `remember`: a file of passing fingerprints, read, and extended when
-    every variant passes. `data`: each variant's dataset is checked too (`check_data`, once per dataset; not
-    remembered: the data may change under its path), unless its path is the cluster's (`data.remote`)."""
-    memory = Remembered(remember)
+    trial of each variant stands for it. `models`: a training step of its model (`check_config`) and its cost.
+    `remember`: a JSON file of passing fingerprints (`ablate.cache`'s format, shared by concurrent launchers),
+    read, and extended when every variant passes. `data`: each variant's dataset is checked too (`check_data`,
+    once per dataset; not remembered: the data may change under its path), unless its path is the cluster's
+    (`data.remote`)."""
+    passed = cache.entries(remember) if remember is not None else {}
+    new: dict[str, bool] = {}
     out = []
     for plan in plans:
         seen: set[str] = set()
@@ -268,20 +267,21 @@ def check(
             if t.variant in seen or t.key in (skip or ()):
                 continue
             seen.add(t.variant)
-            fp = fingerprint(t.config) if remember is not None else None
-            error = None if fp in memory.passed else check_config(t.config)
-            if error is None and fp is not None:
-                memory.passed.add(fp)
-            params = gflops = None
-            if error is None:
-                try:
-                    counted = cost(t.config)
-                    params, gflops = counted.params, counted.gflops / 2
-                except ModelError as e:
-                    error = str(e)
+            error = params = gflops = None
+            if models:
+                fp = fingerprint(t.config) if remember is not None else None
+                error = None if fp in passed else check_config(t.config)
+                if error is None and fp is not None and fp not in passed:
+                    new[fp] = True
+                if error is None:
+                    try:
+                        counted = cost(t.config)
+                        params, gflops = counted.params, counted.gflops / 2
+                    except ModelError as e:
+                        error = str(e)
             if error is None and data and not t.config.data.remote:  # a remote path is only on the cluster
                 error = check_data(t.config)
             out.append(Checked(plan.sweep, t.variant, params, gflops, error))
-    if all(c.ok for c in out):  # a failed check exits before anything is written
-        memory.save()
+    if remember is not None and new and all(c.ok for c in out):  # a failed check exits before anything is written
+        cache.keep_all(remember, new)
     return out

@@ -10,6 +10,7 @@ import json
 import os
 import signal
 import sys
+import warnings
 from collections import Counter
 from collections.abc import Collection, Sequence
 from enum import Enum
@@ -34,8 +35,6 @@ app = typer.Typer(
 out = Console(soft_wrap=True)
 err = Console(stderr=True, soft_wrap=True)
 
-CHECKED = "checked.json"
-"""Passing pre-launch checks, remembered in the checkpoint folder (see `ablate.check`)."""
 UMASK = "ABLATE_UMASK"
 """Environment variable: the file-creation mask of ablate's commands, octal (default 077: files 0600 and
 folders 0700, for the owner alone; `ABLATE_UMASK=022` shares them read-only with the group and others)."""
@@ -62,6 +61,23 @@ def _least_exposure(
         os.umask(int(text, 8) & 0o777)
     except ValueError:
         fail(f"{UMASK}={text!r}: expected an octal mask such as 077 or 022")
+    warnings.showwarning = _warned
+
+
+_SHOW_WARNING = warnings.showwarning
+
+
+def _warned(message: Warning | str, category: type[Warning], *args: Any, **kwargs: Any) -> None:
+    """A plugin that failed to load where results are only read (`ablate.plugins.PluginWarning`): one paragraph
+    saying what is shown without it; any other warning as Python shows it."""
+    from ablate.plugins import PluginWarning
+
+    if not issubclass(category, PluginWarning):
+        _SHOW_WARNING(message, category, *args, **kwargs)
+        return
+    err.print(f"warning: {message}. Results are shown without it: its components are taken from where they are "
+              "registered now, and trials whose code cannot be compared are not marked stale.", markup=False,
+              highlight=False)  # fmt: skip
 
 
 class Format(str, Enum):
@@ -324,39 +340,19 @@ def launch(
     if not yes:
         _confirm_size(plans, db, ask_above, again=rerun in (RerunWhat.stale, RerunWhat.all), only=only or [])
     from ablate.api import launch as run
-    from ablate.launcher import Cluster, RunConfig, reachable
+    from ablate.launcher import Cluster, RunConfig
+    from ablate.preflight import Checks, PreflightError
     from ablate.progress import Progress
-    from ablate.storage import Storage, StorageError
     from ablate.store import STATES, Store
 
-    if address:
-        try:
-            reachable(address)  # before anything is written
-        except ConnectionError as e:
-            fail(str(e))
-    where = Storage(storage)
+    tracker = mlflow_uri or True if mlflow else False  # a URI, the default one, or none
     try:
-        where.refuse_gangs([t for p in plans for t in p.trials])
-        where.check()
-    except StorageError as e:
+        settings = RunConfig(storage, cpus, gpus, lease=lease)
+        result = run(plans, db, tracker, cluster=Cluster(address), run=settings, progress=Progress(live=live,
+                     console=out), choice=choice, checks=Checks(models=check, data=check))  # fmt: skip
+    except (PreflightError, ConnectionError, SelectionError) as e:
         fail(str(e))
-    if check:
-        from ablate.cache import folder
-
-        failed = [c for c in _check(plans, _done_keys(db), folder() / CHECKED) if not c.ok]
-        if failed:
-            fail(
-                "the pre-launch check failed (`ablate check` shows every variant; --no-check skips it):\n"
-                + "\n".join(f"  {c.sweep} {c.variant[:10]}: {c.error}" for c in failed)
-            )
     with Store(db) as store:
-        tracker = mlflow_uri or True if mlflow else False  # a URI, the default one, or none
-        try:
-            settings = RunConfig(storage, cpus, gpus, lease=lease)
-            result = run(plans, store, tracker, cluster=Cluster(address), run=settings,
-                         progress=Progress(live=live, console=out), choice=choice)  # fmt: skip
-        except (ConnectionError, SelectionError) as e:
-            fail(str(e))
         if result.store_error:
             fail(f"{result.store_error} What it missed waits in {result.journal}; the next launch writes it.", code=3)
         plans = grown(plans, store)  # a tuned sweep's trials as its searches went
@@ -737,7 +733,7 @@ def show(
         metrics = store.metrics_frame(keys=[keys[0]])
         for name in sweeps:
             record = store.sweep(name)
-            Plugins.from_json((record.spec or {}).get("plugins") if record else None).load()
+            Plugins.from_json((record.spec or {}).get("plugins") if record else None).load(strict=False)
     assert trial is not None
     out.print(f"[bold]trial {trial.key}[/]  sweeps: {', '.join(sweeps)}  state: {trial.state}  "
               f"attempts: {trial.attempts}  resumed from epoch {trial.resumed_from or 0}")  # fmt: skip

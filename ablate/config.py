@@ -143,6 +143,11 @@ class ModelConfig(Strict):
     """MIL: how a bag's instances become one vector: SynPooling (attention with the sweep's mechanism), or their
     mean (SynPooling ablated, the Syn paper's Table 3: the mechanism is then not used)."""
 
+    @property
+    def attends(self) -> bool:
+        """Whether the network uses the sweep's mechanism: all do but a MIL model that mean-pools its bags."""
+        return self.pool == "attention"
+
     @field_validator("backbone")
     @classmethod
     def _backbone(cls, v: str) -> str:

@@ -25,7 +25,9 @@ import sysconfig
 import tempfile
 import traceback
 import types
+import warnings
 import zipfile
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -86,16 +88,19 @@ class Plugins:
                        tuple(dict.fromkeys(self.files + other.files)),
                        tuple(dict.fromkeys(self.packages + other.packages)))  # fmt: skip
 
-    def load(self) -> None:
-        """Import built-ins, entry points, then these plugins (idempotent: a module is imported once)."""
+    def load(self, strict: bool = True) -> None:
+        """Import built-ins, entry points, then these plugins (idempotent: a module is imported once). Not
+        `strict` (commands that only read results: status, runs, show, report): a plugin that fails is a
+        PluginWarning naming it, and the others load; what it would register stays as registered elsewhere (an
+        installed package of the same components) or unknown."""
         load_builtins()
-        load_entry_points()
+        load_entry_points(strict)
         for package in self.packages:
             _unpack(package)
         for name in self.modules:
-            _guarded(name, lambda name=name: importlib.import_module(name))
+            _guarded(name, lambda name=name: importlib.import_module(name), strict)
         for plugin in self.files:
-            _guarded(plugin.path, lambda plugin=plugin: _exec_file(plugin))
+            _guarded(plugin.path, lambda plugin=plugin: _exec_file(plugin), strict)
 
     def to_json(self) -> dict[str, Any]:
         """What the store keeps with a sweep, so a report (anywhere) loads the same components."""
@@ -128,8 +133,9 @@ def load_builtins() -> None:
 _ENTRY_POINTS_LOADED = False
 
 
-def load_entry_points() -> None:
-    """Import every installed distribution's `ablate.*` entry points, once per process."""
+def load_entry_points(strict: bool = True) -> None:
+    """Import every installed distribution's `ablate.*` entry points, once per process (not `strict`: one that
+    fails is a PluginWarning, and the others load)."""
     global _ENTRY_POINTS_LOADED
     if _ENTRY_POINTS_LOADED:
         return
@@ -137,18 +143,27 @@ def load_entry_points() -> None:
     for group in GROUPS:
         for ep in importlib.metadata.entry_points(group=group):
             where = f"{ep.name} = {ep.value} (entry point {group}, {ep.dist.name if ep.dist else '?'})"
-            _guarded(where, ep.load)
+            _guarded(where, ep.load, strict)
 
 
-def _guarded(what: str, load: object) -> None:
+class PluginWarning(UserWarning):
+    """A plugin that failed to load where results are only read: they are shown without it (`Plugins.load`)."""
+
+
+def _guarded(what: str, load: Callable[[], object], strict: bool = True) -> None:
     try:
-        load()  # type: ignore[operator]
-    except PluginError:
-        raise
-    except Exception as e:  # any error inside a plugin: name the plugin, keep the cause's last frame
-        last = traceback.extract_tb(e.__traceback__)[-1:] if e.__traceback__ else []
-        at = f" ({last[0].filename}:{last[0].lineno})" if last else ""
-        raise PluginError(f"plugin {what} failed to load: {type(e).__name__}: {e}{at}") from e
+        try:
+            load()
+        except PluginError:
+            raise
+        except Exception as e:  # any error inside a plugin: name the plugin, keep the cause's last frame
+            last = traceback.extract_tb(e.__traceback__)[-1:] if e.__traceback__ else []
+            at = f" ({last[0].filename}:{last[0].lineno})" if last else ""
+            raise PluginError(f"plugin {what} failed to load: {type(e).__name__}: {e}{at}") from e
+    except PluginError as e:
+        if strict:
+            raise
+        warnings.warn(PluginWarning(str(e)), stacklevel=2)
 
 
 def _exec_file(plugin: FilePlugin) -> None:

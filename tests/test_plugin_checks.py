@@ -4,6 +4,7 @@ by `ablate plan` or `ablate check` (exit 2), never trained as another model or f
 
 from __future__ import annotations
 
+import json
 import subprocess
 from pathlib import Path
 
@@ -188,3 +189,93 @@ def test_a_label_past_the_classes_fails_the_trial_naming_the_dataset(tmp_path: P
     cfg = plan(f, "late").trials[0].config
     with pytest.raises(DataError, match=r"dataset 'late' at <no path>: an item's label 4 is not a class index 0\.\.3"):
         run_trial(cfg)
+
+
+def test_launch_runs_the_data_check_and_refuses_before_writing_anything(tmp_path: Path) -> None:
+    """`ablate launch` runs the pre-flight `ablate check` runs (issue 38 item 1): a dataset whose labels reach its
+    classes, or whose images are 16 x 16 for a model of img_size 8, is exit 2 naming the dataset and its plugin
+    file, with no results database, no MLflow store and no checkpoint folder written (it trained, failed and
+    wrote all three); a fresh ABLATE_CACHE changes nothing."""
+    for name in ("labels", "images"):
+        f = sweeps(tmp_path, [dataset_plugin(tmp_path, name, **FAULTS[name])], {name: {**TINY, "data": {"name": name}}})
+        res = cli(["launch", str(f), "--plain", "--yes"], tmp_path, {"ABLATE_CACHE": str(tmp_path / f"cache-{name}")})
+        assert res.returncode == 2, res.stdout + res.stderr
+        assert f"data.name '{name}' (ablate_plugin_{name}_" in said(res) and "Traceback" not in said(res), said(res)
+        assert not (tmp_path / "db").exists(), sorted(p.name for p in (tmp_path / "db").iterdir())
+
+
+def test_ablate_launch_from_python_runs_the_pre_flight_of_the_cli(tmp_path: Path) -> None:
+    """`ablate.launch()` refuses a model the CLI refuses (it used to skip the model check and train it): a
+    PreflightError naming the plugin's mechanism, raised before the store, MLflow or checkpoints exist."""
+    import ablate
+    from ablate.launcher import RunConfig
+
+    (tmp_path / "narrow.py").write_text(plugin_source(kind="narrowpre", body=NARROW))
+    f = experiments(tmp_path, ["./narrow.py"], kind="narrowpre")
+    db, storage = tmp_path / "r.sqlite", tmp_path / "ck"
+    with pytest.raises(ablate.PreflightError, match=r"attention.kind 'narrowpre' \(ablate_plugin_narrow_"):
+        ablate.launch(ablate.plan(f), f"sqlite:///{db}", f"sqlite:///{tmp_path}/m.sqlite", run=RunConfig(storage))
+    assert not db.exists() and not (tmp_path / "m.sqlite").exists() and not storage.exists()
+
+
+#: The plain ViT example's attention computing softmax attention itself instead of calling the mechanism's mixer:
+#: every attention.kind would train this same network.
+OWN_ATTENTION = "out = (q @ k.transpose(-2, -1) * q.shape[-1] ** -0.5).softmax(-1) @ v"
+
+
+def test_a_backbone_that_never_calls_the_mechanism_is_refused_naming_it(tmp_path: Path) -> None:
+    """A backbone plugin whose attention does its own softmax (the mixer built, never called): `ablate check`
+    exits 2 naming the backbone, its file and the mechanism, for softmax and CSaN alike (issue 38 item 2: two
+    mechanisms trained one network, and the report listed two variants); the example as shipped passes."""
+    source = (Path(__file__).parents[1] / "examples" / "plain_backbone" / "plainvit.py").read_text()
+    mixed = "out = self.mixer(q, k, v, bias=None, x=x)"
+    assert mixed in source
+    base = {**TINY, "model": {"backbone": "ownvit", "size": "ownvit-micro", "img_size": 8, "patch_size": 2}}
+    for name, text in (("ownvit", source.replace(mixed, OWN_ATTENTION)), ("plainvit", source)):
+        (tmp_path / f"{name}.py").write_text(text.replace('"plainvit', f'"{name}'))
+        kinds = {"softmax": {**base, "attention": {"kind": "softmax"}}, "csan": {**base, "attention": {"kind": "csan"}}}
+        for cfg in kinds.values():
+            cfg["model"] = {**cfg["model"], "backbone": name, "size": f"{name}-micro"}
+        res = cli(["check", str(sweeps(tmp_path, [f"./{name}.py"], kinds)), "--no-data"], tmp_path, {"COLUMNS": "500"})
+        rows = statuses(res)
+        if name == "plainvit":
+            assert res.returncode == 0 and set(rows.values()) == {"ok"}, res.stdout + res.stderr
+            continue
+        assert res.returncode == 2, res.stdout + res.stderr
+        for kind, row in ((kind, rows[kind]) for kind in kinds):
+            never = f"network of backbone 'ownvit' never called a mixer of attention.kind '{kind}' (every variant"
+            assert "on ownvit (ablate_plugin_ownvit_" in row and f"{tmp_path / 'ownvit.py'})): UnusedMechanism: the " \
+                   f"{never}" in row, row  # fmt: skip
+
+
+def test_read_only_commands_show_the_store_when_a_plugin_fails_to_load(
+    ray_local, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A sweep launched with its mechanism as a plugin file, then the same file installed as a package (an entry
+    point): loading the sweep's plugin now registers the kind twice. status, runs (all, one sweep), show and report
+    read the store: each exits 0 showing the trial, with the plugin problem in one warning paragraph and no
+    traceback (issue 38 item 3: a 60-line traceback, exit 1; report exit 2)."""
+    monkeypatch.setenv("ABLATE_CACHE", str(tmp_path / "cache"))
+    (tmp_path / "relu.py").write_text(plugin_source(kind="relutwice"))
+    f = experiments(tmp_path, ["./relu.py"], kind="relutwice")
+    db = f"sqlite:///{tmp_path}/r.sqlite"
+    launched = CliRunner().invoke(app, ["launch", str(f), "--no-mlflow", "--plain", "--db", db, "--storage",
+                                        str(tmp_path / "ck")])  # fmt: skip
+    assert launched.exit_code == 0, launched.output
+    site = tmp_path / "site"
+    (site / "relu_twice-0.1.dist-info").mkdir(parents=True)
+    (site / "relu_twice.py").write_text((tmp_path / "relu.py").read_text())
+    (site / "relu_twice-0.1.dist-info" / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: relu-twice\nVersion: 0.1\n"
+    )
+    (site / "relu_twice-0.1.dist-info" / "entry_points.txt").write_text("[ablate.mechanisms]\nrelutwice = relu_twice\n")
+    key = json.loads(cli(["runs", "--db", db, "--format", "json"], tmp_path).stdout)[0]["key"]
+    reports = tmp_path / "reports"
+    for args in (["status"], ["runs"], ["runs", "p"], ["show", key[:8]], ["report", "p", "--out", str(reports)]):
+        env = {"PYTHONPATH": str(site), "ABLATE_CACHE": str(tmp_path / f"fresh-{args[0]}"), "COLUMNS": "300"}
+        res = cli([*args, "--db", db], tmp_path, env)
+        assert res.returncode == 0 and "Traceback" not in res.stderr, res.stdout + res.stderr
+        assert said(res).count("warning: plugin") == 1, res.stderr
+        assert "mechanism 'relutwice' is registered twice" in said(res) and "Results are shown without it" in said(res)
+        assert key[:10] in res.stdout or args[0] == "report", res.stdout
+    assert (reports / "p" / "index.html").exists()

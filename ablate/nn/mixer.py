@@ -98,18 +98,21 @@ def expect_output(mixer: TokenMixer, q: Tensor, v: Tensor, out: object) -> None:
 
 
 @contextmanager
-def outputs_checked(model: nn.Module) -> Iterator[None]:
-    """Within it, every call of a TokenMixer in `model` (itself included) checks its output (`expect_output`):
-    the pre-launch check and plan's FLOP count run under it, training does not."""
+def outputs_checked(model: nn.Module) -> Iterator[list[TokenMixer]]:
+    """Within it, every call of a TokenMixer in `model` (itself included) checks its output (`expect_output`),
+    and the mixers called are listed in what it yields (the pre-launch check refuses a model that never calls the
+    configured mechanism's): the pre-launch check and plan's FLOP count run under it, training does not."""
+    called: list[TokenMixer] = []
 
     def hook(mixer: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], out: object) -> None:
         assert isinstance(mixer, TokenMixer)
         named = dict(zip(("q", "k", "v"), args)) | kwargs
         expect_output(mixer, named["q"], named["v"], out)
+        called.append(mixer)
 
     handles = [m.register_forward_hook(hook, with_kwargs=True) for m in model.modules() if isinstance(m, TokenMixer)]
     try:
-        yield
+        yield called
     finally:
         for h in handles:
             h.remove()
