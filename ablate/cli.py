@@ -338,7 +338,7 @@ def launch(
         _dry_run(plans, db, choice)
         return
     if not yes:
-        _confirm_size(plans, db, ask_above, again=rerun in (RerunWhat.stale, RerunWhat.all), only=only or [])
+        _confirm_size(plans, db, ask_above, choice)
     from ablate.api import launch as run
     from ablate.launcher import Cluster, RunConfig
     from ablate.preflight import Checks, PreflightError
@@ -373,37 +373,27 @@ def launch(
         raise typer.Exit(1)
 
 
-def _confirm_size(plans: list[Any], db: str | None, above: int, again: bool, only: list[str]) -> None:
-    """Ask before a launch of more than `above` trial-epochs (trials not done yet, or all of them when done
-    ones train `again`); without a terminal, refuse it (exit 2) unless --yes was given."""
-    done = set() if again else _done_keys(db)
-    todo = [t for p in plans for t in p.trials if t.key not in done and (not only or t.key.startswith(tuple(only)))]
-    work = sum(t.config.train.epochs for t in todo)
-    if work <= above:
+def _confirm_size(plans: list[Any], db: str | None, above: int, choice: Any) -> None:
+    """Ask before a launch of more than `above` trial-epochs, its later rounds included (`ablate.preflight.workload`);
+    without a terminal, refuse it (exit 2) unless --yes was given."""
+    from ablate.preflight import workload
+    from ablate.selection import SelectionError
+    from ablate.store import database_exists
+
+    try:
+        if database_exists(db):
+            with existing_store(db) as store:
+                work = workload(grown(plans, store), store, choice)
+        else:
+            work = workload(plans, None, choice)
+    except SelectionError as e:
+        fail(str(e))
+    if work.most <= above:
         return
-    what = f"{len(todo):,} trials, {work:,} trial-epochs (above --ask-above {above:,})"
+    what = f"{work.words()}, above --ask-above {above:,}"
     if not sys.stdin.isatty():
         fail(f"this launch would run {what}: pass --yes to launch it without a terminal")
     typer.confirm(f"launch {what}?", abort=True)
-
-
-def _check(
-    plans: list[Any], done: set[str] | None = None, remember: Path | None = None, data: bool = False
-) -> list[Any]:
-    from ablate.check import check as run_check
-
-    return run_check(plans, done, remember, data)
-
-
-def _done_keys(db: str | None) -> set[str]:
-    """Keys already done in the store, without creating a database."""
-    from ablate.store import Store, database_exists
-
-    if not database_exists(db):
-        return set()
-
-    with Store(db) as store:
-        return store.done_keys()
 
 
 @app.command()
@@ -448,10 +438,11 @@ def check(
 ) -> None:
     """Build every distinct model of the plan and run one forward and backward step on CPU, and a batch of each
     dataset through it (labels, shapes and classes as the dataset declared them); exit 2 on failure."""
+    from ablate.check import check as run_check
     from ablate.config import REPLICATES
 
     plans = plans_of(file, sweep, max_trials=max_trials, overrides=overrides)
-    results = _check(plans, data=data)
+    results = run_check(plans, data=data)
     table = Table(title="pre-launch check: one training step per variant (batch 2, CPU)", title_justify="left")
     for col in ("sweep", "variant", "params", "GFLOPs", "Δ params vs baseline", "status"):
         table.add_column(col, justify="right" if col in ("params", "GFLOPs", "Δ params vs baseline") else "left")

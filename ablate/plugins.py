@@ -15,6 +15,7 @@ Any failure to import or register is a `PluginError` naming the plugin.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib
 import importlib.metadata
@@ -98,9 +99,9 @@ class Plugins:
         for package in self.packages:
             _unpack(package)
         for name in self.modules:
-            _guarded(name, lambda name=name: importlib.import_module(name), strict)
+            _guarded(name, functools.partial(importlib.import_module, name), strict)
         for plugin in self.files:
-            _guarded(plugin.path, lambda plugin=plugin: _exec_file(plugin), strict)
+            _guarded(plugin.path, functools.partial(_exec_file, plugin), strict)
 
     def to_json(self) -> dict[str, Any]:
         """What the store keeps with a sweep, so a report (anywhere) loads the same components."""

@@ -17,8 +17,10 @@ from ablate.cache import folder
 from ablate.check import Checked, check
 from ablate.launcher import Cluster, RunConfig
 from ablate.planner import Plan
-from ablate.selection import Select
+from ablate.selection import Select, select
 from ablate.storage import Storage, StorageError
+from ablate.store import Store
+from ablate.tuning import companion
 
 CHECKED = "checked.json"
 """The file beside the cost cache (`ablate.cache.folder()`) where passing model checks are remembered."""
@@ -82,3 +84,45 @@ def preflight(
             + "\n".join(f"  {c.sweep} {c.variant[:10]}: {c.error}" for c in failed)
         )
     return results
+
+
+@dataclass(frozen=True)
+class Workload:
+    """What a launch would train, now and at most in its later rounds: what `launch --ask-above` weighs."""
+
+    trials: int
+    """Trials the first round runs: unfinished ones, stale ones its policy retrains, those `--rerun` names."""
+    epochs: int
+    """Their trial-epochs."""
+    later: int = 0
+    """Trials later rounds may add: adaptive seeds' reserve, tuned sweeps' further configurations and final seeds."""
+    later_epochs: int = 0
+
+    @property
+    def most(self) -> int:
+        """Trial-epochs of the whole launch, at most."""
+        return self.epochs + self.later_epochs
+
+    def words(self) -> str:
+        now = f"{self.trials:,} trials, {self.epochs:,} trial-epochs"
+        return now + (f" (up to {self.trials + self.later:,} trials, {self.most:,} trial-epochs with the later "
+                      "rounds of adaptive seeds and tuning)" if self.later else "")  # fmt: skip
+
+
+def workload(plans: Sequence[Plan], store: Store | None, choice: Select) -> Workload:
+    """What launching `plans` (grown as far as `store`'s results go) with `choice` would train: the selection the
+    launch makes (`ablate.selection.select`: stale trials under `stale: rerun` and `--rerun` included), plus what
+    its later rounds may add. Reads the store, writes nothing."""
+    chosen = select(list(plans), store, choice)
+    now = list(chosen.run.values())
+    settled = chosen.run.keys() | chosen.done
+    reserve = [t for p in plans for t in p.reserve if t.key not in settled]
+    later, epochs = len(reserve), sum(t.config.train.epochs for t in reserve)
+    planned = {p.sweep: len(p.trials) + len(p.reserve) for p in plans}
+    for p in plans:
+        if p.tuning is not None and p.arms:
+            from ablate.tuned import most  # optuna: only for tuned sweeps
+
+            more = max(0, most(p) - planned[p.sweep] - planned.get(companion(p.sweep), 0))
+            later, epochs = later + more, epochs + more * p.arms[0].config.train.epochs
+    return Workload(len(now), sum(t.config.train.epochs for t in now), later, epochs)

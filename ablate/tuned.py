@@ -224,6 +224,17 @@ def results(store: Store, sweep: str, metric: str) -> dict[str, Result]:
             for key, state in frame["state"].items()}  # fmt: skip
 
 
+def most(plan: Plan) -> int:
+    """The trials a tuned sweep runs at most, its search's and its final seeds' (`launch --ask-above` counts them
+    before the later rounds are planned): each arm's budget of configurations at its first seed, its other seeds
+    at its best, and the other arms' seeds at the baseline's best."""
+    assert plan.tuning is not None
+    arms = _arms(plan.arms)
+    seeds = len(_first_seeds(arms[0], plan))
+    others = len(arms) - 1 if plan.tuning.baseline is not None else 0
+    return len(arms) * (plan.tuning.spec.budget + seeds - 1) + others * seeds
+
+
 def describe(plan: Plan) -> str:
     """What a tuned sweep runs, in words (`ablate plan`)."""
     assert plan.tuning is not None
@@ -231,14 +242,13 @@ def describe(plan: Plan) -> str:
     seeds = len(_first_seeds(arms[0], plan))
     space = space_words(spec)
     others = len(arms) - 1 if plan.tuning.baseline is not None else 0
-    most = len(arms) * (spec.budget + seeds - 1) + others * seeds
     better = "higher" if spec.direction == "max" else "lower"
     return (f"tuned: {len(arms)} arms x {spec.budget} configurations of {space} ({spec.sampler}, seed {spec.seed}, "
             f"rounds of {spec.batch}), chosen on {spec.metric} ({better} is better) at each arm's first seed; then "
             f"each arm's {seeds} seeds at its best configuration"
             + (f", and {'the other arm' if others == 1 else f'the {others} other arms'}'s at the baseline's"
                if others else "")
-            + f": up to {most} trials. The first round is planned in {companion(plan.sweep)}; the next ones "
+            + f": up to {most(plan)} trials. The first round is planned in {companion(plan.sweep)}; the next ones "
             "follow from its results")  # fmt: skip
 
 
@@ -275,4 +285,4 @@ def _cell(trial: Trial) -> dict[str, Any]:
     return {a: v for a, v in trial.axes.items() if a != "seed"}
 
 
-__all__ = ["AXIS", "Grown", "Rounds", "describe", "results", "space_words"]
+__all__ = ["AXIS", "Grown", "Rounds", "describe", "most", "results", "space_words"]
