@@ -17,6 +17,9 @@ each cell's decision at most alpha, however many looks it took (tests/test_seque
 
 A cell is decided when its interval lies wholly above +threshold (higher), wholly below -threshold
 (lower), or wholly inside [-threshold, +threshold] (equivalent: any difference is smaller than matters).
+Only where the small-sample policy finds a spread to build an interval from (`ablate.evidence.estimable`):
+differences that are all the same (two seeds 0.9 and 0.9) have no interval, never one of zero width, and the
+cell stays undecided and gets the next look's seeds.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
+from ablate import evidence
 from ablate.spec import AdaptiveSeeds
 
 if TYPE_CHECKING:
@@ -82,12 +86,16 @@ class Verdict:
     hi: float = math.nan
     level: float = math.nan
     """Confidence of the interval (1 - the look's spent alpha)."""
+    why: str = ""
+    """Why an undecided cell has no interval (`ablate.evidence.why`), empty where it has one."""
 
     @property
     def reason(self) -> str:
         """Why the cell has the seeds it has, in words for the report."""
         if self.decision == WAITING:
             return f"{self.seeds} paired seeds: first look not reached"
+        if self.why:
+            return f"undecided: no interval ({self.why})"
         where = f"[{self.lo:+.3g}, {self.hi:+.3g}] at {self.level:.2%}"
         return {HIGHER: f"higher: {where} above the threshold", LOWER: f"lower: {where} below the threshold",
                 EQUIVALENT: f"equivalent: {where} inside the threshold",
@@ -107,6 +115,10 @@ def judge(diffs: np.ndarray, policy: AdaptiveSeeds) -> list[Verdict]:
             continue
         j = reached[-1]
         d = d[: looks[j]]  # the look's seeds: later ones are the next look's
+        if not evidence.estimable(d):
+            why = evidence.why(len(d), len(d) - 1, False, True, "seed")
+            out.append(Verdict(len(d), UNDECIDED, float(d.mean()), level=1 - alphas[j], why=why))
+            continue
         mean, se = float(d.mean()), float(d.std(ddof=1) / math.sqrt(len(d)))
         half = float(stats.t.ppf(1 - alphas[j] / 2, len(d) - 1)) * se
         lo, hi, t = mean - half, mean + half, policy.threshold

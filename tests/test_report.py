@@ -62,22 +62,16 @@ def read_csv(path: Path) -> pd.DataFrame:
 
 
 # ------------------------------------------------------------------------------------------ statistics
-def test_paired_t_interval_and_wilcoxon_match_hand_computation(store, tmp_path):
+def test_paired_differences_and_too_few_pairs_for_a_test(store, tmp_path):
     pair_store(store, tmp_path)
     report("pair", store=store, out=tmp_path / "rep", formats=["csv"])
     v = read_csv(tmp_path / "rep" / "pair" / "variants.csv")
     csan = v[v["mixer"].str.startswith("CSaN")].iloc[0]
     base = v[v["is_baseline"]].iloc[0]
-    # differences 2, 3, 1.5, 3.5: mean 2.5, sd sqrt(2.5 / 3), se = sd / 2, t(0.975, 3) = 3.182446
-    sd = math.sqrt(2.5 / 3)
-    half = 3.182446 * sd / 2
     assert csan["pairs"] == 4 and csan["n"] == 5  # seed 4 has no baseline partner: not paired, still counted
-    assert csan["delta"] == pytest.approx(2.5)
-    assert (csan["lo"], csan["hi"]) == pytest.approx((2.5 - half, 2.5 + half), abs=1e-5)
-    assert csan["p_t"] == pytest.approx(2 * sps.t.sf(2.5 / (sd / 2), 3))
-    assert csan["p_t"] == pytest.approx(sps.ttest_rel([72, 74, 70.5, 75.5], [70, 71, 69, 72]).pvalue)
-    # four positive, distinct differences: the exact signed-rank p is 2 / 2^4; n < 10 reports it
-    assert csan["test"] == stats.WILCOXON and csan["p"] == pytest.approx(0.125)
+    assert csan["delta"] == pytest.approx(2.5)  # differences 2, 3, 1.5, 3.5
+    # four positive differences: the exact test's smallest p is 2 / 2^4 = 0.125, so no test and no interval
+    assert csan[["lo", "hi", "p", "d"]].isna().all() and csan["why"] == "4 seeds; a test needs 6"
     assert csan["mean"] == pytest.approx(74.4) and csan["std"] == pytest.approx(
         np.std([72, 74, 70.5, 75.5, 80], ddof=1)
     )
@@ -89,7 +83,6 @@ def test_large_n_uses_the_paired_t_test():
     a, b = rng.normal(1, 1, 12), rng.normal(0, 1, 12)
     row = stats.paired(a - b).iloc[0]
     assert row["test"] == stats.T_TEST and row["p"] == pytest.approx(sps.ttest_rel(a, b).pvalue)
-    assert np.isnan(row["p_w"])
     assert stats.paired(np.full(3, np.nan)).iloc[0]["test"] == ""
 
 
@@ -104,11 +97,11 @@ def test_pareto_front():
 def test_main_effects_and_interactions_recover_the_true_ones(store, tmp_path):
     grid = {"attention.tau": [True, False], "attention.mu": [True, False], "attention.kappa_priv": [True, False]}
     base = {**TINY, "attention": {"kind": "csan"}}
-    p = plan(write_sweeps(tmp_path / "f.yaml", {"fac": {"base": base, "grid": grid, "seeds": 6, "baseline":
+    p = plan(write_sweeps(tmp_path / "f.yaml", {"fac": {"base": base, "grid": grid, "seeds": 10, "baseline":
              {"attention.tau": False, "attention.mu": False, "attention.kappa_priv": False}}}), "fac")  # fmt: skip
     rng = np.random.default_rng(1)
     noise = {t.key: 0.05 * rng.normal() for t in p.trials}
-    seed_shift = {s: rng.normal() for s in range(6)}
+    seed_shift = {s: rng.normal() for s in range(10)}
 
     def value(t):
         a = t.axes
@@ -117,7 +110,7 @@ def test_main_effects_and_interactions_recover_the_true_ones(store, tmp_path):
 
     fill(store, p, value)
     f = effects.factorial(frames.load(store, "fac"))
-    assert sorted(f.factors) == sorted(grid) and f.method == effects.PAIRED and f.complete.sum() == 6
+    assert sorted(f.factors) == sorted(grid) and f.method == effects.PAIRED and f.complete.sum() == 10
     assert all(lv == ["off", "on"] for lv in f.levels)  # the baseline's level is the reference
     eff = effects.effects(f).set_index(["term", "factor"])
     truth = {("main", "tau"): 2.25, ("main", "mu"): 1.25, ("main", "kappa_priv"): 3.0,
@@ -127,8 +120,8 @@ def test_main_effects_and_interactions_recover_the_true_ones(store, tmp_path):
         assert eff.loc[term, "effect"] == pytest.approx(true, abs=0.1), term
     # by hand, per seed: mean over cells with mu on minus mean with mu off; then the t interval over seeds
     by_seed = [np.mean([value(t) * (1 if t.axes["attention.mu"] else -1) for t in p.trials if t.axes["seed"] == s]) * 2
-               for s in range(6)]  # fmt: skip
-    half = sps.t.ppf(0.975, 5) * np.std(by_seed, ddof=1) / math.sqrt(6)
+               for s in range(10)]  # fmt: skip
+    half = sps.t.ppf(0.975, 9) * np.std(by_seed, ddof=1) / math.sqrt(10)
     row = eff.loc[("main", "mu")]
     mean = np.mean(by_seed)
     assert (row["effect"], row["lo"], row["hi"]) == pytest.approx((mean, mean - half, mean + half))
@@ -194,7 +187,7 @@ def test_a_knob_of_one_mixer_with_three_levels_gets_a_row_per_level(store, tmp_p
     part within ISTA's variants has one row per level against 1; one Holm family over every row."""
     from ablate.reporting import tables
 
-    p = planned(tmp_path, "nest", grid={"attention.kind": ["softmax", "ista"]}, seeds=3,
+    p = planned(tmp_path, "nest", grid={"attention.kind": ["softmax", "ista"]}, seeds=10,
                 when=[{"when": {"attention.kind": "ista"}, "grid": {"attention.steps": [1, 2, 3]}}],
                 baseline={"attention.kind": "softmax"})  # fmt: skip
     gain = {None: 0.0, 1: 1.0, 2: 4.0, 3: 2.0}
@@ -209,11 +202,11 @@ def test_a_knob_of_one_mixer_with_three_levels_gets_a_row_per_level(store, tmp_p
     eff = effects.effects(f).set_index(["factor", "contrast"])
     assert len(eff) == 3 and eff["p_adj"].to_numpy() == pytest.approx(stats.adjust(eff["p"].to_numpy()))
     for contrast, level in (("2 vs 1", 2), ("3 vs 1", 3)):  # per seed: gain + 0.1 seed^2 (level - 1)
-        by_seed = [gain[level] - gain[1] + 0.1 * s**2 * (level - 1) for s in range(3)]
+        by_seed = [gain[level] - gain[1] + 0.1 * s**2 * (level - 1) for s in range(10)]
         row = eff.loc[("steps (kind=ista)", contrast)]
         assert row["effect"] == pytest.approx(np.mean(by_seed))
         assert row["p"] == pytest.approx(sps.ttest_1samp(by_seed, 0).pvalue)
-    assert eff.loc[("kind", "ista vs softmax"), "effect"] == pytest.approx(1 + 0.1 * 5 / 3)
+    assert eff.loc[("kind", "ista vs softmax"), "effect"] == pytest.approx(1 + 0.1 * 285 / 10)
     shown = tables.effects(effects.effects(f), f, data)
     assert "(1) attention.kind: softmax, ista (attention.steps = 1); (2) within attention.kind = ista: " \
            "attention.steps: 1, 2, 3" in shown.caption  # fmt: skip
@@ -234,7 +227,7 @@ def test_no_interval_where_the_spread_cannot_be_estimated(store, tmp_path):
     shown = tables.variants(table, data)
     row = next(r for r in shown.rows if r[1].startswith("CSaN"))
     assert row[7:11] == ["+19.75 [n/a: zero spread, 2 seeds]", "-", "-", "-"]
-    assert "n/a: no interval and no test where the spread cannot be estimated" in shown.caption
+    assert "n/a: no interval and no test: one seed, every seed with the same difference (zero spread" in shown.caption
     f = effects.factorial(data)
     eff = effects.effects(f)
     assert np.isnan(eff.loc[0, "p"]) and np.isnan(eff.loc[0, "p_adj"])
@@ -249,6 +242,33 @@ def test_no_interval_where_the_spread_cannot_be_estimated(store, tmp_path):
 
 
 # ------------------------------------------------------------------------------ MIL: folds x seeds, strata
+@pytest.mark.parametrize("seeds", [2, 3, 6, 10])
+def test_the_variant_and_effects_tables_give_the_same_pairs_the_same_test(store, tmp_path, seeds):
+    """Issue 38: in a 2-seed sweep the effects table printed `+22.36 [+20.60, +24.13], p 0.004` (a t over two
+    seeds) beside the variant table's refusal. The effect of the kind is the variant's paired difference per
+    seed, so both tables must show the same test, p and interval: none below 6 seeds, the exact sign-flip test
+    from 6, the t from 10."""
+    from ablate.reporting import tables
+
+    p = planned(tmp_path, f"s{seeds}", grid={"attention.kind": ["softmax", "csan"]}, seeds=seeds,
+                baseline={"attention.kind": "softmax"})  # fmt: skip
+    gain = [22.36 + 0.9 * math.sin(3 * s) for s in range(seeds)]  # consistent, different differences
+    fill(store, p, lambda t: 50 + t.axes["seed"] + (gain[t.axes["seed"]] if t.axes["attention.kind"] == "csan" else 0))
+    data = frames.load(store, f"s{seeds}")
+    row = frames.variant_table(data, pd.Series(dtype=float)).loc[p.variants[1]]
+    f = effects.factorial(data)
+    eff = effects.effects(f).iloc[0]
+    want = {2: "", 3: "", 6: stats.SIGN_FLIP, 10: stats.T_TEST}[seeds]
+    assert row["test"] == eff["test"] == want
+    for col in ("lo", "hi", "p"):
+        assert eff[col] == pytest.approx(row[col], nan_ok=True), col
+    cell = tables.effects(effects.effects(f), f, data).rows[0]
+    if want:
+        assert cell[5] == tables.pvalue(row["p"]) != "-"
+    else:
+        assert cell[4:6] == [f"[n/a: {seeds} seeds; a test needs 6]", "-"]
+
+
 def test_mil_pairs_folds_and_seeds_within_each_dataset(store, tmp_path):
     base = {"task": "mil", "data": {"name": "musk1", "folds": 3}, "model": {"size": "synpool"},
             "attention": {"kind": "syn"}, "train": {"epochs": 1}}  # fmt: skip
@@ -620,7 +640,7 @@ def test_noise_floor_is_the_baselines_seed_std_and_smaller_differences_are_flagg
 def test_cross_validation_sweeps_use_the_corrected_resampled_t(store, tmp_path):
     base = {"task": "mil", "data": {"name": "musk1", "folds": 3}, "model": {"size": "synpool"},
             "attention": {"kind": "syn"}, "train": {"epochs": 1}}  # fmt: skip
-    grid = {"attention.steps": [0, 1], "data.split_seed": [0, 1], "data.fold": [0, 1, 2]}
+    grid = {"attention.steps": [0, 1], "data.split_seed": [0, 1, 2, 3], "data.fold": [0, 1, 2]}
     p = plan(write_sweeps(tmp_path / "cv.yaml", {"cv": {"base": base, "grid": grid, "seeds": 1,
                                                         "baseline": {"attention.steps": 0}}}), "cv")  # fmt: skip
     rng = np.random.default_rng(5)
@@ -632,11 +652,11 @@ def test_cross_validation_sweeps_use_the_corrected_resampled_t(store, tmp_path):
     row = table[~table["is_baseline"]].iloc[0]
     values = data.trials.pivot_table(index="rep", columns="variant", values="value")
     d = (values[row.name] - values[data.baseline]).to_numpy()
-    se = np.std(d, ddof=1) * math.sqrt(1 / 6 + 1 / 2)  # 6 fold differences, n_test / n_train = 1/2
-    assert row["test"] == stats.CORRECTED and row["pairs"] == 6 and row["n"] == 2 and row["values"] == 6
-    assert row["p"] == pytest.approx(2 * sps.t.sf(abs(d.mean()) / se, 5))
+    se = np.std(d, ddof=1) * math.sqrt(1 / 12 + 1 / 2)  # 12 fold differences, n_test / n_train = 1/2
+    assert row["test"] == stats.CORRECTED and row["pairs"] == 12 and row["n"] == 4 and row["values"] == 12
+    assert row["p"] == pytest.approx(2 * sps.t.sf(abs(d.mean()) / se, 11))
     md = (report("cv", store=store, out=tmp_path / "r", formats=["md"])[0]).read_text()
-    assert "2 (6 folds)" in md and "corrected resampled t-test (Nadeau & Bengio 2003)" in md
+    assert "4 (12 folds)" in md and "corrected resampled t-test (Nadeau & Bengio 2003)" in md
     eff = pd.read_csv(report("cv", store=store, out=tmp_path / "c", formats=["csv"])[2])
     assert set(eff["test"]) == {stats.CORRECTED}
 
@@ -676,13 +696,26 @@ def test_latex_tables_are_booktabs_and_compile_where_a_tex_engine_exists(store, 
         assert done.returncode == 0, done.stdout[-2000:]
 
 
+def test_a_bar_in_a_cell_is_text_in_latex_and_markdown():
+    """`|` is an em dash in LaTeX's default font encoding (and a column rule in a tabular spec); in Markdown it
+    ends a cell. A knob value or label holding one prints as a bar in both."""
+    from ablate.reporting import render
+
+    table = render.Table("Caption a|b.", ["x|y", "n"], [["p|q", "1"]])
+    tex = render.latex("t", [], [render.Section("s", [table])])
+    assert latex_tables(tex) == [[[r"\textbf{x\textbar{}y}", r"\textbf{n}"], [r"p\textbar{}q", "1"]]]
+    assert r"\caption{Caption a\textbar{}b.}" in tex and "|" not in tex
+    md = render.markdown("t", [], [render.Section("s", [table])])
+    assert "| p\\|q | 1 |" in md and "*Caption a\\|b.*" in md
+
+
 def test_compare_two_sweeps_pairs_the_seeds_both_ran(store, tmp_path):
     grid = {"attention.kind": ["softmax", "csan"]}
-    a = planned(tmp_path, "a", grid=grid, seeds=4, baseline={"attention.kind": "softmax"})
-    b = planned(tmp_path, "b", grid=grid, seeds=6, baseline={"attention.kind": "softmax"},
+    a = planned(tmp_path, "a", grid=grid, seeds=6, baseline={"attention.kind": "softmax"})
+    b = planned(tmp_path, "b", grid=grid, seeds=8, baseline={"attention.kind": "softmax"},
                 base={**TINY, "train": {**TINY["train"], "lr": 5e-4}})  # fmt: skip
     rng = np.random.default_rng(2)
-    shift = rng.normal(0, 1, 6)
+    shift = rng.normal(0, 1, 8)
     fill(store, a, lambda t: 70 + shift[t.axes["seed"]] + rng.normal(0, 0.2))
     fill(store, b, lambda t: 71 + shift[t.axes["seed"]] + rng.normal(0, 0.2))
     runner = CliRunner()
@@ -697,8 +730,10 @@ def test_compare_two_sweeps_pairs_the_seeds_both_ran(store, tmp_path):
               for n in "ab"}  # fmt: skip
     for va, row in c.iterrows():
         d = (trials["b"][row["variant_b"]] - trials["a"][va]).dropna()
-        assert row["pairs"] == 4 and row["a_n"] == 4 and row["b_n"] == 6  # seeds 4, 5 of b have no partner
-        assert row["delta"] == pytest.approx(d.mean()) and row["p"] == pytest.approx(sps.wilcoxon(d).pvalue)
+        assert row["pairs"] == 6 and row["a_n"] == 6 and row["b_n"] == 8  # seeds 6, 7 of b have no partner
+        flips = sps.permutation_test((d.to_numpy(),), np.mean, permutation_type="samples", n_resamples=np.inf)
+        assert row["delta"] == pytest.approx(d.mean()) and row["test"] == stats.SIGN_FLIP
+        assert row["p"] == pytest.approx(flips.pvalue)
     assert c["p_adj"].to_numpy() == pytest.approx(stats.adjust(c["p"].to_numpy(), "bh"))
     assert "Benjamini-Hochberg-adjusted over the family of the 2 shared variants" in (folder / "report.md").read_text()
     assert latex_tables((folder / "tables.tex").read_text())

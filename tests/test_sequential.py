@@ -69,6 +69,23 @@ def test_judge_decides_by_where_the_repeated_interval_lies() -> None:
     assert "straddles" in v[3].reason and v[4].seeds == 2
 
 
+def test_no_decision_from_differences_without_a_spread() -> None:
+    """Identical differences have no interval (the tables give them no test at any n): two or three seeds of
+    0.9 were "higher" ([0.9, 0.9] at min 2) and of 0 "equivalent"; they stay undecided, so the cell gets the
+    next look's seeds, and at the last look too. Different differences at min 2 are judged as before."""
+    p = policy(min=2, max=6)
+    rows = np.full((5, 6), np.nan)
+    rows[0, :2] = [0.9, 0.9]
+    rows[1, :2] = [0.0, 0.0]
+    rows[2, :3] = [0.9, 0.9, 0.9]
+    rows[3, :6] = 0.9
+    rows[4, :2] = [10.0, 10.1]
+    v = sequential.judge(rows, p)
+    assert [x.decision for x in v] == ["undecided"] * 4 + ["higher"]
+    assert v[0].reason == "undecided: no interval (zero spread, 2 seeds)" and np.isnan(v[0].lo)
+    assert v[3].seeds == 6 and v[3].reason == "undecided: no interval (zero spread, 6 seeds)"
+
+
 def run_adaptive(effects: np.ndarray, p: AdaptiveSeeds, rng: np.random.Generator) -> tuple[list[str], np.ndarray]:
     """Simulate adaptive seeding on cells with true paired-difference means `effects` (unit noise): each
     cell gets the next look's seeds while undecided. Returns final decisions and seeds spent per cell."""

@@ -11,24 +11,30 @@ from nulls import cv_differences, null_tables
 from scipy import stats as sps
 from statsmodels.stats.multitest import multipletests
 
+from ablate import evidence
 from ablate.reporting import stats
 
 
 def test_corrected_resampled_t_matches_hand_computation():
-    # 2 repeats x 3 folds: n = 6 differences, n_test / n_train = 1/2
-    d = [0.10, 0.20, 0.00, 0.15, 0.05, 0.10]
-    mean = sum(d) / 6
-    var = sum((x - mean) ** 2 for x in d) / 5
-    se = math.sqrt((1 / 6 + 1 / 2) * var)
+    # 4 repeats x 3 folds: n = 12 differences, n_test / n_train = 1/2
+    d = [0.10, 0.20, 0.00, 0.15, 0.05, 0.10, 0.12, 0.08, 0.30, -0.02, 0.11, 0.06]
+    n = len(d)
+    mean = sum(d) / n
+    var = sum((x - mean) ** 2 for x in d) / (n - 1)
+    se = math.sqrt((1 / n + 1 / 2) * var)
     t = mean / se
-    half = sps.t.ppf(0.975, 5) * se
+    half = sps.t.ppf(0.975, n - 1) * se
     row = stats.paired(np.array([d]), design=stats.Design(folds=3)).iloc[0]
     assert row["test"] == stats.CORRECTED and not math.isnan(row["p"])
-    assert row["p"] == pytest.approx(2 * sps.t.sf(t, 5))
+    assert row["p"] == pytest.approx(2 * sps.t.sf(t, n - 1))
     assert (row["lo"], row["hi"]) == pytest.approx((mean - half, mean + half))
     # without the correction it is the one-sample t over the same differences (what folds-as-replicates did)
     plain = stats.interval(np.array([d])).iloc[0]
     assert plain["p_t"] == pytest.approx(sps.ttest_1samp(d, 0).pvalue) and plain["p_t"] < row["p"]
+    # fold differences are not exchangeable (no exact test): below 10 of them, none
+    few = stats.paired(np.array([d[:9]]), design=stats.Design(folds=3)).iloc[0]
+    assert few["test"] == "" and np.isnan(few[["p", "lo", "hi", "d"]].astype(float)).all()
+    assert few["why"] == "9 folds, df 8; a t-test needs df 9"
 
 
 def test_paired_tests_over_seeds_match_scipy():
@@ -36,30 +42,78 @@ def test_paired_tests_over_seeds_match_scipy():
     a, b = rng.normal(1, 1, 12), rng.normal(0, 1, 12)
     row = stats.paired(a - b).iloc[0]
     assert row["test"] == stats.T_TEST and row["p"] == pytest.approx(sps.ttest_rel(a, b).pvalue)
-    few = stats.paired(a[:6] - b[:6]).iloc[0]
-    assert few["test"] == stats.WILCOXON and few["p"] == pytest.approx(sps.wilcoxon(a[:6], b[:6]).pvalue)
+    lo, hi = sps.ttest_rel(a, b).confidence_interval()
+    assert (row["lo"], row["hi"]) == pytest.approx((lo, hi))
+    few = stats.paired(a[:7] - b[:7]).iloc[0]
+    exact = sps.permutation_test((a[:7] - b[:7],), np.mean, permutation_type="samples", n_resamples=np.inf)
+    assert few["test"] == stats.SIGN_FLIP and few["p"] == pytest.approx(exact.pvalue)
+
+
+def nans(row, cols=("lo", "hi", "p", "d", "d_lo", "d_hi")) -> bool:
+    return bool(np.isnan(row[list(cols)].astype(float)).all())
+
+
+def test_the_small_sample_policy_by_the_number_of_pairs():
+    """One rule for every table (the issue: the effects table claimed p 0.004 from two seeds while the variants
+    table refused): too few below 6 pairs (the exact test's smallest p, 2/2^n, is 0.0625 at 5), the exact
+    sign-flip test and its inverted interval from 6, the paired t and its t interval from 10; the d_z interval
+    only beside the t."""
+    assert evidence.EXACT_N == 6 and evidence.exact_n(0.01) == 8 and stats.SMALL_N == 10
+    rng = np.random.default_rng(11)
+    d = 1.0 + rng.normal(0, 0.2, 10)  # every difference positive: as clear as n pairs can be
+    for n in (2, 3, 5):
+        row = stats.paired(d[:n]).iloc[0]
+        assert row["test"] == "" and nans(row) and row["why"] == f"{n} seeds; a test needs 6", n
+        assert row["mean"] == pytest.approx(d[:n].mean())
+    for n in (6, 9):
+        row = stats.paired(d[:n]).iloc[0]
+        assert row["test"] == stats.SIGN_FLIP and row["p"] == pytest.approx(2 / 2**n) and row["why"] == ""
+        assert row["lo"] > 0 and row["d"] == pytest.approx(d[:n].mean() / d[:n].std(ddof=1))
+        assert nans(row, ("d_lo", "d_hi"))  # no noncentral t interval beside a distribution-free test
+    assert tuple(stats.paired(d[:6]).iloc[0][["lo", "hi"]]) == (d[:6].min(), d[:6].max())  # r = 1 at n = 6
+    row = stats.paired(d).iloc[0]
+    assert row["test"] == stats.T_TEST and row["p"] == pytest.approx(sps.ttest_1samp(d, 0).pvalue)
+    assert 0 < row["d_lo"] < row["d"] < row["d_hi"]
+    # zero spread: no test at any n (eight equal differences would give the sign-flip p 0.008)
+    for n in (2, 3, 6, 10):
+        row = stats.paired(np.full(n, 0.9)).iloc[0]
+        assert row["test"] == "" and nans(row) and row["why"] == f"zero spread, {n} seeds"
+
+
+def test_the_sign_flip_interval_is_the_inversion_of_its_test():
+    """Over random rows of 6 to 9 differences, tied, zero and quantised ones included: p is scipy's exact
+    permutation test (on whole numbers, whose sums floating point holds exactly: a mean of 0 in exact arithmetic
+    is a tie, p 1, where scipy's tolerance sees rounding noise), p < alpha exactly where the interval leaves out
+    0, and the interval's ends are the last shifts the test does not reject."""
+    rng = np.random.default_rng(5)
+    for _ in range(300):
+        n = int(rng.integers(6, 10))
+        d = np.round(rng.normal(rng.uniform(-1, 2), 1, n), int(rng.integers(0, 2)))
+        p, lo, hi = evidence.sign_flip(d)
+        whole = np.round(10 * d)
+        exact = sps.permutation_test((whole,), np.mean, permutation_type="samples", n_resamples=np.inf)
+        assert evidence.sign_flip(whole)[0] == pytest.approx(exact.pvalue), whole
+        assert (p < stats.ALPHA) == (not lo <= 0 <= hi), (d, p, lo, hi)
+        step = 1e-6 * (1 + np.abs(d).max())
+        for end, out in ((lo, lo - step), (hi, hi + step)):
+            assert evidence.sign_flip(d - end)[0] >= stats.ALPHA > evidence.sign_flip(d - out)[0], (d, end)
 
 
 def test_no_interval_and_no_test_where_the_spread_cannot_be_estimated():
     """Equal differences, exactly or up to rounding (61.3 - 41.55 and 81.1 - 61.35 are both 19.75 in print but
     differ in their last bits, which made a t of 1e15: "[+19.75, +19.75]", p < 0.001), have no spread: no
-    interval and no test (eight equal differences would give Wilcoxon's p 0.008); nor has a single pair."""
+    interval and no test; nor has a single pair."""
     nan = math.nan
     rounded = [61.3 - 41.55, 81.1 - 61.35]
     assert rounded[0] != rounded[1]
-    d = np.array([[19.75, 19.75] + [nan] * 6, rounded + [nan] * 6, [2.0] * 8, [1.5] + [nan] * 7,
-                  [1.0, 2.0] + [nan] * 6])  # fmt: skip
+    d = np.array([[19.75, 19.75] + [nan] * 6, rounded + [nan] * 6, [2.0] * 8, [1.5] + [nan] * 7])
     out = stats.paired(d)
     assert out["std"][:3].tolist() == [0.0, 0.0, 0.0] and np.isnan(out["std"][3])
-    for col in ("lo", "hi", "p", "p_t", "p_w", "d"):
-        assert out[col][:4].isna().all(), col
-    assert out["test"].tolist() == ["", "", "", "", stats.WILCOXON] and out["mean"][:3].tolist() == pytest.approx(
-        [19.75, 19.75, 2.0]
-    )
-    assert out.loc[4, "lo"] < out.loc[4, "hi"]  # two different differences: an interval as ever
-    assert stats.missing_spread(2, 1, "seed") == "zero spread, 2 seeds"
-    assert stats.missing_spread(1, 0, "seed") == "1 seed"
-    assert stats.missing_spread(4, 0, "trial") == "1 trial per cell"
+    for col in ("lo", "hi", "p", "d"):
+        assert out[col].isna().all(), col
+    assert out["test"].tolist() == ["", "", "", ""] and out["mean"][:3].tolist() == pytest.approx([19.75, 19.75, 2.0])
+    assert out["why"].tolist() == ["zero spread, 2 seeds", "zero spread, 2 seeds", "zero spread, 8 seeds", "1 seed"]
+    assert evidence.why(4, 0, False, True, "trial") == "1 trial per cell"
 
 
 def test_holm_and_benjamini_hochberg_against_hand_computation_and_statsmodels():
@@ -77,15 +131,16 @@ def test_holm_and_benjamini_hochberg_against_hand_computation_and_statsmodels():
 
 
 def test_standardised_effect_and_its_noncentral_t_interval():
-    d = np.array([[2.0, 3.0, 1.5, 3.5], [0.1, 0.3, -0.2, 0.4]])
+    rng = np.random.default_rng(2)
+    d = np.stack([2.5 + rng.normal(0, 1, 10), 0.1 + rng.normal(0, 0.3, 10)])
     out = stats.paired(d)
     for row, x in zip(out.itertuples(), d):
         sd = np.std(x, ddof=1)
         assert row.d == pytest.approx(x.mean() / sd)
-        t = x.mean() / (sd / 2)
+        t = x.mean() / (sd / math.sqrt(10))
         # the observed t sits at the 97.5% / 2.5% point of the noncentral t at the bounds' noncentrality
-        assert sps.nct.cdf(t, 3, row.d_lo * 2) == pytest.approx(0.975, abs=1e-6)
-        assert sps.nct.cdf(t, 3, row.d_hi * 2) == pytest.approx(0.025, abs=1e-6)
+        assert sps.nct.cdf(t, 9, row.d_lo * math.sqrt(10)) == pytest.approx(0.975, abs=1e-6)
+        assert sps.nct.cdf(t, 9, row.d_hi * math.sqrt(10)) == pytest.approx(0.025, abs=1e-6)
         assert row.d_lo < row.d < row.d_hi
 
 

@@ -81,7 +81,7 @@ def comparison(a: SweepData, b: SweepData, correction: str = "holm") -> Comparis
     for side, s, o in zip("ab", spread, own):
         out[f"{side}_mean"], out[f"{side}_std"], out[f"{side}_n"] = s["mean"], s["std"], o["n"]
     out["pairs"], out["delta"] = test["n"], test["mean"]
-    for col in ("lo", "hi", "d", "d_lo", "d_hi", "p", "test"):
+    for col in ("lo", "hi", "d", "d_lo", "d_hi", "p", "test", "why"):
         out[col] = test[col]
     out["p_adj"] = stats.adjust(out["p"].where(out["pairs"] > 1), correction)
     floor = _floor(a)
@@ -99,12 +99,12 @@ def _floor(data: SweepData) -> float:
 
 def table(c: Comparison, correction: str) -> Table:
     """The side-by-side table with its caption (tests, family, noise floor)."""
-    d, unit = tables.digits(c.a), tables.unit(c.design)
+    d, unit = tables.digits(c.a), c.design.unit
     rows = []
     for _, r in c.frame.iterrows():
         sides = [f"{tables.num(r[f'{s}_mean'], d)} ± {tables.num(r[f'{s}_std'], d)}" for s in "ab"]
         if r["pairs"] > 0:
-            delta = tables.difference(r, d, unit)
+            delta = tables.difference(r, d)
             eff = tables.standardised(r)
             p = f"{tables.pvalue(r['p'])} {tables.TESTS.get(r['test'], '')}".strip()
         else:

@@ -22,8 +22,9 @@ shared by all cells cancel; under cross-validation the corrected resampled t ove
 Otherwise (failures scattered over a large grid) it is computed on cell means with a t interval from the
 pooled within-cell variance: unpaired, so wider, but it uses every trial (under cross-validation, on each
 repeat's mean over its folds, the independent replicates). The p-values of every part's terms are adjusted
-together, one family. Where the spread cannot be estimated (one value per cell, or zero spread) a term has no
-interval and no p (`stats`).
+together, one family. Which terms get an interval and a p follows the small-sample policy (`ablate.evidence`):
+none where the spread cannot be estimated (one value per cell, or zero spread) or the replicates are too few
+(paired: as the variant table; cell means: a t-test needs 9 degrees of freedom, there is no exact test).
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from ablate import evidence
 from ablate.reporting import describe, stats
 from ablate.reporting.frames import NA, SweepData, axis_cells, replicates
 
@@ -197,14 +199,14 @@ def _terms(f: Factorial) -> list[tuple[str, str, str, dict[int, int]]]:
     return terms
 
 
-COLUMNS = ["term", "factor", "contrast", "effect", "lo", "hi", "p", "p_adj", "n", "df", "method", "test"]
+COLUMNS = ["term", "factor", "contrast", "effect", "lo", "hi", "p", "p_adj", "n", "df", "method", "test", "why"]
 
 
 def effects(f: Factorial, correction: str = "holm") -> pd.DataFrame:
     """One row per main effect (factor, level vs reference) and two-way interaction of every part (`parts`):
-    term, factor, contrast, effect, lo, hi (NaN where the spread cannot be estimated, `stats`), p, p_adj
-    (adjusted together over every part's terms), n (replicates, or trials for cell means), df (of the t
-    interval; 0: no spread to estimate), method, test."""
+    term, factor, contrast, effect, lo, hi and p (NaN where the small-sample policy gives no test,
+    `ablate.evidence`), p_adj (adjusted together over every part's terms), n (replicates, or trials for cell
+    means), df (of the t interval; 0: no spread to estimate), method, test and why there is none."""
     parts = [x for x in map(_estimate, f.parts) if len(x)]
     out = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=COLUMNS)
     out["p_adj"] = stats.adjust(out["p"], correction)
@@ -220,10 +222,10 @@ def _estimate(f: Factorial) -> pd.DataFrame:
     if f.method == PAIRED:
         cells = f.values[f.complete]
         contrasts = np.stack([_contrast(cells, at) for *_, at in terms])
-        est = stats.paired(contrasts, design=f.design, exact=False, effect=False)  # the table shows no d
-        out["effect"], out["lo"], out["hi"], out["p"] = est["mean"], est["lo"], est["hi"], est["p_t"]
-        out["n"], out["df"] = len(cells), len(cells) - 1
-        out["test"] = est["test"]
+        est = stats.paired(contrasts, design=f.design, effect=False)  # the table shows no d
+        for col in ("lo", "hi", "p", "test", "why"):
+            out[col] = est[col]
+        out["effect"], out["n"], out["df"] = est["mean"], len(cells), len(cells) - 1
     else:
         values = _repeat_means(f) if f.design.folds is not None else f.values
         count = (~np.isnan(values)).sum(axis=0)
@@ -237,9 +239,13 @@ def _estimate(f: Factorial) -> pd.DataFrame:
         weights = np.stack([_contrast(basis, at) for *_, at in terms])
         out["effect"] = [_contrast(means, at)[0] for *_, at in terms]
         se = np.sqrt(pooled * (weights**2 / count.reshape(1, -1)).sum(axis=1))
-        out["lo"], out["hi"], out["p"] = stats.t_test(out["effect"], se, df)
-        out["n"], out["df"] = int(count.sum()), max(df, 0)
-        out["test"] = "t (pooled variance)"
+        n = int(count.sum())
+        tested = evidence.family(n, df, pooled > 0, exchangeable=False) == evidence.T  # unpaired: no exact test
+        lo, hi, p = stats.t_test(out["effect"], se, df)
+        out["lo"], out["hi"], out["p"] = (np.where(tested, x, np.nan) for x in (lo, hi, p))
+        out["n"], out["df"] = n, max(df, 0)
+        out["test"] = "t (pooled variance)" if tested else ""
+        out["why"] = evidence.why(n, df, pooled > 0, False, "trial" if f.design.folds is None else "repeat")
     out["method"] = f.method
     return out
 

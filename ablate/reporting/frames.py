@@ -299,7 +299,7 @@ def variant_table(data: SweepData, speed: pd.Series, correction: str = "holm") -
     out["n"], out["seed_std"] = seeds["n"].to_numpy(), seeds["std"].to_numpy()
     refs = values.reindex(index=out["ref"].fillna("")).to_numpy()
     test = stats.paired(values.to_numpy() - refs, design=data.design).rename(columns={"n": "pairs", "mean": "delta"})
-    for col in ("pairs", "delta", "lo", "hi", "p", "p_t", "p_w", "test", "d", "d_lo", "d_hi"):
+    for col in ("pairs", "delta", "lo", "hi", "p", "why", "test", "d", "d_lo", "d_hi"):
         out[col] = test[col].to_numpy()
     compared = out["ref"].notna() & (out.index != out["ref"]) & (out["pairs"] > 1)
     out["p_adj"] = stats.adjust(out["p"].where(compared), correction)

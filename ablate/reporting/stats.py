@@ -5,19 +5,16 @@ Every function takes a matrix with one row per comparison (a variant against its
 and one column per replicate (seed, or seed x fold), NaN where a replicate is missing, so a table of
 hundreds of variants is one vectorised call. Paired differences are what the tests see: replicate r of a
 variant is compared with replicate r of its baseline (same seed, same fold), which removes the variance the
-two share (data order, initialisation stream, fold difficulty). Which test depends on the `Design`:
+two share (data order, initialisation stream, fold difficulty). Which test, if any, follows the small-sample
+policy (`ablate.evidence`: by the number of pairs, one rule for every table) and the `Design`:
 
-- independent replicates (seeds): the paired t-test over the differences, or below SMALL_N pairs the exact
-  Wilcoxon signed-rank test;
+- independent replicates (seeds): the paired t-test over the differences from SMALL_N pairs, the exact
+  sign-flip test with its inverted interval from EXACT_N, none below;
 - folds of (repeated) k-fold cross-validation: folds of one repeat share most of their training data, so
   their differences are correlated and the plain t's variance s^2/n is far too small. The corrected
   resampled t-test (Nadeau & Bengio 2003, "Inference for the generalization error"; its repeated k-fold
-  form in Bouckaert & Frank 2004) uses (1/n + n_test/n_train) s^2 over all n fold differences, df n - 1.
-
-Where the spread cannot be estimated (fewer than two replicates, or every replicate gives the same
-difference: zero variance, up to rounding) there is no interval and no test: a t interval of zero width
-would claim certainty that two seeds cannot give, and a rank test on identical differences would call them
-significant. The tables say n/a and why (`missing_spread`).
+  form in Bouckaert & Frank 2004) uses (1/n + n_test/n_train) s^2 over all n fold differences, df n - 1,
+  from SMALL_N fold differences (their signs are not exchangeable: no exact test below).
 
 A table that makes k comparisons adjusts their p-values together (`adjust`: Holm by default, which
 controls the family-wise error; Benjamini-Hochberg, which controls the false discovery rate, on request;
@@ -34,21 +31,18 @@ import pandas as pd
 from numpy.typing import ArrayLike
 from scipy import special, stats
 
-LEVEL = 0.95
-ALPHA = 1 - LEVEL
-#: Below this many pairs the p-value comes from the exact Wilcoxon signed-rank test: the t-test's
-#: normality assumption cannot be checked on so few differences. (Its p cannot go below 2 / 2**n:
-#: 0.5 at n = 2, 0.0625 at n = 5; the t interval is still shown.)
-SMALL_N = 10
+from ablate import evidence
+from ablate.evidence import ALPHA as ALPHA
+from ablate.evidence import EXACT_N as EXACT_N
+from ablate.evidence import LEVEL as LEVEL
+from ablate.evidence import SMALL_N as SMALL_N
+from ablate.evidence import zero_spread as zero_spread
+
 T_TEST = "paired t"
-WILCOXON = "Wilcoxon"
+SIGN_FLIP = "sign-flip"
 CORRECTED = "corrected resampled t"
 #: Corrections `adjust` offers: name -> the words a caption uses.
 CORRECTIONS = {"holm": "Holm", "bh": "Benjamini-Hochberg"}
-RESOLUTION = 1e-9
-"""A standard deviation at most this times the largest magnitude of the values it comes from is zero: equal
-differences computed from different operands (72.1 - 70.3, 74.1 - 72.3) differ in their last bits, and a t
-test on that rounding noise would find a huge t."""
 BISECTIONS = 40
 """Halvings of the standardised effect's search interval (width < 30 + 6|t|): below 1e-10."""
 SECANTS = 8
@@ -72,6 +66,17 @@ class Design:
         return 0.0 if self.folds is None else 1 / (self.folds - 1)
 
     @property
+    def exchangeable(self) -> bool:
+        """Whether the replicates' paired differences are independent, so their signs may be flipped (seeds),
+        or correlated (folds of one repeat share training data)."""
+        return self.folds is None
+
+    @property
+    def unit(self) -> str:
+        """What a paired difference is taken over: a seed, or under cross-validation a fold."""
+        return "seed" if self.folds is None else "fold"
+
+    @property
     def words(self) -> str:
         if self.folds is None:
             return "independent replicates (seeds)"
@@ -88,21 +93,6 @@ def t_test(mean: ArrayLike, se: ArrayLike, df: ArrayLike, level: float = LEVEL) 
     return mean - half, mean + half, p
 
 
-def zero_spread(std: ArrayLike, magnitude: ArrayLike) -> np.ndarray:
-    """Where a standard deviation is zero up to rounding (`RESOLUTION` of the values' magnitude)."""
-    std, magnitude = np.asarray(std, dtype=float), np.asarray(magnitude, dtype=float)
-    out: np.ndarray = std <= RESOLUTION * magnitude
-    return out
-
-
-def missing_spread(n: int, df: int, unit: str) -> str:
-    """Why a row has no interval and no test, in a table cell's words: one `unit` (seed, fold, trial), one
-    per cell (df 0), or zero spread over n of them (every one gave the same difference)."""
-    if df < 1:
-        return f"1 {unit}" if n <= 1 else f"1 {unit} per cell"
-    return f"zero spread, {n} {unit}s"
-
-
 def interval(values: np.ndarray, level: float = LEVEL, ratio: float = 0.0) -> pd.DataFrame:
     """Per row of `values` (NaN = missing): n, mean, std (ddof 1), the t interval of the mean (lo, hi),
     and the two-sided one-sample t-test p-value of mean == 0. `ratio` > 0 is the resampling correction
@@ -117,13 +107,6 @@ def interval(values: np.ndarray, level: float = LEVEL, ratio: float = 0.0) -> pd
         std = np.where(zero_spread(std, np.nanmax(np.abs(x), axis=1, initial=0.0)), 0.0, std)
         lo, hi, p = t_test(mean, std * np.sqrt(1 / n + ratio), n - 1, level)
     return pd.DataFrame({"n": n, "mean": mean, "std": std, "lo": lo, "hi": hi, "p_t": p})
-
-
-def wilcoxon(diffs: np.ndarray) -> float:
-    """Two-sided Wilcoxon signed-rank p of one row of paired differences (NaN ignored; `paired` asks only
-    where they spread); exact for small n without ties (scipy's choice)."""
-    d = np.asarray(diffs, dtype=float)
-    return float(stats.wilcoxon(d[~np.isnan(d)]).pvalue)
 
 
 def standardised(t: ArrayLike, df: ArrayLike, scale: ArrayLike, level: float = LEVEL) -> tuple[np.ndarray, ...]:
@@ -218,35 +201,37 @@ def nct_cdf(t: np.ndarray, df: np.ndarray, ncp: np.ndarray) -> np.ndarray:
     return c
 
 
-def paired(
-    diffs: np.ndarray, level: float = LEVEL, design: Design = Design(), exact: bool = True, effect: bool = True
-) -> pd.DataFrame:
-    """Paired comparison per row of differences (variant - baseline per replicate): `interval`'s columns
-    (corrected for resampling under a cross-validation design), the Wilcoxon p (`p_w`, independent
-    replicates with 2 <= n < SMALL_N when `exact`), the test used (`test`; none below 2 pairs or with zero
-    spread: see the module docstring), its p-value
-    (`p`), and the standardised effect d = mean / std of the differences (Cohen's d_z; under resampling the
-    same ratio over the fold differences) with its interval (`d`, `d_lo`, `d_hi`; NaN unless `effect`: the
+def paired(diffs: np.ndarray, level: float = LEVEL, design: Design = Design(), effect: bool = True) -> pd.DataFrame:
+    """Paired comparison per row of differences (variant - baseline per replicate): n, mean and std
+    (`interval`'s), the test the small-sample policy gives the row's pairs (`test`: T_TEST or CORRECTED,
+    SIGN_FLIP, or "" with `why` in words: `ablate.evidence`), its p-value (`p`) and the interval that agrees
+    with it (`lo`, `hi`: the t interval, corrected for resampling under a cross-validation design, or the
+    sign-flip test's inversion; NaN without a test), and the standardised effect d = mean / std of the
+    differences (Cohen's d_z; under resampling the same ratio over the fold differences; NaN without a test)
+    with its noncentral t interval (`d_lo`, `d_hi`: beside a t-test only, and unless `effect` is False: the
     interval is the costly part, which simulations of thousands of comparisons leave out)."""
     d = np.atleast_2d(np.asarray(diffs, dtype=float))
     out = interval(d, level, design.ratio)
-    n = out["n"].to_numpy()
-    small = (n < SMALL_N) & exact & (design.folds is None)
-    testable = out["std"].to_numpy() > 0
-    out["p_w"] = [wilcoxon(row) if s and ok else np.nan for row, s, ok in zip(d, small, testable)]
-    t_name = T_TEST if design.folds is None else CORRECTED
-    out["test"] = np.where(testable, np.where(small, WILCOXON, t_name), "")
-    out["p"] = np.where(small, out["p_w"], out["p_t"])
+    n, std = out["n"].to_numpy(), out["std"].to_numpy()
+    rows = [(int(k), int(k) - 1, bool(s > 0), design.exchangeable) for k, s in zip(n, std)]
+    kind = np.array([evidence.family(*r) for r in rows])
+    out["why"] = [evidence.why(*r, design.unit) for r in rows]
+    t = kind == evidence.T
+    out["p"] = np.where(t, out["p_t"], np.nan)
+    out["lo"], out["hi"] = np.where(t, out["lo"], np.nan), np.where(t, out["hi"], np.nan)
+    for i in np.flatnonzero(kind == evidence.EXACT):
+        out.loc[i, ["p", "lo", "hi"]] = evidence.sign_flip(d[i][~np.isnan(d[i])], level)
+    t_name = T_TEST if design.exchangeable else CORRECTED
+    out["test"] = np.select([t, kind == evidence.EXACT], [t_name, SIGN_FLIP], "")
     with np.errstate(invalid="ignore", divide="ignore"):
         scale = np.sqrt(1 / np.maximum(n, 1) + design.ratio)
-        std = out["std"].to_numpy()
-        d_z = np.where(std > 0, out["mean"].to_numpy() / std, np.nan)
+        d_z = np.where(out["test"] != "", out["mean"].to_numpy() / std, np.nan)
         out["d"] = d_z
-        if effect:
-            out["d_lo"], out["d_hi"] = standardised(d_z / scale, n - 1, scale, level)
-        else:
-            out["d_lo"] = out["d_hi"] = np.nan
-    return out
+        out["d_lo"] = out["d_hi"] = np.nan
+        if effect and t.any():
+            lo, hi = standardised(d_z[t] / scale[t], n[t] - 1, scale[t], level)
+            out.loc[t, "d_lo"], out.loc[t, "d_hi"] = lo, hi
+    return out.drop(columns="p_t")
 
 
 def adjust(p: ArrayLike, method: str = "holm") -> np.ndarray:

@@ -10,12 +10,12 @@ import pandas as pd
 
 from ablate.config import REPLICATES
 from ablate.reporting import frames, published, stats
-from ablate.reporting.effects import PAIRED, POOLED, Factorial
+from ablate.reporting.effects import PAIRED, Factorial
 from ablate.reporting.frames import SweepData
 from ablate.reporting.render import Table
 
 MAX_UNFINISHED = 200
-TESTS = {stats.T_TEST: "t", stats.WILCOXON: "W", stats.CORRECTED: "c"}
+TESTS = {stats.T_TEST: "t", stats.SIGN_FLIP: "e", stats.CORRECTED: "c"}
 
 
 def num(x: float | None, digits: int = 2, sign: bool = False) -> str:
@@ -32,37 +32,36 @@ def pvalue(p: float) -> str:
     return "-" if pd.isna(p) else "<0.001" if p < 0.001 else f"{p:.3f}"
 
 
-def ci(lo: float, hi: float, digits: int, n: int, df: int, unit: str) -> str:
-    """A 95% interval, or n/a and why where the spread cannot be estimated (`stats.missing_spread`): never
-    the zero-width interval a t interval degenerates to."""
+def ci(lo: float, hi: float, digits: int, why: str) -> str:
+    """A 95% interval, or n/a and `why` the small-sample policy gives none (`ablate.evidence.why`): never the
+    zero-width interval a t interval degenerates to, nor one beside a test that cannot decide."""
     if pd.isna(lo) or pd.isna(hi):
-        return f"[n/a: {stats.missing_spread(n, df, unit)}]"
+        return f"[n/a: {why}]"
     return f"[{num(lo, digits, True)}, {num(hi, digits, True)}]"
 
 
-def difference(r: pd.Series, digits: int, unit: str) -> str:
-    """A paired difference (delta over `pairs`) with its interval and marks (`marks`)."""
-    n = int(r["pairs"])
-    return f"{num(r['delta'], digits, True)} {ci(r['lo'], r['hi'], digits, n, n - 1, unit)}{marks(r)}"
+def difference(r: pd.Series, digits: int) -> str:
+    """A paired difference (delta) with its interval, or why it has none, and marks (`marks`)."""
+    return f"{num(r['delta'], digits, True)} {ci(r['lo'], r['hi'], digits, r['why'])}{marks(r)}"
 
 
 def standardised(r: pd.Series) -> str:
-    """Cohen's d_z with its interval; "-" where the spread is not estimated (d is undefined)."""
-    return "-" if pd.isna(r["d"]) else f"{num(r['d'], 2, True)} [{num(r['d_lo'], 2, True)}, {num(r['d_hi'], 2, True)}]"
-
-
-def unit(design: stats.Design) -> str:
-    """What a paired difference is taken over: a seed, or under cross-validation a fold."""
-    return "seed" if design.folds is None else "fold"
+    """Cohen's d_z with its interval (beside a t-test only); "-" where there is no test."""
+    if pd.isna(r["d"]):
+        return "-"
+    shown = num(r["d"], 2, True)
+    return shown if pd.isna(r["d_lo"]) else f"{shown} [{num(r['d_lo'], 2, True)}, {num(r['d_hi'], 2, True)}]"
 
 
 def na_words(cells: list[str], unit: str) -> str:
     """The caption's footnote for n/a intervals, where a table has any."""
     if not any("n/a" in c for c in cells):
         return ""
-    return (f" n/a: no interval and no test where the spread cannot be estimated: one {unit}, or every {unit} "
-            "gave the same difference (zero spread): a zero-width interval would claim a certainty that so few "
-            "replicates cannot give, so such a row is never significant.")  # fmt: skip
+    return (f" n/a: no interval and no test: one {unit}, every {unit} with the same difference (zero spread: a "
+            f"zero-width interval would claim a certainty so few replicates cannot give), or fewer {unit}s than "
+            f"any test needs to reach p < {stats.ALPHA:.2f} (independent pairs: {stats.EXACT_N} for the exact "
+            f"sign-flip test, whose smallest p is 2/2^n; otherwise {stats.SMALL_N} for a t-test); such a row is "
+            "never significant.")  # fmt: skip
 
 
 def digits(data: SweepData) -> int:
@@ -83,7 +82,7 @@ def variants(table: pd.DataFrame, data: SweepData, correction: str = "holm") -> 
         if r["is_baseline"]:
             delta, eff, p, adj = "baseline", "", "", ""
         elif r["pairs"] > 0:
-            delta = difference(r, d, unit(data.design))
+            delta = difference(r, d)
             eff = standardised(r)
             p, adj = f"{pvalue(r['p'])} {TESTS.get(r['test'], '')}".strip(), pvalue(r["p_adj"])
         else:
@@ -109,7 +108,7 @@ def variants(table: pd.DataFrame, data: SweepData, correction: str = "holm") -> 
         f"{winner_words(won, table, data, correction)} #Params and GFLOPs are exact: bold = the smallest of "
         f"the group. GFLOPs = stored FLOPs / 2e9: multiply-accumulates per example, as the papers count FLOPs. "
         f"samples/s: training throughput, mean over epochs of up to {frames.THROUGHPUT_TRIALS} finished trials."
-        + na_words([row[7] for row in rows], unit(data.design))
+        + na_words([row[7] for row in rows], data.design.unit)
         + stale_note(data)
     )
     return Table(caption, header, rows, groups=list(table["group"]), bold=bold)
@@ -155,8 +154,9 @@ def test_words(data: SweepData) -> str:
     if data.design.folds is not None:
         return (f"c = corrected resampled t-test (Nadeau & Bengio 2003) over the fold differences of "
                 f"{data.design.words}: variance (1/n + 1/(k-1)) s², df n - 1")  # fmt: skip
-    return (f"t = paired t-test over seeds (n ≥ {stats.SMALL_N} pairs), W = Wilcoxon signed-rank (n < "
-            f"{stats.SMALL_N}; it cannot fall below 2/2^n, e.g. 0.5 with 2 pairs)")  # fmt: skip
+    return (f"t = paired t-test over seeds (n ≥ {stats.SMALL_N} pairs), e = exact sign-flip test ({stats.EXACT_N} ≤ "
+            f"n < {stats.SMALL_N}; its interval inverts it, coverage ≥ 95%), none below {stats.EXACT_N} pairs (the "
+            "smallest p, 2/2^n, is 0.5 with 2 pairs): see docs/concepts/statistics.md")  # fmt: skip
 
 
 def floor_words(table: pd.DataFrame, data: SweepData) -> str:
@@ -264,9 +264,8 @@ def published_tables(table: pd.DataFrame, data: SweepData) -> list[Table | str]:
 
 def effects(eff: pd.DataFrame, f: Factorial, data: SweepData, correction: str = "holm") -> Table:
     d = digits(data)
-    units = {PAIRED: unit(f.design), POOLED: "trial" if f.design.folds is None else "repeat"}
     rows = [[r["term"], r["factor"], r["contrast"], num(r["effect"], d, True),
-             ci(r["lo"], r["hi"], d, int(r["n"]), int(r["df"]), units[r["method"]]), pvalue(r["p"]),
+             ci(r["lo"], r["hi"], d, r["why"]), pvalue(r["p"]),
              pvalue(r["p_adj"]), str(r["n"])] for _, r in eff.iterrows()]  # fmt: skip
     parts = []
     for i, part in enumerate(f.parts, 1):

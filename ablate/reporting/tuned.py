@@ -154,7 +154,7 @@ def _verdict(r: pd.Series | None, higher: bool) -> str:
     return "better" if (r["delta"] > 0) == higher else "worse"
 
 
-COMPARED = ("pairs", "delta", "lo", "hi", "p", "p_adj")
+COMPARED = ("pairs", "delta", "lo", "hi", "p", "p_adj", "why")
 """A comparison's columns in the arms' frame, once for each (`own_*`, `theirs_*`)."""
 
 
@@ -190,7 +190,7 @@ def _conclusion(own: str, theirs: str) -> str:
 
 
 def _table(data: SweepData, record: Searches, summary: pd.DataFrame, correction: str) -> Table:
-    spec, d, unit = record.spec, tables.digits(data), tables.unit(data.design)
+    spec, d, unit = record.spec, tables.digits(data), data.design.unit
     space = list(spec.space)
     header = ["arm", "configurations", f"best {spec.metric}", *space, "Δ at its own best [95% CI]",
               "Δ at the baseline's configuration [95% CI]", "conclusion"]  # fmt: skip
@@ -205,7 +205,7 @@ def _table(data: SweepData, record: Searches, summary: pd.DataFrame, correction:
         cells = []
         for name in ("own", "theirs"):
             c = pd.Series({**{k: r[f"{name}_{k}"] for k in COMPARED}, "below_floor": False})
-            cells.append(tables.difference(c, d, unit) if c["pairs"] > 0 else "-")
+            cells.append(tables.difference(c, d) if c["pairs"] > 0 else "-")
         rows.append([r["arm"], count, tables.num(r["best"], d), *chosen, *cells, r["conclusion"]])
     k = int(summary["theirs_p_adj"].notna().sum())
     caption = (

@@ -38,10 +38,11 @@ def paper_tables(results: SweepResults) -> list[Block]:
 
 def settings(results: SweepResults) -> pd.DataFrame:
     """Per variant: I, kind, pooling, its metric's mean, std and n, and `setting` (its group and the values
-    of every axis but I, the mechanism and the pooling), in the variant table's order."""
+    of every axis but I, the mechanism, the pooling and the replicates: two datasets or two `data.*` options
+    are two settings), in the variant table's order."""
     cells = results.cells([STEPS, KIND, POOL])
     cells[POOL] = cells[POOL].fillna("attention")
-    others = [a for a in results.data.axes if a not in (STEPS, KIND, POOL) and not a.startswith("data.")]
+    others = [a for a in results.data.axes if a not in (STEPS, KIND, POOL)]  # replicates are not axes
     extra = results.data.variants.loc[cells.index, [f"axis.{a}" for a in others]].astype(str)
     words = [", ".join(f"{a}={v}" for a, v in zip(others, row)) for row in extra.itertuples(index=False)]
     cells["setting"] = [f"{g} ({w})" if w else g for g, w in zip(cells["group"], words)]
@@ -120,8 +121,8 @@ def ablation(cells: pd.DataFrame, best: pd.DataFrame, results: SweepResults) -> 
     test = stats.paired(diffs, design=results.data.design).rename(columns={"n": "pairs", "mean": "delta"})
     test["p_adj"] = stats.adjust(test["p"], results.correction)
     test["below_floor"] = False
-    d, unit = tables.digits(results.data), tables.unit(results.data.design)
-    rows = [[setting, what, f"I = {int(cells.loc[a, STEPS])}", tables.difference(test.iloc[i], d, unit),
+    d, unit = tables.digits(results.data), results.data.design.unit
+    rows = [[setting, what, f"I = {int(cells.loc[a, STEPS])}", tables.difference(test.iloc[i], d),
              tables.pvalue(test.iloc[i]["p_adj"])] for i, (setting, what, a, _) in enumerate(pairs)]  # fmt: skip
     caption = (
         f"Drop in {results.data.metric} when Syn or SynPooling is ablated from the setting's best Syn variant, as "
