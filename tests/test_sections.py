@@ -41,14 +41,15 @@ def auc(t: Trial) -> float:
     return MEANS[t.config.attention.gamma][cell(t)] + wiggle
 
 
-@pytest.fixture
-def syn_report(tmp_path: Path) -> str:
+def syn_markdown(tmp_path: Path, grid: dict[str, list[object]] | None = None) -> str:
+    """The report of a Syn sweep over gamma (and `grid`'s axes), its results `auc`, winner-transfer rates
+    `LOWEST`."""
     linked = [[{"attention.steps": s, "model.pool": "attention"} for s in STEPS]
               + [{"attention.steps": 0, "model.pool": "mean"}]]  # fmt: skip
     sweep = {
         "base": {"task": "mil", "data": {"name": "musk1", "folds": 3}, "model": {"size": "synpool"},
                  "attention": {"kind": "syn"}, "train": {"epochs": 1, "batch_size": 1}},
-        "linked": linked, "grid": {"attention.gamma": [0.5, 0.9], "data.fold": [0, 1, 2]},
+        "linked": linked, "grid": {"attention.gamma": [0.5, 0.9], "data.fold": [0, 1, 2], **(grid or {})},
         "baseline": {"attention.steps": 0, "model.pool": "attention", "attention.gamma": 0.5},
     }  # fmt: skip
     p = plan(write_sweeps(tmp_path / "e.yaml", {"syn": sweep}), "syn")
@@ -59,6 +60,11 @@ def syn_report(tmp_path: Path) -> str:
         store.log_metric_rows(rates)
         report("syn", store=store, out=tmp_path / "rep", formats=["md"])
     return (tmp_path / "rep" / "syn" / "report.md").read_text()
+
+
+@pytest.fixture
+def syn_report(tmp_path: Path) -> str:
+    return syn_markdown(tmp_path)
 
 
 def rows(md: str, caption_start: str) -> dict[str, list[str]]:
@@ -102,6 +108,14 @@ def test_syn_minimum_winner_transfer_per_mode(syn_report: str) -> None:
     r = rows(syn_report, "Minimum winner-transfer")
     assert r["0.5"] == ["10.0% (6)", "15.0% (3)", "20.0% (6)", "20.0% (I = -2)"]
     assert r["0.9"] == ["10.0% (6)", "15.0% (3)", "20.0% (6)", "10.0% (I = 1)"]
+
+
+def test_syn_settings_differ_in_every_axis_but_the_mechanisms(tmp_path: Path) -> None:
+    """A `data.*` axis that leaves the dataset's name as it is (the share held out for validation) makes two
+    settings of each gamma, not one that ranks the variants of both together."""
+    md = syn_markdown(tmp_path, {"data.val_fraction": [0.0, 0.1]})
+    settings = {g: r[-1] for g, r in rows(md, "Average rank").items()}  # gamma, val_fraction: variants ranked
+    assert settings == {f"{g}, data.val_fraction={v}": "5" for g in ("0.5", "0.9") for v in ("0.0", "0.1")}
 
 
 def filled(tmp_path: Path, f: Path, sweep: str, value: float = 50.0) -> str:

@@ -138,13 +138,15 @@ def markdown(title: str, meta: list[str], sections: list[Section]) -> str:
     return "\n\n".join(parts) + "\n"
 
 
-#: Characters LaTeX reads as commands, and the non-ASCII words of the reports, as LaTeX.
+#: Characters LaTeX reads as commands or prints as another glyph (`|` is a dash in its default font encoding),
+#: and the non-ASCII words of the reports, as LaTeX.
 LATEX = {
     "\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_", "{": r"\{", "}": r"\}",
     "~": r"\textasciitilde{}", "^": r"\textasciicircum{}", "±": r"$\pm$", "Δ": r"$\Delta$", "α": r"$\alpha$",
     "≥": r"$\geq$", "≤": r"$\leq$", "×": r"$\times$", "·": r"$\cdot$", "†": r"$^\dagger$", "‡": r"$^\ddagger$",
     "♢": r"$\diamond$", "…": r"\ldots{}", "²": r"$^2$", "–": "--", "—": "---", "≈": r"$\approx$", "κ": r"$\kappa$",
     "β": r"$\beta$", "γ": r"$\gamma$", "τ": r"$\tau$", "μ": r"$\mu$", "<": r"$<$", ">": r"$>$", "*": r"$^*$",
+    "|": r"\textbar{}",
 }  # fmt: skip
 
 
