@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import re
 import signal
+import tempfile
 import threading
 import time
 from collections import Counter
@@ -62,8 +63,20 @@ def connect(cluster: Cluster) -> bool:
                 f"cannot connect to the Ray cluster at {address} (no answer; exit code {e})"
             ) from None
         return True
-    start_embedded(cluster.num_cpus)
+    try:
+        start_embedded(cluster.num_cpus)
+    except Exception as e:  # Ray's own start-up errors are bare Exceptions ("timed out during startup")
+        ray.shutdown()
+        raise RayStartError(
+            f"could not start the embedded Ray on this machine: {type(e).__name__}: {e}. Ray's logs are under "
+            f"{os.environ.get('RAY_TMPDIR') or tempfile.gettempdir()}/ray/session_latest/logs; `ray stop` ends a Ray "
+            "left from an earlier run; --address joins a running cluster instead"
+        ) from None
     return True
+
+
+class RayStartError(ConnectionError):
+    """The embedded Ray did not start: one paragraph, before the launch writes anything (`ablate.api.launch`)."""
 
 
 def start_embedded(num_cpus: int | None = None, object_store_mb: int = 256) -> None:
@@ -152,9 +165,14 @@ class Fanout:
         """Trials not claimed yet, in plan order."""
         self.claimed: dict[str, float] = {}
         """Trials this launch holds, and when it claimed them (time.monotonic)."""
-        self.seen = now()
+        self.seen = self.chosen_at = now()
         """When the last look at the trials finished elsewhere began (`finished_elsewhere`): this machine's clock,
-        as the finish times other launchers write are theirs."""
+        as the finish times other launchers write are theirs. `chosen_at`: from when a `retry` trial's end is
+        another launcher's work (taken after `selection.select` read the states: one that ended again in between
+        is trained once more)."""
+        self.retry = {k for k in todo if chosen.states.get(k) in ENDED and k not in chosen.again}
+        """Trials chosen while failed or diverged, to train again: their end before `chosen_at` is no reason to
+        forget them (those in `chosen.again` were reset to pending, `Store.archive`)."""
         self.pending: dict[Any, str] = {}
         self.gangs: dict[str, gangs.Gang] = {}
         self.attempts = Attempts()
@@ -241,9 +259,11 @@ class Fanout:
             if (cpu > free_cpu + 1e-9 or gpu > free_gpu + 1e-9) and (running or room):
                 break
             free_cpu, free_gpu, room = free_cpu - cpu, free_gpu - gpu, room + 1
-        won = self.tolerant(lambda: self.store.claim(self.queue, self.owner, limit=room), set[str]())
+        claim = self.store.claim
+        won = self.tolerant(lambda: claim(self.queue, self.owner, room, self.chosen_at, self.retry), set[str]())
         if not won:
             return
+        self.retry -= won  # an end from now on is this launch's or another's, not the one it was chosen after
         self.tolerant(lambda: self.store.interrupt(won), 0)  # left `running` by a launcher that died: resume
         ordered = [k for k in self.queue if k in won]  # the queue is in plan order
         self.queue = [k for k in self.queue if k not in won]
@@ -261,13 +281,19 @@ class Fanout:
         (`Owner.seconds`) further back: leases already assume that launchers' clocks agree to well within one.
         When nothing finished for a quarter of a lease the look is `whole`: the state of every queued trial,
         which also finds what the window misses, a finish committed more than a lease after its time was taken
-        (a launcher paused mid-write, a lock waited on that long) or stamped by a clock further off."""
+        (a launcher paused mid-write, a lock waited on that long) or stamped by a clock further off. A trial
+        chosen while failed or diverged (`retry`) counts only if it ended again since it was chosen, as
+        `Store.claim` refuses it then and only then: a queue left with a trial neither claimable nor forgotten
+        would never empty."""
         if not self.queue:
             return
         began = now()
         since = self.seen - timedelta(seconds=self.owner.seconds)
         read = (lambda: self.store.states(self.queue)) if whole else (lambda: self.store.finished_since(since))
         states = self.tolerant(read, None)
+        if states is not None and self.retry.intersection(states):
+            again = self.tolerant(lambda: self.store.finished_since(self.chosen_at), None)
+            states = None if again is None else {k: s for k, s in states.items() if k not in self.retry or k in again}
         if states is None:  # the store is down: look again from the same moment
             return
         self.seen = began

@@ -13,18 +13,28 @@ import textwrap
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
 from conftest import TINY, write_sweeps
 from gate import Gate
+from sqlalchemy import update
 from test_launcher import launch_cmd
 
+from ablate.fanout import Fanout
 from ablate.journal import journals
+from ablate.launcher import LaunchResult, RunConfig
+from ablate.leases import Heartbeat
 from ablate.messages import EpochEnd, Finished, Started
+from ablate.planner import plan
+from ablate.plugins import Plugins
+from ablate.progress import Progress
 from ablate.recorder import Recorder
-from ablate.store import Store
+from ablate.selection import Select, select
+from ablate.store import Owner, Store
 from ablate.store.faults import EXIT_CODE, StoreUnavailable
+from ablate.store.queries import TRIALS
 
 CLI_ENV = {**os.environ, "RAY_ADDRESS": "", "RAY_AUTH_MODE": "disabled"}
 
@@ -219,5 +229,49 @@ def test_a_disk_that_fills_mid_launch_loses_no_result(tmp_path: Path) -> None:
         assert "records an earlier launch journaled" in res.stdout
         with Store(db) as store:
             row = store.trials_frame("s").iloc[0]
-            assert row["state"] == "done" and row["attempts"] == 1 and row["test.top1"] > 0
+            assert row["state"] == "done" and row["attempts"] == 1 and 0 <= row["test.top1"] <= 100
             assert sorted(set(store.metrics_frame("s")["step"])) == [1, 2]
+
+
+def test_a_look_that_meets_an_outage_looks_again_from_the_same_moment_and_a_missed_failure_is_not_retrained(
+    ray_local, tmp_path: Path
+) -> None:
+    """A launch's looks at what finished elsewhere (`Fanout.finished_elsewhere`) with the store's folder moved
+    away for one look (this launcher cannot reach it; another still can). During it, another launcher fails one
+    trial, stamped by a clock just under a lease behind (the start of this launcher's next window), and fails
+    another stamped by a clock far behind (before any window). The look that meets the outage changes nothing;
+    the next one, back from the same moment, forgets the first. The second, which every window misses, the
+    claim refuses (it failed after the launch chose it), so it is not trained again; the whole-queue look then
+    forgets it too."""
+    p = plan(write_sweeps(tmp_path / "e.yaml", {"s": {"base": TINY, "seeds": 2}}), "s")
+    near, far = (t.key for t in p.trials)
+    folder, away = tmp_path / "store", tmp_path / "away"
+    with Store(f"sqlite:///{folder}/r.sqlite") as store:
+        store.add_trials("s", p.trials)
+        chosen, owner = select([p], store, Select()), Owner.new(600)
+        fan = Fanout(chosen.run, store, owner, Heartbeat(store, owner), Recorder(store), Progress(live=False),
+                     LaunchResult(), RunConfig(), Plugins(), str(tmp_path / "ck"), dict.fromkeys(chosen.run, 0.0),
+                     chosen)  # fmt: skip
+        fan.finished_elsewhere(whole=False)
+        window = fan.seen - timedelta(seconds=owner.seconds)  # where the next look reaches back to
+        folder.rename(away)
+        store.engine.dispose()  # its next connection opens the file again: there is none
+        with Store(f"sqlite:///{away}/r.sqlite") as elsewhere:
+            for key, stamp in ((near, window), (far, window - timedelta(seconds=owner.seconds))):
+                other = Owner.new(60)
+                assert elsewhere.claim([key], other) == {key}
+                elsewhere.mark_running(key)
+                elsewhere.finish(key, "failed", error="RuntimeError: elsewhere")
+                elsewhere.release(other)
+                with elsewhere.engine.begin() as conn:
+                    conn.execute(update(TRIALS).where(TRIALS.c.key == key).values(finished_at=stamp))
+        fan.finished_elsewhere(whole=False)
+        assert isinstance(fan.recorder.failure, StoreUnavailable) and fan.queue == [near, far]
+        away.rename(folder)
+        store.engine.dispose()
+        fan.finished_elsewhere(whole=False)
+        assert fan.queue == [far] and fan.result.counts == {"failed": 1}
+        fan.fill()
+        assert not fan.pending and fan.queue == [far] and store.trial(far).attempts == 1
+        fan.finished_elsewhere(whole=True)
+        assert fan.queue == [] and fan.result.counts == {"failed": 2}
