@@ -60,15 +60,34 @@ def launch(
     from ablate.planner import Plan
     from ablate.preflight import Checks, preflight
     from ablate.selection import Select
+    from ablate.store import Store, database_exists
     from ablate.tracking import Tracker
 
     plans = [plans] if isinstance(plans, Plan) else list(plans)
     cluster, run, choice = cluster or Cluster(), run or RunConfig(), choice or Select()
     preflight(plans, _done_keys(store), cluster, run, checks or Checks(), choice)
-    if tracker is True or isinstance(tracker, str):  # opened by the launcher where MLflow is needed, not here
-        tracker = Tracker(None if tracker is True else tracker, lazy=True)
-    with _opened(store) as opened:
-        return run_plans(plans, opened, tracker or None, cluster=cluster, run=run, progress=progress, choice=choice)
+    first = not isinstance(store, Store) and not database_exists(store) and any(p.trials for p in plans)
+    with _ray_first(cluster) if first else nullcontext():
+        if tracker is True or isinstance(tracker, str):  # opened by the launcher where MLflow is needed, not here
+            tracker = Tracker(None if tracker is True else tracker, lazy=True)
+        with _opened(store) as opened:
+            return run_plans(plans, opened, tracker or None, cluster=cluster, run=run, progress=progress,
+                             choice=choice)  # fmt: skip
+
+
+@contextmanager
+def _ray_first(cluster: Cluster) -> Iterator[None]:
+    """Ray started (or joined) before a first launch creates its results database: a Ray that cannot start
+    (`ablate.fanout.RayStartError`) leaves nothing written. The launch then finds Ray running; it is stopped here
+    when the launch ends, if this started it."""
+    from ablate import fanout
+
+    ours = fanout.connect(cluster)
+    try:
+        yield
+    finally:
+        if ours:
+            fanout.shutdown()
 
 
 def _done_keys(store: Store | str | None) -> set[str]:

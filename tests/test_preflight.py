@@ -3,6 +3,9 @@ and recorded code the test writes; the checks it runs are tested through `ablate
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -63,3 +66,21 @@ def test_the_workload_counts_the_later_rounds_of_adaptive_seeds_and_tuning(tmp_p
     assert work.trials == first and work.trials + work.later == most(t[0]) == 2 * 4
     assert work.most == most(t[0]) * epochs
     assert replace(work, later=0, later_epochs=0).words() == f"{first} trials, {first * epochs} trial-epochs"
+
+
+def test_a_ray_that_cannot_start_is_one_paragraph_exit_2_with_nothing_written(tmp_path: Path) -> None:
+    """A real start-up failure of the embedded Ray (its temp dir is a file: the raylet cannot make its session),
+    on a first launch: exit 2, one paragraph saying Ray did not start and where its logs are, and neither the
+    results database, the MLflow store nor its folder written (issue 38 item 7: a raw traceback, exit 1, after
+    db/ was created)."""
+    f = write_sweeps(tmp_path / "e.yaml", {"s": {"base": TINY}})
+    (tmp_path / "notadir").touch()
+    env = {**os.environ, "RAY_ADDRESS": "", "RAY_AUTH_MODE": "disabled", "RAY_TMPDIR": str(tmp_path / "notadir"),
+           "ABLATE_CACHE": str(tmp_path / "cache")}  # fmt: skip
+    res = subprocess.run([sys.executable, "-m", "ablate.cli", "launch", str(f), "--plain", "--yes"], cwd=tmp_path,
+                         env=env, capture_output=True, text=True, timeout=300)  # fmt: skip
+    said = " ".join(res.stderr.split())
+    assert res.returncode == 2 and "Traceback" not in said, res.stdout + res.stderr
+    assert "error: could not start the embedded Ray on this machine: NotADirectoryError" in said, said
+    assert f"Ray's logs are under {tmp_path / 'notadir'}/ray/session_latest/logs" in said, said
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cache", "e.yaml", "notadir"]
