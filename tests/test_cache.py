@@ -64,3 +64,31 @@ def test_an_unusable_cache_is_passed_over(fresh: Path, tmp_path: Path) -> None:
     fresh.parent.write_text("not a folder")  # neither readable nor writable as the cache
     cfg = plan(write_sweeps(tmp_path / "e.yaml", {"s": {"base": TINY}}), "s").trials[0].config
     assert model_cost(cfg).params > 0
+
+
+#: Top-level code of a plugin file that gives its mixer WIDTH parameters more (WIDTH follows).
+WIDER = """
+import torch
+
+_init = Relu.__init__
+
+
+def _widened(self, *args, **kwargs):
+    _init(self, *args, **kwargs)
+    self.extra = torch.nn.Parameter(torch.zeros(WIDTH))
+
+
+Relu.__init__ = _widened
+"""
+
+
+def test_a_component_edited_within_one_process_is_counted_again(fresh: Path, tmp_path: Path) -> None:
+    """A notebook plans, edits its plugin (its mixer gains parameters: same architecture key, other code) and
+    plans again in the same process: the count follows the code (issue 38 item 11: the in-process cache was keyed
+    by the architecture alone, and answered with the old count)."""
+    counts = []
+    for width in (3, 7):
+        (tmp_path / "wide.py").write_text(plugin_source(kind="widerelu", extra=WIDER + f"WIDTH = {width}"))
+        cfg = plan(experiments(tmp_path, ["./wide.py"], kind="widerelu"), "p").trials[0].config
+        counts.append(model_cost(cfg).params)
+    assert counts[1] - counts[0] == 4 * TINY["model"]["depths"][0]  # one mixer per block

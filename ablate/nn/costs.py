@@ -27,7 +27,7 @@ class Cost:
     leave them out, so `gflops - attention_gflops` is the other convention."""
 
 
-_COSTS: dict[str, Cost] = {}
+_COSTS: dict[tuple[str, str], Cost] = {}
 
 
 def data_dims(cfg: TrialConfig) -> tuple[int, int]:
@@ -39,12 +39,13 @@ def model_cost(cfg: TrialConfig, in_chans: int | None = None, num_classes: int |
     """Parameters and forward GFLOPs per example (MIL: per bag of MIL_BAG instances) of the trial's model.
 
     The data widths default to `data_dims(cfg)`. Built and counted on the meta device; cached by
-    `model_key`, so trials that differ only in data split, recipe or seed share one entry.
+    `model_key` and the code fingerprint, so trials that differ only in data split, recipe or seed share one
+    entry, and a component edited in a long-lived process (a notebook) is counted again.
     """
     if in_chans is None or num_classes is None:
         in_chans, num_classes = data_dims(cfg)
-    key = model_key(cfg, num_classes, in_chans)
-    if key not in _COSTS:
+    key, code = model_key(cfg, num_classes, in_chans), fingerprint(cfg).digest
+    if (key, code) not in _COSTS:
         dims = (num_classes, in_chans)
 
         def measure() -> tuple[int, float, float]:
@@ -52,5 +53,5 @@ def model_cost(cfg: TrialConfig, in_chans: int | None = None, num_classes: int |
 
             return measure(cfg, *dims)
 
-        _COSTS[key] = Cost(*remembered("cost", fingerprint(cfg).digest, key, measure, "ablate.nn.accounting"))
-    return _COSTS[key]
+        _COSTS[key, code] = Cost(*remembered("cost", code, key, measure, "ablate.nn.accounting"))
+    return _COSTS[key, code]
