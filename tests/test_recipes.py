@@ -248,9 +248,9 @@ def test_syn_mil_smoke_every_dataset_and_fold_trains() -> None:
 
 def test_the_default_sweep_can_decide() -> None:
     """`make run`'s sweep (cpu) plans enough seeds for its report to show a decision: with every seed's
-    difference to the baseline on one side (the most extreme ranks a signed-rank test can see), the report's
-    paired test over those seeds, adjusted over the sweep's comparisons with the baseline, falls below alpha.
-    (At 2 seeds the exact Wilcoxon p is never below 0.5, so the first report could never decide.)"""
+    difference to the baseline on one side, the report's paired test over those seeds (`ablate.evidence`),
+    adjusted over the sweep's comparisons with the baseline, falls below alpha. (At 2 seeds the policy has no
+    test, an exact one could never go below 0.5, so the first report could never decide.)"""
     from ablate.reporting import stats
 
     cpu = plan(ROOT / "experiments.yaml", "cpu")
