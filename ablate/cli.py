@@ -170,27 +170,6 @@ def _cell(value: Any) -> str:
     return str(value)
 
 
-def plan_rows(plan: Any, costs: bool) -> list[dict[str, Any]]:
-    """One row per trial: key, variant, axis values, cost, resolved config (what csv/json print)."""
-    rows = []
-    cost_of = None
-    if costs:
-        from ablate.check import cost
-
-        cost_of = cost  # a failing model is a ModelError naming its mechanism, backbone or dataset
-    for t in plan.trials:
-        row: dict[str, Any] = {"sweep": plan.sweep, "key": t.key, "variant": t.variant, **t.axes}
-        if cost_of is not None:
-            c = cost_of(t.config)
-            # GFLOPs as the papers count them: multiply-accumulates (torch's counter counts 2 per MAC), with
-            # the attention matmuls and without them (the convention of most papers' tables)
-            row["params"], row["gflops"] = c.params, round(c.gflops / 2, 6)
-            row["gflops_no_attn"] = round((c.gflops - c.attention_gflops) / 2, 6)
-        row["config"] = t.config.model_dump(mode="json")
-        rows.append(row)
-    return rows
-
-
 @app.command()
 def plan(
     file: Path = typer.Argument(Path("experiments.yaml"), help="The experiments file."),
@@ -204,29 +183,24 @@ def plan(
     overrides: list[str] | None = SET,
 ) -> None:
     """Expand sweeps into trials: key, axis values, params and GFLOPs; counts per axis."""
+    from ablate import plan_table
     from ablate.check import ModelError
 
     plans = plans_of(file, sweep, max_trials=max_trials, overrides=overrides)
     try:
-        rows = [r for p in plans for r in plan_rows(p, costs)]
+        cost = plan_table.variant_costs(plans) if costs else None
     except ModelError as e:
         fail(f"{e}\n(`ablate check` steps every variant; --no-costs plans without building models)")
     if format is Format.json:
-        sys.stdout.write(json.dumps(rows, indent=1) + "\n")
+        sys.stdout.write(json.dumps(plan_table.records(plans, cost), indent=1) + "\n")
         return
     if format is Format.markdown:
         import pandas as pd
 
-        sys.stdout.write(_markdown(pd.DataFrame(rows).drop(columns="config")))
+        sys.stdout.write(_markdown(pd.DataFrame([r for p in plans for r in plan_table.rows(p, cost)])))
         return
     if format is Format.csv:
-        import csv
-
-        fields = list(dict.fromkeys(k for r in rows for k in r))
-        writer = csv.DictWriter(sys.stdout, fieldnames=fields, lineterminator="\n")
-        writer.writeheader()
-        for r in rows:
-            writer.writerow({k: json.dumps(v) if isinstance(v, (dict, list)) else v for k, v in r.items()})
+        plan_table.write_csv(plans, cost, sys.stdout)
         return
     for p in plans:
         if p.tuning and not p.trials:
@@ -234,7 +208,7 @@ def plan(
 
             out.print(f"{p.sweep}: {describe(p)}")
             continue
-        prows = [r for r in rows if r["sweep"] == p.sweep]
+        prows = plan_table.rows(p, cost, limit)
         table = Table(title=f"{p.sweep}: {len(p.trials)} trials, {len(p.variants)} variants", title_justify="left")
         table.add_column("key")
         for a in p.axes:
@@ -244,15 +218,15 @@ def plan(
             table.add_column("params", justify="right")
             table.add_column("GFLOPs", justify="right")
             table.add_column("w/o attn matmuls", justify="right")
-        for r in prows[:limit]:
+        for r in prows:
             base = "  *" if r["variant"] == p.baseline else ""
             cells = [r["key"][:10] + base] + [_cell(r[a]) for a in p.axes] + [str(r["seed"])]
             if costs:
                 cells += [f"{r['params'] / 1e6:.3g}M", f"{r['gflops']:.3g}", f"{r['gflops_no_attn']:.3g}"]
             table.add_row(*cells)
         out.print(table)
-        if len(prows) > limit:
-            out.print(f"... {len(prows) - limit} more rows (--limit, or --format csv)")
+        if len(p.trials) > limit:
+            out.print(f"... {len(p.trials) - limit} more rows (--limit, or --format csv)")
         counts = "; ".join(f"{a}: " + ", ".join(f"{_cell(v)}={n}" for v, n in c.items()) for a, c in p.counts().items())
         out.print(f"total {len(p.trials)}; {counts}; seeds {len(set(t.axes['seed'] for t in p.trials))}")
         if p.adaptive:

@@ -9,6 +9,7 @@ grid cell without its replicates (seed, CV fold); its key hashes the identity mi
 from __future__ import annotations
 
 import copy
+import difflib
 import functools
 import hashlib
 import itertools
@@ -88,6 +89,17 @@ class Trial:
         """`axes` as JSON text, as `recorded_text` makes the config's."""
         return self._seeded(None if self.recording is None else self.recording.axes, lambda: self.axes)
 
+    def resolved(self) -> dict[str, Any]:
+        """The config as JSON data with its values (no `${VAR}` text), as `ablate plan` prints it: the cell's
+        data made once with this seed set in a shallow copy, so its sections are shared: read, never change."""
+        if self.recording is None or self.seed is None:
+            return self.config.model_dump(mode="json")
+        return {**self.recording.resolved, "seed": self.seed}
+
+    def resolved_text(self) -> str:
+        """`resolved()` as JSON text, as `recorded_text` makes the recorded config's."""
+        return self._seeded(None if self.recording is None else self.recording.resolved_text, self.resolved)
+
     def _seeded(self, halves: tuple[str, str] | None, data: Callable[[], Any]) -> str:
         return json.dumps(data()) if halves is None or self.seed is None else f"{halves[0]}{self.seed:d}{halves[1]}"
 
@@ -101,8 +113,8 @@ def _recorded(cfg: TrialConfig, placeholders: dict[str, str]) -> dict[str, Any]:
 
 @dataclass
 class Recording:
-    """A cell's recorded config (`Trial.recorded`) and axes as JSON text split where the seed goes
-    (`seed_halves`), made once for all the cell's trials."""
+    """A cell's recorded config (`Trial.recorded`), axes and resolved config (`Trial.resolved`) as JSON text
+    split where the seed goes (`seed_halves`), made once for all the cell's trials."""
 
     cell: TrialConfig
     placeholders: dict[str, str]
@@ -115,6 +127,14 @@ class Recording:
     @functools.cached_property
     def axes(self) -> tuple[str, str] | None:
         return seed_halves(self.cell_axes, json.dumps)
+
+    @functools.cached_property
+    def resolved(self) -> dict[str, Any]:
+        return self.cell.model_dump(mode="json")
+
+    @functools.cached_property
+    def resolved_text(self) -> tuple[str, str] | None:
+        return seed_halves(self.resolved, json.dumps)
 
 
 @dataclass
@@ -287,7 +307,10 @@ def _dead_values(rule: dict[str, Any], haves: dict[str, list[Any]]) -> Iterable[
         dead = [c for c in candidates if not any(matches({path: c}, {path: h}, flat=True) for h in taken)]
         if dead:
             shown = ", ".join(repr(v) for v in taken[:12]) + (", ..." if len(taken) > 12 else "")
-            yield path, f"{', '.join(map(repr, dead))} matches no value {path} takes in this sweep ({shown})"
+            words = [h for h in taken if isinstance(h, str)]
+            close = [c for d in dead if isinstance(d, str) for c in difflib.get_close_matches(d, words, n=1)]
+            mean = f"; did you mean {', '.join(map(repr, close))}?" if close else ""
+            yield path, f"{', '.join(map(repr, dead))} matches no value {path} takes in this sweep ({shown}){mean}"
 
 
 def _where(sweep: SweepSource, cell: Cell, err_path: str, msg: str) -> list[Problem]:
@@ -324,6 +347,15 @@ def _base_problems(sweep: SweepSource) -> list[Problem]:
     if fixed("data.path") and isinstance(base.get("data"), dict) and (msg := _data_path_problem(base["data"])):
         found += _where(sweep, (), "data.path", msg)
     return found
+
+
+def _given(raw: dict[str, Any], paths: Iterable[str], defaults: dict[str, Any]) -> dict[str, Any]:
+    """The value a raw config gives each of `paths`, else its default, as a config of those paths alone: what a
+    `when:` condition tests, and an `exclude:` rule in a cell that does not validate."""
+    out: dict[str, Any] = {}
+    for path in paths:
+        set_path(out, path, get_path(raw, path, get_path(defaults, path)))
+    return out
 
 
 def _raw_config(sweep: SweepSource, cell: Cell) -> dict[str, Any]:
@@ -393,14 +425,14 @@ def expand(sweep: SweepSource, max_trials: int = MAX_TRIALS) -> Plan:
         groups = whens[w]
         grown: list[Cell] = []
         raws = [_raw_config(sweep, cell) for cell in cells]
-        conditions = [{p: get_path(raw, p, get_path(defaults, p)) for p in block.when} for raw in raws]
+        conditions = [_given(raw, block.when, defaults) for raw in raws]
         for cell, values in zip(cells, conditions, strict=True):
-            if matches(block.when, values, flat=True):
+            if matches(block.when, values):
                 grown.extend(cell + extra for extra in _product(groups))
             else:
                 grown.append(cell)
         if not problems:  # a condition that can never hold leaves the cells as they are: named with theirs
-            haves = {p: _taken(v[p] for v in conditions) for p in block.when}
+            haves = {p: _taken(get_path(v, p) for v in conditions) for p in block.when}
             dead += [sweep.problem(("when", w, "when", p), m) for p, m in _dead_values(block.when, haves)]
         cells = grown
     for i, rule in enumerate(spec.exclude):
@@ -417,13 +449,17 @@ def expand(sweep: SweepSource, max_trials: int = MAX_TRIALS) -> Plan:
     """Each cell that makes trials."""
     owner: dict[str, int] = {}
     """Trial key -> the index in `planned` of the cell that makes it."""
-    valid: list[dict[str, Any]] = []
-    """The resolved config of every cell that validates, excluded or not: what `exclude:` rules can match."""
+    seen: list[dict[str, Any]] = []
+    """What `exclude:` rules can match in each cell, excluded or not: its resolved config, or where it does not
+    validate, the values its raw config gives the rules' paths."""
     for cell in cells:
         raw = _raw_config(sweep, cell)
         try:
             cfg = TrialConfig.model_validate(raw)
         except ValidationError as err:
+            seen.append(_given(raw, {p: None for rule in spec.exclude for p in rule}, defaults))
+            if any(matches(rule, seen[-1]) for rule in spec.exclude):
+                continue  # a cell the sweep excludes (one a knob refuses, say) is no problem of the sweep
             for e in err.errors():
                 err_path = ".".join(str(p) for p in clean_loc(tuple(e["loc"]), raw))
                 problems.extend(_where(sweep, cell, err_path, error_message(e, TrialConfig)))
@@ -431,7 +467,7 @@ def expand(sweep: SweepSource, max_trials: int = MAX_TRIALS) -> Plan:
                 problems.extend(_where(sweep, cell, "data.path", msg))
             continue
         resolved = cfg.model_dump(mode="json")
-        valid.append(resolved)
+        seen.append(resolved)
         if any(matches(rule, resolved) for rule in spec.exclude):
             continue
         keys = seed_keys(identity(cfg), seeds)
@@ -452,7 +488,7 @@ def expand(sweep: SweepSource, max_trials: int = MAX_TRIALS) -> Plan:
         recording = Recording(cfg, secret, cell_axes)
         for seed, key in zip(seeds, keys, strict=True):
             trials.append(Trial(key, variant, cfg, {**cell_axes, "seed": seed}, secret, seed, recording))
-    problems += dead + _dead_exclusions(sweep, valid)
+    problems += dead + _dead_exclusions(sweep, seen)
     if problems:
         raise SpecError(problems)
     if not trials:
@@ -462,9 +498,9 @@ def expand(sweep: SweepSource, max_trials: int = MAX_TRIALS) -> Plan:
         bad = [sweep.problem(("baseline", p), m) for p in spec.baseline if (m := path_problem(p, kinds)) is not None]
         if bad:
             raise SpecError(bad)
-        hit = next((t for t in trials if matches(spec.baseline, t.config.model_dump(mode="json"))), None)
+        hit = next((t for t in trials if matches(spec.baseline, t.resolved())), None)
         if hit is None:
-            raise SpecError([sweep.problem(("baseline",), f"matches no cell of the grid: {spec.baseline}")])
+            raise SpecError([sweep.problem(("baseline",), _no_baseline(spec.baseline, trials))])
         baseline = hit.variant
     if adaptive and baseline is None:
         raise SpecError([sweep.problem(("seeds",), "adaptive seeds compare every cell with the baseline: give the "
@@ -510,13 +546,23 @@ def _same_trials(sweep: SweepSource, first: Resolved, cell: Resolved) -> list[Pr
     return problems
 
 
-def _dead_exclusions(sweep: SweepSource, valid: list[dict[str, Any]]) -> list[Problem]:
-    """`exclude:` rules that match no cell: a value no cell takes, or values that no one cell takes together."""
+def _no_baseline(baseline: dict[str, Any], trials: list[Trial]) -> str:
+    """What to say of a baseline that matches no trial: each value no trial takes (a mechanism's name mistyped,
+    say), with the values its path takes (a whole section's, too long to read, left out)."""
+    configs = [t.resolved() for t in {t.variant: t for t in trials}.values()]
+    haves = {p: _taken(get_path(c, p) for c in configs) for p in baseline}
+    values = {p: want for p, want in baseline.items() if not any(isinstance(h, dict) for h in haves[p])}
+    return "; ".join([f"matches no cell of the grid: {baseline}", *(m for _, m in _dead_values(values, haves))])
+
+
+def _dead_exclusions(sweep: SweepSource, seen: list[dict[str, Any]]) -> list[Problem]:
+    """`exclude:` rules that match no cell of the grid (`seen`, valid or not): a value no cell takes, or values
+    that no one cell takes together."""
     problems = []
     for i, rule in enumerate(sweep.spec.exclude):
-        haves = {p: _taken(get_path(r, p) for r in valid) for p in rule}
+        haves = {p: _taken(get_path(r, p) for r in seen) for p in rule}
         dead = [sweep.problem(("exclude", i, p), m) for p, m in _dead_values(rule, haves)]
-        if not dead and valid and not any(matches(rule, r) for r in valid):
+        if not dead and seen and not any(matches(rule, r) for r in seen):
             dead = [sweep.problem(("exclude", i), f"matches no cell: no cell has all of {rule}")]
         problems += dead
     return problems

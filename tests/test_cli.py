@@ -419,3 +419,42 @@ def test_status_gives_each_sweep_its_epochs_left_and_eta(tmp_path: Path) -> None
     rows = {r["sweep"]: r for r in table(status("--db", db), "trials per state")}
     assert (rows["syn"]["epochs left"], rows["syn"]["s/epoch"], rows["syn"]["ETA"]) == ("5", "10", "25s")
     assert (rows["mix"]["epochs left"], rows["mix"]["s/epoch"], rows["mix"]["ETA"]) == ("4", "-", "-")
+
+
+def test_plan_counts_each_variants_cost_once_and_prints_each_trials_own_config(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """2 variants x 3 seeds: two models counted, not six; every row has its variant's figures and its trial's
+    config at its own seed (as `Trial.config` dumps it), in json and csv alike; the table shows `--limit` rows."""
+    import csv
+    import io
+
+    from ablate import plan_table
+    from ablate.check import cost
+    from ablate.planner import plan
+
+    counted: list[str] = []
+
+    def counting(cfg):  # the real count, its calls noted
+        counted.append(cfg.attention.kind)
+        return cost(cfg)
+
+    monkeypatch.setattr(plan_table, "cost", counting)
+    f = write_sweeps(
+        tmp_path / "e.yaml", {"s": {"base": TINY, "grid": {"attention.kind": ["softmax", "csan"]}, "seeds": 3}}
+    )
+    trials = plan(f, "s").trials
+    configs = [t.config.model_dump(mode="json") for t in trials]
+    rows = json.loads(invoke("plan", str(f), "--format", "json"))
+    assert counted == ["softmax", "csan"]
+    assert [r["config"] for r in rows] == configs and [c["seed"] for c in configs] == [0, 1, 2, 0, 1, 2]
+    for row, t in zip(rows, trials, strict=True):
+        c = cost(t.config)
+        assert (row["key"], row["params"], row["gflops"]) == (t.key, c.params, round(c.gflops / 2, 6))
+    lines = list(csv.DictReader(io.StringIO(invoke("plan", str(f), "--format", "csv"))))
+    assert [json.loads(r["config"]) for r in lines] == configs
+    assert [{k: v for k, v in r.items() if k != "config"} for r in lines] == [
+        {k: str(v) for k, v in r.items() if k != "config"} for r in rows
+    ]
+    shown = invoke("plan", str(f), "--limit", "2")
+    assert "... 4 more rows" in shown and shown.count(trials[2].key[:10]) == 0 and trials[1].key[:10] in shown

@@ -666,3 +666,35 @@ def test_seed_keys_serialise_the_identity_once_and_equal_a_digest_per_seed(tmp_p
         assert seed_keys(marked, [0, 7, 2**63 - 1]) == [digest({**marked, "seed": s}) for s in (0, 7, 2**63 - 1)]
     assert [t.config.seed for t in trials] == [t.axes["seed"] for t in trials] == [0, 1, 2, 0, 1, 2]
     assert [trial_key(t.config) for t in trials] == [t.key for t in trials]
+
+
+def test_an_exclude_that_removes_the_cells_a_knob_refuses_is_valid(tmp_path: Path) -> None:
+    """nlm takes only identity projections: an `exclude:` of (nlm, learned), or a `when:` giving softmax alone
+    the projections axis, says so, and the cell it removes is never an error; without either the value is
+    refused, and a rule naming a value the grid never gives, or cells no cell of the grid is, still is."""
+    grid = {"attention.kind": ["softmax", "nlm"], "attention.projections": ["learned", "identity"]}
+    rule = {"attention.kind": "nlm", "attention.projections": "learned"}
+    p = plan_of(tmp_path, {"grid": grid, "exclude": [rule]})
+    cells = {(t.axes["attention.kind"], t.axes["attention.projections"]) for t in p.trials}
+    assert cells == {("softmax", "learned"), ("softmax", "identity"), ("nlm", "identity")}
+    softmax_only = {"when": {"attention.kind": "softmax"}, "grid": {"attention.projections": ["learned", "identity"]}}
+    when = {"grid": {"attention.kind": ["softmax", "nlm"]}, "when": [softmax_only]}
+    assert len(plan_of(tmp_path, when).trials) == 3
+    with pytest.raises(SpecError, match=re.escape("Input should be 'identity' (got 'learned')")):
+        plan_of(tmp_path, {"grid": grid})
+    typo = {**rule, "attention.projections": "lerned"}
+    said = "'lerned' matches no value attention.projections takes in this sweep ('learned', 'identity'); did you mean"
+    with pytest.raises(SpecError, match=re.escape(f"{said} 'learned'?")):
+        plan_of(tmp_path, {"grid": grid, "exclude": [rule, typo]})
+    linked = {"linked": [{"attention.kind": ["softmax", "nlm"], "attention.projections": ["learned", "identity"]}]}
+    with pytest.raises(SpecError, match=re.escape("exclude[0]: matches no cell: no cell has all of")):
+        plan_of(tmp_path, {**linked, "exclude": [{"attention.kind": "softmax", "attention.projections": "identity"}]})
+
+
+def test_a_mistyped_baseline_value_is_answered_with_the_nearest_value_of_its_axis(tmp_path: Path) -> None:
+    with pytest.raises(SpecError) as err:
+        plan_of(tmp_path, {"grid": {"attention.kind": ["softmax", "nlm"]}, "baseline": {"attention.kind": "sofmax"}})
+    assert str(err.value).endswith(
+        "baseline: matches no cell of the grid: {'attention.kind': 'sofmax'}; 'sofmax' matches no value "
+        "attention.kind takes in this sweep ('softmax', 'nlm'); did you mean 'softmax'?"
+    )
