@@ -5,12 +5,12 @@ A trial's key says *what* it trains (its config); its fingerprint says *with whi
 the trial uses (its mechanism, backbone, dataset and task, plugins included, and the training loop), the
 digest covers the module that registers it and the module that defines it, and the modules they import from
 `ablate.nn` and `ablate.data` (or from their own package, for a plugin package; never a package's `report`
-module, which formats results: `REPORT`), each as its syntax tree
-without docstrings: comments, docstrings and formatting never count, a changed expression always does (a
-plugin file's module counts under its stem, not under its name, which carries a hash of its text). The
-versions of torch, timm and of the distributions that ship plugin components count too. Module digests are
-cached by file and modification time, and fingerprints by component names, so a plan of thousands of trials
-costs one dictionary lookup per trial after the first of each kind.
+module, which formats results: `REPORT`), each as its syntax tree without its bare string statements
+(`ALGORITHM`): comments, docstrings (a knob's attribute docstring too) and formatting never count, a changed
+expression always does (a plugin file's module counts under its stem, not under its name, which carries a
+hash of its text). The versions of torch, timm and of the distributions that ship plugin components count
+too. Module digests are cached by file and modification time, and fingerprints by component names, so a plan
+of thousands of trials costs one dictionary lookup per trial after the first of each kind.
 
 Fingerprints are also kept on disk (`CACHE` in `ablate.cache.folder()`), each with what it was computed
 from: the file, modification time and size of every module it covers, of every name it looked for and found
@@ -64,6 +64,14 @@ DECIDING = (__name__, REGISTRY, "ablate.plugins")
 """Modules whose text decides a fingerprint beyond the components' own: this algorithm (`LOOP`, `FOLLOWED`),
 the built-in modules that register names (`BUILTINS`) and how a registration names its module, and how
 plugins are loaded and their modules named."""
+ALGORITHM = 2
+"""How a module's syntax tree is digested, recorded with each fingerprint (a record without one is 1): 1
+dropped a module's, class's or function's leading docstring; 2 drops every bare string statement, attribute
+docstrings included (a string used as a value, a `Field(description=...)` or a default, still counts). A record
+is compared with today's code digested as it was (`current`): a new algorithm never makes a result stale by
+itself, and code without bare strings past the docstrings digests the same by both."""
+DOCUMENTED = (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)
+"""What has a docstring: its body's leading string (all that algorithm 1 dropped)."""
 SETTLED_NS = 2_000_000_000
 """A fingerprint is kept on disk only when every file it covers was last modified this long before it was
 computed: a file written within one tick of a coarse file-system clock (2 s on FAT) can change again with the
@@ -77,6 +85,11 @@ class Fingerprint:
 
     components: dict[str, str]
     versions: dict[str, str | None] = field(default_factory=dict)
+    algorithm: int = ALGORITHM
+    """How its module digests were taken (`ALGORITHM`); not part of `digest`: both take unchanged code alike."""
+    missing: tuple[str, ...] = field(default=(), compare=False)
+    """Files of modules it covers that were imported from a file that is gone now (a plugin file moved or
+    deleted): what its digests say of them is not today's code. Never recorded or kept."""
 
     @functools.cached_property
     def digest(self) -> str:
@@ -93,11 +106,20 @@ class Fingerprint:
         return out
 
     def to_json(self) -> dict[str, Any]:
-        return {"components": self.components, "versions": self.versions, "digest": self.digest}
+        return {"components": self.components, "versions": self.versions, "algorithm": self.algorithm,
+                "digest": self.digest}  # fmt: skip
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Fingerprint:
-        return cls(dict(data.get("components", {})), dict(data.get("versions", {})))
+        return cls(dict(data.get("components", {})), dict(data.get("versions", {})), int(data.get("algorithm", 1)))
+
+
+class CodeMissing(ValueError):
+    """Today's code of a recorded fingerprint cannot be read here: a file it covers is gone."""
+
+    def __init__(self, files: tuple[str, ...]) -> None:
+        one = len(files) == 1
+        super().__init__(f"{'file' if one else 'files'} {', '.join(files)} {'is' if one else 'are'} missing")
 
 
 def fingerprint(cfg: TrialConfig) -> Fingerprint:
@@ -119,31 +141,46 @@ def fingerprints(configs: list[TrialConfig]) -> list[Fingerprint]:
 
 def current(recorded: Fingerprint) -> Fingerprint:
     """The fingerprint the code has now for the components a recorded one names (`mechanism csan`, `backbone
-    vit`, ...): what a trial recorded with it gets now, found without reading the trial's config. Kept on disk
-    (see the module docstring), it is found with no component loaded; computed, it needs them registered (their
-    plugins loaded). ValueError where one of them is not registered (a RegistryError where the registries are
-    imported) or the record lacks one."""
+    vit`, ...), digested by the record's `algorithm`: what a trial recorded with it gets now, found without
+    reading the trial's config. Kept on disk (see the module docstring), it is found with no component loaded;
+    computed, it needs them registered (their plugins loaded). CodeMissing where a file it covers is gone (the
+    code cannot be compared here, which is not a change); ValueError where one of them is not registered (a
+    RegistryError where the registries are imported) or the record lacks one."""
+    now = _now(_names(recorded), recorded.algorithm)
+    if now.missing:
+        raise CodeMissing(now.missing)
+    return now
+
+
+def comparable(recorded: Fingerprint, now: Fingerprint) -> Fingerprint:
+    """What a trial's recorded fingerprint is compared with, given the trial's fingerprint `now`: `now`, or for
+    a record digested by another `ALGORITHM`, today's code digested by that one."""
+    return now if recorded.algorithm == now.algorithm else _now(_names(now), recorded.algorithm)
+
+
+def _names(fp: Fingerprint) -> tuple[str, str, str, str]:
+    """The components a fingerprint names: mechanism, backbone, dataset and task (ValueError if one is not)."""
     names = []
     for kind in KINDS:
-        found = [n.removeprefix(f"{kind} ") for n in recorded.components if n.startswith(f"{kind} ")]
+        found = [n.removeprefix(f"{kind} ") for n in fp.components if n.startswith(f"{kind} ")]
         if len(found) != 1:
             raise ValueError(f"a recorded fingerprint names {len(found)} {kind} components, not 1")
         names.append(found[0])
     kind, backbone, dataset, task = names
-    return _now((kind, backbone, dataset, task))
+    return kind, backbone, dataset, task
 
 
-def _now(names: tuple[str, str, str, str]) -> Fingerprint:
+def _now(names: tuple[str, str, str, str], algorithm: int = ALGORITHM) -> Fingerprint:
     """The fingerprint of these components (mechanism, backbone, dataset, task) as their files are now: the one
     kept on disk when nothing it was computed from has changed, else computed and kept."""
-    key = json.dumps([*names, sys.version, sys.prefix, __file__])  # per interpreter, environment and checkout
+    key = json.dumps([*names, algorithm, sys.version, sys.prefix, __file__])  # per interpreter, env, checkout
     kept = _kept(cache.entries(CACHE).get(key))
     if kept is not None:
         return kept
     started = time.time_ns()
     components = _components(names)
     stamps = tuple(_stamp(m) for m in sorted(set().union(*components.values())))
-    fp = _of(names, stamps)
+    fp = _of(names, stamps, algorithm)
     _keep(key, fp, names, components, started)
     return fp
 
@@ -171,11 +208,12 @@ def _keep(key: str, fp: Fingerprint, names: tuple[str, str, str, str], component
     """Keep `fp` on disk with what `_kept` checks: the stamps of the modules it covers, of the names they
     import that a digest would follow and that have no module (one that appears is followed), and of
     `DECIDING`; the modules outside ablate that registered or define its components (plugins). Not when a file
-    was modified since `SETTLED_NS` before `started`."""
+    was modified since `SETTLED_NS` before `started`, nor when one is `missing` (its gone file's stamp would
+    match again, and what is kept does not say it is missing)."""
     covered = set().union(*components.values())
     looked_for = {name for module in covered for name in _followed(module)}
     files = [(module, *_stamp(module)) for module in sorted(covered | looked_for | set(DECIDING))]
-    if any(mtime > started - SETTLED_NS for _, _, mtime, _ in files):
+    if fp.missing or any(mtime > started - SETTLED_NS for _, _, mtime, _ in files):
         return
     roots = set().union(*_named_roots(names).values())
     loaded = sorted(module for module in roots if module.split(".")[0] != "ablate")
@@ -220,17 +258,27 @@ def _stamp(module: str) -> tuple[str, int, int]:
 
 
 @functools.lru_cache(maxsize=1024)
-def _of(names: tuple[str, str, str, str], stamps: tuple[tuple[str, int, int], ...]) -> Fingerprint:
+def _of(names: tuple[str, str, str, str], stamps: tuple[tuple[str, int, int], ...], algorithm: int) -> Fingerprint:
     """Fingerprints by component names, recomputed when any of their modules' files changed (`stamps`)."""
     modules = _components(names)
-    components = {name: _hash(json.dumps(sorted([_label(m), _module_digest(m, *_stamp(m)[1:])] for m in mods)))
+    components = {name: _hash(json.dumps(sorted([_label(m), _module_digest(m, *_stamp(m)[1:], algorithm)]
+                                                for m in mods)))
                   for name, mods in modules.items()}  # fmt: skip
     versions = {pkg: _version(pkg) for pkg in VERSIONED}
     for mods in modules.values():
         for module in mods:
             if _installable(module) and (dist := _distribution(module.split(".")[0])):
                 versions[dist] = _version(dist)
-    return Fingerprint(components, versions)
+    missing = {gone for mods in modules.values() for module in mods if (gone := _gone(module))}
+    return Fingerprint(components, versions, algorithm, tuple(sorted(missing)))
+
+
+def _gone(module: str) -> str | None:
+    """The source file `module` was imported from, where no file is there now: a plugin file moved or deleted
+    since (its module runs from the text the store kept), or a module loaded from no plain file. None for a
+    module with a source file, or imported from none (a notebook's `__main__`)."""
+    file = getattr(sys.modules.get(module), "__file__", None)
+    return file if isinstance(file, str) and file.endswith(".py") and not Path(file).is_file() else None
 
 
 def _label(module: str) -> str:
@@ -336,22 +384,31 @@ def _tree(module: str) -> ast.Module | None:
 
 
 @functools.lru_cache(maxsize=4096)
-def _module_digest(module: str, mtime_ns: int, size: int) -> str:
-    """The module's syntax tree without docstrings (cached by modification time and size)."""
+def _module_digest(module: str, mtime_ns: int, size: int, algorithm: int = ALGORITHM) -> str:
+    """The module's syntax tree without docstrings, as `algorithm` (`ALGORITHM`) drops them (cached by
+    modification time and size). A statement list left empty becomes `pass`, as the docstring-only body of a
+    function did under algorithm 1: code without other bare strings digests the same by both."""
     tree = _tree(module)
     if tree is None:
         return "unreadable"
     for node in ast.walk(tree):
-        body = getattr(node, "body", None)
-        if (
-            isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
-            and body
-            and isinstance(body[0], ast.Expr)
-            and isinstance(body[0].value, ast.Constant)
-            and isinstance(body[0].value.value, str)
-        ):
-            node.body = body[1:] or [ast.Pass()]
+        for name, statements in ast.iter_fields(node):
+            if not isinstance(statements, list) or not any(map(_bare_string, statements)):
+                continue
+            kept = [s for s in statements if not _bare_string(s)]
+            if algorithm == 1:  # a module's, class's or function's leading docstring alone
+                if name != "body" or not isinstance(node, DOCUMENTED) or not _bare_string(statements[0]):
+                    continue
+                kept = statements[1:]
+            setattr(node, name, kept or [ast.Pass()])
     return _hash(ast.dump(tree, annotate_fields=False, include_attributes=False))
+
+
+def _bare_string(statement: ast.AST) -> bool:
+    """A string constant standing as a statement: a docstring, an attribute's docstring, or any other string
+    that does nothing (an f-string evaluates its fields: it is not one)."""
+    return isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Constant) \
+        and isinstance(statement.value.value, str)  # fmt: skip
 
 
 def _hash(text: str) -> str:

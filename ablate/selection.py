@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from ablate.fingerprint import Fingerprint, fingerprints, record
+from ablate.fingerprint import Fingerprint, comparable, fingerprints, record
 from ablate.planner import Plan, Trial
 from ablate.stale import LISTED
 from ablate.store import ENDED, Store
@@ -125,15 +125,15 @@ def select(plans: list[Plan], store: Store | None, choice: Select) -> Selection:
 def _stale(recorded: dict[str, dict[str, Any]], now: dict[str, Fingerprint]) -> dict[str, list[str]]:
     """The trials whose recorded code differs from their current fingerprint, with what changed (a recorded
     fingerprint is read once per digest: a relaunch compares every done trial)."""
-    olds: dict[str, Fingerprint] = {}
+    olds: dict[str, tuple[Fingerprint, Fingerprint]] = {}  # digest -> the record, what it is compared with
     out = {}
     for key, code in recorded.items():
         digest = code.get("digest")
-        old = olds[digest] if digest in olds else Fingerprint.from_json(code)
+        old, today = olds[digest] if digest in olds else (old := Fingerprint.from_json(code), comparable(old, now[key]))
         if digest is not None:
-            olds[digest] = old
-        if old.digest != now[key].digest:
-            out[key] = now[key].changed(old)
+            olds[digest] = old, today
+        if old.digest != today.digest:
+            out[key] = today.changed(old)
     return out
 
 

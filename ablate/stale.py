@@ -6,7 +6,7 @@ trial, and without the planner: a status of 100,000 trials reads a handful of co
 from __future__ import annotations
 
 from collections.abc import Collection
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ablate.fingerprint import Fingerprint, current
 from ablate.store import Store
@@ -17,12 +17,26 @@ LISTED = 20
 
 @dataclass(frozen=True)
 class StaleCode:
-    """The code digests that done trials were recorded with and that differ from the code now."""
+    """The code digests that done trials were recorded with and that differ from the code now, and those whose
+    code cannot be compared here (neither stale nor current)."""
 
     changed: dict[str, list[str]]
     """Recorded digest -> what changed since: component names, `torch 2.4 -> 2.5`."""
     trials: int
     """Done trials recorded with one of them."""
+    unknown: dict[str, str] = field(default_factory=dict)
+    """Recorded digest -> why its code cannot be compared here: a file it covers is missing (a plugin file moved
+    or deleted: the store keeps its text, not whether it changed since), or a component it names is not
+    registered."""
+    unknown_trials: int = 0
+    """Done trials recorded with one of `unknown`."""
+
+    def unchecked(self) -> str:
+        """One line for a view that marks stale trials: which done trials it cannot mark, and why ('' if none)."""
+        if not self.unknown:
+            return ""
+        why = "; ".join(sorted(set(self.unknown.values())))
+        return f"{self.unknown_trials} done trials: code not checkable here, not marked stale ({why})"
 
 
 def stale_code(store: Store, sweeps: list[str] | None = None) -> StaleCode:
@@ -30,23 +44,28 @@ def stale_code(store: Store, sweeps: list[str] | None = None) -> StaleCode:
     trial's components are named in its record): a store of 100,000 done trials holds a handful of digests.
     Today's fingerprints come from the disk cache where it answers (`ablate.fingerprint.current`, nothing
     imported); only for the others are the sweeps' plugins loaded (their code is part of the answer). A record
-    naming a component that is no longer registered is not stale: its code cannot be compared."""
+    whose code cannot be read here (a file missing, a component no longer registered) is `unknown`, not
+    stale."""
     digests = store.code_digests(sweeps or None)
     codes = store.codes([d.sample for d in digests.values()])
     olds = {digest: Fingerprint.from_json(codes[done.sample]) for digest, done in digests.items()}
-    nows = {digest: now for digest, old in olds.items() if (now := _current(old)) is not None}
-    if len(nows) < len(olds):
+    answers = {digest: _current(old) for digest, old in olds.items()}
+    if not all(isinstance(answer, Fingerprint) for answer in answers.values()):
         _load_plugins(store, sweeps)
-        nows.update({d: now for d, old in olds.items() if d not in nows and (now := _current(old)) is not None})
+        answers.update({d: _current(olds[d]) for d, answer in answers.items() if isinstance(answer, str)})
+    nows = {d: answer for d, answer in answers.items() if isinstance(answer, Fingerprint)}
+    unknown = {d: answer for d, answer in answers.items() if isinstance(answer, str)}
     changed = {d: now.changed(olds[d]) for d, now in nows.items() if now.digest != olds[d].digest}
-    return StaleCode(changed, sum(digests[d].trials for d in changed))
+    return StaleCode(changed, sum(digests[d].trials for d in changed), unknown,
+                     sum(digests[d].trials for d in unknown))  # fmt: skip
 
 
-def _current(old: Fingerprint) -> Fingerprint | None:
+def _current(old: Fingerprint) -> Fingerprint | str:
+    """Today's fingerprint of a record's components, or why there is none here."""
     try:
         return current(old)
-    except ValueError:  # a component not registered (yet: plugins not loaded; or no longer)
-        return None
+    except ValueError as e:  # CodeMissing, or a component not registered (yet: plugins not loaded; or no longer)
+        return str(e)
 
 
 def _load_plugins(store: Store, sweeps: list[str] | None) -> None:

@@ -4,6 +4,7 @@ again with the old result kept; `show` and `forget` (real Ray, SQLite, MLflow, C
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import subprocess
@@ -18,12 +19,27 @@ from conftest import BUILTIN_KINDS, TINY
 from test_plugins import DECLARATION, edit, plugin_package, plugin_source
 from typer.testing import CliRunner
 
+import ablate
 from ablate.cli import app
 from ablate.config import TrialConfig
-from ablate.fingerprint import fingerprint, fingerprints, modules_of, record
+from ablate.fingerprint import (
+    ALGORITHM,
+    DOCUMENTED,
+    CodeMissing,
+    Fingerprint,
+    _module_digest,
+    _now,
+    _stamp,
+    current,
+    fingerprint,
+    fingerprints,
+    modules_of,
+    record,
+)
 from ablate.planner import Plan, plan
 from ablate.plugins import Plugins
 from ablate.selection import Select, SelectionError, select
+from ablate.stale import StaleCode, stale_code
 from ablate.store import Store
 from ablate.tracking import Tracker
 
@@ -89,6 +105,121 @@ def test_only_the_cells_using_edited_code_are_stale_and_docstrings_never_count(t
         edit(tmp_path / "wide.py", 'name = "wideviT"', 'name = "wideviT"\n    patch_size = 8')
         assert stale() == {"relu/vit": {"mechanism relu"}, "relu/wideviT": {"mechanism relu", "backbone wideviT"},
                            "softmax/wideviT": {"backbone wideviT"}}  # fmt: skip
+
+
+KNOB = '''kind: Literal["relu"] = "relu"
+    scale: float = Field(1.0, description="Multiplies the attention output.")
+    """What the attention output is multiplied by."""
+    '''
+"""A knob of the relu plugin's config, with a `Field` description and an attribute docstring."""
+
+
+def test_a_knobs_attribute_docstring_never_counts_and_its_default_and_description_do(tmp_path: Path) -> None:
+    """A one-file plugin whose config has a knob with an attribute docstring (issue 38 item 4): editing the
+    attribute docstring (and a module-level constant's, and a string statement inside a function) leaves both
+    trials current for a launch (`select`) and for `status` (`stale_code`); editing the knob's
+    `Field(description=...)` (a value: a syntax tree cannot tell help text from a value the code reads) makes
+    them stale for both; editing its default makes the trials recorded before stale for `status` (a launch
+    plans new keys, as the config changed with it)."""
+    source = plugin_source().replace('kind: Literal["relu"] = "relu"', KNOB)
+    source = 'from pydantic import Field\nLIMIT = 3\n"""A constant."""\n' + source
+    (tmp_path / "relu.py").write_text(source.replace("return a @ v", 'x = 1\n        "a note"\n        return a @ v'))
+    f = sweep_file(tmp_path, ["./relu.py"], {"attention.kind": ["relu"], "model.embed_dim": [32, 16]})
+    p = plan(f, "s")
+    p.plugins.load()
+    with Store(f"sqlite:///{tmp_path / 'r.sqlite'}") as store:
+        record_done(store, p, f)
+        recorded = fingerprint(p.trials[0].config).digest
+
+        def stale() -> tuple[set[str], dict[str, list[str]]]:
+            """Each stale trial's changes as a launch and as `status` see them."""
+            p = plan(f, "s")
+            p.plugins.load()
+            chosen = set(map(tuple, select([p], store, Select()).stale.values()))
+            return {", ".join(c) for c in chosen}, stale_code(store).changed
+
+        assert stale() == (set(), {})
+        edit(tmp_path / "relu.py", '"""What the attention output is multiplied by."""', '"""Reworded: a factor."""')
+        edit(tmp_path / "relu.py", '"""A constant."""', '"""A limit, reworded."""')
+        edit(tmp_path / "relu.py", '"a note"', '"another note"')
+        assert stale() == (set(), {})
+        edit(tmp_path / "relu.py", "Multiplies the attention output.", "Scales the output.")
+        assert stale() == ({"mechanism relu"}, {recorded: ["mechanism relu"]})
+        record_done(store, plan(f, "s"), f)
+        before = stale_code(store)
+        edit(tmp_path / "relu.py", "Field(1.0,", "Field(2.0,")  # new keys for a launch: the old trials are stale
+        assert before.changed == {} and list(stale_code(store).changed.values()) == [["mechanism relu"]]
+
+
+def test_the_digest_algorithm_drops_only_what_it_did_not_before_and_old_records_compare_as_they_were(
+    tmp_path: Path,
+) -> None:
+    """Algorithm 2 digests every built-in module without bare string statements past its docstrings exactly as
+    algorithm 1 did, and every other one differently. A csan trial recorded by algorithm 1 (a record without
+    `algorithm`, as every result before it) is current for a launch and for `status`: its components' digests
+    differ by algorithm 2 (the loop's modules and csan's have attribute docstrings), so it would read stale if
+    compared with them."""
+
+    def extra_strings(path: Path) -> bool:
+        tree = ast.parse(path.read_text())
+        leading = {id(n.body[0]) for n in ast.walk(tree) if isinstance(n, DOCUMENTED)}
+        return any(isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant) and isinstance(n.value.value, str)
+                   and id(n) not in leading for n in ast.walk(tree))  # fmt: skip
+
+    root = Path(ablate.__file__).parent
+    same = {True: 0, False: 0}
+    for path in sorted(root.rglob("*.py")):
+        module = ".".join(path.relative_to(root.parent).with_suffix("").parts)
+        module = module.removesuffix(".__init__")
+        stamp = _stamp(module)[1:]
+        equal = _module_digest(module, *stamp, 1) == _module_digest(module, *stamp, ALGORITHM)
+        assert equal is not extra_strings(path), module
+        same[equal] += 1
+    assert same[True] > 10 and same[False] > 10
+    p = plan(sweep_file(tmp_path, [], {"attention.kind": ["csan"]}), "s")
+    names = ("csan", "vit", "digits", "classify")
+    old, new = _now(names, 1), _now(names, ALGORITHM)
+    assert new == fingerprint(p.trials[0].config) and old.digest != new.digest
+    assert {"mechanism csan", "loop"} <= set(new.changed(old))
+    with Store(f"sqlite:///{tmp_path / 'r.sqlite'}") as store:
+        store.add_trials("s", p.trials)
+        recorded = {k: v for k, v in record(old, None).items() if k != "algorithm"}
+        store.finish(p.trials[0].key, "done", code=recorded)
+        assert current(Fingerprint.from_json(recorded)) == old
+        assert select([p], store, Select()).stale == {} and stale_code(store).changed == {}
+
+
+def test_a_plugin_file_missing_where_status_runs_reads_as_unknown_not_stale(tmp_path: Path) -> None:
+    """Issue 38 item 11: a sweep's plugin file moved away after its trials were done. `status` and `runs` (new
+    processes, loading the sweep's stored plugin text) mark no trial stale, and the stale check answers
+    `unknown`, naming the missing file. Put back edited, the trials are stale; put back as it was, current."""
+    (tmp_path / "relu.py").write_text(plugin_source())
+    f = sweep_file(tmp_path, ["./relu.py"], {"attention.kind": ["relu"], "model.embed_dim": [32, 16]})
+    p = plan(f, "s")
+    p.plugins.load()
+    db = f"sqlite:///{tmp_path / 'r.sqlite'}"
+    with Store(db) as store:
+        store.upsert_sweep("s", metric=p.metric, spec={"axes": p.axes, "plugins": p.plugins.to_json()})  # as launched
+        record_done(store, p, f)
+    moved = (tmp_path / "relu.py").rename(tmp_path / "elsewhere.py")
+    env = {"ABLATE_CACHE": str(tmp_path / "cache"), "COLUMNS": "200"}
+    status = cli(tmp_path, "status", "--db", db, env=env)
+    runs = cli(tmp_path, "runs", "--db", db, "--format", "json", env=env)
+    assert status.returncode == runs.returncode == 0, status.stderr + runs.stderr
+    assert "stale" not in status.stdout and all(not r.get("stale") for r in json.loads(runs.stdout)), status.stdout
+    with Store(db) as store:
+        code = stale_code(store)
+        missing = str(tmp_path / "relu.py")
+        assert code.changed == {} and code.trials == 0 and code.unknown_trials == 2
+        assert list(code.unknown.values()) == [f"file {missing} is missing"] and missing in code.unchecked()
+        with pytest.raises(CodeMissing):
+            current(fingerprint(p.trials[0].config))
+        moved.rename(missing)
+        edit(Path(missing), "return a @ v", "return (a @ v) * 2.0")
+        code = stale_code(store)
+        assert (code.unknown, code.trials, list(code.changed.values())) == ({}, 2, [["mechanism relu"]])
+        edit(Path(missing), "return (a @ v) * 2.0", "return a @ v")
+        assert stale_code(store) == StaleCode({}, 0)
 
 
 def test_a_fingerprint_covers_the_components_modules_and_versions() -> None:
