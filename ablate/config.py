@@ -9,6 +9,7 @@ planning and validation stay fast: what a mechanism, backbone, dataset or task i
 
 from __future__ import annotations
 
+import difflib
 from dataclasses import dataclass
 from pathlib import PurePath
 from typing import Annotated, Any, Literal, TypeVar
@@ -65,14 +66,46 @@ AttentionConfig = Annotated[Mechanism, AnyMechanism()]
 
 
 # ------------------------------------------------------------------------------------------------- model
+NAMED: dict[str, Registry[Any]] = {
+    "task": TASKS,
+    "data.name": DATASETS,
+    "model.backbone": BACKBONES,
+    "attention.kind": MECHANISMS,
+}
+"""Config paths whose value names a registered component: a name nothing registered is a config's first
+problem, as the keys beside it (a mechanism's knobs) cannot be checked without the component."""
+
+
 def known(registry: Registry[T], name: str) -> str:
-    """`name` if `registry` has it (built-ins loaded first), else a ValueError listing what it has."""
+    """`name` if `registry` has it (built-ins loaded first), else a ValueError saying so (`unregistered`)."""
     from ablate.plugins import load_builtins
 
     load_builtins()
     if name not in registry:
-        raise ValueError(f"unknown {registry.kind} {name!r}; expected one of {registry.names()}")
+        raise ValueError(unregistered(registry, name))
     return name
+
+
+def unregistered(registry: Registry[Any], name: str) -> str:
+    """Why `name` names nothing in `registry`: the nearest registered name, every registered one and the plugins
+    loaded, as a plugin neither installed nor listed in `plugins:` is the usual cause. Says "(got ...)" so that
+    a problem at a grid value does not repeat the value."""
+    path = next(p for p, r in NAMED.items() if r is registry)
+    close = difflib.get_close_matches(name, registry.names(), n=1)
+    hint = f"; did you mean {close[0]!r}?" if close else ""
+    return (f"{path} names no registered {registry.kind} (got {name!r}){hint} (registered: "
+            f"{', '.join(registry.names())}; plugins loaded: {', '.join(loaded_plugins()) or 'none'})")  # fmt: skip
+
+
+def loaded_plugins() -> list[str]:
+    """The plugins that registered components in this process, a file plugin by its path, in order."""
+    found = []
+    for registry in NAMED.values():
+        for entry in registry.entries():
+            declared, _, file = entry.source.partition(" (")
+            if not declared.startswith("ablate."):
+                found.append(file.removesuffix(")") or declared.partition(":")[0])
+    return list(dict.fromkeys(found))
 
 
 def size_preset(name: str) -> tuple[str, dict[str, Any]]:
@@ -358,6 +391,12 @@ class Resources(Strict):
 
 
 # ------------------------------------------------------------------------------------------------- trial
+def _error_at(key: str, reason: str, value: Any) -> ValidationError:
+    """A field validator's error placed at `key` inside the field (a knob, a mechanism's kind), not the field."""
+    error = PydanticCustomError("value_error", "{reason}", {"reason": reason})
+    return ValidationError.from_exception_data("attention", [InitErrorDetails(type=error, loc=(key,), input=value)])
+
+
 class TrialConfig(Strict):
     """One fully resolved trial: what `run_trial` trains and evaluates."""
 
@@ -380,7 +419,10 @@ class TrialConfig(Strict):
     @field_validator("attention", mode="before")
     @classmethod
     def _default_kind(cls, v: Any) -> Any:
-        """An attention section without `kind` is softmax (so `attention.tau` on it is an unknown key)."""
+        """An attention section without `kind` is softmax (so `attention.tau` on it is an unknown key); a kind no
+        mechanism is registered as is named at `kind` (the union would name the whole section)."""
+        if isinstance(v, dict) and isinstance(v.get("kind"), str) and v["kind"] not in MECHANISMS:
+            raise _error_at("kind", unregistered(MECHANISMS, v["kind"]), v["kind"])
         return {"kind": "softmax", **v} if isinstance(v, dict) and "kind" not in v else v
 
     @field_validator("attention")
@@ -393,9 +435,7 @@ class TrialConfig(Strict):
             try:
                 v.fits(BACKBONES.get(model.backbone), model)
             except KnobError as e:
-                error = PydanticCustomError("value_error", "{reason}", {"reason": str(e)})
-                details = InitErrorDetails(type=error, loc=(e.knob,), input=getattr(v, e.knob, None))
-                raise ValidationError.from_exception_data(type(v).__name__, [details]) from None
+                raise _error_at(e.knob, str(e), getattr(v, e.knob, None)) from None
         return v
 
     @model_validator(mode="after")

@@ -8,7 +8,6 @@ grid cell without its replicates (seed, CV fold); its key hashes the identity mi
 
 from __future__ import annotations
 
-import copy
 import difflib
 import functools
 import hashlib
@@ -359,10 +358,7 @@ def _given(raw: dict[str, Any], paths: Iterable[str], defaults: dict[str, Any]) 
 
 
 def _raw_config(sweep: SweepSource, cell: Cell) -> dict[str, Any]:
-    raw = copy.deepcopy(sweep.base)
-    for path, value, _ in cell:
-        set_path(raw, path, value)
-    return raw
+    return sweep.config((path, value) for path, value, _ in cell)
 
 
 def match_problem(cfg: TrialConfig) -> str | None:

@@ -16,7 +16,7 @@ import difflib
 import os
 import re
 import typing
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -35,11 +35,11 @@ from pydantic import (
 )
 
 from ablate.components import Strict
-from ablate.config import AnyMechanism, TrialConfig
+from ablate.config import NAMED, AnyMechanism, TrialConfig, unregistered
 from ablate.errors import Problem, SpecError
 from ablate.paths import get_path, overlaps, set_path, typed_value
 from ablate.plugins import PluginError, Plugins, load_builtins
-from ablate.registry import MECHANISMS
+from ablate.registry import MECHANISMS, TASKS
 from ablate.tuning import TuneSpec
 
 Loc = tuple[str | int, ...]
@@ -201,22 +201,51 @@ class SweepSource:
     """Dotted path -> (value, text as written) where the base's value came from environment variables
     (`${TOKEN}`): records keep the text, the trial runs with the value."""
     overrides: tuple[Override, ...] = ()
-    """Command-line overrides set on `base` (`with_overrides`): a problem at their path is theirs."""
+    """Command-line overrides (`with_overrides`): a problem at their path is theirs."""
+    knobs: tuple[Override, ...] = ()
+    """The overrides of a knob that only some of the sweep's mechanisms have: set on each cell whose mechanism
+    has it (`config`), not on `base`, so the other cells keep their keys."""
 
     @property
     def source(self) -> str:
         return str(self.file)
 
+    def taken(self, path: str, default: Any = None) -> list[Any]:
+        """The values cells may take at `path`: those the sweep's axes give it (its when blocks' included), or
+        its base's where the grid gives none."""
+        return [value for value, _ in self.written(path, default)]
+
+    def written(self, path: str, default: Any = None) -> list[tuple[Any, Loc]]:
+        """`taken(path)` with where each value is written in the sweep."""
+        spec = self.spec
+        found = list(_written(spec.grid, spec.linked, path, ()))
+        if not found:
+            found.append((get_path(self.base, path, default), ("base", *path.split("."))))
+        for w, block in enumerate(spec.when):
+            found += _written(block.grid, block.linked, path, ("when", w))
+        return found
+
     def kinds(self, block: When | None = None) -> list[str]:
-        """The registered attention kinds cells may have (an unknown knob is compared with their knobs): those
-        `block`'s condition names, if it names any; else those the sweep's axes give attention.kind, or its
-        base's where they give none."""
+        """The attention kinds cells may have (an unknown knob is compared with their knobs; a kind that no
+        mechanism is registered as makes its knobs uncheckable, see `path_problem`): those `block`'s condition
+        names, if it names any; else those the sweep's axes give attention.kind, or its base's."""
+        taken = [k for k in self.taken("attention.kind", "softmax") if isinstance(k, str)]
         named = block.when.get("attention.kind") if block is not None else None
         if named is None:
-            spec, path = self.spec, "attention.kind"
-            named = axis_values(spec.grid, spec.linked, path) or [get_path(self.base, path, "softmax")]
-            named += [v for w in spec.when for v in axis_values(w.grid, w.linked, path)]
-        return sorted({k for k in _listed(named) if isinstance(k, str) and k in MECHANISMS})
+            return sorted(set(taken))
+        return sorted({k for k in _listed(named) if isinstance(k, str) and (k in MECHANISMS or k in taken)})
+
+    def config(self, assigned: Iterable[tuple[str, Any]]) -> dict[str, Any]:
+        """A cell's raw config: the base with the cell's `assigned` (path, value) pairs set, then each of `knobs`
+        if the cell's mechanism has that knob."""
+        raw = copy.deepcopy(self.base)
+        for path, value in assigned:
+            set_path(raw, path, value)
+        kind = get_path(raw, "attention.kind", "softmax")
+        for o in self.knobs:
+            if isinstance(kind, str) and kind in _owners(o.path):
+                set_path(raw, o.path, o.value)
+        return raw
 
     def problem(self, path: tuple[str | int, ...], message: str) -> Problem:
         """A problem at `path` inside this sweep's YAML, with the nearest known line; a problem in the base
@@ -570,6 +599,7 @@ def read_sweeps(path: str | Path) -> SweepFile:
             continue
         secret = {"data.path": (base["data"]["path"], written)} if written else {}
         sweeps[name] = SweepSource(name, body, path, base, lines, plugins, secret)
+        problems += unregistered_names(sweeps[name]) + metric_problems(sweeps[name])
     return SweepFile(path, sweeps, default or next(iter(sweeps), None), problems)
 
 
@@ -599,6 +629,8 @@ def path_problem(path: str, kinds: Collection[str] = ()) -> str | None:
     for i, part in enumerate(parts):
         fields = {n: f for m in models for n, f in m.model_fields.items()}
         if part not in fields:
+            if i == 1 and parts[0] == "attention" and any(k not in MECHANISMS for k in kinds):
+                return None  # a knob of a kind no mechanism is registered as: the kind is the problem
             where = ".".join(parts[:i]) or "the top level"
             own = [MECHANISMS.get(k) for k in kinds if k in MECHANISMS and MECHANISMS.get(k) in models]
             hint = expected_keys(part, own or models)
@@ -646,10 +678,11 @@ def parse_override(text: str) -> Override:
 
 
 def with_overrides(file: SweepFile, texts: Sequence[str], names: Iterable[str] | None = None) -> SweepFile:
-    """`file` with each override `PATH=VALUE` set on the base of the sweeps `names` (default: every sweep).
-    An override that is not PATH=VALUE, names no config field or sets a path the sweep's grid varies is a
-    problem of the file; a value the config refuses is found when the sweep is planned, and named as the
-    override's (`SweepSource.problem`)."""
+    """`file` with each override `PATH=VALUE` set on the base of the sweeps `names` (default: every sweep); a knob
+    that only some of a sweep's mechanisms have is set on their cells only (`SweepSource.knobs`). An override
+    that is not PATH=VALUE, names no config field or registered component, sets a path the sweep's grid varies
+    or a knob none of its mechanisms has is a problem of the file; a value the config refuses is found when the
+    sweep is planned, and named as the override's (`SweepSource.problem`)."""
     if not texts:
         return file
     problems: list[Problem] = []
@@ -663,10 +696,15 @@ def with_overrides(file: SweepFile, texts: Sequence[str], names: Iterable[str] |
         except SpecError as e:
             problems += e.problems
             continue
-        if (msg := path_problem(o.path, kinds)) is not None:
-            problems.append(o.problem(msg))
+        if o.path in NAMED and _unknown(o.value, NAMED[o.path]):
+            problems.append(o.problem(unregistered(NAMED[o.path], o.value)))
+            kinds.add(o.value)
         else:
             overrides.append(o)
+    for o in list(overrides):
+        if (msg := path_problem(o.path, kinds)) is not None:
+            problems.append(o.problem(msg))
+            overrides.remove(o)
     for name in chosen:
         source = sweeps[name]
         base = copy.deepcopy(source.base)
@@ -678,11 +716,34 @@ def with_overrides(file: SweepFile, texts: Sequence[str], names: Iterable[str] |
             if searched := [p for p in (source.spec.tune.space if source.spec.tune else {}) if o.overlaps(p)]:
                 problems.append(o.problem(f"sweep {name} searches {', '.join(searched)} in its tune: space; an "
                                           "override sets one value for every trial"))  # fmt: skip
-            set_path(base, o.path, o.value)
+            if not _owners(o.path):
+                set_path(base, o.path, o.value)
         if any(o.overlaps("data.path") for o in overrides):  # a relative path typed here is relative to here
             base = _absolute_data_path(base, Path.cwd())[0]
-        sweeps[name] = replace(source, base=base, overrides=tuple(overrides))
+        knobs = []
+        mechanisms = [k for k in replace(source, base=base).kinds() if k in MECHANISMS]
+        for o in (o for o in overrides if _owners(o.path)):
+            having = [k for k in mechanisms if k in _owners(o.path)]
+            if len(having) == len(mechanisms):
+                set_path(base, o.path, o.value)
+            elif having:
+                knobs.append(o)
+            else:
+                problems.append(o.problem(f"no cell of sweep {name} has a mechanism with this knob (its attention "
+                                          f"kinds: {', '.join(mechanisms)}); {o.path} is a knob of "
+                                          f"{', '.join(_owners(o.path))}"))  # fmt: skip
+        sweeps[name] = replace(source, base=base, overrides=tuple(overrides), knobs=tuple(knobs))
     return replace(file, sweeps=sweeps, problems=[*file.problems, *problems])
+
+
+def _owners(path: str) -> list[str]:
+    """The registered mechanisms that have the knob `path` sets (attention.<knob>...), if it sets one that not
+    every mechanism has (`kind` and the knobs of `Mechanism` are every mechanism's)."""
+    parts = path.split(".")
+    if parts[0] != "attention" or len(parts) < 2:
+        return []
+    owners = [kind for kind, cls in MECHANISMS.items() if parts[1] in cls.model_fields]
+    return [] if len(owners) == len(MECHANISMS) else owners
 
 
 def axis_paths(spec: SweepSpec) -> list[str]:
@@ -697,10 +758,50 @@ def axis_paths(spec: SweepSpec) -> list[str]:
 
 def axis_values(grid: dict[str, list[Any]], linked: list[Linked], path: str) -> list[Any]:
     """Every value a grid and its linked groups give `path`."""
-    values = list(grid.get(path, []))
-    for group in linked:
-        values += group.get(path, []) if isinstance(group, dict) else [row[path] for row in group if path in row]
-    return values
+    return [value for value, _ in _written(grid, linked, path, ())]
+
+
+def _written(grid: dict[str, list[Any]], linked: list[Linked], path: str, at: Loc) -> Iterator[tuple[Any, Loc]]:
+    """Every value a grid and its linked groups (under `at` in the sweep) give `path`, with where it is written."""
+    yield from ((v, (*at, "grid", path, i)) for i, v in enumerate(grid.get(path, [])))
+    for g, group in enumerate(linked):
+        if isinstance(group, dict):
+            yield from ((v, (*at, "linked", g, path, i)) for i, v in enumerate(group.get(path, [])))
+        else:
+            yield from ((row[path], (*at, "linked", g, i, path)) for i, row in enumerate(group) if path in row)
+
+
+def unregistered_names(sweep: SweepSource) -> list[Problem]:
+    """Each value that names a component (`config.NAMED`: a mechanism, backbone, dataset or task) no registered
+    one answers to, where it is written: a sweep's first problem, as its knobs cannot be checked without it."""
+    return [
+        sweep.problem(at, unregistered(registry, value))
+        for path, registry in NAMED.items()
+        for value, at in sweep.written(path)
+        if _unknown(value, registry)
+    ]
+
+
+def _unknown(value: Any, registry: Collection[str]) -> bool:
+    return isinstance(value, str) and value not in registry
+
+
+def metric_problems(sweep: SweepSource) -> list[Problem]:
+    """A `metric:` that the sweep's task records no final result of (`Task.results`): found by `plan`, not by
+    the report that compares trials on it after they ran."""
+    metric = sweep.spec.metric
+    tasks = [TASKS.get(t) for t in sweep.taken("task", "classify") if isinstance(t, str) and t in TASKS]
+    if metric is None or not tasks or not all(t.results() for t in tasks):
+        return []
+    results = [r for r in tasks[0].results() if all(r in t.results() for t in tasks)]
+    if metric in results:
+        return []
+    leaf = metric.rpartition(".")[2]
+    close = [r for r in results if r.rpartition(".")[2] == leaf] or difflib.get_close_matches(metric, results, 1, 0.8)
+    hint = f"; did you mean {close[0]!r}?" if close else ""
+    names = " and ".join(dict.fromkeys(t.name for t in tasks))
+    expected = f"expected one of {', '.join(results) or 'none'} (the test scores reports compare trials on)"
+    return [sweep.problem(("metric",), f"{names} records no final result {metric!r}: {expected}{hint}")]
 
 
 def _listed(value: Any) -> list[Any]:

@@ -40,6 +40,12 @@ class Task:
     """The names `score` returns (what a `tune:` block may choose on, as val.<name>); empty: not declared, and
     any validation metric is taken."""
 
+    @classmethod
+    def results(cls) -> tuple[str, ...]:
+        """The final results a trial records (`trial.run_trial`: the test split's scores), what a sweep's
+        `metric:` may name; read at plan time, without torch. Empty: not declared, and any metric is taken."""
+        return tuple(f"test.{name}" for name in cls.scores)
+
     def __init__(self, cfg: TrialConfig, data: Splits, device: torch.device) -> None:
         self.cfg, self.data, self.device = cfg, data, device
 

@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 
 from ablate.cli import app
 from ablate.errors import SpecError
-from ablate.planner import load_plans
+from ablate.planner import Plan, Trial, load_plans
 
 #: A ReLU-power mechanism with two knobs, its mixer the plugin tests' ReLU attention (`Relu`, after it).
 PLUGIN = '''
@@ -120,3 +120,23 @@ def test_a_number_in_exponent_notation_is_a_number_quoted_or_not_where_yaml_1_1_
     quoted = sweep.replace("[1e-3", '["1e-3"')
     f.write_text(f"sweeps:\n  s:\n    {quoted}\n")
     assert "expected a number, got the string '1e-3'" in refused(f)
+
+
+def test_an_override_of_a_knob_some_mechanisms_have_is_set_on_their_cells_only(tmp_path: Path) -> None:
+    """`-s attention.power=3` over softmax and relupow: relupow's cells take it (new keys), softmax's keep their
+    configs and keys. On a sweep of relupow alone it is set on the base; a knob none of the sweep's mechanisms
+    has (csan's `tau`) is refused, naming the mechanisms that have it."""
+    f = experiments(tmp_path, {"grid": {"attention.kind": ["softmax", "relupow"]}, "seeds": 2})
+    before, after = load_plans(f)["s"], load_plans(f, overrides=("attention.power=3",))["s"]
+
+    def cells(plan: Plan, kind: str) -> list[Trial]:
+        return [t for t in plan.trials if t.config.attention.kind == kind]
+
+    assert [t.key for t in cells(after, "softmax")] == [t.key for t in cells(before, "softmax")]
+    assert [t.config.attention.power for t in cells(after, "relupow")] == [3, 3]
+    assert not {t.key for t in cells(after, "relupow")} & {t.key for t in cells(before, "relupow")}
+    text = refused(f, overrides=("attention.tau=false",))
+    assert "attention.tau: no cell of sweep s has a mechanism with this knob (its attention kinds: relupow, " \
+           "softmax); attention.tau is a knob of csan (found False)" in text, text  # fmt: skip
+    alone = load_plans(experiments(tmp_path, {}), overrides=("attention.power=3",))["s"]
+    assert [t.config.attention.power for t in alone.trials] == [3]

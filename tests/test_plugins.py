@@ -19,7 +19,8 @@ from ablate import check as check_module
 from ablate.check import check, check_config, fingerprint
 from ablate.cli import app
 from ablate.config import TrialConfig
-from ablate.planner import Plan, plan
+from ablate.errors import SpecError
+from ablate.planner import Plan, load_plans, plan
 from ablate.registry import BACKBONES, Registry, RegistryError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -354,3 +355,29 @@ def test_a_plugin_package_beside_the_experiments_file_is_shipped_to_workers(tmp_
     elsewhere.mkdir()
     res = cli(["launch", str(f), "--no-mlflow", "--plain", "--db", f"sqlite:///{tmp_path}/r.sqlite"], elsewhere)
     assert res.returncode == 0 and "done 1" in res.stdout, res.stdout + res.stderr
+
+
+def test_a_kind_nothing_registers_is_named_first_and_its_knobs_are_not_compared_with_others(tmp_path: Path) -> None:
+    """The package that registers `gone` uninstalled (nothing registers it), its sweeps written for it: the kind is
+    the problem, named where it is written with what is registered and the plugins loaded, before the grid's
+    other problems, and no knob of it is compared with the other mechanisms' (syn's `renormalize`)."""
+    (tmp_path / "other.py").write_text(plugin_source(kind="otherrelu"))
+    sweeps = {
+        "a": {"base": {**TINY, "attention": {"kind": "gone", "normalize": True}},
+              "grid": {"attention.power": [1, 2], "train.lrr": [0.1]}},
+        "b": {"base": TINY, "grid": {"attention.kind": ["softmax", "gone"]},
+              "when": [{"when": {"attention.kind": "gone"}, "grid": {"attention.normalize": [True, False]}}]},
+    }  # fmt: skip
+    f = tmp_path / "e.yaml"
+    f.write_text(yaml.safe_dump({"plugins": ["./other.py"], "sweeps": sweeps}, sort_keys=False))
+    with pytest.raises(SpecError) as info:
+        load_plans(f)
+    problems = [str(p) for p in info.value.problems]
+    said = "attention.kind names no registered mechanism (got 'gone') (registered: softmax, csan,"
+    lines = f.read_text().splitlines()
+    at = [i for i, line in enumerate(lines, 1) if line.strip() in ("kind: gone", "- gone")]
+    assert problems[0].startswith(f"{f}:{at[0]}: sweeps.a.base.attention.kind: {said}"), problems
+    assert problems[1].startswith(f'{f}:{at[1]}: sweeps.b.grid["attention.kind"][1]: {said}'), problems
+    assert all(f"otherrelu; plugins loaded: {tmp_path / 'other.py'})" in p for p in problems[:2]), problems
+    assert len(problems) == 3 and "'lrr' is not a key of train" in problems[2], problems
+    assert not any("renormalize" in p or "is not a key of attention" in p for p in problems), problems

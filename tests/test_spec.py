@@ -168,3 +168,18 @@ def test_schema_command_prints_json() -> None:
     result = CliRunner().invoke(app, ["schema"])
     assert result.exit_code == 0
     assert json.loads(result.output)["title"] == "ablate experiments file"
+
+
+def test_a_metric_is_one_of_the_final_results_the_task_records(tmp_path: Path) -> None:
+    """`metric:` is checked at plan time against the task's declared results (`Task.results`, torch-free), not
+    first at `report`: a MIL sweep's test.top1 is refused with MIL's results; each declared result plans."""
+    f = tmp_path / "e.yaml"
+    mil = "{task: mil, data: {name: musk1}, model: {size: synpool}}"
+    f.write_text(f"sweeps:\n  s:\n    metric: test.top1\n    base: {mil}\n")
+    with pytest.raises(SpecError) as info:
+        load_plans(f)
+    assert str(info.value) == (f"{f}:3: sweeps.s.metric: mil records no final result 'test.top1': expected one of "
+                               "test.loss, test.auc, test.acc (the test scores reports compare trials on)")  # fmt: skip
+    for metric in ("test.loss", "test.auc", "test.acc"):
+        f.write_text(f"sweeps:\n  s:\n    metric: {metric}\n    base: {mil}\n")
+        assert load_plans(f)["s"].metric == metric
