@@ -551,6 +551,8 @@ def status(
                      f"{code.trials} stale (done with other code than now; `launch --rerun stale` retrains)",
                      wrap=("changed",))  # fmt: skip
         _more(len(set(stale["key"])), code.trials, "stale trials", "`ablate runs --format csv` marks every one")
+    if unchecked := code.unchecked():
+        out.print(unchecked, highlight=False)
 
 
 def _more(shown: int, total: int, what: str, how: str) -> None:

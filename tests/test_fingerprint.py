@@ -206,7 +206,10 @@ def test_a_plugin_file_missing_where_status_runs_reads_as_unknown_not_stale(tmp_
     status = cli(tmp_path, "status", "--db", db, env=env)
     runs = cli(tmp_path, "runs", "--db", db, "--format", "json", env=env)
     assert status.returncode == runs.returncode == 0, status.stderr + runs.stderr
-    assert "stale" not in status.stdout and all(not r.get("stale") for r in json.loads(runs.stdout)), status.stdout
+    assert "stale (done with other code" not in status.stdout, status.stdout
+    assert all(not r.get("stale") for r in json.loads(runs.stdout)), runs.stdout
+    said = " ".join(status.stdout.split())  # status says which file it could not read
+    assert f"2 done trials: code not checkable here, not marked stale (file {tmp_path / 'relu.py'} is missing)" in said
     with Store(db) as store:
         code = stale_code(store)
         missing = str(tmp_path / "relu.py")
