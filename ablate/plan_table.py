@@ -1,8 +1,8 @@
 """What `ablate plan` prints per trial: key, variant, axis values, costs and config, so the CLI only formats.
 
-A large sweep has few distinct models and grid cells and many seeds: costs are counted once per variant and
-configs dumped once per cell (`Trial.resolved`), not once per trial (per trial, they were 7 of the 8.7 s of
-`ablate plan` at 100,000 trials over 400 variants).
+A large sweep has few distinct models and grid cells and many seeds: costs are counted once per architecture
+and configs dumped once per cell (`Trial.resolved`), not once per trial (per trial, they were 7 of the 8.7 s
+of `ablate plan` at 100,000 trials of 80 architectures).
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any, TextIO
 
 from ablate.check import cost
+from ablate.config import TrialConfig, identity
 from ablate.planner import Plan
 
 COSTS = ("params", "gflops", "gflops_no_attn")
@@ -31,17 +32,30 @@ class Costs:
 
 
 def variant_costs(plans: Iterable[Plan]) -> dict[str, Costs]:
-    """Each variant's costs, counted on its first trial: a variant's trials differ only in replicates (seed,
-    split seed, CV fold), which neither its network nor its data widths read (`nn.widths.model_key` is the
-    model and attention sections and the data widths). A model that fails is a `check.ModelError` naming its
-    mechanism, backbone or dataset."""
+    """Each variant's costs, counted once per architecture (`_architecture`) on its first trial: a variant's
+    trials differ only in replicates (seed, split seed, CV fold), which no network reads, and its variants in
+    recipe (learning rate, epochs, ...), which none reads either. A model that fails is a `check.ModelError`
+    naming its mechanism, backbone or dataset."""
+    counted: dict[str, Costs] = {}
     out: dict[str, Costs] = {}
     for plan in plans:
         for t in plan.trials:
-            if t.variant not in out:
-                c = cost(t.cell)  # the cell's config: the trial's, but for the seed
-                out[t.variant] = Costs(c.params, round(c.gflops / 2, 6), round((c.gflops - c.attention_gflops) / 2, 6))
+            if t.variant in out:
+                continue
+            arch = _architecture(t.cell)  # the cell's config: the trial's, but for the seed
+            if arch not in counted:
+                c = cost(t.cell)
+                counted[arch] = Costs(c.params, round(c.gflops / 2, 6), round((c.gflops - c.attention_gflops) / 2, 6))
+            out[t.variant] = counted[arch]
     return out
+
+
+def _architecture(cfg: TrialConfig) -> str:
+    """All that a model's cost reads: `nn.widths.model_key` (the model and attention identities and the data
+    widths) and the code of the components (mechanism, backbone, dataset, task). The data section stands for
+    the widths its dataset gives (finding them may read files); a key that tells more apart only counts more."""
+    data = cfg.data.model_dump(mode="json")
+    return json.dumps([identity(cfg.model), identity(cfg.attention), data, cfg.task], sort_keys=True)
 
 
 def columns(plan: Plan, costs: Mapping[str, Costs] | None) -> list[str]:

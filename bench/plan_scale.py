@@ -1,62 +1,97 @@
-"""How fast a large grid plans: seconds to load, validate and expand N trials (default ~10k).
+"""How fast a large sweep plans: `planner.plan()` of 100,000 trials, and `ablate plan` of them as a person runs it.
 
-    .venv/bin/python bench/plan_scale.py [--seeds 17] [--repeats 3]     # --seeds 170: 102,000 trials
+    .venv/bin/python bench/plan_scale.py [--seeds 250] [--repeats 3]
 
-Prints the time per trial of the full path (`ablate.plan`: read, check and expand) against the time of just
-validating one TrialConfig per trial (the planned trials' configs, dumped beforehand), the floor any
-pydantic-based planner pays. Wall clock around each whole call, from outside; the same warm-up for both
-(one untimed call of each); order alternated between repeats (ABAB, BABA, ...); medians of --repeats.
+The sweep is bench/sweep_scale.py's (bench/report_scale.py's 400 variants x --seeds; 250: 100,000 trials),
+written to a temporary file. Timed, wall clock around each whole call, the order alternated between repeats
+(ABAB, BABA, ...), medians of --repeats, each side after the same untimed warm-up (which also fills the cost
+cache, as any earlier plan of these models has):
+
+  plan()       `ablate.planner.plan` in this process: read, check and expand
+  floor        one `TrialConfig` validation per trial (the planned configs, dumped beforehand): what any
+               pydantic-based planner pays
+  cli table    `ablate plan FILE` in a fresh process (the table of the first 200 rows, counts per axis, costs)
+  cli csv      `ablate plan FILE --format csv`: every trial's row, costs and config (about 180 MB)
+
+The CLI's figures are also given as the CPU seconds its process used (user + system), which a loaded
+machine inflates far less than wall clock, and as ratios to `plan()` alone.
 """
 
 from __future__ import annotations
 
 import argparse
 import gc
+import os
+import resource
 import statistics
+import subprocess
+import sys
 import tempfile
+import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import yaml
-from timing import alternate
+from report_scale import BASE, BASELINE, GRID
+from timing import alternate, medians
 
 from ablate.config import TrialConfig
 from ablate.planner import plan
 
-GRID = {
-    "attention.tau": [True, False],
-    "attention.mu": [True, False],
-    "attention.kappa_pub": ["unit", "head", "off"],
-    "attention.kappa_priv": [True, False],
-    "attention.beta": [0.1, 0.25, 0.5, 1.0, 2.0],
-    "train.lr": [1e-3, 2e-3, 3e-3, 4e-3, 5e-3],
-}
-BASE = {"model": {"backbone": "vit", "embed_dim": 32, "depths": [2], "num_heads": [2]}, "attention": {"kind": "csan"}}
+ABLATE = str(Path(sys.executable).parent / "ablate")
+MAX = str(10**8)
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--seeds", type=int, default=17)
+    ap.add_argument("--seeds", type=int, default=250, help="seeds per variant (400 variants)")
     ap.add_argument("--repeats", type=int, default=3, help="timed runs of each side; the median is reported")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as d:
         f = Path(d) / "big.yaml"
-        f.write_text(yaml.safe_dump({"sweeps": {"big": {"base": BASE, "grid": GRID, "seeds": args.seeds}}}))
-        dumped = [
-            t.config.model_dump() for t in plan(f, "big", max_trials=10**8).trials
-        ]  # also the warm-up of the plan side
-        sides = {
-            "plan": lambda: plan(f, "big", max_trials=10**8),
+        big = {"base": {**BASE, "train": {"epochs": 10}}, "grid": GRID, "seeds": args.seeds, "baseline": BASELINE}
+        f.write_text(yaml.safe_dump({"sweeps": {"big": big}}))
+        dumped = [t.config.model_dump() for t in plan(f, "big", max_trials=10**8).trials]  # plan()'s warm-up
+        cpu: dict[str, list[float]] = {"plan()": [], "cli table": [], "cli csv": []}
+
+        def planned() -> None:
+            t0 = time.process_time()
+            plan(f, "big", max_trials=10**8)
+            cpu["plan()"].append(time.process_time() - t0)
+
+        def cli(name: str, *extra: str) -> Callable[[], Any]:
+            def side() -> None:
+                before = resource.getrusage(resource.RUSAGE_CHILDREN)
+                subprocess.run([ABLATE, "plan", str(f), "--max-trials", MAX, *extra], check=True,
+                               stdout=subprocess.DEVNULL, env={**os.environ, "COLUMNS": "160"})  # fmt: skip
+                after = resource.getrusage(resource.RUSAGE_CHILDREN)
+                cpu[name].append(after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
+
+            return side
+
+        sides: dict[str, Callable[[], Any]] = {
+            "plan()": planned,
             "floor": lambda: [TrialConfig.model_validate(c) for c in dumped],
+            "cli table": cli("cli table"),
+            "cli csv": cli("cli csv", "--format", "csv"),
         }
-        sides["floor"]()  # the same warm-up for the floor
-        gc.freeze()  # the floor's inputs stay out of the collector's passes, which would tax the plan side
-        times = alternate(sides, args.repeats)
-    n = len(dumped)
-    full, floor = statistics.median(times["plan"]), statistics.median(times["floor"])
+        for name in ("floor", "cli table", "cli csv"):
+            sides[name]()  # the same warm-up as plan()'s
+        for used in cpu.values():
+            used.clear()
+        gc.freeze()  # the floor's inputs stay out of the collector's passes, which would tax the other sides
+        got = medians(alternate(sides, args.repeats))
+    n, alone = len(dumped), got["plan()"]
+    used = {name: statistics.median(t) for name, t in cpu.items()}
     print(
-        f"trials {n}: plan {full:.2f} s ({full / n * 1e6:.0f} us/trial); one validation per trial {floor:.2f} s; "
-        f"medians of {args.repeats}, order alternated; ratio {full / floor:.2f}"
+        f"trials {n}, medians of {args.repeats}, order alternated; load {' '.join(f'{x:.2f}' for x in os.getloadavg())}"
     )
+    print(f"  plan() {alone:.2f} s ({alone / n * 1e6:.0f} us/trial, CPU {used['plan()']:.2f} s); one validation per "
+          f"trial {got['floor']:.2f} s; ratio {alone / got['floor']:.2f}")  # fmt: skip
+    for name in ("cli table", "cli csv"):
+        print(f"  ablate plan ({name.removeprefix('cli ')}) {got[name]:.2f} s (CPU {used[name]:.2f} s); ratio to "
+              f"plan() alone {got[name] / alone:.2f}")  # fmt: skip
 
 
 if __name__ == "__main__":

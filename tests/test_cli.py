@@ -424,8 +424,9 @@ def test_status_gives_each_sweep_its_epochs_left_and_eta(tmp_path: Path) -> None
 def test_plan_counts_each_variants_cost_once_and_prints_each_trials_own_config(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """2 variants x 3 seeds: two models counted, not six; every row has its variant's figures and its trial's
-    config at its own seed (as `Trial.config` dumps it), in json and csv alike; the table shows `--limit` rows."""
+    """2 mechanisms x 2 learning rates x 3 seeds: two models counted, not four or twelve; every row has its
+    variant's figures and its trial's config at its own seed (as `Trial.config` dumps it), in json and csv
+    alike; the table shows `--limit` rows."""
     import csv
     import io
 
@@ -441,13 +442,14 @@ def test_plan_counts_each_variants_cost_once_and_prints_each_trials_own_config(
 
     monkeypatch.setattr(plan_table, "cost", counting)
     f = write_sweeps(
-        tmp_path / "e.yaml", {"s": {"base": TINY, "grid": {"attention.kind": ["softmax", "csan"]}, "seeds": 3}}
+        tmp_path / "e.yaml",
+        {"s": {"base": TINY, "grid": {"attention.kind": ["softmax", "csan"], "train.lr": [0.1, 0.2]}, "seeds": 3}},
     )
     trials = plan(f, "s").trials
     configs = [t.config.model_dump(mode="json") for t in trials]
     rows = json.loads(invoke("plan", str(f), "--format", "json"))
     assert counted == ["softmax", "csan"]
-    assert [r["config"] for r in rows] == configs and [c["seed"] for c in configs] == [0, 1, 2, 0, 1, 2]
+    assert [r["config"] for r in rows] == configs and [c["seed"] for c in configs] == [0, 1, 2] * 4
     for row, t in zip(rows, trials, strict=True):
         c = cost(t.config)
         assert (row["key"], row["params"], row["gflops"]) == (t.key, c.params, round(c.gflops / 2, 6))
@@ -457,4 +459,4 @@ def test_plan_counts_each_variants_cost_once_and_prints_each_trials_own_config(
         {k: str(v) for k, v in r.items() if k != "config"} for r in rows
     ]
     shown = invoke("plan", str(f), "--limit", "2")
-    assert "... 4 more rows" in shown and shown.count(trials[2].key[:10]) == 0 and trials[1].key[:10] in shown
+    assert "... 10 more rows" in shown and shown.count(trials[2].key[:10]) == 0 and trials[1].key[:10] in shown
