@@ -28,6 +28,7 @@ from ablate.config import REPLICATES, TrialConfig, identity
 from ablate.errors import Problem, SpecError, format_path
 from ablate.paths import get_path, matches, overlaps, set_path
 from ablate.plugins import Plugins
+from ablate.registry import TASKS
 from ablate.spec import (
     AdaptiveSeeds,
     Linked,
@@ -501,7 +502,7 @@ def expand(sweep: SweepSource, max_trials: int = MAX_TRIALS) -> Plan:
     if adaptive and baseline is None:
         raise SpecError([sweep.problem(("seeds",), "adaptive seeds compare every cell with the baseline: give the "
                                        "sweep a `baseline:`")])  # fmt: skip
-    metric = spec.metric or ("test.auc" if trials[0].config.task == "mil" else "test.top1")
+    metric = spec.metric or TASKS.get(trials[0].config.task).default_metric()
     if spec.tune is not None:
         arms: dict[str, Trial] = {}  # each arm's first trial (its tuning seed), by variant
         for t in trials:

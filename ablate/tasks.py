@@ -41,6 +41,11 @@ class Task:
     any validation metric is taken."""
 
     @classmethod
+    def default_metric(cls) -> str:
+        """A sweep's metric when its file names none (plans and reports alike): the headline on the test split."""
+        return f"test.{cls.headline}"
+
+    @classmethod
     def results(cls) -> tuple[str, ...]:
         """The final results a trial records (`trial.run_trial`: the test split's scores), what a sweep's
         `metric:` may name; read at plan time, without torch. Empty: not declared, and any metric is taken."""

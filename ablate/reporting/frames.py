@@ -24,6 +24,7 @@ from ablate.config import REPLICATES
 from ablate.messages import higher_is_better
 from ablate.paths import matches, set_path
 from ablate.plugins import Plugins
+from ablate.registry import TASKS
 from ablate.reporting import describe, stats
 from ablate.stale import stale_in_store
 from ablate.store import TRIAL_COLUMNS, Store
@@ -114,7 +115,9 @@ def design(trials: pd.DataFrame, variants: pd.DataFrame) -> stats.Design:
 
 
 def _default_metric(variants: pd.DataFrame) -> str:
-    return "test.auc" if any(c.get("task") == "mil" for c in variants["config"]) else "test.top1"
+    """The metric of a sweep recorded without one: its task's (`Task.default_metric`, as plans choose it)."""
+    task = next((c["task"] for c in variants["config"] if c.get("task") in TASKS), "classify")
+    return TASKS.get(task).default_metric()
 
 
 def _replicates(trials: pd.DataFrame) -> pd.Series:
