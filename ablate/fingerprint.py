@@ -6,11 +6,11 @@ the trial uses (its mechanism, backbone, dataset and task, plugins included, and
 digest covers the module that registers it and the module that defines it, and the modules they import from
 `ablate.nn` and `ablate.data` (or from their own package, for a plugin package; never a package's `report`
 module, which formats results: `REPORT`), each as its syntax tree without its bare string statements
-(`ALGORITHM`): comments, docstrings (a knob's attribute docstring too) and formatting never count, a changed
-expression always does (a plugin file's module counts under its stem, not under its name, which carries a
-hash of its text). The versions of torch, timm and of the distributions that ship plugin components count
-too. Module digests are cached by file and modification time, and fingerprints by component names, so a plan
-of thousands of trials costs one dictionary lookup per trial after the first of each kind.
+(`ALGORITHM`): comments, docstrings (a knob's attribute docstring too), formatting and where a module lives
+(its name, the paths its imports of ablate's own modules name) never count, a changed expression always
+does. The versions of torch, timm and of the distributions that ship plugin components count too. Module
+digests are cached by file and modification time, and fingerprints by component names, so a plan of
+thousands of trials costs one dictionary lookup per trial after the first of each kind.
 
 Fingerprints are also kept on disk (`CACHE` in `ablate.cache.folder()`), each with what it was computed
 from: the file, modification time and size of every module it covers, of every name it looked for and found
@@ -64,12 +64,18 @@ DECIDING = (__name__, REGISTRY, "ablate.plugins")
 """Modules whose text decides a fingerprint beyond the components' own: this algorithm (`LOOP`, `FOLLOWED`),
 the built-in modules that register names (`BUILTINS`) and how a registration names its module, and how
 plugins are loaded and their modules named."""
-ALGORITHM = 2
+ALGORITHM = 3
 """How a module's syntax tree is digested, recorded with each fingerprint (a record without one is 1): 1
 dropped a module's, class's or function's leading docstring; 2 drops every bare string statement, attribute
-docstrings included (a string used as a value, a `Field(description=...)` or a default, still counts). A record
-is compared with today's code digested as it was (`current`): a new algorithm never makes a result stale by
-itself, and code without bare strings past the docstrings digests the same by both."""
+docstrings included (a string used as a value, a `Field(description=...)` or a default, still counts); 3 also
+digests a module by what it is, not where it is (`MOVABLE`): a component's digest is over its modules' digests
+without their names, and an import of ablate's own modules (or of a plugin package's, or a relative one) counts
+by the names it binds, not the path it binds them from. So a pure move (same code, new path, imports updated)
+keeps every digest; a changed expression still changes one, and so does a component that imports another
+module (that module joins its digests). A record is compared with today's code digested as it was
+(`current`): a new algorithm never makes a result stale by itself."""
+MOVABLE = 3
+"""The first `ALGORITHM` by which a module's digest does not depend on its path or its imports' paths."""
 DOCUMENTED = (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)
 """What has a docstring: its body's leading string (all that algorithm 1 dropped)."""
 SETTLED_NS = 2_000_000_000
@@ -261,7 +267,8 @@ def _stamp(module: str) -> tuple[str, int, int]:
 def _of(names: tuple[str, str, str, str], stamps: tuple[tuple[str, int, int], ...], algorithm: int) -> Fingerprint:
     """Fingerprints by component names, recomputed when any of their modules' files changed (`stamps`)."""
     modules = _components(names)
-    components = {name: _hash(json.dumps(sorted([_label(m), _module_digest(m, *_stamp(m)[1:], algorithm)]
+    components = {name: _hash(json.dumps(sorted(_module_digest(m, *_stamp(m)[1:], algorithm) if algorithm >= MOVABLE
+                                                else [_label(m), _module_digest(m, *_stamp(m)[1:], algorithm)]
                                                 for m in mods)))
                   for name, mods in modules.items()}  # fmt: skip
     versions = {pkg: _version(pkg) for pkg in VERSIONED}
@@ -391,6 +398,8 @@ def _module_digest(module: str, mtime_ns: int, size: int, algorithm: int = ALGOR
     tree = _tree(module)
     if tree is None:
         return "unreadable"
+    if algorithm >= MOVABLE:
+        _unplaced(tree, module.split(".")[0])
     for node in ast.walk(tree):
         for name, statements in ast.iter_fields(node):
             if not isinstance(statements, list) or not any(map(_bare_string, statements)):
@@ -402,6 +411,20 @@ def _module_digest(module: str, mtime_ns: int, size: int, algorithm: int = ALGOR
                 kept = statements[1:]
             setattr(node, name, kept or [ast.Pass()])
     return _hash(ast.dump(tree, annotate_fields=False, include_attributes=False))
+
+
+def _unplaced(tree: ast.Module, top: str) -> None:
+    """Imports of ablate's own modules, of the module's own package (`top`) or relative ones, stripped of the path
+    they import from (`from ablate.trial import run` as `from . import run`; `import ablate.nn.mixer as mx` as
+    `import mx`): what they bind stays, where it lives does not count (`MOVABLE`)."""
+    ours = {"ablate", top}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and (node.level or (node.module or "").split(".")[0] in ours):
+            node.module, node.level = None, 1
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.asname and alias.name.split(".")[0] in ours:
+                    alias.name = alias.asname
 
 
 def _bare_string(statement: ast.AST) -> bool:

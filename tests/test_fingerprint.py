@@ -172,7 +172,7 @@ def test_the_digest_algorithm_drops_only_what_it_did_not_before_and_old_records_
         module = ".".join(path.relative_to(root.parent).with_suffix("").parts)
         module = module.removesuffix(".__init__")
         stamp = _stamp(module)[1:]
-        equal = _module_digest(module, *stamp, 1) == _module_digest(module, *stamp, ALGORITHM)
+        equal = _module_digest(module, *stamp, 1) == _module_digest(module, *stamp, 2)
         assert equal is not extra_strings(path), module
         same[equal] += 1
     assert same[True] > 10 and same[False] > 10
@@ -542,3 +542,83 @@ def test_a_kept_fingerprint_is_of_the_plugin_loaded_and_its_file_on_disk(tmp_pat
     date(tmp_path / "relu.py")
     edited = in_new_process(tmp_path, names, file)["components"]["mechanism keptfile"]
     assert edited not in (by_file, by_package)
+
+
+def test_built_in_components_keep_their_golden_fingerprints() -> None:
+    """Every built-in component's digest (and the loop's) equals the one pinned in tests/golden_fingerprints.json:
+    a refactor that moves one would make every stored result of it stale (issue 40 item 1)."""
+    import golden_fingerprints
+
+    golden = json.loads(golden_fingerprints.GOLDEN.read_text())
+    now = golden_fingerprints.current_digests()
+    moved = sorted(n for n in {**golden["components"], **now["components"]}
+                   if golden["components"].get(n) != now["components"].get(n))  # fmt: skip
+    assert now == golden, (
+        f"the code digests of {', '.join(moved)} changed: every stored result of them is stale now. A refactor must "
+        f"keep them; if the change is meant to change what they compute, regenerate: {golden_fingerprints.REGENERATE}"
+    )
+
+
+#: Records a csan trial done with the code of the checkout it runs in (argv: store URL, sweep file).
+RECORD = """
+import sys
+from ablate.fingerprint import fingerprint, record
+from ablate.planner import plan
+from ablate.store import Store
+p = plan(sys.argv[2], "s")
+with Store(sys.argv[1]) as store:
+    store.add_trials("s", p.trials)
+    for t in p.trials:
+        store.finish(t.key, "done", code=record(fingerprint(t.config), sys.argv[2]))
+"""
+#: What the stale check of the checkout it runs in says of that store: digests changed, trials stale, unknown.
+STALE = """
+import json, sys
+import ablate.fingerprint
+from ablate.planner import plan
+from ablate.selection import Select, select
+from ablate.stale import stale_code
+from ablate.store import Store
+assert ablate.fingerprint.__file__.startswith(sys.argv[3]), ablate.fingerprint.__file__
+with Store(sys.argv[1]) as store:
+    code = stale_code(store)
+    chosen = select([plan(sys.argv[2], "s")], store, Select())
+    print(json.dumps({"changed": list(code.changed.values()), "unknown": code.unknown, "stale": len(chosen.stale)}))
+"""
+
+
+def test_a_pure_move_of_ablates_modules_keeps_stored_results_current(tmp_path: Path) -> None:
+    """In a scratch copy of the package: csan trials recorded done, then two modules of the training loop moved into
+    a new package (`parallel`, which the loop lists by name, and `messages`, which trial.py imports), every import
+    of them and `LOOP` updated: a new process's stale check and a launch's selection find nothing stale. An edit
+    to an expression of a moved module then makes them stale (issue 40 item 1: module names and import lines were
+    in the digests, so any move made every stored result stale)."""
+    import shutil
+
+    src = tmp_path / "src"
+    shutil.copytree(Path(ablate.__file__).parent, src / "ablate", ignore=shutil.ignore_patterns("__pycache__"))
+    f = sweep_file(tmp_path, [], {"attention.kind": ["csan"]})
+    db = f"sqlite:///{tmp_path / 'r.sqlite'}"
+    env = {**os.environ, "PYTHONPATH": str(src), "ABLATE_CACHE": str(tmp_path / "cache")}
+
+    def run(script: str, *args: str) -> str:
+        done = subprocess.run([sys.executable, "-c", script, db, str(f), *args], cwd=tmp_path, env=env,
+                              capture_output=True, text=True, timeout=240)  # fmt: skip
+        assert done.returncode == 0, done.stdout + done.stderr
+        return done.stdout
+
+    run(RECORD)
+    (src / "ablate" / "loop").mkdir()
+    (src / "ablate" / "loop" / "__init__.py").write_text('"""The training loop\'s helpers, moved."""\n')
+    for name in ("parallel", "messages"):
+        (src / "ablate" / f"{name}.py").rename(src / "ablate" / "loop" / f"{name}.py")
+        for path in (src / "ablate").rglob("*.py"):
+            text = path.read_text()
+            moved = text.replace(f"ablate.{name}", f"ablate.loop.{name}")
+            moved = moved.replace(f"from ablate import {name}\n", f"from ablate.loop import {name}\n")
+            if moved != text:
+                path.write_text(moved)
+    assert json.loads(run(STALE, str(src)).splitlines()[-1]) == {"changed": [], "unknown": {}, "stale": 0}
+    moved = src / "ablate" / "loop" / "parallel.py"
+    edit(moved, moved.read_text(), moved.read_text() + "\n\ndef _moved_and_edited() -> int:\n    return 1\n")
+    assert json.loads(run(STALE, str(src)).splitlines()[-1]) == {"changed": [["loop"]], "unknown": {}, "stale": 1}
