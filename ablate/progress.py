@@ -9,11 +9,10 @@ Time comes from an injectable clock, so tests drive it without waiting.
 
 from __future__ import annotations
 
-import statistics
 import sys
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import TYPE_CHECKING
@@ -26,6 +25,7 @@ from rich.text import Text
 
 from ablate.config import REPLICATES
 from ablate.messages import higher_is_better
+from ablate.verdict import Verdict, decide
 
 if TYPE_CHECKING:
     from ablate.planner import Trial
@@ -216,24 +216,33 @@ class Progress:
         more = f" (+{len(keys) - SHOWN_KEYS} more)" if len(keys) > SHOWN_KEYS else ""
         return Text(f"{state} {len(keys)} this launch: {named}{more}")
 
-    def best(self) -> list[tuple[str, str, float, int]]:
-        """Per sweep metric (`begin`), the best variant of the trials done here: (its axes in words, the metric,
-        the mean of its trials' final values, trials)."""
-        scores: dict[str, dict[str, list[float]]] = {}
+    def best(self) -> list[tuple[str, Verdict, dict[str, str]]]:
+        """Per sweep metric (`begin`), the variants of the trials done here, best or tied (`ablate.verdict`, the
+        report's rule: paired over the replicates two variants share): (the metric, the verdict, each variant's
+        axes in words with its mean and trials)."""
+        scores: dict[str, dict[str, dict[Hashable, float]]] = {}
+        ratio = 0.0
         for key in self.finished_keys.get("done", []):
             trial, name = self.trials.get(key), self.metrics.get(key, "")
             if trial is not None and name in self.results.get(key, {}):
-                scores.setdefault(name, {}).setdefault(trial.variant, []).append(self.results[key][name])
+                replicate = tuple(trial.axes.get(p) for p in REPLICATES)
+                scores.setdefault(name, {}).setdefault(trial.variant, {})[replicate] = self.results[key][name]
+                if "data.fold" in trial.axes:  # folds of a cross-validation: the corrected resampled t
+                    ratio = 1 / (getattr(trial.config.data, "folds", 2) - 1)
+        first = {t.variant: t for t in reversed(self.trials.values())}
         out = []
         for name, by_variant in scores.items():
-            pick = max if higher_is_better(name) else min
-            variant, values = pick(by_variant.items(), key=lambda kv: statistics.fmean(kv[1]))
-            trial = next(t for t in self.trials.values() if t.variant == variant)
-            out.append((_describe(trial, REPLICATES), name, statistics.fmean(values), len(values)))
+            found = decide(by_variant, higher_is_better(name), ratio=ratio)
+            if found is None:
+                continue
+            labels = {v: f"{_describe(first[v], REPLICATES) or 'the only one'} ({name} {found.means[v]:.4g}, mean of "
+                         f"{len(values)})" for v, values in by_variant.items()}  # fmt: skip
+            out.append((name, found, labels))
         return out
 
     def summary(self) -> Group:
-        """The end of a launch: trials per state, the best variant so far, and where the report will be."""
+        """The end of a launch: trials per state, the best variant so far or those tied, and where the report
+        will be."""
         table = Table(title="launch summary", title_justify="left")
         for col in ("state", "trials", "of them this launch"):
             table.add_column(col, justify="left" if col == "state" else "right")
@@ -246,9 +255,8 @@ class Progress:
         parts: list[Table | Text] = [table]
         elapsed = self.clock() - self.began
         parts.append(Text(f"{self._finished()}/{self.total} finished in {_duration(elapsed)}; {self._pace()}"))
-        for words, name, value, n in self.best():
-            parts.append(Text(f"best variant of this launch: {words or 'the only one'} ({name} {value:.4g}, mean "
-                              f"of {n})"))  # fmt: skip
+        for _, found, labels in self.best():
+            parts.append(Text(f"variants of this launch: {found.words(labels)}"))
         if where := self.report_hint():
             parts.append(Text(where))
         return Group(*parts)

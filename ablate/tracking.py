@@ -164,7 +164,9 @@ class SweepReport:
     means: dict[str, float]
     deltas: dict[str, float]
     baseline: str | None
-    best: str | None
+    best: str
+    """The report's verdict in words: "best: X (mean)", or "tied: X (mean) / Y (mean)" where no variant is
+    significantly better than the others (`ablate.verdict`); per group where the sweep has several."""
 
 
 def sweep_report(store: Store, sweep: str, out: Path, formats: tuple[str, ...] = ("csv",)) -> SweepReport | None:
@@ -186,7 +188,7 @@ def sweep_report(store: Store, sweep: str, out: Path, formats: tuple[str, ...] =
     labels = {str(k): v for k, v in table["label"].items() if isinstance(v, str) and v}  # none: an empty cell
     return SweepReport(where, str(info["metric"]), labels, table["mean"].astype(float).to_dict(),
                        table["delta"].astype(float).to_dict(), str(baseline[0]) if len(baseline) else None,
-                       (info["best"] or {}).get("variant"))  # fmt: skip
+                       str(info["verdict"]))  # fmt: skip
 
 
 def _digest(store: Store, sweep: str) -> str:
@@ -363,7 +365,7 @@ class Tracker:
                 for v, value in values.items() if value == value]  # fmt: skip
         self.log_metric_rows(parent, rows)
         tags = {"report.metric": summary.metric, "report.baseline": summary.labels.get(summary.baseline or "", ""),
-                "report.best": summary.labels.get(summary.best or "", "")}  # fmt: skip
+                "report.best": summary.best}  # fmt: skip
         for key, value in tags.items():
             self.client.set_tag(parent, key, clip(value, MAX_TAG))
 

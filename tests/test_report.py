@@ -462,7 +462,8 @@ def test_report_files_formats_and_unfinished_trials(store, tmp_path):
     tables = md_tables(md)
     assert tables and all(len(row) == len(t[0]) for t in tables for row in t)
     assert all(set(t[1]) <= {":---", "---:"} for t in tables)
-    variant_table = tables[0]
+    assert tables[0][0] == ["", "finding"]  # the Findings open the report, the variant table follows
+    variant_table = tables[1]
     assert (
         variant_table[0][0] == "Architecture" and len(variant_table) == 2 + 4 + 1
     )  # header, rule, 4 variants, 1 group
@@ -610,12 +611,13 @@ def test_bold_only_where_significantly_better_than_every_other_after_correction(
     tie, table = three_kinds(store, tmp_path, "tie", {"csan": 3.0, "gaussian": 2.95})
     shown = tables.variants(table, tie)
     assert not [c for c in shown.bold if c[1] == 5]  # csan has the best mean but gaussian is indistinguishable
-    assert "no significant difference in test.top1" in shown.caption
+    [(group, tied)] = tables.verdicts(table, tie).items()
+    assert not tied.significant and tied.tied[:2] == tuple(table["mean"].nlargest(2).index)  # csan / gaussian
     clear, table = three_kinds(store, tmp_path, "clear", {"csan": 3.0, "gaussian": 1.0})
     shown = tables.variants(table, clear)
     best = list(table.index).index(table["mean"].idxmax())
     assert table.loc[table["mean"].idxmax(), "mixer"].startswith("CSaN")
-    assert {c for c in shown.bold if c[1] == 5} == {(best, 5)} and "no significant difference" not in shown.caption
+    assert {c for c in shown.bold if c[1] == 5} == {(best, 5)} and tables.verdicts(table, clear)[group].significant
     # every comparison with the baseline is adjusted (Holm over the two) and the caption names the family
     compared = table[~table["is_baseline"]]
     assert compared["p_adj"].to_numpy() == pytest.approx(stats.adjust(compared["p"].to_numpy()))
@@ -765,6 +767,13 @@ def test_report_renders_in_headless_chromium_without_console_errors(store, tmp_p
                           capture_output=True, text=True, timeout=120)  # fmt: skip
     assert done.returncode == 0 and "<table>" in done.stdout
     assert not [line for line in done.stderr.splitlines() if "CONSOLE" in line], done.stderr[-2000:]
+    # the Findings come first: before them only the title and the meta lines, then their table, then the rest
+    body = done.stdout[done.stdout.index("<body>") :]
+    assert set(re.findall(r"<(\w+)", body[: body.index("<h2>")])) == {"body", "h1", "p"}
+    assert re.findall(r"<h2>(.*?)</h2>", body)[:2] == ["Findings", "Variants"]
+    first = body[body.index("<table>") : body.index("</table>")]
+    assert "<caption>From the tables below" in first and body.index("<table>") < body.index("<h2>Variants</h2>")
+    assert re.findall(r"<tr><td>([^<]*)</td>", first) == ["tied", "no test"]  # 4 seeds: no test, no winner
 
 
 TAU_PLUGIN = '''

@@ -28,13 +28,14 @@ from typing import Any
 
 import pandas as pd
 
-from ablate.reporting import effects, frames, plots, render, sections, seeding, tables, tuned
+from ablate.reporting import effects, findings, frames, plots, render, sections, seeding, tables, tuned
 from ablate.reporting.compare import compare
 from ablate.reporting.frames import ReportError, SweepData
 from ablate.reporting.output import ALL_FORMATS, FORMATS, check, csv, folder, write_file, write_pages
 from ablate.reporting.render import Block, Image, Section, Table
 from ablate.store import STATES, Store
 from ablate.tuning import tuned_of
+from ablate.verdict import Verdict
 
 __all__ = ["ALL_FORMATS", "FORMATS", "ReportError", "compare", "folder", "report"]
 
@@ -83,6 +84,7 @@ def _write_sweep(store: Store, data: SweepData, where: Path, formats: set[str], 
     table = frames.variant_table(data, frames.throughput(store, data), correction)
     fac = effects.factorial(data)
     eff = effects.effects(fac, correction) if fac is not None else None
+    won = tables.verdicts(table, data, correction)
     written = []
     tuning = tuned.report(store, data, table, correction)  # None unless the sweep is tuned
     if "csv" in formats and tuning is not None:
@@ -102,12 +104,14 @@ def _write_sweep(store: Store, data: SweepData, where: Path, formats: set[str], 
         if tuning is not None:
             parts.insert(1, tuning.section)
             figures |= tuning.figures if formats & {"html", "md"} else {}
+        found = findings.findings(data, table, fac, eff, won)
+        parts.insert(0, Section("Findings", [findings.block(found)], latex=False))  # the verdict first
         written += write_pages(where, formats, title, meta, parts)
         if "md" in formats:
             written += [write_file(where / f"{name}.png", png) for name, png in figures.items()]
             for stale in set(FIGURES) - set(figures):
                 (where / f"{stale}.png").unlink(missing_ok=True)
-    written.append(write_file(where / SUMMARY, json.dumps(summary(data, table), indent=1, sort_keys=True) + "\n"))
+    written.append(write_file(where / SUMMARY, json.dumps(summary(data, table, won), indent=1, sort_keys=True) + "\n"))
     return written
 
 
@@ -174,16 +178,20 @@ def _sections(
     return f"ablate report: {data.name}", meta, sections
 
 
-def summary(data: SweepData, table: pd.DataFrame) -> dict[str, Any]:
-    """What the overview page shows of a report: name, date, trial counts, best variant."""
-    measured = table[table["n"] > 0]
+def summary(data: SweepData, table: pd.DataFrame, won: dict[str, Verdict]) -> dict[str, Any]:
+    """What the overview page, MLflow's `report.best` and `ablate.tracking` show of a report: name, date, trial
+    counts, and per group the best variant or those tied with it (`verdict`, in words; `best`: the winner where
+    the sweep has one group and it has one, else None), by the rule of the report's bold cells."""
+    labels = {v: f"{table.loc[v, 'label']} ({table.loc[v, 'mean']:.4g})" for v in table.index[table["n"] > 0]}
+    several = len(won) > 1
+    verdict = "; ".join(f"{group}: {v.words(labels)}" if several else v.words(labels) for group, v in won.items())
     best = None
-    if len(measured):
-        i = measured["mean"].idxmax() if data.higher else measured["mean"].idxmin()
-        best = {"variant": i, "label": measured.loc[i, "label"], "mean": float(measured.loc[i, "mean"])}
+    if len(won) == 1 and (only := next(iter(won.values()))).significant:
+        best = {"variant": only.best, "label": table.loc[only.best, "label"], "mean": only.means[only.best]}
     counts = {str(k): int(v) for k, v in data.trials["state"].value_counts().items()}
     return {"sweep": data.name, "description": data.description, "metric": data.metric, "date": data.updated,
-            "trials": len(data.trials), "states": counts, "best": best, "folder": folder(data.name)}  # fmt: skip
+            "trials": len(data.trials), "states": counts, "best": best, "verdict": verdict,
+            "folder": folder(data.name)}  # fmt: skip
 
 
 def index_page(out: Path) -> str:
@@ -191,11 +199,12 @@ def index_page(out: Path) -> str:
     found = sorted((json.loads(p.read_text()) for p in out.glob(f"*/{SUMMARY}")), key=lambda s: s["sweep"])
     rows, links = [], {}
     for i, s in enumerate(found):
-        best = s["best"]
         states = ", ".join(f"{n} {k}" for k, n in sorted(s["states"].items()))
-        rows.append([s["sweep"], s["description"], s["date"], f"{s['trials']} ({states})",
-                     f"{best['label']}: {s['metric']} {best['mean']:.4g}" if best else "-"])  # fmt: skip
+        verdict = f"{s['metric']}: {s['verdict']}" if s.get("verdict") else "-"
+        rows.append([s["sweep"], s["description"], s["date"], f"{s['trials']} ({states})", verdict])
         links[i, 0] = f"{s['folder']}/index.html"
-    header = ["sweep", "description", "last change", "trials", "best variant"]
-    t = Table(f"{len(found)} reports under {out.name}/.", header, rows, left=5, links=links)
+    header = ["sweep", "description", "last change", "trials", "best or tied (mean)"]
+    caption = (f"{len(found)} reports under {out.name}/. Best: significantly better than every other variant of "
+               "its group (the report's Findings); else tied among those listed.")  # fmt: skip
+    t = Table(caption, header, rows, left=5, links=links)
     return render.html_page("ablate reports", [], [Section("Sweeps", [t])])

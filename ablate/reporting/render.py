@@ -42,6 +42,8 @@ Block = str | Table | Image
 class Section:
     title: str
     blocks: list[Block]
+    latex: bool = True
+    """Whether tables.tex carries its tables (the Findings are the page's reading aid, not a paper's table)."""
 
 
 STYLE = """
@@ -182,7 +184,7 @@ def latex(title: str, meta: list[str], sections: list[Section]) -> str:
     parts = [r"\documentclass{article}", r"\usepackage[margin=1.5cm,landscape]{geometry}", r"\usepackage{booktabs}",
              r"\begin{document}", rf"\section*{{{tex(title)}}}", *(tex(m) + "\n" for m in meta)]  # fmt: skip
     for s in sections:
-        tables = [b for b in s.blocks if isinstance(b, Table)]
+        tables = [b for b in s.blocks if isinstance(b, Table) and s.latex]
         if tables:
             parts.append(rf"\subsection*{{{tex(s.title)}}}")
             parts += [_tex_table(b) for b in tables]

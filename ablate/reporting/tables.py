@@ -13,6 +13,7 @@ from ablate.reporting import frames, published, stats
 from ablate.reporting.effects import PAIRED, Factorial
 from ablate.reporting.frames import SweepData
 from ablate.reporting.render import Table
+from ablate.verdict import Verdict, decide
 
 MAX_UNFINISHED = 200
 TESTS = {stats.T_TEST: "t", stats.SIGN_FLIP: "e", stats.CORRECTED: "c"}
@@ -93,9 +94,8 @@ def variants(table: pd.DataFrame, data: SweepData, correction: str = "holm") -> 
             trials += f"; {r['stale']} stale†" + (" (mixed with current)" if r["stale"] < r["done"] else "")
         rows.append([r["architecture"], r["mixer"], params(r["params"]), num(r["gflops"], 3),
                      num(r["samples_s"], 0), metric, replicates(r, data), delta, eff, p, adj, trials])  # fmt: skip
-    won = frames.winners(data, table, correction)
     order = {v: i for i, v in enumerate(table.index)}
-    bold = _cheapest(table) | {(order[w.best], 5) for w in won if w.significant}
+    bold = _cheapest(table) | {(order[w.best], 5) for w in verdicts(table, data, correction).values() if w.significant}
     ref = table.loc[data.baseline, "label"] if data.baseline in table.index else "none"
     moved = " (the baseline's cell on each variant's own dataset)" if table["ref"].nunique() > 1 else ""
     k = int(table["p_adj"].notna().sum())
@@ -105,7 +105,7 @@ def variants(table: pd.DataFrame, data: SweepData, correction: str = "holm") -> 
         f"interval; d: Δ in standard deviations of the paired differences (Cohen's d_z) with its 95% interval "
         f"(noncentral t). p: {test_words(data)}. {stats.starred(k, correction, 'comparisons with the baseline')} "
         f"{floor_words(table, data)} "
-        f"{winner_words(won, table, data, correction)} #Params and GFLOPs are exact: bold = the smallest of "
+        f"{winner_words(data, correction)} #Params and GFLOPs are exact: bold = the smallest of "
         f"the group. GFLOPs = stored FLOPs / 2e9: multiply-accumulates per example, as the papers count FLOPs. "
         f"samples/s: training throughput, mean over epochs of up to {frames.THROUGHPUT_TRIALS} finished trials."
         + na_words([row[7] for row in rows], data.design.unit)
@@ -171,23 +171,24 @@ def floor_words(table: pd.DataFrame, data: SweepData) -> str:
             "a difference seeds alone produce.")  # fmt: skip
 
 
-def winner_words(won: list[frames.Winner], table: pd.DataFrame, data: SweepData, correction: str) -> str:
-    """Bold metric cells and the columns that have none: no significant difference."""
-    if not won:
-        return "Bold metric: none (fewer than two measured variants in every group)."
-    several = len(won) > 1
-    parts = []
-    for w in won:
-        where = f"{w.group}: " if several else ""
-        if w.significant:
-            parts.append(f"{where}{table.loc[w.best, 'mixer']} is best (largest adjusted p {pvalue(w.p_adj)})")
-        else:
-            parts.append(f"{where}no significant difference in {data.metric} (best mean: {table.loc[w.best, 'mixer']}"
-                         f", largest adjusted p {pvalue(w.p_adj)})")  # fmt: skip
-    return (
-        f"Bold {data.metric}: better than every other variant of its group (paired tests against each, "
-        f"{stats.CORRECTIONS[correction]} over those k comparisons, α = {stats.ALPHA:.2f}). " + "; ".join(parts) + "."
-    )
+def verdicts(table: pd.DataFrame, data: SweepData, correction: str = "holm") -> dict[str, Verdict]:
+    """Per group (backbone and dataset) of measured variants: the best, or the variants tied with it
+    (`ablate.verdict.decide` on their replicates, under the sweep's design): the rule of the bold cell, the
+    Findings and summary.json alike."""
+    values = frames.replicates(data)
+    out = {}
+    for group, g in table[table["n"] > 0].groupby("group", sort=False):
+        found = decide({str(v): values.loc[v].to_dict() for v in g.index}, data.higher, correction, data.design.ratio)
+        if found is not None:
+            out[str(group)] = found
+    return out
+
+
+def winner_words(data: SweepData, correction: str) -> str:
+    """What a bold metric cell means; the verdict itself opens the report (Findings)."""
+    return (f"Bold {data.metric}: better than every other variant of its group (paired tests against each, "
+            f"{stats.CORRECTIONS[correction]} over those k comparisons, α = {stats.ALPHA:.2f}; none bold: tied, "
+            "see Findings).")  # fmt: skip
 
 
 def stale_note(data: SweepData) -> str:
