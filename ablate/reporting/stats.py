@@ -31,7 +31,7 @@ import pandas as pd
 from numpy.typing import ArrayLike
 from scipy import special, stats
 
-from ablate import evidence
+from ablate import evidence, verdict
 from ablate.evidence import ALPHA as ALPHA
 from ablate.evidence import EXACT_N as EXACT_N
 from ablate.evidence import LEVEL as LEVEL
@@ -235,26 +235,12 @@ def paired(diffs: np.ndarray, level: float = LEVEL, design: Design = Design(), e
 
 
 def adjust(p: ArrayLike, method: str = "holm") -> np.ndarray:
-    """The p-values of one family adjusted together. Holm (step-down: the i-th smallest of m times m - i + 1,
-    made non-decreasing) controls the family-wise error; Benjamini-Hochberg (step-up: the i-th smallest
-    times m / i, made non-increasing from the largest) the false discovery rate. Both capped at 1; NaN
-    entries (no test) are not members of the family and stay NaN. (statsmodels' multipletests gives the
-    same numbers, which the tests check, but collects garbage on every Holm call: 0.1 s each.)"""
-    if method not in CORRECTIONS:
-        raise ValueError(f"correction must be one of {', '.join(CORRECTIONS)}, not {method!r}")
+    """The p-values of one family adjusted together (`ablate.verdict.adjust`, the one implementation: Holm's
+    step-down controls the family-wise error, Benjamini-Hochberg's step-up the false discovery rate; NaN entries
+    are not members), as an array of `p`'s shape. (statsmodels' multipletests gives the same numbers, which the
+    tests check, but collects garbage on every Holm call: 0.1 s each.)"""
     p = np.asarray(p, dtype=float)
-    out = np.full(p.shape, np.nan)
-    ok = np.flatnonzero(~np.isnan(p))
-    m = len(ok)
-    if m:
-        order = ok[np.argsort(p[ok], kind="stable")]
-        rank = np.arange(1, m + 1)
-        if method == "holm":
-            adjusted = np.maximum.accumulate((m - rank + 1) * p[order])
-        else:
-            adjusted = np.minimum.accumulate((m / rank * p[order])[::-1])[::-1]
-        out[order] = np.minimum(adjusted, 1.0)
-    return out
+    return np.asarray(verdict.adjust(p.ravel().tolist(), method), dtype=float).reshape(p.shape)
 
 
 def family(k: int, method: str, what: str) -> str:
