@@ -886,8 +886,9 @@ def ui(
     browser: bool = typer.Option(True, help="Open the page in a browser, where this machine has a display."),
     db: str | None = DB,
 ) -> None:
-    """Serve the MLflow UI on the MLflow store and print the runs page of the sweep; Ctrl-C or SIGTERM stops
-    the server and waits for it."""
+    """Serve the MLflow UI on the MLflow store and print the sweep's page: its trials grouped by variant, best first,
+    and charts comparing them (the view the tracker keeps on its experiment); Ctrl-C or SIGTERM stops the server and
+    waits for it."""
     from ablate.tracking import DEFAULT_URI, UiServer, sweep_page
 
     uri = mlflow_uri or DEFAULT_URI

@@ -49,6 +49,7 @@ if TYPE_CHECKING:
     from mlflow.entities import Run
 
     from ablate.store import Store
+    from ablate.store.schema import SweepRecord
 
 DEFAULT_URI = "sqlite:///db/mlflow.sqlite"
 #: MLflow's limits: name length, param value length, params/tags and metrics per log_batch call.
@@ -118,6 +119,13 @@ TRAINING_VIEW = "workflowType=machine_learning"
 """Query of every MLflow UI address ablate gives: from MLflow 3.17 the UI shows every experiment as its global
 workflow type says (this query, else the browser's last choice, GenAI at first: traces, prompts, judges),
 whatever the experiment's kind tag; its own links keep the query."""
+VIEW = "ablate"
+"""Share key of the view of a sweep's runs page that the tracker keeps on the sweep's experiment (`sweep_view`, in the
+experiment tag `VIEW_TAG`) and `ablate ui` opens (`LANDING`)."""
+VIEW_TAG = f"mlflow.sharedViewState.{VIEW}"
+"""Experiment tag where MLflow's UI (3.17) looks up a view by its share key (`viewStateShareKey` in the address)."""
+LANDING = f"viewStateShareKey={VIEW}&compareRunsMode=CHART"
+"""Query of the page `ablate ui` opens: the sweep's view, in the chart view of its runs."""
 REPORT = "report"
 """Artifact folder of a sweep's parent run holding its report (HTML, CSV, summary.json)."""
 DIGEST_TAG = "report.digest"
@@ -146,6 +154,48 @@ def _creating(db: Path | None) -> Iterator[None]:
             yield
         finally:
             fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def sweep_view(axes: list[str], metric: str | None) -> dict[str, Any]:
+    """What a newcomer should see of a sweep in MLflow's UI, as the state of a saved view of its runs page: the trials
+    grouped by variant (their axes that are not replicates), best first by the sweep's metric, with the axis values
+    and the metric as the table's columns; first in the chart view a section comparing the trials in variant order,
+    the metric of each as a bar and parallel coordinates from the variant's axis values to the metric. MLflow's
+    own defaults would show one collapsed parent row, no param or metric column and only the first 10 runs in
+    charts. `axes`: the sweep's axis paths (the seed is one for every trial)."""
+    from ablate.config import REPLICATES
+    from ablate.messages import higher_is_better
+
+    varied = [mlflow_name(f"axis.{a}") for a in axes if a not in REPLICATES]
+    columns = [f"params.`{mlflow_name(f'axis.{a}')}`" for a in dict.fromkeys([*axes, "seed"])]
+    state: dict[str, Any] = {
+        "selectedColumns": columns, "runsHiddenMode": "SHOW_ALL", "useGroupedValuesInCharts": False,
+        "groupBy": {"aggregateFunction": "average",
+                    "groupByKeys": [{"mode": "param", "groupByData": a} for a in varied]} if varied else None,
+    }  # fmt: skip
+    if metric is None:
+        return state
+    name, section = mlflow_name(metric), f"{VIEW}-variants"
+    card = {"runsCountToCompare": 1000, "metricSectionId": section, "deleted": False, "isGenerated": False}
+    charts = [{**card, "uuid": f"{VIEW}-bar", "type": "BAR", "metricKey": name, "displayName": f"{name} of each trial"}]
+    if varied:
+        charts.append({**card, "uuid": f"{VIEW}-parallel", "type": "PARALLEL", "selectedParams": varied,
+                       "selectedMetrics": [name], "showAllRuns": True})  # fmt: skip
+    sections = [{"uuid": section, "name": "Variants compared", "display": True, "isReordered": True, "deleted": False,
+                 "isGenerated": False}]  # fmt: skip
+    return {**state, "orderByKey": f"metrics.`{name}`", "orderByAsc": not higher_is_better(metric),
+            "selectedColumns": [*columns, f"metrics.`{name}`"], "compareRunCharts": charts,
+            "compareRunSections": sections, "isAccordionReordered": True}  # fmt: skip
+
+
+def view_state(tag: str | None) -> dict[str, Any] | None:
+    """The state a view's experiment tag holds (MLflow's envelope: name, times, the state as JSON text); None where
+    there is none or it is not one ablate could have written."""
+    try:
+        state = json.loads(json.loads(tag)["state"]) if tag else None
+    except (ValueError, KeyError, TypeError):
+        return None
+    return state if isinstance(state, dict) else None
 
 
 def _is_number(value: Any) -> bool:
@@ -191,6 +241,11 @@ def sweep_report(store: Store, sweep: str, out: Path, formats: tuple[str, ...] =
                        str(info["verdict"]))  # fmt: skip
 
 
+def _axes(record: SweepRecord) -> list[str]:
+    """The sweep's axis paths as its launch recorded them (none for a sweep recorded without its spec)."""
+    return list((record.spec or {}).get("axes") or [])
+
+
 def _digest(store: Store, sweep: str) -> str:
     """The sweep's state as its report reads it: trials (states, results, run ids) and the sweep's settings."""
     trials = store.trials_frame(sweep)
@@ -223,6 +278,8 @@ class Tracker:
         self._labels: dict[tuple[str, str], dict[str, str]] = {}
         """Variant labels per (store, sweep), for run names; `_unlabelled`: variants looked up already."""
         self._unlabelled: set[tuple[str, str, str | None]] = set()
+        self._viewed: set[tuple[str, str]] = set()
+        """(experiment id, view state) pairs written or found in this process (`_keep_view`)."""
         self.artifact_root = artifact_root or ((db.parent / "mlartifacts").as_uri() if db else None)
         self.db = db
         """The SQLite file of a local store (None: a server)."""
@@ -298,8 +355,10 @@ class Tracker:
         if record is None:
             raise KeyError(f"no sweep {sweep!r} in the store")
         if record.mlflow_run_id and (run := self._resume(record.mlflow_run_id, running=resume)):
+            self._keep_view(run.info.experiment_id, record)
             return run.info.experiment_id, run.info.run_id
         exp = self.experiment(sweep)
+        self._keep_view(exp, record)
         tags = {"sweep": sweep, "mlflow.note.content": record.description or ""}
         run_id = self.client.create_run(exp, tags=tags, run_name=sweep).info.run_id
         kept = store.keep_sweep_mlflow(sweep, exp, run_id, record.mlflow_run_id)
@@ -318,23 +377,40 @@ class Tracker:
         self.client.set_terminated(self._sweep_run(store, sweep, resume=False)[1], status)
         self.summarise(store, sweep)
 
+    def _keep_view(self, exp: str, record: SweepRecord) -> None:
+        """Keep the sweep's view (`sweep_view`) on its experiment, written where it lacks one or holds another (the
+        sweep's axes or metric changed, or an earlier version wrote it); MLflow is asked once per process."""
+        state = sweep_view(_axes(record), record.metric)
+        seen = (exp, json.dumps(state, sort_keys=True))
+        if seen in self._viewed:
+            return
+        if view_state(self.client.get_experiment(exp).tags.get(VIEW_TAG)) != state:
+            now = int(time.time() * 1000)
+            envelope = {"name": f"{VIEW}: variants compared", "createdAt": now, "updatedAt": now,
+                        "state": json.dumps(state)}  # fmt: skip
+            self.client.set_experiment_tag(exp, VIEW_TAG, json.dumps(envelope))
+        self._viewed.add(seen)
+
     def in_step(self, store: Store, sweep: str, status: str = "FINISHED") -> bool:
         """Whether MLflow shows the sweep's parent run as `end_sweep` would leave it: there (not deleted, in an
-        experiment that is not), ended with `status`, its summary that of the sweep as the store has it now.
-        Told by reading a SQLite store's tables, without mlflow; False for a server, or whatever cannot be read
-        (then `end_sweep` asks MLflow)."""
+        experiment that is not), ended with `status`, its summary that of the sweep as the store has it now, the
+        experiment holding the sweep's view (`sweep_view`). Told by reading a SQLite store's tables, without mlflow;
+        False for a server, or whatever cannot be read (then `end_sweep` asks MLflow)."""
         record = store.sweep(sweep)
         if self.db is None or record is None or not record.mlflow_run_id or not self.db.exists():
             return False
-        query = ("SELECT r.status, r.lifecycle_stage, e.lifecycle_stage, t.value FROM runs r "
+        query = ("SELECT r.status, r.lifecycle_stage, e.lifecycle_stage, t.value, v.value FROM runs r "
                  "JOIN experiments e ON e.experiment_id = r.experiment_id "
-                 "LEFT JOIN tags t ON t.run_uuid = r.run_uuid AND t.key = ? WHERE r.run_uuid = ?")  # fmt: skip
+                 "LEFT JOIN tags t ON t.run_uuid = r.run_uuid AND t.key = ? "
+                 "LEFT JOIN experiment_tags v ON v.experiment_id = r.experiment_id AND v.key = ? "
+                 "WHERE r.run_uuid = ?")  # fmt: skip
         try:
             with closing(sqlite3.connect(f"{self.db.as_uri()}?mode=ro", uri=True, timeout=5)) as conn:
-                row = conn.execute(query, (DIGEST_TAG, record.mlflow_run_id)).fetchone()
+                row = conn.execute(query, (DIGEST_TAG, VIEW_TAG, record.mlflow_run_id)).fetchone()
         except sqlite3.Error:  # not MLflow's tables (another version), locked, unreadable: ask MLflow
             return False
-        return row is not None and tuple(row[:3]) == (status, "active", "active") and row[3] == _digest(store, sweep)
+        return (row is not None and tuple(row[:3]) == (status, "active", "active") and row[3] == _digest(store, sweep)
+                and view_state(row[4]) == sweep_view(_axes(record), record.metric))  # fmt: skip
 
     def summarise(self, store: Store, sweep: str) -> bool:
         """Put the sweep's summary on its parent run, unless the sweep is as it was at the last summary: per
@@ -503,8 +579,8 @@ class Tracker:
 # ------------------------------------------------------------------------------------------------ the UI
 def sweep_page(base: str, store: Store | None, sweep: str | None = None) -> str:
     """The address of the runs page of `sweep`'s experiment in the MLflow UI at `base` (default: the sweep
-    planned or launched last among those with an experiment); the UI's experiment list where the store knows
-    none. LookupError for a sweep the store lacks or that has no experiment yet."""
+    planned or launched last among those with an experiment), in the sweep's view (`LANDING`); the UI's experiment
+    list where the store knows none. LookupError for a sweep the store lacks or that has no experiment yet."""
     frame = store.sweeps_frame() if store is not None else None
     if sweep is not None:
         if frame is None or sweep not in set(frame["name"]):
@@ -518,12 +594,13 @@ def sweep_page(base: str, store: Store | None, sweep: str | None = None) -> str:
         if known is None or known.empty:
             return f"{base}/{ui_route('experiments')}"
         exp = known.sort_values("updated_at").iloc[-1]["mlflow_experiment_id"]
-    return f"{base}/{ui_route(f'experiments/{exp}/runs')}"
+    return f"{base}/{ui_route(f'experiments/{exp}/runs', LANDING)}"
 
 
-def ui_route(path: str) -> str:
-    """The MLflow UI's address of `path` (`experiments/1/runs`) in its model-training view (`TRAINING_VIEW`)."""
-    return f"#/{path}?{TRAINING_VIEW}"
+def ui_route(path: str, query: str = "") -> str:
+    """The MLflow UI's address of `path` (`experiments/1/runs`) in its model-training view (`TRAINING_VIEW`), with
+    `query` (`LANDING`) after it."""
+    return f"#/{path}?{TRAINING_VIEW}" + (f"&{query}" if query else "")
 
 
 def _die_with(parent: int) -> None:

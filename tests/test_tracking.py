@@ -11,7 +11,17 @@ import pytest
 from ablate.config import TrialConfig
 from ablate.planner import Trial, trial_key, variant_key
 from ablate.store import Store
-from ablate.tracking import DIGEST_TAG, MAX_KEY, MAX_PARAM, Tracker, mlflow_name, params_of
+from ablate.tracking import (
+    DIGEST_TAG,
+    MAX_KEY,
+    MAX_PARAM,
+    VIEW_TAG,
+    Tracker,
+    mlflow_name,
+    params_of,
+    sweep_view,
+    view_state,
+)
 
 
 def trial(seed: int, **axes: object) -> Trial:
@@ -297,3 +307,31 @@ def test_in_step_holds_exactly_where_ending_the_sweep_would_change_nothing(track
     tracker.end_sweep(store, "steady")  # a new parent run, with the summary
     assert store.sweep("steady").mlflow_run_id != parent and tracker.in_step(store, "steady")
     assert not Tracker("http://127.0.0.1:9", lazy=True).in_step(store, "steady")  # a server: ask it
+
+
+def test_the_sweeps_experiment_keeps_the_view_ablate_ui_opens(tracker, store):
+    """The experiment holds the sweep's saved view (`sweep_view`, what `ablate ui` lands on): the axis values and the
+    metric as columns, trials grouped by the variant's axes (a replicate axis and the seed are columns, not groups),
+    best first (a loss: lowest), a bar chart of the metric and parallel coordinates over the grouping axes. A sweep
+    whose view went missing (an experiment an earlier version made) is not in step, and ending it writes the view."""
+    t = trial(0)
+    store.upsert_sweep("view", metric="val.loss", spec={"axes": ["attention.kind", "train.lr", "data.fold"]})
+    store.add_trials("view", [t])
+    tracker.end_sweep(store, "view")
+    exp = store.sweep("view").mlflow_experiment_id
+    state = view_state(tracker.client.get_experiment(exp).tags[VIEW_TAG])
+    assert state is not None and state == sweep_view(["attention.kind", "train.lr", "data.fold"], "val.loss")
+    axes = ["attention.kind", "train.lr", "data.fold", "seed"]
+    assert state["selectedColumns"] == [f"params.`axis.{a}`" for a in axes] + ["metrics.`val.loss`"]
+    assert [k["groupByData"] for k in state["groupBy"]["groupByKeys"]] == ["axis.attention.kind", "axis.train.lr"]
+    assert (state["orderByKey"], state["orderByAsc"]) == ("metrics.`val.loss`", True)  # a loss: lowest first
+    assert state["runsHiddenMode"] == "SHOW_ALL"  # MLflow's default charts only the first 10 runs
+    charts = {c["type"]: c for c in state["compareRunCharts"]}
+    assert charts["BAR"]["metricKey"] == "val.loss" and charts["PARALLEL"]["selectedMetrics"] == ["val.loss"]
+    assert tracker.in_step(store, "view")
+
+    tracker.client.delete_experiment_tag(exp, VIEW_TAG)
+    assert not tracker.in_step(store, "view")
+    again = Tracker(tracker.uri)  # another process: it asks MLflow once whether the view is there
+    again.end_sweep(store, "view")
+    assert view_state(tracker.client.get_experiment(exp).tags[VIEW_TAG]) == state and tracker.in_step(store, "view")

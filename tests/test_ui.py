@@ -4,6 +4,7 @@ MLflow server and its workers too."""
 
 from __future__ import annotations
 
+import html
 import itertools
 import json
 import os
@@ -19,6 +20,8 @@ import pytest
 from conftest import chromium, free_port
 from gate import wait_for
 
+from ablate.config import TrialConfig
+from ablate.planner import Trial, trial_key, variant_key
 from ablate.store import Store
 from ablate.tracking import Tracker
 
@@ -135,6 +138,68 @@ def test_the_page_ui_prints_opens_on_training_runs_in_headless_chromium(tmp_path
     tabs = set(re.findall(rf'href="#/experiments/{exp}/([a-z-]+)', done.stdout))
     assert done.returncode == 0 and {"runs", "models"} <= tabs, (tabs, done.stdout[-2000:], done.stderr[-2000:])
     assert not tabs & {"prompts", "judges", "chat-sessions", "evaluation-runs"}, tabs
+
+
+def compared(tmp_path: Path) -> tuple[str, str, dict[str, tuple[str, str, float]]]:
+    """Stores with one sweep over attention.kind, 2 seeds, its trials done with distinct test.top1 values: the URLs
+    and, per trial run id, its run name, kind and value."""
+    db, uri = f"sqlite:///{tmp_path / 'r.sqlite'}", f"sqlite:///{tmp_path / 'm.sqlite'}"
+    tracker, values = Tracker(uri), {("softmax", 0): 71.25, ("softmax", 1): 72.5, ("csan", 0): 80.75, ("csan", 1): 81.0}
+    trials = {}
+    for (kind, seed), value in values.items():
+        cfg = TrialConfig.model_validate({"attention": {"kind": kind}, "seed": seed})
+        trials[trial_key(cfg)] = (Trial(trial_key(cfg), variant_key(cfg), cfg, {"attention.kind": kind, "seed": seed}),
+                                  value)  # fmt: skip
+    runs = {}
+    with Store(db) as store:
+        store.upsert_sweep("grid", metric="test.top1", spec={"axes": ["attention.kind"]})
+        store.add_trials("grid", [t for t, _ in trials.values()])
+        for key, (t, value) in trials.items():
+            store.mark_running(key, host="h", device="cpu")
+            store.finish(key, "done", result={"test.top1": value})
+            run = tracker.start_trial(store, "grid", key)
+            tracker.end_trial(run, "done", result={"test": {"top1": value}})
+            runs[run] = (tracker.client.get_run(run).info.run_name, t.config.attention.kind, value)
+        tracker.end_sweep(store, "grid")
+    return db, uri, runs
+
+
+def test_ui_lands_on_the_trials_grouped_by_variant_and_a_chart_comparing_them(tmp_path: Path) -> None:
+    """The page `ablate ui` prints, as headless Chromium renders it without a click: the sweep's view (`sweep_view`),
+    in the chart view: each trial listed under its variant's group (named by its axis values), and a section of
+    charts comparing them, whose bars carry each trial's metric. MLflow's own landing shows one collapsed parent run
+    and no value."""
+    browser = chromium()
+    db, uri, runs = compared(tmp_path)
+    port = free_port()
+    cmd = [sys.executable, "-m", "ablate.cli", "ui", "--db", db, "--mlflow-uri", uri, "--port", str(port)]
+    proc = subprocess.Popen(cmd, cwd=tmp_path, env=CLI_ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, start_new_session=True)  # fmt: skip
+    try:
+        assert proc.stdout is not None
+        page = next(word for line in proc.stdout for word in line.split() if word.startswith("http://"))
+        wait_for(lambda: serving(port) or proc.poll() is not None, timeout=240)
+        assert proc.poll() is None, proc.communicate()[0]
+        # charts render once in the window and their data came: a desktop's window, a minute of the page's time
+        flags = [f for f in HEADLESS if not f.startswith("--virtual-time-budget")]
+        flags += ["--virtual-time-budget=60000", "--window-size=1600,1200"]
+        done = subprocess.run([browser, *flags, f"--user-data-dir={tmp_path / 'profile'}", "--dump-dom", page],
+                              capture_output=True, text=True, timeout=240)  # fmt: skip
+    finally:
+        kill_all(proc, port)
+    dom = done.stdout
+    words = [html.unescape(w) for w in re.findall(r">([^<>]+)<", dom) if w.strip()]
+    group = ""
+    listed: dict[str, str] = {}  # run name -> the group it is listed under (the runs list comes first)
+    for w in words:
+        if w.startswith("Group: "):
+            group = w
+        elif group and w not in listed:
+            listed[w] = group
+    assert "Variants compared" in words and "Parallel Coordinates" in words, (done.stderr[-2000:], words[-80:])
+    for name, kind, value in runs.values():
+        assert listed.get(name) == f"Group: {kind}", (name, listed)  # one axis: its value names the group
+        assert f"{value:.2f}" in words, (value, words)  # its bar's label
 
 
 def test_ui_for_an_unknown_sweep_exits_2_and_stops_the_server_it_started(tmp_path: Path) -> None:
