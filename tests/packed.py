@@ -45,14 +45,22 @@ def held(cfg: Any, report: Any, checkpoint_dir: Path) -> Any:
     share = ray.get_runtime_context().get_assigned_resources().get("GPU", 0.0)
     oom = cfg.model.embed_dim == 40 or (cfg.model.embed_dim == 48 and share < 1)
     start = {"gpu": [str(g) for g in ray.get_gpu_ids()], "share": share, "at": time.time(), "oom": oom}
-    (gate / f"{key}.start.{share}").write_text(json.dumps(start))
+    put(gate / f"{key}.start.{share}", start)
     if oom:
         raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
     while not (gate / "open").exists():
         time.sleep(0.02)
-    (gate / f"{key}.end.{share}").write_text(json.dumps({"at": time.time()}))
+    put(gate / f"{key}.end.{share}", {"at": time.time()})
     report(1, {"share": share})
     return TrialResult("done", 1, {"test.top1": 1.0})
+
+
+def put(path: Path, value: dict[str, Any]) -> None:
+    """Write `value` as JSON whole: under a name `starts` never globs, then renamed (the test process read a start
+    file a trial had created but not yet filled, and failed on empty JSON)."""
+    tmp = path.with_name(f"{path.name.replace('.', '-')}-{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(value))
+    os.replace(tmp, path)
 
 
 def starts(gate: Path) -> list[dict[str, Any]]:
