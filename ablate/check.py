@@ -119,13 +119,9 @@ def step(cfg: TrialConfig) -> None:
     mixer alone on the probe's sizes; raise with what went wrong."""
     import torch
 
-    from ablate.nn.accounting import example_input
-    from ablate.nn.factory import create_model
     from ablate.nn.mixer import outputs_checked
 
-    in_chans, num_classes = data_dims(cfg)
-    model = create_model(cfg, num_classes, in_chans).train()
-    inputs = example_input(cfg, in_chans, batch=BATCH)
+    model, inputs = trainable(cfg, BATCH)
     with outputs_checked(model) as called:
         out = model(*inputs)
     if cfg.model.attends and not any(m.cfg.kind == cfg.attention.kind for m in called):
@@ -141,6 +137,16 @@ def step(cfg: TrialConfig) -> None:
     if not any(p.grad is not None and p.grad.abs().sum() > 0 for p in model.parameters()):
         raise ValueError("no parameter received a gradient")
     probe(cfg.attention)
+
+
+def trainable(cfg: TrialConfig, batch: int) -> tuple[Any, Any]:
+    """The trial's model in training mode on CPU and a random batch of `batch` inputs of the shape it takes: what
+    the check steps and `ablate.steptime` times."""
+    from ablate.nn.accounting import example_input
+    from ablate.nn.factory import create_model
+
+    in_chans, num_classes = data_dims(cfg)
+    return create_model(cfg, num_classes, in_chans).train(), example_input(cfg, in_chans, batch=batch)
 
 
 def probe(mechanism: Mechanism) -> None:

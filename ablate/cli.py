@@ -22,6 +22,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from ablate import units
 from ablate.errors import SpecError
 
 app = typer.Typer(
@@ -222,7 +223,7 @@ def plan(
             base = "  *" if r["variant"] == p.baseline else ""
             cells = [r["key"][:10] + base] + [_cell(r[a]) for a in p.axes] + [str(r["seed"])]
             if costs:
-                cells += [f"{r['params'] / 1e6:.3g}M", f"{r['gflops']:.3g}", f"{r['gflops_no_attn']:.3g}"]
+                cells += [units.params(r["params"]), units.gflops(r["gflops"]), units.gflops(r["gflops_no_attn"])]
             table.add_row(*cells)
         out.print(table)
         if len(p.trials) > limit:
@@ -933,6 +934,9 @@ def report(
         None, "--compare", help="SWEEP_A SWEEP_B: their shared variants side by side, paired B - A differences."
     ),
     correction: str = typer.Option("holm", help="Multiple-comparison correction of each table: holm or bh."),
+    time: bool = typer.Option(
+        False, "--time", help="Also time each architecture's training step side by side on this CPU (relative cost)."
+    ),
     db: str | None = DB,
 ) -> None:
     """Paper-style tables, design-aware statistics, effects of each knob and plots: HTML, Markdown, CSV, LaTeX."""
@@ -950,7 +954,7 @@ def report(
                                          correction=correction)  # fmt: skip
             else:
                 files = write(sweep or None, store=store, out=out_dir, metric=metric, baseline=baseline,
-                              formats=formats, correction=correction)  # fmt: skip
+                              formats=formats, correction=correction, time=time)  # fmt: skip
         except ReportError as e:
             fail(str(e))
     pages = [f for f in files if f.name == "index.html"]

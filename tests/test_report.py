@@ -223,7 +223,7 @@ def test_no_interval_where_the_spread_cannot_be_estimated(store, tmp_path):
     values = {("softmax", 0): 41.55, ("softmax", 1): 61.35, ("csan", 0): 61.3, ("csan", 1): 81.1}
     fill(store, p, lambda t: values[t.axes["attention.kind"], t.axes["seed"]])
     data = frames.load(store, "flat")
-    table = frames.variant_table(data, pd.Series(dtype=float))
+    table = frames.variant_table(data)
     shown = tables.variants(table, data)
     row = next(r for r in shown.rows if r[1].startswith("CSaN"))
     assert row[7:11] == ["+19.75 [n/a: zero spread, 2 seeds]", "-", "-", "-"]
@@ -237,7 +237,7 @@ def test_no_interval_where_the_spread_cannot_be_estimated(store, tmp_path):
                   baseline={"attention.kind": "softmax"})  # fmt: skip
     fill(store, one, lambda t: 60.0 + (t.axes["attention.kind"] == "csan"))
     data = frames.load(store, "one")
-    shown = tables.variants(frames.variant_table(data, pd.Series(dtype=float)), data)
+    shown = tables.variants(frames.variant_table(data), data)
     assert next(r for r in shown.rows if r[1].startswith("CSaN"))[7] == "+1.00 [n/a: 1 seed]"
 
 
@@ -255,7 +255,7 @@ def test_the_variant_and_effects_tables_give_the_same_pairs_the_same_test(store,
     gain = [22.36 + 0.9 * math.sin(3 * s) for s in range(seeds)]  # consistent, different differences
     fill(store, p, lambda t: 50 + t.axes["seed"] + (gain[t.axes["seed"]] if t.axes["attention.kind"] == "csan" else 0))
     data = frames.load(store, f"s{seeds}")
-    row = frames.variant_table(data, pd.Series(dtype=float)).loc[p.variants[1]]
+    row = frames.variant_table(data).loc[p.variants[1]]
     f = effects.factorial(data)
     eff = effects.effects(f).iloc[0]
     want = {2: "", 3: "", 6: stats.SIGN_FLIP, 10: stats.T_TEST}[seeds]
@@ -283,7 +283,7 @@ def test_mil_pairs_folds_and_seeds_within_each_dataset(store, tmp_path):
     )
     data = frames.load(store, "mil")
     assert data.metric == "test.auc" and set(data.trials["rep"]) == {f"{s}/{f}" for s in (0, 1) for f in (0, 1, 2)}
-    table = frames.variant_table(data, pd.Series(dtype=float)).set_index("label")
+    table = frames.variant_table(data).set_index("label")
     row = table.loc["SynPool MIL (D=256) · elephant: Syn (I=1: concentrate; gamma=0.5)"]
     assert row["pairs"] == 6 and row["delta"] == pytest.approx(0.02)  # against elephant's baseline, not musk1's
 
@@ -602,7 +602,7 @@ def three_kinds(store: Store, tmp_path: Path, name: str, gains: dict[str, float]
     noise = {t.key: rng.normal(0, 0.3) for t in p.trials}
     fill(store, p, lambda t: 70 + gains.get(t.axes["attention.kind"], 0) + shift[t.axes["seed"]] + noise[t.key])
     data = frames.load(store, name)
-    return data, frames.variant_table(data, pd.Series(dtype=float))
+    return data, frames.variant_table(data)
 
 
 def test_bold_only_where_significantly_better_than_every_other_after_correction(store, tmp_path):
@@ -650,7 +650,7 @@ def test_cross_validation_sweeps_use_the_corrected_resampled_t(store, tmp_path):
     fill(store, p, lambda t: 0.8 + 0.01 * t.axes["attention.steps"] + fold_noise[t.key])
     data = frames.load(store, "cv")
     assert data.design == stats.Design(folds=3)
-    table = frames.variant_table(data, pd.Series(dtype=float))
+    table = frames.variant_table(data)
     row = table[~table["is_baseline"]].iloc[0]
     values = data.trials.pivot_table(index="rep", columns="variant", values="value")
     d = (values[row.name] - values[data.baseline]).to_numpy()

@@ -52,11 +52,14 @@ def report(
     baseline: str | None = None,
     formats: Iterable[str] = FORMATS,
     correction: str = "holm",
+    time: bool = False,
 ) -> list[Path]:
     """Write the report of each sweep (default: every sweep in the store) to `out/<sweep>/`, then
     `out/index.html`; return the files written. `metric` and `baseline` (a variant key or prefix, or
     PATH=VALUE[,PATH=VALUE] on axis values) override the sweep's; `correction` (holm or bh) adjusts each
-    table's p-values. Every sweep is read before anything is written, so an unknown sweep, metric or baseline
+    table's p-values; `time` times every architecture's training step side by side on this machine's CPU (the
+    report's relative step time, `ablate.steptime`; the report then differs from run to run). Every sweep is
+    read before anything is written, so an unknown sweep, metric or baseline
     (ReportError) leaves the folder as it was."""
     wanted = check(formats, correction)
     counts = store.sweeps_frame().set_index("name")["trials"]
@@ -74,14 +77,16 @@ def report(
     out = Path(out)
     written: list[Path] = []
     for data in loaded:
-        written += _write_sweep(store, data, out / folder(data.name), wanted, correction)
+        written += _write_sweep(store, data, out / folder(data.name), wanted, correction, time)
     if "html" in wanted:
         written.append(write_file(out / "index.html", index_page(out)))
     return written
 
 
-def _write_sweep(store: Store, data: SweepData, where: Path, formats: set[str], correction: str) -> list[Path]:
-    table = frames.variant_table(data, frames.throughput(store, data), correction)
+def _write_sweep(
+    store: Store, data: SweepData, where: Path, formats: set[str], correction: str, time: bool
+) -> list[Path]:
+    table = frames.variant_table(data, frames.throughput(store, data, side_by_side=time), correction)
     fac = effects.factorial(data)
     eff = effects.effects(fac, correction) if fac is not None else None
     won = tables.verdicts(table, data, correction)
@@ -158,12 +163,13 @@ def _sections(
         Section("Variants", [tables.variants(table, data, correction), *fig("variants", f"{data.metric} per variant")]),
         Section(
             "Cost",
-            fig("cost", f"{data.metric} against params, GFLOPs and training time with the Pareto front")
-            or ["No cost on which the finished variants differ (params, GFLOPs, training time): no cost plot."],
+            [*(fig("cost", f"{data.metric} against params, GFLOPs and measured step costs with the Pareto front")
+               or ["No cost on which the finished variants differ (params, GFLOPs, step time): no cost plot."]),
+             tables.speed_words(table)],
         ),
-    ]
-    pub: list[Block] = [*tables.published_tables(table, data)]
-    sections.append(Section("Published numbers", pub or ["No variant corresponds to a published row."]))
+    ]  # fmt: skip
+    if pub := tables.published_tables(table, data):  # only where a variant's mechanism has a published table
+        sections.append(Section("Published numbers", [*pub]))
     if fac is not None and eff is not None and len(eff):
         sections.append(
             Section("Effects of each knob", [tables.effects(eff, fac, data, correction), *fig("effects", "effects")])

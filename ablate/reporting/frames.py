@@ -20,7 +20,8 @@ import numpy as np
 import pandas as pd
 import yaml
 
-from ablate.config import REPLICATES
+from ablate import steptime
+from ablate.config import REPLICATES, TrialConfig
 from ablate.messages import higher_is_better
 from ablate.paths import matches, set_path
 from ablate.plugins import Plugins
@@ -39,6 +40,8 @@ DIAGNOSTICS = {
 }
 LOSSES = ("train.loss", "val.loss")
 THROUGHPUT_TRIALS = 3
+SPEED = ("samples_s", "epoch_s", "timed", "device")
+"""What `throughput` measures per variant (and `step_rel` when timed side by side)."""
 NA = "n/a"
 """An axis value that does not apply to a variant (a knob of another attention kind)."""
 CHUNK = 500
@@ -265,13 +268,33 @@ def metrics(store: Store, names: list[str], keys: list[str]) -> pd.DataFrame:
     return pd.concat(parts, ignore_index=True) if parts else empty
 
 
-def throughput(store: Store, data: SweepData) -> pd.Series:
-    """Training samples/s per variant: mean over epochs and over up to THROUGHPUT_TRIALS finished trials
-    (reading every trial's epochs would dominate the time of a report on a large sweep)."""
+def throughput(store: Store, data: SweepData, side_by_side: bool = False) -> pd.DataFrame:
+    """Per variant, what its training costs, as measured: `samples_s` and `epoch_s` in steady state (each trial's
+    median over its epochs but the first one of a process: epoch 1, and the epoch a resumed trial restarted in,
+    where the worker warms up), the median over `timed` finished trials (up to THROUGHPUT_TRIALS: reading every
+    trial's epochs would dominate a large sweep's report) on `device`. These still carry the machine's load when
+    they ran; `side_by_side` adds `step_rel`, every architecture's training step timed in turn in this process
+    (`ablate.steptime`), a ratio the load cannot tilt."""
     done = data.trials[data.trials["state"] == "done"]
-    keys = done.groupby("variant", sort=False).head(THROUGHPUT_TRIALS)
-    m = metrics(store, ["samples_per_s"], keys["key"].tolist())
-    return m["value"].groupby(m["key"].map(dict(zip(keys["key"], keys["variant"])))).mean()
+    trials = done.groupby("variant", sort=False).head(THROUGHPUT_TRIALS).set_index("key")
+    m = metrics(store, ["samples_per_s", "epoch_s"], trials.index.tolist()).astype({"key": str, "name": str})
+    restarted = m["key"].map(trials["resumed_from"].fillna(0).astype(int) + 1)
+    steady = m[(m["step"] > 1) & (m["step"] != restarted)]
+    per_trial = steady.pivot_table(index="key", columns="name", values="value", aggfunc="median")
+    per_trial = per_trial.reindex(columns=["samples_per_s", "epoch_s"]).dropna(how="all")
+    by = per_trial.groupby(trials["variant"].reindex(per_trial.index))
+    out = pd.DataFrame({"samples_s": by["samples_per_s"].median(), "epoch_s": by["epoch_s"].median(),
+                        "timed": by["samples_per_s"].count()}).reindex(data.variants.index)  # fmt: skip
+    out["device"] = trials.groupby("variant")["device"].agg(lambda d: ", ".join(sorted(set(d.dropna()))))
+    if side_by_side:
+        out["step_rel"] = pd.Series(step_times(data).relative())
+    return out
+
+
+def step_times(data: SweepData) -> steptime.StepTimes:
+    """Every variant's architecture timed side by side in this process (`ablate.steptime.side_by_side`)."""
+    configs = {str(v): TrialConfig.model_validate(own_config(data, str(v))) for v in data.variants.index}
+    return steptime.side_by_side(configs)
 
 
 def replicates(data: SweepData, by: str = "rep") -> pd.DataFrame:
@@ -281,12 +304,13 @@ def replicates(data: SweepData, by: str = "rep") -> pd.DataFrame:
     return values.reindex(index=data.variants.index)
 
 
-def variant_table(data: SweepData, speed: pd.Series, correction: str = "holm") -> pd.DataFrame:
-    """Per variant: cost, throughput (`speed`, by variant), the metric's mean/std over every finished trial,
-    `n` independent replicates (seeds or CV repeats) and their std (`seed_std`), the paired delta against
-    its reference with a 95% interval, the test and its p-value (stats.paired under the sweep's design),
-    the standardised effect `d` with its interval, `p_adj` (adjusted over every comparison of the table,
-    `correction`), the reference's seed std (`floor`) and whether |delta| is below it, trials per state."""
+def variant_table(data: SweepData, speed: pd.DataFrame | None = None, correction: str = "holm") -> pd.DataFrame:
+    """Per variant: cost, measured speed (`speed`: `throughput`'s columns; None: not read), the metric's
+    mean/std over every finished trial, `n` independent replicates (seeds or CV repeats) and their std
+    (`seed_std`), the paired delta against its reference with a 95% interval, the test and its p-value
+    (stats.paired under the sweep's design), the standardised effect `d` with its interval, `p_adj` (adjusted
+    over every comparison of the table, `correction`), the reference's seed std (`floor`) and whether |delta| is
+    below it, trials per state."""
     t, v = data.trials, data.variants
     by = t.groupby("variant", sort=False)
     out = v[["group", "architecture", "dataset", "mixer", "label", "ref", *(f"axis.{a}" for a in data.axes)]].copy()
@@ -294,7 +318,10 @@ def variant_table(data: SweepData, speed: pd.Series, correction: str = "holm") -
     out["gflops"] = by["flops"].median().astype(float) / 2e9
     seconds = (t["finished_at"] - t["started_at"]).dt.total_seconds().round()  # whole seconds: no clock jitter
     out["hours"] = seconds.groupby(t["variant"]).median().reindex(v.index) / 3600
-    out["samples_s"] = speed.reindex(v.index)
+    speed = pd.DataFrame(columns=list(SPEED)) if speed is None else speed
+    for col in speed.columns:
+        out[col] = speed[col].reindex(v.index)
+    out["timed"] = out["timed"].fillna(0).astype(int)
     values = replicates(data)
     summary = stats.interval(values.to_numpy())
     out["values"], out["mean"], out["std"] = (summary[c].to_numpy() for c in ("n", "mean", "std"))

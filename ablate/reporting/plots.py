@@ -15,6 +15,7 @@ from collections.abc import Mapping
 import matplotlib as mpl
 import numpy as np
 import pandas as pd
+from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
@@ -147,15 +148,25 @@ def variants_plot(table: pd.DataFrame, data: SweepData) -> bytes | None:
 
 
 COSTS = (("params", "#params (M)", 1e6), ("gflops", "GFLOPs per example (MACs)", 1.0),
-         ("hours", "training time per trial (h)", 1.0))  # fmt: skip
+         ("epoch_s", "s per epoch, steady state (epochs 2+, median of trials)", 1.0),
+         ("step_rel", "relative step time (side by side, one process, CPU)", 1.0))  # fmt: skip
+"""The costs a panel can plot: exact counts, each trial's own steady-state timing, and (`report --time`) every
+architecture timed side by side. A trial's wall-clock hours are not among them: they measure its queue, the
+worker's warm-up and the machine's load as much as the architecture."""
 
 
 def cost_plot(table: pd.DataFrame, data: SweepData) -> bytes | None:
-    """Metric vs #params, GFLOPs and training time, the Pareto front (cheaper and better than every other)
-    marked; a cost on which the measured variants do not differ gets no panel (all points on one x), and no
-    figure when none differs."""
+    """`cost_figure` as PNG bytes."""
+    fig = cost_figure(table, data)
+    return None if fig is None else _png(fig)
+
+
+def cost_figure(table: pd.DataFrame, data: SweepData) -> Figure | None:
+    """Metric vs #params, GFLOPs and the measured step costs (`COSTS`), the Pareto front (cheaper and better
+    than every other) marked and labelled; a cost on which the measured variants do not differ gets no panel
+    (all points on one x), and no figure when none differs."""
     measured = table[table["n"] > 0]
-    costs = [c for c in COSTS if measured[c[0]].nunique() > 1]
+    costs = [c for c in COSTS if c[0] in measured and measured[c[0]].nunique() > 1]
     if not costs:
         return None
     fig = _figure(5.5 * len(costs), 4.6, panels=len(costs))
@@ -172,14 +183,25 @@ def cost_plot(table: pd.DataFrame, data: SweepData) -> bytes | None:
         base = measured["is_baseline"].to_numpy()
         ax.scatter(x[base], yv[base], color=BASE, s=60, zorder=6, label="baseline")
         if front.sum() <= 12:
-            for xi, yi, text in zip(x[front], yv[front], measured["label"][front]):
-                ax.annotate(_clip(text, 40), (xi, yi), fontsize=7, xytext=(4, 4), textcoords="offset points")
+            _label(ax, x[front], yv[front], [_clip(t, 40) for t in measured["label"][front]])
         ax.set_xlabel(label)
         ax.set_ylabel(data.metric + _unit(data.metric))
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8, loc="best")
     fig.suptitle(f"{data.metric} against cost ({len(measured)} variants)", fontsize=10)
-    return _png(fig)
+    return fig
+
+
+def _label(ax: Axes, x: np.ndarray, y: np.ndarray, texts: list[str]) -> None:
+    """Label points inside the panel: a label runs from its point towards the panel's middle (left of a point in
+    the right half, below a point in the top half), so the panel's edge never cuts it."""
+    x0, x1 = ax.get_xlim()
+    y0, y1 = ax.get_ylim()
+    for xi, yi, text in zip(x, y, texts):
+        right, top = xi > (x0 + x1) / 2, yi > (y0 + y1) / 2
+        ax.annotate(text, (xi, yi), fontsize=7, textcoords="offset points",
+                    xytext=(-4 if right else 4, -4 if top else 4),
+                    ha="right" if right else "left", va="top" if top else "bottom")  # fmt: skip
 
 
 def _panels(curves: pd.DataFrame, table: pd.DataFrame, names: dict[str, str], title: str) -> bytes | None:
@@ -236,7 +258,7 @@ def effects_plot(eff: pd.DataFrame, metric: str) -> bytes | None:
         kind = part["term"].iloc[0]
         ax.set_title(f"{'main effects' if kind == 'main' else 'two-way interactions'} on {metric} (95% CI)", fontsize=9)
         ax.grid(axis="x", alpha=0.3)
-    fig.axes[-1].set_xlabel(f"change in {metric}{_unit(metric)}")
+    fig.axes[-1].set_xlabel(f"change in {metric}{_unit(metric, difference=True)}")
     return _png(fig)
 
 
@@ -266,6 +288,9 @@ def _largest(part: pd.DataFrame, limit: int = MAX_ROWS // 2) -> pd.DataFrame:
     return part.loc[part["effect"].abs().sort_values(ascending=False).index[:limit]].sort_index()
 
 
-def _unit(metric: str) -> str:
-    """Accuracies are stored in percent; AUC and losses have no unit."""
-    return " (%)" if metric.rsplit(".", 1)[-1] in ("top1", "top5", "acc") else ""
+def _unit(metric: str, difference: bool = False) -> str:
+    """Accuracies are stored in percent, so a difference of two is in percentage points; AUC and losses have no
+    unit."""
+    if metric.rsplit(".", 1)[-1] not in ("top1", "top5", "acc"):
+        return ""
+    return " (pp)" if difference else " (%)"

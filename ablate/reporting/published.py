@@ -5,7 +5,9 @@ diamond (param-matched) and DWConv agree, and it was trained on the table's data
 table's recipe (every path the table lists): then the numbers are comparable. A variant that agrees on the
 rest gets the nearest row (same size, else same family, else the first) for orientation only, with what
 differs from the paper. A sweep none of whose variants is comparable gets one line saying why
-(`none_comparable`), not its variants' differences from a paper it cannot be set beside.
+(`none_comparable`), not its variants' differences from a paper it cannot be set beside, and only when one of
+its variants' mechanisms is what a table publishes (`publishes`): a paper's softmax baselines make no section
+for a softmax-and-ReLU sweep.
 """
 
 from __future__ import annotations
@@ -83,16 +85,26 @@ def match(cfg: dict[str, Any]) -> Match | None:
     return Match(row, table, tuple(differs), data)
 
 
+def publishes(kind: str) -> list[PublishedTable]:
+    """The tables that publish mechanism `kind`: those its own module registered (a paper's table sits beside the
+    mechanism it introduces, `register_table`), not the tables where it is only a paper's baseline row."""
+    module = MECHANISMS.entry(kind).source.split(":")[0] if kind in MECHANISMS else None
+    return [e.component for e in TABLES.entries() if e.source.split(":")[0] == module]
+
+
 #: Differences `none_comparable` names before it counts the rest.
 NAMED = 3
 
 
-def none_comparable(found: Sequence[Match]) -> str:
-    """The published section of a sweep whose variants all miss their nearest row (`found`, not empty), in one
-    line: the datasets where they differ (every variant trained on other data), else the differences all of them
-    share. Each variant's full list would bury a first report (an MNIST variant differs from the ImageNet rows in
-    twenty items) and compare nothing."""
-    papers = "; ".join(dict.fromkeys(m.table.source for m in found))
+def none_comparable(found: Sequence[Match], tables: Sequence[PublishedTable] = ()) -> str:
+    """The published section of a sweep whose variants all miss their nearest row (`found`), in one line: the
+    datasets where they differ (every variant trained on other data), else the differences all of them share;
+    with no nearest row at all, that no published row has their configuration (of `tables`, which publish their
+    mechanisms). Each variant's full list would bury a first report (an MNIST variant differs from the ImageNet
+    rows in twenty items) and compare nothing."""
+    papers = "; ".join(dict.fromkeys([*(m.table.source for m in found), *(t.source for t in tables)]))
+    if not found:
+        return f"None comparable (no published row has these variants' mechanism settings and stack): {papers}."
     if all(m.data is not None for m in found):
         theirs = "/".join(dict.fromkeys(m.table.dataset for m in found))
         why = f"the published rows are {theirs}; this sweep is {', '.join(dict.fromkeys(str(m.data) for m in found))}"

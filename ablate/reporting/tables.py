@@ -8,6 +8,7 @@ import math
 
 import pandas as pd
 
+from ablate import steptime, units
 from ablate.config import REPLICATES
 from ablate.reporting import frames, published, stats
 from ablate.reporting.effects import PAIRED, Factorial
@@ -23,10 +24,6 @@ def num(x: float | None, digits: int = 2, sign: bool = False) -> str:
     if x is None or pd.isna(x):
         return "-"
     return f"{x:+.{digits}f}" if sign else f"{x:.{digits}f}"
-
-
-def params(p: float) -> str:
-    return "-" if pd.isna(p) else f"{p / 1e6:.2f}M" if p < 1e7 else f"{p / 1e6:.1f}M"
 
 
 def pvalue(p: float) -> str:
@@ -76,7 +73,7 @@ def variants(table: pd.DataFrame, data: SweepData, correction: str = "holm") -> 
     with 95% CI, standardised effect, p (test), adjusted p, trials; grouped by backbone and dataset. A metric
     cell is bold only where its variant is significantly better than every other of its group."""
     d = digits(data)
-    header = ["Architecture", "Token mixer", "#Params", "GFLOPs", "samples/s", f"{data.metric} (mean ± std)",
+    header = ["Architecture", "Token mixer", "#Params", "GFLOPs", speed_header(table), f"{data.metric} (mean ± std)",
               "n", "Δ vs baseline [95% CI]", "d [95% CI]", "p (test)", "p adj.", "trials"]  # fmt: skip
     rows = []
     for _, r in table.iterrows():
@@ -92,8 +89,8 @@ def variants(table: pd.DataFrame, data: SweepData, correction: str = "holm") -> 
         trials = f"{r['done']}/{r['trials']} done" + (f"; {r['unfinished']}" if r["unfinished"] else "")
         if r["stale"]:
             trials += f"; {r['stale']} stale†" + (" (mixed with current)" if r["stale"] < r["done"] else "")
-        rows.append([r["architecture"], r["mixer"], params(r["params"]), num(r["gflops"], 3),
-                     num(r["samples_s"], 0), metric, replicates(r, data), delta, eff, p, adj, trials])  # fmt: skip
+        rows.append([r["architecture"], r["mixer"], units.params(r["params"]), units.gflops(r["gflops"]),
+                     speed(r), metric, replicates(r, data), delta, eff, p, adj, trials])  # fmt: skip
     order = {v: i for i, v in enumerate(table.index)}
     bold = _cheapest(table) | {(order[w.best], 5) for w in verdicts(table, data, correction).values() if w.significant}
     ref = table.loc[data.baseline, "label"] if data.baseline in table.index else "none"
@@ -107,11 +104,37 @@ def variants(table: pd.DataFrame, data: SweepData, correction: str = "holm") -> 
         f"{floor_words(table, data)} "
         f"{winner_words(data, correction)} #Params and GFLOPs are exact: bold = the smallest of "
         f"the group. GFLOPs = stored FLOPs / 2e9: multiply-accumulates per example, as the papers count FLOPs. "
-        f"samples/s: training throughput, mean over epochs of up to {frames.THROUGHPUT_TRIALS} finished trials."
+        + speed_words(table)
         + na_words([row[7] for row in rows], data.design.unit)
         + stale_note(data)
     )
     return Table(caption, header, rows, groups=list(table["group"]), bold=bold)
+
+
+def speed(r: pd.Series) -> str:
+    """Steady-state samples/s, and where measured the step time relative to the fastest architecture."""
+    shown = num(r["samples_s"], 0)
+    return f"{shown}; ×{num(r['step_rel'], 2)}" if "step_rel" in r else shown
+
+
+def speed_header(table: pd.DataFrame) -> str:
+    return "samples/s, epochs 2+; × step time" if "step_rel" in table else "samples/s, epochs 2+"
+
+
+def speed_words(table: pd.DataFrame) -> str:
+    """What the samples/s cell timed: each trial in steady state where and when it ran, and, with `report --time`,
+    every architecture side by side in one process."""
+    counts = sorted(set(table["timed"][table["timed"] > 0]))
+    n = "-".join(map(str, counts[:: max(len(counts) - 1, 1)])) or "0"
+    devices = ", ".join(sorted({d for ds in table["device"].dropna() for d in str(ds).split(", ") if d})) or "-"
+    words = (f"samples/s: steady-state training throughput, epochs 2+ (a trial's first epoch, and the one it "
+             f"resumed in, warm the worker up), median of {n} trials per variant on {devices}: a figure of the "
+             "machine's load as much as of the architecture.")  # fmt: skip
+    if "step_rel" not in table:
+        return words + " `ablate report --time` adds each architecture's relative step time, measured side by side."
+    return (f"{words} ×: relative step time, one process, CPU ({steptime.THREADS} thread), batch {steptime.BATCH}: "
+            f"each architecture's forward and backward, median of {steptime.ROUNDS} rounds timed in turn after a "
+            "warm-up step, over the fastest architecture's (×1.00).")  # fmt: skip
 
 
 def marks(r: pd.Series) -> str:
@@ -221,7 +244,8 @@ def _replicate_words(data: SweepData) -> list[str]:
 def published_tables(table: pd.DataFrame, data: SweepData) -> list[Table | str]:
     """Published rows beside the measured variants they correspond to; rows that only share the token mixer
     and stack (other size or dataset) in a second table, for orientation only. When no variant is comparable,
-    one line saying why instead (`published.none_comparable`)."""
+    one line saying why instead (`published.none_comparable`), and nothing unless a variant's mechanism is one a
+    table publishes (`published.publishes`)."""
     done = data.trials[data.trials["state"] == "done"]
     top1 = pd.to_numeric(done["test.top1"], errors="coerce") if "test.top1" in done else pd.Series(math.nan, done.index)
     measured = top1.groupby(done["variant"]).mean()
@@ -236,15 +260,18 @@ def published_tables(table: pd.DataFrame, data: SweepData) -> list[Table | str]:
         m_top1 = measured.get(variant, float("nan"))
         if found.comparable:
             notes[found.table.note] = None
-            exact.append([r["label"], f"{row.model}, {row.setting}", params(r["params"]), f"{row.params_m:.1f}M",
-                          num(r["params"] / 1e6 - row.params_m, 1, True), num(r["gflops"], 2),
-                          num(row.gflops, 1), num(r["gflops"] - (row.gflops or math.nan), 2, True),
+            exact.append([r["label"], f"{row.model}, {row.setting}", units.params(r["params"]),
+                          f"{row.params_m:.1f}M", units.params(r["params"] - row.params_m * 1e6, True),
+                          units.gflops(r["gflops"]), num(row.gflops, 1),
+                          units.gflops(r["gflops"] - (row.gflops or math.nan), True),
                           num(m_top1, 2), num(row.top1, 1), num(m_top1 - row.top1, 2, True)])  # fmt: skip
         else:
             misses.append(found)
             near.append([r["label"], f"{row.model}, {row.setting}", "; ".join(found.differs)])
     if not exact:
-        return [published.none_comparable(misses)] if misses else []
+        kinds = {str(c.get("attention", {}).get("kind")) for c in data.variants["config"]}
+        about = list({id(t): t for k in sorted(kinds) for t in published.publishes(k)}.values())
+        return [published.none_comparable([m for m in misses if m.table in about], about)] if about else []
     src = "; ".join(sources)
     datasets = "/".join(dict.fromkeys(sources.values()))
     header = ["Variant", "published row", "#Params", "published", "Δ", "GFLOPs", "published", "Δ",
