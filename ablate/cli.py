@@ -430,9 +430,8 @@ def check(
             labels.setdefault((p.sweep, t.variant), words)
     for c in results:
         ref = base.get(c.sweep)
-        delta = "-" if c.params is None or ref is None else f"{(c.params - ref) / 1e6:+.3g}M"
-        params = "-" if c.params is None else f"{c.params / 1e6:.3g}M"
-        gflops = "-" if c.gflops is None else f"{c.gflops:.3g}"
+        delta = "-" if c.params is None or ref is None else units.params(c.params - ref, sign=True)
+        params, gflops = units.params(c.params), units.gflops(c.gflops)
         status = "ok" if c.ok else f"[red]error[/]: {c.error}"
         table.add_row(c.sweep, labels.get((c.sweep, c.variant)) or c.variant[:10], params, gflops, delta, status)
     out.print(table)

@@ -94,7 +94,7 @@ def test_check_holds_every_mixer_to_its_output_shape_where_the_model_cannot_tell
         "right-equal": {**equal, "attention": {"kind": "relu"}},
         "vit-only": {**TINY, "attention": {"kind": "vitonly"}},
     })  # fmt: skip
-    res = cli(["check", str(f)], tmp_path, {"COLUMNS": "400"})
+    res = cli(["check", str(f)], tmp_path, {"COLUMNS": "500"})
     assert res.returncode == 2, res.stdout + res.stderr
     rows = statuses(res)
     swapped = tmp_path / "swapped.py"

@@ -346,39 +346,6 @@ def variant_table(data: SweepData, speed: pd.DataFrame | None = None, correction
     return out
 
 
-@dataclass
-class Winner:
-    """Whether one variant of a group is significantly better than every other there, after correction."""
-
-    group: str
-    best: str
-    """The variant with the best mean."""
-    significant: bool
-    p_adj: float
-    """The largest adjusted p of the best against the others (NaN when some pair could not be tested)."""
-    k: int
-    """Comparisons made (variants with a result in the group, less one)."""
-
-
-def winners(data: SweepData, table: pd.DataFrame, correction: str = "holm") -> list[Winner]:
-    """Per group of two or more measured variants: the best variant by mean, tested against each other
-    one on their shared replicates (the design's paired test), the k p-values adjusted together; it wins
-    only when every adjusted p is below stats.ALPHA."""
-    values = replicates(data)
-    out = []
-    for group, g in table[table["n"] > 0].groupby("group", sort=False):
-        if len(g) < 2:
-            continue
-        best = str(g["mean"].idxmax() if data.higher else g["mean"].idxmin())
-        others = [i for i in g.index if i != best]
-        diffs = values.loc[[best]].to_numpy() - values.loc[others].to_numpy()
-        p = stats.paired(diffs, design=data.design, effect=False)["p"].to_numpy()
-        adj = stats.adjust(p, correction)
-        worst = float(np.max(adj)) if not np.isnan(adj).any() else float("nan")
-        out.append(Winner(str(group), best, bool(worst < stats.ALPHA), worst, len(others)))
-    return out
-
-
 def variant_metrics(store: Store, data: SweepData, names: list[str], variants: list[str] | None = None) -> pd.DataFrame:
     """Per-epoch metrics `names` of the trials of `variants` (None: every variant), long: key, name, step, value
     and each trial's variant."""
