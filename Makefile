@@ -28,7 +28,8 @@ run: $(STAMP)
 test: lint docs $(STAMP)
 	$(BIN)/python -m pytest -q
 
-# The documentation site (mkdocs.yml, docs/) into build/site, strictly: a broken link or anchor, a page left out of
+# The documentation site (mkdocs.yml, docs/) into build/site (open build/site/index.html; search needs a server:
+# python -m http.server -d build/site), strictly: a broken link or anchor, a page left out of
 # the nav or an API reference to something that no longer exists fails it. Part of `make test`, so CI builds it.
 docs: $(STAMP)
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet

@@ -21,6 +21,7 @@ from ablate.cli import app
 from ablate.spec import json_schema
 
 MARKER = re.compile(r"^<!-- generated: ([\w-]+) -->$", re.M)
+CODE_SPAN = re.compile(r"(`[^`]*`)")
 Schema = dict[str, Any]
 
 
@@ -50,8 +51,16 @@ def type_of(node: Schema) -> str:
 
 
 def cell(text: str) -> str:
-    """Text for one table cell: one line, pipes escaped."""
-    return " ".join(text.split()).replace("|", "\\|")
+    """Text for one table cell: one line, pipes escaped outside code spans (inside one, Python-Markdown's tables
+    already read a pipe as text, so an escape would show as a literal backslash)."""
+    parts = CODE_SPAN.split(" ".join(text.split()))
+    return "".join(part if CODE_SPAN.fullmatch(part) else part.replace("|", "\\|") for part in parts)
+
+
+def unbroken(text: str) -> str:
+    """A cell's text on one line: a table's first column is narrow, and a code span breaks anywhere to fit it
+    (`descriptio` / `n`)."""
+    return f'<span style="white-space: nowrap">{cell(text)}</span>'
 
 
 def key_note(node: Schema) -> str:
@@ -72,7 +81,7 @@ def fields_table(model: Schema, prefix: str, keyed: bool, defs: Schema) -> str:
             default = "required"
         about = node.get("description") or defs.get(type_of(node), {}).get("description", "")
         key = f" {key_note(node)} |" if keyed else ""
-        rows.append(f"| `{prefix}{name}` | `{cell(type_of(node))}` | {cell(default)} |{key} "
+        rows.append(f"| {unbroken(f'`{prefix}{name}`')} | {cell(f'`{type_of(node)}`')} | {cell(default)} |{key} "
                     f"{cell(about)} |")  # fmt: skip
     return "\n".join(rows)
 
@@ -140,9 +149,9 @@ def options_table(command: Any, ctx: Any) -> str:
     for param in command.params:
         if param.param_type_name == "argument":
             default = "" if param.required or param.default is None else f" [default: {param.default}]"
-            rows.append(f"| `{param.name.upper()}` | {cell((param.help or '') + default)} |")
+            rows.append(f"| {unbroken(f'`{param.name.upper()}`')} | {cell((param.help or '') + default)} |")
         elif (record := param.get_help_record(ctx)) is not None:
-            rows.append(f"| `{cell(record[0])}` | {cell(record[1])} |")
+            rows.append(f"| {unbroken(f'`{record[0]}`')} | {cell(record[1])} |")
     rows.append("| `--help` | Show the command's help and exit. |")
     return "\n".join(rows)
 
