@@ -8,9 +8,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from datetime import datetime
+
+from sqlalchemy import update
 
 from ablate.planner import Plan, Trial
-from ablate.store import MetricRow, Store
+from ablate.store import MetricRow, Owner, Store
+from ablate.store.queries import TRIALS
 
 #: Per-epoch metrics a classification trial records (the names `trial.run_trial` reports).
 EPOCH_METRICS = ("train.loss", "val.loss", "val.top1", "val.top5", "lr", "samples_per_s", "epoch_s", "peak_mem_mb")
@@ -70,3 +74,14 @@ def fill(
             rows = []
     if rows:
         store.log_metric_rows(rows)
+
+
+def failed_elsewhere(store: Store, key: str, finished_at: datetime) -> None:
+    """Another launcher claims `key`, runs it and records it failed, stamped `finished_at` (its clock)."""
+    other = Owner.new(60)
+    assert store.claim([key], other) == {key}
+    store.mark_running(key)
+    store.finish(key, "failed", error="RuntimeError: elsewhere")
+    store.release(other)
+    with store.engine.begin() as conn:
+        conn.execute(update(TRIALS).where(TRIALS.c.key == key).values(finished_at=finished_at))

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from conftest import TINY, write_sweeps
 from gate import Gate
-from sqlalchemy import update
+from synthetic import failed_elsewhere
 from test_launcher import launch_cmd
 
 from ablate.fanout import Fanout
@@ -34,7 +34,6 @@ from ablate.recorder import Recorder
 from ablate.selection import Select, select
 from ablate.store import Owner, Store
 from ablate.store.faults import EXIT_CODE, StoreUnavailable
-from ablate.store.queries import TRIALS
 
 CLI_ENV = {**os.environ, "RAY_ADDRESS": "", "RAY_AUTH_MODE": "disabled"}
 
@@ -258,13 +257,7 @@ def test_a_look_that_meets_an_outage_looks_again_from_the_same_moment_and_a_miss
         store.engine.dispose()  # its next connection opens the file again: there is none
         with Store(f"sqlite:///{away}/r.sqlite") as elsewhere:
             for key, stamp in ((near, window), (far, window - timedelta(seconds=owner.seconds))):
-                other = Owner.new(60)
-                assert elsewhere.claim([key], other) == {key}
-                elsewhere.mark_running(key)
-                elsewhere.finish(key, "failed", error="RuntimeError: elsewhere")
-                elsewhere.release(other)
-                with elsewhere.engine.begin() as conn:
-                    conn.execute(update(TRIALS).where(TRIALS.c.key == key).values(finished_at=stamp))
+                failed_elsewhere(elsewhere, key, stamp)
         fan.finished_elsewhere(whole=False)
         assert isinstance(fan.recorder.failure, StoreUnavailable) and fan.queue == [near, far]
         away.rename(folder)

@@ -19,14 +19,14 @@ import torch
 from conftest import TINY, write_sweeps
 from gate import Gate, wait_for
 from rich.console import Console
-from sqlalchemy import event, update
+from sqlalchemy import event
+from synthetic import failed_elsewhere
 
 from ablate import checkpoints
 from ablate.launcher import RunConfig, launch
 from ablate.planner import Plan, plan, plan_all
 from ablate.progress import Progress
-from ablate.store import Owner, Store
-from ablate.store.queries import TRIALS
+from ablate.store import Store
 from ablate.store.writes import now
 from ablate.tracking import Tracker
 
@@ -214,13 +214,7 @@ def test_a_launcher_learns_what_another_finished_from_the_trials_finished_since_
         box, th = launch_in_thread(p, store, tmp_path, gate, lease=600)
         gate.wait(1)
         event.listen(store.engine, "before_cursor_execute", lambda *call: named.append(str(call[3])))  # parameters
-        owner = Owner.new(60)
-        assert elsewhere.claim([other], owner) == {other}
-        elsewhere.mark_running(other)
-        elsewhere.finish(other, "failed", error="RuntimeError: elsewhere")
-        elsewhere.release(owner)
-        with elsewhere.engine.begin() as conn:
-            conn.execute(update(TRIALS).where(TRIALS.c.key == other).values(finished_at=began - timedelta(seconds=10)))
+        failed_elsewhere(elsewhere, other, began - timedelta(seconds=10))
         gate.open()
         th.join(timeout=240)
         assert box["res"].counts == {"done": 1, "failed": 1}
