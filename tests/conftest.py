@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from markers import guard, mark
 from procs import Postgres
 
 from ablate.plugins import load_builtins
@@ -44,6 +45,21 @@ TINY = {
     },
     "train": {"epochs": 2, "batch_size": 128, "lr": 2e-3},
 }
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Marks every test by what it costs (tests/markers.py), before `-m` selects: `make quick` runs `-m quick`."""
+    mark(items)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> object:
+    """In a quick run (`-m quick`), a test and its fixtures start no process: a wrong mark fails loudly."""
+    if item.config.getoption("markexpr") != "quick":
+        return (yield)
+    with guard():
+        return (yield)
 
 
 @pytest.fixture(autouse=True)
