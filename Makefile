@@ -11,7 +11,7 @@ BIN := $(VENV)/bin
 SWEEP ?= cpu
 STAMP := $(VENV)/.installed
 
-.PHONY: run test team lint docs gallery install clean mutants gpu-check
+.PHONY: run test quick team lint docs gallery install clean mutants gpu-check
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -59,6 +59,12 @@ gpu-check: $(STAMP)
 # nodes, three launchers, and the faults it injects; minutes of its own); not part of `make test`, CI runs both.
 team: $(STAMP)
 	$(BIN)/python -m pytest -q -m team tests/test_team.py
+
+# The loop while you work: every test that starts no Ray, process, server or browser (marks set at collection by
+# tests/markers.py; starting a process raises here), and how long it took. `make test` and CI still run everything.
+quick: $(STAMP)
+	start=$$(date +%s) && $(BIN)/python -m pytest -q -m quick -p no:cacheprovider; rc=$$?; \
+		echo "make quick: $$(( $$(date +%s) - start )) s"; exit $$rc
 
 # Lint, format and types (strict on ablate/); part of `make test`, so CI runs them.
 lint: $(STAMP)
