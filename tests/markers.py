@@ -22,6 +22,7 @@ COSTS = {
     "spawns": "starts processes (the CLI, a child interpreter, a process pool, a server program)",
     "server": "needs a server for the session (PostgreSQL, the S3 server)",
     "browser": "runs headless Chromium",
+    "trains": "trains a real model through the training loop (seconds of CPU each)",
 }
 #: Fixtures whose resource a test holds by requesting them (pytest adds the ones they request in turn).
 FIXTURE_MARKS = {"ray_local": "ray", "postgres": "server", "s3_server": "server"}
@@ -33,6 +34,7 @@ NAMED = {
     "ray": "ray",
     "ablate.fanout.start_embedded": "ray",
     "conftest.chromium": "browser",
+    "ablate.trial.run_trial": "trains",
 }
 #: The one program a quick test may start: the fingerprint's `git` lookups (milliseconds, the library's own).
 ALLOWED = {"git"}
@@ -78,9 +80,11 @@ class Reach:
         if code in self.seen:
             return self.seen[code]
         found = self.seen[code] = set()  # a recursive helper reaches nothing new through itself
+        imported = {f"{m}.{n}" for m in code.co_names if "." in m and m not in names for n in code.co_names}
+        found |= {NAMED[n] for n in imported | set(code.co_names) - set(names) if n in NAMED}  # function-local imports
         for name in code.co_names:
             obj = names.get(name)
-            found |= self.named(obj) if name in names else {NAMED[name]} if name in NAMED else set()  # local import
+            found |= self.named(obj)
             if isinstance(obj, types.ModuleType) and _ours(obj):  # procs.spawn(...): the module's attributes used
                 for attribute in code.co_names:
                     found |= self.named(getattr(obj, attribute, None), follow_modules=False)
