@@ -64,7 +64,7 @@ DECIDING = (__name__, REGISTRY, "ablate.plugins")
 """Modules whose text decides a fingerprint beyond the components' own: this algorithm (`LOOP`, `FOLLOWED`),
 the built-in modules that register names (`BUILTINS`) and how a registration names its module, and how
 plugins are loaded and their modules named."""
-ALGORITHM = 3
+ALGORITHM = 4
 """How a module's syntax tree is digested, recorded with each fingerprint (a record without one is 1): 1
 dropped a module's, class's or function's leading docstring; 2 drops every bare string statement, attribute
 docstrings included (a string used as a value, a `Field(description=...)` or a default, still counts); 3 also
@@ -72,10 +72,14 @@ digests a module by what it is, not where it is (`MOVABLE`): a component's diges
 without their names, and an import of ablate's own modules (or of a plugin package's, or a relative one) counts
 by the names it binds, not the path it binds them from. So a pure move (same code, new path, imports updated)
 keeps every digest; a changed expression still changes one, and so does a component that imports another
-module (that module joins its digests). A record is compared with today's code digested as it was
+module (that module joins its digests); 4 also leaves out the order of those imports within a block (they count
+as one sorted set of bound names, where the first of them stood: `UNORDERED`), since a move re-sorts them (an
+import sorter orders them by the paths a move changes). A record is compared with today's code digested as it was
 (`current`): a new algorithm never makes a result stale by itself."""
 MOVABLE = 3
 """The first `ALGORITHM` by which a module's digest does not depend on its path or its imports' paths."""
+UNORDERED = 4
+"""The first `ALGORITHM` by which the order of a block's imports of ablate's own modules does not count."""
 DOCUMENTED = (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)
 """What has a docstring: its body's leading string (all that algorithm 1 dropped)."""
 SETTLED_NS = 2_000_000_000
@@ -400,6 +404,8 @@ def _module_digest(module: str, mtime_ns: int, size: int, algorithm: int = ALGOR
         return "unreadable"
     if algorithm >= MOVABLE:
         _unplaced(tree, module.split(".")[0])
+    if algorithm >= UNORDERED:
+        _unordered(tree)
     for node in ast.walk(tree):
         for name, statements in ast.iter_fields(node):
             if not isinstance(statements, list) or not any(map(_bare_string, statements)):
@@ -425,6 +431,23 @@ def _unplaced(tree: ast.Module, top: str) -> None:
             for alias in node.names:
                 if alias.asname and alias.name.split(".")[0] in ours:
                     alias.name = alias.asname
+
+
+def _unordered(tree: ast.Module) -> None:
+    """Each block's imports that `_unplaced` stripped (`from . import ...`) merged into one, its names sorted, where
+    the first of them stood (`UNORDERED`)."""
+    for node in ast.walk(tree):
+        for name, statements in ast.iter_fields(node):
+            if not isinstance(statements, list):
+                continue
+            ours = [s for s in statements if isinstance(s, ast.ImportFrom) and s.level == 1 and s.module is None]
+            if len(ours) < 2:
+                continue
+            bound = sorted({(a.name, a.asname or "") for s in ours for a in s.names})
+            merged = ast.ImportFrom(None, [ast.alias(n, a or None) for n, a in bound], 1)
+            first = statements.index(ours[0])
+            kept = [s for s in statements if not any(s is o for o in ours)]
+            setattr(node, name, [*kept[:first], merged, *kept[first:]])
 
 
 def _bare_string(statement: ast.AST) -> bool:

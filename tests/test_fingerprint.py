@@ -7,6 +7,7 @@ from __future__ import annotations
 import ast
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -587,12 +588,45 @@ with Store(sys.argv[1]) as store:
 """
 
 
+ROOT = Path(__file__).resolve().parents[1]
+MOVED_PARALLEL, MOVED_MESSAGES, LOOP_MODULE = "ablate.parallel", "ablate.messages", "ablate.trial"
+"""Two modules the training loop digest covers or imports, moved by the test below, and the loop itself."""
+
+
+def _move(src: Path, module: str, package: str) -> None:
+    """Move ablate's `module` (dotted) into `package` under the scratch copy's ablate/, as a developer would: every
+    import of it and every dotted reference rewritten (`from ablate import a, b` split), then imports sorted by
+    the project's ruff settings, which reorders them by their new paths."""
+    parent, _, name = module.rpartition(".")
+    old = src.joinpath(*module.split(".")).with_suffix(".py")
+    new = src / "ablate" / package / f"{name}.py"
+    new.parent.mkdir(exist_ok=True)
+    (new.parent / "__init__.py").touch()
+    old.rename(new)
+    target = f"ablate.{package}.{name}"
+
+    def split(m: re.Match[str]) -> str:
+        names = [n.strip() for n in m[2].split(",")]
+        out = [f"from {parent} import {', '.join(n for n in names if n != name)}"] if len(names) > 1 else []
+        return "\n".join([*out, f"from ablate.{package} import {name}"]) if name in names else m[0]
+
+    for path in (src / "ablate").rglob("*.py"):
+        text = path.read_text()
+        moved = re.sub(rf"^from ({re.escape(parent)}) import ([\w, ]+)$", split, text, flags=re.M)
+        moved = re.sub(rf"\b{re.escape(module)}\b", target, moved)
+        if moved != text:
+            path.write_text(moved)
+    sort = [sys.executable, "-m", "ruff", "check", "--quiet", "--fix", "--select", "I", "--config",
+            str(ROOT / "pyproject.toml"), str(src / "ablate")]  # fmt: skip
+    subprocess.run(sort, check=True, capture_output=True)
+
+
 def test_a_pure_move_of_ablates_modules_keeps_stored_results_current(tmp_path: Path) -> None:
     """In a scratch copy of the package: csan trials recorded done, then two modules of the training loop moved into
-    a new package (`parallel`, which the loop lists by name, and `messages`, which trial.py imports), every import
-    of them and `LOOP` updated: a new process's stale check and a launch's selection find nothing stale. An edit
-    to an expression of a moved module then makes them stale (issue 40 item 1: module names and import lines were
-    in the digests, so any move made every stored result stale)."""
+    a new package (`parallel`, which the loop lists by name, and `messages`, which the loop imports), every import
+    of them and `LOOP` updated and imports re-sorted: a new process's stale check and a launch's selection find
+    nothing stale. An edit to an expression of a moved module then makes them stale (issue 40 item 1: module
+    names, import lines and their order were in the digests, so any move made every stored result stale)."""
     import shutil
 
     src = tmp_path / "src"
@@ -608,16 +642,10 @@ def test_a_pure_move_of_ablates_modules_keeps_stored_results_current(tmp_path: P
         return done.stdout
 
     run(RECORD)
-    (src / "ablate" / "loop").mkdir()
-    (src / "ablate" / "loop" / "__init__.py").write_text('"""The training loop\'s helpers, moved."""\n')
-    for name in ("parallel", "messages"):
-        (src / "ablate" / f"{name}.py").rename(src / "ablate" / "loop" / f"{name}.py")
-        for path in (src / "ablate").rglob("*.py"):
-            text = path.read_text()
-            moved = text.replace(f"ablate.{name}", f"ablate.loop.{name}")
-            moved = moved.replace(f"from ablate import {name}\n", f"from ablate.loop import {name}\n")
-            if moved != text:
-                path.write_text(moved)
+    for module in (MOVED_PARALLEL, MOVED_MESSAGES):
+        _move(src, module, "loop")
+    loop = (src / "ablate").joinpath(*LOOP_MODULE.split(".")[1:]).with_suffix(".py").read_text()
+    assert "from ablate.loop import" in loop  # the move re-sorted the loop's imports
     assert json.loads(run(STALE, str(src)).splitlines()[-1]) == {"changed": [], "unknown": {}, "stale": 0}
     moved = src / "ablate" / "loop" / "parallel.py"
     edit(moved, moved.read_text(), moved.read_text() + "\n\ndef _moved_and_edited() -> int:\n    return 1\n")
