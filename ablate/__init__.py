@@ -4,8 +4,9 @@ The library API (the CLI is a thin layer over it): `plan`, `launch`, `report`, `
 CLI's defaults (`ablate.api`): `ablate.launch(ablate.plan("experiments.yaml"))` records to db/ablate.sqlite
 and MLflow as `ablate launch experiments.yaml` does.
 Imports are lazy so that validating or planning a file never pays for torch or Ray. Modules are named
-apart from the API functions (planner.plan, launcher.launch, reporting.report) so that importing a
-module never shadows a function of the same name.
+apart from the API functions (planning.plan.plan is a module's function, reporting.report the package's) so
+that importing a module never shadows a function of the same name. Modules that moved out of the old flat
+layout are still found at their old names for one release (`ablate.moved`).
 """
 
 from __future__ import annotations
@@ -17,25 +18,27 @@ from importlib.machinery import ModuleSpec
 from types import ModuleType
 from typing import Any
 
+from ablate.moved import MovedFinder
+
 __version__ = "0.1.0"
 
 _API = {
-    "load_plans": "ablate.planner",
-    "plan": "ablate.planner",
-    "plan_all": "ablate.planner",
+    "load_plans": "ablate.planning.plan",
+    "plan": "ablate.planning.plan",
+    "plan_all": "ablate.planning.plan",
     "TrialConfig": "ablate.config",
     "SpecError": "ablate.errors",
-    "run_trial": "ablate.trial",
-    "Plan": "ablate.planner",
+    "run_trial": "ablate.training.loop",
+    "Plan": "ablate.planning.plan",
     "launch": "ablate.api",
-    "Cluster": "ablate.launcher",
-    "RunConfig": "ablate.launcher",
-    "LaunchResult": "ablate.launcher",
-    "Select": "ablate.selection",
-    "Checks": "ablate.preflight",
-    "PreflightError": "ablate.preflight",
+    "Cluster": "ablate.execution.launcher",
+    "RunConfig": "ablate.execution.launcher",
+    "LaunchResult": "ablate.execution.launcher",
+    "Select": "ablate.execution.selection",
+    "Checks": "ablate.execution.preflight",
+    "PreflightError": "ablate.execution.preflight",
     "Store": "ablate.store",
-    "Tracker": "ablate.tracking",
+    "Tracker": "ablate.tracking.records",
     "report": "ablate.api",
 }
 
@@ -65,5 +68,7 @@ class _TorchvisionShim(MetaPathFinder):
 
 if "torchvision" not in sys.modules:
     sys.meta_path.insert(0, _TorchvisionShim())
+if not any(isinstance(f, MovedFinder) for f in sys.meta_path):
+    sys.meta_path.append(MovedFinder())
 
 __all__ = list(_API)

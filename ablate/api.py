@@ -6,7 +6,7 @@
     ablate.report(plan.sweep)                    # reports/<sweep>/index.html
     with ablate.Store() as store: store.runs()   # the trials, as `ablate runs --all-columns`
 
-`ablate.launcher.launch` and `ablate.reporting.report` are the engines under these: they record and read
+`ablate.execution.launcher.launch` and `ablate.reporting.report` are the engines under these: they record and read
 only where they are told (no MLflow unless given a tracker), which is what tests and benchmarks want.
 """
 
@@ -18,13 +18,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from ablate.launcher import Cluster, LaunchResult, RunConfig
-    from ablate.planner import Plan
-    from ablate.preflight import Checks
-    from ablate.progress import Progress
-    from ablate.selection import Select
+    from ablate.execution.launcher import Cluster, LaunchResult, RunConfig
+    from ablate.execution.preflight import Checks
+    from ablate.execution.progress import Progress
+    from ablate.execution.selection import Select
+    from ablate.planning.plan import Plan
     from ablate.store import Store
-    from ablate.tracking import Tracker
+    from ablate.tracking.records import Tracker
 
 __all__ = ["launch", "report"]
 
@@ -52,16 +52,16 @@ def launch(
     """Run every unfinished trial of `plans` as `ablate launch` does: recorded to `store` (a Store, a database
     URL, or None: the CLI's db/ablate.sqlite) and to MLflow through `tracker` (a Tracker, a tracking URI,
     True: the CLI's db/mlflow.sqlite, False: no MLflow). `cluster`, `run` and `choice` as for
-    `ablate.launcher.launch` (default: an embedded local Ray, checkpoints in db/checkpoints, every unfinished
-    trial). First the launch's pre-flight (`ablate.preflight`, `checks`: by default every model and dataset to
+    `ablate.execution.launcher.launch` (default: an embedded local Ray, checkpoints in db/checkpoints, every unfinished
+    trial). First the launch's pre-flight (`ablate.execution.preflight`, `checks`: by default every model and dataset to
     run): what it refuses is a PreflightError, raised before a store is created or anything is written."""
-    from ablate.launcher import Cluster, RunConfig
-    from ablate.launcher import launch as run_plans
-    from ablate.planner import Plan
-    from ablate.preflight import Checks, preflight
-    from ablate.selection import Select
+    from ablate.execution.launcher import Cluster, RunConfig
+    from ablate.execution.launcher import launch as run_plans
+    from ablate.execution.preflight import Checks, preflight
+    from ablate.execution.selection import Select
+    from ablate.planning.plan import Plan
     from ablate.store import Store, database_exists
-    from ablate.tracking import Tracker
+    from ablate.tracking.records import Tracker
 
     plans = [plans] if isinstance(plans, Plan) else list(plans)
     cluster, run, choice = cluster or Cluster(), run or RunConfig(), choice or Select()
@@ -78,9 +78,10 @@ def launch(
 @contextmanager
 def _ray_first(cluster: Cluster) -> Iterator[None]:
     """Ray started (or joined) before a first launch creates its results database: a Ray that cannot start
-    (`ablate.fanout.RayStartError`) leaves nothing written. The launch then finds Ray running; it is stopped here
+    (`ablate.execution.fanout.RayStartError`) leaves nothing written. The launch then finds Ray running; it is stopped
+    here
     when the launch ends, if this started it."""
-    from ablate import fanout
+    from ablate.execution import fanout
 
     ours = fanout.connect(cluster)
     try:

@@ -366,7 +366,7 @@ class Resources(Strict):
     cpus: float = nokey(1.0, gt=0)
     gpus: float | Literal["auto"] = nokey(0.0)
     """GPUs per worker; fractions share a GPU between trials. `auto`: the share a memory probe measures
-    for the trial's architecture (see `ablate.packing`)."""
+    for the trial's architecture (see `ablate.execution.gpu_shares`)."""
     gpu_headroom: float = nokey(0.1, ge=0, le=1)
     """With `gpus: auto`, the share asked for is the probed memory times (1 + this)."""
     retries: int = nokey(0, ge=0)

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 from ablate.components import Backbone, Dataset, Mechanism, PublishedTable, ReportSection
 
 if TYPE_CHECKING:
-    from ablate.tasks import Task
+    from ablate.training.tasks import Task
 
 T = TypeVar("T")
 
@@ -145,7 +145,7 @@ REGISTRIES: tuple[Registry[Any], ...] = (MECHANISMS, BACKBONES, DATASETS, TASKS,
 BUILTINS = (
     "ablate.nn.softmax", "ablate.nn.csan", "ablate.nn.syn", "ablate.nn.kernel", "ablate.nn.nlm", "ablate.nn.sparse",
     "ablate.nn.vit", "ablate.nn.swin", "ablate.nn.hiera", "ablate.nn.mil",
-    "ablate.data.images", "ablate.data.mil", "ablate.tasks",
+    "ablate.data.images", "ablate.data.mil", "ablate.training.tasks",
 )  # fmt: skip
 
 

@@ -2,7 +2,7 @@
 
 Simulated cells whose paired difference to the baseline has a true mean of 0 to 10 seed-noise units (unit
 noise, threshold 0.5): the fixed design runs `max` seeds everywhere and judges once at alpha; the adaptive
-one (`ablate.sequential`, default Pocock spending, 3 looks) runs `min` and adds seeds only while undecided.
+one (`ablate.planning.adaptive`, default Pocock spending, 3 looks) runs `min` and adds seeds only while undecided.
 Prints, per true effect, both designs' mean seeds and decisions, then the overall ratio of seeds spent.
 
     .venv/bin/python bench/adaptive_seeds.py
@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ablate import sequential
-from ablate.spec import AdaptiveSeeds
+from ablate.planning import adaptive as sequential
+from ablate.spec.sweeps import AdaptiveSeeds
 
 EFFECTS = (0.0, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0)
 CELLS = 2000

@@ -54,7 +54,7 @@ from conftest import free_port
 from gate import wait_for
 from procs import NODES, Launcher, alive_nodes, kill_tree, leftovers, listening, loopback, spawn
 
-from ablate.launcher import RunConfig
+from ablate.execution.launcher import RunConfig
 from ablate.store import Store
 
 RAY = str(Path(sys.executable).with_name("ray"))
@@ -70,7 +70,7 @@ def timed(path: str) -> Callable[..., Any]:
     def runner(cfg: Any, report: Any, checkpoint_dir: Path) -> Any:
         import ray
 
-        from ablate.trial import run_trial
+        from ablate.training.loop import run_trial
 
         began, cpu = time.time(), time.process_time()
         result = run_trial(cfg, report, checkpoint_dir)
@@ -87,9 +87,9 @@ def timed(path: str) -> Callable[..., Any]:
 def child(folder: Path, address: str, poll: float) -> None:
     """The launcher (its own process): launch the sweep on the cluster; write its wall and CPU time."""
     import ablate
-    from ablate.launcher import Cluster
-    from ablate.planner import plan
-    from ablate.progress import Progress
+    from ablate.execution.launcher import Cluster
+    from ablate.execution.progress import Progress
+    from ablate.planning.plan import plan
 
     trials = plan(folder / "e.yaml", SWEEP)
     run = RunConfig(str(folder / "checkpoints"), runner=timed(str(folder / "times.jsonl")), poll=poll)

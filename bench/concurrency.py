@@ -39,7 +39,7 @@ BASE = {"data": {"name": "digits"},
 
 
 def short(cfg: Any, report: Any, checkpoint_dir: Any) -> Any:
-    from ablate.messages import TrialResult
+    from ablate.training.messages import TrialResult
 
     for epoch in (1, 2, 3):
         time.sleep(0.05)
@@ -49,11 +49,11 @@ def short(cfg: Any, report: Any, checkpoint_dir: Any) -> Any:
 
 def child(folder: Path, mlflow: str | None, cpus: int) -> None:
     """One launcher (run as its own process): launch the sweep, write its store write latencies."""
-    from ablate.launcher import Cluster, RunConfig, launch
-    from ablate.planner import plan
-    from ablate.progress import Progress
+    from ablate.execution.launcher import Cluster, RunConfig, launch
+    from ablate.execution.progress import Progress
+    from ablate.planning.plan import plan
     from ablate.store import Store
-    from ablate.tracking import Tracker
+    from ablate.tracking.records import Tracker
 
     latencies: list[float] = []
 

@@ -19,7 +19,7 @@ import time
 import torch
 
 from ablate.config import TrialConfig
-from ablate.trial import run_trial
+from ablate.training.loop import run_trial
 
 SETTINGS = {"fp32": {"amp": False, "compile": False}, "bf16": {"amp": True, "compile": False},
             "bf16+compile": {"amp": True, "compile": True}}  # fmt: skip

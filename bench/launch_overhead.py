@@ -41,12 +41,12 @@ import yaml
 from ray import tune
 from rich.console import Console
 
-from ablate.launcher import RunConfig, launch
-from ablate.messages import TrialResult
-from ablate.planner import plan
-from ablate.progress import Progress
+from ablate.execution.launcher import RunConfig, launch
+from ablate.execution.progress import Progress
+from ablate.planning.plan import plan
 from ablate.store import Store
-from ablate.tracking import Tracker
+from ablate.tracking.records import Tracker
+from ablate.training.messages import TrialResult
 
 BASE = {"data": {"name": "digits"},
         "model": {"backbone": "vit", "embed_dim": 16, "depths": [1], "num_heads": [1], "patch_size": 2, "img_size": 8},

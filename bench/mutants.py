@@ -26,14 +26,14 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 GROUPS: dict[str, tuple[list[str], list[str]]] = {
-    "planner": (["ablate/planner.py"], ["tests/test_planner.py", "tests/test_spec.py"]),
+    "planner": (["ablate/planning/plan.py"], ["tests/test_planner.py", "tests/test_spec.py"]),
     "store": (["ablate/store/writes.py", "ablate/store/queries.py"], ["tests/test_store.py"]),
     "launcher": (
-        ["ablate/launcher.py", "ablate/fanout.py", "ablate/gangs.py"],
+        ["ablate/execution/launcher.py", "ablate/execution/fanout.py", "ablate/execution/gangs.py"],
         ["tests/test_launcher.py", "tests/test_cli.py"],
     ),
     "trial": (
-        ["ablate/trial.py", "ablate/checkpoints.py", "ablate/parallel.py"],
+        ["ablate/training/loop.py", "ablate/training/checkpoints.py", "ablate/training/parallel.py"],
         ["tests/test_trial.py", "tests/test_parallel.py"],
     ),
     "csan": (["ablate/nn/csan.py"], ["tests/test_attention.py"]),

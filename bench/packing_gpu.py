@@ -2,7 +2,8 @@
 
     python bench/packing_gpu.py [--steps 40] [--cells vit-s-224 vit-t-28 hiera-t-csan]
 
-What: for each cell, the packing probe (`ablate.packing.measure`, in its own process as the Ray task runs it)
+What: for each cell, the packing probe (`ablate.execution.gpu_shares.measure`, in its own process as the Ray task runs
+it)
 gives the footprint and the share `resources.gpus: auto` would ask for; then k = min(floor(1 / share), 8)
 copies of the same training steps run at once as separate processes on the one GPU, as Ray would place them.
 Each copy reports the device memory its process held (torch's reserved bytes plus the CUDA context measured
@@ -47,7 +48,7 @@ def child(cell: str, steps: int, mode: str) -> None:
     import torch
 
     from ablate.config import TrialConfig
-    from ablate.packing import measure, train_steps
+    from ablate.execution.gpu_shares import measure, train_steps
 
     cfg = TrialConfig.model_validate(CELLS[cell])
     if mode == "probe":
@@ -85,7 +86,7 @@ def main() -> None:
     if args.child:
         child(args.child[0], args.steps, args.child[1])
         return
-    from ablate.packing import Footprint
+    from ablate.execution.gpu_shares import Footprint
 
     print(f"{'cell':14s} {'probe GiB':>9s} {'share':>6s} {'k':>2s} {'alone img/s':>11s} {'packed img/s':>12s} "
           f"{'x alone':>7s} {'max reserved GiB':>16s} {'OOM':>4s}")  # fmt: skip

@@ -7,7 +7,7 @@ written to a temporary file. Timed, wall clock around each whole call, the order
 (ABAB, BABA, ...), medians of --repeats, each side after the same untimed warm-up (which also fills the cost
 cache, as any earlier plan of these models has):
 
-  plan()       `ablate.planner.plan` in this process: read, check and expand
+  plan()       `ablate.planning.plan.plan` in this process: read, check and expand
   floor        one `TrialConfig` validation per trial (the planned configs, dumped beforehand): what any
                pydantic-based planner pays
   cli table    `ablate plan FILE` in a fresh process (the table of the first 200 rows, counts per axis, costs)
@@ -37,7 +37,7 @@ from report_scale import BASE, BASELINE, GRID
 from timing import alternate, medians
 
 from ablate.config import TrialConfig
-from ablate.planner import plan
+from ablate.planning.plan import plan
 
 ABLATE = str(Path(sys.executable).parent / "ablate")
 MAX = str(10**8)

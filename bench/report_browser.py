@@ -109,7 +109,7 @@ def synthetic(folder: Path) -> Path:
     """A small sweep's report, written with the real store and report code."""
     import yaml
 
-    from ablate.planner import plan
+    from ablate.planning.plan import plan
     from ablate.reporting import report
     from ablate.store import Store
 

@@ -33,7 +33,7 @@ from typing import Any
 import yaml
 from timing import alternate
 
-from ablate.planner import plan
+from ablate.planning.plan import plan
 from ablate.reporting import report
 from ablate.store import Store
 

@@ -48,8 +48,8 @@ def run(args: list[str], env: dict[str, str]) -> None:
 
 def done_store(db: Path) -> str:
     """A store where every trial of the sweep is done with today's code (no training: results written)."""
-    from ablate.fingerprint import fingerprints
-    from ablate.planner import plan
+    from ablate.planning.plan import plan
+    from ablate.provenance.fingerprint import fingerprints
     from ablate.store import Store
 
     url = f"sqlite:///{db}"

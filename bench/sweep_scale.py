@@ -46,9 +46,9 @@ import yaml
 from report_scale import BASE, BASELINE, GRID, generate, report_sides
 from timing import alternate, medians
 
-from ablate.fingerprint import Fingerprint, fingerprint, record
-from ablate.planner import Plan, plan
-from ablate.selection import Select, select
+from ablate.execution.selection import Select, select
+from ablate.planning.plan import Plan, plan
+from ablate.provenance.fingerprint import Fingerprint, fingerprint, record
 from ablate.store import Store
 
 ABLATE = str(Path(sys.executable).parent / "ablate")
@@ -86,7 +86,7 @@ def dress(db: Path, p: Plan) -> str:
 
 
 def first_launch(p: Plan, store: Store) -> None:
-    """A first launch's store work before its trials are submitted (`ablate.launcher._round`, no Ray)."""
+    """A first launch's store work before its trials are submitted (`ablate.execution.launcher._round`, no Ray)."""
     chosen = select([p], store, Select())
     store.upsert_sweep(p.sweep, spec_path=p.file, metric=p.metric, baseline=p.baseline, description=p.description,
                        spec={"axes": p.axes, "plugins": p.plugins.to_json()})  # fmt: skip

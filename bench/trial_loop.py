@@ -31,8 +31,8 @@ from torch.utils.data import DataLoader
 from ablate.config import TrialConfig
 from ablate.data import build_data
 from ablate.nn.factory import create_model
-from ablate.planner import plan
-from ablate.trial import run_trial, seed_everything
+from ablate.planning.plan import plan
+from ablate.training.loop import run_trial, seed_everything
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -47,7 +47,7 @@ class Gate:
         folder, epoch, keys = str(self.folder), self.epoch, self.keys
 
         def gated(cfg: Any, report: Callable, checkpoint_dir: Path) -> Any:
-            from ablate.trial import run_trial as real
+            from ablate.training.loop import run_trial as real
 
             key = Path(checkpoint_dir).name
             if os.environ.get("RANK", "0") != "0":  # another rank of a multi-worker trial: its pid, for kills
@@ -85,13 +85,14 @@ def main(argv: list[str]) -> None:
     """Run the ablate CLI with every launch's trials gated (see the module docstring)."""
     import ray.cloudpickle
 
-    import ablate.worker
+    import ablate.execution.trial_task
     from ablate.cli import app
 
     split = argv.index("--")
     folder, epoch, *keys = argv[:split]
     ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
-    ablate.worker.run_trial = Gate(Path(folder), int(epoch), keys or None).runner()  # the launcher's default runner
+    # the launcher's default runner
+    ablate.execution.trial_task.run_trial = Gate(Path(folder), int(epoch), keys or None).runner()
     app(argv[split + 1 :], prog_name="ablate")
 
 

@@ -24,8 +24,8 @@ def current_digests() -> dict:
     """{"algorithm": ALGORITHM, "components": {"mechanism csan": digest, ..., "loop": digest}} of every built-in
     mechanism, backbone, dataset and task and of the training loop (package versions left out: they are the
     environment's, not the code's)."""
-    from ablate.fingerprint import ALGORITHM, _now
     from ablate.plugins import load_builtins
+    from ablate.provenance.fingerprint import ALGORITHM, _now
     from ablate.registry import BACKBONES, DATASETS, MECHANISMS, TASKS
 
     load_builtins()

@@ -32,9 +32,9 @@ NAMED = {
     "multiprocessing": "spawns",
     "concurrent.futures.process": "spawns",
     "ray": "ray",
-    "ablate.fanout.start_embedded": "ray",
+    "ablate.execution.fanout.start_embedded": "ray",
     "conftest.chromium": "browser",
-    "ablate.trial.run_trial": "trains",
+    "ablate.training.loop.run_trial": "trains",
 }
 #: The one program a quick test may start: the fingerprint's `git` lookups (milliseconds, the library's own).
 ALLOWED = {"git"}

@@ -18,10 +18,10 @@ from typing import Any
 
 import yaml
 
-from ablate.launcher import RunConfig, launch
-from ablate.packing import Footprint
-from ablate.planner import plan
-from ablate.progress import Progress
+from ablate.execution.gpu_shares import Footprint
+from ablate.execution.launcher import RunConfig, launch
+from ablate.execution.progress import Progress
+from ablate.planning.plan import plan
 from ablate.store import Store
 
 DEVICE = 80 * 2**30
@@ -39,7 +39,7 @@ def held(cfg: Any, report: Any, checkpoint_dir: Path) -> Any:
     import ray
     import torch
 
-    from ablate.messages import TrialResult
+    from ablate.training.messages import TrialResult
 
     key, gate = Path(checkpoint_dir).name, Path(checkpoint_dir).parent.parent / "gate"
     share = ray.get_runtime_context().get_assigned_resources().get("GPU", 0.0)

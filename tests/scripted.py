@@ -18,7 +18,7 @@ from ablate.config import TrialConfig
 from ablate.data import Splits
 from ablate.nn.vit import ViT
 from ablate.registry import register_backbone, register_dataset, register_task
-from ablate.tasks import Classify
+from ablate.training.tasks import Classify
 
 #: Validation top1 by epoch: the best is epoch 2, tied with epoch 3 (the earliest wins), and neither is the last.
 VAL = (30.0, 70.0, 70.0, 50.0)

@@ -12,7 +12,7 @@ from datetime import datetime
 
 from sqlalchemy import update
 
-from ablate.planner import Plan, Trial
+from ablate.planning.plan import Plan, Trial
 from ablate.store import MetricRow, Owner, Store
 from ablate.store.queries import TRIALS
 

@@ -9,10 +9,10 @@ import pytest
 from conftest import TINY, write_sweeps
 from test_plugins import experiments, plugin_source
 
-from ablate import cache
 from ablate.nn import costs
 from ablate.nn.costs import model_cost
-from ablate.planner import plan
+from ablate.planning.plan import plan
+from ablate.provenance import cache
 
 
 @pytest.fixture

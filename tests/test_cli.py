@@ -431,9 +431,9 @@ def test_plan_counts_each_variants_cost_once_and_prints_each_trials_own_config(
     import csv
     import io
 
-    from ablate import plan_table
-    from ablate.check import cost
-    from ablate.planner import plan
+    from ablate.planning import table as plan_table
+    from ablate.planning.check import cost
+    from ablate.planning.plan import plan
 
     counted: list[str] = []
 

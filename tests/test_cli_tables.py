@@ -19,12 +19,12 @@ from typer.testing import CliRunner
 
 from ablate.cli import ROWS, app
 from ablate.config import TrialConfig
-from ablate.fingerprint import Fingerprint, fingerprint, record
-from ablate.mirror import Mirror
-from ablate.planner import load_plans
-from ablate.stale import LISTED
+from ablate.planning.plan import load_plans
+from ablate.provenance.fingerprint import Fingerprint, fingerprint, record
+from ablate.provenance.stale import LISTED
 from ablate.store import STATES, Store
-from ablate.tracking import Tracker
+from ablate.tracking.mirror import Mirror
+from ablate.tracking.records import Tracker
 
 pytestmark = pytest.mark.timeout(300)
 

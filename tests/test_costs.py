@@ -13,11 +13,10 @@ from conftest import TINY, write_sweeps
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from synthetic import fill
 
-from ablate import steptime, units
 from ablate.config import TrialConfig
-from ablate.planner import Plan, plan
+from ablate.planning.plan import Plan, plan
 from ablate.registry import TABLES
-from ablate.reporting import frames, plots, report, tables
+from ablate.reporting import frames, plots, report, steptime, tables, units
 from ablate.store import Store
 
 #: Scripted samples/s per epoch (1..4) of each (kind, seed): epoch 1 is a worker warming up, ten times slower.

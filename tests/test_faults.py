@@ -22,18 +22,18 @@ from gate import Gate
 from synthetic import failed_elsewhere
 from test_launcher import launch_cmd
 
-from ablate.fanout import Fanout
-from ablate.journal import journals
-from ablate.launcher import LaunchResult, RunConfig
-from ablate.leases import Heartbeat
-from ablate.messages import EpochEnd, Finished, Started
-from ablate.planner import plan
+from ablate.execution.fanout import Fanout
+from ablate.execution.heartbeat import Heartbeat
+from ablate.execution.journal import journals
+from ablate.execution.launcher import LaunchResult, RunConfig
+from ablate.execution.progress import Progress
+from ablate.execution.recorder import Recorder
+from ablate.execution.selection import Select, select
+from ablate.planning.plan import plan
 from ablate.plugins import Plugins
-from ablate.progress import Progress
-from ablate.recorder import Recorder
-from ablate.selection import Select, select
 from ablate.store import Owner, Store
 from ablate.store.faults import EXIT_CODE, StoreUnavailable
+from ablate.training.messages import EpochEnd, Finished, Started
 
 CLI_ENV = {**os.environ, "RAY_ADDRESS": "", "RAY_AUTH_MODE": "disabled"}
 

@@ -1,4 +1,5 @@
-"""The Findings that open a report and the best-or-tied rule every place naming a winner follows (`ablate.verdict`):
+"""The Findings that open a report and the best-or-tied rule every place naming a winner follows
+(`ablate.evidence.verdict`):
 on real SQLite stores filled with scripted values (tests/synthetic.py), so each line's text is known exactly."""
 
 from __future__ import annotations
@@ -13,8 +14,9 @@ from conftest import TINY, write_sweeps
 from scipy import stats as sps
 from synthetic import fill
 
-from ablate import evidence, verdict
-from ablate.planner import Plan, plan
+from ablate import evidence
+from ablate.evidence import verdict
+from ablate.planning.plan import Plan, plan
 from ablate.reporting import findings, frames, report, stats, tables
 from ablate.store import Store
 

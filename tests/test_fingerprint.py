@@ -23,7 +23,10 @@ from typer.testing import CliRunner
 import ablate
 from ablate.cli import app
 from ablate.config import TrialConfig
-from ablate.fingerprint import (
+from ablate.execution.selection import Select, SelectionError, select
+from ablate.planning.plan import Plan, plan
+from ablate.plugins import Plugins
+from ablate.provenance.fingerprint import (
     ALGORITHM,
     DOCUMENTED,
     CodeMissing,
@@ -37,12 +40,9 @@ from ablate.fingerprint import (
     modules_of,
     record,
 )
-from ablate.planner import Plan, plan
-from ablate.plugins import Plugins
-from ablate.selection import Select, SelectionError, select
-from ablate.stale import StaleCode, stale_code
+from ablate.provenance.stale import StaleCode, stale_code
 from ablate.store import Store
-from ablate.tracking import Tracker
+from ablate.tracking.records import Tracker
 
 BACKBONE = '''
 from ablate.nn.vit import ViT
@@ -440,7 +440,7 @@ def test_every_view_agrees_on_what_is_stale_and_a_dry_run_says_what_a_launch_doe
 
 CHILD = """
 import json, sys
-from ablate.fingerprint import KINDS, Fingerprint, _imports, _module_digest, current
+from ablate.provenance.fingerprint import KINDS, Fingerprint, _imports, _module_digest, current
 
 names, plugins = json.loads(sys.argv[1]), json.loads(sys.argv[2])
 if plugins is not None:
@@ -563,8 +563,8 @@ def test_built_in_components_keep_their_golden_fingerprints() -> None:
 #: Records a csan trial done with the code of the checkout it runs in (argv: store URL, sweep file).
 RECORD = """
 import sys
-from ablate.fingerprint import fingerprint, record
-from ablate.planner import plan
+from ablate.provenance.fingerprint import fingerprint, record
+from ablate.planning.plan import plan
 from ablate.store import Store
 p = plan(sys.argv[2], "s")
 with Store(sys.argv[1]) as store:
@@ -575,12 +575,12 @@ with Store(sys.argv[1]) as store:
 #: What the stale check of the checkout it runs in says of that store: digests changed, trials stale, unknown.
 STALE = """
 import json, sys
-import ablate.fingerprint
-from ablate.planner import plan
-from ablate.selection import Select, select
-from ablate.stale import stale_code
+import ablate.provenance.fingerprint
+from ablate.planning.plan import plan
+from ablate.execution.selection import Select, select
+from ablate.provenance.stale import stale_code
 from ablate.store import Store
-assert ablate.fingerprint.__file__.startswith(sys.argv[3]), ablate.fingerprint.__file__
+assert ablate.provenance.fingerprint.__file__.startswith(sys.argv[3]), ablate.provenance.fingerprint.__file__
 with Store(sys.argv[1]) as store:
     code = stale_code(store)
     chosen = select([plan(sys.argv[2], "s")], store, Select())
@@ -589,7 +589,8 @@ with Store(sys.argv[1]) as store:
 
 
 ROOT = Path(__file__).resolve().parents[1]
-MOVED_PARALLEL, MOVED_MESSAGES, LOOP_MODULE = "ablate.parallel", "ablate.messages", "ablate.trial"
+MOVED_PARALLEL, MOVED_MESSAGES = "ablate.training.parallel", "ablate.training.messages"
+LOOP_MODULE = "ablate.training.loop"
 """Two modules the training loop digest covers or imports, moved by the test below, and the loop itself."""
 
 

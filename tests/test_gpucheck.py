@@ -12,13 +12,13 @@ from conftest import TINY, write_sweeps
 from rich.console import Console
 from typer.testing import CliRunner
 
-from ablate import gpucheck
 from ablate.cli import app
 from ablate.config import TrialConfig
 from ablate.data import build_data
-from ablate.gpucheck import Busy, Figures, Memory, Phase, RecordingProbe, SweepSpec, Throughput
-from ablate.packing import Footprint
-from ablate.planner import plan
+from ablate.execution import gpucheck
+from ablate.execution.gpu_shares import Footprint
+from ablate.execution.gpucheck import Busy, Figures, Memory, Phase, RecordingProbe, SweepSpec, Throughput
+from ablate.planning.plan import plan
 from ablate.store import Store
 
 pytestmark = pytest.mark.timeout(300)

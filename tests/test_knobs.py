@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 
 from ablate.cli import app
 from ablate.errors import SpecError
-from ablate.planner import Plan, Trial, load_plans
+from ablate.planning.plan import Plan, Trial, load_plans
 
 #: A ReLU-power mechanism with two knobs, its mixer the plugin tests' ReLU attention (`Relu`, after it).
 PLUGIN = '''

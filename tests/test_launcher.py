@@ -22,13 +22,13 @@ from rich.console import Console
 from sqlalchemy import event
 from synthetic import failed_elsewhere
 
-from ablate import checkpoints
-from ablate.launcher import RunConfig, launch
-from ablate.planner import Plan, plan, plan_all
-from ablate.progress import Progress
+from ablate.execution.launcher import RunConfig, launch
+from ablate.execution.progress import Progress
+from ablate.planning.plan import Plan, plan, plan_all
 from ablate.store import Store
 from ablate.store.writes import now
-from ablate.tracking import Tracker
+from ablate.tracking.records import Tracker
+from ablate.training import checkpoints
 
 GATE_SCRIPT = Path(__file__).with_name("gate.py")
 
@@ -226,7 +226,7 @@ def test_a_launcher_learns_what_another_finished_from_the_trials_finished_since_
 
 def flaky_runner(cfg, report, checkpoint_dir):
     """Raises until it has been called `cfg.seed` times before (a count kept in the checkpoint folder)."""
-    from ablate.messages import TrialResult
+    from ablate.training.messages import TrialResult
 
     calls = Path(checkpoint_dir) / "calls"
     calls.parent.mkdir(parents=True, exist_ok=True)
@@ -284,7 +284,7 @@ def test_a_relaunch_within_a_lease_trains_again_the_failed_trials_waiting_in_its
 
 def burst_runner(cfg, report, checkpoint_dir):
     """A trial body that reports 40 epochs x 10 metrics at once (what many trials ending together send)."""
-    from ablate.messages import TrialResult
+    from ablate.training.messages import TrialResult
 
     for epoch in range(1, 41):
         report(epoch, {f"m{i}": epoch + i / 10 for i in range(10)})
@@ -499,7 +499,7 @@ def two_worker_sweep(tmp_path: Path, epochs: int) -> Path:
 def test_two_worker_trial_trains_on_ray_like_one_process(ray_local, tmp_path: Path) -> None:
     """A trial of two gloo workers (a placement group of two 1-CPU bundles) ends with the test metrics of
     the same config trained by one process; only rank 0's messages reach the store."""
-    from ablate.trial import run_trial
+    from ablate.training.loop import run_trial
 
     p = plan(two_worker_sweep(tmp_path, 2), "s")
     with Store(f"sqlite:///{tmp_path}/r.sqlite") as store:
@@ -538,11 +538,11 @@ def test_a_killed_rank_restarts_the_whole_trial_from_its_checkpoint(ray_local, t
 RELAUNCH = """
 import json, sys
 from ablate.api import launch
-from ablate.launcher import RunConfig
-from ablate.planner import plan
+from ablate.execution.launcher import RunConfig
+from ablate.planning.plan import plan
 res = launch(plan(sys.argv[1], "s"), sys.argv[2], sys.argv[3], run=RunConfig(storage=sys.argv[4]))
 print(json.dumps({"skipped": res.skipped, "counts": res.counts,
-                  "loaded": sorted(m for m in ("ray", "mlflow", "ablate.trial") if m in sys.modules)}))
+                  "loaded": sorted(m for m in ("ray", "mlflow", "ablate.training.loop") if m in sys.modules)}))
 """
 
 
@@ -582,8 +582,8 @@ UNOPENED = """
 import json, sys
 import ray
 from ablate.api import launch
-from ablate.launcher import RunConfig
-from ablate.planner import plan
+from ablate.execution.launcher import RunConfig
+from ablate.planning.plan import plan
 from ablate.store import Owner, Store
 from ablate.store.queries import TRIALS
 from ablate.store.writes import now

@@ -28,7 +28,7 @@ def _postgres(request: pytest.FixtureRequest) -> None:
 
 
 def _trains() -> None:
-    from ablate.trial import run_trial
+    from ablate.training.loop import run_trial
 
     run_trial(None)  # type: ignore[arg-type]
 

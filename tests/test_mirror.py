@@ -15,10 +15,10 @@ from conftest import TINY, free_port, write_sweeps
 from gate import Gate, wait_for
 
 from ablate.config import TrialConfig
-from ablate.mirror import Mirror, Synced, sync
-from ablate.planner import Trial, trial_key, variant_key
+from ablate.planning.plan import Trial, trial_key, variant_key
 from ablate.store import Store
-from ablate.tracking import RUN_STATUS, Tracker, params_of
+from ablate.tracking.mirror import Mirror, Synced, sync
+from ablate.tracking.records import RUN_STATUS, Tracker, params_of
 
 pytestmark = pytest.mark.timeout(400)
 MLFLOW = str(Path(sys.executable).with_name("mlflow"))

@@ -17,10 +17,10 @@ import pytest
 from conftest import TINY, write_sweeps
 
 from ablate.config import Resources, TrialConfig
-from ablate.launcher import RunConfig, launch
-from ablate.packing import Footprint, footprint_key, train_steps
-from ablate.planner import plan
-from ablate.progress import Progress
+from ablate.execution.gpu_shares import Footprint, footprint_key, train_steps
+from ablate.execution.launcher import RunConfig, launch
+from ablate.execution.progress import Progress
+from ablate.planning.plan import plan
 from ablate.store import Store
 
 GiB = 2**30

@@ -14,8 +14,8 @@ import pytest
 from conftest import TINY
 
 from ablate.config import BatchSplit, TrialConfig
-from ablate.parallel import steps
-from ablate.trial import run_trial
+from ablate.training.loop import run_trial
+from ablate.training.parallel import steps
 
 pytestmark = pytest.mark.timeout(300)
 

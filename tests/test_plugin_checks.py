@@ -16,8 +16,8 @@ from typer.testing import CliRunner
 
 from ablate.cli import app
 from ablate.data import DataError
-from ablate.planner import plan
-from ablate.trial import run_trial
+from ablate.planning.plan import plan
+from ablate.training.loop import run_trial
 
 SWAPPED = "return (a @ v).transpose(1, 2)"
 """A mixer's body returning (B, N, H, d) where (B, H, N, d) is due: same numbers, another model after reshape."""
@@ -208,7 +208,7 @@ def test_ablate_launch_from_python_runs_the_pre_flight_of_the_cli(tmp_path: Path
     """`ablate.launch()` refuses a model the CLI refuses (it used to skip the model check and train it): a
     PreflightError naming the plugin's mechanism, raised before the store, MLflow or checkpoints exist."""
     import ablate
-    from ablate.launcher import RunConfig
+    from ablate.execution.launcher import RunConfig
 
     (tmp_path / "narrow.py").write_text(plugin_source(kind="narrowpre", body=NARROW))
     f = experiments(tmp_path, ["./narrow.py"], kind="narrowpre")

@@ -15,12 +15,12 @@ import yaml
 from conftest import KINDS, TINY
 from typer.testing import CliRunner
 
-from ablate import check as check_module
-from ablate.check import check, check_config, fingerprint
 from ablate.cli import app
 from ablate.config import TrialConfig
 from ablate.errors import SpecError
-from ablate.planner import Plan, load_plans, plan
+from ablate.planning import check as check_module
+from ablate.planning.check import check, check_config, fingerprint
+from ablate.planning.plan import Plan, load_plans, plan
 from ablate.registry import BACKBONES, Registry, RegistryError
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -1,4 +1,5 @@
-"""The launch's pre-flight (`ablate.preflight`): what it weighs before asking (`workload`), on stores whose states
+"""The launch's pre-flight (`ablate.execution.preflight`): what it weighs before asking (`workload`), on stores whose
+states
 and recorded code the test writes; the checks it runs are tested through `ablate launch` in test_plugin_checks."""
 
 from __future__ import annotations
@@ -14,10 +15,10 @@ from synthetic import fill
 from typer.testing import CliRunner
 
 from ablate.cli import app
-from ablate.fingerprint import Fingerprint, fingerprint, record
-from ablate.planner import plan
-from ablate.preflight import Workload, workload
-from ablate.selection import Select
+from ablate.execution.preflight import Workload, workload
+from ablate.execution.selection import Select
+from ablate.planning.plan import plan
+from ablate.provenance.fingerprint import Fingerprint, fingerprint, record
 from ablate.store import Store
 
 
@@ -58,7 +59,7 @@ def test_the_workload_counts_the_later_rounds_of_adaptive_seeds_and_tuning(tmp_p
     a = plan(f, "a")
     assert workload([a], None, Select()) == Workload(4, 4 * epochs, 6, 6 * epochs)
     from ablate.cli import grown
-    from ablate.tuned import most
+    from ablate.planning.tuned import most
 
     t = grown([plan(f, "t")])
     first = sum(len(p.trials) for p in t)

@@ -9,8 +9,8 @@ from pathlib import Path
 from conftest import TINY, write_sweeps
 from rich.console import Console
 
-from ablate.planner import Trial, plan
-from ablate.progress import PLAIN_EVERY, Progress
+from ablate.execution.progress import PLAIN_EVERY, Progress
+from ablate.planning.plan import Trial, plan
 
 
 class Clock:
@@ -127,7 +127,7 @@ def test_summary_names_states_the_best_variant_and_the_report(tmp_path: Path) ->
     summary = " ".join(buf.getvalue()[buf.getvalue().index("launch summary") :].split())
     assert "│ done │ 3 │ 3 │" in summary and "│ diverged │ 1 │ 1 │" in summary
     assert "4/4 finished in 0:04:00" in summary
-    # one or two seeds per variant: no test can decide, so no winner (ablate.verdict)
+    # one or two seeds per variant: no test can decide, so no winner (ablate.evidence.verdict)
     assert ("variants of this launch: tied: attention.kind=softmax (test.top1 60, mean of 2) / attention.kind=csan "
             "(test.top1 55, mean of 1)") in summary  # fmt: skip
     assert "best variant" not in summary

@@ -12,10 +12,10 @@ from conftest import TINY
 
 from ablate.config import TrialConfig
 from ablate.data import build_data
-from ablate.paths import get_path
-from ablate.planner import plan
+from ablate.planning.plan import plan
 from ablate.registry import TASKS
-from ablate.trial import make_scheduler
+from ablate.spec.paths import get_path
+from ablate.training.loop import make_scheduler
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -235,7 +235,7 @@ def test_hiera_pooled_query_csan_reads_every_input_token_as_the_authors() -> Non
 def test_syn_mil_smoke_every_dataset_and_fold_trains() -> None:
     """The shipped syn-mil sweep, one epoch of one setting on every dataset and fold of the first CV repeat:
     every trial finishes (Musk2 from the packaged data included)."""
-    from ablate.trial import run_trial
+    from ablate.training.loop import run_trial
 
     trials = [t for t in plan(ROOT / "experiments.yaml", "syn-mil").trials
               if t.axes["attention.steps"] == 1 and t.axes["data.split_seed"] == 0]  # fmt: skip

@@ -25,11 +25,11 @@ from typer.testing import CliRunner
 
 from ablate.cli import app
 from ablate.config import TrialConfig
-from ablate.paths import set_path
-from ablate.planner import plan
+from ablate.planning.plan import plan
 from ablate.registry import TABLES
 from ablate.reporting import ReportError, describe, effects, frames, output, published, report, stats
 from ablate.reporting.plots import pareto
+from ablate.spec.paths import set_path
 from ablate.store import Store
 
 KINDS = {"softmax": 0, "csan": 1}
@@ -564,8 +564,8 @@ def test_cli_report(store, tmp_path):
 
 def test_report_of_a_real_launch(ray_local, store, tmp_path):
     """What the launcher really records (results, costs, per-epoch metrics, diagnostics) reports whole."""
-    from ablate.launcher import RunConfig, launch
-    from ablate.progress import Progress
+    from ablate.execution.launcher import RunConfig, launch
+    from ablate.execution.progress import Progress
 
     base = {**TINY, "train": {**TINY["train"], "diagnostics": True}}
     p = planned(tmp_path, "real", base=base, grid={"attention.kind": ["softmax", "csan"]}, seeds=1,

@@ -11,7 +11,7 @@ import yaml
 from conftest import TINY, write_sweeps
 from synthetic import fill
 
-from ablate.planner import Plan, Trial, plan
+from ablate.planning.plan import Plan, Trial, plan
 from ablate.reporting import report
 from ablate.store import Store
 

@@ -11,13 +11,13 @@ import pytest
 from conftest import TINY, write_sweeps
 from typer.testing import CliRunner
 
-from ablate import sequential
 from ablate.cli import app
 from ablate.errors import SpecError
-from ablate.launcher import RunConfig, launch
-from ablate.planner import plan
+from ablate.execution.launcher import RunConfig, launch
+from ablate.planning import adaptive as sequential
+from ablate.planning.plan import plan
 from ablate.reporting import report
-from ablate.spec import AdaptiveSeeds
+from ablate.spec.sweeps import AdaptiveSeeds
 from ablate.store import Store
 
 

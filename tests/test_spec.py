@@ -14,8 +14,8 @@ from typer.testing import CliRunner
 
 from ablate.cli import app
 from ablate.errors import SpecError
-from ablate.planner import load_plans
-from ablate.spec import json_schema
+from ablate.planning.plan import load_plans
+from ablate.spec.sweeps import json_schema
 
 BAD = sorted((Path(__file__).parent / "specs" / "bad").glob("*.yaml"))
 ROOT = Path(__file__).resolve().parents[1]
@@ -101,7 +101,7 @@ def test_an_alias_bomb_is_refused_in_milliseconds_and_little_memory(tmp_path: Pa
     f.write_text("\n".join(rows) + "\nsweeps:\n  s: {}\n")
     code = (
         "import resource, sys, time\n"
-        "from ablate.planner import load_plans\nfrom ablate.errors import SpecError\n"
+        "from ablate.planning.plan import load_plans\nfrom ablate.errors import SpecError\n"
         "before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\nstart = time.perf_counter()\n"
         "try:\n    load_plans(sys.argv[1])\nexcept SpecError as e:\n    print(e)\n"
         "print(time.perf_counter() - start, (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024)\n"

@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ablate.errors import SpecError
-from ablate.planner import load_plans
+from ablate.planning.plan import load_plans
 
 VALID: dict[str, Any] = {
     "defaults": {"train": {"epochs": 1}},

@@ -20,14 +20,14 @@ from conftest import TINY, write_sweeps
 from gate import Gate, wait_for
 from test_launcher import CLI_ENV, launch_cmd
 
-from ablate import checkpoints
 from ablate.config import TrialConfig
-from ablate.messages import StopRequest, TrialResult
-from ablate.planner import plan
+from ablate.execution.trial_task import TaskArgs, trial_task
+from ablate.planning.plan import plan
 from ablate.plugins import Plugins
-from ablate.storage import MARKER, SCRATCH, Storage
 from ablate.store import Store
-from ablate.worker import TaskArgs, trial_task
+from ablate.training import checkpoints
+from ablate.training.messages import StopRequest, TrialResult
+from ablate.training.storage import MARKER, SCRATCH, Storage
 
 pytestmark = pytest.mark.timeout(300)
 

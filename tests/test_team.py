@@ -47,9 +47,9 @@ from gate import Gate, wait_for
 from procfs import descendants
 from procs import NODES, Launcher, Postgres, alive_nodes, kill_tree, listening, loopback
 
-from ablate import journal
-from ablate.storage import Storage
+from ablate.execution import journal
 from ablate.store import Store, flatten
+from ablate.training.storage import Storage
 
 RAY, ABLATE, MLFLOW = (str(Path(sys.executable).with_name(name)) for name in ("ray", "ablate", "mlflow"))
 GATE_SCRIPT = Path(__file__).with_name("gate.py")
@@ -656,7 +656,7 @@ def test_a_team_set_up_survives_its_faults(postgres: str, bucket: str, tmp_path:
 
 
 def _inboxes(dashboard: int) -> list[str]:
-    """The node address of each live Inbox actor (a launcher's, `ablate.recorder.start_inbox`)."""
+    """The node address of each live Inbox actor (a launcher's, `ablate.execution.recorder.start_inbox`)."""
     from ray.util.state import list_actors, list_nodes
 
     address = f"http://127.0.0.1:{dashboard}"
@@ -681,7 +681,7 @@ def _assert_mlflow_is_the_store(store: Store, uri: str, sweeps: list[str], keys:
     """One MLflow run per trial across the sweeps' experiments (a shared trial's run lives in one of them), with
     the store's run id, status, params and result, and per metric exactly the store's steps, each once; each
     sweep's parent run holds its summary."""
-    from ablate.tracking import RUN_STATUS, Tracker, mlflow_name, params_of
+    from ablate.tracking.records import RUN_STATUS, Tracker, mlflow_name, params_of
 
     tracker = Tracker(uri)
     assert store.unmirrored(sweeps) == []
@@ -708,7 +708,7 @@ def _quiet_run(store: Store, keys: list[str], folder: Path) -> dict[str, tuple[d
     import torch
 
     from ablate.config import TrialConfig
-    from ablate.trial import run_trial
+    from ablate.training.loop import run_trial
 
     threads, out = torch.get_num_threads(), {}
     try:

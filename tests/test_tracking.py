@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from ablate.config import TrialConfig
-from ablate.planner import Trial, trial_key, variant_key
+from ablate.planning.plan import Trial, trial_key, variant_key
 from ablate.store import Store
-from ablate.tracking import (
+from ablate.tracking.records import (
     DIGEST_TAG,
     MAX_KEY,
     MAX_PARAM,

@@ -10,12 +10,12 @@ import pytest
 import torch
 from conftest import TINY
 
-from ablate import checkpoints
 from ablate.config import TrialConfig
 from ablate.data import DataError
 from ablate.plugins import Plugins
-from ablate.tasks import shift_images
-from ablate.trial import best_epoch, run_trial
+from ablate.training import checkpoints
+from ablate.training.loop import best_epoch, run_trial
+from ablate.training.tasks import shift_images
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -148,7 +148,7 @@ def test_a_trial_stopped_mid_epoch_resumes_to_the_same_result(tmp_path: Path, mo
     """A stop request (the launcher's SIGTERM) lands at step 20 of epoch 2: the trial checkpoints after that
     step and ends `preempted`; the next attempt continues at step 21 and ends exactly where an uninterrupted
     run does (the epoch's order depends only on seed and epoch; the RNGs are in the checkpoint)."""
-    import ablate.trial
+    import ablate.training.loop
     from ablate.data import build_data
     from ablate.registry import TASKS
 
@@ -169,7 +169,7 @@ def test_a_trial_stopped_mid_epoch_resumes_to_the_same_result(tmp_path: Path, mo
             StopAtCall.calls += 1
             return StopAtCall.calls == per_epoch + 20
 
-    monkeypatch.setattr(ablate.trial, "StopRequest", StopAtCall)
+    monkeypatch.setattr(ablate.training.loop, "StopRequest", StopAtCall)
     cut = run_trial(cfg, None, tmp_path / "cut")
     assert cut.outcome == "preempted" and cut.epochs == 1
     state, problem = checkpoints.read(tmp_path / "cut")

@@ -21,9 +21,9 @@ from conftest import chromium, free_port
 from gate import wait_for
 
 from ablate.config import TrialConfig
-from ablate.planner import Trial, trial_key, variant_key
+from ablate.planning.plan import Trial, trial_key, variant_key
 from ablate.store import Store
-from ablate.tracking import Tracker
+from ablate.tracking.records import Tracker
 
 pytestmark = pytest.mark.timeout(300)
 CLI_ENV = {k: v for k, v in os.environ.items() if k not in ("DISPLAY", "WAYLAND_DISPLAY")}

@@ -1,7 +1,7 @@
 """What `ablate plan` shows per trial, without torch when it can: parameters and forward GFLOPs per example.
 
 `model_cost(cfg)` builds the network on the meta device (`ablate.nn.accounting.measure`) only when neither this
-process nor the cost cache (`ablate.cache`, keyed by the code too) has the architecture's figures, so a plan
+process nor the cost cache (`ablate.provenance.cache`, keyed by the code too) has the architecture's figures, so a plan
 of thousands of trials over a few distinct models builds each model once, and a later plan with the same code
 builds none and imports no torch.
 """
@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ablate.cache import remembered
 from ablate.config import TrialConfig
-from ablate.fingerprint import fingerprint
 from ablate.nn.widths import model_key
+from ablate.provenance.cache import remembered
+from ablate.provenance.fingerprint import fingerprint
 from ablate.registry import DATASETS
 
 

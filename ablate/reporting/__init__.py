@@ -28,14 +28,14 @@ from typing import Any
 
 import pandas as pd
 
+from ablate.evidence.verdict import Verdict
 from ablate.reporting import effects, findings, frames, plots, render, sections, seeding, tables, tuned
 from ablate.reporting.compare import compare
 from ablate.reporting.frames import ReportError, SweepData
 from ablate.reporting.output import ALL_FORMATS, FORMATS, check, csv, folder, write_file, write_pages
 from ablate.reporting.render import Block, Image, Section, Table
+from ablate.spec.tune import tuned_of
 from ablate.store import STATES, Store
-from ablate.tuning import tuned_of
-from ablate.verdict import Verdict
 
 __all__ = ["ALL_FORMATS", "FORMATS", "ReportError", "compare", "folder", "report"]
 
@@ -58,7 +58,7 @@ def report(
     `out/index.html`; return the files written. `metric` and `baseline` (a variant key or prefix, or
     PATH=VALUE[,PATH=VALUE] on axis values) override the sweep's; `correction` (holm or bh) adjusts each
     table's p-values; `time` times every architecture's training step side by side on this machine's CPU (the
-    report's relative step time, `ablate.steptime`; the report then differs from run to run). Every sweep is
+    report's relative step time, `ablate.reporting.steptime`; the report then differs from run to run). Every sweep is
     read before anything is written, so an unknown sweep, metric or baseline
     (ReportError) leaves the folder as it was."""
     wanted = check(formats, correction)
@@ -185,7 +185,7 @@ def _sections(
 
 
 def summary(data: SweepData, table: pd.DataFrame, won: dict[str, Verdict]) -> dict[str, Any]:
-    """What the overview page, MLflow's `report.best` and `ablate.tracking` show of a report: name, date, trial
+    """What the overview page, MLflow's `report.best` and `ablate.tracking.records` show of a report: name, date, trial
     counts, and per group the best variant or those tied with it (`verdict`, in words; `best`: the winner where
     the sweep has one group and it has one, else None), by the rule of the report's bold cells."""
     labels = {v: f"{table.loc[v, 'label']} ({table.loc[v, 'mean']:.4g})" for v in table.index[table["n"] > 0]}

@@ -3,7 +3,7 @@ table's comparisons with the baseline and the effects table, p adjusted as there
 small-sample policy's `why`), so the verdict can never disagree with the tables below it.
 
 The lines, in order: every decided comparison and effect with its size, interval and adjusted p; per group the
-best variant or the variants it ties with (`ablate.verdict`, the rule summary.json and the launch summary
+best variant or the variants it ties with (`ablate.evidence.verdict`, the rule summary.json and the launch summary
 follow too); what the sweep could not decide, with the smallest difference its replicates could have
 detected (`mdd`) and the seeds that would decide it; and where the policy has no test, the seeds it needs.
 
@@ -28,12 +28,12 @@ import pandas as pd
 from scipy import stats as sps
 
 from ablate import evidence
+from ablate.evidence.verdict import Verdict
 from ablate.reporting import frames, stats, tables
 from ablate.reporting.effects import PAIRED, Factorial
 from ablate.reporting.frames import SweepData
 from ablate.reporting.render import Table
-from ablate.spec import MAX_SEEDS
-from ablate.verdict import Verdict
+from ablate.spec.sweeps import MAX_SEEDS
 
 POWER = 0.8
 """1 - beta of the minimum detectable difference: the conventional 80%."""

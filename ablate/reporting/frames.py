@@ -20,15 +20,14 @@ import numpy as np
 import pandas as pd
 import yaml
 
-from ablate import steptime
 from ablate.config import REPLICATES, TrialConfig
-from ablate.messages import higher_is_better
-from ablate.paths import matches, set_path
 from ablate.plugins import Plugins
+from ablate.provenance.stale import stale_in_store
 from ablate.registry import TASKS
-from ablate.reporting import describe, stats
-from ablate.stale import stale_in_store
+from ablate.reporting import describe, stats, steptime
+from ablate.spec.paths import matches, set_path
 from ablate.store import TRIAL_COLUMNS, Store
+from ablate.training.messages import higher_is_better
 
 STRATA = ("data.name", "data.id")
 #: Diagnostics plotted per epoch when recorded (means over layers), with their axis labels.
@@ -70,7 +69,7 @@ class SweepData:
     updated: str
     """When the sweep last changed (latest trial event, UTC): the report's date, stable across re-runs."""
     stale: dict[str, list[str]] = field(default_factory=dict)
-    """Done trials computed by other code than now, with what changed (`ablate.stale.stale_in_store`)."""
+    """Done trials computed by other code than now, with what changed (`ablate.provenance.stale.stale_in_store`)."""
     design: stats.Design = field(default_factory=stats.Design)
     """Independent seeds, or folds of k-fold cross-validation (which test the comparisons use)."""
 
@@ -274,7 +273,7 @@ def throughput(store: Store, data: SweepData, side_by_side: bool = False) -> pd.
     where the worker warms up), the median over `timed` finished trials (up to THROUGHPUT_TRIALS: reading every
     trial's epochs would dominate a large sweep's report) on `device`. These still carry the machine's load when
     they ran; `side_by_side` adds `step_rel`, every architecture's training step timed in turn in this process
-    (`ablate.steptime`), a ratio the load cannot tilt."""
+    (`ablate.reporting.steptime`), a ratio the load cannot tilt."""
     done = data.trials[data.trials["state"] == "done"]
     trials = done.groupby("variant", sort=False).head(THROUGHPUT_TRIALS).set_index("key")
     m = metrics(store, ["samples_per_s", "epoch_s"], trials.index.tolist()).astype({"key": str, "name": str})
@@ -292,7 +291,7 @@ def throughput(store: Store, data: SweepData, side_by_side: bool = False) -> pd.
 
 
 def step_times(data: SweepData) -> steptime.StepTimes:
-    """Every variant's architecture timed side by side in this process (`ablate.steptime.side_by_side`)."""
+    """Every variant's architecture timed side by side in this process (`ablate.reporting.steptime.side_by_side`)."""
     configs = {str(v): TrialConfig.model_validate(own_config(data, str(v))) for v in data.variants.index}
     return steptime.side_by_side(configs)
 

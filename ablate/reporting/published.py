@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from ablate.components import PublishedRow, PublishedTable
-from ablate.paths import get_path
 from ablate.registry import MECHANISMS, TABLES
+from ablate.spec.paths import get_path
 
 
 def mechanism_key(cfg: dict[str, Any]) -> tuple[Any, ...] | None:

@@ -21,11 +21,11 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from ablate.paths import get_path
 from ablate.registry import SECTIONS
 from ablate.reporting import frames
 from ablate.reporting.frames import SweepData
 from ablate.reporting.render import Block, Section, Table
+from ablate.spec.paths import get_path
 from ablate.store import Store
 
 __all__ = ["Block", "SweepResults", "Table", "sections"]

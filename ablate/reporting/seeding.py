@@ -1,11 +1,11 @@
-"""The report's account of adaptive seeding: how many seeds each cell got and why (`ablate.sequential`)."""
+"""The report's account of adaptive seeding: how many seeds each cell got and why (`ablate.planning.adaptive`)."""
 
 from __future__ import annotations
 
-from ablate import sequential
+from ablate.planning import adaptive as sequential
 from ablate.reporting.frames import SweepData
 from ablate.reporting.render import Section, Table
-from ablate.spec import AdaptiveSeeds
+from ablate.spec.sweeps import AdaptiveSeeds
 from ablate.store import Store
 
 

@@ -31,11 +31,12 @@ import pandas as pd
 from numpy.typing import ArrayLike
 from scipy import special, stats
 
-from ablate import evidence, verdict
+from ablate import evidence
 from ablate.evidence import ALPHA as ALPHA
 from ablate.evidence import EXACT_N as EXACT_N
 from ablate.evidence import LEVEL as LEVEL
 from ablate.evidence import SMALL_N as SMALL_N
+from ablate.evidence import verdict
 from ablate.evidence import zero_spread as zero_spread
 
 T_TEST = "paired t"
@@ -235,7 +236,7 @@ def paired(diffs: np.ndarray, level: float = LEVEL, design: Design = Design(), e
 
 
 def adjust(p: ArrayLike, method: str = "holm") -> np.ndarray:
-    """The p-values of one family adjusted together (`ablate.verdict.adjust`, the one implementation: Holm's
+    """The p-values of one family adjusted together (`ablate.evidence.verdict.adjust`, the one implementation: Holm's
     step-down controls the family-wise error, Benjamini-Hochberg's step-up the false discovery rate; NaN entries
     are not members), as an array of `p`'s shape. (statsmodels' multipletests gives the same numbers, which the
     tests check, but collects garbage on every Holm call: 0.1 s each.)"""

@@ -8,13 +8,12 @@ import math
 
 import pandas as pd
 
-from ablate import steptime, units
 from ablate.config import REPLICATES
-from ablate.reporting import frames, published, stats
+from ablate.evidence.verdict import Verdict, decide
+from ablate.reporting import frames, published, stats, steptime, units
 from ablate.reporting.effects import PAIRED, Factorial
 from ablate.reporting.frames import SweepData
 from ablate.reporting.render import Table
-from ablate.verdict import Verdict, decide
 
 MAX_UNFINISHED = 200
 TESTS = {stats.T_TEST: "t", stats.SIGN_FLIP: "e", stats.CORRECTED: "c"}
@@ -196,7 +195,7 @@ def floor_words(table: pd.DataFrame, data: SweepData) -> str:
 
 def verdicts(table: pd.DataFrame, data: SweepData, correction: str = "holm") -> dict[str, Verdict]:
     """Per group (backbone and dataset) of measured variants: the best, or the variants tied with it
-    (`ablate.verdict.decide` on their replicates, under the sweep's design): the rule of the bold cell, the
+    (`ablate.evidence.verdict.decide` on their replicates, under the sweep's design): the rule of the bold cell, the
     Findings and summary.json alike."""
     values = frames.replicates(data)
     out = {}

@@ -1,7 +1,8 @@
-"""The report's account of a tuned sweep (`tune:`, `ablate.tuned`): how each arm was tuned, how good it gets with
+"""The report's account of a tuned sweep (`tune:`, `ablate.planning.tuned`): how each arm was tuned, how good it gets
+with
 how much tuning, and whether its comparison with the baseline holds without its own tuning.
 
-Read from the sweep's record (`ablate.tuning.Searches`: each arm's configurations by trial key, its best, its
+Read from the sweep's record (`ablate.spec.tune.Searches`: each arm's configurations by trial key, its best, its
 final trials and its trials at the baseline's configuration) and the store's trials. Per arm: the configuration
 chosen on the validation metric, and Dodge et al.'s expected best validation score against the number of
 configurations tried (`ablate.reporting.tuning`), all arms on one plot; the comparison with the baseline at each
@@ -18,15 +19,15 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ablate.paths import get_path
+from ablate.planning.tuned import AXIS, results, space_words
 from ablate.reporting import plots, stats, tables
 from ablate.reporting.frames import SweepData
 from ablate.reporting.output import csv
 from ablate.reporting.render import Block, Image, Section, Table
 from ablate.reporting.tuning import ExpectedBest, expected_best, stable_budget
+from ablate.spec.paths import get_path
+from ablate.spec.tune import STARTUP, ArmSearch, Failed, Searches, companion
 from ablate.store import Store
-from ablate.tuned import AXIS, results, space_words
-from ablate.tuning import STARTUP, ArmSearch, Failed, Searches, companion
 
 
 @dataclass

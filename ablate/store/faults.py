@@ -3,7 +3,7 @@
 A full disk, a read-only or corrupt file, a lock held past the busy timeout or a server that does not
 answer reach the user as `StoreUnavailable` (exit code 3 from the CLI), never as a traceback, from reads and
 writes alike (`Store._unavailable`). Nothing is lost meanwhile: the recorder journals what it could not write
-(`ablate.journal`) and writes it to the store once it answers again, or the next launch replays it.
+(`ablate.execution.journal`) and writes it to the store once it answers again, or the next launch replays it.
 """
 
 from __future__ import annotations

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Engine, Select, Text, cast, func, select
 
-from ablate.paths import same, typed_value
+from ablate.spec.paths import same, typed_value
 from ablate.store.listing import Listing, missing
 from ablate.store.schema import STATES, Base, Membership, Metric, PreviousResult, SweepRecord, TrialRecord
 
@@ -277,7 +277,8 @@ class Queries:
         return dict(sorted(out.items()))
 
     def code_digests(self, sweeps: str | Iterable[str] | None = None) -> dict[str, CodeDigest]:
-        """The code digests (`ablate.fingerprint`) the done trials of `sweeps` (None: all) were recorded with,
+        """The code digests (`ablate.provenance.fingerprint`) the done trials of `sweeps` (None: all) were recorded
+        with,
         in order, with their trials (`CodeDigest`). A look at what is stale reads one row per digest, not one
         per trial."""
         stmt = select(TRIALS.c.code_digest.label("digest"), func.count().label("trials"),

@@ -98,7 +98,7 @@ class TrialRecord(Base):
     resumed_from: Mapped[int | None]
     """Epoch the last attempt resumed from its checkpoint (0: it trained from scratch)."""
     mlflow_step: Mapped[int | None]
-    """The last metric step (epoch) MLflow has of this trial (`ablate.mirror`)."""
+    """The last metric step (epoch) MLflow has of this trial (`ablate.tracking.mirror`)."""
     mlflow_state: Mapped[str | None] = mapped_column(String(16))
     """The state MLflow's run shows; differs from `state` while MLflow lags behind."""
     lease_owner: Mapped[str | None] = mapped_column(String(64), index=True)
@@ -108,13 +108,13 @@ class TrialRecord(Base):
     lease_expires: Mapped[datetime | None]
     """When the lease lapses unless its owner's heartbeat renews it; after that any launcher may take it."""
     code: Mapped[dict[str, Any] | None]
-    """The code the result came from (`ablate.fingerprint`): component digests, package versions, digest, and
+    """The code the result came from (`ablate.provenance.fingerprint`): component digests, package versions, digest, and
     the git commit and dirty flag of the experiments file's repository."""
     code_digest: Mapped[str | None] = mapped_column(String(16))
     """`code["digest"]`, for comparisons: a done trial whose digest differs from the current code is stale."""
     checkpoint: Mapped[dict[str, Any] | None]
     """The trial's last checkpoint as its trial reported it: SHA-256 of the file and the code digest it was
-    written with. A checkpoint file that does not match is refused (`ablate.checkpoints.admit`)."""
+    written with. A checkpoint file that does not match is refused (`ablate.training.checkpoints.admit`)."""
 
 
 class Membership(Base):

@@ -249,7 +249,7 @@ class Store(Queries):
         return n
 
     def set_mirrored(self, key: str, step: int, state: str) -> None:
-        """MLflow now has the trial's metrics up to `step` and shows `state` (see `ablate.mirror`)."""
+        """MLflow now has the trial's metrics up to `step` and shows `state` (see `ablate.tracking.mirror`)."""
         self._update(TRIALS, TRIALS.c.key == key, key, mlflow_step=step, mlflow_state=state)
 
     def set_checkpoint(self, key: str, checkpoint: Mapping[str, Any]) -> None:
@@ -466,7 +466,7 @@ class Store(Queries):
             return list(conn.execute(stmt).scalars())
 
     def codes(self, keys: Iterable[str] | None = None) -> dict[str, dict[str, Any]]:
-        """The recorded code (`ablate.fingerprint`) of each trial (of `keys`, or all) that has one."""
+        """The recorded code (`ablate.provenance.fingerprint`) of each trial (of `keys`, or all) that has one."""
         return self._column("code", keys)
 
     def configs(self, keys: Iterable[str] | None = None) -> dict[str, dict[str, Any]]:

@@ -1,0 +1,466 @@
+"""The Ray side of a launch: join a Ray cluster or start an embedded one, and run a launch's claimed trials on it
+as Ray tasks, recording what they report (`Fanout`). Only `ablate.execution.launcher` imports this module, where a
+launch
+has trials to run: a launch with nothing to run imports no Ray.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import tempfile
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import ray
+from ray._private import ray_constants
+
+from ablate.config import TrialConfig
+from ablate.execution import gangs
+from ablate.execution.heartbeat import Heartbeat
+from ablate.execution.progress import Progress
+from ablate.execution.recorder import Recorder, start_inbox
+from ablate.execution.selection import Selection
+from ablate.execution.trial_task import TaskArgs, run_trial, trial_task
+from ablate.planning.plan import Trial
+from ablate.plugins import Plugins
+from ablate.store import Owner, Store
+from ablate.store.faults import StoreUnavailable
+from ablate.store.schema import ENDED
+from ablate.store.writes import now
+from ablate.training.checkpoints import Resume
+from ablate.training.messages import EpochEnd, Finished, PeerLost, Started, TrialResult
+from ablate.training.storage import Storage
+
+if TYPE_CHECKING:
+    from ablate.execution.launcher import Cluster, LaunchResult, RunConfig, Stop
+    from ablate.tracking.records import Tracker
+
+T = TypeVar("T")
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+LOST_RETRIES = 10
+"""Times a trial is started again after its worker process or node was lost (each attempt resumes from the
+checkpoint, and the trial is `preempted` in between): a long trial on spot instances may be reclaimed often."""
+
+
+def connect(cluster: Cluster) -> bool:
+    """Reuse a running Ray, join the cluster's address (`Cluster.join_address`), or start an embedded one. True
+    if we started it."""
+    if ray.is_initialized():
+        return False
+    address = cluster.join_address()
+    if address:
+        try:
+            ray.init(address=address, log_to_driver=False, configure_logging=False)
+        except (SystemExit, ConnectionError) as e:  # Ray exits the process when no GCS answers
+            ray.shutdown()  # drop the half-made connection, or interpreter exit waits on it
+            raise ConnectionError(
+                f"cannot connect to the Ray cluster at {address} (no answer; exit code {e})"
+            ) from None
+        return True
+    try:
+        start_embedded(cluster.num_cpus)
+    except Exception as e:  # Ray's own start-up errors are bare Exceptions ("timed out during startup")
+        ray.shutdown()
+        raise RayStartError(
+            f"could not start the embedded Ray on this machine: {type(e).__name__}: {e}. Ray's logs are under "
+            f"{os.environ.get('RAY_TMPDIR') or tempfile.gettempdir()}/ray/session_latest/logs; `ray stop` ends a Ray "
+            "left from an earlier run; --address joins a running cluster instead"
+        ) from None
+    return True
+
+
+class RayStartError(ConnectionError):
+    """The embedded Ray did not start: one paragraph, before the launch writes anything (`ablate.api.launch`)."""
+
+
+def start_embedded(num_cpus: int | None = None, object_store_mb: int = 256) -> None:
+    """Start a Ray for this machine only: no dashboard, and every server on 127.0.0.1.
+
+    Ray binds its gRPC servers to all interfaces unless the node's address is exactly 127.0.0.1, and turns an
+    explicit `_node_ip_address="127.0.0.1"` into the machine's external address. The switch Ray uses on macOS
+    and Windows (`RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0`: single-node, loopback) is the one way to get loopback
+    on Linux; it is set only while the node starts (its processes inherit it), so a later `ray.init(address=)`
+    in this process is unaffected. tests/test_launcher.py checks the listening addresses."""
+    env, flag = os.environ.get(ray_constants.ENABLE_RAY_CLUSTERS_ENV_VAR), ray_constants.ENABLE_RAY_CLUSTER
+    os.environ[ray_constants.ENABLE_RAY_CLUSTERS_ENV_VAR], ray_constants.ENABLE_RAY_CLUSTER = "0", False
+    try:
+        ray.init(address="local", num_cpus=num_cpus or os.cpu_count(), include_dashboard=False,
+                 log_to_driver=False, configure_logging=False, object_store_memory=object_store_mb * 2**20)  # fmt: skip
+    finally:
+        ray_constants.ENABLE_RAY_CLUSTER = flag
+        if env is None:
+            del os.environ[ray_constants.ENABLE_RAY_CLUSTERS_ENV_VAR]
+        else:
+            os.environ[ray_constants.ENABLE_RAY_CLUSTERS_ENV_VAR] = env
+
+
+def start(cluster: Cluster, tracker: Tracker | None) -> bool:
+    """Connect to Ray or start the embedded one (`connect`) while a thread opens MLflow; True if this launch
+    started Ray. What opening MLflow raised is raised here, before what Ray raised, with an embedded Ray shut
+    down."""
+    failure: list[BaseException] = []
+
+    def beside() -> None:
+        try:
+            if tracker is not None:
+                tracker.open()
+        except BaseException as e:  # raised again in the launching thread
+            failure.append(e)
+
+    thread = threading.Thread(target=beside, name="ablate-mlflow", daemon=True)
+    thread.start()
+    ours = False
+    try:
+        ours = connect(cluster)
+        thread.join()
+        if failure:
+            raise failure[0]
+    except BaseException as e:
+        if thread.is_alive() and not isinstance(e, KeyboardInterrupt):
+            thread.join()
+        if ours:
+            ray.shutdown()
+        if failure and failure[0] is not e:
+            raise failure[0] from None
+        raise
+    return ours
+
+
+def shutdown() -> None:
+    """Stop the Ray this launch started (`start` returned True)."""
+    ray.shutdown()
+
+
+class Fanout:
+    """One launch's trials on Ray. Trials are claimed (leased in the store) a few at a time, as many as the
+    cluster has room for, so launchers sharing a store split the work and each trial trains once; a claimed
+    trial is submitted, its messages recorded, its outcome settled (retry, requeue, or final)."""
+
+    def __init__(
+        self,
+        todo: dict[str, Trial],
+        store: Store,
+        owner: Owner,
+        heartbeat: Heartbeat,
+        recorder: Recorder,
+        progress: Progress,
+        result: LaunchResult,
+        run: RunConfig,
+        plugins: Plugins,
+        storage: str,
+        gpus: dict[str, float],
+        chosen: Selection,
+    ) -> None:
+        self.todo, self.store, self.owner, self.heartbeat, self.chosen = todo, store, owner, heartbeat, chosen
+        self.recorder, self.progress, self.result, self.run, self.gpus = recorder, progress, result, run, gpus
+        self.template = TaskArgs({}, "", storage, None, run.runner or run_trial, plugins)
+        self.storage = Storage(storage)
+        self.queue = list(todo)
+        """Trials not claimed yet, in plan order."""
+        self.claimed: dict[str, float] = {}
+        """Trials this launch holds, and when it claimed them (time.monotonic)."""
+        self.seen = self.chosen_at = now()
+        """When the last look at the trials finished elsewhere began (`finished_elsewhere`): this machine's clock,
+        as the finish times other launchers write are theirs. `chosen_at`: from when a `retry` trial's end is
+        another launcher's work (taken after `selection.select` read the states: one that ended again in between
+        is trained once more)."""
+        self.retry = {k for k in todo if chosen.states.get(k) in ENDED and k not in chosen.again}
+        """Trials chosen while failed or diverged, to train again: their end before `chosen_at` is no reason to
+        forget them (those in `chosen.again` were reset to pending, `Store.archive`)."""
+        self.pending: dict[Any, str] = {}
+        self.gangs: dict[str, gangs.Gang] = {}
+        self.attempts = Attempts()
+        self.inbox = start_inbox()
+        self.task = ray.remote(trial_task)
+
+    def loop(self, stop: Stop) -> None:
+        """Claim, submit and settle until every trial is finished here or elsewhere, or `stop` is set."""
+        self.fill()
+        looked = time.monotonic()
+        while (self.pending or self.queue) and not stop:
+            ready: list[Any] = []
+            if self.pending:
+                ready = self.finished()
+            else:
+                time.sleep(self.run.poll)
+            self.drain()
+            ready = self.drop_lost(ready)
+            for ref in ready:
+                self.settle(ref)
+            if ready or time.monotonic() - looked > self.owner.seconds / 4:
+                self.finished_elsewhere(whole=not ready)
+                self.fill()
+                looked = time.monotonic()
+            self.progress.refresh()
+        if stop.signal == signal.SIGTERM:
+            self.preempt()
+        elif stop:
+            self.interrupt()
+        else:
+            self.drain()
+        self.result.signal = stop.signal
+        if self.recorder.failure is not None:
+            self.result.store_error, self.result.journal = str(self.recorder.failure), self.recorder.journal
+
+    def finished(self) -> list[Any]:
+        """The running trials that have returned, waiting up to one poll for the first: a slot that frees is
+        refilled at once, not at the end of the poll (waiting for all of them slept the whole poll, 0.2 s by
+        default, whenever one still ran: bench/cluster_overhead.py's idle time per trial)."""
+        ready, rest = ray.wait(list(self.pending), num_returns=1, timeout=self.run.poll)
+        if ready and rest:  # the others that returned meanwhile, without waiting
+            ready += ray.wait(rest, num_returns=len(rest), timeout=0)[0]
+        return ready
+
+    def tolerant(self, call: Callable[[], T], default: T) -> T:
+        """A store call of the loop; while the store is unavailable the loop goes on without it (running trials
+        finish, their records are journaled) and claims nothing new."""
+        try:
+            return call()
+        except StoreUnavailable as e:
+            if self.recorder.failure is None:
+                self.progress.message(f"{e} Running trials go on; their records are kept in a journal.")
+            self.recorder.failure = e
+            return default
+
+    def resume(self, key: str) -> Resume | None:
+        """What the trial's checkpoint must match (the store's record of it; None while the store is down)."""
+        recorded = self.tolerant(lambda: self.store.checkpoints([key]), None)
+        if recorded is None:
+            return None
+        last = recorded.get(key, {})
+        current = self.chosen.codes[key]["digest"] if key in self.chosen.codes else None
+        return Resume(key, last.get("sha"), last.get("code"), current, self.chosen.policy.get(key, "warn"))
+
+    def worker_cpus(self, key: str) -> float:
+        return self.run.cpus if self.run.cpus is not None else self.todo[key].config.resources.cpus
+
+    def ask(self, key: str) -> tuple[float, float]:
+        """CPUs and GPUs the whole trial holds (every worker of it)."""
+        workers = self.todo[key].config.resources.workers
+        return self.worker_cpus(key) * workers, self.gpus[key] * workers
+
+    def fill(self) -> None:
+        """Claim and submit the queued trials the cluster has CPUs and GPUs for (at least one when idle)."""
+        if not self.queue:
+            return
+        total = ray.cluster_resources()
+        running = [self.ask(k) for k in self.pending.values()]
+        free_cpu = total.get("CPU", 0.0) - sum(cpu for cpu, _ in running)
+        free_gpu = total.get("GPU", 0.0) - sum(gpu for _, gpu in running)
+        room = 0
+        for key in self.queue:
+            cpu, gpu = self.ask(key)
+            if (cpu > free_cpu + 1e-9 or gpu > free_gpu + 1e-9) and (running or room):
+                break
+            free_cpu, free_gpu, room = free_cpu - cpu, free_gpu - gpu, room + 1
+        claim = self.store.claim
+        won = self.tolerant(lambda: claim(self.queue, self.owner, room, self.chosen_at, self.retry), set[str]())
+        if not won:
+            return
+        self.retry -= won  # an end from now on is this launch's or another's, not the one it was chosen after
+        self.tolerant(lambda: self.store.interrupt(won), 0)  # left `running` by a launcher that died: resume
+        ordered = [k for k in self.queue if k in won]  # the queue is in plan order
+        self.queue = [k for k in self.queue if k not in won]
+        for key in ordered:
+            self.claimed[key] = time.monotonic()
+            self.submit(key)
+
+    def finished_elsewhere(self, whole: bool) -> None:
+        """Count the queued trials another launcher finished, and forget them.
+
+        After a trial settles, the store is asked only for the trials that finished since the last look
+        (`Store.finished_since`, an index range), so a look costs what finished meanwhile, not the queue's length
+        (asking the state of every queued trial was 0.46 s per settled trial on PostgreSQL with 10,000 queued).
+        A finish time is the recording launcher's clock when it wrote, so the look reaches a lease length
+        (`Owner.seconds`) further back: leases already assume that launchers' clocks agree to well within one.
+        When nothing finished for a quarter of a lease the look is `whole`: the state of every queued trial,
+        which also finds what the window misses, a finish committed more than a lease after its time was taken
+        (a launcher paused mid-write, a lock waited on that long) or stamped by a clock further off. A trial
+        chosen while failed or diverged (`retry`) counts only if it ended again since it was chosen, as
+        `Store.claim` refuses it then and only then: a queue left with a trial neither claimable nor forgotten
+        would never empty."""
+        if not self.queue:
+            return
+        began = now()
+        since = self.seen - timedelta(seconds=self.owner.seconds)
+        read = (lambda: self.store.states(self.queue)) if whole else (lambda: self.store.finished_since(since))
+        states = self.tolerant(read, None)
+        if states is not None and self.retry.intersection(states):
+            again = self.tolerant(lambda: self.store.finished_since(self.chosen_at), None)
+            states = None if again is None else {k: s for k, s in states.items() if k not in self.retry or k in again}
+        if states is None:  # the store is down: look again from the same moment
+            return
+        self.seen = began
+        ended = [k for k in self.queue if states.get(k) in ENDED]
+        if not ended:
+            return
+        gone = set(ended)
+        self.queue = [k for k in self.queue if k not in gone]
+        for key in ended:
+            self.result.counts[states[key]] += 1
+            self.progress.finished(key, states[key])
+
+    def submit(self, key: str) -> None:
+        """Submit the trial's task: a single-worker trial with SPREAD placement (the nodes with room in turn);
+        Ray's default packs tasks onto the launcher's node until half of it is busy, and queued a trial behind
+        a busy node while another sat idle (bench/cluster_overhead.py: p99 idle 5 s). The strategy picks a
+        node, not a device: a node still packs GPU shares onto its GPUs (tests/test_packing.py). A gang places
+        its ranks in a placement group of its own (`ablate.execution.gangs`)."""
+        cfg = self.todo[key].config
+        opts = {"num_cpus": self.worker_cpus(key), "num_gpus": self.gpus[key], "max_retries": 0,
+                "name": f"trial-{key[:10]}"}  # fmt: skip
+        args = replace(self.template, config=cfg.model_dump(mode="json"), key=key, inbox=self.inbox,
+                       resume=self.resume(key))  # fmt: skip
+        self.storage.clear_stop(key)  # a request a preempted attempt already answered
+        if cfg.resources.workers > 1:
+            gang = self.gangs[key] = gangs.start(self.task, opts, cfg.resources.workers, args)
+            ref = gang.leader
+        else:
+            ref = self.task.options(**opts, scheduling_strategy="SPREAD").remote(args)
+        self.pending[ref] = key
+        self.progress.submitted(self.todo[key])
+
+    def drain(self) -> None:
+        messages = ray.get(self.inbox.drain.remote())
+        self.recorder.handle(messages)
+        for m in messages:
+            if isinstance(m, Started):
+                self.progress.started(m.key)
+            elif isinstance(m, EpochEnd):
+                self.progress.epoch(m.key, m.epoch, m.metrics)
+
+    def drop_lost(self, ready: list[Any]) -> list[Any]:
+        """Stop the trials whose lease another launcher took over (this one was paused past it); they go
+        back to the queue, to be counted when the other launcher finishes them. Returns `ready` without them."""
+        lost = self.heartbeat.lost({k: self.claimed[k] for k in self.pending.values()})
+        for ref in [r for r, k in self.pending.items() if k in lost]:
+            key = self.pending.pop(ref)
+            self.stop_task(ref, key)
+            self.queue.append(key)
+            self.progress.message(f"{key[:10]}: another launcher took over its lapsed lease; stopped here")
+        return [r for r in ready if r in self.pending]
+
+    def stop_task(self, ref: Any, key: str) -> None:
+        ray.cancel(ref, force=True)
+        if key in self.gangs:
+            self.gangs.pop(key).stop()
+
+    def settle(self, ref: Any, resubmit: bool = True) -> None:
+        """Record a finished task; submit it again for a retry, an OOM requeue or a lost worker (when
+        `resubmit`: not while stopping, when the trial is left `preempted` for the next launch)."""
+        key = self.pending.pop(ref)
+        if key in self.gangs:
+            self.gangs.pop(key).stop()
+        state = settle(ref, key, self.todo[key].config, self.gpus[key], self.recorder, self.attempts, self.progress,
+                        self.chosen.codes.get(key))  # fmt: skip
+        if state in ("retry", "oom", "lost") and not resubmit:
+            self.recorder.finish(Finished(key, "preempted"))
+            state = "preempted"
+        elif state == "lost":
+            self.recorder.finish(Finished(key, "preempted"))
+            self.progress.message(f"{key[:10]}: its worker or node was lost; resuming from its checkpoint")
+            self.submit(key)
+            return
+        elif state == "retry":
+            self.submit(key)
+            return
+        elif state == "oom":
+            self.progress.message(f"{key[:10]}: CUDA out of memory on {self.gpus[key]:.2f} of a GPU; "
+                                  "requeued once on a whole GPU")  # fmt: skip
+            self.gpus[key] = 1.0
+            self.submit(key)
+            return
+        self.tolerant(lambda: self.store.release(self.owner, [key]), None)
+        self.result.counts[state] += 1
+        self.progress.finished(key, state)
+
+    def interrupt(self, state: str = "interrupted") -> None:
+        """Stop every running trial now; they resume from their last checkpoint on the next launch."""
+        for ref, key in self.pending.items():
+            self.stop_task(ref, key)
+        self.drain()
+        self.recorder.interrupt(list(self.pending.values()), state)
+        self.result.interrupted = True
+        self.result.counts[state] += len(self.pending)
+        self.pending.clear()
+
+    def preempt(self) -> None:
+        """SIGTERM: ask every running trial to checkpoint at its next step and stop
+        (`ablate.training.messages.PREEMPT`),
+        record them as they return, and after `run.grace` seconds stop the rest; all end `preempted`."""
+        for key in self.pending.values():
+            self.storage.request_stop(key)
+        self.progress.message(f"SIGTERM: {len(self.pending)} running trials checkpoint at their next step")
+        end = time.monotonic() + self.run.grace
+        while self.pending and time.monotonic() < end:
+            ready = self.finished()
+            self.drain()
+            for ref in ready:
+                self.settle(ref, resubmit=False)
+        self.interrupt("preempted")
+
+
+@dataclass
+class Attempts:
+    """Failed attempts per trial key, against the two retry budgets."""
+
+    errors: Counter[str] = field(default_factory=Counter)
+    """Application errors (the trial raised): retried `resources.retries` times."""
+    lost: Counter[str] = field(default_factory=Counter)
+    """Trials whose worker process or node was lost (a rank of a multi-worker trial too): LOST_RETRIES."""
+    oom: Counter[str] = field(default_factory=Counter)
+    """Trials that ran out of CUDA memory on a GPU share: requeued once on a whole GPU."""
+
+
+def settle(
+    ref: Any,
+    key: str,
+    cfg: TrialConfig,
+    gpus: float,
+    recorder: Recorder,
+    attempts: Attempts,
+    progress: Progress,
+    code: dict[str, Any] | None = None,
+) -> str:
+    """Record a finished task; return its state, "retry" for an application error with retries left, "oom"
+    for a first CUDA out-of-memory error on part of a GPU (requeued on a whole one), "lost" for a worker or
+    node that died (Ray does not retry tasks itself: a lost trial is recorded `preempted`, then resumed)."""
+    try:
+        out: TrialResult = ray.get(ref)
+    except ray.exceptions.RayError as e:  # the trial raised, or its worker/node died
+        if lost_worker(e) and attempts.lost[key] < LOST_RETRIES:
+            attempts.lost[key] += 1
+            return "lost"
+        # A RayTaskError's text is the worker's formatted traceback; its cause is the original exception.
+        cause = getattr(e, "cause", None) if isinstance(e, ray.exceptions.RayTaskError) else None
+        oom = type(cause).__name__ == "OutOfMemoryError"
+        if oom and gpus < 1 and not attempts.oom[key]:
+            attempts.oom[key] += 1
+            return "oom"
+        attempts.errors[key] += 1
+        if isinstance(e, ray.exceptions.RayTaskError) and not oom and attempts.errors[key] <= cfg.resources.retries:
+            return "retry"
+        error = f"{type(cause or e).__name__}: {cause or e}"
+        if oom:
+            error = f"CUDA out of memory on {gpus:g} GPU: lower train.device_batch (raise train.accum_steps). {error}"
+        recorder.finish(Finished(key, "failed", error=error, traceback=_ANSI.sub("", str(e)), code=code))
+        return "failed"
+    for warning in out.warnings:
+        progress.message(f"{key[:10]}: {warning}")
+    progress.result(key, out.metrics)
+    recorder.finish(replace(Finished.of(key, out), code=code))
+    return out.outcome
+
+
+def lost_worker(e: Exception) -> bool:
+    """A rank's process or node died (rank 0's own, or another's, seen by rank 0 as a failed collective)."""
+    if isinstance(e, ray.exceptions.RayTaskError):
+        return isinstance(getattr(e, "cause", None), PeerLost)
+    return isinstance(e, (ray.exceptions.WorkerCrashedError, ray.exceptions.NodeDiedError))

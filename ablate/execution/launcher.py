@@ -1,0 +1,340 @@
+"""Fan planned trials out over Ray and record everything: `launch(plans, ...)`.
+
+Plan, skip every key already `done` in the store (whatever sweep ran it), submit the rest as Ray tasks
+with the sweep's cpus/gpus, and record what they report through the one writer (`ablate.execution.recorder`).
+Worker or node death: the trial is submitted again (`ablate.execution.fanout.LOST_RETRIES` times) and resumes from its
+checkpoint under `storage/<key>` (a shared folder or a bucket, `ablate.training.storage`). Application errors are
+recorded
+as `failed`, retried only `resources.retries` times. Ctrl-C (or SIGTERM) asks the loop to stop: at its
+next poll it cancels running tasks and marks them `interrupted`, and the next launch resumes them; a
+second Ctrl-C stops at once. No address: an embedded local Ray for the launch; an address or RAY_ADDRESS: that cluster.
+
+What touches Ray is in `ablate.execution.fanout`, imported in one place here, where a launch has trials to run: a launch
+with nothing to run starts no Ray and opens no MLflow client (ray, the worker and the trial loop are not imported;
+MLflow is opened only when it lags behind the store, which `Tracker.end_sweep` tells by reading a SQLite MLflow
+store directly). With trials to run, MLflow is opened in another thread while Ray starts.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from ablate.config import TrialConfig
+from ablate.execution import gpu_shares as packing
+from ablate.execution import journal
+from ablate.execution.heartbeat import Heartbeat
+from ablate.execution.progress import Progress
+from ablate.execution.recorder import Recorder
+from ablate.execution.selection import Select, select
+from ablate.planning.plan import Plan
+from ablate.plugins import Plugins
+from ablate.store import Owner, Store
+from ablate.store.faults import StoreUnavailable
+from ablate.tracking.mirror import Mirror
+from ablate.tracking.records import Tracker
+from ablate.training.messages import Runner
+from ablate.training.storage import Storage
+
+DEFAULT_STORAGE = "db/checkpoints"
+
+
+@dataclass
+class LaunchResult:
+    """What a launch did: trials per final state, and how many were already done."""
+
+    counts: Counter[str] = field(default_factory=Counter)
+    skipped: int = 0
+    seconds: float = 0.0
+    interrupted: bool = False
+    store_error: str | None = None
+    """Why the store refused writes at the end of the launch (what it missed waits in `journal`)."""
+    journal: Path | None = None
+    signal: int | None = None
+    """The signal that stopped the launch (SIGINT: trials interrupted; SIGTERM: preempted)."""
+    stale: dict[str, list[str]] = field(default_factory=dict)
+    """Done trials whose code changed since they ran, with what changed (`ablate.execution.selection`)."""
+    rounds: int = 1
+    """Rounds the launch ran: more than one when adaptive seeding added seeds (`ablate.planning.adaptive`)."""
+
+    def then(self, later: LaunchResult) -> LaunchResult:
+        """This result followed by a later round's: counts and time add up, the later round's faults win."""
+        return replace(later, counts=self.counts + later.counts, skipped=self.skipped, stale=self.stale,
+                       seconds=self.seconds + later.seconds, rounds=self.rounds + later.rounds)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Cluster:
+    """Where trials run."""
+
+    address: str | None = None
+    """A Ray cluster (`host:port`, `ray://...`, `auto`); None: RAY_ADDRESS if set, else an embedded local Ray."""
+    num_cpus: int | None = None
+    """CPUs of an embedded local Ray (default: every core of this machine)."""
+
+    def join_address(self) -> str | None:
+        """The cluster to join, `address` or else RAY_ADDRESS, once it answers (`reachable`); None: an embedded
+        Ray."""
+        address = self.address or os.environ.get("RAY_ADDRESS")
+        if address:
+            reachable(address)
+        return address
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """How each trial runs (Ray Tune's `RunConfig` plays the same part)."""
+
+    storage: str | Path = DEFAULT_STORAGE
+    """Checkpoint root, `<storage>/<trial key>`: a folder (on a cluster, one every node mounts) or an fsspec URL
+    such as `s3://bucket/prefix` (see `ablate.training.storage`)."""
+    cpus: float | None = None
+    """CPUs per trial, overriding each sweep's `resources.cpus`."""
+    gpus: float | None = None
+    """GPUs per trial (fractions share a GPU), overriding `resources.gpus`."""
+    runner: Runner | None = None
+    """What trains a trial (default `ablate.training.loop.run_trial`); tests and benchmarks pass lighter ones."""
+    probe: packing.Probe = packing.measure
+    """What measures the GPU memory of a `gpus: auto` trial (see `ablate.execution.gpu_shares`); tests fake it on
+    CPU."""
+    poll: float = 0.2
+    """Seconds between looks at finished tasks and new messages."""
+    grace: float = 25.0
+    """Seconds SIGTERM waits for running trials to checkpoint at their next step before stopping them (within
+    Kubernetes' default 30 s termination grace)."""
+    lease: float = 60.0
+    """Seconds a launcher's claim on a trial lasts unless its heartbeat (every quarter of it) renews it: how
+    long a crashed launcher's trials wait before another launcher takes them over."""
+
+
+class Stop:
+    """Set by the first SIGINT/SIGTERM; the launch loop checks it at every poll.
+
+    Raising KeyboardInterrupt wherever the signal lands could cut a store write or a Ray call in half;
+    a flag lets the loop stop between them. A second signal raises KeyboardInterrupt at once.
+    """
+
+    def __init__(self) -> None:
+        self.requested = False
+        self.signal: int | None = None
+
+    def __bool__(self) -> bool:
+        return self.requested
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        if self.requested:
+            raise KeyboardInterrupt
+        self.requested, self.signal = True, signum
+
+    @contextmanager
+    def installed(self) -> Iterator[Stop]:
+        """Catch SIGINT and SIGTERM while the loop runs (main thread only: elsewhere Ctrl-C stays Python's)."""
+        if threading.current_thread() is not threading.main_thread():
+            yield self
+            return
+        previous = {sig: signal.signal(sig, self._handle) for sig in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            yield self
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+
+
+def reachable(address: str, timeout: float = 10.0) -> None:
+    """Fail fast on a `host:port` nobody listens on (Ray itself retries for minutes, then exits)."""
+    host, sep, port = address.removeprefix("ray://").rpartition(":")
+    if not sep or not port.isdigit():
+        return  # "auto" and other forms: left to Ray
+    try:
+        socket.create_connection((host, int(port)), timeout=timeout).close()
+    except OSError as e:
+        raise ConnectionError(f"cannot connect to the Ray cluster at {address}: {e.strerror or e}") from None
+
+
+def launch(
+    plans: Plan | Sequence[Plan],
+    store: Store | None = None,
+    tracker: Tracker | None = None,
+    *,
+    cluster: Cluster = Cluster(),
+    run: RunConfig = RunConfig(),
+    progress: Progress | None = None,
+    choice: Select = Select(),
+) -> LaunchResult:
+    """Run every unfinished trial of `plans` (one Plan or several; `choice` changes which, see
+    `ablate.execution.selection`), recording to `store` (default: the results database under db/, as the CLI) and to
+    MLflow through `tracker`; return counts per outcome. Sweeps with adaptive seeds run in rounds: after each,
+    the next look's seeds of their undecided cells (`ablate.planning.adaptive.grow`), and tuned sweeps their searches'
+    next configurations, then their seeds at each arm's best (`ablate.planning.tuned.Rounds`). See the module
+    docstring."""
+    if isinstance(plans, Plan):
+        plans = [plans]
+    if store is None:
+        with Store() as default_store:
+            return launch(plans, default_store, tracker, cluster=cluster, run=run, progress=progress, choice=choice)
+    plans = list(plans)
+    if not any(plan.adaptive or plan.tuning for plan in plans):
+        return _round(plans, store, tracker, cluster, run, progress, choice)
+    from ablate.planning.tuned import Rounds  # optuna and scipy: only for sweeps that grow in rounds
+
+    rounds, ray = Rounds(plans), _Ray()
+    plans = rounds.start(store).plans  # a tuned sweep's searches as far as the store's results go
+    try:
+        result = _round(plans, store, tracker, cluster, run, progress, choice, ray)
+        while not result.interrupted and result.store_error is None:
+            grown = rounds.grow(store)
+            if not grown.new:
+                return result
+            for line in grown.lines:
+                (progress or Progress()).message(line)
+            plans = grown.plans
+            only = replace(choice, only=tuple(grown.new))
+            result = result.then(_round(plans, store, tracker, cluster, run, progress, only, ray))
+        return result
+    finally:
+        if ray.ours:
+            from ablate.execution import fanout
+
+            fanout.shutdown()
+
+
+@dataclass
+class _Ray:
+    """Whether a launch of several rounds started Ray: it stays up from round to round (started again, it would
+    cost each round its start and its workers' imports) until the launch ends."""
+
+    ours: bool = False
+
+
+def _round(
+    plans: list[Plan],
+    store: Store,
+    tracker: Tracker | None,
+    cluster: Cluster,
+    run: RunConfig,
+    progress: Progress | None,
+    choice: Select,
+    ray: _Ray | None = None,
+) -> LaunchResult:
+    """One pass of `launch`: run the selected trials of `plans` until each has finished or the launch stops; the
+    Ray it starts is shut down at its end, unless `ray` keeps it for the launch's next round."""
+    started = time.perf_counter()
+    result = LaunchResult()
+    plugins = Plugins()
+    for plan in plans:
+        plugins = plugins.merged(plan.plugins)
+    storage = Storage(run.storage)
+    replayed = Recorder(store).replay(storage.root)  # what an earlier launch journaled while the store was down
+    chosen = select(plans, store, choice)
+    todo, done = chosen.run, chosen.done
+    result.skipped, result.stale = len(done), chosen.stale
+    ours = False
+    if todo:  # a storage that cannot serve these trials is an error before Ray starts
+        storage.refuse_gangs(list(todo.values()))
+        storage.check()
+        from ablate.execution import (
+            fanout,  # Ray's side: imported here alone, so a launch with nothing to run imports no Ray
+        )
+
+        # Ray first: an unreachable cluster (or an MLflow that cannot be opened) is an error before anything is
+        # written to the store.
+        ours = fanout.start(cluster, tracker)
+        if ray is not None and ours:
+            ray.ours, ours = True, False  # the launch shuts it down after its last round
+    owner = Owner.new(run.lease)
+    heartbeat = Heartbeat(store, owner)
+    try:
+        auto = [t for t in todo.values() if isinstance(t.config.resources.gpus, str)] if run.gpus is None else []
+        admission = packing.admit(auto, run.probe, plugins) if auto else packing.Admission({}, [])
+        for plan in plans:
+            store.upsert_sweep(plan.sweep, spec_path=plan.file, metric=plan.metric, baseline=plan.baseline,
+                               description=plan.description,
+                               spec={"axes": plan.axes, "plugins": plan.plugins.to_json(),
+                                     "adaptive": plan.adaptive.model_dump() if plan.adaptive else None,
+                                     "tuning": plan.tuning and plan.tuning.model_dump(mode="json")})  # fmt: skip
+            store.add_trials(plan.sweep, plan.trials)
+        for reason in set(chosen.again.values()):
+            keys = [k for k, why in chosen.again.items() if why == reason]
+            store.archive(keys, reason)
+            for key in keys:
+                storage.discard(key)  # a new training starts from scratch
+        progress = progress or Progress()
+        metrics = {t.key: plan.metric for plan in reversed(plans) for t in plan.trials}  # a shared trial: the first's
+        progress.begin([plan.sweep for plan in plans], len(todo) + len(done), len(done), metrics)
+        for line in chosen.lines({t.key: t for plan in plans for t in plan.trials}):
+            progress.message(line)
+        for line in admission.lines:
+            progress.message(line)
+        if replayed:
+            progress.message(f"wrote {replayed} records an earlier launch journaled while the store was unavailable")
+        sweeps = [plan.sweep for plan in plans]
+        mirror = None
+        if tracker is not None:
+            backlog = store.unmirrored(sweeps)
+            if todo or backlog:  # opened while Ray started; MLflow's errors stop the launch here, as ever
+                tracker.open()
+            mirror = Mirror(store, tracker, progress.message).start(backlog)
+        if not todo:
+            progress.message(f"nothing to run: all {len(done)} trials are done; {progress.report_hint()}")
+            _close(mirror, sweeps, "FINISHED", progress)
+            result.seconds = time.perf_counter() - started
+            return result
+        if holders := store.holders(todo):
+            who = ", ".join(sorted(set(holders.values())))
+            progress.message(f"{len(holders)} trials are leased to other launchers ({who}): they run there; "
+                             "this launch takes over any whose lease lapses")  # fmt: skip
+        gpus = {k: _gpus(t.config, run.gpus) for k, t in todo.items()} | admission.shares
+        recorder = Recorder(store, mirror, storage.root / journal.FOLDER / f"{owner.id}.jsonl")
+        on_ray = fanout.Fanout(todo, store, owner, heartbeat, recorder, progress, result, run, plugins, storage.url,
+                               gpus, chosen)  # fmt: skip
+        stop = Stop()
+        try:
+            with stop.installed(), progress:
+                heartbeat.start()
+                on_ray.loop(stop)
+        except KeyboardInterrupt:  # a second Ctrl-C, or one outside the main thread's handler
+            on_ray.interrupt()
+        finally:
+            _close(mirror, sweeps, "KILLED" if result.interrupted else "FINISHED", progress)
+    finally:
+        heartbeat.stop()
+        with suppress(StoreUnavailable):  # a store that is down lets the leases lapse instead
+            store.release(owner)  # interrupted trials are free for the next launcher at once
+        if ours:  # also when recording fails before the first task is submitted (ours: fanout was imported)
+            fanout.shutdown()
+    result.seconds = time.perf_counter() - started
+    return result
+
+
+MIRROR_WAIT = 30.0
+"""Seconds a launch waits at its end for the MLflow mirror to catch up (not at all while MLflow is down)."""
+
+
+def _close(mirror: Mirror | None, sweeps: list[str], status: str, progress: Progress) -> None:
+    """Let the mirror catch up, then end the sweeps' MLflow parent runs; or say what MLflow still lacks."""
+    if mirror is None:
+        return
+    if left := mirror.close(MIRROR_WAIT):
+        progress.message(f"MLflow lacks {left} trials' latest records: `ablate sync` brings them over")
+        return
+    try:
+        for sweep in sweeps:
+            mirror.tracker.end_sweep(mirror.store, sweep, status)
+    except Exception as e:  # MLflow went away at the last moment: the parent runs stay open, nothing is lost
+        progress.message(f"MLflow: could not end the sweeps' parent runs ({type(e).__name__})")
+
+
+def _gpus(cfg: TrialConfig, override: float | None) -> float:
+    """GPUs per worker as configured (`auto` is replaced by the admission's share)."""
+    if override is not None:
+        return override
+    return 1.0 if isinstance(cfg.resources.gpus, str) else cfg.resources.gpus

@@ -1,0 +1,148 @@
+"""The one writer: turns trial messages into store rows (and MLflow records, through the mirror).
+
+Trials never touch the SQLite file. Wherever they run, they send messages to an `Inbox` actor; the
+launching process drains it and hands each batch to `Recorder.handle`, which writes the store (one
+transaction for all metric rows of a batch) and marks the trials for the MLflow mirror. Every write is
+idempotent (upserts on trial, metric, step), so a message sent twice (a resumed trial replays its epoch
+history) never duplicates a row.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ablate.execution import journal
+from ablate.execution.journal import Record, Stopped
+from ablate.store import MetricRow, Store
+from ablate.store.faults import StoreUnavailable
+from ablate.tracking.mirror import Mirror
+from ablate.training.messages import EpochEnd, Finished, Message, Started
+
+
+class Inbox:
+    """Where trials drop messages; the launcher drains it. Calls from one trial arrive in order."""
+
+    def __init__(self) -> None:
+        self.items: list[Message] = []
+
+    def put(self, item: Message) -> None:
+        self.items.append(item)
+
+    def drain(self) -> list[Message]:
+        items, self.items = self.items, []
+        return items
+
+
+def start_inbox() -> Any:
+    """An Inbox actor for one launch, on the launcher's own node (a worker node that dies, say a reclaimed spot
+    instance, must not take undrained messages with it); restarted by Ray if its worker dies, calls retried. The
+    affinity is hard: a soft one lets Ray put the actor on another node when the launcher's has no worker process
+    ready for it (seen on a 3-node cluster, whose killed worker node took two launchers' inboxes with it)."""
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
+    actor: Any = ray.remote(Inbox)
+    return actor.options(num_cpus=0, max_restarts=-1, max_task_retries=-1, scheduling_strategy=here).remote()
+
+
+@dataclass
+class Recorder:
+    """Writes what trials report to the store, then tells the MLflow mirror (if any) which trials changed:
+    recording never waits on MLflow (see `ablate.tracking.mirror`). With a `journal`, records the store refuses (disk
+    full, database server down) go to that file instead, and to the store, first, once it takes writes again; the
+    next launch replays what is left when the launch ends without the store (`ablate.execution.journal`)."""
+
+    store: Store
+    mirror: Mirror | None = None
+    journal: Path | None = None
+    failure: StoreUnavailable | None = None
+    """The store's error while it refuses writes (records are journaled meanwhile); None once it takes them."""
+    _waiting: list[Record] = field(default_factory=list)
+    """What the journal holds (kept here too: it is written again whole as the store takes part of it)."""
+    _applied: int = 0
+
+    def handle(self, messages: list[Message]) -> None:
+        self._write([m for m in messages if isinstance(m, (Started, EpochEnd))])
+
+    def finish(self, done: Finished) -> None:
+        """A trial's outcome, in the store (the source of truth); MLflow follows."""
+        self._write([done])
+
+    def interrupt(self, keys: list[str], state: str = "interrupted") -> None:
+        """Trials stopped by the launcher mid-run (`interrupted` by Ctrl-C, `preempted` by SIGTERM)."""
+        self._write([Stopped(keys, state)])
+
+    def replay(self, storage: Path) -> int:
+        """Write every journal under `storage` to the store, then remove it; returns the records replayed.
+        Store errors propagate: a launch does not start on a store that refuses its journal."""
+        n = 0
+        for path in journal.journals(storage):
+            records = journal.read(path)
+            self._apply(records)
+            path.unlink()
+            n += len(records)
+        return n
+
+    def _write(self, records: list[Record]) -> None:
+        """Write `records` after what waits in the journal (while the store refuses writes this is tried at every
+        call, with no new records too, so the journal reaches the store as soon as it answers): the store sees
+        every record in the order the trials sent them, and a start journaled earlier never reopens the trial its
+        later result closed. What the store refuses waits in the journal, and only that."""
+        pending = self._waiting + records
+        if not pending:
+            return
+        try:
+            self._apply(pending)
+        except StoreUnavailable as e:
+            if self.journal is None:
+                raise
+            if records or self._applied:  # else the journal holds exactly these already
+                self._waiting = pending[self._applied :]
+                journal.write(self.journal, self._waiting)
+            self.failure = e
+            return
+        if self._waiting and self.journal is not None:
+            self._waiting = []
+            self.journal.unlink()
+        self.failure = None
+
+    @property
+    def journaled(self) -> int:
+        """Records waiting in the journal."""
+        return len(self._waiting)
+
+    def _apply(self, records: list[Record]) -> None:
+        """The store writes of `records`, in order (metric rows of consecutive epochs in one transaction);
+        `_applied` counts the records written, so a store error journals only the rest."""
+        rows: list[MetricRow] = []
+        self._applied = 0
+        for i, r in enumerate(records):
+            if isinstance(r, EpochEnd):
+                rows += [(r.key, name, r.epoch, float(value), r.wall) for name, value in r.metrics.items()]
+                if r.checkpoint is None:
+                    continue
+                self.store.log_metric_rows(rows)  # the epoch's metrics, then the checkpoint that holds them
+                rows = []
+                self.store.set_checkpoint(r.key, r.checkpoint)
+                self._applied = i + 1
+                continue
+            if rows:
+                self.store.log_metric_rows(rows)
+                rows, self._applied = [], i
+            if isinstance(r, Started):
+                self.store.mark_running(r.key, host=r.host, node_id=r.node_id, device=r.device)
+            elif isinstance(r, Finished):
+                self.store.finish(r.key, r.state, **r.fields())
+            else:
+                self.store.interrupt(r.keys, r.state)
+            self._applied = i + 1
+        if rows:
+            self.store.log_metric_rows(rows)
+        self._applied = len(records)
+        if self.mirror is not None:
+            self.mirror.notify(
+                dict.fromkeys(k for r in records for k in (r.keys if isinstance(r, Stopped) else [r.key]))
+            )

@@ -1,0 +1,110 @@
+"""What runs on a Ray worker for one trial: import the sweep's plugins, run the trial, stream its messages.
+
+The launcher submits `trial_task` once per trial (or once per rank of a multi-worker trial, see
+`ablate.execution.gangs`); everything the task needs travels in one `TaskArgs`.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import ray
+
+from ablate.config import TrialConfig
+from ablate.plugins import Plugins
+from ablate.training import checkpoints
+from ablate.training.checkpoints import Resume
+from ablate.training.messages import RENDEZVOUS, EpochEnd, Reporter, Runner, Started, TrialResult
+from ablate.training.storage import Storage
+
+
+def run_trial(
+    config: TrialConfig, report: Reporter | None = None, checkpoint_dir: str | Path | None = None
+) -> TrialResult:
+    """`ablate.training.loop.run_trial`, the default runner, imported where the trial runs: the launcher names this one
+    without importing the training loop (torch, timm) itself."""
+    from ablate.training.loop import run_trial as run
+
+    return run(config, report, checkpoint_dir)
+
+
+@dataclass(frozen=True)
+class TaskArgs:
+    """One trial as a Ray task receives it."""
+
+    config: dict[str, Any]
+    """The trial's config as JSON data (validated again on the worker, after its plugins are imported)."""
+    key: str
+    storage: str
+    """Checkpoint root (a path or an fsspec URL, `ablate.training.storage`): the trial's folder is `<storage>/<key>`."""
+    inbox: Any
+    """The `recorder.Inbox` actor (None for ranks other than 0: only rank 0 reports)."""
+    runner: Runner
+    plugins: Plugins
+    resume: Resume | None = None
+    """What the trial's checkpoint must match to be resumed from (`checkpoints.admit`); None: not checked."""
+
+    def follower(self) -> TaskArgs:
+        return replace(self, inbox=None)
+
+
+@dataclass(frozen=True)
+class Rank:
+    """A worker's place in a multi-worker trial and where the workers meet."""
+
+    rank: int
+    world: int
+    rendezvous: str
+
+    def environment(self) -> dict[str, str]:
+        """What `ablate.training.parallel.join` reads (torchrun's names, and the rendezvous file)."""
+        return {"RANK": str(self.rank), "WORLD_SIZE": str(self.world), RENDEZVOUS: self.rendezvous}
+
+
+def trial_task(args: TaskArgs, place: Rank | None = None) -> TrialResult:
+    """Body of one Ray task: import the sweep's plugins, run the trial, streaming its messages to the inbox.
+
+    A trial's calls to the inbox run in the order they were made; waiting for the first and the last
+    of them means that when the task's result is ready, every message it sent is in the inbox, so the
+    launcher records them before the outcome (a late `Started` would otherwise reopen a finished trial).
+    """
+    args.plugins.load()
+    cfg = TrialConfig.model_validate(args.config)
+    inbox, last = args.inbox, list[Any]()
+    if inbox is not None:
+        device = "cuda" if cfg.resources.uses_gpu else "cpu"
+        node = ray.get_runtime_context().get_node_id()
+        ray.get(inbox.put.remote(Started(args.key, socket.gethostname(), node, device)))
+
+    storage = Storage(args.storage)
+    folder = storage.folder(args.key)
+    code = args.resume.current if args.resume else None
+
+    def saved() -> dict[str, Any] | None:
+        sha = checkpoints.saved_sha(folder)
+        return {"sha": sha, "code": code} if sha else None
+
+    def report(epoch: int, metrics: dict[str, float]) -> None:
+        if inbox is not None:  # the trial saved this epoch's checkpoint before it reports the epoch
+            last[:] = [inbox.put.remote(EpochEnd(args.key, epoch, metrics, time.time(), saved()))]
+
+    env = {} if place is None else place.environment()
+    os.environ.update(env)
+    try:
+        with storage.sync(args.key) as sync:
+            if inbox is not None:  # rank 0, which saves: only this attempt's saves are reported
+                (folder / checkpoints.DIGEST).unlink(missing_ok=True)
+            refused = checkpoints.admit(folder, args.resume)  # every rank reaches the same verdict
+            result = args.runner(cfg, report, folder)
+            result.checkpoint = saved()  # and in the bucket as the `with` ends, whatever the outcome
+        result.warnings.extend(sync.problems + ([refused] if refused else []))
+        return result
+    finally:
+        for name in env:
+            os.environ.pop(name, None)
+        ray.get(last)

@@ -1,0 +1,60 @@
+"""Where the modules of ablate 0.1's flat layout live now, so `import ablate.planner` (a user's script, a
+pickle naming a class by its old module) keeps working for one release, with a DeprecationWarning.
+
+An old name is an alias: `ablate.planner` is the very module object `ablate.planning.plan`, so a class
+imported through either is the same class."""
+
+from __future__ import annotations
+
+import importlib
+import warnings
+from collections.abc import Sequence
+from importlib.abc import Loader, MetaPathFinder
+from importlib.machinery import ModuleSpec
+from types import ModuleType
+
+MOVED = {
+    "ablate.paths": "ablate.spec.paths", "ablate.tuning": "ablate.spec.tune",
+    "ablate.tune_check": "ablate.spec.tune_check",
+    "ablate.planner": "ablate.planning.plan", "ablate.sequential": "ablate.planning.adaptive",
+    "ablate.tuned": "ablate.planning.tuned", "ablate.plan_table": "ablate.planning.table",
+    "ablate.check": "ablate.planning.check",
+    "ablate.fingerprint": "ablate.provenance.fingerprint", "ablate.stale": "ablate.provenance.stale",
+    "ablate.environment": "ablate.provenance.environment", "ablate.cache": "ablate.provenance.cache",
+    "ablate.launcher": "ablate.execution.launcher", "ablate.selection": "ablate.execution.selection",
+    "ablate.fanout": "ablate.execution.fanout", "ablate.worker": "ablate.execution.trial_task",
+    "ablate.gangs": "ablate.execution.gangs", "ablate.packing": "ablate.execution.gpu_shares",
+    "ablate.leases": "ablate.execution.heartbeat", "ablate.recorder": "ablate.execution.recorder",
+    "ablate.journal": "ablate.execution.journal", "ablate.progress": "ablate.execution.progress",
+    "ablate.preflight": "ablate.execution.preflight", "ablate.gpucheck": "ablate.execution.gpucheck",
+    "ablate.trial": "ablate.training.loop", "ablate.parallel": "ablate.training.parallel",
+    "ablate.messages": "ablate.training.messages", "ablate.checkpoints": "ablate.training.checkpoints",
+    "ablate.storage": "ablate.training.storage", "ablate.tasks": "ablate.training.tasks",
+    "ablate.mirror": "ablate.tracking.mirror", "ablate.verdict": "ablate.evidence.verdict",
+    "ablate.units": "ablate.reporting.units", "ablate.steptime": "ablate.reporting.steptime",
+}  # fmt: skip
+"""Old module name -> its module now. (`ablate.spec`, `ablate.tracking` and `ablate.cli` are packages now, at
+their old names.)"""
+
+
+class _Alias(Loader):
+    def __init__(self, target: str) -> None:
+        self.target = target
+
+    def create_module(self, spec: ModuleSpec) -> ModuleType:
+        warnings.warn(f"{spec.name} moved to {self.target}; the old name goes in the next release",
+                      DeprecationWarning, stacklevel=2)  # fmt: skip
+        return importlib.import_module(self.target)
+
+    def exec_module(self, module: ModuleType) -> None:
+        """The module ran when its new name was imported."""
+
+
+class MovedFinder(MetaPathFinder):
+    """Finds an old module name (`MOVED`) as an alias of the module it moved to."""
+
+    def find_spec(
+        self, fullname: str, path: Sequence[str] | None = None, target: ModuleType | None = None
+    ) -> ModuleSpec | None:
+        new = MOVED.get(fullname)
+        return ModuleSpec(fullname, _Alias(new)) if new else None

@@ -1,0 +1,608 @@
+"""Grid expansion and trial identity: a sweep -> [Trial(key, config)].
+
+A trial's key is a hash of the canonical JSON of everything that changes its result (`config.identity`:
+model, knobs, data and split, recipe, epochs, seed) and of nothing else, so reordering YAML keys or writing
+a default explicitly keeps the key, and the same config in another sweep is the same trial. A variant is a
+grid cell without its replicates (seed, CV fold); its key hashes the identity minus those.
+"""
+
+from __future__ import annotations
+
+import difflib
+import functools
+import hashlib
+import itertools
+import json
+import math
+import typing
+from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from ablate.config import REPLICATES, TrialConfig, identity
+from ablate.errors import Problem, SpecError, format_path
+from ablate.plugins import Plugins
+from ablate.registry import TASKS
+from ablate.spec import tune_check
+from ablate.spec.paths import get_path, matches, overlaps, set_path
+from ablate.spec.sweeps import (
+    AdaptiveSeeds,
+    Linked,
+    Loc,
+    SweepFile,
+    SweepSource,
+    axis_paths,
+    clean_loc,
+    error_message,
+    path_problem,
+    read_sweeps,
+    with_overrides,
+)
+from ablate.spec.tune import Searches
+
+KEY_VERSION = "ablate-trial-v1"
+"""Bumped only when the meaning of a config changes, so old keys stop matching new trials."""
+
+Cell = tuple[tuple[str, Any, Loc], ...]
+"""A grid cell: (dotted path, value, where in the sweep's YAML it came from) per assigned axis."""
+Resolved = tuple[Cell, dict[str, Any]]
+"""A cell with its validated config (as JSON data)."""
+
+
+@dataclass(frozen=True)
+class Trial:
+    """One planned run."""
+
+    key: str
+    variant: str
+    cell: TrialConfig
+    """The trial's config, or with `seed` its grid cell's config, which the cell's seeds share."""
+    axes: dict[str, Any]
+    """Resolved value of every axis path of the sweep (None where it does not apply), and `seed`."""
+    placeholders: dict[str, str] = field(default_factory=dict)
+    """Dotted path -> the text written in the file, for values that came from environment variables."""
+    seed: int | None = None
+    """Set by the planner: `config` is `cell` at this seed, copied when first asked for (copying every
+    trial's config is most of a 100,000-trial plan's time otherwise)."""
+
+    recording: Recording | None = field(default=None, compare=False, repr=False)
+    """Set by the planner, shared by a cell's trials: their recorded config's JSON text made once."""
+
+    @functools.cached_property
+    def config(self) -> TrialConfig:
+        return self.cell if self.seed is None else self.cell.model_copy(update={"seed": self.seed})
+
+    def recorded(self) -> dict[str, Any]:
+        """The config as the store, MLflow and reports keep it: `${VAR}` text in place of secret values."""
+        return _recorded(self.config, self.placeholders)
+
+    def recorded_text(self) -> str:
+        """`recorded()` as JSON text (what the store writes): the cell's text with this seed where there is one
+        (serialising every trial's config is most of a 100,000-trial first launch's store time otherwise)."""
+        return self._seeded(None if self.recording is None else self.recording.config, self.recorded)
+
+    def axes_text(self) -> str:
+        """`axes` as JSON text, as `recorded_text` makes the config's."""
+        return self._seeded(None if self.recording is None else self.recording.axes, lambda: self.axes)
+
+    def resolved(self) -> dict[str, Any]:
+        """The config as JSON data with its values (no `${VAR}` text), as `ablate plan` prints it: the cell's
+        data made once with this seed set in a shallow copy, so its sections are shared: read, never change."""
+        if self.recording is None or self.seed is None:
+            return self.config.model_dump(mode="json")
+        return {**self.recording.resolved, "seed": self.seed}
+
+    def resolved_text(self) -> str:
+        """`resolved()` as JSON text, as `recorded_text` makes the recorded config's."""
+        return self._seeded(None if self.recording is None else self.recording.resolved_text, self.resolved)
+
+    def _seeded(self, halves: tuple[str, str] | None, data: Callable[[], Any]) -> str:
+        return json.dumps(data()) if halves is None or self.seed is None else f"{halves[0]}{self.seed:d}{halves[1]}"
+
+
+def _recorded(cfg: TrialConfig, placeholders: dict[str, str]) -> dict[str, Any]:
+    data = cfg.model_dump(mode="json")
+    for path, text in placeholders.items():
+        set_path(data, path, text)
+    return data
+
+
+@dataclass
+class Recording:
+    """A cell's recorded config (`Trial.recorded`), axes and resolved config (`Trial.resolved`) as JSON text
+    split where the seed goes (`seed_halves`), made once for all the cell's trials."""
+
+    cell: TrialConfig
+    placeholders: dict[str, str]
+    cell_axes: dict[str, Any]
+
+    @functools.cached_property
+    def config(self) -> tuple[str, str] | None:
+        return seed_halves(_recorded(self.cell, self.placeholders), json.dumps)
+
+    @functools.cached_property
+    def axes(self) -> tuple[str, str] | None:
+        return seed_halves(self.cell_axes, json.dumps)
+
+    @functools.cached_property
+    def resolved(self) -> dict[str, Any]:
+        return self.cell.model_dump(mode="json")
+
+    @functools.cached_property
+    def resolved_text(self) -> tuple[str, str] | None:
+        return seed_halves(self.resolved, json.dumps)
+
+
+@dataclass
+class Plan:
+    """A sweep expanded: its trials, the axis paths that vary, and the baseline variant."""
+
+    sweep: str
+    trials: list[Trial]
+    axes: list[str]
+    baseline: str | None
+    metric: str
+    file: str = ""
+    description: str = ""
+    plugins: Plugins = field(default_factory=Plugins)
+    """What every process that runs these trials must import first (see `ablate.plugins`)."""
+    stale: str = "warn"
+    """What a launch does with done trials whose code changed (`SweepSpec.stale`)."""
+    adaptive: AdaptiveSeeds | None = None
+    """Adaptive seeding (`ablate.planning.adaptive`): `trials` holds the seeds planned so far, `reserve` the rest."""
+    reserve: list[Trial] = field(default_factory=list)
+    """Trials of seeds an adaptive sweep may still add (min..max-1 of each cell), in seed order."""
+    tuning: Searches | None = None
+    """A tuned sweep's `tune:` and each arm's search so far (`ablate.planning.tuned`): `trials` and `reserve` hold the
+    arms' trials at their best configurations, added as their searches end, `arms` the grid as written."""
+    arms: list[Trial] = field(default_factory=list)
+    """A tuned sweep's grid at the base's values: each arm's trials, every seed (the adaptive reserve's too)."""
+    variants: list[str] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.variants = list(dict.fromkeys(t.variant for t in self.trials))
+
+    def counts(self) -> dict[str, Counter[Any]]:
+        """Trials per value of each axis."""
+        return {a: Counter(_hashable(t.axes[a]) for t in self.trials) for a in self.axes}
+
+
+def _hashable(v: Any) -> Any:
+    return json.dumps(v) if isinstance(v, (list, dict, tuple)) else v
+
+
+def _canonical(data: Any) -> str:
+    return json.dumps([KEY_VERSION, data], sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+
+
+def _hash(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:20]
+
+
+def digest(data: Any) -> str:
+    """sha256 of canonical JSON (sorted keys, no spaces), 20 hex digits."""
+    return _hash(_canonical(data))
+
+
+_SEED_MARK = "\x00seed\x00"
+
+
+def seed_halves(data: dict[str, Any], dumps: Callable[[Any], str]) -> tuple[str, str] | None:
+    """`dumps({**data, "seed": s})` for any seed s is head + s's decimal text (its JSON) + tail: the text made
+    once with a mark where the seed goes, split there; None where the data holds the mark's text itself."""
+    text = dumps({**data, "seed": _SEED_MARK})
+    mark = json.dumps(_SEED_MARK)
+    if text.count(mark) != 1:
+        return None
+    head, tail = text.split(mark)
+    return head, tail
+
+
+def seed_keys(ident: dict[str, Any], seeds: Sequence[int]) -> list[str]:
+    """`digest({**ident, "seed": s})` for each seed, the identity serialised once (`seed_halves`: a large
+    sweep's keys are most of its planning time otherwise)."""
+    if (halves := seed_halves(ident, _canonical)) is None:
+        return [digest({**ident, "seed": seed}) for seed in seeds]
+    return [_hash(f"{halves[0]}{seed:d}{halves[1]}") for seed in seeds]
+
+
+def trial_key(cfg: TrialConfig) -> str:
+    return digest(identity(cfg))
+
+
+def variant_identity(cfg: TrialConfig) -> dict[str, Any]:
+    """The identity without the replicate fields (`config.REPLICATES`: seed, split seed, CV fold)."""
+    ident = identity(cfg)
+    for path in REPLICATES:
+        parent, _, leaf = path.rpartition(".")
+        (get_path(ident, parent) if parent else ident).pop(leaf)
+    return ident
+
+
+def variant_key(cfg: TrialConfig) -> str:
+    return digest(variant_identity(cfg))
+
+
+# ------------------------------------------------------------------------------------------------- expand
+def _groups(
+    grid: dict[str, list[Any]],
+    linked: list[Linked],
+    at: Loc,
+    sweep: SweepSource,
+    problems: list[Problem],
+    kinds: list[str],
+) -> list[list[Cell]]:
+    """Each axis group as its list of rows (a row is a partial cell); `kinds`: the attention kinds they apply to."""
+    groups: list[list[Cell]] = []
+    for path, values in grid.items():
+        loc = at + ("grid", path)
+        if (msg := path_problem(path, kinds)) is not None:
+            problems.append(sweep.problem(loc, msg))
+        elif not values:
+            problems.append(sweep.problem(loc, "empty axis: expected a list of at least one value"))
+        groups.append([((path, v, loc + (i,)),) for i, v in enumerate(values)])
+    for g, group in enumerate(linked):
+        loc = at + ("linked", g)
+        if isinstance(group, dict):
+            lengths = {len(v) for v in group.values()}
+            if len(lengths) > 1:
+                problems.append(
+                    sweep.problem(loc, f"linked axes need lists of one length, got lengths {sorted(lengths)}")
+                )
+                continue
+            rows = [{p: vals[i] for p, vals in group.items()} for i in range(lengths.pop() if lengths else 0)]
+            locs = [{p: loc + (p, i) for p in group} for i in range(len(rows))]
+        else:
+            rows = group
+            locs = [{p: loc + (i, p) for p in row} for i, row in enumerate(rows)]
+        if not rows:
+            problems.append(sweep.problem(loc, "empty linked group: expected at least one row"))
+        for p in {p for row in rows for p in row}:
+            if (msg := path_problem(p, kinds)) is not None:
+                problems.append(sweep.problem(loc, msg))
+        groups.append([tuple((p, v, locs[i][p]) for p, v in row.items()) for i, row in enumerate(rows)])
+    return groups
+
+
+def _product(groups: list[list[Cell]]) -> Iterable[Cell]:
+    for combo in itertools.product(*groups):
+        yield tuple(a for row in combo for a in row)
+
+
+def _declared(loc: Loc) -> Loc:
+    """Where an axis value's axis is declared: `grid.PATH` or `linked[g]` (inside a when block or not)."""
+    at = max(i for i, part in enumerate(loc) if part in ("grid", "linked"))
+    return loc[: at + 2]
+
+
+def _varied_twice(sweep: SweepSource, cell: Cell) -> list[Problem]:
+    """An axis a cell takes from two places (grid and linked, two linked groups, a when block and the grid):
+    one value would silently win, so each path is varied in one place."""
+    first: dict[str, Loc] = {}
+    problems = []
+    for path, _, loc in cell:
+        where = _declared(loc)
+        if first.setdefault(path, where) != where:
+            problems.append(sweep.problem(where, f"{path} is also varied at {format_path(first[path])}: vary each "
+                                          "path in one place (a linked group, or the grid)"))  # fmt: skip
+    return problems
+
+
+def _taken(values: Iterable[Any]) -> list[Any]:
+    """Distinct values, in order of first appearance (lists compared as JSON)."""
+    return list({json.dumps(v, sort_keys=True, default=str): v for v in values}.values())
+
+
+def _dead_values(rule: dict[str, Any], haves: dict[str, list[Any]]) -> Iterable[tuple[str, str]]:
+    """(path, what is wrong) for each value of a `when:` or `exclude:` rule that matches no value its path takes
+    in the sweep (a typo of a mechanism name, say): such a rule silently does nothing."""
+    for path, want in rule.items():
+        taken = haves.get(path, [])
+        scalar_axis = not any(isinstance(h, (list, tuple)) for h in taken)
+        candidates = want if isinstance(want, list) and scalar_axis else [want]
+        dead = [c for c in candidates if not any(matches({path: c}, {path: h}, flat=True) for h in taken)]
+        if dead:
+            shown = ", ".join(repr(v) for v in taken[:12]) + (", ..." if len(taken) > 12 else "")
+            words = [h for h in taken if isinstance(h, str)]
+            close = [c for d in dead if isinstance(d, str) for c in difflib.get_close_matches(d, words, n=1)]
+            mean = f"; did you mean {', '.join(map(repr, close))}?" if close else ""
+            yield path, f"{', '.join(map(repr, dead))} matches no value {path} takes in this sweep ({shown}){mean}"
+
+
+def _where(sweep: SweepSource, cell: Cell, err_path: str, msg: str) -> list[Problem]:
+    """Place a cell's validation error at the axes that set the offending path, else in the base."""
+    hits = [
+        sweep.problem(loc, msg if "(got " in msg or ", got " in msg else f"{msg} (value {value!r})")
+        for path, value, loc in cell
+        if err_path and overlaps(path, err_path)
+    ]
+    if hits:
+        return hits
+    if not err_path:
+        desc = ", ".join(f"{p}={v!r}" for p, v, _ in cell)
+        return [sweep.problem(("base",), f"{msg} (in the cell {desc})" if desc else msg)]
+    return [sweep.problem(("base", *err_path.split(".")), msg)]
+
+
+def _base_problems(sweep: SweepSource) -> list[Problem]:
+    """What is wrong in the base where no axis could mend it: named beside a grid's own problems, which stop
+    the cells from being checked, so a file's problems are named at once."""
+    varied = axis_paths(sweep.spec)
+
+    def fixed(path: str) -> bool:
+        return bool(path) and not any(overlaps(path, v) for v in varied)
+
+    base = _raw_config(sweep, ())
+    found = []
+    try:
+        TrialConfig.model_validate(base)
+    except ValidationError as err:
+        for e in err.errors():
+            path = ".".join(str(p) for p in clean_loc(tuple(e["loc"]), base))
+            found += _where(sweep, (), path, error_message(e, TrialConfig)) if fixed(path) else []
+    if fixed("data.path") and isinstance(base.get("data"), dict) and (msg := _data_path_problem(base["data"])):
+        found += _where(sweep, (), "data.path", msg)
+    return found
+
+
+def _given(raw: dict[str, Any], paths: Iterable[str], defaults: dict[str, Any]) -> dict[str, Any]:
+    """The value a raw config gives each of `paths`, else its default, as a config of those paths alone: what a
+    `when:` condition tests, and an `exclude:` rule in a cell that does not validate."""
+    out: dict[str, Any] = {}
+    for path in paths:
+        set_path(out, path, get_path(raw, path, get_path(defaults, path)))
+    return out
+
+
+def _raw_config(sweep: SweepSource, cell: Cell) -> dict[str, Any]:
+    return sweep.config((path, value) for path, value, _ in cell)
+
+
+def match_problem(cfg: TrialConfig) -> str | None:
+    """Why `model.match_params` cannot be met (no width within tolerance of the target), else None.
+
+    Solved here, on the meta device and cached per model, so an unreachable target is a spec error
+    naming its key before anything runs, not a traceback inside a trial.
+    """
+    if cfg.model.match_params is None:
+        return None
+    from ablate.nn.costs import data_dims
+    from ablate.nn.widths import match_width
+
+    try:
+        in_chans, num_classes = data_dims(cfg)
+        match_width(cfg, num_classes, in_chans)
+    except ValueError as e:
+        return str(e).removeprefix("model.match_params: ")
+    return None
+
+
+def _data_path_problem(data: dict[str, Any]) -> str | None:
+    """A path the config gives must exist where the plan is made, whether the dataset needs one or takes it in
+    place of a shipped copy, unless it is marked as the cluster's (`remote`). Read from the raw section, so a
+    cell that fails validation elsewhere has this problem named too."""
+    path = data.get("path")
+    if not isinstance(path, str) or data.get("remote") is True or Path(path).exists():
+        return None
+    return f"{path} does not exist on this machine (data.remote: true marks a path only the cluster's nodes have)"
+
+
+MAX_TRIALS = 10_000
+"""Trials a sweep may plan unless raised (`--max-trials`): checked by arithmetic before anything expands."""
+
+
+def expand(sweep: SweepSource, max_trials: int = MAX_TRIALS) -> Plan:
+    """Expand a sweep into trials; raise SpecError naming every bad axis value, or a grid over `max_trials`."""
+    spec, problems = sweep.spec, list[Problem]()
+    defaults = TrialConfig().model_dump()
+    kinds = sweep.kinds()
+    top = _groups(spec.grid, spec.linked, (), sweep, problems, kinds)
+    whens = [_groups(b.grid, b.linked, ("when", w), sweep, problems, sweep.kinds(b)) for w, b in enumerate(spec.when)]
+    bound = math.prod(len(g) for g in top) * math.prod(max(1, math.prod(len(g) for g in w)) for w in whens)
+    adaptive = spec.seeds if isinstance(spec.seeds, AdaptiveSeeds) else None
+    seeds = adaptive.seeds if adaptive else typing.cast(list[int], spec.seeds)
+    each = len(seeds) + (spec.tune.budget + len(seeds) if spec.tune else 0)  # a tuned arm: its search, 2 x seeds
+    if bound * each > max_trials:
+        sizes = " x ".join(str(len(g)) for g in top) or "1"
+        per = f"{len(seeds)} seeds"
+        per = f"({spec.tune.budget} configurations + 2 x {per})" if spec.tune else per
+        raise SpecError([sweep.problem(("grid",), f"up to {bound * each:,} trials ({sizes} cells"
+                                       f"{' and when: blocks' if whens else ''} x {per}) exceed "
+                                       f"the limit of {max_trials:,} per sweep; --max-trials raises it")])  # fmt: skip
+    cells = list(_product(top))
+    dead: list[Problem] = []
+    for w, block in enumerate(spec.when):
+        for path in block.when:
+            if (msg := path_problem(path, kinds)) is not None:
+                problems.append(sweep.problem(("when", w, "when", path), msg))
+        groups = whens[w]
+        grown: list[Cell] = []
+        raws = [_raw_config(sweep, cell) for cell in cells]
+        conditions = [_given(raw, block.when, defaults) for raw in raws]
+        for cell, values in zip(cells, conditions, strict=True):
+            if matches(block.when, values):
+                grown.extend(cell + extra for extra in _product(groups))
+            else:
+                grown.append(cell)
+        if not problems:  # a condition that can never hold leaves the cells as they are: named with theirs
+            haves = {p: _taken(get_path(v, p) for v in conditions) for p in block.when}
+            dead += [sweep.problem(("when", w, "when", p), m) for p, m in _dead_values(block.when, haves)]
+        cells = grown
+    for i, rule in enumerate(spec.exclude):
+        for path in rule:
+            if (msg := path_problem(path, kinds)) is not None:
+                problems.append(sweep.problem(("exclude", i, path), msg))
+    problems += [p for cell in cells for p in _varied_twice(sweep, cell)] + tune_check.path_problems(sweep, kinds)
+    if problems:
+        raise SpecError(problems + _base_problems(sweep))
+
+    axes = list(dict.fromkeys(p for cell in cells for p, _, _ in cell))
+    trials: list[Trial] = []
+    planned: list[Resolved] = []
+    """Each cell that makes trials."""
+    owner: dict[str, int] = {}
+    """Trial key -> the index in `planned` of the cell that makes it."""
+    seen: list[dict[str, Any]] = []
+    """What `exclude:` rules can match in each cell, excluded or not: its resolved config, or where it does not
+    validate, the values its raw config gives the rules' paths."""
+    for cell in cells:
+        raw = _raw_config(sweep, cell)
+        try:
+            cfg = TrialConfig.model_validate(raw)
+        except ValidationError as err:
+            seen.append(_given(raw, {p: None for rule in spec.exclude for p in rule}, defaults))
+            if any(matches(rule, seen[-1]) for rule in spec.exclude):
+                continue  # a cell the sweep excludes (one a knob refuses, say) is no problem of the sweep
+            for e in err.errors():
+                err_path = ".".join(str(p) for p in clean_loc(tuple(e["loc"]), raw))
+                problems.extend(_where(sweep, cell, err_path, error_message(e, TrialConfig)))
+            if isinstance(raw.get("data"), dict) and (msg := _data_path_problem(raw["data"])) is not None:
+                problems.extend(_where(sweep, cell, "data.path", msg))
+            continue
+        resolved = cfg.model_dump(mode="json")
+        seen.append(resolved)
+        if any(matches(rule, resolved) for rule in spec.exclude):
+            continue
+        keys = seed_keys(identity(cfg), seeds)
+        if (twin := next((owner[k] for k in keys if k in owner), None)) is not None:
+            problems.extend(_same_trials(sweep, planned[twin], (cell, resolved)))
+            continue
+        owner.update(dict.fromkeys(keys, len(planned)))
+        planned.append((cell, resolved))
+        if (msg := match_problem(cfg)) is not None:
+            problems.extend(_where(sweep, cell, "model.match_params", msg))
+            continue
+        if (msg := _data_path_problem(resolved["data"])) is not None:
+            problems.extend(_where(sweep, cell, "data.path", msg))
+            continue
+        variant = variant_key(cfg)
+        cell_axes = {a: get_path(resolved, a) for a in axes}
+        secret = {p: text for p, (value, text) in sweep.placeholders.items() if get_path(resolved, p) == value}
+        recording = Recording(cfg, secret, cell_axes)
+        for seed, key in zip(seeds, keys, strict=True):
+            trials.append(Trial(key, variant, cfg, {**cell_axes, "seed": seed}, secret, seed, recording))
+    problems += dead + _dead_exclusions(sweep, seen)
+    if problems:
+        raise SpecError(problems)
+    if not trials:
+        raise SpecError([sweep.problem(("exclude",) if spec.exclude else ("grid",), "empty grid: no cell remains")])
+    baseline = None
+    if spec.baseline is not None:
+        bad = [sweep.problem(("baseline", p), m) for p in spec.baseline if (m := path_problem(p, kinds)) is not None]
+        if bad:
+            raise SpecError(bad)
+        hit = next((t for t in trials if matches(spec.baseline, t.resolved())), None)
+        if hit is None:
+            raise SpecError([sweep.problem(("baseline",), _no_baseline(spec.baseline, trials))])
+        baseline = hit.variant
+    if adaptive and baseline is None:
+        raise SpecError([sweep.problem(("seeds",), "adaptive seeds compare every cell with the baseline: give the "
+                                       "sweep a `baseline:`")])  # fmt: skip
+    metric = spec.metric or TASKS.get(trials[0].config.task).default_metric()
+    if spec.tune is not None:
+        arms: dict[str, Trial] = {}  # each arm's first trial (its tuning seed), by variant
+        for t in trials:
+            arms.setdefault(t.variant, t)
+        words = {", ".join(f"{a}={t.axes[a]}" for a in axes) or "the only one": t.config for t in arms.values()}
+        if bad := tune_check.cell_problems(sweep, words):
+            raise SpecError(bad)
+        tuning = Searches(spec=spec.tune, baseline=list(arms).index(baseline) if baseline else None)
+        return Plan(sweep.name, [], axes, baseline, metric, sweep.source, spec.description, sweep.plugins,
+                    spec.stale, adaptive, tuning=tuning, arms=trials)  # fmt: skip
+    first = [t for t in trials if adaptive is None or t.config.seed < adaptive.min]
+    reserve = [t for t in trials if adaptive is not None and t.config.seed >= adaptive.min]
+    return Plan(sweep.name, first, axes, baseline, metric, sweep.source, spec.description, sweep.plugins,
+                spec.stale, adaptive, sorted(reserve, key=lambda t: t.config.seed))  # fmt: skip
+
+
+def _same_trials(sweep: SweepSource, first: Resolved, cell: Resolved) -> list[Problem]:
+    """A cell that makes the trials an earlier cell made: the axis values where the two differ collapse once
+    validated (2.0 and 2 for an integer, a repeated value, a field the key leaves out), so the sweep would run
+    fewer variants than its grid says. Named at each of this cell's values that differ from the earlier one's."""
+    (was, was_resolved), (now, resolved) = first, cell
+    before = {path: (value, loc) for path, value, loc in was}
+    problems = []
+    for path, value, loc in now:
+        other, at = before.get(path, (get_path(sweep.base, path), None))
+        if at == loc:
+            continue
+        validated = get_path(resolved, path)
+        if validated == get_path(was_resolved, path):
+            why = f"both are {path} = {validated!r} once validated"
+        elif path == "seed":
+            why = "the sweep's `seeds:` set every trial's seed"
+        else:
+            why = f"{path} is not part of a trial's key (it changes how a trial runs, not its result)"
+        source = format_path(at) if at else "the base"
+        problems.append(sweep.problem(loc, f"{value!r} makes the same trials as {other!r} ({source}): {why}; each "
+                                      "value of an axis must make trials of its own"))  # fmt: skip
+    return problems
+
+
+def _no_baseline(baseline: dict[str, Any], trials: list[Trial]) -> str:
+    """What to say of a baseline that matches no trial: each value no trial takes (a mechanism's name mistyped,
+    say), with the values its path takes (a whole section's, too long to read, left out)."""
+    configs = [t.resolved() for t in {t.variant: t for t in trials}.values()]
+    haves = {p: _taken(get_path(c, p) for c in configs) for p in baseline}
+    values = {p: want for p, want in baseline.items() if not any(isinstance(h, dict) for h in haves[p])}
+    return "; ".join([f"matches no cell of the grid: {baseline}", *(m for _, m in _dead_values(values, haves))])
+
+
+def _dead_exclusions(sweep: SweepSource, seen: list[dict[str, Any]]) -> list[Problem]:
+    """`exclude:` rules that match no cell of the grid (`seen`, valid or not): a value no cell takes, or values
+    that no one cell takes together."""
+    problems = []
+    for i, rule in enumerate(sweep.spec.exclude):
+        haves = {p: _taken(get_path(r, p) for r in seen) for p in rule}
+        dead = [sweep.problem(("exclude", i, p), m) for p, m in _dead_values(rule, haves)]
+        if not dead and seen and not any(matches(rule, r) for r in seen):
+            dead = [sweep.problem(("exclude", i), f"matches no cell: no cell has all of {rule}")]
+        problems += dead
+    return problems
+
+
+def load_plans(
+    path: str | Path, max_trials: int = MAX_TRIALS, overrides: Sequence[str] = (), sweeps: Iterable[str] | None = None
+) -> dict[str, Plan]:
+    """Read, check and expand every sweep of `path`; raise one SpecError with every problem of the file.
+    `overrides` (`PATH=VALUE`, as `-s` on the command line) are set on the base of `sweeps` (default: all)."""
+    return _expand_all(with_overrides(read_sweeps(path), overrides, sweeps), max_trials)
+
+
+def _expand_all(file: SweepFile, max_trials: int = MAX_TRIALS) -> dict[str, Plan]:
+    problems = list(file.problems)
+    plans: dict[str, Plan] = {}
+    for name, sweep in file.sweeps.items():
+        try:
+            plans[name] = expand(sweep, max_trials)
+        except SpecError as err:
+            problems.extend(err.problems)
+    if problems:
+        raise SpecError(problems)
+    return plans
+
+
+def plan(
+    path: str | Path, sweep: str | None = None, max_trials: int = MAX_TRIALS, overrides: Sequence[str] = ()
+) -> Plan:
+    """Plan one sweep of an experiments file (default: the file's `default:`, else its first sweep), with
+    `overrides` (`PATH=VALUE`) set on its base. The whole file is checked: SpecError if it has any problem,
+    KeyError if it has no such sweep."""
+    file = read_sweeps(path)
+    name = sweep if sweep is not None else file.default
+    plans = _expand_all(with_overrides(file, overrides, [name] if name else []), max_trials)
+    if name not in plans:
+        raise KeyError(f"{path}: no sweep named {name!r}; the file has {sorted(plans)}")
+    return plans[name]
+
+
+def plan_all(path: str | Path, max_trials: int = MAX_TRIALS, overrides: Sequence[str] = ()) -> list[Plan]:
+    """Plan every sweep of an experiments file, in file order, with `overrides` (`PATH=VALUE`) on each."""
+    return list(load_plans(path, max_trials, overrides).values())
+
+
+__all__ = ["Plan", "Trial", "expand", "load_plans", "plan", "plan_all", "trial_key", "variant_key"]

@@ -1,0 +1,1 @@
+"""Step 1, the sweep file: reading experiments.yaml, checking it, dotted config paths, the tune: block."""

@@ -1,0 +1,2 @@
+"""One trial: the training loop, data parallelism, the messages it sends, checkpoints and where they are stored,
+tasks."""
