@@ -31,7 +31,7 @@ MOVED = {
     "ablate.messages": "ablate.training.messages", "ablate.checkpoints": "ablate.training.checkpoints",
     "ablate.storage": "ablate.training.storage", "ablate.tasks": "ablate.training.tasks",
     "ablate.mirror": "ablate.tracking.mirror", "ablate.verdict": "ablate.evidence.verdict",
-    "ablate.units": "ablate.reporting.units", "ablate.steptime": "ablate.reporting.steptime",
+    "ablate.units": "ablate.planning.units", "ablate.steptime": "ablate.planning.steptime",
 }  # fmt: skip
 """Old module name -> its module now. (`ablate.spec`, `ablate.tracking` and `ablate.cli` are packages now, at
 their old names.)"""

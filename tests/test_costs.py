@@ -14,9 +14,10 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from synthetic import fill
 
 from ablate.config import TrialConfig
+from ablate.planning import steptime, units
 from ablate.planning.plan import Plan, plan
 from ablate.registry import TABLES
-from ablate.reporting import frames, plots, report, steptime, tables, units
+from ablate.reporting import frames, plots, report, tables
 from ablate.store import Store
 
 #: Scripted samples/s per epoch (1..4) of each (kind, seed): epoch 1 is a worker warming up, ten times slower.

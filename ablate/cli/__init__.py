@@ -23,7 +23,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from ablate.errors import SpecError
-from ablate.reporting import units
+from ablate.planning import units
 
 app = typer.Typer(
     help="Ablation studies of attention mechanisms: plan a YAML grid, launch it on Ray, record to SQLite + "
@@ -1019,4 +1019,3 @@ def main() -> None:
             raise
         err.print(f"[bold red]error[/]: {escape(str(e))}", highlight=False)
         sys.exit(EXIT_CODE)
-

@@ -141,7 +141,7 @@ def step(cfg: TrialConfig) -> None:
 
 def trainable(cfg: TrialConfig, batch: int) -> tuple[Any, Any]:
     """The trial's model in training mode on CPU and a random batch of `batch` inputs of the shape it takes: what
-    the check steps and `ablate.reporting.steptime` times."""
+    the check steps and `ablate.planning.steptime` times."""
     from ablate.nn.accounting import example_input
     from ablate.nn.factory import create_model
 

@@ -58,7 +58,7 @@ def report(
     `out/index.html`; return the files written. `metric` and `baseline` (a variant key or prefix, or
     PATH=VALUE[,PATH=VALUE] on axis values) override the sweep's; `correction` (holm or bh) adjusts each
     table's p-values; `time` times every architecture's training step side by side on this machine's CPU (the
-    report's relative step time, `ablate.reporting.steptime`; the report then differs from run to run). Every sweep is
+    report's relative step time, `ablate.planning.steptime`; the report then differs from run to run). Every sweep is
     read before anything is written, so an unknown sweep, metric or baseline
     (ReportError) leaves the folder as it was."""
     wanted = check(formats, correction)

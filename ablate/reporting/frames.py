@@ -21,10 +21,11 @@ import pandas as pd
 import yaml
 
 from ablate.config import REPLICATES, TrialConfig
+from ablate.planning import steptime
 from ablate.plugins import Plugins
 from ablate.provenance.stale import stale_in_store
 from ablate.registry import TASKS
-from ablate.reporting import describe, stats, steptime
+from ablate.reporting import describe, stats
 from ablate.spec.paths import matches, set_path
 from ablate.store import TRIAL_COLUMNS, Store
 from ablate.training.messages import higher_is_better
@@ -273,7 +274,7 @@ def throughput(store: Store, data: SweepData, side_by_side: bool = False) -> pd.
     where the worker warms up), the median over `timed` finished trials (up to THROUGHPUT_TRIALS: reading every
     trial's epochs would dominate a large sweep's report) on `device`. These still carry the machine's load when
     they ran; `side_by_side` adds `step_rel`, every architecture's training step timed in turn in this process
-    (`ablate.reporting.steptime`), a ratio the load cannot tilt."""
+    (`ablate.planning.steptime`), a ratio the load cannot tilt."""
     done = data.trials[data.trials["state"] == "done"]
     trials = done.groupby("variant", sort=False).head(THROUGHPUT_TRIALS).set_index("key")
     m = metrics(store, ["samples_per_s", "epoch_s"], trials.index.tolist()).astype({"key": str, "name": str})
@@ -291,7 +292,7 @@ def throughput(store: Store, data: SweepData, side_by_side: bool = False) -> pd.
 
 
 def step_times(data: SweepData) -> steptime.StepTimes:
-    """Every variant's architecture timed side by side in this process (`ablate.reporting.steptime.side_by_side`)."""
+    """Every variant's architecture timed side by side in this process (`ablate.planning.steptime.side_by_side`)."""
     configs = {str(v): TrialConfig.model_validate(own_config(data, str(v))) for v in data.variants.index}
     return steptime.side_by_side(configs)
 

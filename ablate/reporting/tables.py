@@ -10,7 +10,8 @@ import pandas as pd
 
 from ablate.config import REPLICATES
 from ablate.evidence.verdict import Verdict, decide
-from ablate.reporting import frames, published, stats, steptime, units
+from ablate.planning import steptime, units
+from ablate.reporting import frames, published, stats
 from ablate.reporting.effects import PAIRED, Factorial
 from ablate.reporting.frames import SweepData
 from ablate.reporting.render import Table
