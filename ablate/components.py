@@ -327,6 +327,24 @@ class PublishedTable:
     """Dotted config paths and the values the paper trained with: a run is comparable only when it has them."""
 
 
+@dataclass
+class Table:
+    """A table of formatted cells, the block a report section returns beside text (`ReportSection`): here, in
+    the contract, so a mechanism's section builds one without importing the report's renderer."""
+
+    caption: str
+    header: list[str]
+    rows: list[list[str]]
+    groups: list[str] | None = None
+    """Group of each row; a group row is drawn where it changes."""
+    bold: set[tuple[int, int]] = field(default_factory=set)
+    """(row, column) cells to mark as the best."""
+    left: int = 2
+    """Leading text columns (left-aligned); the rest are numbers (right-aligned)."""
+    links: dict[tuple[int, int], str] = field(default_factory=dict)
+    """(row, column) cells that link to a relative address."""
+
+
 @dataclass(frozen=True)
 class ReportSection:
     """A section of its own that a mechanism's module (or a plugin) adds to the report of every sweep one of
@@ -338,5 +356,5 @@ class ReportSection:
     mechanism: str
     """The `attention.kind` whose sweeps get the section."""
     build: Callable[[SweepResults], Sequence[Block]]
-    """The section's blocks (text, `ablate.reporting.render.Table`) from the sweep's results. Whatever it
+    """The section's blocks (text, `Table`) from the sweep's results. Whatever it
     raises is shown in the section, naming where the section was registered: the rest of the report stands."""

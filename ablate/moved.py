@@ -26,7 +26,7 @@ MOVED = {
     "ablate.gangs": "ablate.execution.gangs", "ablate.packing": "ablate.execution.gpu_shares",
     "ablate.leases": "ablate.execution.heartbeat", "ablate.recorder": "ablate.execution.recorder",
     "ablate.journal": "ablate.execution.journal", "ablate.progress": "ablate.execution.progress",
-    "ablate.preflight": "ablate.execution.preflight", "ablate.gpucheck": "ablate.execution.gpucheck",
+    "ablate.preflight": "ablate.execution.preflight", "ablate.gpucheck": "ablate.cli.gpucheck",
     "ablate.trial": "ablate.training.loop", "ablate.parallel": "ablate.training.parallel",
     "ablate.messages": "ablate.training.messages", "ablate.checkpoints": "ablate.training.checkpoints",
     "ablate.storage": "ablate.training.storage", "ablate.tasks": "ablate.training.tasks",

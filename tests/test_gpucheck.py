@@ -12,12 +12,11 @@ from conftest import TINY, write_sweeps
 from rich.console import Console
 from typer.testing import CliRunner
 
-from ablate.cli import app
+from ablate.cli import app, gpucheck
+from ablate.cli.gpucheck import Busy, Figures, Memory, Phase, RecordingProbe, SweepSpec, Throughput
 from ablate.config import TrialConfig
 from ablate.data import build_data
-from ablate.execution import gpucheck
 from ablate.execution.gpu_shares import Footprint
-from ablate.execution.gpucheck import Busy, Figures, Memory, Phase, RecordingProbe, SweepSpec, Throughput
 from ablate.planning.plan import plan
 from ablate.store import Store
 

@@ -1,6 +1,6 @@
-"""The package's modules import each other as a DAG: every import counts, a function-local one included (it
-runs as surely as a top-level one, only later); only imports under `if TYPE_CHECKING:` do not, as they never
-run."""
+"""The package's modules import each other as a DAG, and only down the layers of tests/layers.py (`LAYERS`, which
+docs/architecture.md shows): every import counts, a function-local one included (it runs as surely as a top-level
+one, only later); only imports under `if TYPE_CHECKING:` do not, as they never run."""
 
 from __future__ import annotations
 
@@ -8,6 +8,8 @@ import ast
 import subprocess
 import sys
 from pathlib import Path
+
+from layers import LAYER_OF, table, unit
 
 PACKAGE = Path(__file__).resolve().parents[1] / "ablate"
 
@@ -32,13 +34,19 @@ def _type_checking_nodes(tree: ast.Module) -> set[int]:
 
 
 def imports(name: str, file: Path, known: dict[str, Path]) -> set[str]:
-    """The package's modules that `name` imports anywhere in its file: `from a.b import c` is a.b.c where c
-    is a module, else a.b; relative imports resolve against the module's package."""
+    """The package's modules that `name` imports anywhere in its file."""
+    return set(import_lines(name, file, known))
+
+
+def import_lines(name: str, file: Path, known: dict[str, Path]) -> dict[str, int]:
+    """The package's modules that `name` imports anywhere in its file, each with the line of its first import:
+    `from a.b import c` is a.b.c where c is a module, else a.b; relative imports resolve against the module's
+    package."""
     tree = ast.parse(file.read_text())
     package = name if file.name == "__init__.py" else name.rpartition(".")[0]
     skip = _type_checking_nodes(tree)
-    found: set[str] = set()
-    for node in ast.walk(tree):
+    found: dict[str, int] = {}
+    for node in sorted(ast.walk(tree), key=lambda n: getattr(n, "lineno", 0)):
         if id(node) in skip:
             continue
         if isinstance(node, ast.Import):
@@ -55,7 +63,7 @@ def imports(name: str, file: Path, known: dict[str, Path]) -> set[str]:
             while target and target not in known:
                 target = target.rpartition(".")[0]
             if target and target != name:
-                found.add(target)
+                found.setdefault(target, node.lineno)
     return found
 
 
@@ -93,6 +101,28 @@ def import_graph(root: Path) -> dict[str, set[str]]:
     return {name: imports(name, file, known) for name, file in known.items()}
 
 
+def packages(graph: dict[str, set[str]]) -> dict[str, set[str]]:
+    """The graph of units (`layers.unit`): a package of `ablate/` or a top-level module."""
+    out: dict[str, set[str]] = {}
+    for name, targets in graph.items():
+        out.setdefault(unit(name), set()).update(unit(t) for t in targets if unit(t) != unit(name))
+    return out
+
+
+def upward(root: Path) -> list[str]:
+    """Every import of a unit of the same or a higher layer, naming the file, the line and the rule broken."""
+    known = modules(root)
+    out = []
+    for name, file in known.items():
+        for target, line in import_lines(name, file, known).items():
+            mine, theirs = unit(name), unit(target)
+            if mine != theirs and LAYER_OF[theirs] >= LAYER_OF[mine]:
+                out.append(f"{file.relative_to(root.parent)}:{line}: {name} imports {target}, but `{mine}` (layer "
+                           f"{LAYER_OF[mine]}) may import only its own package and layers below it; "
+                           f"`{theirs}` is layer {LAYER_OF[theirs]}")  # fmt: skip
+    return out
+
+
 def test_the_package_import_graph_has_no_cycle() -> None:
     graph = import_graph(PACKAGE)
     assert len(graph) > 50 and "ablate.planning.plan" in graph["ablate.api"] | graph["ablate.cli"]
@@ -122,3 +152,25 @@ def test_importing_ablate_is_enough_for_timm_to_import() -> None:
     code = "import ablate, timm.models, timm.data, torchvision.ops; print(timm.models.vit_tiny_patch16_224)"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-2000:]
+
+
+def test_every_unit_of_the_package_has_a_layer() -> None:
+    assert sorted(set(packages(import_graph(PACKAGE))) - set(LAYER_OF)) == []
+
+
+def test_imports_point_down_the_layers() -> None:
+    """At module level, so at package level too: an import of the own layer or one above fails, by file and line."""
+    found = upward(PACKAGE)
+    assert not found, "\n".join(found)
+
+
+def test_the_packages_import_each_other_as_a_dag() -> None:
+    found = cycles(packages(import_graph(PACKAGE)))
+    assert not found, "\n".join(" <-> ".join(c) for c in found)
+
+
+def test_the_architecture_page_shows_the_layers() -> None:
+    """docs/architecture.md's layer table is `LAYERS`, row for row (regenerate it from `layers.table()`)."""
+    page = (PACKAGE.parent / "docs" / "architecture.md").read_text().splitlines()
+    start = page.index(table()[0])
+    assert page[start : start + len(table())] == table() and page[start + len(table())] == ""

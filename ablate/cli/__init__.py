@@ -454,7 +454,7 @@ def gpu_check(
     bf16, compile), then its figures: images/s vs a plain timm loop, GPU busy fraction packed vs one per GPU,
     the probe's memory vs each trial's peak, bf16 and compile speed-ups. Without a GPU: a dry run that plans
     and checks the sweep and lists it. Exit 1 if a trial did not finish."""
-    from ablate.execution import gpucheck
+    from ablate.cli import gpucheck
 
     spec = gpucheck.SweepSpec(epochs, seeds, compile)
     if dry_run or not gpucheck.has_cuda():

@@ -25,7 +25,7 @@ from rich.text import Text
 
 from ablate.config import REPLICATES
 from ablate.evidence.verdict import Verdict, decide
-from ablate.training.messages import higher_is_better
+from ablate.spec.metrics import higher_is_better
 
 if TYPE_CHECKING:
     from ablate.planning.plan import Trial

@@ -26,9 +26,9 @@ from ablate.plugins import Plugins
 from ablate.provenance.stale import stale_in_store
 from ablate.registry import TASKS
 from ablate.reporting import describe, stats
+from ablate.spec.metrics import higher_is_better
 from ablate.spec.paths import matches, set_path
 from ablate.store import TRIAL_COLUMNS, Store
-from ablate.training.messages import higher_is_better
 
 STRATA = ("data.name", "data.id")
 #: Diagnostics plotted per epoch when recorded (means over layers), with their axis labels.

@@ -9,22 +9,9 @@ from __future__ import annotations
 
 import base64
 import html
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
-
-@dataclass
-class Table:
-    caption: str
-    header: list[str]
-    rows: list[list[str]]
-    groups: list[str] | None = None
-    """Group of each row; a group row is drawn where it changes."""
-    bold: set[tuple[int, int]] = field(default_factory=set)
-    """(row, column) cells to mark as the best."""
-    left: int = 2
-    """Leading text columns (left-aligned); the rest are numbers (right-aligned)."""
-    links: dict[tuple[int, int], str] = field(default_factory=dict)
-    """(row, column) cells that link to a relative address."""
+from ablate.components import Table as Table  # re-exported: the report's own tables build it from here
 
 
 @dataclass

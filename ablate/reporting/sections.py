@@ -19,10 +19,11 @@ import traceback
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+import numpy as np
 import pandas as pd
 
 from ablate.registry import SECTIONS
-from ablate.reporting import frames
+from ablate.reporting import frames, stats, tables
 from ablate.reporting.frames import SweepData
 from ablate.reporting.render import Block, Section, Table
 from ablate.spec.paths import get_path
@@ -59,6 +60,42 @@ class SweepResults:
     def metrics(self, names: Iterable[str]) -> pd.DataFrame:
         """Per-epoch metrics `names` of the sweep's trials, long: key, variant, name, step, value."""
         return frames.variant_metrics(self.store, self.data, list(names)).astype({"variant": str})
+
+    # The report's own statistics and cell formats, so that a section (a mechanism's package sits below
+    # `ablate.reporting` and imports none of it) tests and writes its numbers as the report's tables do.
+
+    def digits(self) -> int:
+        """Decimals of the metric's cells: 2 for percentages, 4 for values in [0, 1] (AUC)."""
+        return tables.digits(self.data)
+
+    def num(self, x: float | None, digits: int) -> str:
+        """A number with `digits` decimals, "-" where there is none."""
+        return tables.num(x, digits)
+
+    def paired(self, diffs: np.ndarray) -> pd.DataFrame:
+        """Paired comparisons, one per row of differences (variant - other per replicate), as the sweep's design
+        and the small-sample policy give them, their p-values adjusted together (`p_adj`, the report's
+        correction)."""
+        test = stats.paired(diffs, design=self.data.design)
+        test["p_adj"] = stats.adjust(test["p"], self.correction)
+        return test
+
+    def difference(self, row: pd.Series, digits: int) -> str:
+        """A row of `paired` (its `mean` renamed `delta`) as the report's cell: delta, interval or why none,
+        marks."""
+        return tables.difference(row, digits)
+
+    def pvalue(self, p: float) -> str:
+        """A p-value as the report's cell."""
+        return tables.pvalue(p)
+
+    def starred(self, k: int, what: str) -> str:
+        """The caption's words for a family of `k` adjusted `what`, and what a star means."""
+        return stats.starred(k, self.correction, what)
+
+    def na_words(self, cells: list[str]) -> str:
+        """The caption's footnote for the n/a intervals among `cells`, where there are any."""
+        return tables.na_words(cells, self.data.design.unit)
 
 
 def mechanisms(data: SweepData) -> set[str]:

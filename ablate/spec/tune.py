@@ -41,8 +41,8 @@ from pydantic import (
 )
 
 from ablate.components import Strict
+from ablate.spec.metrics import higher_is_better
 from ablate.spec.paths import overlaps
-from ablate.training.messages import higher_is_better
 
 if TYPE_CHECKING:
     import optuna
@@ -139,7 +139,7 @@ class TuneSpec(Strict):
     """What chooses the best configuration: a validation metric (val.top1); the test split never chooses."""
     direction: Literal["max", "min"] = "max"
     """Whether the metric is better higher (top1, auc) or lower (loss); default: what its name says
-    (`ablate.training.messages.higher_is_better`), and a direction that contradicts the name is refused."""
+    (`ablate.spec.metrics.higher_is_better`), and a direction that contradicts the name is refused."""
     batch: int = Field(4, ge=1, le=MAX_BUDGET)
     """Configurations proposed at once per arm: a round runs in parallel, the next is proposed from its results.
     Changing it changes every configuration after the first round."""

@@ -164,7 +164,7 @@ def sweep_view(axes: list[str], metric: str | None) -> dict[str, Any]:
     own defaults would show one collapsed parent row, no param or metric column and only the first 10 runs in
     charts. `axes`: the sweep's axis paths (the seed is one for every trial)."""
     from ablate.config import REPLICATES
-    from ablate.training.messages import higher_is_better
+    from ablate.spec.metrics import higher_is_better
 
     varied = [mlflow_name(f"axis.{a}") for a in axes if a not in REPLICATES]
     columns = [f"params.`{mlflow_name(f'axis.{a}')}`" for a in dict.fromkeys([*axes, "seed"])]

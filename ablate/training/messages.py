@@ -7,18 +7,12 @@ launcher turns the task's outcome into a `Finished`; the recorder writes all thr
 
 from __future__ import annotations
 
-import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 if TYPE_CHECKING:
     from ablate.config import TrialConfig
-
-
-def higher_is_better(metric: str) -> bool:
-    """Which way a metric's name says is better: lower for losses and error rates, higher otherwise."""
-    return not re.search(r"(loss|err|error|nll)$", metric.rsplit(".", 1)[-1])
 
 
 class Reporter(Protocol):

@@ -10,12 +10,16 @@ winner-transfer rate over epochs under concentration and distraction (Fig. 6).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 import pandas as pd
 
-from ablate.reporting import stats, tables
-from ablate.reporting.render import Block, Table
-from ablate.reporting.sections import SweepResults
+from ablate.components import Table
+
+if TYPE_CHECKING:
+    from ablate.reporting.render import Block
+    from ablate.reporting.sections import SweepResults
 
 STEPS, KIND, POOL = "attention.steps", "attention.kind", "model.pool"
 WINNER = "diag.winner_transfer"
@@ -55,7 +59,7 @@ def _steps(values: pd.Series) -> str:
 
 def extremes(syn: pd.DataFrame, results: SweepResults) -> Table:
     """Table 4: per setting, the best and worst mean and the I that gave them (ties list every I)."""
-    d = tables.digits(results.data)
+    d = results.digits()
     rows, best_by, worst_by = [], {"distraction": 0, "concentration": 0}, {"distraction": 0, "concentration": 0}
     for setting, g in syn.groupby("setting", sort=False):
         hi, lo = (g["mean"].max(), g["mean"].min()) if results.data.higher else (g["mean"].min(), g["mean"].max())
@@ -63,7 +67,7 @@ def extremes(syn: pd.DataFrame, results: SweepResults) -> Table:
         for counts, chosen in ((best_by, top), (worst_by, bottom)):
             for mode in counts:
                 counts[mode] += bool((np.sign(chosen[STEPS]) == SIGN[mode]).any())
-        rows.append([setting, _cell(top.iloc[0], d), _steps(top[STEPS]), _cell(bottom.iloc[0], d),
+        rows.append([setting, _cell(top.iloc[0], d, results), _steps(top[STEPS]), _cell(bottom.iloc[0], d, results),
                      _steps(bottom[STEPS]), _steps(g[STEPS].sort_values())])  # fmt: skip
     k = len(rows)
     caption = (
@@ -77,9 +81,9 @@ def extremes(syn: pd.DataFrame, results: SweepResults) -> Table:
     return Table(caption, ["setting", "best", "I", "worst", "I", "I tried"], rows, left=1)
 
 
-def _cell(r: pd.Series, d: int) -> str:
-    mean = tables.num(r["mean"], d)
-    return f"{mean} ± {tables.num(r['std'], d)}" if pd.notna(r["std"]) else mean
+def _cell(r: pd.Series, d: int, results: SweepResults) -> str:
+    mean = results.num(r["mean"], d)
+    return f"{mean} ± {results.num(r['std'], d)}" if pd.notna(r["std"]) else mean
 
 
 def ranks(syn: pd.DataFrame, results: SweepResults) -> Table:
@@ -118,17 +122,16 @@ def ablation(cells: pd.DataFrame, best: pd.DataFrame, results: SweepResults) -> 
             "ablated) or with model.pool: mean (SynPooling ablated) in the best variant's setting."
         )
     diffs = np.stack([values.loc[a].to_numpy() - values.loc[b].to_numpy() for _, _, a, b in pairs])
-    test = stats.paired(diffs, design=results.data.design).rename(columns={"n": "pairs", "mean": "delta"})
-    test["p_adj"] = stats.adjust(test["p"], results.correction)
+    test = results.paired(diffs).rename(columns={"n": "pairs", "mean": "delta"})
     test["below_floor"] = False
-    d, unit = tables.digits(results.data), results.data.design.unit
-    rows = [[setting, what, f"I = {int(cells.loc[a, STEPS])}", tables.difference(test.iloc[i], d),
-             tables.pvalue(test.iloc[i]["p_adj"])] for i, (setting, what, a, _) in enumerate(pairs)]  # fmt: skip
+    d, unit = results.digits(), results.data.design.unit
+    rows = [[setting, what, f"I = {int(cells.loc[a, STEPS])}", results.difference(test.iloc[i], d),
+             results.pvalue(test.iloc[i]["p_adj"])] for i, (setting, what, a, _) in enumerate(pairs)]  # fmt: skip
     caption = (
         f"Drop in {results.data.metric} when Syn or SynPooling is ablated from the setting's best Syn variant, as "
         f"the Syn paper's Table 3: best minus ablated, paired over the {unit}s both have, with a 95% interval "
-        f"(positive: the ablated part helps). {stats.starred(len(pairs), results.correction, 'ablations')}"
-        + tables.na_words([row[3] for row in rows], unit)
+        f"(positive: the ablated part helps). {results.starred(len(pairs), 'ablations')}"
+        + results.na_words([row[3] for row in rows])
     )
     return Table(caption, ["setting", "ablated", "best", "drop [95% CI]", "p adj."], rows, left=3)
 
