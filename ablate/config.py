@@ -5,6 +5,9 @@ A trial's identity (its key, see `ablate.plan`) is computed from these models, m
 result. Field docstrings become the descriptions in `ablate schema`. This module imports no torch, so
 planning and validation stay fast: what a mechanism, backbone, dataset or task is comes from its registry
 (`ablate.registry`), whose built-ins load on the first validation.
+
+Long because the trial config is one tree of pydantic models, read whole by `identity` and `ablate schema`:
+split, the fields a key covers and the validators that check them would sit apart.
 """
 
 from __future__ import annotations

@@ -2,7 +2,11 @@
 pickle naming a class by its old module) keeps working for one release, with a DeprecationWarning.
 
 An old name is an alias: `ablate.planner` is the very module object `ablate.planning.plan`, so a class
-imported through either is the same class."""
+imported through either is the same class. An old module split in two points at the part that holds most of its
+public names: `ablate.planner` at `ablate.planning.plan` (5 of its 8 exported names: `Plan`, `expand`, `load_plans`,
+`plan`, `plan_all`; trial identity, `Trial`, `trial_key`, `variant_key`, is `ablate.planning.keys`), `ablate.tuning`
+at `ablate.spec.tune` (13 of its 19 public names: the `tune:` block; the search, `Search`, `proposals`, `best`,
+`Failed`, `Result`, `STARTUP`, is `ablate.planning.search`)."""
 
 from __future__ import annotations
 

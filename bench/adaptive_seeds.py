@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from ablate.planning import adaptive as sequential
-from ablate.spec.sweeps import AdaptiveSeeds
+from ablate.spec.schema import AdaptiveSeeds
 
 EFFECTS = (0.0, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0)
 CELLS = 2000

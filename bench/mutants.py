@@ -26,7 +26,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 GROUPS: dict[str, tuple[list[str], list[str]]] = {
-    "planner": (["ablate/planning/plan.py"], ["tests/test_planner.py", "tests/test_spec.py"]),
+    "planner": (
+        ["ablate/planning/plan.py", "ablate/planning/keys.py"],
+        ["tests/test_planner.py", "tests/test_spec.py"],
+    ),
     "store": (["ablate/store/writes.py", "ablate/store/queries.py"], ["tests/test_store.py"]),
     "launcher": (
         ["ablate/execution/launcher.py", "ablate/execution/fanout.py", "ablate/execution/gangs.py"],

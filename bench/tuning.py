@@ -3,12 +3,12 @@
     .venv/bin/python bench/tuning.py [--budget 64] [--batch 4] [--repeats 5]
 
 A tuned arm's configurations are not stored as proposals: every launch replays the arm's search from the seed
-and the stored results (`ablate.spec.tune.proposals`). Timed, for an arm of --budget configurations on the issue's
+and the stored results (`ablate.planning.search.proposals`). Timed, for an arm of --budget configurations on the issue's
 space (train.lr log-uniform, train.weight_decay a list), TPE, results made up:
   replay   one call with every result known (what a relaunch of a finished arm pays), per configuration
   search   one call per round as the search goes (round 0 with nothing known, then after each round), the whole
            search's tuning cost, per configuration
-  kept     the same rounds through one `ablate.spec.tune.Search` kept in memory (told and asked only what is new)
+  kept     the same rounds through one `ablate.planning.search.Search` kept in memory (told and asked only what is new)
 against, from experiments.yaml's smallest sweep written alone to a temp file:
   sweep    `ablate.planning.plan.plan` of that sweep, per trial
   trial    `plan` of a file holding one trial of it (its base, seed 0)
@@ -27,8 +27,9 @@ import yaml
 from timing import alternate
 
 from ablate.planning.plan import plan, plan_all
+from ablate.planning.search import Search, proposals
 from ablate.spec.sweeps import read_sweeps
-from ablate.spec.tune import Search, TuneSpec, proposals
+from ablate.spec.tune import TuneSpec
 
 ROOT = Path(__file__).resolve().parents[1]
 SPACE = {"train.lr": {"log": [1e-4, 3e-3]}, "train.weight_decay": [0.01, 0.05]}

@@ -3,7 +3,7 @@
 A trial key is where a result lives in every store: a change to any key orphans the stored results of
 that trial (a relaunch runs it again under the new key, the old rows stay unmatched). So the keys of the
 shipped sweeps are pinned here, and `test_planner.py::test_shipped_sweeps_keep_their_golden_keys` fails
-when any of them moves. Regenerate, only after bumping `ablate.planning.plan.KEY_VERSION` on purpose (or after
+when any of them moves. Regenerate, only after bumping `ablate.planning.keys.KEY_VERSION` on purpose (or after
 changing experiments.yaml itself), with:
 
     .venv/bin/python tests/golden_keys.py
@@ -28,7 +28,8 @@ def current_keys() -> dict:
     """{"key_version": KEY_VERSION, "sweeps": {sweep: [trial key, in plan order]}} of experiments.yaml (a tuned
     sweep: its arms' keys).
     Needs IMAGENET_DIR set (to anything)."""
-    from ablate.planning.plan import KEY_VERSION, plan_all
+    from ablate.planning.keys import KEY_VERSION
+    from ablate.planning.plan import plan_all
 
     plans = plan_all(EXPERIMENTS)  # a tuned sweep's grid is its arms (`Plan.arms`): its searches start from them
     return {"key_version": KEY_VERSION, "sweeps": {p.sweep: [t.key for t in [*p.trials, *p.arms]] for p in plans}}

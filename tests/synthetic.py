@@ -12,7 +12,8 @@ from datetime import datetime
 
 from sqlalchemy import update
 
-from ablate.planning.plan import Plan, Trial
+from ablate.planning.keys import Trial
+from ablate.planning.plan import Plan
 from ablate.store import MetricRow, Owner, Store
 from ablate.store.queries import TRIALS
 

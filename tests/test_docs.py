@@ -28,7 +28,7 @@ from conftest import ROOT, chromium
 from typer.testing import CliRunner
 
 from ablate.cli import app
-from ablate.spec.sweeps import json_schema
+from ablate.spec.schema import json_schema
 
 BIN = Path(sys.executable).parent
 FENCE = re.compile(r"^```(\w+)([^\n]*)\n(.*?)^```", re.S | re.M)

@@ -145,6 +145,41 @@ def test_the_walk_sees_deferred_relative_and_aliased_imports(tmp_path: Path) -> 
     assert cycles(graph) == [["pkg.a", "pkg.b", "pkg.sub.layers"]]
 
 
+MAX_LINES = 500
+"""Lines a module may have unless its docstring says why, on a line of its own starting "Long because": a file
+one person can read through, with one job."""
+
+
+def too_long(root: Path) -> list[str]:
+    """The modules of the package at `root` over `MAX_LINES` lines whose docstring gives no reason, with their
+    length."""
+    out = []
+    for name, file in modules(root).items():
+        text = file.read_text()
+        lines = len(text.splitlines())
+        doc = ast.get_docstring(ast.parse(text)) or ""
+        if lines > MAX_LINES and not any(line.startswith("Long because") for line in doc.splitlines()):
+            out.append(f"{name} ({lines} lines)")
+    return out
+
+
+def test_no_module_is_long_without_a_reason_in_its_docstring() -> None:
+    assert too_long(PACKAGE) == []
+
+
+def test_a_long_module_needs_its_reason_in_its_docstring(tmp_path: Path) -> None:
+    """A reason in a comment or in a function's docstring is not one; a module of `MAX_LINES` lines needs none."""
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    body = "x = 1\n" * MAX_LINES
+    (pkg / "__init__.py").write_text("")
+    (pkg / "short.py").write_text(body)
+    (pkg / "said.py").write_text('"""Tables.\n\nLong because one class."""\n' + body)
+    (pkg / "comment.py").write_text("# Long because one class.\n" + body)
+    (pkg / "inner.py").write_text('def f():\n    """Long because one class."""\n' + body)
+    assert too_long(pkg) == ["pkg.comment (501 lines)", "pkg.inner (502 lines)"]
+
+
 def test_importing_ablate_is_enough_for_timm_to_import() -> None:
     """`import ablate` installs the torchvision shim as an import hook, so timm (which imports torchvision)
     imports after it whatever imports it, and no module has to import the shim by hand (on this machine's CPU

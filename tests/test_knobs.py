@@ -18,7 +18,8 @@ from typer.testing import CliRunner
 
 from ablate.cli import app
 from ablate.errors import SpecError
-from ablate.planning.plan import Plan, Trial, load_plans
+from ablate.planning.keys import Trial
+from ablate.planning.plan import Plan, load_plans
 
 #: A ReLU-power mechanism with two knobs, its mixer the plugin tests' ReLU attention (`Relu`, after it).
 PLUGIN = '''

@@ -15,7 +15,7 @@ from conftest import TINY, free_port, write_sweeps
 from gate import Gate, wait_for
 
 from ablate.config import TrialConfig
-from ablate.planning.plan import Trial, trial_key, variant_key
+from ablate.planning.keys import Trial, trial_key, variant_key
 from ablate.store import Store
 from ablate.tracking.mirror import Mirror, Synced, sync
 from ablate.tracking.records import RUN_STATUS, Tracker, params_of

@@ -15,7 +15,7 @@ from ablate.nn.costs import model_cost
 from ablate.nn.factory import create_model
 from ablate.nn.mixer import TokenGrid, create_mixer
 from ablate.nn.surgery import IdentityQKV, TiedQKV
-from ablate.planning.plan import trial_key
+from ablate.planning.keys import trial_key
 from ablate.registry import MECHANISMS
 from ablate.reporting import describe
 

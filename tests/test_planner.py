@@ -17,7 +17,8 @@ from pydantic import BaseModel, ValidationError
 
 from ablate.config import AnyMechanism, TrialConfig, identity
 from ablate.errors import SpecError
-from ablate.planning.plan import Plan, plan, plan_all, trial_key, variant_key
+from ablate.planning.keys import trial_key, variant_key
+from ablate.planning.plan import Plan, plan, plan_all
 from ablate.plugins import load_builtins
 from ablate.registry import MECHANISMS
 
@@ -352,7 +353,7 @@ def test_shipped_sweeps_keep_their_golden_keys(monkeypatch: pytest.MonkeyPatch) 
         f"golden {sorted(golden['sweeps'])}). {why}.\n"
         "Changing keys orphans every stored result: existing stores no longer match these trials and a relaunch "
         "runs them all again. Only a change in what a config means may do that, and then "
-        "ablate.planning.plan.KEY_VERSION must be bumped deliberately. A new result-relevant field must be declared "
+        "ablate.planning.keys.KEY_VERSION must be bumped deliberately. A new result-relevant field must be declared "
         "with config.added(default) (it "
         "joins the key only away from its default; a plain Field re-keys every trial), and a field that does not "
         "change results must be marked nokey.\n"
@@ -657,7 +658,7 @@ def test_seed_keys_serialise_the_identity_once_and_equal_a_digest_per_seed(tmp_p
     """The planner's fast path (one serialisation per cell) gives each seed the key a whole digest gives, also
     when a value of the identity holds the text of the seed's mark; each trial's config is its cell's at its
     seed."""
-    from ablate.planning.plan import _SEED_MARK, digest, seed_keys
+    from ablate.planning.keys import _SEED_MARK, digest, seed_keys
 
     f = tmp_path / "e.yaml"
     f.write_text(yaml.safe_dump({"sweeps": {"s": {"base": BASE, "grid": {"train.lr": [0.1, 0.2]}, "seeds": 3}}}))

@@ -10,7 +10,8 @@ from conftest import TINY, write_sweeps
 from rich.console import Console
 
 from ablate.execution.progress import PLAIN_EVERY, Progress
-from ablate.planning.plan import Trial, plan
+from ablate.planning.keys import Trial
+from ablate.planning.plan import plan
 
 
 class Clock:

@@ -11,7 +11,8 @@ import yaml
 from conftest import TINY, write_sweeps
 from synthetic import fill
 
-from ablate.planning.plan import Plan, Trial, plan
+from ablate.planning.keys import Trial
+from ablate.planning.plan import Plan, plan
 from ablate.reporting import report
 from ablate.store import Store
 

@@ -17,7 +17,7 @@ from ablate.execution.launcher import RunConfig, launch
 from ablate.planning import adaptive as sequential
 from ablate.planning.plan import plan
 from ablate.reporting import report
-from ablate.spec.sweeps import AdaptiveSeeds
+from ablate.spec.schema import AdaptiveSeeds
 from ablate.store import Store
 
 

@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 from ablate.cli import app
 from ablate.errors import SpecError
 from ablate.planning.plan import load_plans
-from ablate.spec.sweeps import json_schema
+from ablate.spec.schema import json_schema
 
 BAD = sorted((Path(__file__).parent / "specs" / "bad").glob("*.yaml"))
 ROOT = Path(__file__).resolve().parents[1]

@@ -25,7 +25,7 @@ from sqlalchemy.dialects import postgresql
 from sqlalchemy.exc import IntegrityError
 
 from ablate.config import TrialConfig
-from ablate.planning.plan import Trial, trial_key, variant_key
+from ablate.planning.keys import Trial, trial_key, variant_key
 from ablate.store import STATES, TRIAL_COLUMNS, Owner, Store, flatten
 from ablate.store.engine import make_engine, revision_number, upgrade, upsert_stmt
 from ablate.store.queries import METRICS

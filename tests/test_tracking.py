@@ -9,19 +9,11 @@ from pathlib import Path
 import pytest
 
 from ablate.config import TrialConfig
-from ablate.planning.plan import Trial, trial_key, variant_key
+from ablate.planning.keys import Trial, trial_key, variant_key
 from ablate.store import Store
-from ablate.tracking.records import (
-    DIGEST_TAG,
-    MAX_KEY,
-    MAX_PARAM,
-    VIEW_TAG,
-    Tracker,
-    mlflow_name,
-    params_of,
-    sweep_view,
-    view_state,
-)
+from ablate.tracking.names import MAX_KEY, MAX_PARAM, mlflow_name
+from ablate.tracking.records import DIGEST_TAG, Tracker, params_of
+from ablate.tracking.view import VIEW_TAG, sweep_view, view_state
 
 
 def trial(seed: int, **axes: object) -> Trial:

@@ -21,7 +21,7 @@ from conftest import chromium, free_port
 from gate import wait_for
 
 from ablate.config import TrialConfig
-from ablate.planning.plan import Trial, trial_key, variant_key
+from ablate.planning.keys import Trial, trial_key, variant_key
 from ablate.store import Store
 from ablate.tracking.records import Tracker
 

@@ -28,7 +28,7 @@ from ablate.execution.progress import Progress
 from ablate.execution.recorder import Recorder, start_inbox
 from ablate.execution.selection import Selection
 from ablate.execution.trial_task import TaskArgs, run_trial, trial_task
-from ablate.planning.plan import Trial
+from ablate.planning.keys import Trial
 from ablate.plugins import Plugins
 from ablate.store import Owner, Store
 from ablate.store.faults import StoreUnavailable

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ablate.config import TrialConfig, identity
-from ablate.planning.plan import Trial
+from ablate.planning.keys import Trial
 from ablate.plugins import Plugins
 
 PROBE_STEPS = 3

@@ -28,7 +28,7 @@ from ablate.evidence.verdict import Verdict, decide
 from ablate.spec.metrics import higher_is_better
 
 if TYPE_CHECKING:
-    from ablate.planning.plan import Trial
+    from ablate.planning.keys import Trial
 
 PLAIN_EVERY = 30.0
 """Seconds between two progress lines of the plain output, at least."""

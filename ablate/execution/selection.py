@@ -13,7 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from ablate.planning.plan import Plan, Trial
+from ablate.planning.keys import Trial
+from ablate.planning.plan import Plan
 from ablate.provenance.fingerprint import Fingerprint, comparable, fingerprints, record
 from ablate.provenance.stale import LISTED
 from ablate.store import ENDED, Store

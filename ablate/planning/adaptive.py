@@ -33,7 +33,7 @@ import pandas as pd
 from scipy import stats
 
 from ablate import evidence
-from ablate.spec.sweeps import AdaptiveSeeds
+from ablate.spec.schema import AdaptiveSeeds
 
 if TYPE_CHECKING:
     from ablate.planning.plan import Plan

@@ -1,140 +1,43 @@
-"""Grid expansion and trial identity: a sweep -> [Trial(key, config)].
+"""Grid expansion: a sweep -> [Trial(key, config)], every problem inside its cells named at once.
 
-A trial's key is a hash of the canonical JSON of everything that changes its result (`config.identity`:
-model, knobs, data and split, recipe, epochs, seed) and of nothing else, so reordering YAML keys or writing
-a default explicitly keeps the key, and the same config in another sweep is the same trial. A variant is a
-grid cell without its replicates (seed, CV fold); its key hashes the identity minus those.
+The cells of a sweep's grid, linked groups and when blocks are expanded, validated and keyed (the keys are
+`ablate.planning.keys`'s), less its exclusions; a `Plan` holds the trials with the sweep's baseline and metric.
 """
 
 from __future__ import annotations
 
 import difflib
-import functools
-import hashlib
 import itertools
 import json
 import math
 import typing
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
 
-from ablate.config import REPLICATES, TrialConfig, identity
+from ablate.config import TrialConfig, identity
 from ablate.errors import Problem, SpecError, format_path
+from ablate.planning.keys import Recording, Trial, seed_keys, variant_key
 from ablate.plugins import Plugins
 from ablate.registry import TASKS
 from ablate.spec import tune_check
+from ablate.spec.overrides import with_overrides
 from ablate.spec.paths import get_path, matches, overlaps, set_path
-from ablate.spec.sweeps import (
-    AdaptiveSeeds,
-    Linked,
-    Loc,
-    SweepFile,
-    SweepSource,
-    axis_paths,
-    clean_loc,
-    error_message,
-    path_problem,
-    read_sweeps,
-    with_overrides,
-)
+from ablate.spec.problems import clean_loc, error_message
+from ablate.spec.registry_check import path_problem
+from ablate.spec.schema import AdaptiveSeeds, Linked, axis_paths
+from ablate.spec.sweeps import SweepFile, SweepSource, read_sweeps
 from ablate.spec.tune import Searches
-
-KEY_VERSION = "ablate-trial-v1"
-"""Bumped only when the meaning of a config changes, so old keys stop matching new trials."""
+from ablate.spec.yaml_doc import Loc
 
 Cell = tuple[tuple[str, Any, Loc], ...]
 """A grid cell: (dotted path, value, where in the sweep's YAML it came from) per assigned axis."""
 Resolved = tuple[Cell, dict[str, Any]]
 """A cell with its validated config (as JSON data)."""
-
-
-@dataclass(frozen=True)
-class Trial:
-    """One planned run."""
-
-    key: str
-    variant: str
-    cell: TrialConfig
-    """The trial's config, or with `seed` its grid cell's config, which the cell's seeds share."""
-    axes: dict[str, Any]
-    """Resolved value of every axis path of the sweep (None where it does not apply), and `seed`."""
-    placeholders: dict[str, str] = field(default_factory=dict)
-    """Dotted path -> the text written in the file, for values that came from environment variables."""
-    seed: int | None = None
-    """Set by the planner: `config` is `cell` at this seed, copied when first asked for (copying every
-    trial's config is most of a 100,000-trial plan's time otherwise)."""
-
-    recording: Recording | None = field(default=None, compare=False, repr=False)
-    """Set by the planner, shared by a cell's trials: their recorded config's JSON text made once."""
-
-    @functools.cached_property
-    def config(self) -> TrialConfig:
-        return self.cell if self.seed is None else self.cell.model_copy(update={"seed": self.seed})
-
-    def recorded(self) -> dict[str, Any]:
-        """The config as the store, MLflow and reports keep it: `${VAR}` text in place of secret values."""
-        return _recorded(self.config, self.placeholders)
-
-    def recorded_text(self) -> str:
-        """`recorded()` as JSON text (what the store writes): the cell's text with this seed where there is one
-        (serialising every trial's config is most of a 100,000-trial first launch's store time otherwise)."""
-        return self._seeded(None if self.recording is None else self.recording.config, self.recorded)
-
-    def axes_text(self) -> str:
-        """`axes` as JSON text, as `recorded_text` makes the config's."""
-        return self._seeded(None if self.recording is None else self.recording.axes, lambda: self.axes)
-
-    def resolved(self) -> dict[str, Any]:
-        """The config as JSON data with its values (no `${VAR}` text), as `ablate plan` prints it: the cell's
-        data made once with this seed set in a shallow copy, so its sections are shared: read, never change."""
-        if self.recording is None or self.seed is None:
-            return self.config.model_dump(mode="json")
-        return {**self.recording.resolved, "seed": self.seed}
-
-    def resolved_text(self) -> str:
-        """`resolved()` as JSON text, as `recorded_text` makes the recorded config's."""
-        return self._seeded(None if self.recording is None else self.recording.resolved_text, self.resolved)
-
-    def _seeded(self, halves: tuple[str, str] | None, data: Callable[[], Any]) -> str:
-        return json.dumps(data()) if halves is None or self.seed is None else f"{halves[0]}{self.seed:d}{halves[1]}"
-
-
-def _recorded(cfg: TrialConfig, placeholders: dict[str, str]) -> dict[str, Any]:
-    data = cfg.model_dump(mode="json")
-    for path, text in placeholders.items():
-        set_path(data, path, text)
-    return data
-
-
-@dataclass
-class Recording:
-    """A cell's recorded config (`Trial.recorded`), axes and resolved config (`Trial.resolved`) as JSON text
-    split where the seed goes (`seed_halves`), made once for all the cell's trials."""
-
-    cell: TrialConfig
-    placeholders: dict[str, str]
-    cell_axes: dict[str, Any]
-
-    @functools.cached_property
-    def config(self) -> tuple[str, str] | None:
-        return seed_halves(_recorded(self.cell, self.placeholders), json.dumps)
-
-    @functools.cached_property
-    def axes(self) -> tuple[str, str] | None:
-        return seed_halves(self.cell_axes, json.dumps)
-
-    @functools.cached_property
-    def resolved(self) -> dict[str, Any]:
-        return self.cell.model_dump(mode="json")
-
-    @functools.cached_property
-    def resolved_text(self) -> tuple[str, str] | None:
-        return seed_halves(self.resolved, json.dumps)
 
 
 @dataclass
@@ -173,58 +76,6 @@ class Plan:
 
 def _hashable(v: Any) -> Any:
     return json.dumps(v) if isinstance(v, (list, dict, tuple)) else v
-
-
-def _canonical(data: Any) -> str:
-    return json.dumps([KEY_VERSION, data], sort_keys=True, separators=(",", ":"), ensure_ascii=True)
-
-
-def _hash(text: str) -> str:
-    return hashlib.sha256(text.encode()).hexdigest()[:20]
-
-
-def digest(data: Any) -> str:
-    """sha256 of canonical JSON (sorted keys, no spaces), 20 hex digits."""
-    return _hash(_canonical(data))
-
-
-_SEED_MARK = "\x00seed\x00"
-
-
-def seed_halves(data: dict[str, Any], dumps: Callable[[Any], str]) -> tuple[str, str] | None:
-    """`dumps({**data, "seed": s})` for any seed s is head + s's decimal text (its JSON) + tail: the text made
-    once with a mark where the seed goes, split there; None where the data holds the mark's text itself."""
-    text = dumps({**data, "seed": _SEED_MARK})
-    mark = json.dumps(_SEED_MARK)
-    if text.count(mark) != 1:
-        return None
-    head, tail = text.split(mark)
-    return head, tail
-
-
-def seed_keys(ident: dict[str, Any], seeds: Sequence[int]) -> list[str]:
-    """`digest({**ident, "seed": s})` for each seed, the identity serialised once (`seed_halves`: a large
-    sweep's keys are most of its planning time otherwise)."""
-    if (halves := seed_halves(ident, _canonical)) is None:
-        return [digest({**ident, "seed": seed}) for seed in seeds]
-    return [_hash(f"{halves[0]}{seed:d}{halves[1]}") for seed in seeds]
-
-
-def trial_key(cfg: TrialConfig) -> str:
-    return digest(identity(cfg))
-
-
-def variant_identity(cfg: TrialConfig) -> dict[str, Any]:
-    """The identity without the replicate fields (`config.REPLICATES`: seed, split seed, CV fold)."""
-    ident = identity(cfg)
-    for path in REPLICATES:
-        parent, _, leaf = path.rpartition(".")
-        (get_path(ident, parent) if parent else ident).pop(leaf)
-    return ident
-
-
-def variant_key(cfg: TrialConfig) -> str:
-    return digest(variant_identity(cfg))
 
 
 # ------------------------------------------------------------------------------------------------- expand
@@ -605,4 +456,4 @@ def plan_all(path: str | Path, max_trials: int = MAX_TRIALS, overrides: Sequence
     return list(load_plans(path, max_trials, overrides).values())
 
 
-__all__ = ["Plan", "Trial", "expand", "load_plans", "plan", "plan_all", "trial_key", "variant_key"]
+__all__ = ["Plan", "expand", "load_plans", "plan", "plan_all"]

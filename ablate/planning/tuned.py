@@ -4,11 +4,11 @@ An arm is a variant of the grid (a cell without its seeds). Each configuration i
 stored under its own key: the arm's first trial (the sweep's first seed) with the proposal's values set. They
 belong to the sweep's companion `<sweep>/tuning` (`ablate.spec.tune.companion`), so they stay out of the sweep's
 comparison while `status`, `runs` and MLflow show them. Nothing of a search is stored but its trials: every
-round replays each arm's search from the spec and the store's results (`ablate.spec.tune.Search`), so a relaunch
+round replays each arm's search from the spec and the store's results (`ablate.planning.search.Search`), so a relaunch
 proposes what was proposed before and trains nothing again, a killed launch resumes in the round it was in, and
 a larger budget adds only the new configurations.
 
-Once every configuration of an arm's budget has a result, its best (`ablate.spec.tune.best`, on the validation
+Once every configuration of an arm's budget has a result, its best (`ablate.planning.search.best`, on the validation
 metric only) runs at the sweep's seeds: these are the sweep's own trials, compared as any sweep's (the best's
 first seed is its tuning trial, not trained again). Once the baseline's arm has its best, every other arm also
 runs at the baseline's configuration, the same seeds (in the companion): the report shows whether a conclusion
@@ -31,19 +31,17 @@ from typing import TYPE_CHECKING, Any
 from pydantic import ValidationError
 
 from ablate.config import TrialConfig
-from ablate.planning.plan import Plan, Trial, trial_key, variant_key
+from ablate.planning.keys import Trial, trial_key, variant_key
+from ablate.planning.plan import Plan
+from ablate.planning.search import Failed, Result, Search, best
 from ablate.spec.paths import set_path
 from ablate.spec.tune import (
     ArmSearch,
-    Failed,
     IntDim,
     LogDim,
     RangeDim,
-    Result,
-    Search,
     Searches,
     TuneSpec,
-    best,
     companion,
     tuned_of,
 )

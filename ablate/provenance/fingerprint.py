@@ -18,6 +18,9 @@ no module of, and of the modules that decide which module registers a name (`DEC
 that registered its components; the package versions. A process whose files are as they were takes the kept
 fingerprint without importing a component or parsing a file (`ablate status` of a large store); any
 difference, and the fingerprint is computed again and kept anew.
+
+Long because computing, keeping and comparing a fingerprint share one set of helpers (a component's modules,
+their digests, what a kept fingerprint was computed from): split, each part would reach into the other's internals.
 """
 
 from __future__ import annotations

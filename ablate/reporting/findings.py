@@ -33,7 +33,7 @@ from ablate.reporting import frames, stats, tables
 from ablate.reporting.effects import PAIRED, Factorial
 from ablate.reporting.frames import SweepData
 from ablate.reporting.render import Table
-from ablate.spec.sweeps import MAX_SEEDS
+from ablate.spec.schema import MAX_SEEDS
 
 POWER = 0.8
 """1 - beta of the minimum detectable difference: the conventional 80%."""

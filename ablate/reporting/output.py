@@ -16,7 +16,7 @@ import pandas as pd
 from ablate.reporting import render, stats
 from ablate.reporting.frames import ReportError
 from ablate.reporting.render import Section
-from ablate.spec.sweeps import SAFE_NAME
+from ablate.spec.schema import SAFE_NAME
 
 FORMATS = ("html", "md", "csv")
 """Written unless the caller names others."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 from ablate.planning import adaptive as sequential
 from ablate.reporting.frames import SweepData
 from ablate.reporting.render import Section, Table
-from ablate.spec.sweeps import AdaptiveSeeds
+from ablate.spec.schema import AdaptiveSeeds
 from ablate.store import Store
 
 

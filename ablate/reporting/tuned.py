@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from ablate.planning.search import STARTUP, Failed
 from ablate.planning.tuned import AXIS, results, space_words
 from ablate.reporting import plots, stats, tables
 from ablate.reporting.frames import SweepData
@@ -26,7 +27,7 @@ from ablate.reporting.output import csv
 from ablate.reporting.render import Block, Image, Section, Table
 from ablate.reporting.tuning import ExpectedBest, expected_best, stable_budget
 from ablate.spec.paths import get_path
-from ablate.spec.tune import STARTUP, ArmSearch, Failed, Searches, companion
+from ablate.spec.tune import ArmSearch, Searches, companion
 from ablate.store import Store
 
 

@@ -20,8 +20,12 @@ from ablate.config import TrialConfig, identity
 from ablate.errors import Problem, format_path
 from ablate.registry import TASKS
 from ablate.spec.paths import overlaps, set_path
-from ablate.spec.sweeps import Loc, SweepSource, SweepSpec, error_message, path_problem
+from ablate.spec.problems import error_message
+from ablate.spec.registry_check import path_problem
+from ablate.spec.schema import SweepSpec
+from ablate.spec.sweeps import SweepSource
 from ablate.spec.tune import IntDim, LogDim, RangeDim
+from ablate.spec.yaml_doc import Loc
 
 FIXED = {
     "seed": "seed is the sweep's replicate (`seeds:`): a search chooses a configuration at one seed, then the "

@@ -4,6 +4,8 @@ status` and `ablate runs`, which import no pandas (it is imported where a frame 
 Every query is a Core select read with one connection (no ORM objects), so frames over many trials stay
 fast. Frames and listings are plain data: timestamps are UTC, JSON lists/dicts inside cells become JSON
 strings (so columns can be grouped on), nested results are flattened to dotted names (`test.top1`).
+
+Long because `Queries` is one class, the store's whole read side, with the typed rows its listings return.
 """
 
 from __future__ import annotations

@@ -3,6 +3,8 @@
 Every write is one short transaction and idempotent: sweeps and trials are upserts, metrics overwrite
 their (trial, name, step) row, state changes set absolute values. Opening a Store migrates the database
 to the newest schema first.
+
+Long because `Store` is one class: every write of the store's one writer, each its own short transaction.
 """
 
 from __future__ import annotations

@@ -25,24 +25,23 @@ relaunch with nothing to do never imports it.
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import json
 import os
 import re
-import signal
-import socket
 import sqlite3
-import subprocess
-import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterable, Iterator, Mapping
-from contextlib import closing, contextmanager, suppress
+from collections.abc import Iterable, Mapping
+from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from ablate.tracking.names import MAX_PARAM, MAX_TAG, clip, mlflow_name
+from ablate.tracking.sqlite_db import creating, fast_sqlite
+from ablate.tracking.view import EXPERIMENT_KIND, VIEW, VIEW_TAG, sweep_view, ui_route, view_state
 
 if TYPE_CHECKING:
     from mlflow import MlflowClient
@@ -52,26 +51,11 @@ if TYPE_CHECKING:
     from ablate.store.schema import SweepRecord
 
 DEFAULT_URI = "sqlite:///db/mlflow.sqlite"
-#: MLflow's limits: name length, param value length, params/tags and metrics per log_batch call.
-MAX_KEY, MAX_PARAM, MAX_TAG = 250, 6000, 8000
+#: MLflow's limits on one log_batch call: params (and tags), metrics.
 PARAMS_PER_BATCH, METRICS_PER_BATCH = 100, 1000
 #: MLflow run status of each trial state.
 RUN_STATUS = {"pending": "SCHEDULED", "running": "RUNNING", "done": "FINISHED", "failed": "FAILED",
               "diverged": "FAILED", "interrupted": "KILLED", "preempted": "KILLED"}  # fmt: skip
-_BAD_CHARS = re.compile(r"[^/\w.\- ]")
-
-
-def mlflow_name(name: str) -> str:
-    """A valid MLflow param/metric name: odd characters become `_`; a name over 250 characters keeps its
-    head and gains a hash of the whole name (so long names stay apart)."""
-    clean = _BAD_CHARS.sub("_", name)
-    if len(clean) <= MAX_KEY:
-        return clean
-    return f"{clean[: MAX_KEY - 11]}-{hashlib.sha1(name.encode()).hexdigest()[:10]}"
-
-
-def clip(text: str, limit: int) -> str:
-    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def params_of(config: Mapping[str, Any], axes: Mapping[str, Any] | None = None) -> dict[str, str]:
@@ -83,119 +67,17 @@ def params_of(config: Mapping[str, Any], axes: Mapping[str, Any] | None = None) 
     return {mlflow_name(k): clip(v if isinstance(v, str) else json.dumps(v), MAX_PARAM) for k, v in flat.items()}
 
 
-def _fast_sqlite(db: Path) -> None:
-    """WAL + synchronous=NORMAL on every connection MLflow opens to `db`.
-
-    MLflow commits once per call, and with SQLite's default rollback journal each commit is an fsync
-    (about 4 ms here, the bulk of a trial's MLflow cost). In WAL mode with synchronous=NORMAL a commit is
-    durable against a process crash, and only an OS crash can lose the last commits, which the launch
-    would then re-log: the store, not MLflow, is the source of truth.
-    """
-    from sqlalchemy import event
-    from sqlalchemy.engine import Engine
-
-    target = str(db)
-
-    def on_connect(dbapi_conn: Any, _record: Any) -> None:
-        if not isinstance(dbapi_conn, sqlite3.Connection):  # every engine of the process passes here
-            return
-        row = dbapi_conn.execute("PRAGMA database_list").fetchone()
-        if row is not None and row[2] == target:
-            dbapi_conn.execute("PRAGMA journal_mode=WAL")
-            dbapi_conn.execute("PRAGMA synchronous=NORMAL")
-
-    if target not in _FAST:
-        _FAST.add(target)
-        event.listen(Engine, "connect", on_connect)
-
-
-_FAST: set[str] = set()
-
-
-EXPERIMENT_KIND = ("mlflow.experimentKind", "custom_model_development")
-"""Experiment tag that makes MLflow 3's UI, before 3.17, open an experiment on its runs (without it: on an empty
-traces page)."""
-TRAINING_VIEW = "workflowType=machine_learning"
-"""Query of every MLflow UI address ablate gives: from MLflow 3.17 the UI shows every experiment as its global
-workflow type says (this query, else the browser's last choice, GenAI at first: traces, prompts, judges),
-whatever the experiment's kind tag; its own links keep the query."""
-VIEW = "ablate"
-"""Share key of the view of a sweep's runs page that the tracker keeps on the sweep's experiment (`sweep_view`, in the
-experiment tag `VIEW_TAG`) and `ablate ui` opens (`LANDING`)."""
-VIEW_TAG = f"mlflow.sharedViewState.{VIEW}"
-"""Experiment tag where MLflow's UI (3.17) looks up a view by its share key (`viewStateShareKey` in the address)."""
-LANDING = f"viewStateShareKey={VIEW}&compareRunsMode=CHART"
-"""Query of the page `ablate ui` opens: the sweep's view, in the chart view of its runs."""
 REPORT = "report"
 """Artifact folder of a sweep's parent run holding its report (HTML, CSV, summary.json)."""
 DIGEST_TAG = "report.digest"
 """Parent-run tag: the state of the sweep its summary was logged for (a summary is logged again on a change only)."""
 VOLATILE = ("lease_host", "lease_expires")
 """Trial columns that change while the sweep's results do not (leases renewed by heartbeats)."""
-UI_GRACE = 30.0
-"""Seconds `ablate ui` waits for the MLflow server after forwarding a stop signal, before killing its group."""
 
 
 HTTP_DEFAULTS = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "1", "MLFLOW_HTTP_REQUEST_TIMEOUT": "10"}
 """MLflow client settings for a tracking server, unless the user set them (MLflow's own: 7 retries over
 minutes, which would stall every write while a server is down)."""
-
-
-@contextmanager
-def _creating(db: Path | None) -> Iterator[None]:
-    """Hold an exclusive lock beside a SQLite MLflow database while MLflow opens it: two launchers opening a
-    fresh one at once would both run MLflow's migrations on it (one then fails)."""
-    if db is None:
-        yield
-        return
-    with open(db.with_name(db.name + ".lock"), "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
-
-
-def sweep_view(axes: list[str], metric: str | None) -> dict[str, Any]:
-    """What a newcomer should see of a sweep in MLflow's UI, as the state of a saved view of its runs page: the trials
-    grouped by variant (their axes that are not replicates), best first by the sweep's metric, with the axis values
-    and the metric as the table's columns; first in the chart view a section comparing the trials in variant order,
-    the metric of each as a bar and parallel coordinates from the variant's axis values to the metric. MLflow's
-    own defaults would show one collapsed parent row, no param or metric column and only the first 10 runs in
-    charts. `axes`: the sweep's axis paths (the seed is one for every trial)."""
-    from ablate.config import REPLICATES
-    from ablate.spec.metrics import higher_is_better
-
-    varied = [mlflow_name(f"axis.{a}") for a in axes if a not in REPLICATES]
-    columns = [f"params.`{mlflow_name(f'axis.{a}')}`" for a in dict.fromkeys([*axes, "seed"])]
-    state: dict[str, Any] = {
-        "selectedColumns": columns, "runsHiddenMode": "SHOW_ALL", "useGroupedValuesInCharts": False,
-        "groupBy": {"aggregateFunction": "average",
-                    "groupByKeys": [{"mode": "param", "groupByData": a} for a in varied]} if varied else None,
-    }  # fmt: skip
-    if metric is None:
-        return state
-    name, section = mlflow_name(metric), f"{VIEW}-variants"
-    card = {"runsCountToCompare": 1000, "metricSectionId": section, "deleted": False, "isGenerated": False}
-    charts = [{**card, "uuid": f"{VIEW}-bar", "type": "BAR", "metricKey": name, "displayName": f"{name} of each trial"}]
-    if varied:
-        charts.append({**card, "uuid": f"{VIEW}-parallel", "type": "PARALLEL", "selectedParams": varied,
-                       "selectedMetrics": [name], "showAllRuns": True})  # fmt: skip
-    sections = [{"uuid": section, "name": "Variants compared", "display": True, "isReordered": True, "deleted": False,
-                 "isGenerated": False}]  # fmt: skip
-    return {**state, "orderByKey": f"metrics.`{name}`", "orderByAsc": not higher_is_better(metric),
-            "selectedColumns": [*columns, f"metrics.`{name}`"], "compareRunCharts": charts,
-            "compareRunSections": sections, "isAccordionReordered": True}  # fmt: skip
-
-
-def view_state(tag: str | None) -> dict[str, Any] | None:
-    """The state a view's experiment tag holds (MLflow's envelope: name, times, the state as JSON text); None where
-    there is none or it is not one ablate could have written."""
-    try:
-        state = json.loads(json.loads(tag)["state"]) if tag else None
-    except (ValueError, KeyError, TypeError):
-        return None
-    return state if isinstance(state, dict) else None
 
 
 def _is_number(value: Any) -> bool:
@@ -271,7 +153,7 @@ class Tracker:
             db = db.resolve()
             db.parent.mkdir(parents=True, exist_ok=True)
             self.uri = f"sqlite:///{db}"
-            _fast_sqlite(db)
+            fast_sqlite(db)
         else:  # a server: fail fast, so the mirror's own backoff (not minutes of client retries) handles outages
             for name, value in HTTP_DEFAULTS.items():
                 os.environ.setdefault(name, value)
@@ -295,7 +177,7 @@ class Tracker:
             if self._client is None:
                 from mlflow import MlflowClient
 
-                with _creating(self.db):
+                with creating(self.db):
                     client = MlflowClient(tracking_uri=self.uri)
                     if self.db is not None:
                         client.search_experiments(max_results=1)  # MLflow creates (migrates) its database here
@@ -574,122 +456,3 @@ class Tracker:
         missing = [Param(k, v) for k, v in params.items() if k not in run.data.params]
         for i in range(0, len(missing), PARAMS_PER_BATCH):
             self.client.log_batch(run.info.run_id, params=missing[i : i + PARAMS_PER_BATCH])
-
-
-# ------------------------------------------------------------------------------------------------ the UI
-def sweep_page(base: str, store: Store | None, sweep: str | None = None) -> str:
-    """The address of the runs page of `sweep`'s experiment in the MLflow UI at `base` (default: the sweep
-    planned or launched last among those with an experiment), in the sweep's view (`LANDING`); the UI's experiment
-    list where the store knows none. LookupError for a sweep the store lacks or that has no experiment yet."""
-    frame = store.sweeps_frame() if store is not None else None
-    if sweep is not None:
-        if frame is None or sweep not in set(frame["name"]):
-            names = ", ".join(frame["name"]) if frame is not None else ""
-            raise LookupError(f"no sweep {sweep!r} in the results database (sweeps there: {names or 'none'})")
-        exp = frame.set_index("name").at[sweep, "mlflow_experiment_id"]
-        if not isinstance(exp, str):
-            raise LookupError(f"sweep {sweep!r} has no MLflow experiment yet: `ablate sync` makes it")
-    else:
-        known = frame.dropna(subset=["mlflow_experiment_id"]) if frame is not None else None
-        if known is None or known.empty:
-            return f"{base}/{ui_route('experiments')}"
-        exp = known.sort_values("updated_at").iloc[-1]["mlflow_experiment_id"]
-    return f"{base}/{ui_route(f'experiments/{exp}/runs', LANDING)}"
-
-
-def ui_route(path: str, query: str = "") -> str:
-    """The MLflow UI's address of `path` (`experiments/1/runs`) in its model-training view (`TRAINING_VIEW`), with
-    `query` (`LANDING`) after it."""
-    return f"#/{path}?{TRAINING_VIEW}" + (f"&{query}" if query else "")
-
-
-def _die_with(parent: int) -> None:
-    """In the forked server, before it runs: ask Linux to send it SIGTERM when `parent` (`ablate ui`) dies, even
-    by SIGKILL, which no handler of ours sees; elsewhere nothing. A parent already gone ends it at once."""
-    if sys.platform.startswith("linux"):
-        import ctypes
-
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG = 1
-        if os.getppid() != parent:
-            os._exit(1)
-
-
-class UiServer:
-    """`mlflow server` on a tracking store for `ablate ui`, run until it exits or this process gets SIGTERM or
-    SIGINT. The signal is forwarded to it once (it runs in a process group of its own, out of the terminal's
-    reach) and waited for, at most `UI_GRACE` seconds before its whole group is killed: no server or worker
-    outlives the command. One worker and no job runner, the least there is to start.
-
-        with UiServer(uri, "127.0.0.1", 5000) as server:
-            seconds = server.ready()     # None: it exited, or was told to stop, before serving
-            code = server.wait()
-    """
-
-    def __init__(self, uri: str, host: str, port: int) -> None:
-        self.host, self.port = host, port
-        self.cmd = [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", uri, "--host", host,
-                    "--port", str(port), "--workers", "1"]  # fmt: skip
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.stopping: float | None = None
-        """When the first stop signal came (monotonic seconds)."""
-        self.started = 0.0
-        self._saved: dict[int, Any] = {}
-
-    def __enter__(self) -> UiServer:
-        for sig in (signal.SIGTERM, signal.SIGINT):  # before the server exists: no signal can orphan it
-            self._saved[sig] = signal.signal(sig, self._forward)
-        self.started = time.monotonic()
-        env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
-        parent = os.getpid()
-        self.proc = subprocess.Popen(self.cmd, env=env, start_new_session=True,
-                                     preexec_fn=lambda: _die_with(parent))  # fmt: skip
-        if self.stopping is not None:
-            self.proc.terminate()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        try:
-            if self.proc is not None and self.proc.poll() is None:
-                self.stopping = self.stopping or time.monotonic()
-                self.proc.terminate()
-            self.wait()
-        finally:
-            for sig, handler in self._saved.items():
-                signal.signal(sig, handler)
-
-    def _forward(self, signum: int, _frame: Any) -> None:
-        self.stopping = self.stopping or time.monotonic()
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signum)
-
-    def ready(self) -> float | None:
-        """Seconds from the start until the server accepts connections; None if it exited or was told to
-        stop first."""
-        host = "127.0.0.1" if self.host in ("0.0.0.0", "::", "") else self.host
-        while self.proc is not None and self.proc.poll() is None and self.stopping is None:
-            try:
-                with socket.create_connection((host, self.port), timeout=1):
-                    return time.monotonic() - self.started
-            except OSError:
-                time.sleep(0.1)
-        return None
-
-    def wait(self) -> int:
-        """Wait for the server to exit (its group killed `UI_GRACE` seconds after a stop signal); its exit code,
-        128 + N after death by signal N."""
-        if self.proc is None:
-            return 0
-        while True:
-            try:
-                code = self.proc.wait(timeout=0.5)
-                break
-            except subprocess.TimeoutExpired:
-                if self.stopping is not None and time.monotonic() - self.stopping > UI_GRACE:
-                    self._kill_group()
-        self._kill_group()  # whatever of its group is left (a worker whose parent went first)
-        return code if code >= 0 else 128 - code
-
-    def _kill_group(self) -> None:
-        if self.proc is not None:
-            with suppress(ProcessLookupError, PermissionError):
-                os.killpg(self.proc.pid, signal.SIGKILL)

@@ -33,7 +33,7 @@ from ablate.training.checkpoints import FILE
 from ablate.training.messages import PREEMPT, clear_stop, request_stop
 
 if TYPE_CHECKING:
-    from ablate.planning.plan import Trial
+    from ablate.planning.keys import Trial
 
 SCRATCH = "ABLATE_SCRATCH"
 """Environment variable: the root of the local scratch copies of trials whose storage is a URL."""

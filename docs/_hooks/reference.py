@@ -1,7 +1,7 @@
 """MkDocs hook: the generated reference pages, written at build time from the code itself.
 
 A page asks for a reference with a marker line, `<!-- generated: NAME -->` (NAME one of `GENERATORS`): the
-experiments file's keys from its JSON schema (`ablate.spec.sweeps.json_schema`, the pydantic models' fields and their
+experiments file's keys from its JSON schema (`ablate.spec.schema.json_schema`, the pydantic models' fields and their
 docstrings, as `ablate schema` prints it) and every command and flag from the typer app (`ablate.cli.app`). Nothing
 in them is written by hand, so a key or flag added, renamed or removed changes the site on the next build; an
 unknown marker fails the build.
@@ -18,7 +18,7 @@ from typing import Any
 import typer.main
 
 from ablate.cli import app
-from ablate.spec.sweeps import json_schema
+from ablate.spec.schema import json_schema
 
 MARKER = re.compile(r"^<!-- generated: ([\w-]+) -->$", re.M)
 CODE_SPAN = re.compile(r"(`[^`]*`)")
