@@ -55,10 +55,10 @@ gallery: $(STAMP)
 gpu-check: $(STAMP)
 	$(BIN)/ablate gpu-check
 
-# The team set-up end to end (tests/test_team.py, marker `team`: PostgreSQL, an MLflow server, a bucket, three Ray
+# The team set-up end to end (tests/execution/test_team.py, marker `team`: PostgreSQL, an MLflow server, a bucket, three Ray
 # nodes, three launchers, and the faults it injects; minutes of its own); not part of `make test`, CI runs both.
 team: $(STAMP)
-	$(BIN)/python -m pytest -q -m team tests/test_team.py
+	$(BIN)/python -m pytest -q -m team tests/execution/test_team.py
 
 # The loop while you work: every test that starts no Ray, process, server or browser (marks set at collection by
 # tests/markers.py; starting a process raises here), and how long it took. `make test` and CI still run everything.

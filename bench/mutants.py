@@ -28,19 +28,19 @@ ROOT = Path(__file__).resolve().parents[1]
 GROUPS: dict[str, tuple[list[str], list[str]]] = {
     "planner": (
         ["ablate/planning/plan.py", "ablate/planning/keys.py"],
-        ["tests/test_planner.py", "tests/test_spec.py"],
+        ["tests/planning/test_planner.py", "tests/spec/test_spec.py"],
     ),
-    "store": (["ablate/store/writes.py", "ablate/store/queries.py"], ["tests/test_store.py"]),
+    "store": (["ablate/store/writes.py", "ablate/store/queries.py"], ["tests/store/test_store.py"]),
     "launcher": (
         ["ablate/execution/launcher.py", "ablate/execution/fanout.py", "ablate/execution/gangs.py"],
-        ["tests/test_launcher.py", "tests/test_cli.py"],
+        ["tests/execution/test_launcher.py", "tests/cli/test_cli.py"],
     ),
     "trial": (
         ["ablate/training/loop.py", "ablate/training/checkpoints.py", "ablate/training/parallel.py"],
-        ["tests/test_trial.py", "tests/test_parallel.py"],
+        ["tests/training/test_trial.py", "tests/training/test_parallel.py"],
     ),
-    "csan": (["ablate/nn/csan.py"], ["tests/test_attention.py"]),
-    "stats": (["ablate/reporting/stats.py"], ["tests/test_report.py", "-k", "not real_launch"]),
+    "csan": (["ablate/nn/csan.py"], ["tests/nn/test_attention.py"]),
+    "stats": (["ablate/reporting/stats.py"], ["tests/reporting/test_report.py", "-k", "not real_launch"]),
 }
 KILLED = ("killed", "timeout")
 

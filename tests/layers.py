@@ -1,5 +1,5 @@
-"""The layers of `ablate/`, bottom to top: the one list that tests/test_imports.py holds the import graph to and
-that docs/architecture.md's layer table is checked against (tests/test_imports.py). A unit is a package of
+"""The layers of `ablate/`, bottom to top: the one list that tests/project/test_imports.py holds the import graph to and
+that docs/architecture.md's layer table is checked against (tests/project/test_imports.py). A unit is a package of
 `ablate/` or one of its top-level modules (`ablate` itself is the package's `__init__`); a module imports its own
 unit or the units of lower layers only, and the units of one layer import none of each other."""
 

@@ -48,11 +48,12 @@ def _qualified(obj: object) -> str | None:
 
 
 def _ours(obj: object) -> bool:
-    """Whether `obj` is a function, class or module of tests/, whose code is read in turn."""
+    """Whether `obj` is a function, class or module of tests/ (a helper or a test module in a layer's folder),
+    whose code is read in turn."""
     module = obj if isinstance(obj, types.ModuleType) else getattr(obj, "__module__", None)
     module = module if isinstance(module, types.ModuleType) else sys.modules.get(str(module))
     file = getattr(module, "__file__", None)
-    return file is not None and Path(file).resolve().parent == TESTS
+    return file is not None and TESTS in Path(file).resolve().parents
 
 
 def _codes(obj: object) -> Iterator[tuple[types.CodeType, dict[str, object]]]:

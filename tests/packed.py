@@ -1,4 +1,4 @@
-"""The GPU-packing scenario, run in its own process by tests/test_packing.py (the session's Ray has no GPUs).
+"""The GPU-packing scenario, run in its own process by tests/execution/test_packing.py (the session's Ray has no GPUs).
 
 A real Ray with 2 logical GPUs (no CUDA here), real launches through `ablate.launch`, a probe faked only
 where a GPU is required: it returns a footprint of 30% or 60% of an 80 GiB device by the model's width.

@@ -59,7 +59,7 @@ class Verdict:
 def p_value(d: Sequence[float], ratio: float = 0.0) -> float:
     """The two-sided p of mean(d) == 0 by the small-sample policy's test for these paired differences: the
     (corrected resampled, `ratio` = n_test / n_train) t-test, the exact sign-flip test, or NaN where the policy
-    has none. The variant table's `stats.paired` gives the same p (tests/test_findings.py checks it)."""
+    has none. The variant table's `stats.paired` gives the same p (tests/reporting/test_findings.py checks it)."""
     x = np.asarray(d, dtype=float)
     n = len(x)
     kind = evidence.family(n, n - 1, evidence.estimable(x), exchangeable=ratio == 0)

@@ -87,7 +87,7 @@ def start_embedded(num_cpus: int | None = None, object_store_mb: int = 256) -> N
     explicit `_node_ip_address="127.0.0.1"` into the machine's external address. The switch Ray uses on macOS
     and Windows (`RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0`: single-node, loopback) is the one way to get loopback
     on Linux; it is set only while the node starts (its processes inherit it), so a later `ray.init(address=)`
-    in this process is unaffected. tests/test_launcher.py checks the listening addresses."""
+    in this process is unaffected. tests/execution/test_launcher.py checks the listening addresses."""
     env, flag = os.environ.get(ray_constants.ENABLE_RAY_CLUSTERS_ENV_VAR), ray_constants.ENABLE_RAY_CLUSTER
     os.environ[ray_constants.ENABLE_RAY_CLUSTERS_ENV_VAR], ray_constants.ENABLE_RAY_CLUSTER = "0", False
     try:
@@ -311,7 +311,7 @@ class Fanout:
         """Submit the trial's task: a single-worker trial with SPREAD placement (the nodes with room in turn);
         Ray's default packs tasks onto the launcher's node until half of it is busy, and queued a trial behind
         a busy node while another sat idle (bench/cluster_overhead.py: p99 idle 5 s). The strategy picks a
-        node, not a device: a node still packs GPU shares onto its GPUs (tests/test_packing.py). A gang places
+        node, not a device: a node still packs GPU shares onto its GPUs (tests/execution/test_packing.py). A gang places
         its ranks in a placement group of its own (`ablate.execution.gangs`)."""
         cfg = self.todo[key].config
         opts = {"num_cpus": self.worker_cpus(key), "num_gpus": self.gpus[key], "max_retries": 0,

@@ -13,7 +13,7 @@ cell's per-seed differences to the baseline (a seed's value is the mean over its
 repeated confidence interval mean +- t_{1-a_j/2, n-1} s / sqrt(n), with a_j = alpha(t_j) - alpha(t_{j-1}).
 The a_j sum to alpha, so (Bonferroni over the looks) every interval a cell ever shows holds at once with
 probability at least 1 - alpha: stopping when an interval clears the threshold keeps the error rate of
-each cell's decision at most alpha, however many looks it took (tests/test_sequential.py simulates it).
+each cell's decision at most alpha, however many looks it took (tests/planning/test_sequential.py simulates it).
 
 A cell is decided when its interval lies wholly above +threshold (higher), wholly below -threshold
 (lower), or wholly inside [-threshold, +threshold] (equivalent: any difference is smaller than matters).

@@ -151,9 +151,9 @@ def test_the_readmes_first_sweep_is_the_first_tutorials() -> None:
 
 def test_every_test_the_comparison_page_names_exists() -> None:
     """docs/why.md backs each claim about ablate with a test by name: a renamed or removed test unbacks it."""
-    named = re.findall(r"`(test_\w+\.py)::(test_\w+)`", (ROOT / "docs/why.md").read_text())
+    named = re.findall(r"`(tests/[\w/]+\.py)::(test_\w+)`", (ROOT / "docs/why.md").read_text())
     assert len(named) > 10
-    missing = [f"{f}::{t}" for f, t in named if f"def {t}(" not in (ROOT / "tests" / f).read_text()]
+    missing = [f"{f}::{t}" for f, t in named if not (ROOT / f).is_file() or f"def {t}(" not in (ROOT / f).read_text()]
     assert not missing, missing
 
 

@@ -23,7 +23,7 @@ from ablate.planning.check import check, check_config, fingerprint
 from ablate.planning.plan import Plan, load_plans, plan
 from ablate.registry import BACKBONES, Registry, RegistryError
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "cosine_attention" / "experiments.yaml"
 #: The example plugins (a mechanism, a dataset, a backbone): folder -> (its file, the variants of its sweep).
 EXAMPLES = {

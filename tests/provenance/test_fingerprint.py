@@ -588,7 +588,7 @@ with Store(sys.argv[1]) as store:
 """
 
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 MOVED_PARALLEL, MOVED_MESSAGES = "ablate.training.parallel", "ablate.training.messages"
 LOOP_MODULE = "ablate.training.loop"
 """Two modules the training loop digest covers or imports, moved by the test below, and the loop itself."""

@@ -16,7 +16,7 @@ from ablate.planning.plan import Plan, plan
 from ablate.reporting import report
 from ablate.store import Store
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 STEPS = [-2, -1, 0, 1, 2]
 #: Mean AUC per (gamma, I); "mean" = SynPooling ablated. gamma 0.9 ties I = 1 and 2 for the best.
 MEANS = {

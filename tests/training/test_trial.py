@@ -20,7 +20,7 @@ from ablate.training.tasks import shift_images
 pytestmark = pytest.mark.timeout(300)
 
 #: The plugin file whose task scores by a script (never imported: its components are loaded as a plugin's).
-SCRIPTED = Path(__file__).parent / "scripted.py"
+SCRIPTED = Path(__file__).parents[1] / "scripted.py"
 
 
 def config(**over) -> TrialConfig:

@@ -22,7 +22,7 @@ from ablate.tracking.records import RUN_STATUS, Tracker, params_of
 
 pytestmark = pytest.mark.timeout(400)
 MLFLOW = str(Path(sys.executable).with_name("mlflow"))
-GATE_SCRIPT = Path(__file__).with_name("gate.py")
+GATE_SCRIPT = Path(__file__).parents[1] / "gate.py"
 CLI_ENV = {**os.environ, "RAY_ADDRESS": "", "RAY_AUTH_MODE": "disabled"}
 
 

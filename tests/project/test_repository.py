@@ -6,7 +6,7 @@ import re
 import subprocess
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 UP = re.compile(r"(?:\.\./)+[\w.\-/]*")
 OUTSIDE_NAMES = re.compile(r"\bREFERENCE\.md\b|\bDESIGN\.md\b")
 """Documents that live beside the repository, not in it: cite the papers by title instead."""

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from layers import LAYER_OF, table, unit
 
-PACKAGE = Path(__file__).resolve().parents[1] / "ablate"
+PACKAGE = Path(__file__).resolve().parents[2] / "ablate"
 
 
 def modules(root: Path) -> dict[str, Path]:

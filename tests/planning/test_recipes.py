@@ -17,7 +17,7 @@ from ablate.registry import TASKS
 from ablate.spec.paths import get_path
 from ablate.training.loop import make_scheduler
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 #: The CSaN authors' recipe (their README's timm command): path -> value, for every trial of csan-paper.
 CSAN_RECIPE = {

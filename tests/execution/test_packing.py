@@ -78,7 +78,7 @@ def test_auto_on_a_cluster_without_gpus_is_an_error_before_anything_is_written(r
 @pytest.fixture(scope="module")
 def packed(tmp_path_factory: pytest.TempPathFactory) -> dict:
     root = tmp_path_factory.mktemp("packed")
-    here = Path(__file__).parent
+    here = Path(__file__).parents[1]  # tests/, where packed.py is
     out = subprocess.run([sys.executable, str(here / "packed.py"), str(root)], cwd=here, capture_output=True,
                          text=True, timeout=600)  # fmt: skip
     assert out.returncode == 0, out.stderr[-3000:]

@@ -227,7 +227,7 @@ def test_a_backbone_that_never_calls_the_mechanism_is_refused_naming_it(tmp_path
     """A backbone plugin whose attention does its own softmax (the mixer built, never called): `ablate check`
     exits 2 naming the backbone, its file and the mechanism, for softmax and CSaN alike (issue 38 item 2: two
     mechanisms trained one network, and the report listed two variants); the example as shipped passes."""
-    source = (Path(__file__).parents[1] / "examples" / "plain_backbone" / "plainvit.py").read_text()
+    source = (Path(__file__).parents[2] / "examples" / "plain_backbone" / "plainvit.py").read_text()
     mixed = "out = self.mixer(q, k, v, bias=None, x=x)"
     assert mixed in source
     base = {**TINY, "model": {"backbone": "ownvit", "size": "ownvit-micro", "img_size": 8, "patch_size": 2}}

@@ -30,7 +30,7 @@ from ablate.store.writes import now
 from ablate.tracking.records import Tracker
 from ablate.training import checkpoints
 
-GATE_SCRIPT = Path(__file__).with_name("gate.py")
+GATE_SCRIPT = Path(__file__).parents[1] / "gate.py"
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -374,7 +374,7 @@ def test_killed_launcher_is_finished_by_the_next_launch(tmp_path: Path) -> None:
 def test_launchers_started_together_train_each_trial_once(tmp_path: Path) -> None:
     """Three launchers of one sweep at the same moment, on one fresh SQLite store and one fresh MLflow
     database: they split the trials, each trial has exactly one training attempt and one MLflow run, and every
-    launcher ends when all are done. (Three launchers on PostgreSQL, with faults: tests/test_team.py, `make
+    launcher ends when all are done. (Three launchers on PostgreSQL, with faults: tests/execution/test_team.py, `make
     team`; the claims themselves on both backends: test_store.)"""
     db = f"sqlite:///{tmp_path}/r.sqlite"
     cfg = {**TINY, "train": {**TINY["train"], "epochs": 1}, "resources": {"cpus": 1}}

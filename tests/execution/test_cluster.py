@@ -26,7 +26,7 @@ from ablate.tracking.records import Tracker
 
 pytestmark = pytest.mark.timeout(420)
 RAY = str(Path(sys.executable).with_name("ray"))
-GATE_SCRIPT = Path(__file__).with_name("gate.py")
+GATE_SCRIPT = Path(__file__).parents[1] / "gate.py"
 IP = "127.0.0.2"  # Ray 2.60 cannot hold two nodes on 127.0.0.1
 
 

@@ -17,8 +17,8 @@ from ablate.errors import SpecError
 from ablate.planning.plan import load_plans
 from ablate.spec.schema import json_schema
 
-BAD = sorted((Path(__file__).parent / "specs" / "bad").glob("*.yaml"))
-ROOT = Path(__file__).resolve().parents[1]
+BAD = sorted((Path(__file__).parents[1] / "specs" / "bad").glob("*.yaml"))
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def expected(path: Path) -> list[str]:

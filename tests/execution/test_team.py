@@ -52,8 +52,8 @@ from ablate.store import Store, flatten
 from ablate.training.storage import Storage
 
 RAY, ABLATE, MLFLOW = (str(Path(sys.executable).with_name(name)) for name in ("ray", "ablate", "mlflow"))
-GATE_SCRIPT = Path(__file__).with_name("gate.py")
-MARKER = "<!-- tests/test_team.py runs this block"
+GATE_SCRIPT = Path(__file__).parents[1] / "gate.py"
+MARKER = "<!-- tests/execution/test_team.py runs this block"
 ROLES = ("mlflow server", "ray start --head", "ray start --address", "ablate launch")
 SWEEPS = {"alpha": [0, 1, 2, 3], "beta": [2, 3, 4, 5], "gamma": [4, 5, 0, 1]}
 """One sweep per launcher; every trial (a seed of TINY) is in two of them."""
