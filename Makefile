@@ -25,8 +25,16 @@ run: $(STAMP)
 	$(BIN)/ablate launch experiments.yaml $(SWEEP)
 	$(BIN)/ablate report $(SWEEP)
 
+# The suite in two pytest processes at once: the quick tests (no Ray, process, server or browser: they share
+# nothing with the rest, and a quick run refuses a process) run beside the others, whose tests mostly wait on the
+# processes they start; its output follows. Both must pass.
 test: lint docs $(STAMP)
-	$(BIN)/python -m pytest -q
+	@mkdir -p build; start=$$(date +%s); \
+	$(BIN)/python -m pytest -q -m quick -p no:cacheprovider > build/quick.log 2>&1 & quick=$$!; \
+	$(BIN)/python -m pytest -q -m 'not quick and not team'; slow=$$?; \
+	wait $$quick; fast=$$?; echo "--- the quick tests, run beside:"; cat build/quick.log; \
+	echo "make test: pytest $$(( $$(date +%s) - start )) s (quick exit $$fast, the rest exit $$slow)"; \
+	exit $$(( slow || fast ))
 
 # The documentation site (mkdocs.yml, docs/) into build/site (open build/site/index.html; search needs a server:
 # python -m http.server -d build/site), strictly: a broken link or anchor, a page left out of
