@@ -1,32 +1,40 @@
-"""The library API with the CLI's defaults: what `ablate launch` and `ablate report` do, from a notebook.
+"""The library API with the CLI's defaults: what `ablate launch`, `status`, `show` and `report` do, from a notebook.
 
     import ablate
     plan = ablate.plan("experiments.yaml", overrides=["train.epochs=1"])   # the default sweep
     ablate.launch(plan)                          # Ray; db/ablate.sqlite and MLflow at db/mlflow.sqlite
+    ablate.api.status().counts                   # trials per state per sweep, as `ablate status` prints them
+    ablate.api.show("3f2a").attempts             # one trial whole, as `ablate show 3f2a`
     ablate.report(plan.sweep)                    # reports/<sweep>/index.html
     with ablate.Store() as store: store.runs()   # the trials, as `ablate runs --all-columns`
 
 `ablate.execution.launcher.launch` and `ablate.reporting.report` are the engines under these: they record and read
-only where they are told (no MLflow unless given a tracker), which is what tests and benchmarks want.
+only where they are told (no MLflow unless given a tracker), which is what tests and benchmarks want. What lives
+here only composes them (the store, the planner, provenance, the tracker), which is why it lives at the top: the
+CLI (`ablate.cli`) parses, calls these and formats, so a notebook gets the same facts the commands print.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager, nullcontext
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from ablate.execution.launcher import Cluster, LaunchResult, RunConfig
-    from ablate.execution.preflight import Checks
+    from ablate.execution.preflight import Checks, Workload
     from ablate.execution.progress import Progress
-    from ablate.execution.selection import Select
+    from ablate.execution.selection import Select, Selection
     from ablate.planning.plan import Plan
-    from ablate.store import Store
+    from ablate.provenance.stale import StaleCode
+    from ablate.store import Listing, Store
+    from ablate.store.queries import Pace
+    from ablate.store.schema import TrialRecord
     from ablate.tracking.records import Tracker
 
-__all__ = ["launch", "report"]
+__all__ = ["dry_run", "forget", "grown", "launch", "report", "show", "status", "unfinished", "workload"]
 
 
 @contextmanager
@@ -93,14 +101,37 @@ def _ray_first(cluster: Cluster) -> Iterator[None]:
 
 def _done_keys(store: Store | str | None) -> set[str]:
     """The done trials of `store`, without creating a database where there is none."""
+    with _existing(store) as opened:
+        return opened.done_keys() if opened else set()
+
+
+@contextmanager
+def _existing(store: Store | str | None) -> Iterator[Store | None]:
+    """`store` itself (left open), the store at a URL or the CLI's default where its database exists (closed
+    after), else None: what only reads, or only looks before a launch, never creates a database."""
     from ablate.store import Store, database_exists
 
-    if isinstance(store, Store):
-        return store.done_keys()
-    if not database_exists(store):
-        return set()
+    if isinstance(store, Store) or not database_exists(store):
+        yield store if isinstance(store, Store) else None
+        return
     with Store(store) as opened:
-        return opened.done_keys()
+        yield opened
+
+
+def _missing(store: Store | str | None) -> str:
+    """The one sentence for a database that is not there (`_existing` gave None)."""
+    from ablate.store import DEFAULT_URL
+
+    return f"no results database at {store or DEFAULT_URL}: launch a sweep first"
+
+
+@contextmanager
+def _reading(store: Store | str | None) -> Iterator[Store]:
+    """The store of `_existing`; a LookupError, creating nothing, where its database does not exist."""
+    with _existing(store) as opened:
+        if opened is None:
+            raise LookupError(_missing(store))
+        yield opened
 
 
 def report(
@@ -112,9 +143,234 @@ def report(
     ReportError, and is not created."""
     from ablate.reporting import ReportError
     from ablate.reporting import report as write
-    from ablate.store import DEFAULT_URL, Store, database_exists
 
-    if not isinstance(store, Store) and not database_exists(store):
-        raise ReportError(f"no results database at {store or DEFAULT_URL}: launch a sweep first")
-    with _opened(store) as opened:
+    with _existing(store) as opened:
+        if opened is None:
+            raise ReportError(_missing(store))
         return write(sweeps, store=opened, **options)
+
+
+def grown(plans: Sequence[Plan], store: Store | None = None) -> list[Plan]:
+    """`plans` with each tuned sweep's searches as far as `store`'s results go (none: their first rounds), each
+    followed by its companion sweep of tuning trials (`ablate.planning.tuned`); untuned plans as they are, without
+    importing the tuner (optuna)."""
+    if not any(p.tuning for p in plans):
+        return list(plans)
+    from ablate.planning.tuned import Rounds
+
+    return Rounds(plans).start(store).plans
+
+
+def workload(plans: Sequence[Plan], store: Store | str | None = None, choice: Select | None = None) -> Workload:
+    """What launching `plans` would train, as far as `store`'s results grow them, its later rounds included
+    (`ablate.execution.preflight.workload`): what `ablate launch --ask-above` weighs (`Workload.asks`). Reads the
+    store where it exists, writes nothing; a choice that names unknown trials is a SelectionError."""
+    from ablate.execution.preflight import workload as weigh
+    from ablate.execution.selection import Select
+
+    with _existing(store) as opened:
+        return weigh(grown(plans, opened), opened, choice or Select())
+
+
+@dataclass(frozen=True)
+class DryRun:
+    """What `ablate launch --dry-run` prints: the plans as far as the store grows them, and what the launch would
+    do with each of their trials (`ablate.execution.selection.Selection`: states, stale ones, `action(key)`)."""
+
+    plans: list[Plan]
+    chosen: Selection
+
+    def counts(self) -> tuple[int, int, int]:
+        """Planned trials the launch would run, would skip, and of those skipped the stale ones it keeps."""
+        planned = [t.key for p in self.plans for t in p.trials]
+        run = sum(k in self.chosen.run for k in planned)
+        kept = sum(k in self.chosen.stale and k not in self.chosen.run for k in planned)
+        return run, len(planned) - run, kept
+
+
+def dry_run(plans: Sequence[Plan], store: Store | str | None = None, choice: Select | None = None) -> DryRun:
+    """What a launch of `plans` with `choice` would run and skip, writing nothing (`ablate launch --dry-run`)."""
+    from ablate.execution.selection import Select, select
+
+    with _existing(store) as opened:
+        grew = grown(plans, opened)  # a tuned sweep's searches as the store's results take them
+        return DryRun(grew, select(grew, opened, choice or Select()))
+
+
+def unfinished(plans: Sequence[Plan], store: Store) -> Listing:
+    """The trials of `plans` (a tuned sweep's as its searches went) that `store` says are not done, one row each:
+    what a launch left, rather than what its launcher stopped (some never started)."""
+    from ablate.store import STATES
+
+    planned = {t.key for p in grown(plans, store) for t in p.trials}
+    rows = store.trial_rows([p.sweep for p in plans], states=[s for s in STATES if s != "done"]).first_of("key")
+    return rows.rows(k in planned for k in rows["key"])
+
+
+@dataclass(frozen=True)
+class Status:
+    """What `ablate status` prints: per sweep its trials per state and the pace of the unfinished ones; the first
+    rows (`ablate.provenance.stale.LISTED`) of the running, failed or diverged, and stale trials; and which done
+    trials could not be checked for staleness."""
+
+    counts: dict[str, dict[str, int]]
+    """Sweep -> trials in each of `ablate.store.STATES`, and `total` (`Store.state_counts`)."""
+    pace: dict[str, Pace]
+    """Sweep -> epochs left, seconds per epoch and ETA of its unfinished trials (none where all are done)."""
+    running: Listing
+    failed: Listing
+    """Failed and diverged trials, with the first line of their error."""
+    stale: Listing
+    """Stale trials: sweep, key, and what `changed` since they ran (component names, `torch 2.4 -> 2.5`)."""
+    code: StaleCode
+    """The stale digests and how many trials they hold; `code.unchecked()`: the line on unchecked ones."""
+
+    def total(self, *states: str) -> int:
+        """Trials in any of `states` across the sweeps (a listing shows only its first rows)."""
+        return sum(n[s] for n in self.counts.values() for s in states)
+
+
+def status(sweeps: Sequence[str] | None = None, store: Store | str | None = None) -> Status:
+    """The state of `sweeps` (default: every sweep in the store) as `ablate status` prints it, from `store` (a
+    Store, a database URL, or None: the CLI's db/ablate.sqlite); a LookupError where that database does not exist
+    (none is created)."""
+    from ablate.provenance.stale import LISTED, StaleCode, stale_code
+    from ablate.store import Listing
+
+    chosen = list(sweeps) if sweeps else None
+    with _reading(store) as opened:
+        counts = opened.state_counts(chosen)
+        if not counts:
+            return Status({}, {}, Listing({}), Listing({}), Listing({}), StaleCode({}, 0))
+        pace = opened.progress(chosen)
+        running = opened.trial_rows(chosen, states=("running",), limit=LISTED)
+        failed = opened.trial_rows(chosen, states=("failed", "diverged"), limit=LISTED)
+        code = stale_code(opened, chosen)
+        rows = opened.with_code(code.changed, chosen, limit=LISTED) if code.changed else None
+    stale = Listing({"sweep": [], "key": [], "changed": []})
+    if rows is not None:
+        stale = Listing(
+            {"sweep": rows["sweep"], "key": rows["key"], "changed": [code.changed[d] for d in rows["digest"]]}
+        )
+    return Status(counts, pace, running, failed, stale, code)
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """One result of a trial: a previous one kept when it was retrained (with the `reason`), or its latest."""
+
+    state: str
+    finished_at: Any
+    result: Any
+    traceback: str | None
+    kept: bool = False
+    """A previous result, kept when the trial was retrained for `reason`."""
+    reason: str | None = None
+
+
+@dataclass(frozen=True)
+class MlflowRun:
+    """A trial's MLflow run: its id, the tracking store asked, and where to open it (None: not in that store)."""
+
+    run_id: str
+    uri: str
+    url: str | None
+
+
+@dataclass(frozen=True)
+class Shown:
+    """One trial whole, as `ablate show` prints it."""
+
+    trial: TrialRecord
+    """The store's record: key, state, attempts, config, code (digest, git, versions, components)..."""
+    sweeps: list[str]
+    """Every sweep that planned it."""
+    covered: dict[str, list[str]]
+    """Component -> the modules its recorded digest covers (from the trial's config, as planned now)."""
+    attempts: list[Attempt]
+    """Previous results first, the latest last."""
+    metrics: Listing
+    """Per metric name: steps recorded and the last value."""
+    mlflow: MlflowRun | None
+    """None where the trial has no MLflow run or no tracker was asked."""
+
+
+def show(key: str, store: Store | str | None = None, tracker: Tracker | str | bool = True) -> Shown:
+    """The trial whose key is `key` or starts with it, whole, from `store` (as for `status`), its MLflow run looked
+    up in `tracker` (a Tracker, a tracking URI, True: the CLI's db/mlflow.sqlite, False: not looked up). A
+    LookupError where no trial or several match, or the database does not exist. The sweeps' plugins are loaded
+    (where they load) so that the modules a component covers can be named."""
+    from ablate.config import TrialConfig
+    from ablate.plugins import Plugins
+    from ablate.provenance.fingerprint import modules_of
+    from ablate.store import Listing
+    from ablate.tracking.records import Tracker
+
+    with _reading(store) as opened:
+        keys = [k for k in opened.states() if k.startswith(key)]
+        if len(keys) != 1:
+            raise LookupError(f"{key!r} matches {len(keys)} trials" + (": give more of the key" if keys else ""))
+        trial, sweeps = opened.trial(keys[0]), opened.sweeps_of(keys[0])
+        previous = opened.previous(keys[0])
+        metrics = opened.metrics_frame(keys=[keys[0]])
+        for name in sweeps:
+            record = opened.sweep(name)
+            Plugins.from_json((record.spec or {}).get("plugins") if record else None).load(strict=False)
+    assert trial is not None
+    try:
+        covered = modules_of(TrialConfig.model_validate(trial.config))
+    except ValueError:
+        covered = {}
+    attempts = [Attempt(p["state"], p["finished_at"], p["result"], p.get("traceback"), True, p["reason"])
+                for p in previous]  # fmt: skip
+    attempts.append(Attempt(trial.state, trial.finished_at, trial.result, trial.traceback))
+    last = Listing({})
+    if len(metrics):
+        frame = metrics.groupby("name", observed=True).agg(steps=("step", "count"), last=("value", "last"))
+        last = Listing.of_frame(frame.reset_index())
+    run = None
+    if trial.mlflow_run_id and tracker is not False:
+        asked = tracker if isinstance(tracker, Tracker) else Tracker(None if tracker is True else tracker)
+        run = MlflowRun(trial.mlflow_run_id, asked.uri, asked.run_url(trial.mlflow_run_id))
+    return Shown(trial, sweeps, covered, attempts, last, run)
+
+
+@dataclass(frozen=True)
+class Forgotten:
+    """What `forget` deleted: trials and MLflow runs (their checkpoints went with the trials)."""
+
+    trials: int
+    runs: int
+
+
+def forget(
+    keys: Sequence[str],
+    store: Store | str | None = None,
+    storage: str = "db/checkpoints",
+    tracker: Tracker | str | bool = True,
+) -> Forgotten:
+    """Delete the trials `keys` whole, as `ablate forget` does (after it listed them and asked): store rows,
+    metrics and previous results, their checkpoints under `storage` and, through `tracker` (as for `show`), their
+    MLflow runs and those of their previous results. A LookupError where the database does not exist."""
+    from ablate.tracking.records import Tracker
+    from ablate.training.storage import Storage
+
+    with _reading(store) as opened:
+        runs = [r for k in keys for r in _run_ids(opened, k)]
+        n = opened.forget(keys)
+    where = Storage(storage)
+    for key in keys:
+        where.forget(key)
+    if tracker is False or not runs:
+        return Forgotten(n, 0)
+    asked = tracker if isinstance(tracker, Tracker) else Tracker(None if tracker is True else tracker)
+    for run_id in runs:
+        asked.client.delete_run(run_id)
+    return Forgotten(n, len(runs))
+
+
+def _run_ids(store: Store, key: str) -> list[str]:
+    """MLflow runs of a trial: its own and those of its previous results."""
+    trial = store.trial(key)
+    ids = [trial.mlflow_run_id if trial else None] + [p.get("mlflow_run_id") for p in store.previous(key)]
+    return [i for i in ids if i]

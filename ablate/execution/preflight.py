@@ -103,6 +103,10 @@ class Workload:
         """Trial-epochs of the whole launch, at most."""
         return self.epochs + self.later_epochs
 
+    def asks(self, above: int) -> bool:
+        """Whether a launch of this much asks first (`launch --ask-above`: trial-epochs, later rounds included)."""
+        return self.most > above
+
     def words(self) -> str:
         now = f"{self.trials:,} trials, {self.epochs:,} trial-epochs"
         return now + (f" (up to {self.trials + self.later:,} trials, {self.most:,} trial-epochs with the later "

@@ -1,0 +1,177 @@
+"""`ablate launch`: parse, ask before a large launch, call `ablate.api.launch` and print what it left. Every check
+that can refuse a launch is the library's pre-flight (`ablate.execution.preflight`), the same for `ablate.launch()`;
+what this adds is the question a person answers (`--ask-above`, `--yes`), whose decision is `Workload.asks`."""
+
+from __future__ import annotations
+
+import signal
+import sys
+from collections import Counter
+from enum import Enum
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import typer
+from rich.table import Table
+
+from ablate.cli.common import DB, MAX_TRIALS, MLFLOW, SET, fail, out, plans_of
+from ablate.cli.tables import cell, print_table
+
+if TYPE_CHECKING:
+    from ablate.execution.selection import Select
+    from ablate.planning.plan import Plan
+
+
+class StalePolicy(str, Enum):
+    warn = "warn"
+    rerun = "rerun"
+    reuse = "reuse"
+
+
+class RerunWhat(str, Enum):
+    failed = "failed"
+    diverged = "diverged"
+    stale = "stale"
+    all = "all"
+
+
+CONFIRM_ABOVE = 2_000
+"""Trial-epochs a launch runs without asking (the repository's CPU sweeps stay below it, the paper-scale
+ones and `--all` go above)."""
+
+
+def launch(
+    file: Path = typer.Argument(Path("experiments.yaml"), help="The experiments file."),
+    sweep: list[str] | None = typer.Argument(
+        None, help="Sweeps to launch (default: the file's default sweep, its `default:` or its first)."
+    ),
+    every: bool = typer.Option(False, "--all", help="Launch every sweep of the file."),
+    address: str | None = typer.Option(
+        None, envvar="RAY_ADDRESS", help="Ray cluster address; none: an embedded local Ray."
+    ),
+    storage: str = typer.Option(
+        "db/checkpoints",
+        help="Checkpoint folder (on a cluster, one every node mounts) or a bucket URL such as s3://bucket/prefix"
+        " (any fsspec filesystem; credentials from its usual environment on every node).",
+    ),
+    db: str | None = DB,
+    mlflow_uri: str | None = MLFLOW,
+    mlflow: bool = typer.Option(True, "--mlflow/--no-mlflow", help="Also record to MLflow."),
+    cpus: float | None = typer.Option(None, help="CPUs per trial (overrides the sweep's resources.cpus)."),
+    gpus: float | None = typer.Option(None, help="GPUs per trial, fractions allowed (overrides resources.gpus)."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Print what would run and what is skipped; write nothing."),
+    live: bool | None = typer.Option(
+        None, "--live/--plain", help="Live table or log lines [default: live on a terminal]."
+    ),
+    lease: float = typer.Option(
+        60.0, min=1, help="Seconds a crashed launcher's trials stay claimed before another launcher takes them over."
+    ),
+    check: bool = typer.Option(
+        True,
+        "--check/--no-check",
+        help="One training step of every architecture to run, on CPU, before anything is written or submitted.",
+    ),
+    stale: StalePolicy | None = typer.Option(
+        None,
+        help="Done trials whose code changed since they ran: warn (reuse and list them), rerun (train again, the "
+        "old result kept), reuse (silently) [default: each sweep's stale:, else warn].",
+    ),
+    rerun: RerunWhat | None = typer.Option(
+        None, help="Run only failed, diverged or stale trials, or all (done ones again; old results kept)."
+    ),
+    only: list[str] | None = typer.Option(None, help="Run only this trial (a key or a unique prefix); repeatable."),
+    max_trials: int = MAX_TRIALS,
+    overrides: list[str] | None = SET,
+    yes: bool = typer.Option(
+        False, "--yes", "-y", help="Launch a large plan without asking (needed without a terminal)."
+    ),
+    ask_above: int = typer.Option(
+        CONFIRM_ABOVE, "--ask-above", min=0, help="Trial-epochs to run (trials x epochs) above which launch asks first."
+    ),
+) -> None:
+    """Run every unfinished trial of the sweeps on Ray; record to the store and MLflow."""
+    plans = plans_of(file, sweep, default=not every, max_trials=max_trials, overrides=overrides)
+    if not sweep and not every:
+        out.print(f"sweep {plans[0].sweep} (the file's default; name sweeps, or --all for every one)")
+    from ablate.execution.selection import Select, SelectionError
+
+    choice = Select(rerun.value if rerun else None, tuple(only or ()), stale.value if stale else None)
+    if dry_run:
+        _dry_run(plans, db, choice)
+        return
+    if not yes:
+        _confirm_size(plans, db, ask_above, choice)
+    from ablate.api import launch as run
+    from ablate.api import unfinished
+    from ablate.execution.launcher import Cluster, RunConfig
+    from ablate.execution.preflight import Checks, PreflightError
+    from ablate.execution.progress import Progress
+    from ablate.store import Store
+
+    tracker = mlflow_uri or True if mlflow else False  # a URI, the default one, or none
+    try:
+        settings = RunConfig(storage, cpus, gpus, lease=lease)
+        result = run(plans, db, tracker, cluster=Cluster(address), run=settings, progress=Progress(live=live,
+                     console=out), choice=choice, checks=Checks(models=check, data=check))  # fmt: skip
+    except (PreflightError, ConnectionError, SelectionError) as e:
+        fail(str(e))
+    with Store(db) as store:
+        if result.store_error:
+            fail(f"{result.store_error} What it missed waits in {result.journal}; the next launch writes it.", code=3)
+        left = unfinished(plans, store)
+    if result.interrupted:  # what the store says is left, not what the launcher stopped: some never started
+        ended = {k: v for k, v in result.counts.items() if k not in ("interrupted", "preempted")}
+        counts = ", ".join(f"{k} {v}" for k, v in sorted(ended.items())) or "none finished"
+        states = ", ".join(f"{k} {v}" for k, v in sorted(Counter(left["state"]).items()))
+        out.print(f"{counts}; not done: {states or 'none'}; {result.skipped} already done; "
+                  f"{result.seconds:.1f} s")  # fmt: skip
+        raise typer.Exit(128 + (result.signal or signal.SIGINT))  # the shell's code for death by the signal
+    counts = ", ".join(f"{k} {v}" for k, v in sorted(result.counts.items())) or "nothing run"
+    out.print(f"{counts}; {result.skipped} already done; {result.seconds:.1f} s")
+    if len(left):
+        print_table(left.select(["sweep", "key", "state", "error"]), f"{len(left)} trials not done")
+        raise typer.Exit(1)
+
+
+def _confirm_size(plans: list[Plan], db: str | None, above: int, choice: Select) -> None:
+    """Ask before a launch of more than `above` trial-epochs, its later rounds included (`ablate.api.workload`);
+    without a terminal, refuse it (exit 2) unless --yes was given."""
+    from ablate.api import workload
+    from ablate.execution.selection import SelectionError
+
+    try:
+        work = workload(plans, db, choice)
+    except SelectionError as e:
+        fail(str(e))
+    if not work.asks(above):
+        return
+    what = f"{work.words()}, above --ask-above {above:,}"
+    if not sys.stdin.isatty():
+        fail(f"this launch would run {what}: pass --yes to launch it without a terminal")
+    typer.confirm(f"launch {what}?", abort=True)
+
+
+def _dry_run(plans: list[Plan], db: str | None, choice: Select) -> None:
+    """Each planned trial's state (a done one with other code than now: stale) and what this launch would do
+    with it (`ablate.api.dry_run`), then what changed in stale trials; writes nothing."""
+    from ablate.api import dry_run
+    from ablate.execution.selection import SelectionError
+
+    try:
+        would = dry_run(plans, db, choice)
+    except SelectionError as e:
+        fail(str(e))
+    chosen = would.chosen
+    for p in would.plans:
+        table = Table(title=f"{p.sweep} (dry run)", title_justify="left")
+        for col in ("key", *p.axes, "seed", "state", "action"):
+            table.add_column(col)
+        for t in p.trials:
+            state = "stale" if t.key in chosen.stale else chosen.states.get(t.key, "new")
+            table.add_row(t.key[:10], *[cell(t.axes[a]) for a in p.axes], str(t.axes["seed"]), state,
+                          chosen.action(t.key))  # fmt: skip
+        out.print(table)
+    for line in chosen.lines({t.key: t for p in would.plans for t in p.trials}):
+        out.print(line)
+    todo, skip, kept = would.counts()
+    out.print(f"would run {todo}, skip {skip}" + (f" ({kept} of them stale, kept)" if kept else ""))

@@ -1,0 +1,164 @@
+"""`ablate plan`, `check`, `schema` and `plugins`: the experiments file and what it can use, before anything runs."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import typer
+from rich.table import Table
+
+from ablate.cli.common import MAX_TRIALS, SET, Format, fail, out, plans_of
+from ablate.cli.tables import cell, markdown
+from ablate.errors import SpecError
+
+
+def plan(
+    file: Path = typer.Argument(Path("experiments.yaml"), help="The experiments file."),
+    sweep: list[str] | None = typer.Argument(None, help="Sweeps to plan (default: every sweep)."),
+    format: Format = typer.Option(
+        Format.table, "--format", "-f", help="table (rich), csv or json rows, or markdown (without the config)."
+    ),
+    costs: bool = typer.Option(True, "--costs/--no-costs", help="Compute params and GFLOPs per trial."),
+    limit: int = typer.Option(200, help="Rows shown in the table (csv/json always print every row)."),
+    max_trials: int = MAX_TRIALS,
+    overrides: list[str] | None = SET,
+) -> None:
+    """Expand sweeps into trials: key, axis values, params and GFLOPs; counts per axis."""
+    from ablate.planning import table as plan_table
+    from ablate.planning import units
+    from ablate.planning.check import ModelError
+
+    plans = plans_of(file, sweep, max_trials=max_trials, overrides=overrides)
+    try:
+        cost = plan_table.variant_costs(plans) if costs else None
+    except ModelError as e:
+        fail(f"{e}\n(`ablate check` steps every variant; --no-costs plans without building models)")
+    if format is Format.json:
+        sys.stdout.write(json.dumps(plan_table.records(plans, cost), indent=1) + "\n")
+        return
+    if format is Format.markdown:
+        import pandas as pd
+
+        sys.stdout.write(markdown(pd.DataFrame([r for p in plans for r in plan_table.rows(p, cost)])))
+        return
+    if format is Format.csv:
+        plan_table.write_csv(plans, cost, sys.stdout)
+        return
+    for p in plans:
+        if p.tuning and not p.trials:
+            from ablate.planning.tuned import describe
+
+            out.print(f"{p.sweep}: {describe(p)}")
+            continue
+        prows = plan_table.rows(p, cost, limit)
+        table = Table(title=f"{p.sweep}: {len(p.trials)} trials, {len(p.variants)} variants", title_justify="left")
+        table.add_column("key")
+        for a in p.axes:
+            table.add_column(a)
+        table.add_column("seed", justify="right")
+        if costs:
+            table.add_column("params", justify="right")
+            table.add_column("GFLOPs", justify="right")
+            table.add_column("w/o attn matmuls", justify="right")
+        for r in prows:
+            base = "  *" if r["variant"] == p.baseline else ""
+            cells = [r["key"][:10] + base] + [cell(r[a]) for a in p.axes] + [str(r["seed"])]
+            if costs:
+                cells += [units.params(r["params"]), units.gflops(r["gflops"]), units.gflops(r["gflops_no_attn"])]
+            table.add_row(*cells)
+        out.print(table)
+        if len(p.trials) > limit:
+            out.print(f"... {len(p.trials) - limit} more rows (--limit, or --format csv)")
+        counts = "; ".join(f"{a}: " + ", ".join(f"{cell(v)}={n}" for v, n in c.items()) for a, c in p.counts().items())
+        out.print(f"total {len(p.trials)}; {counts}; seeds {len(set(t.axes['seed'] for t in p.trials))}")
+        if p.adaptive:
+            s = p.adaptive
+            out.print(f"adaptive seeds: {s.min} per cell now; up to {len(p.reserve)} more trials ({s.max} seeds) for "
+                      f"cells still undecided at threshold {s.threshold:g} on {p.metric}")  # fmt: skip
+        if p.baseline:
+            out.print("* = baseline variant")
+
+
+def check(
+    file: Path = typer.Argument(Path("experiments.yaml"), help="The experiments file."),
+    sweep: list[str] | None = typer.Argument(None, help="Sweeps to check (default: every sweep)."),
+    max_trials: int = MAX_TRIALS,
+    overrides: list[str] | None = SET,
+    data: bool = typer.Option(
+        True, "--data/--no-data", help="Also build a batch of each dataset (--no-data: where the data is elsewhere)."
+    ),
+) -> None:
+    """Build every distinct model of the plan and run one forward and backward step on CPU, and a batch of each
+    dataset through it (labels, shapes and classes as the dataset declared them); exit 2 on failure."""
+    from ablate.config import REPLICATES
+    from ablate.planning import units
+    from ablate.planning.check import check as run_check
+
+    plans = plans_of(file, sweep, max_trials=max_trials, overrides=overrides)
+    results = run_check(plans, data=data)
+    table = Table(title="pre-launch check: one training step per variant (batch 2, CPU)", title_justify="left")
+    for col in ("sweep", "variant", "params", "GFLOPs", "Δ params vs baseline", "status"):
+        table.add_column(col, justify="right" if col in ("params", "GFLOPs", "Δ params vs baseline") else "left")
+    base = {p.sweep: next((c.params for c in results if c.sweep == p.sweep and c.variant == p.baseline), None)
+            for p in plans}  # fmt: skip
+    labels: dict[tuple[str, str], str] = {}
+    for p in plans:  # a variant is a cell without its replicates
+        for t in p.trials:
+            words = ", ".join(f"{k}={cell(v)}" for k, v in t.axes.items() if k not in REPLICATES)
+            labels.setdefault((p.sweep, t.variant), words)
+    for c in results:
+        ref = base.get(c.sweep)
+        delta = "-" if c.params is None or ref is None else units.params(c.params - ref, sign=True)
+        params, gflops = units.params(c.params), units.gflops(c.gflops)
+        status = "ok" if c.ok else f"[red]error[/]: {c.error}"
+        table.add_row(c.sweep, labels.get((c.sweep, c.variant)) or c.variant[:10], params, gflops, delta, status)
+    out.print(table)
+    if not all(c.ok for c in results):
+        raise typer.Exit(2)
+
+
+def file_plugins(file: Path | None) -> None:
+    """Load the built-ins, entry points and `file`'s plugins (exit 2 naming the plugin if one fails)."""
+    from ablate.plugins import load_builtins, load_entry_points
+    from ablate.spec.sweeps import load_plugins
+    from ablate.spec.yaml_doc import read_yaml
+
+    try:
+        load_builtins()
+        load_entry_points()
+        if file is not None:
+            doc = read_yaml(file)
+            load_plugins(doc.data.get("plugins") if isinstance(doc.data, dict) else None, file, doc.lines)
+    except SpecError as e:
+        fail("; ".join(str(p) for p in e.problems))
+    except ValueError as e:  # PluginError from an entry point
+        fail(str(e))
+
+
+def schema(
+    file: Path | None = typer.Argument(None, help="An experiments file whose plugins' configs to include."),
+) -> None:
+    """Print the JSON schema of experiments.yaml (for editor completion and checking), plugins included."""
+    from ablate.spec.schema import json_schema
+
+    file_plugins(file)
+    sys.stdout.write(json.dumps(json_schema(), indent=2) + "\n")
+
+
+def plugins(
+    file: Path | None = typer.Argument(None, help="An experiments file whose `plugins:` to load too."),
+) -> None:
+    """Every registered component: kind, name and where it came from (built-in, entry point or plugin)."""
+    from ablate.registry import BACKBONES, DATASETS, MECHANISMS, TABLES, TASKS
+
+    file_plugins(file)
+    table = Table(title="registered components", title_justify="left")
+    table.add_column("kind", no_wrap=True)
+    table.add_column("name", no_wrap=True)
+    table.add_column("source", overflow="fold")  # a plugin file's path wraps whole onto more lines, never cut
+    for registry in (MECHANISMS, BACKBONES, DATASETS, TASKS, TABLES):
+        for entry in registry.entries():
+            table.add_row(registry.kind, entry.name, entry.source)
+    out.print(table)

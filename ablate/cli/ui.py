@@ -1,0 +1,49 @@
+"""`ablate ui`: the MLflow UI (`ablate.tracking.records.UiServer`) served on the MLflow store, opened on a
+sweep's page."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import typer
+
+from ablate.cli.common import DB, MLFLOW, fail, out
+
+
+def ui(
+    sweep: str | None = typer.Argument(None, help="Sweep whose runs page to open [default: the one launched last]."),
+    mlflow_uri: str | None = MLFLOW,
+    host: str = typer.Option("127.0.0.1", help="Interface to bind; 0.0.0.0 exposes the UI on purpose."),
+    port: int = typer.Option(5000, help="Port."),
+    browser: bool = typer.Option(True, help="Open the page in a browser, where this machine has a display."),
+    db: str | None = DB,
+) -> None:
+    """Serve the MLflow UI on the MLflow store and print the sweep's page: its trials grouped by variant, best first,
+    and charts comparing them (the view the tracker keeps on its experiment); Ctrl-C or SIGTERM stops the server and
+    waits for it."""
+    from ablate.tracking.records import DEFAULT_URI
+    from ablate.tracking.ui import UiServer, sweep_page
+
+    uri = mlflow_uri or DEFAULT_URI
+    base = f"http://{'127.0.0.1' if host in ('0.0.0.0', '::') else host}:{port}"
+    with UiServer(uri, host, port) as server:  # first: reading the store overlaps the server's start-up
+        from ablate.store import Store, database_exists
+
+        try:
+            if database_exists(db):
+                with Store(db) as store:
+                    page = sweep_page(base, store, sweep)
+            else:
+                page = sweep_page(base, None, sweep)
+        except LookupError as e:
+            fail(str(e))
+        out.print(f"MLflow UI on store {uri}: {page} (Ctrl-C stops it)", highlight=False)
+        if (seconds := server.ready()) is not None:
+            out.print(f"serving after {seconds:.1f} s")
+            if browser and (os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY") or sys.platform == "darwin"):
+                import webbrowser
+
+                webbrowser.open(page)
+        code = server.wait()
+    raise typer.Exit(code)
