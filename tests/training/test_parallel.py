@@ -69,7 +69,7 @@ def test_batch_that_does_not_split_is_a_validation_error() -> None:
 
 WORKER = """
 import json, sys
-sys.path.insert(0, {tests!r})
+sys.path[:0] = {tests!r}
 from test_parallel import curve
 seen, metrics = curve({over!r}, {{"workers": 2}})
 print("RESULT" + json.dumps([seen, metrics]))
@@ -85,7 +85,8 @@ def free_port() -> int:
 def run_workers(over: dict, tmp_path: Path) -> list[tuple[list[dict[str, float]], dict]]:
     """Two real processes joined by torch.distributed (gloo), as the launcher starts a 2-worker trial."""
     port = free_port()
-    script = WORKER.format(tests=str(Path(__file__).parent), over=over)
+    here = Path(__file__).parent  # this module, and the helpers it imports in tests/
+    script = WORKER.format(tests=[str(here), str(here.parent)], over=over)
     env = {**os.environ, "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
     command = [sys.executable, "-c", script]
     procs = [
