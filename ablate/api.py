@@ -46,6 +46,16 @@ def _opened(store: Store | str | None) -> Iterator[Store]:
         yield opened
 
 
+def _tracker(tracker: Tracker | str | bool, lazy: bool = False) -> Tracker | None:
+    """`tracker` as a Tracker: itself, the one at a tracking URI, or the CLI's db/mlflow.sqlite (True); None for
+    False. `lazy`: opened where MLflow is first needed, not here (a launch)."""
+    from ablate.tracking.records import Tracker
+
+    if tracker is False or isinstance(tracker, Tracker):
+        return tracker or None
+    return Tracker(None if tracker is True else tracker, lazy=lazy)
+
+
 def launch(
     plans: Plan | Sequence[Plan],
     store: Store | str | None = None,
@@ -69,26 +79,21 @@ def launch(
     from ablate.execution.selection import Select
     from ablate.planning.plan import Plan
     from ablate.store import Store, database_exists
-    from ablate.tracking.records import Tracker
 
     plans = [plans] if isinstance(plans, Plan) else list(plans)
     cluster, run, choice = cluster or Cluster(), run or RunConfig(), choice or Select()
     preflight(plans, _done_keys(store), cluster, run, checks or Checks(), choice)
     first = not isinstance(store, Store) and not database_exists(store) and any(p.trials for p in plans)
-    with _ray_first(cluster) if first else nullcontext():
-        if tracker is True or isinstance(tracker, str):  # opened by the launcher where MLflow is needed, not here
-            tracker = Tracker(None if tracker is True else tracker, lazy=True)
-        with _opened(store) as opened:
-            return run_plans(plans, opened, tracker or None, cluster=cluster, run=run, progress=progress,
-                             choice=choice)  # fmt: skip
+    with _ray_first(cluster) if first else nullcontext(), _opened(store) as opened:
+        return run_plans(plans, opened, _tracker(tracker, lazy=True), cluster=cluster, run=run,
+                         progress=progress, choice=choice)  # fmt: skip
 
 
 @contextmanager
 def _ray_first(cluster: Cluster) -> Iterator[None]:
     """Ray started (or joined) before a first launch creates its results database: a Ray that cannot start
     (`ablate.execution.fanout.RayStartError`) leaves nothing written. The launch then finds Ray running; it is stopped
-    here
-    when the launch ends, if this started it."""
+    here when the launch ends, if this started it."""
     from ablate.execution import fanout
 
     ours = fanout.connect(cluster)
@@ -111,10 +116,10 @@ def _existing(store: Store | str | None) -> Iterator[Store | None]:
     after), else None: what only reads, or only looks before a launch, never creates a database."""
     from ablate.store import Store, database_exists
 
-    if isinstance(store, Store) or not database_exists(store):
-        yield store if isinstance(store, Store) else None
+    if not isinstance(store, Store) and not database_exists(store):
+        yield None
         return
-    with Store(store) as opened:
+    with _opened(store) as opened:
         yield opened
 
 
@@ -304,7 +309,6 @@ def show(key: str, store: Store | str | None = None, tracker: Tracker | str | bo
     from ablate.plugins import Plugins
     from ablate.provenance.fingerprint import modules_of
     from ablate.store import Listing
-    from ablate.tracking.records import Tracker
 
     with _reading(store) as opened:
         keys = [k for k in opened.states() if k.startswith(key)]
@@ -329,8 +333,8 @@ def show(key: str, store: Store | str | None = None, tracker: Tracker | str | bo
         frame = metrics.groupby("name", observed=True).agg(steps=("step", "count"), last=("value", "last"))
         last = Listing.of_frame(frame.reset_index())
     run = None
-    if trial.mlflow_run_id and tracker is not False:
-        asked = tracker if isinstance(tracker, Tracker) else Tracker(None if tracker is True else tracker)
+    asked = _tracker(tracker) if trial.mlflow_run_id else None
+    if asked is not None and trial.mlflow_run_id:
         run = MlflowRun(trial.mlflow_run_id, asked.uri, asked.run_url(trial.mlflow_run_id))
     return Shown(trial, sweeps, covered, attempts, last, run)
 
@@ -352,7 +356,6 @@ def forget(
     """Delete the trials `keys` whole, as `ablate forget` does (after it listed them and asked): store rows,
     metrics and previous results, their checkpoints under `storage` and, through `tracker` (as for `show`), their
     MLflow runs and those of their previous results. A LookupError where the database does not exist."""
-    from ablate.tracking.records import Tracker
     from ablate.training.storage import Storage
 
     with _reading(store) as opened:
@@ -361,9 +364,9 @@ def forget(
     where = Storage(storage)
     for key in keys:
         where.forget(key)
-    if tracker is False or not runs:
+    asked = _tracker(tracker) if runs else None
+    if asked is None:
         return Forgotten(n, 0)
-    asked = tracker if isinstance(tracker, Tracker) else Tracker(None if tracker is True else tracker)
     for run_id in runs:
         asked.client.delete_run(run_id)
     return Forgotten(n, len(runs))

@@ -1,7 +1,6 @@
 """The Ray side of a launch: join a Ray cluster or start an embedded one, and run a launch's claimed trials on it
 as Ray tasks, recording what they report (`Fanout`). Only `ablate.execution.launcher` imports this module, where a
-launch
-has trials to run: a launch with nothing to run imports no Ray.
+launch has trials to run: a launch with nothing to run imports no Ray.
 """
 
 from __future__ import annotations

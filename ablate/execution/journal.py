@@ -3,8 +3,7 @@
 Each failed write goes (one JSON line per trial message) to `<storage>/journal/<launcher id>.jsonl` on the
 launching machine. The launcher writes its journal to the store first, before any later record, as soon as the
 store takes writes again (`ablate.execution.recorder`): records keep their order, so a trial's start never lands after
-its
-result. A journal left behind (the store stayed down until the launcher ended) is replayed by the next launch
+its result. A journal left behind (the store stayed down until the launcher ended) is replayed by the next launch
 before it starts, and removed. So a trial that finished while the disk was full or the database server was down
 keeps its result.
 """

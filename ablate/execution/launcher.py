@@ -4,8 +4,7 @@ Plan, skip every key already `done` in the store (whatever sweep ran it), submit
 with the sweep's cpus/gpus, and record what they report through the one writer (`ablate.execution.recorder`).
 Worker or node death: the trial is submitted again (`ablate.execution.fanout.LOST_RETRIES` times) and resumes from its
 checkpoint under `storage/<key>` (a shared folder or a bucket, `ablate.training.storage`). Application errors are
-recorded
-as `failed`, retried only `resources.retries` times. Ctrl-C (or SIGTERM) asks the loop to stop: at its
+recorded as `failed`, retried only `resources.retries` times. Ctrl-C (or SIGTERM) asks the loop to stop: at its
 next poll it cancels running tasks and marks them `interrupted`, and the next launch resumes them; a
 second Ctrl-C stops at once. No address: an embedded local Ray for the launch; an address or RAY_ADDRESS: that cluster.
 

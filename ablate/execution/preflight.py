@@ -116,8 +116,7 @@ class Workload:
 def workload(plans: Sequence[Plan], store: Store | None, choice: Select) -> Workload:
     """What launching `plans` (grown as far as `store`'s results go) with `choice` would train: the selection the
     launch makes (`ablate.execution.selection.select`: stale trials under `stale: rerun` and `--rerun` included), plus
-    what
-    its later rounds may add. Reads the store, writes nothing."""
+    what its later rounds may add. Reads the store, writes nothing."""
     chosen = select(list(plans), store, choice)
     now = list(chosen.run.values())
     settled = chosen.run.keys() | chosen.done

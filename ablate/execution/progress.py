@@ -218,8 +218,7 @@ class Progress:
 
     def best(self) -> list[tuple[str, Verdict, dict[str, str]]]:
         """Per sweep metric (`begin`), the variants of the trials done here, best or tied (`ablate.evidence.verdict`,
-        the
-        report's rule: paired over the replicates two variants share): (the metric, the verdict, each variant's
+        the report's rule: paired over the replicates two variants share): (the metric, the verdict, each variant's
         axes in words with its mean and trials)."""
         scores: dict[str, dict[str, dict[Hashable, float]]] = {}
         ratio = 0.0

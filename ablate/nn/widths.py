@@ -4,8 +4,7 @@
 twin width (every twin keeping whole head dims), until the parameter count lands within MATCH_TOLERANCE of the
 target, a number or the count of a reference model described by dotted overrides of the same config. Counts come
 from the cost cache (`ablate.provenance.cache`), so a plan whose widths were solved before imports no torch; solutions
-are
-also kept per process.
+are also kept per process.
 """
 
 from __future__ import annotations
@@ -33,8 +32,7 @@ def model_key(cfg: TrialConfig, num_classes: int, in_chans: int) -> str:
 def meta_params(cfg: TrialConfig, num_classes: int, in_chans: int) -> int:
     """Parameter count of the config's network, built on the meta device (no memory), kept in the cost cache
     (`ablate.provenance.cache`) with the ValueError of a width the mechanism rejects: a width search builds each
-    candidate
-    once per code version, not once per process."""
+    candidate once per code version, not once per process."""
     from ablate.provenance.cache import remembered
     from ablate.provenance.fingerprint import fingerprint
 

@@ -244,8 +244,7 @@ _CHECKS = hashlib.sha256(Path(__file__).read_bytes()).hexdigest()[:16]
 
 def fingerprint(cfg: TrialConfig) -> str:
     """The architecture, the trial's code fingerprint (`ablate.provenance.fingerprint`) and `_CHECKS`: a pass is
-    remembered
-    for exactly the code that a result would be recorded with, so whatever makes a result stale is checked
+    remembered for exactly the code that a result would be recorded with, so whatever makes a result stale is checked
     again, and so is everything when the checks change."""
     code = code_fingerprint(cfg).digest
     key = [model_key(cfg, *reversed(data_dims(cfg))), code, _CHECKS]

@@ -1,6 +1,5 @@
 """The report's account of a tuned sweep (`tune:`, `ablate.planning.tuned`): how each arm was tuned, how good it gets
-with
-how much tuning, and whether its comparison with the baseline holds without its own tuning.
+with how much tuning, and whether its comparison with the baseline holds without its own tuning.
 
 Read from the sweep's record (`ablate.spec.tune.Searches`: each arm's configurations by trial key, its best, its
 final trials and its trials at the baseline's configuration) and the store's trials. Per arm: the configuration

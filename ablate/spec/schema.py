@@ -98,8 +98,7 @@ class SweepSpec(Strict):
     """Headline metric of reports (default: test.top1 for classify, test.auc for mil)."""
     stale: Literal["warn", "rerun", "reuse"] = "warn"
     """A done trial whose code changed since it ran (`ablate.provenance.fingerprint`): warn (reuse it and list it),
-    rerun
-    (train it again, keeping the old result as a previous one) or reuse (silently); `launch --stale` overrides."""
+    rerun (train it again, keeping the old result as a previous one) or reuse (silently); `launch --stale` overrides."""
     tune: TuneSpec | None = None
     """Tune every arm (variant) alike before its seeds run: `budget` configurations of `space` each, chosen on
     the validation `metric` (`ablate.spec.tune`, `ablate.planning.tuned`; checked against the grid by

@@ -1,6 +1,6 @@
 """The launch's pre-flight (`ablate.execution.preflight`): what it weighs before asking (`workload`), on stores whose
-states
-and recorded code the test writes; the checks it runs are tested through `ablate launch` in test_plugin_checks."""
+states and recorded code the test writes; the checks it runs are tested through `ablate launch` in
+test_plugin_checks."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """The Findings that open a report and the best-or-tied rule every place naming a winner follows
-(`ablate.evidence.verdict`):
-on real SQLite stores filled with scripted values (tests/synthetic.py), so each line's text is known exactly."""
+(`ablate.evidence.verdict`): on real SQLite stores filled with scripted values (tests/synthetic.py), so each
+line's text is known exactly."""
 
 from __future__ import annotations
 
