@@ -50,7 +50,7 @@ def fill(
     pending) with final `{plan.metric: value(t)}` when done, `cost(t)` = (params, flops), and `epochs`
     epochs of `names` (the metric's validation twin ends at the final value) for trials that started."""
     store.upsert_sweep(plan.sweep, spec_path=plan.file, metric=plan.metric, baseline=plan.baseline,
-                       description=plan.description, spec={"axes": plan.axes})  # fmt: skip
+                       description=plan.description, spec=plan.recorded_spec())  # fmt: skip
     store.add_trials(plan.sweep, plan.trials)
     twin = "val." + plan.metric.split(".", 1)[-1]
     rows: list[MetricRow] = []

@@ -72,7 +72,10 @@ def plan(
         if len(p.trials) > limit:
             out.print(f"... {len(p.trials) - limit} more rows (--limit, or --format csv)")
         counts = "; ".join(f"{a}: " + ", ".join(f"{cell(v)}={n}" for v, n in c.items()) for a, c in p.counts().items())
-        out.print(f"total {len(p.trials)}; {counts}; seeds {len(set(t.axes['seed'] for t in p.trials))}")
+        seeds = len(set(t.axes["seed"] for t in p.trials))
+        out.print(f"total {len(p.trials)}; {counts}; seeds {seeds}")
+        for line in p.design.lines(seeds) if p.design else []:
+            out.print(line, markup=False, highlight=False)
         if p.adaptive:
             s = p.adaptive
             out.print(f"adaptive seeds: {s.min} per cell now; up to {len(p.reserve)} more trials ({s.max} seeds) for "

@@ -257,9 +257,7 @@ def _round(
         for plan in plans:
             store.upsert_sweep(plan.sweep, spec_path=plan.file, metric=plan.metric, baseline=plan.baseline,
                                description=plan.description,
-                               spec={"axes": plan.axes, "plugins": plan.plugins.to_json(),
-                                     "adaptive": plan.adaptive.model_dump() if plan.adaptive else None,
-                                     "tuning": plan.tuning and plan.tuning.model_dump(mode="json")})  # fmt: skip
+                               spec=plan.recorded_spec())  # fmt: skip
             store.add_trials(plan.sweep, plan.trials)
         for reason in set(chosen.again.values()):
             keys = [k for k, why in chosen.again.items() if why == reason]

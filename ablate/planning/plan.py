@@ -21,6 +21,7 @@ from pydantic import ValidationError
 
 from ablate.config import TrialConfig, identity
 from ablate.errors import Problem, SpecError, format_path
+from ablate.planning.designs import Cell, Chosen, DesignPlan, choose
 from ablate.planning.keys import Recording, Trial, seed_keys, variant_key
 from ablate.plugins import Plugins
 from ablate.registry import TASKS
@@ -34,8 +35,6 @@ from ablate.spec.sweeps import SweepFile, SweepSource, read_sweeps
 from ablate.spec.tune import Searches
 from ablate.spec.yaml_doc import Loc
 
-Cell = tuple[tuple[str, Any, Loc], ...]
-"""A grid cell: (dotted path, value, where in the sweep's YAML it came from) per assigned axis."""
 Resolved = tuple[Cell, dict[str, Any]]
 """A cell with its validated config (as JSON data)."""
 
@@ -64,10 +63,19 @@ class Plan:
     arms' trials at their best configurations, added as their searches end, `arms` the grid as written."""
     arms: list[Trial] = field(default_factory=list)
     """A tuned sweep's grid at the base's values: each arm's trials, every seed (the adaptive reserve's too)."""
+    design: DesignPlan | None = None
+    """The cells a `design:` chose and what they can tell (`ablate.planning.designs`); None: the full grid."""
     variants: list[str] = field(init=False)
 
     def __post_init__(self) -> None:
         self.variants = list(dict.fromkeys(t.variant for t in self.trials))
+
+    def recorded_spec(self) -> dict[str, Any]:
+        """What the store keeps of the plan beside its trials (`SweepRecord.spec`), for reports and later launches."""
+        return {"axes": self.axes, "plugins": self.plugins.to_json(),
+                "adaptive": self.adaptive.model_dump() if self.adaptive else None,
+                "tuning": self.tuning and self.tuning.model_dump(mode="json"),
+                "design": self.design and self.design.to_json()}  # fmt: skip
 
     def counts(self) -> dict[str, Counter[Any]]:
         """Trials per value of each axis."""
@@ -253,7 +261,9 @@ def expand(sweep: SweepSource, max_trials: int = MAX_TRIALS) -> Plan:
     kinds = sweep.kinds()
     top = _groups(spec.grid, spec.linked, (), sweep, problems, kinds)
     whens = [_groups(b.grid, b.linked, ("when", w), sweep, problems, sweep.kinds(b)) for w, b in enumerate(spec.when)]
+    chosen = None if spec.design == "full" or problems else choose(sweep, top, spec.design)
     bound = math.prod(len(g) for g in top) * math.prod(max(1, math.prod(len(g) for g in w)) for w in whens)
+    bound = len(chosen.cells) if chosen is not None else bound
     adaptive = spec.seeds if isinstance(spec.seeds, AdaptiveSeeds) else None
     seeds = adaptive.seeds if adaptive else typing.cast(list[int], spec.seeds)
     each = len(seeds) + (spec.tune.budget + len(seeds) if spec.tune else 0)  # a tuned arm: its search, 2 x seeds
@@ -264,7 +274,7 @@ def expand(sweep: SweepSource, max_trials: int = MAX_TRIALS) -> Plan:
         raise SpecError([sweep.problem(("grid",), f"up to {bound * each:,} trials ({sizes} cells"
                                        f"{' and when: blocks' if whens else ''} x {per}) exceed "
                                        f"the limit of {max_trials:,} per sweep; --max-trials raises it")])  # fmt: skip
-    cells = list(_product(top))
+    cells = chosen.cells if chosen is not None else list(_product(top))
     dead: list[Problem] = []
     for w, block in enumerate(spec.when):
         for path in block.when:
@@ -300,13 +310,14 @@ def expand(sweep: SweepSource, max_trials: int = MAX_TRIALS) -> Plan:
     seen: list[dict[str, Any]] = []
     """What `exclude:` rules can match in each cell, excluded or not: its resolved config, or where it does not
     validate, the values its raw config gives the rules' paths."""
-    for cell in cells:
+    for c, cell in enumerate(cells):
         raw = _raw_config(sweep, cell)
         try:
             cfg = TrialConfig.model_validate(raw)
         except ValidationError as err:
             seen.append(_given(raw, {p: None for rule in spec.exclude for p in rule}, defaults))
             if any(matches(rule, seen[-1]) for rule in spec.exclude):
+                problems += _design_cell(sweep, chosen, cell)
                 continue  # a cell the sweep excludes (one a knob refuses, say) is no problem of the sweep
             for e in err.errors():
                 err_path = ".".join(str(p) for p in clean_loc(tuple(e["loc"]), raw))
@@ -317,6 +328,7 @@ def expand(sweep: SweepSource, max_trials: int = MAX_TRIALS) -> Plan:
         resolved = cfg.model_dump(mode="json")
         seen.append(resolved)
         if any(matches(rule, resolved) for rule in spec.exclude):
+            problems += _design_cell(sweep, chosen, cell)
             continue
         keys = seed_keys(identity(cfg), seeds)
         if (twin := next((owner[k] for k in keys if k in owner), None)) is not None:
@@ -331,6 +343,8 @@ def expand(sweep: SweepSource, max_trials: int = MAX_TRIALS) -> Plan:
             problems.extend(_where(sweep, cell, "data.path", msg))
             continue
         variant = variant_key(cfg)
+        if chosen is not None:
+            chosen.plan.add(variant, chosen.levels[c], chosen.strata[c], resolved)
         cell_axes = {a: get_path(resolved, a) for a in axes}
         secret = {p: text for p, (value, text) in sweep.placeholders.items() if get_path(resolved, p) == value}
         recording = Recording(cfg, secret, cell_axes)
@@ -341,12 +355,16 @@ def expand(sweep: SweepSource, max_trials: int = MAX_TRIALS) -> Plan:
         raise SpecError(problems)
     if not trials:
         raise SpecError([sweep.problem(("exclude",) if spec.exclude else ("grid",), "empty grid: no cell remains")])
-    baseline = None
+    baseline = _reference(sweep, chosen, trials)
     if spec.baseline is not None:
         bad = [sweep.problem(("baseline", p), m) for p in spec.baseline if (m := path_problem(p, kinds)) is not None]
         if bad:
             raise SpecError(bad)
         hit = next((t for t in trials if matches(spec.baseline, t.resolved())), None)
+        if baseline not in (None, hit and hit.variant):
+            raise SpecError([sweep.problem(("baseline",), "a one-at-a-time design compares each cell with its "
+                                           "reference (`from:`), and this baseline is another cell: drop `baseline:`, "
+                                           "or write `from: baseline`")])  # fmt: skip
         if hit is None:
             raise SpecError([sweep.problem(("baseline",), _no_baseline(spec.baseline, trials))])
         baseline = hit.variant
@@ -354,6 +372,7 @@ def expand(sweep: SweepSource, max_trials: int = MAX_TRIALS) -> Plan:
         raise SpecError([sweep.problem(("seeds",), "adaptive seeds compare every cell with the baseline: give the "
                                        "sweep a `baseline:`")])  # fmt: skip
     metric = spec.metric or TASKS.get(trials[0].config.task).default_metric()
+    design = chosen.plan if chosen is not None else None
     if spec.tune is not None:
         arms: dict[str, Trial] = {}  # each arm's first trial (its tuning seed), by variant
         for t in trials:
@@ -363,11 +382,27 @@ def expand(sweep: SweepSource, max_trials: int = MAX_TRIALS) -> Plan:
             raise SpecError(bad)
         tuning = Searches(spec=spec.tune, baseline=list(arms).index(baseline) if baseline else None)
         return Plan(sweep.name, [], axes, baseline, metric, sweep.source, spec.description, sweep.plugins,
-                    spec.stale, adaptive, tuning=tuning, arms=trials)  # fmt: skip
+                    spec.stale, adaptive, tuning=tuning, arms=trials, design=design)  # fmt: skip
     first = [t for t in trials if adaptive is None or t.config.seed < adaptive.min]
     reserve = [t for t in trials if adaptive is not None and t.config.seed >= adaptive.min]
     return Plan(sweep.name, first, axes, baseline, metric, sweep.source, spec.description, sweep.plugins,
-                spec.stale, adaptive, sorted(reserve, key=lambda t: t.config.seed))  # fmt: skip
+                spec.stale, adaptive, sorted(reserve, key=lambda t: t.config.seed), design=design)  # fmt: skip
+
+
+def _design_cell(sweep: SweepSource, chosen: Chosen | None, cell: Cell) -> list[Problem]:
+    """An `exclude:` rule that removes a cell a design chose: the design's analysis needs each of its cells."""
+    if chosen is None:
+        return []
+    desc = ", ".join(f"{p}={v!r}" for p, v, _ in cell)
+    return [sweep.problem(("exclude",), f"removes the design's cell {desc}: a {chosen.plan.kind} design needs each "
+                          "of its cells (exclude cells from `design: full` only)")]  # fmt: skip
+
+
+def _reference(sweep: SweepSource, chosen: Chosen | None, trials: list[Trial]) -> str | None:
+    """A one-at-a-time design's reference variant (its first cell), which is the sweep's baseline; else None."""
+    if chosen is None or chosen.plan.two_level or not trials:
+        return None
+    return next(v for v, levels in chosen.plan.runs.items() if not any(levels))
 
 
 def _same_trials(sweep: SweepSource, first: Resolved, cell: Resolved) -> list[Problem]:

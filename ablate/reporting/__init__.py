@@ -29,7 +29,7 @@ from typing import Any
 import pandas as pd
 
 from ablate.evidence.verdict import Verdict
-from ablate.reporting import effects, findings, frames, plots, render, sections, seeding, tables, tuned
+from ablate.reporting import designed, effects, findings, frames, plots, render, sections, seeding, tables, tuned
 from ablate.reporting.compare import compare
 from ablate.reporting.frames import ReportError, SweepData
 from ablate.reporting.output import ALL_FORMATS, FORMATS, check, csv, folder, write_file, write_pages
@@ -87,8 +87,11 @@ def _write_sweep(
     store: Store, data: SweepData, where: Path, formats: set[str], correction: str, time: bool
 ) -> list[Path]:
     table = frames.variant_table(data, frames.throughput(store, data, side_by_side=time), correction)
-    fac = effects.factorial(data)
+    chosen = data.chosen
+    fac = effects.factorial(data) if chosen is None else None
     eff = effects.effects(fac, correction) if fac is not None else None
+    if chosen is not None and chosen.two_level:
+        eff = designed.effects(data, chosen, correction)
     won = tables.verdicts(table, data, correction)
     written = []
     tuning = tuned.report(store, data, table, correction)  # None unless the sweep is tuned
@@ -110,6 +113,8 @@ def _write_sweep(
             parts.insert(1, tuning.section)
             figures |= tuning.figures if formats & {"html", "md"} else {}
         found = findings.findings(data, table, fac, eff, won)
+        if chosen is not None and chosen.two_level and (words := designed.unseparated(chosen, data)) is not None:
+            found.append(findings.Finding(findings.CONFOUNDED, words))
         parts.insert(0, Section("Findings", [findings.block(found)], latex=False))  # the verdict first
         written += write_pages(where, formats, title, meta, parts)
         if "md" in formats:
@@ -170,7 +175,14 @@ def _sections(
     ]  # fmt: skip
     if pub := tables.published_tables(table, data):  # only where a variant's mechanism has a published table
         sections.append(Section("Published numbers", [*pub]))
-    if fac is not None and eff is not None and len(eff):
+    chosen = data.chosen
+    if chosen is not None and not chosen.two_level:
+        sections.append(Section("Ablation, one axis at a time", [designed.ablation(table, chosen, data)]))
+    elif chosen is not None and eff is not None and len(eff):
+        sections.append(
+            Section("Effects of each knob", [designed.table(eff, chosen, data, correction), *fig("effects", "effects")])
+        )
+    elif fac is not None and eff is not None and len(eff):
         sections.append(
             Section("Effects of each knob", [tables.effects(eff, fac, data, correction), *fig("effects", "effects")])
         )

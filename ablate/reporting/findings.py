@@ -40,6 +40,8 @@ POWER = 0.8
 SHOWN = 6
 """Decided comparisons and effects listed by name; the rest are counted (the tables list them all)."""
 DECIDED, BEST, TIED, OPEN, NO_TEST = "decided", "best", "tied", "not decided", "no test"
+CONFOUNDED = "confounded"
+"""What a fractional or screening design could not tell apart (`ablate.reporting.designed.unseparated`)."""
 
 
 @dataclass(frozen=True)
@@ -47,7 +49,7 @@ class Finding:
     """One line of the Findings block: what kind of statement it is and the statement."""
 
     kind: str
-    """DECIDED, BEST, TIED, OPEN or NO_TEST."""
+    """DECIDED, BEST, TIED, OPEN, NO_TEST or CONFOUNDED."""
     text: str
 
 
@@ -89,7 +91,8 @@ def findings(
     data: SweepData, table: pd.DataFrame, fac: Factorial | None, eff: pd.DataFrame | None, won: dict[str, Verdict]
 ) -> list[Finding]:
     """The Findings of one sweep from its variant table, factorial parts and effects table (None without one:
-    of one factor only, its effects are the variant table's comparisons and are left out) and best-or-tied
+    of one factor only, its effects are the variant table's comparisons and are left out; `fac` None with an
+    effects table: a design's, `ablate.reporting.designed`) and best-or-tied
     verdicts per group (`tables.verdicts`)."""
     d, unit = tables.digits(data), " points" if tables.digits(data) == 2 and data.higher else ""
     compared = table[table["ref"].notna() & ~table["is_baseline"] & (table["pairs"] > 0)]
@@ -101,7 +104,7 @@ def findings(
         sds = np.nanstd(diffs, axis=1, ddof=1) if len(compared) else np.array([])
     rows = [_Row(f"{labels[v]} vs {labels[r['ref']]}", r["delta"], r, float(sd), int(r["pairs"]))
             for (v, r), sd in zip(compared.iterrows(), sds)]  # fmt: skip
-    if fac is not None and eff is not None and any(len(part.factors) > 1 for part in fac.parts):
+    if eff is not None and (fac is None or any(len(part.factors) > 1 for part in fac.parts)):
         rows += [_Row(_term(e), e["effect"], e, _effect_sd(e, data.design.ratio), int(e["n"]))
                  for _, e in eff.iterrows()]  # fmt: skip
     decided = [x for x in rows if x.r["p_adj"] < evidence.ALPHA]

@@ -22,6 +22,7 @@ import yaml
 
 from ablate.config import REPLICATES, TrialConfig
 from ablate.planning import steptime
+from ablate.planning.designs import DesignPlan
 from ablate.plugins import Plugins
 from ablate.provenance.stale import stale_in_store
 from ablate.registry import TASKS
@@ -73,6 +74,9 @@ class SweepData:
     """Done trials computed by other code than now, with what changed (`ablate.provenance.stale.stale_in_store`)."""
     design: stats.Design = field(default_factory=stats.Design)
     """Independent seeds, or folds of k-fold cross-validation (which test the comparisons use)."""
+    chosen: DesignPlan | None = None
+    """The cells the sweep's `design:` chose and their factors' levels (`ablate.planning.designs`); None: the
+    full grid, analysed by `ablate.reporting.effects`."""
 
 
 def load(store: Store, name: str, metric: str | None = None, baseline: str | None = None) -> SweepData:
@@ -102,10 +106,12 @@ def load(store: Store, name: str, metric: str | None = None, baseline: str | Non
     if ref is not None and ref not in variants.index:
         ref = None
     variants["ref"] = _references(variants, axes, ref)
+    recorded = (record.spec or {}).get("design")
+    chosen = DesignPlan.from_json(recorded) if recorded else None
     latest = trials[["created_at", "started_at", "finished_at"]].max().max()
     updated = latest.strftime("%Y-%m-%d %H:%M UTC") if pd.notna(latest) else ""
     return SweepData(name, record.description or "", metric, higher_is_better(metric), axes, trials, variants, ref,
-                     updated, stale_in_store(store, [name]), design(trials, variants))  # fmt: skip
+                     updated, stale_in_store(store, [name]), design(trials, variants), chosen)  # fmt: skip
 
 
 def design(trials: pd.DataFrame, variants: pd.DataFrame) -> stats.Design:

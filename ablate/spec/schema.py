@@ -14,6 +14,7 @@ from pydantic import Discriminator, Field, StrictInt, Tag, ValidationInfo, field
 
 from ablate.components import Strict
 from ablate.config import TrialConfig
+from ablate.spec.design import Design
 from ablate.spec.tune import TuneSpec
 
 Assignment = dict[str, Any]
@@ -99,10 +100,28 @@ class SweepSpec(Strict):
     stale: Literal["warn", "rerun", "reuse"] = "warn"
     """A done trial whose code changed since it ran (`ablate.provenance.fingerprint`): warn (reuse it and list it),
     rerun (train it again, keeping the old result as a previous one) or reuse (silently); `launch --stale` overrides."""
+    design: Annotated[
+        Annotated[Literal["full"], Tag("full")] | Annotated[Design, Tag("design")],
+        Discriminator(lambda v: "full" if isinstance(v, str) else "design"),
+    ] = "full"
+    """Which cells of the grid run: `full`, or a fractional, one-at-a-time or screening design (`ablate.spec.design`,
+    chosen by `ablate.planning.designs`)."""
     tune: TuneSpec | None = None
     """Tune every arm (variant) alike before its seeds run: `budget` configurations of `space` each, chosen on
     the validation `metric` (`ablate.spec.tune`, `ablate.planning.tuned`; checked against the grid by
     `ablate.spec.tune_check`)."""
+
+    @field_validator("design", mode="before")
+    @classmethod
+    def _design(cls, v: Any) -> Any:
+        """`full`, or a mapping with one design: said here, where the key path is the user's (the union's own
+        errors end in its tags)."""
+        kinds = ("fractional", "one-at-a-time", "screening")
+        if isinstance(v, str) and v != "full":
+            raise ValueError(f"expected `full` or a mapping with one of {', '.join(kinds)} (got {v!r})")
+        if isinstance(v, dict) and (len(v) != 1 or next(iter(v)) not in kinds):
+            raise ValueError(f"expected one of {', '.join(kinds)} (got {', '.join(map(str, v)) or 'none'})")
+        return v
 
     @field_validator("seeds", mode="before", json_schema_input_type=list[int] | int | AdaptiveSeeds)
     @classmethod

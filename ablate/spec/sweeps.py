@@ -161,13 +161,14 @@ class SweepFile:
 
 
 DEPENDS: dict[str, tuple[str, ...]] = {
-    "grid": ("when", "exclude", "baseline", "seeds"),
-    "linked": ("when", "exclude", "baseline", "seeds"),
-    "when": ("exclude", "baseline", "seeds"),
-    "baseline": ("seeds",),
+    "grid": ("when", "exclude", "baseline", "seeds", "design"),
+    "linked": ("when", "exclude", "baseline", "seeds", "design"),
+    "when": ("exclude", "baseline", "seeds", "design"),
+    "baseline": ("seeds", "design"),
 }
 """Parts of a sweep that are checked against others: when one of these is malformed, the parts that depend
-on it are left unchecked too (a `when:` value looks for the grid's values; adaptive seeds need a baseline)."""
+on it are left unchecked too (a `when:` value looks for the grid's values; adaptive seeds need a baseline;
+a design chooses among the grid's cells)."""
 
 
 def _checkable(body: Any) -> SweepSpec | None:
