@@ -24,7 +24,10 @@ LAYERS = (
     Layer(("registry",), "the registries (refuse duplicates); `BUILTINS`, the built-in components' modules"),
     Layer(("plugins",), "loading built-ins, files, modules and entry points"),
     Layer(("config",), "`TrialConfig` and its sections; which fields make the trial key (`nokey`)"),
-    Layer(("evidence",), "the small-sample policy; best or tied (`verdict`)"),
+    Layer(
+        ("evidence",),
+        "the small-sample policy; best or tied (`verdict`); what a two-level design confounds (`aliasing`)",
+    ),
     Layer(("spec",), "reading and checking `experiments.yaml`; dotted paths; the `tune:` block; metric direction"),
     Layer(("store",), "the source of truth (SQLite/PostgreSQL): schema, migrations, writes, leases, queries"),
     Layer(("provenance",), "code fingerprints; which stored trials are stale; the environment; the disk cache"),
