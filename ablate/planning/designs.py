@@ -133,6 +133,10 @@ def choose(sweep: SweepSource, groups: list[list[Cell]], design: Design) -> Chos
     if kind != "one-at-a-time" and not isinstance(spec.seeds, list):
         problems.append(sweep.problem(("seeds",), f"adaptive seeds decide each cell against the baseline; a {kind} "
                                       "design is read through its effects: give a fixed number of seeds"))  # fmt: skip
+    if spec.tune is not None:
+        problems.append(sweep.problem(("tune",), "a design's report reads its cells by their keys, and a tuned arm's "
+                                      "trials move to its best recipe: tune with `design: full`, or set the tuned "
+                                      "recipe in the base"))  # fmt: skip
     names = [_name(g) for g in groups]
     crossed: list[int] = []
     for i, axis in enumerate(how.crossed):

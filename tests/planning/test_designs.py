@@ -8,7 +8,6 @@ from pathlib import Path
 
 import numpy as np
 import pydoe
-import pytest
 from conftest import TINY, write_sweeps
 from typer.testing import CliRunner
 
@@ -124,10 +123,3 @@ def test_ablate_plan_prints_what_the_design_can_tell(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     assert "8 of the full grid's 16 cells (16 of 32 trials)" in result.output
     assert "confounded (up to two-factor interactions): tau x mu = kappa_priv x bounded" in result.output
-
-
-@pytest.mark.parametrize("design", [{"fractional": {"resolution": 4}}, {"one-at-a-time": {"from": "baseline"}}])
-def test_a_tuned_design_tunes_each_of_its_cells(tmp_path: Path, design) -> None:
-    tune = {"space": {"train.lr": [0.001, 0.002]}, "budget": 2, "metric": "val.top1"}
-    p = planned(tmp_path, design, tune=tune, baseline=OFF)
-    assert p.design is not None and len({t.variant for t in p.arms}) == len(p.design.runs)
