@@ -22,7 +22,7 @@ import pydoe
 
 from ablate.errors import SpecError
 from ablate.evidence.aliasing import Structure, structure
-from ablate.spec.design import Design, Fractional, OneAtATime
+from ablate.spec.design import Design, Fractional, OneAtATime, Screening
 from ablate.spec.paths import get_path, matches
 from ablate.spec.sweeps import SweepSource
 from ablate.spec.yaml_doc import Loc
@@ -153,35 +153,58 @@ def choose(sweep: SweepSource, groups: list[list[Cell]], design: Design) -> Chos
                                    "values") for g in varied if len(groups[g]) > 2]  # fmt: skip
     if problems:
         raise SpecError(problems)
-    if isinstance(how, OneAtATime):
-        ref = _reference(sweep, groups, varied, how)
-        rows = [[ref[g] for g in varied]]
-        rows += [
-            [r if g == h else ref[g] for g in varied] for h in varied for r in range(len(groups[h])) if r != ref[h]
-        ]
-        order = [[ref[g], *(r for r in range(len(groups[g])) if r != ref[g])] for g in varied]
-        levels = [[order[i].index(r) for i, r in enumerate(row)] for row in rows]
-        title = f"one at a time from {how.reference if isinstance(how.reference, str) else 'the given cell'}"
-    else:
-        ref = _reference(sweep, groups, varied, None)
-        coded = _two_level(sweep, len(varied), how)
-        coded = coded * -coded[0]  # the first cell is the reference: every factor at its reference level
-        levels = [[int(x > 0) for x in row] for row in sorted(coded.tolist())]
-        order = [[ref.get(g, 0), 1 - ref.get(g, 0)] for g in varied]
-        rows = [[order[i][lv] for i, lv in enumerate(row)] for row in levels]
-        title = _title(how, len(varied), len(levels))
-    fixed = {g: ref.get(g, 0) for g in range(len(groups)) if g not in varied and g not in crossed}
+    lay = (
+        _one_at_a_time(sweep, groups, varied, how)
+        if isinstance(how, OneAtATime)
+        else _fraction(sweep, groups, varied, how)
+    )
+    fixed = {g: lay.ref.get(g, 0) for g in range(len(groups)) if g not in varied and g not in crossed}
     cells, chosen_levels, strata = [], [], []
     for combo in itertools.product(*(range(len(groups[g])) for g in crossed)):
         stratum = ", ".join(f"{names[g]}={_words(groups[g][r])}" for g, r in zip(crossed, combo))
-        for row, lv in zip(rows, levels):
+        for row, lv in zip(lay.rows, lay.levels):
             pick = {**fixed, **dict(zip(crossed, combo)), **dict(zip(varied, row))}
             cells.append(tuple(a for g in range(len(groups)) for a in groups[g][pick[g]]))
             chosen_levels.append(lv)
             strata.append(stratum)
-    factors = [Factor(names[g], [_words(groups[g][r]) for r in order[i]]) for i, g in enumerate(varied)]
+    factors = [Factor(names[g], [_words(groups[g][r]) for r in lay.order[i]]) for i, g in enumerate(varied)]
     full = math.prod(len(g) for g in groups)
-    return Chosen(cells, chosen_levels, strata, DesignPlan(kind, title, factors, [names[g] for g in crossed], full))
+    plan = DesignPlan(kind, lay.title, factors, [names[g] for g in crossed], full)
+    return Chosen(cells, chosen_levels, strata, plan)
+
+
+@dataclass
+class Layout:
+    """A design over the varied groups: each group's reference row; per cell, each varied group's row and its
+    level (0: the reference); per varied group, its rows in level order; the design in words."""
+
+    ref: dict[int, int]
+    rows: list[list[int]]
+    levels: list[list[int]]
+    order: list[list[int]]
+    title: str
+
+
+def _one_at_a_time(sweep: SweepSource, groups: list[list[Cell]], varied: list[int], how: OneAtATime) -> Layout:
+    """The reference cell, then each varied group moved alone to each of its other rows."""
+    ref = _reference(sweep, groups, varied, how)
+    moved = [(h, r) for h in varied for r in range(len(groups[h])) if r != ref[h]]
+    rows = [[ref[g] for g in varied], *([r if g == h else ref[g] for g in varied] for h, r in moved)]
+    order = [[ref[g], *(r for r in range(len(groups[g])) if r != ref[g])] for g in varied]
+    levels = [[order[i].index(r) for i, r in enumerate(row)] for row in rows]
+    title = f"one at a time from {how.reference if isinstance(how.reference, str) else 'the given cell'}"
+    return Layout(ref, rows, levels, order, title)
+
+
+def _fraction(sweep: SweepSource, groups: list[list[Cell]], varied: list[int], how: Fractional | Screening) -> Layout:
+    """pyDOE's two-level design over the varied groups, signed so that its first cell is the reference."""
+    ref = _reference(sweep, groups, varied, None)
+    coded = _two_level(sweep, len(varied), how)
+    coded = coded * -coded[0]  # the first cell is the reference: every factor at its reference level
+    levels = [[int(x > 0) for x in row] for row in sorted(coded.tolist())]
+    order = [[ref.get(g, 0), 1 - ref.get(g, 0)] for g in varied]
+    rows = [[order[i][lv] for i, lv in enumerate(row)] for row in levels]
+    return Layout(ref, rows, levels, order, _title(how, len(varied), len(levels)))
 
 
 def completions(plan: DesignPlan, variants: list[str]) -> list[tuple[str, int, Structure]]:
@@ -207,7 +230,7 @@ def completions(plan: DesignPlan, variants: list[str]) -> list[tuple[str, int, S
     return out
 
 
-def _two_level(sweep: SweepSource, k: int, how: Fractional | Any) -> np.ndarray:
+def _two_level(sweep: SweepSource, k: int, how: Fractional | Screening) -> np.ndarray:
     """pyDOE's design for k two-level factors (cells x k, -1/+1); a SpecError where it would be the full grid."""
     at: Loc = ("design", "fractional" if isinstance(how, Fractional) else "screening")
     try:
@@ -223,7 +246,7 @@ def _two_level(sweep: SweepSource, k: int, how: Fractional | Any) -> np.ndarray:
     return np.asarray(coded, dtype=float)
 
 
-def _title(how: Any, k: int, cells: int) -> str:
+def _title(how: Fractional | Screening, k: int, cells: int) -> str:
     if isinstance(how, Fractional):
         p = k - round(math.log2(cells))
         fold = ", folded over" if how.foldover else ""

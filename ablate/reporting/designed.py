@@ -106,10 +106,11 @@ def ablation(table_: pd.DataFrame, plan: DesignPlan, data: SweepData) -> Table:
         r = table_.loc[variant]
         moved = [f"{n}: {f.levels[0]} -> {f.levels[lv]}" for n, f, lv in zip(names, plan.factors, levels) if lv]
         mean = f"{num(r['mean'], d)} ± {num(r['std'], d)}" if r["n"] > 0 else "-"
+        within = f" ({plan.strata[variant]})" if plan.strata[variant] else ""
         if not moved:
-            rows.append(["reference", mean, "", "", ""])
+            rows.append([f"reference{within}", mean, "", "", ""])
             continue
-        rows.append([", ".join(moved), mean, num(r["delta"], d, True), ci(r["lo"], r["hi"], d, r["why"]),
+        rows.append([", ".join(moved) + within, mean, num(r["delta"], d, True), ci(r["lo"], r["hi"], d, r["why"]),
                      pvalue(r["p_adj"])])  # fmt: skip
     ref = ", ".join(f"{n}={f.levels[0]}" for n, f in zip(names, plan.factors))
     caption = (f"One axis at a time from the reference ({ref}): each row moves one axis and keeps the rest; Δ to "
