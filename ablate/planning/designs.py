@@ -30,6 +30,8 @@ from ablate.spec.yaml_doc import Loc
 Cell = tuple[tuple[str, Any, Loc], ...]
 """A grid cell, or one row of an axis group: (dotted path, value, where in the sweep's YAML) per axis."""
 ROMAN = {3: "III", 4: "IV", 5: "V"}
+FULL_MAX = 12
+"""Two-level axes up to which the Findings weigh the full grid as a way to separate what a design confounds."""
 
 
 @dataclass
@@ -220,7 +222,7 @@ def completions(plan: DesignPlan, variants: list[str]) -> list[tuple[str, int, S
         found = pydoe.fracfact_by_res(k, r)
         if len(found) < 2**k:
             options.append((f"fractional: {{resolution: {r}}}", found * -found[0]))
-    if k <= 16:
+    if k <= FULL_MAX:
         options.append(("design: full", np.array(list(itertools.product((-1.0, 1.0), repeat=k)))))
     out = []
     for words, rows in options:

@@ -128,3 +128,19 @@ def test_one_at_a_time_reads_as_an_ablation_table_of_drops_from_the_full_model(t
     # from (tau, mu) both on: dropping tau loses its main effect and the tau x mu interaction's half at mu on
     drop_tau = -(MAIN["tau"] + PAIRS[("tau", "mu")] / 2)
     assert "| tau: true -> false | " in table and f"| {drop_tau:+.2f} |" in table
+
+
+def test_a_cell_that_failed_leaves_only_the_terms_the_other_cells_can_tell(tmp_path, store) -> None:
+    """The saturated 2^(6-3) (8 cells, the mean and 7 terms): without one cell, one term cannot be estimated."""
+    body = {"base": {**TINY, "attention": {"kind": "csan"}}, "grid": GRID, "seeds": 3,
+            "design": {"fractional": {"resolution": 3}}, "baseline": {a: v[0] for a, v in GRID.items()}}  # fmt: skip
+    p = plan(write_sweeps(tmp_path / "q.yaml", {"q": body}), "q")
+    assert p.design is not None
+    lost = next(v for v in p.variants if v != p.baseline)
+    fill(store, p, value, state=lambda t: "failed" if t.variant == lost else "done")
+    eff = designed.effects(frames.load(store, "q"), p.design)
+    s = p.design.structure([v for v in p.variants if v != lost])
+    assert len(eff) == len(s.model) == len(p.design.structure().model) - 1
+    assert list(eff["factor"]) == [s.chain(t) for t in s.model]
+    report("q", store=store, out=tmp_path / "reports", formats=["md"])
+    assert "## Effects of each knob" in (tmp_path / "reports" / "q" / "report.md").read_text()
