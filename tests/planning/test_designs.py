@@ -123,3 +123,6 @@ def test_ablate_plan_prints_what_the_design_can_tell(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     assert "8 of the full grid's 16 cells (16 of 32 trials)" in result.output
     assert "confounded (up to two-factor interactions): tau x mu = kappa_priv x bounded" in result.output
+    dry = CliRunner().invoke(app, ["launch", str(path), "--dry-run", "--db", f"sqlite:///{tmp_path / 'none.sqlite'}"])
+    assert dry.exit_code == 0, dry.output
+    assert "design: fractional factorial 2^(4-1), resolution IV; 8 of the full grid's 16 cells" in dry.output
