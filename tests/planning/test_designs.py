@@ -126,3 +126,11 @@ def test_ablate_plan_prints_what_the_design_can_tell(tmp_path: Path) -> None:
     dry = CliRunner().invoke(app, ["launch", str(path), "--dry-run", "--db", f"sqlite:///{tmp_path / 'none.sqlite'}"])
     assert dry.exit_code == 0, dry.output
     assert "design: fractional factorial 2^(4-1), resolution IV; 8 of the full grid's 16 cells" in dry.output
+
+
+def test_one_at_a_time_takes_adaptive_seeds_against_its_reference(tmp_path: Path) -> None:
+    seeds = {"min": 3, "max": 6, "threshold": 0.5}
+    p = planned(tmp_path, {"one-at-a-time": {"from": "baseline"}}, seeds=seeds, baseline=OFF)
+    assert p.adaptive is not None and p.design is not None and len(p.variants) == 1 + 4
+    assert {t.config.seed for t in p.trials} == {0, 1, 2} and {t.config.seed for t in p.reserve} == {3, 4, 5}
+    assert p.design.runs[p.baseline] == [0, 0, 0, 0]
