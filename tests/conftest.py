@@ -13,6 +13,7 @@ import tempfile
 import uuid
 from pathlib import Path
 
+import procs
 import pytest
 import yaml
 from markers import guard, mark
@@ -180,31 +181,18 @@ def s3_server():
     that points S3 clients at it (endpoint and dummy credentials), for this process and the ones it starts."""
     needs(importable("s3fs"), "S3 storage tests need the driver: pip install 'ablate[s3]'")
     needs(importable("moto.server"), "S3 storage tests need moto[s3] and flask (the dev extra)")
-    from gate import wait_for
 
-    port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
-    env = {"AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}", "AWS_ACCESS_KEY_ID": "test",
-           "AWS_SECRET_ACCESS_KEY": "test", "AWS_DEFAULT_REGION": "us-east-1"}  # fmt: skip
-    saved = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-
-    def serving() -> bool:
-        with socket.socket() as s:
-            return s.connect_ex(("127.0.0.1", port)) == 0
-
-    try:
-        wait_for(serving, timeout=60)
-        yield env
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+    with procs.s3_server(free_port()) as env:
+        saved = {k: os.environ.get(k) for k in env}
+        os.environ.update(env)
+        try:
+            yield env
+        finally:
+            for k, v in saved.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
 
 
 @pytest.fixture

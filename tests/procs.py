@@ -13,8 +13,11 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
+from collections.abc import Iterator
 from pathlib import Path
 
+from gate import wait_for
 from procfs import descendants
 
 NODES = ("127.0.0.2", "127.0.0.3", "127.0.0.4")
@@ -148,3 +151,20 @@ def leftovers(folder: Path) -> list[int]:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
     return found
+
+
+@contextlib.contextmanager
+def s3_server(port: int) -> Iterator[dict[str, str]]:
+    """A real S3-compatible HTTP server (moto in server mode) on 127.0.0.1:`port` while the block runs: the
+    environment that points S3 clients at it (endpoint and dummy credentials)."""
+    proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    try:
+        wait_for(lambda: listening("127.0.0.1", port) or proc.poll() is not None, timeout=60)
+        if proc.poll() is not None:
+            raise RuntimeError(f"the S3 server exited at start on port {port}")
+        yield {"AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}", "AWS_ACCESS_KEY_ID": "test",
+               "AWS_SECRET_ACCESS_KEY": "test", "AWS_DEFAULT_REGION": "us-east-1"}  # fmt: skip
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)

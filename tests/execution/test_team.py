@@ -13,101 +13,58 @@ the gate in its trial runner) until the test opens it, and every wait is on a co
 file, the store, the bucket, a journal, a process's exit); deadlines only fail the test.
 
 The servers, the nodes and the launchers run the cluster tutorial's commands (docs/tutorials/cluster.md, the bash
-block after its marker comment) with only hosts, ports, database URLs, the bucket, the experiments file and the
-sweep replaced, and the loopback options of `loopback` added to `ray start`; the relaunch is `ablate launch` exactly
-as written there. The fast tests check that block, and the `workers/` definitions, against the installed CLIs and
-the schemas, so neither drifts unnoticed where the end-to-end test does not run.
+block after its marker comment) through tests/team.py's `Team`, which bench/soak.py's random fault schedules share,
+with only hosts, ports, database URLs, the bucket, the experiments file and the sweep replaced, and the loopback
+options of `loopback` added to `ray start`; the relaunch is `ablate launch` exactly as written there. The fast
+tests check that block, and the `workers/` definitions, against the installed CLIs and the schemas, so neither
+drifts unnoticed where the end-to-end test does not run.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
-import os
 import re
 import shlex
 import shutil
 import signal
-import subprocess
 import sys
 import tempfile
-import time
-import urllib.request
 from collections import Counter
 from collections.abc import Callable, Mapping
-from contextlib import ExitStack, suppress
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
 import fsspec
 import pytest
 import yaml
-from conftest import ROOT, TINY, free_port, fresh_database, postgres_binary, write_sweeps
-from gate import Gate, wait_for
-from procfs import descendants
-from procs import NODES, Launcher, Postgres, alive_nodes, kill_tree, listening, loopback
+from conftest import ROOT, TINY, write_sweeps
+from gate import Gate
+from procs import NODES, Launcher, kill_tree
+from team import (
+    DB,
+    MLFLOW_DB,
+    PLACEHOLDERS,
+    README,
+    Stuck,
+    Team,
+    Timeline,
+    checkpoint_differences,
+    healthy,
+    journaled,
+    mlflow_differences,
+    orphans,
+    quiet_differences,
+    readme_commands,
+    substitute,
+)
 
-from ablate.execution import journal
-from ablate.store import Store, flatten
+from ablate.store import Store
 from ablate.training.storage import Storage
 
-RAY, ABLATE, MLFLOW = (str(Path(sys.executable).with_name(name)) for name in ("ray", "ablate", "mlflow"))
 GATE_SCRIPT = Path(__file__).parents[1] / "gate.py"
-MARKER = "<!-- tests/execution/test_team.py runs this block"
-ROLES = ("mlflow server", "ray start --head", "ray start --address", "ablate launch")
 SWEEPS = {"alpha": [0, 1, 2, 3], "beta": [2, 3, 4, 5], "gamma": [4, 5, 0, 1]}
 """One sweep per launcher; every trial (a seed of TINY) is in two of them."""
-MEASURED = ("epoch_s", "samples_per_s", "peak_mem_mb")
-"""Epoch metrics that measure the machine, not the training: left out of the comparison with a quiet run."""
-DEADLINE = 240.0
-"""Seconds any one condition may take before the test fails (never a wait in itself)."""
-
-
-# ------------------------------------------------------------------------------------------ the README's block
-CLUSTER_PAGE = ROOT / "docs" / "tutorials" / "cluster.md"
-README = CLUSTER_PAGE.read_text()
-"""The page whose cluster block the test runs (the README's until the docs site took it over)."""
-DB, MLFLOW_DB = "USER:PASSWORD@DB_HOST:5432/ablate", "USER:PASSWORD@DB_HOST:5432/mlflow"
-PLACEHOLDERS = (DB, MLFLOW_DB, "MLFLOW_HOST", "5000", "HEAD_IP", "6379", "BUCKET", "experiments.yaml", "csan-paper")
-"""What the test replaces in the README's block."""
-
-
-def readme_commands(text: str = README) -> dict[str, list[str]]:
-    """The README's cluster commands by role (`ROLES`): the bash block after its marker comment, continuation
-    lines joined, comments dropped."""
-    assert MARKER in text, f"{CLUSTER_PAGE.name} lost the marker comment above its cluster commands"
-    block = re.search(r"```bash\n(.*?)```", text[text.index(MARKER) :], re.S)
-    assert block is not None, "no bash block after the README's cluster marker"
-    out: dict[str, list[str]] = {}
-    for line in block.group(1).replace("\\\n", " ").splitlines():
-        argv = shlex.split(line, comments=True)
-        if not argv:
-            continue
-        role = " ".join(argv[:2]) if argv[:2] != ["ray", "start"] else f"ray start {argv[2].split('=')[0]}"
-        assert role in ROLES and role not in out, f"README cluster block: a command test_team.py does not run: {line}"
-        out[role] = argv
-    assert tuple(out) == ROLES, f"README cluster block: expected {ROLES} in this order, found {tuple(out)}"
-    return out
-
-
-def substitute(argv: list[str], values: Mapping[str, str]) -> list[str]:
-    """`argv` with each placeholder (a key of `values`, anywhere in an argument) replaced in one pass, so a
-    replacement is never replaced again; fails on a placeholder it does not know."""
-    pattern = re.compile("|".join(re.escape(p) for p in sorted(values, key=len, reverse=True)))
-    out = [pattern.sub(lambda m: values[m.group()], arg) for arg in argv]
-    left = re.findall(r"\b[A-Z][A-Z0-9]*_[A-Z0-9_]+\b|\b(?:USER|PASSWORD|BUCKET)\b", " ".join(out))
-    assert not left, f"README cluster block: placeholders test_team.py does not fill: {left}"
-    return out
-
-
-def option(argv: list[str], name: str) -> str:
-    """The value of `--name VALUE` or `--name=VALUE` in `argv`."""
-    for i, arg in enumerate(argv):
-        if arg == name:
-            return argv[i + 1]
-        if arg.startswith(f"{name}="):
-            return arg.split("=", 1)[1]
-    raise AssertionError(f"{name} missing from {argv}")
 
 
 def check_readme_block(text: str) -> None:
@@ -374,71 +331,6 @@ def test_the_kuberay_manifests_are_valid() -> None:
 
 
 # ------------------------------------------------------------------------------------------ the end-to-end test
-class Service:
-    """A server the test starts, stops and starts again with the same command (its own process group)."""
-
-    def __init__(self, argv: list[str], env: dict[str, str], log: Path) -> None:
-        self.argv, self.env, self.log = argv, env, log
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> Service:
-        with self.log.open("ab") as out:
-            self.proc = subprocess.Popen(self.argv, env=self.env, start_new_session=True, stdout=out,
-                                         stderr=subprocess.STDOUT)  # fmt: skip
-        return self
-
-    def stop(self, sig: int = signal.SIGTERM) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            with suppress(ProcessLookupError):
-                os.killpg(self.proc.pid, sig)
-            try:
-                self.proc.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(timeout=30)
-        if self.proc is not None:  # what is left of its group (an orphaned worker)
-            with suppress(ProcessLookupError):
-                os.killpg(self.proc.pid, signal.SIGKILL)
-
-
-class Timeline:
-    """What happened when, in seconds from the start, printed as it goes (`pytest -s`) and kept for failures."""
-
-    def __init__(self) -> None:
-        self.began, self.events = time.monotonic(), list[str]()
-        self.context: Callable[[], str] = str
-        """What else a failure should show (the launchers' output, once there are launchers)."""
-
-    def __call__(self, text: str) -> None:
-        self.events.append(f"{time.monotonic() - self.began:6.1f} s  {text}")
-        print(self.events[-1], flush=True)
-
-    def __str__(self) -> str:
-        return "\n".join(self.events)
-
-
-def healthy(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(f"{url}/health", timeout=2) as r:
-            return bool(r.status == 200)
-    except OSError:
-        return False
-
-
-def journaled(scratch: Path, storage: str) -> list[Any]:
-    """The records waiting in the journals of the launcher whose scratch root is `scratch`."""
-    folder = scratch / Storage(storage).root.name / journal.FOLDER  # the root's name hashes the storage URL
-    return [r for path in sorted(folder.glob("*.jsonl")) for r in journal.read(path)]
-
-
-def until(what: Callable[[], Any], why: str, timeline: Timeline) -> Any:
-    """Block until `what()` holds (a condition the test reads); past `DEADLINE`, fail saying what it waited for."""
-    try:
-        return wait_for(what, timeout=DEADLINE)
-    except TimeoutError:
-        pytest.fail(f"waited {DEADLINE:.0f} s for {why}\ntimeline:\n{timeline}\n{timeline.context()}", pytrace=False)
-
-
 EVENT = re.compile(r"^(?:\[[\d:]+\] (start|done|preempted|interrupted|failed|diverged) ([0-9a-f]{10})"
                    r"|([0-9a-f]{10}): its worker or node was (lost))", re.M)  # fmt: skip
 """A launcher's plain output about one trial: `[12:00:00] start KEY10 ...`, `KEY10: its worker or node was lost`."""
@@ -473,62 +365,19 @@ def attempts(logs: Mapping[str, str], stopped: str) -> tuple[Counter[str], Count
 def test_a_team_set_up_survives_its_faults(postgres: str, bucket: str, tmp_path: Path) -> None:
     """See the module docstring; the timeline it prints (`pytest -s`) is the issue's closing note."""
     note = Timeline()
-    readme = readme_commands()
     work = Path(tempfile.mkdtemp(prefix="ablate-team-"))  # short: Ray's socket paths live under its session folders
     experiments = write_sweeps(
         tmp_path / "experiments.yaml", {s: {"base": TINY, "seeds": v} for s, v in SWEEPS.items()}
     )
-    values = {
-        DB: fresh_database(postgres).split("://", 1)[1],
-        MLFLOW_DB: fresh_database(postgres).split("://", 1)[1],
-        "MLFLOW_HOST": "127.0.0.1",
-        "5000": str(free_port()),
-        "HEAD_IP": NODES[0],
-        "6379": str(free_port(NODES[0])),
-        "BUCKET": bucket.removeprefix("s3://").split("/")[0],
-        "experiments.yaml": str(experiments),
-    }
-    launch = {s: substitute(readme["ablate launch"], {**values, "csan-paper": s}) for s in SWEEPS}
-    storage, url, uri = (option(launch["alpha"], name) for name in ("--storage", "--db", "--mlflow-uri"))
-    pg = Postgres.of(postgres, postgres_binary("pg_ctl"))
-    base = {**os.environ, "RAY_AUTH_MODE": "disabled", "RAY_ADDRESS": ""}
     gate = Gate(work / "gate", epoch=1)
-    launchers: dict[str, Launcher] = {}
-    nodes: list[subprocess.Popen[bytes]] = []
     with ExitStack() as cleanup:
         cleanup.callback(shutil.rmtree, work, ignore_errors=True)
-        cleanup.callback(lambda: pg.start() if pg.down else None)
-        mlflow = Service([MLFLOW, *substitute(readme["mlflow server"], values)[1:]],
-                         {**base, "MLFLOW_WORKERS": "1", "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"},
-                         work / "mlflow.log")  # fmt: skip
-        cleanup.callback(mlflow.stop, signal.SIGKILL)
-        cleanup.callback(lambda: [kill_tree(node) for node in nodes if node.poll() is None])
-        cleanup.callback(lambda: [launcher.kill() for launcher in launchers.values()])
-        mlflow.start()
-
-        def start_node(role: str, *extra: str) -> None:
-            i = len(nodes)
-            argv = [RAY, *substitute(readme[role], values)[1:], *loopback(NODES[i], work / f"ray{i}"), *extra]
-            env = {**base, "ABLATE_SCRATCH": str(work / f"node{i}")}  # a machine of its own
-            with (work / f"ray{i}.log").open("ab") as out:
-                nodes.append(subprocess.Popen(argv, env=env, start_new_session=True, stdout=out,
-                                              stderr=subprocess.STDOUT))  # fmt: skip
-
-        dashboard = free_port()  # the default one may be another Ray's on this machine
-        start_node("ray start --head", f"--dashboard-port={dashboard}")
-        until(lambda: listening(NODES[0], int(values["6379"])), "the Ray head", note)
-        start_node("ray start --address")
-        start_node("ray start --address")
-        until(lambda: alive_nodes(dashboard) == len(NODES), "three Ray nodes", note)
-        until(lambda: healthy(uri), "the MLflow server", note)
-        note("up: PostgreSQL (a results and an MLflow database), moto S3, MLflow server, Ray head + 2 workers")
+        team = Team(work, tmp_path, experiments, postgres, bucket, note, cleanup)
+        storage, url, uri, launchers, pg = team.storage, team.url, team.uri, team.launchers, team.pg
+        team.up()
 
         def start(sweep: str, gated: bool, name: str) -> Launcher:
-            argv = launch[sweep][1:]  # without `ablate`
-            cmd = [sys.executable, str(GATE_SCRIPT), str(gate.folder), "1", "--", *argv] if gated else [ABLATE, *argv]
-            env = {**base, "ABLATE_SCRATCH": str(work / f"launcher-{sweep}")}  # a machine of its own
-            launchers[name] = Launcher(sweep, cmd, env, tmp_path, work / f"{name}.log")
-            return launchers[name]
+            return team.start(sweep, name, (sys.executable, str(GATE_SCRIPT), str(gate.folder), "1") if gated else ())
 
         for sweep in SWEEPS:
             start(sweep, gated=True, name=sweep)
@@ -538,15 +387,12 @@ def test_a_team_set_up_survives_its_faults(postgres: str, bucket: str, tmp_path:
         note("3 launchers started together on alpha, beta, gamma; trials wait at epoch 1 until the gate opens")
         store = cleanup.enter_context(Store(url))
 
-        def node_of(pid: int) -> int | None:
-            return next((i for i, node in enumerate(nodes) if pid in descendants(node.pid)), None)
-
         def published(key: str) -> bool:
             marker, recorded = Storage(storage).published(key), store.checkpoints([key]).get(key)
             return marker is not None and recorded is not None and marker["sha256"] == recorded["sha"]
 
         def held_everywhere() -> dict[str, int] | None:
-            where = {key: node_of(pid) for key, pid in gate.reached().items()}
+            where = {key: team.node_of(pid) for key, pid in gate.reached().items()}
             full = set(where.values()) == set(range(len(NODES))) and all(published(k) for k in where)
             return where if full else None  # type: ignore[return-value]
 
@@ -555,13 +401,13 @@ def test_a_team_set_up_survives_its_faults(postgres: str, bucket: str, tmp_path:
         note("at the gate, epoch-1 checkpoints in the bucket and the store: "
              + ", ".join(f"{k[:10]} (node {where[k]}, {owner[k]})" for k in sorted(where, key=where.get)))  # type: ignore[arg-type]  # fmt: skip
 
-        assert _inboxes(dashboard) == [NODES[0]] * len(SWEEPS)  # where the launchers' drivers attach, not on a worker
+        assert _inboxes(team.dashboard) == [NODES[0]] * len(SWEEPS)  # the launchers' drivers attach on the head
 
-        mlflow.stop()
+        team.mlflow.stop()
         note("F1 MLflow server stopped (SIGTERM)")
 
         on_b = {k for k, i in where.items() if i == 2}
-        kill_tree(nodes[2])
+        kill_tree(team.nodes[2])
         until(lambda: set(store.states(on_b).values()) == {"preempted"}
               and all(f"{k[:10]}: its worker or node was lost" in launchers[owner[k]].text() for k in on_b),
               "the dead node's trials preempted", note)  # fmt: skip
@@ -604,7 +450,7 @@ def test_a_team_set_up_survives_its_faults(postgres: str, bucket: str, tmp_path:
         again = start(launchers[y].sweep, gated=False, name=f"{y} again")
         until(lambda: " trials in " in again.text(), f"{y} launched again", note)
         note(f"F7 {y} launched again, by the README's command as it is")
-        mlflow.start()
+        team.mlflow.start()
         until(lambda: healthy(uri), "the MLflow server back", note)
         note("F8 MLflow server started again")
         for name, launcher in launchers.items():
@@ -614,8 +460,8 @@ def test_a_team_set_up_survives_its_faults(postgres: str, bucket: str, tmp_path:
         assert codes == {**dict.fromkeys(launchers, 0), y: 128 + signal.SIGTERM}, "\n".join(logs.values())
         note(f"the launchers ended: {codes}")
 
-        synced = _cli("sync", *SWEEPS, "--db", url, "--mlflow-uri", uri, cwd=tmp_path, env=base)
-        reported = _cli("report", *SWEEPS, "--db", url, cwd=tmp_path, env=base)
+        synced = team.cli("sync", *SWEEPS, "--db", url, "--mlflow-uri", uri)
+        reported = team.cli("report", *SWEEPS, "--db", url)
         note(f"ablate sync: {synced.strip().splitlines()[-1]}; ablate report: written")
 
         keys = sorted({k for s in SWEEPS for k in store.trials_frame(s)["key"]})
@@ -634,25 +480,25 @@ def test_a_team_set_up_survives_its_faults(postgres: str, bucket: str, tmp_path:
         note(f"every trial done once: {sum(starts.values())} starts for {len(keys)} trials; the cut ones: "
              + ", ".join(f"{key} ({how}, {name})" for name, key, how in cut))  # fmt: skip
 
-        fs, prefix = fsspec.core.url_to_fs(storage)
-        for k in keys:  # each trial's last checkpoint is the bucket's, whole, and the only one there
-            marker = Storage(storage).published(k)
-            assert marker is not None and marker["sha256"] == store.checkpoints([k])[k]["sha"], k
-            assert hashlib.sha256(fs.cat_file(f"{prefix}/{k}/{marker['object']}")).hexdigest() == marker["sha256"]
-            assert [Path(p).name for p in fs.ls(f"{prefix}/{k}") if p.endswith(".pt")] == [marker["object"]]
-        _assert_mlflow_is_the_store(store, uri, list(SWEEPS), keys)
-        assert fs.find(f"{values['BUCKET']}/mlartifacts"), "no MLflow artifact in the bucket"
+        assert checkpoint_differences(store, storage, keys) == []  # each trial's last checkpoint is the bucket's
+        assert orphans(storage, keys) == []  # and the only one there
+        assert mlflow_differences(store, uri, list(SWEEPS), keys) == []
+        fs = fsspec.core.url_to_fs(storage)[0]
+        assert fs.find(f"{team.values['BUCKET']}/mlartifacts"), "no MLflow artifact in the bucket"
         for s in SWEEPS:
             written = {p.name for p in (tmp_path / "reports" / s).iterdir()}
             assert {"index.html", "report.md", "trials.csv"} <= written, reported
-        quiet = _quiet_run(store, keys, tmp_path / "quiet")
-        for k in keys:
-            result, epochs = quiet[k]
-            assert flatten(trials[k].result) == result, k
-            recorded = {(name, step): value for name, step, value, _ in store.metric_rows(k) if name not in MEASURED}
-            assert recorded == {at: value for at, value in epochs.items() if at[0] not in MEASURED}, k
+        assert quiet_differences(store, keys, tmp_path / "quiet") == []
         note("checked: the checkpoints in the bucket, MLflow equal to the store, the reports, and every result and "
              "epoch equal to a quiet run of the same trials")  # fmt: skip
+
+
+def until(what: Callable[[], Any], why: str, timeline: Timeline) -> Any:
+    """`timeline.until`, a test failure when it is stuck."""
+    try:
+        return timeline.until(what, why)
+    except Stuck as e:
+        pytest.fail(str(e), pytrace=False)
 
 
 def _inboxes(dashboard: int) -> list[str]:
@@ -669,54 +515,3 @@ def _launcher_of(holder: str, launchers: Mapping[str, Launcher]) -> str:
     """The launcher named by a lease's holder (user@host:pid)."""
     pid = int(holder.rsplit(":", 1)[1])
     return next(name for name, launcher in launchers.items() if launcher.proc.pid == pid)
-
-
-def _cli(*args: str, cwd: Path, env: dict[str, str]) -> str:
-    run = subprocess.run([ABLATE, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
-    assert run.returncode == 0, run.stdout + run.stderr
-    return run.stdout
-
-
-def _assert_mlflow_is_the_store(store: Store, uri: str, sweeps: list[str], keys: list[str]) -> None:
-    """One MLflow run per trial across the sweeps' experiments (a shared trial's run lives in one of them), with
-    the store's run id, status, params and result, and per metric exactly the store's steps, each once; each
-    sweep's parent run holds its summary."""
-    from ablate.tracking.records import RUN_STATUS, Tracker, mlflow_name, params_of
-
-    tracker = Tracker(uri)
-    assert store.unmirrored(sweeps) == []
-    experiments = [tracker.client.get_experiment_by_name(s).experiment_id for s in sweeps]
-    for s in sweeps:
-        parent = tracker.client.get_run(store.sweep(s).mlflow_run_id)
-        assert any(k.startswith(f"{parent.data.tags['report.metric']}/mean/") for k in parent.data.metrics), s
-    for key in keys:
-        runs = tracker.client.search_runs(experiments, f"tags.trial_key = '{key}'")
-        assert len(runs) == 1, key
-        run, record = runs[0], store.trial(key)
-        assert run.info.run_id == record.mlflow_run_id and run.info.status == RUN_STATUS[record.state]
-        assert run.data.params == params_of(record.config, store.membership(run.data.tags["sweep"], key).axes)
-        assert {mlflow_name(k): v for k, v in flatten(record.result).items()}.items() <= run.data.metrics.items()
-        rows = store.metric_rows(key)
-        for name in {n for n, *_ in rows}:
-            steps = sorted(m.step for m in tracker.client.get_metric_history(run.info.run_id, name))
-            assert steps == sorted(s for n, s, *_ in rows if n == name), (key, name)
-
-
-def _quiet_run(store: Store, keys: list[str], folder: Path) -> dict[str, tuple[dict[str, Any], dict[Any, float]]]:
-    """Each trial trained again here, alone and uninterrupted, from its recorded config: its result and its
-    epochs' metrics by (name, epoch). The trial sets torch's threads from its config, as on a Ray worker."""
-    import torch
-
-    from ablate.config import TrialConfig
-    from ablate.training.loop import run_trial
-
-    threads, out = torch.get_num_threads(), {}
-    try:
-        for key, config in store.configs(keys).items():
-            epochs: dict[Any, float] = {}
-            report = lambda e, metrics, epochs=epochs: epochs.update({(n, e): v for n, v in metrics.items()})  # noqa: E731
-            result = run_trial(TrialConfig.model_validate(config), report, folder / key)
-            out[key] = (result.metrics, epochs)
-    finally:
-        torch.set_num_threads(threads)
-    return out
