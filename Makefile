@@ -11,7 +11,7 @@ BIN := $(VENV)/bin
 SWEEP ?= cpu
 STAMP := $(VENV)/.installed
 
-.PHONY: run test quick team lint docs gallery install clean mutants gpu-check
+.PHONY: run test quick team soak lint docs gallery install clean mutants gpu-check
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -72,6 +72,14 @@ gpu-check: $(STAMP)
 # nodes, three launchers, and the faults it injects; minutes of its own); not part of `make test`, CI runs both.
 team: $(STAMP)
 	$(BIN)/python -m pytest -q -m team tests/execution/test_team.py
+
+# The chaos soak (bench/soak.py): the team set-up under random faults drawn from SEED for SECONDS (nodes, launchers,
+# PostgreSQL, the MLflow server, the bucket, clock skews, trials killed mid-checkpoint), then every invariant checked;
+# a violation prints the seed and the faults as they ran, exit 1. Not part of `make test`; CI runs a short one.
+SECONDS ?= 240
+SEED ?= 1
+soak: $(STAMP)
+	mkdir -p build && $(BIN)/python bench/soak.py $(SECONDS) --seed $(SEED) --out build/soak-$(SEED).json
 
 # The loop while you work: every test that starts no Ray, process, server or browser (marks set at collection by
 # tests/markers.py; starting a process raises here), and how long it took. `make test` and CI still run everything.
