@@ -116,10 +116,16 @@ class Recorder:
 
     def _apply(self, records: list[Record]) -> None:
         """The store writes of `records`, in order (metric rows of consecutive epochs in one transaction);
-        `_applied` counts the records written, so a store error journals only the rest."""
+        `_applied` counts the records written, so a store error journals only the rest. A trial done in the store
+        is final: a record of another attempt (a journal of a launch that lost the trial to another launcher while
+        the store was down, replayed afterwards) is skipped, never reopening or rewriting its result."""
         rows: list[MetricRow] = []
         self._applied = 0
+        done = self.store.done_keys({k for r in records for k in (r.keys if isinstance(r, Stopped) else [r.key])})
         for i, r in enumerate(records):
+            if not isinstance(r, Stopped) and r.key in done:
+                self._applied = i + 1
+                continue
             if isinstance(r, EpochEnd):
                 rows += [(r.key, name, r.epoch, float(value), r.wall) for name, value in r.metrics.items()]
                 if r.checkpoint is None:

@@ -151,7 +151,9 @@ class Storage:
         return marker if isinstance(marker, dict) else None
 
     def publish(self, key: str, source: IO[bytes]) -> dict[str, Any]:
-        """Upload an open checkpoint file as a new object, then point the marker at it; returns the marker."""
+        """Upload an open checkpoint file as a new object, then point the marker at it, then remove every other
+        checkpoint object of the trial: the one the marker named before, and any an attempt killed mid-upload
+        left behind (one attempt of a trial writes at a time: its lease); returns the marker."""
         fs = self._fs[0]
         name = f"checkpoint-{uuid.uuid4().hex}.pt"
         digest, size = hashlib.sha256(), 0
@@ -160,12 +162,13 @@ class Storage:
                 digest.update(block)
                 out.write(block)
                 size += len(block)
-        old = self.published(key)
         marker = {"object": name, "size": size, "sha256": digest.hexdigest()}
         fs.pipe_file(self._object(key, MARKER), json.dumps(marker).encode())
-        if old and old.get("object") != name:
-            with contextlib.suppress(FileNotFoundError):
-                fs.rm_file(self._object(key, str(old["object"])))
+        fs.invalidate_cache()
+        for path in fs.ls(self._object(key, "").rstrip("/"), detail=False):
+            if path.endswith(".pt") and path.rsplit("/", 1)[-1] != name:
+                with contextlib.suppress(FileNotFoundError):
+                    fs.rm_file(path)
         return marker
 
     def fetch(self, key: str) -> str | None:

@@ -173,6 +173,28 @@ def test_the_journal_reaches_the_store_first_once_it_answers_again(tmp_path: Pat
         assert sorted(store.metrics_frame("s")["step"]) == [1, 2]
 
 
+def test_a_journal_replayed_after_another_launcher_finished_the_trial_leaves_its_result_alone(tmp_path: Path) -> None:
+    """Found by the chaos soak (bench/soak.py, seed 1): a launcher's start and first epoch of a trial go to its journal
+    (the store is down), the launcher dies; another launcher trains the trial and records it done; a launch in the
+    first one's place replays the journal. The replayed start reopened the done trial (`running`, its result
+    cleared) and the next launch trained it again; now a done trial's records from another attempt are skipped."""
+    db, storage = tmp_path / "r.sqlite", tmp_path / "ck"
+    with Store(f"sqlite:///{db}") as store, Store(f"sqlite:///file:{db}?mode=ro&uri=true") as down:
+        store.add_trials("s", [{"key": "k", "config": {}, "axes": {}, "variant": "v"}])
+        lost = Recorder(down, journal=storage / "journal" / "lost.jsonl")
+        lost.handle([Started("k", "a", "node-a", "cpu"), EpochEnd("k", 1, {"loss": 9.0}, time.time())])
+        assert lost.journaled == 2
+        other = Recorder(store)
+        other.handle([Started("k", "b", "node-b", "cpu"), EpochEnd("k", 1, {"loss": 0.5}, time.time())])
+        other.finish(Finished("k", "done", result={"test": {"top1": 0.9}}))
+        before = store.trial("k")
+        assert Recorder(store).replay(storage) == 2 and journals(storage) == []
+        after = store.trial("k")
+        assert (after.state, after.result, after.finished_at, after.attempts) == (
+            "done", before.result, before.finished_at, 1)  # fmt: skip
+        assert list(store.metrics_frame("s")["value"]) == [0.5]
+
+
 def test_reads_of_a_store_that_went_away_are_store_errors(tmp_path: Path) -> None:
     """A read that meets a store gone away mid-launch raises StoreUnavailable, as a write does: the launch loop
     goes on without the store and journals what it refuses. Before, a read (`states`, which the loop calls

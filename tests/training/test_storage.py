@@ -78,6 +78,22 @@ def test_a_partial_or_mismatching_upload_is_never_read(bucket: str, scratch: Pat
     assert not (storage.folder("k2") / checkpoints.FILE).exists()
 
 
+def test_an_upload_cut_short_leaves_nothing_once_the_trial_publishes_again(bucket: str, scratch: Path) -> None:
+    """An attempt killed mid-upload leaves an object no marker names (the chaos soak found them); the trial's next
+    publish removes it with the superseded one, so its folder holds its marker and one checkpoint."""
+    storage, fs, base = Storage(bucket), s3(), bucket.removeprefix("s3://")
+    save(storage, "k3", 1)
+    with (storage.folder("k3") / checkpoints.FILE).open("rb") as f:
+        first = storage.publish("k3", f)
+    fs.pipe_file(f"{base}/k3/checkpoint-cut.pt", b"half of an upload")
+    save(storage, "k3", 2)
+    with (storage.folder("k3") / checkpoints.FILE).open("rb") as f:
+        second = storage.publish("k3", f)
+    fs.invalidate_cache()
+    objects = sorted(p.rsplit("/", 1)[1] for p in fs.ls(f"{base}/k3"))
+    assert second != first and objects == sorted([MARKER, second["object"]])
+
+
 def test_a_stop_request_reaches_the_trial_through_the_bucket(bucket: str, scratch: Path) -> None:
     storage = Storage(bucket)
     with storage.sync("k3"):
