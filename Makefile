@@ -79,7 +79,7 @@ team: $(STAMP)
 SECONDS ?= 240
 SEED ?= 1
 soak: $(STAMP)
-	mkdir -p build && $(BIN)/python bench/soak.py $(SECONDS) --seed $(SEED) --out build/soak-$(SEED).json
+	mkdir -p build && $(BIN)/python bench/soak.py $(SECONDS) --seed $(SEED) --out build/soak-$(SEED).json --logs build/soak-$(SEED)
 
 # The loop while you work: every test that starts no Ray, process, server or browser (marks set at collection by
 # tests/markers.py; starting a process raises here), and how long it took. `make test` and CI still run everything.

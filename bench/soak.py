@@ -263,6 +263,7 @@ def main() -> int:
     ap.add_argument("--lease", type=float, default=20.0, help="the launchers' --lease (seconds)")
     ap.add_argument("--launchers", type=int, default=3, help="launchers kept running at once")
     ap.add_argument("--out", type=Path, help="write the figures here as JSON")
+    ap.add_argument("--logs", type=Path, help="copy the launchers', servers' and witnesses' logs here")
     args = ap.parse_args()
     faults = chaos.schedule(args.seed, args.seconds, args.lease)
     root = Path(tempfile.mkdtemp(prefix="ablate-soak-"))  # short: Ray's socket paths live under it
@@ -341,9 +342,11 @@ def main() -> int:
             no_metrics = [k[:10] for k in keys if not store.trial(k).result or not store.metric_rows(k)]
             violations += [f"no final metrics: {no_metrics}"] if no_metrics else []
             seen = witnesses(root / "team")
-            trained = Counter(w["key"] for w in seen if w["event"] == "end" and w["trained"])
+            ended = Counter(w["key"] for w in seen if w["event"] == "end" and w["trained"])
+            trained = Counter(w["key"] for w in seen if w["event"] == "delivered" and w["state"] == "done"
+                              and (w["resumed_from"] or 0) < EPOCHS)  # fmt: skip
             twice = sorted(k[:10] for k, c in trained.items() if c > 1)
-            never = sorted(k[:10] for k in keys if trained[k] == 0)
+            never = sorted(k[:10] for k in keys if ended[k] == 0 or trained[k] == 0)
             violations += [f"trained to the end more than once: {twice}"] if twice else []
             violations += [f"done without a witnessed training: {never}"] if never else []
             if concurrent := sorted({w["key"][:10] for w in seen if w["event"] == "concurrent"}):
@@ -359,11 +362,16 @@ def main() -> int:
             left = orphans(team.storage, sorted(keys))
             kinds = Counter(f.kind for f, _, _ in soak.ran)
             killed = [w for w in seen if w["event"] == "killed"]
+            if args.logs:  # the evidence, before the folders go
+                args.logs.mkdir(parents=True, exist_ok=True)
+                for log in [*(root / "team").glob("*.log"), root / "team" / "attempts.jsonl"]:
+                    shutil.copy(log, args.logs)
             figures.update(
                 trials=len(keys), sweeps=len(started), faults=len(soak.ran), by_kind=dict(sorted(kinds.items())),
                 checkpoint_kills_landed=len(killed),
                 overlapping=chaos.overlapping([chaos.Fault(b, f.kind, e - b, f.pick) for f, b, e in soak.ran]),
                 starts=sum(w["event"] == "begin" for w in seen), trained_more_than_once=len(twice),
+                trainings_cut_after_they_ended=sum(ended.values()) - sum(trained.values()),
                 results_lost=len(soak.overwritten) + len(missing), orphan_objects=len(left),
                 fault_errors=soak.errors, launcher_exits=dict(Counter(str(c) for c in codes.values())),
                 seconds_from_last_fault_to_all_done=(round(soak.all_done_at - last_fault, 1)

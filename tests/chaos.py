@@ -12,10 +12,11 @@ guarantee that each trial trains once assumes it (docs/concepts/leases.md).
 
 `python tests/chaos.py FOLDER SKEW -- ablate-cli-args...` runs the `ablate` CLI with its clock `SKEW` seconds off
 (the store's lease times and the launcher's looks: `ablate.store.writes.now`) and its trials run through
-`witnessed`, which appends to FOLDER/attempts.jsonl when each attempt begins and ends, holds an exclusive lock
-on FOLDER/locks/KEY while it trains (a second attempt of one key that finds it held logs `concurrent`: two
-trainings at once), and dies by SIGKILL halfway through a checkpoint write (the local file or the upload) when it
-claims a request the soak left in FOLDER/kill.
+`witnessed`, which appends to FOLDER/attempts.jsonl when each attempt begins and ends (and the launcher when it
+receives a trial's outcome: `delivered`; an attempt killed after its training ended delivers nothing), holds an
+exclusive lock on FOLDER/locks/KEY while it trains (a second attempt of one key that finds it held logs
+`concurrent`: two trainings at once), and dies by SIGKILL halfway through a checkpoint write (the local file or
+the upload) when it claims a request the soak left in FOLDER/kill.
 """
 
 from __future__ import annotations
@@ -257,6 +258,8 @@ def main(argv: list[str]) -> None:
     import ablate.execution.trial_task
     import ablate.store.writes
     from ablate import cli
+    from ablate.execution.recorder import Recorder
+    from ablate.training.messages import Finished
 
     split = argv.index("--")
     folder, skew = argv[:split]
@@ -266,6 +269,13 @@ def main(argv: list[str]) -> None:
 
     real_now, offset = ablate.store.writes.now, timedelta(seconds=float(skew))
     ablate.store.writes.now = ablate.execution.fanout.now = lambda: real_now() + offset  # type: ignore[assignment]
+    finish = Recorder.finish
+
+    def delivered(self: Recorder, done: Finished) -> None:
+        _log(folder, "delivered", done.key, state=done.state, resumed_from=done.resumed_from)
+        finish(self, done)
+
+    Recorder.finish = delivered  # type: ignore[method-assign]
     sys.argv = ["ablate", *argv[split + 1 :]]
     cli.main()  # the `ablate` command itself: an unavailable store exits 3 with its one paragraph
 

@@ -231,14 +231,18 @@ class Store(Queries):
     ) -> None:
         """A trial ends in `state` (done | failed | diverged | interrupted) with its final result
         ({"test": {"top1": ...}}; NaN/inf kept as null) or its error (message and/or traceback; the `error`
-        column keeps the line that names it); `info`: facts about the run (INFO_FIELDS). One transaction."""
+        column keeps the line that names it); `info`: facts about the run (INFO_FIELDS). One transaction, which
+        frees a done trial's lease: nobody claims a done trial, and a launcher killed before it released its leases
+        leaves none on the trials it finished."""
         if state not in FINAL_STATES:
             raise ValueError(f"finish state must be one of {FINAL_STATES}, not {state!r}")
         if info.get("code"):
             info["code_digest"] = info["code"].get("digest")
+        freed = dict.fromkeys(("lease_owner", "lease_host", "lease_expires")) if state == "done" else {}
         self._update(TRIALS, TRIALS.c.key == key, key, state=state, finished_at=now(), result=_finite(result),
                      error=error_line(error or traceback), traceback=traceback or error,
-                     diverged_epoch=diverged_epoch, diverged_step=diverged_step, **_check_info(info))  # fmt: skip
+                     diverged_epoch=diverged_epoch, diverged_step=diverged_step, **freed,
+                     **_check_info(info))  # fmt: skip
 
     def interrupt(self, keys: Iterable[str] | None = None, state: str = "interrupted") -> int:
         """Mark `running` trials (all, or those of `keys`) `interrupted` (after Ctrl-C, or at a launch's start

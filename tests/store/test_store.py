@@ -371,6 +371,20 @@ def test_a_lease_is_exclusive_until_it_lapses_and_then_anyone_may_take_it(store)
     assert store.holders() == {} and store.claim(keys, a) == set(keys[:4])
 
 
+def test_a_done_trial_holds_no_lease_even_when_its_launcher_never_released_it(store):
+    """Found by the chaos soak (bench/soak.py, seed 7): a launcher SIGKILLed after recording a trial done, before it
+    released its leases, left the done trial leased for good (`ablate status` named a dead holder). Recording a
+    trial done frees its lease; a failed one keeps it, for its launcher's retries."""
+    trials = [trial(i) for i in range(2)]
+    keys = [t.key for t in trials]
+    store.add_trials("s", trials)
+    a = Owner("a" * 32, "alice@h1:1", 60)
+    assert store.claim(keys, a) == set(keys)
+    store.finish(keys[0], "done", result={"test": {"top1": 0.5}})
+    store.finish(keys[1], "failed", error="boom")
+    assert store.holders(keys) == {keys[1]: "alice@h1:1"} and store.renew(a) == {keys[1]}
+
+
 def test_a_claim_reads_the_queue_only_as_far_as_its_limit_needs_and_past_what_others_hold(store):
     """The queue is read in chunks, in its order, stopping once `limit` trials are won (a launcher claims a slot's
     worth at a time from a queue of thousands): trials another launcher holds are passed over, across chunks."""
