@@ -62,6 +62,7 @@ JobRequeue=1
 KillWait={kill_wait}
 OverTimeLimit=0
 MinJobAge=600
+FirstJobId={first_job}
 SchedulerParameters=sched_min_interval=0
 NodeName=localhost NodeAddr=127.0.0.1 CPUs={cpus} State=UNKNOWN
 PartitionName=debug Nodes=localhost Default=YES MaxTime=INFINITE State=UP
@@ -76,8 +77,9 @@ class Slurm:
         self.procs: list[subprocess.Popen[bytes]] = []
         self.env = {**os.environ, "SLURM_CONF": str(root / "slurm.conf")}
 
-    def start(self, ctld_port: int, d_port: int) -> Slurm:
-        """Writes the munge key and slurm.conf and starts the daemons (raises when slurmctld does not answer)."""
+    def start(self, ctld_port: int, d_port: int, first_job: int = 1) -> Slurm:
+        """Writes the munge key and slurm.conf and starts the daemons. `first_job`: the first job id (a job's Ray
+        folder, /tmp/ray-JOBID, must not be another Slurm's job's on this machine)."""
         for folder in ("state", "spool"):
             (self.root / folder).mkdir()
         key = self.root / "munge.key"
@@ -85,7 +87,7 @@ class Slurm:
         key.chmod(0o400)
         (self.root / "slurm.conf").write_text(CONF.format(host=socket.gethostname().split(".")[0], root=self.root,
                                                           ctld_port=ctld_port, d_port=d_port, cpus=self.cpus,
-                                                          kill_wait=KILL_WAIT))  # fmt: skip
+                                                          kill_wait=KILL_WAIT, first_job=first_job))  # fmt: skip
         r = self.root
         self._spawn([program("munged"), "--foreground", "--force", f"--key-file={key}", f"--socket={r}/munge.sock",
                      f"--pid-file={r}/munged.pid", f"--log-file={r}/munged.log",
@@ -99,9 +101,10 @@ class Slurm:
             self.procs.append(subprocess.Popen([str(a) for a in argv], env=self.env, start_new_session=True,
                                                stdout=out, stderr=subprocess.STDOUT))  # fmt: skip
 
-    def run(self, *argv: str) -> str:
-        """A client command against this Slurm; its output (fails the caller on a non-zero exit)."""
-        done = subprocess.run(argv, env=self.env, capture_output=True, text=True, timeout=60)
+    def run(self, *argv: str, cwd: Path | None = None, env: dict[str, str] | None = None) -> str:
+        """A client command against this Slurm (in `cwd`, with `env`, which must hold `SLURM_CONF`); its output
+        (raises on a non-zero exit)."""
+        done = subprocess.run(argv, cwd=cwd, env=env or self.env, capture_output=True, text=True, timeout=60)
         if done.returncode != 0:
             raise RuntimeError(f"{' '.join(argv)}: exit {done.returncode}\n{done.stdout}{done.stderr}")
         return done.stdout

@@ -21,9 +21,9 @@ from ablate.planning.plan import Plan
 DEFAULT_SIGNAL = 300
 """Seconds before the time limit at which Slurm sends SIGTERM (the launcher waits 25 s for a step boundary; a
 trial's step or its checkpoint's upload may take longer on a large model)."""
-PORT_BLOCKS = 200
-"""Ray's ports are the block `20000 + (job id mod PORT_BLOCKS) * 200` (20000 to 59999): jobs whose ids differ by
-less than this never share one."""
+PORT_SLOTS = 100
+"""Ray's ports are the job's slot (its id modulo this) of 20000 to 31999: jobs whose ids differ by less than this never
+share one."""
 
 
 @dataclass(frozen=True)
@@ -80,6 +80,9 @@ def script(job: SlurmJob) -> str:
     optional = [f"#SBATCH --gpus-per-node={job.gpus_per_node}" if job.gpus_per_node else "",
                 f"#SBATCH --partition={job.partition}" if job.partition else "",
                 f"#SBATCH --account={job.account}" if job.account else ""]  # fmt: skip
+    argv = [shlex.quote(a) for a in job.launch()]
+    cut = argv.index("--storage")  # then one option and its value per line
+    lines = [" ".join(argv[:cut]), *(" ".join(argv[i : i + 2]) for i in range(cut, len(argv), 2))]
     return TEMPLATE.format(
         name=job.name,
         nodes=job.nodes,
@@ -87,8 +90,8 @@ def script(job: SlurmJob) -> str:
         time=job.time,
         optional="".join(line + "\n" for line in optional if line),
         signal=job.signal,
-        blocks=PORT_BLOCKS,
-        launch=" ".join(shlex.quote(a) for a in job.launch()),
+        slots=PORT_SLOTS,
+        launch=" \\\n    ".join(lines),
     )
 
 
@@ -107,24 +110,26 @@ TEMPLATE = """\
 #SBATCH --output=%x-%j.out
 set -uo pipefail
 
-# Ray's ports and session folder are this job's own: another job on a node has other ones.
-base=$(( 20000 + SLURM_JOB_ID % {blocks} * 200 ))
+# Ray's ports and session folder are this job's own: another job on a node has other ones (jobs whose ids differ
+# by less than {slots} always), all below Linux's ephemeral ports (32768 up), which any connection may take.
+slot=$(( SLURM_JOB_ID % {slots} ))
+port=$(( 20000 + slot * 10 ))           # Ray's servers: port to port + 9
+worker_ports=$(( 21000 + slot * 110 ))  # its worker processes: 110 per node
 temp=/tmp/ray-$SLURM_JOB_ID
-head_ip=127.0.0.1
-if (( SLURM_JOB_NUM_NODES > 1 )); then head_ip=$(hostname --ip-address | cut -d' ' -f1); fi
+head_ip=$(hostname -I | cut -d' ' -f1)  # this node's first address, where the other nodes reach the head
 node=(--block --temp-dir="$temp" --num-cpus="$SLURM_CPUS_PER_TASK" --disable-usage-stats
-      --node-manager-port=$((base + 7)) --object-manager-port=$((base + 8)) --runtime-env-agent-port=$((base + 6))
-      --dashboard-agent-listen-port=$((base + 3)) --dashboard-agent-grpc-port=$((base + 4))
-      --metrics-export-port=$((base + 5)) --min-worker-port=$((base + 20)) --max-worker-port=$((base + 199)))
+      --node-manager-port=$((port + 7)) --object-manager-port=$((port + 8)) --runtime-env-agent-port=$((port + 6))
+      --dashboard-agent-listen-port=$((port + 3)) --dashboard-agent-grpc-port=$((port + 4))
+      --metrics-export-port=$((port + 5)) --min-worker-port=$worker_ports --max-worker-port=$((worker_ports + 109)))
 # GPUs: Ray counts those in CUDA_VISIBLE_DEVICES, which Slurm sets to the ones it allocated.
 
-ray start --head --node-ip-address="$head_ip" --port="$base" --ray-client-server-port=$((base + 1)) \\
-    --dashboard-port=$((base + 2)) "${{node[@]}}" &
+ray start --head --node-ip-address="$head_ip" --port=$port --ray-client-server-port=$((port + 1)) \\
+    --dashboard-port=$((port + 2)) "${{node[@]}}" &
 head=$!
 if (( SLURM_JOB_NUM_NODES > 1 )); then
     srun --nodes=$((SLURM_JOB_NUM_NODES - 1)) --ntasks-per-node=1 --exclude="$SLURMD_NODENAME" \\
-        ray start --address="$head_ip:$base" "${{node[@]}}" &
-    workers=$!
+        ray start --address="$head_ip:$port" "${{node[@]}}" &
+    others=$!
 fi
 until [[ -e $temp/ray_current_cluster ]]; do  # the head writes it once it serves
     kill -0 $head 2>/dev/null || {{ echo "the Ray head did not start" >&2; exit 1; }}
@@ -133,14 +138,15 @@ done
 
 # SIGTERM (the time limit's warning, a preemption, scancel --signal=TERM --batch) goes on to the launcher, which
 # checkpoints its running trials at their next step and records them preempted; a rerun resumes them.
-{launch} --address "$head_ip:$base" &
+{launch} \\
+    --address "$head_ip:$port" &
 driver=$!
 trap 'stopping=1; kill -TERM $driver 2>/dev/null' TERM
 wait $driver
 status=$?
 if [[ -n ${{stopping:-}} ]]; then wait $driver; status=$?; fi  # the trap cut the first wait short
 
-kill -TERM $head ${{workers:-}} 2>/dev/null
+kill -TERM $head ${{others:-}} 2>/dev/null
 wait
 rm -rf "$temp"
 exit $status
