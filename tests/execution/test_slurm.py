@@ -40,6 +40,8 @@ WORKERS = ROOT / "workers" / "slurm.sbatch"
 ENDED = ("COMPLETED", "FAILED", "TIMEOUT", "CANCELLED", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED")
 DEADLINE = 180.0
 """Seconds any one condition may take before the test fails (never a wait in itself)."""
+SLOW = pytest.mark.timeout(420)
+"""A test of one or two jobs, each starting a Ray and a launch: 45 s a job on 2 idle cores, minutes on loaded ones."""
 
 
 def page_commands() -> list[list[str]]:
@@ -180,6 +182,7 @@ def sweep(slurm: Slurm, tmp_path: Path) -> Iterator[Callable[..., Sweep]]:
         s.close()
 
 
+@SLOW
 def test_a_submitted_sweep_finishes_into_the_store_and_mlflow(sweep: Callable[..., Sweep]) -> None:
     s = sweep(seeds=3)
     job = s.sbatch()
@@ -190,6 +193,7 @@ def test_a_submitted_sweep_finishes_into_the_store_and_mlflow(sweep: Callable[..
     assert not Path(f"/tmp/ray-{job}").exists()
 
 
+@SLOW
 def test_sigterm_mid_trial_then_requeue_resumes_and_trains_nothing_twice(sweep: Callable[..., Sweep]) -> None:
     s = sweep(seeds=2, gated=True)
     job = s.sbatch()
@@ -206,8 +210,9 @@ def test_sigterm_mid_trial_then_requeue_resumes_and_trains_nothing_twice(sweep: 
     s.check_done_once(attempts=2)
 
 
+@SLOW
 def test_two_jobs_of_one_sweep_train_each_trial_once(sweep: Callable[..., Sweep]) -> None:
-    s = sweep(seeds=4, cpus=1, gated=True)
+    s = sweep(seeds=2, cpus=1, gated=True)  # a job of 1 CPU runs one trial at a time: one each at the gate
     jobs = [s.sbatch(), s.sbatch()]
 
     def two_launchers() -> bool:
@@ -220,6 +225,7 @@ def test_two_jobs_of_one_sweep_train_each_trial_once(sweep: Callable[..., Sweep]
     s.check_done_once(attempts=1)
 
 
+@SLOW
 def test_a_job_killed_by_its_time_limit_leaves_what_the_next_job_finishes(sweep: Callable[..., Sweep]) -> None:
     s = sweep(2, 2, True, "--lease", "3")
     job = s.sbatch()
