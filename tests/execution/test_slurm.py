@@ -85,6 +85,8 @@ def test_the_page_block_and_the_shipped_script_are_what_the_generator_writes(tmp
     assert refused.exit_code == 2 and "--gpus-per-node is 0" in refused.output
     gpus = CliRunner().invoke(app, ["slurm", str(many), "--cpus-per-node", "4", "--gpus-per-node", "2"])
     assert "#SBATCH --gpus-per-node=2\n" in gpus.output, gpus.output
+    late = CliRunner().invoke(app, ["slurm", str(many), "--cpus-per-node", "4", "--gpus-per-node", "1", "--time", "2d"])
+    assert late.exit_code == 2 and "Slurm takes minutes" in late.output
 
 
 # ------------------------------------------------------------------------------------------ against Slurm
