@@ -167,7 +167,8 @@ def slurm():
                        "(Debian: apt-get install slurmctld slurmd slurm-client munge)")  # fmt: skip
     needs(os.geteuid() == 0, "Slurm tests run slurmd, which needs root")
     root = Path(tempfile.mkdtemp(prefix="ablate-slurm-"))  # short: munge's socket path is length-limited
-    server = Slurm(root).start(free_port(), free_port(), first_job=int.from_bytes(os.urandom(2)) * 10 + 10_000)
+    first = int.from_bytes(os.urandom(2), "big") * 10 + 10_000  # job ids, so Ray folders, unlike another session's
+    server = Slurm(root).start(free_port(), free_port(), first_job=first)
     try:
         wait_for(server.idle, timeout=60)
         yield server

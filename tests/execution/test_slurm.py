@@ -233,9 +233,8 @@ def test_a_job_killed_by_its_time_limit_leaves_what_the_next_job_finishes(sweep:
     job = s.sbatch()
     s.until(lambda: len(s.gate.reached()) == 2, "both trials at the gate")
     s.slurm.run("scontrol", "update", f"JobId={job}", "TimeLimit=0:0")  # past it: killed at the next check (<30 s)
-    assert s.ended(job) == "TIMEOUT", s.logs()
-    assert "DUE TO TIME LIMIT" in s.logs()
-    left = s.store.states()
+    assert (s.ended(job), s.slurm.job(job)["Reason"]) == ("TIMEOUT", "TimeLimit"), s.logs()
+    left = s.store.states()  # running (SIGKILLed KillWait after the SIGTERM, its leases lapsing) or preempted
     assert set(left.values()) <= {"running", "preempted"} and len(left) == 2, left
     s.gate.open()
     again = s.sbatch()
