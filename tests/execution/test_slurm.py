@@ -41,7 +41,8 @@ ENDED = ("COMPLETED", "FAILED", "TIMEOUT", "CANCELLED", "NODE_FAIL", "OUT_OF_MEM
 DEADLINE = 180.0
 """Seconds any one condition may take before the test fails (never a wait in itself)."""
 SLOW = pytest.mark.timeout(420)
-"""A test of one or two jobs, each starting a Ray and a launch: 45 s a job on 2 idle cores, minutes on loaded ones."""
+"""A test of one or two jobs, each starting a Ray and a launch: 26 to 57 s a test on 2 nearly idle cores (the file in
+3 min), 2 to 4.5 min each at a load average of 20 (the file in 12 min)."""
 
 
 def page_commands() -> list[list[str]]:
