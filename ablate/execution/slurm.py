@@ -116,6 +116,7 @@ slot=$(( SLURM_JOB_ID % {slots} ))
 port=$(( 20000 + slot * 10 ))           # Ray's servers: port to port + 9
 worker_ports=$(( 21000 + slot * 110 ))  # its worker processes: 110 per node
 temp=/tmp/ray-$SLURM_JOB_ID
+rm -rf "$temp"  # a requeued job's, left by a run that was killed: its address file would say the head is up
 head_ip=$(hostname -I | cut -d' ' -f1)  # this node's first address, where the other nodes reach the head
 node=(--block --temp-dir="$temp" --num-cpus="$SLURM_CPUS_PER_TASK" --disable-usage-stats
       --node-manager-port=$((port + 7)) --object-manager-port=$((port + 8)) --runtime-env-agent-port=$((port + 6))
