@@ -25,7 +25,7 @@ COSTS = {
     "trains": "trains a real model through the training loop (seconds of CPU each)",
 }
 #: Fixtures whose resource a test holds by requesting them (pytest adds the ones they request in turn).
-FIXTURE_MARKS = {"ray_local": "ray", "postgres": "server", "s3_server": "server"}
+FIXTURE_MARKS = {"ray_local": "ray", "postgres": "server", "s3_server": "server", "slurm": "server"}
 #: What code names when it reaches a costly resource: a module, or a function's module-qualified name (prefixes).
 NAMED = {
     "subprocess": "spawns",

@@ -6,6 +6,7 @@ calls the library and formats what it returns; one module per group of commands,
 - `ablate.cli.tables`: tables fitted to the terminal
 - `ablate.cli.plan`: plan, check, schema, plugins (the file, before anything runs)
 - `ablate.cli.launch`: launch (and its dry run)
+- `ablate.cli.slurm`: slurm (a sweep's batch script)
 - `ablate.cli.inspect`: status, runs, show (the store, read)
 - `ablate.cli.report`: report, sync
 - `ablate.cli.maintenance`: forget
@@ -20,7 +21,7 @@ import sys
 from rich.markup import escape
 
 from ablate.api import grown
-from ablate.cli import gpu, inspect, launch, maintenance, plan, report, ui
+from ablate.cli import gpu, inspect, launch, maintenance, plan, report, slurm, ui
 from ablate.cli.common import app, err
 from ablate.cli.inspect import ROWS
 
@@ -29,6 +30,7 @@ __all__ = ["ROWS", "app", "grown", "main"]
 for name, command in (
     ("plan", plan.plan),
     ("launch", launch.launch),
+    ("slurm", slurm.slurm),
     ("sync", report.sync),
     ("check", plan.check),
     ("gpu-check", gpu.gpu_check),

@@ -1,0 +1,154 @@
+"""A sweep as a Slurm batch job (`ablate slurm`): the script starts Ray across the allocation (the head on the first
+node, one worker per other node), runs `ablate launch` as the driver, and stops Ray when it ends.
+
+What a shared cluster needs of it: Ray's ports and session folder come from the job id, so two jobs on one node do
+not collide; Ray sees the CPUs and GPUs Slurm allocated (`--num-cpus` from the allocation, GPUs from the
+`CUDA_VISIBLE_DEVICES` Slurm sets); `--signal=B:TERM@N` reaches the batch shell, which passes it on to the launcher
+(a shell runs no trap while a foreground command runs, so the launcher runs in the background and the shell waits),
+and the launcher checkpoints its trials and records them `preempted`; `--requeue` lets Slurm run the job again after
+a preemption, and a rerun of the same launch trains only what is unfinished.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from ablate.planning.plan import Plan
+
+DEFAULT_SIGNAL = 300
+"""Seconds before the time limit at which Slurm sends SIGTERM (the launcher waits 25 s for a step boundary; a
+trial's step or its checkpoint's upload may take longer on a large model)."""
+PORT_SLOTS = 100
+"""Ray's ports are the job's slot (its id modulo this) of 20000 to 31999: jobs whose ids differ by less than this never
+share one."""
+
+
+@dataclass(frozen=True)
+class SlurmJob:
+    """What the batch script asks Slurm for and what its launch writes where."""
+
+    file: str
+    sweeps: tuple[str, ...]
+    nodes: int = 1
+    cpus_per_node: int = 8
+    gpus_per_node: int = 0
+    time: str = "24:00:00"
+    partition: str | None = None
+    account: str | None = None
+    storage: str = "db/checkpoints"
+    """Checkpoints: a folder every node mounts, or a bucket URL."""
+    db: str | None = None
+    mlflow_uri: str | None = None
+    signal: int = DEFAULT_SIGNAL
+    lease: float | None = None
+    """`ablate launch --lease`: how soon another job takes over the trials of a job killed without warning."""
+
+    @property
+    def name(self) -> str:
+        return "ablate-" + "-".join(self.sweeps) if self.sweeps else "ablate"
+
+    def launch(self) -> list[str]:
+        """The driver's command line, without `--address` (the script adds its own head's)."""
+        argv = ["ablate", "launch", self.file, *self.sweeps, "--plain", "--yes", "--storage", self.storage]
+        for flag, value in (("--db", self.db), ("--mlflow-uri", self.mlflow_uri), ("--lease", self.lease)):
+            if value is not None:
+                argv += [flag, f"{value:g}" if isinstance(value, float) else value]
+        return argv
+
+
+def refusal(job: SlurmJob, plans: Sequence[Plan]) -> str | None:
+    """Why the job could not run a sweep's trials, or None: a trial worker must fit one node's allocation (Ray
+    places a worker on one node), and a GPU sweep needs GPUs."""
+    if not re.fullmatch(r"(\d+-)?\d+(:\d+){0,2}|\d+", job.time):
+        return f"--time {job.time!r}: Slurm takes minutes, MM:SS, HH:MM:SS, D-HH or D-HH:MM:SS"
+    for p in plans:
+        for t in p.trials:
+            cpus, gpus = t.config.resources.cpus, t.config.resources.gpus
+            if cpus > job.cpus_per_node:
+                return f"{p.sweep}: a trial worker asks for {cpus:g} CPUs; --cpus-per-node is {job.cpus_per_node}"
+            if (gpus == "auto" and not job.gpus_per_node) or (gpus != "auto" and gpus > job.gpus_per_node):
+                return f"{p.sweep}: a trial worker asks for {gpus} GPUs; --gpus-per-node is {job.gpus_per_node}"
+    return None
+
+
+def script(job: SlurmJob) -> str:
+    """The batch script: `sbatch` it from the folder the launch should run in (the experiments file's paths are
+    relative to it)."""
+    optional = [f"#SBATCH --gpus-per-node={job.gpus_per_node}" if job.gpus_per_node else "",
+                f"#SBATCH --partition={job.partition}" if job.partition else "",
+                f"#SBATCH --account={job.account}" if job.account else ""]  # fmt: skip
+    argv = [shlex.quote(a) for a in job.launch()]
+    cut = argv.index("--storage")  # then one option and its value per line
+    lines = [" ".join(argv[:cut]), *(" ".join(argv[i : i + 2]) for i in range(cut, len(argv), 2))]
+    return TEMPLATE.format(
+        name=job.name,
+        nodes=job.nodes,
+        cpus=job.cpus_per_node,
+        time=job.time,
+        optional="".join(line + "\n" for line in optional if line),
+        signal=job.signal,
+        slots=PORT_SLOTS,
+        launch=" \\\n    ".join(lines),
+    )
+
+
+TEMPLATE = """\
+#!/usr/bin/env bash
+# An ablate sweep as a Slurm job, written by `ablate slurm`: a Ray head on the first node, a Ray worker on each
+# other node, `ablate launch` as the driver. Submit it from the folder the launch runs in: sbatch THIS_FILE
+#SBATCH --job-name={name}
+#SBATCH --nodes={nodes}
+#SBATCH --ntasks-per-node=1
+#SBATCH --cpus-per-task={cpus}
+#SBATCH --time={time}
+{optional}#SBATCH --signal=B:TERM@{signal}
+#SBATCH --requeue
+#SBATCH --open-mode=append
+#SBATCH --output=%x-%j.out
+set -uo pipefail
+
+# Ray's ports and session folder are this job's own: another job on a node has other ones (jobs whose ids differ
+# by less than {slots} always), all below Linux's ephemeral ports (32768 up), which any connection may take.
+slot=$(( SLURM_JOB_ID % {slots} ))
+port=$(( 20000 + slot * 10 ))           # Ray's servers: port to port + 9
+worker_ports=$(( 21000 + slot * 110 ))  # its worker processes: 110 per node
+temp=/tmp/ray-$SLURM_JOB_ID
+rm -rf "$temp"  # a requeued job's, left by a run that was killed: its address file would say the head is up
+head_ip=$(hostname -I | cut -d' ' -f1)  # this node's first address, where the other nodes reach the head
+node=(--block --temp-dir="$temp" --num-cpus="$SLURM_CPUS_PER_TASK" --disable-usage-stats
+      --node-manager-port=$((port + 7)) --object-manager-port=$((port + 8)) --runtime-env-agent-port=$((port + 6))
+      --dashboard-agent-listen-port=$((port + 3)) --dashboard-agent-grpc-port=$((port + 4))
+      --metrics-export-port=$((port + 5)) --min-worker-port=$worker_ports --max-worker-port=$((worker_ports + 109)))
+# GPUs: Ray counts those in CUDA_VISIBLE_DEVICES, which Slurm sets to the ones it allocated.
+
+ray start --head --node-ip-address="$head_ip" --port=$port --ray-client-server-port=$((port + 1)) \\
+    --dashboard-port=$((port + 2)) "${{node[@]}}" &
+head=$!
+if (( SLURM_JOB_NUM_NODES > 1 )); then
+    srun --nodes=$((SLURM_JOB_NUM_NODES - 1)) --ntasks-per-node=1 --exclude="$SLURMD_NODENAME" \\
+        ray start --address="$head_ip:$port" "${{node[@]}}" &
+    others=$!
+fi
+until [[ -e $temp/ray_current_cluster ]]; do  # the head writes it once it serves
+    kill -0 $head 2>/dev/null || {{ echo "the Ray head did not start" >&2; exit 1; }}
+    sleep 1
+done
+
+# SIGTERM (the time limit's warning, a preemption, scancel --signal=TERM --batch) goes on to the launcher, which
+# checkpoints its running trials at their next step and records them preempted; a rerun resumes them.
+{launch} \\
+    --address "$head_ip:$port" &
+driver=$!
+trap 'stopping=1; kill -TERM $driver 2>/dev/null' TERM
+wait $driver
+status=$?
+if [[ -n ${{stopping:-}} ]]; then wait $driver; status=$?; fi  # the trap cut the first wait short
+
+kill -TERM $head ${{others:-}} 2>/dev/null
+wait
+rm -rf "$temp"
+exit $status
+"""

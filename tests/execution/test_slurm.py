@@ -1,0 +1,243 @@
+"""A sweep as a Slurm job (issue 43), against a real single-host Slurm (tests/slurm.py: munged, slurmctld and slurmd
+in a temporary folder, one 2-CPU node on 127.0.0.1), and the batch script `ablate slurm` writes, checked offline.
+
+The jobs run the Slurm tutorial's commands (docs/tutorials/slurm.md, the bash block after its marker comment) with
+only the shared folder, the experiments file, the sweep and the node shape replaced. Where a fault must land while
+trials are provably mid-run, the job's `ablate` is tests/gate.py's (a shim first on the PATH the job inherits from
+`sbatch`): trials stop at epoch 1, their checkpoint written, until the test opens the gate. Every wait is on a
+condition the test reads (gate files, the store, `scontrol show job`); deadlines only fail the test.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import shutil
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import ROOT, TINY, write_sweeps
+from gate import Gate, wait_for
+from procs import leftovers
+from slurm import Slurm
+from typer.testing import CliRunner
+
+from ablate.cli import app
+from ablate.execution.slurm import SlurmJob, script
+from ablate.store import Store
+from ablate.training.storage import Storage
+
+PAGE = ROOT / "docs" / "tutorials" / "slurm.md"
+MARKER = "<!-- tests/execution/test_slurm.py runs this block"
+SHARED, SWEEP = "/shared/ablate", "csan-paper"
+SHAPE = ("--nodes", "--cpus-per-node", "--gpus-per-node")
+"""The options whose values the test replaces: this machine's node."""
+WORKERS = ROOT / "workers" / "slurm.sbatch"
+ENDED = ("COMPLETED", "FAILED", "TIMEOUT", "CANCELLED", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED")
+DEADLINE = 180.0
+"""Seconds any one condition may take before the test fails (never a wait in itself)."""
+SLOW = pytest.mark.timeout(420)
+"""A test of one or two jobs, each starting a Ray and a launch: 26 to 57 s a test on 2 nearly idle cores (the file in
+3 min), 2 to 4.5 min each at a load average of 20 (the file in 12 min)."""
+
+
+def page_commands() -> list[list[str]]:
+    """The tutorial's block: `ablate slurm ...` then `sbatch ...` (continuation lines joined, comments dropped)."""
+    text = PAGE.read_text()
+    assert MARKER in text, f"{PAGE.name} lost the marker comment above its commands"
+    block = re.search(r"```bash\n(.*?)```", text[text.index(MARKER) :], re.S)
+    assert block is not None
+    argv = [shlex.split(line, comments=True) for line in block.group(1).replace("\\\n", " ").splitlines()]
+    argv = [a for a in argv if a]
+    assert [a[:2] for a in argv] == [["ablate", "slurm"], ["sbatch", argv[0][argv[0].index("-o") + 1]]], argv
+    return argv
+
+
+def fill(argv: list[str], experiments: Path, folder: Path, cpus: int) -> list[str]:
+    """`argv` for this machine: the shared folder, the file and the sweep replaced, one node of `cpus` CPUs."""
+    shape = dict(zip(SHAPE, ("1", str(cpus), "0"), strict=True))
+    out = [shape.get(prev, a) for prev, a in zip(["", *argv], argv, strict=False)]
+    out = [a.replace(SHARED, str(folder)).replace(SWEEP, "tiny") for a in out]
+    return [str(experiments) if a == "experiments.yaml" else a for a in out]
+
+
+# ------------------------------------------------------------------------------------------ offline
+def test_the_page_block_and_the_shipped_script_are_what_the_generator_writes(tmp_path: Path) -> None:
+    """The block names every placeholder the test fills; `ablate slurm` with the defaults writes
+    workers/slurm.sbatch; the script passes SIGTERM on and stops Ray; a trial that fits no node is refused."""
+    make, _ = page_commands()
+    words = " ".join(make)
+    assert all(p in words for p in (SHARED, SWEEP, "experiments.yaml", *SHAPE)), make
+    shipped = script(SlurmJob("experiments.yaml", ("cpu",)))
+    assert WORKERS.read_text() == shipped, (
+        "workers/slurm.sbatch: regenerate it with `ablate slurm experiments.yaml cpu`"
+    )
+    for line in ("#SBATCH --signal=B:TERM@300", "#SBATCH --requeue", "trap 'stopping=1; kill -TERM $driver"):
+        assert line in shipped
+    assert "ablate launch experiments.yaml cpu --plain --yes \\\n    --storage db/checkpoints \\\n" in shipped
+    many = write_sweeps(tmp_path / "e.yaml", {"big": {"base": {**TINY, "resources": {"cpus": 4, "gpus": 1}}}})
+    refused = CliRunner().invoke(app, ["slurm", str(many), "--cpus-per-node", "2"])
+    assert refused.exit_code == 2 and "asks for 4 CPUs" in refused.output
+    refused = CliRunner().invoke(app, ["slurm", str(many), "--cpus-per-node", "4"])
+    assert refused.exit_code == 2 and "--gpus-per-node is 0" in refused.output
+    gpus = CliRunner().invoke(app, ["slurm", str(many), "--cpus-per-node", "4", "--gpus-per-node", "2"])
+    assert "#SBATCH --gpus-per-node=2\n" in gpus.output, gpus.output
+    late = CliRunner().invoke(app, ["slurm", str(many), "--cpus-per-node", "4", "--gpus-per-node", "1", "--time", "2d"])
+    assert late.exit_code == 2 and "Slurm takes minutes" in late.output
+
+
+# ------------------------------------------------------------------------------------------ against Slurm
+class Sweep:
+    """A tiny sweep in a folder of its own (the page's /shared/ablate), submitted by the page's commands."""
+
+    def __init__(self, slurm: Slurm, folder: Path, seeds: int, cpus: int, gated: bool, *extra: str) -> None:
+        self.slurm, self.folder = slurm, folder
+        experiments = write_sweeps(folder / "experiments.yaml", {"tiny": {"base": TINY, "seeds": seeds}})
+        make, self.submit_argv = (fill(a, experiments, folder, cpus) for a in page_commands())
+        here = Path.cwd()
+        os.chdir(folder)  # where the page's reader runs it: `-o` and the job's relative paths are in the folder
+        try:
+            made = CliRunner().invoke(app, [*make[1:], *extra])
+        finally:
+            os.chdir(here)
+        assert made.exit_code == 0, made.output
+        self.env = {**slurm.env, "RAY_ADDRESS": "", "RAY_AUTH_MODE": "disabled"}
+        self.env["PATH"] = f"{Path(sys.executable).parent}:{self.env['PATH']}"
+        self.gate = Gate(folder / "gate", epoch=1)
+        if gated:  # the job's `ablate` runs the CLI with its trials held at epoch 1
+            shim = folder / "bin" / "ablate"
+            shim.parent.mkdir()
+            shim.write_text(
+                f'#!/bin/sh\nexec {sys.executable} {ROOT / "tests" / "gate.py"} {self.gate.folder} 1 -- "$@"\n'
+            )
+            shim.chmod(0o755)
+            self.env["PATH"] = f"{shim.parent}:{self.env['PATH']}"
+        self.store = Store(f"sqlite:///{folder}/ablate.sqlite")
+        self.jobs: list[str] = []
+
+    def sbatch(self) -> str:
+        """The page's `sbatch` line, run in the folder; the job's id."""
+        text = self.slurm.run(*self.submit_argv, cwd=self.folder, env=self.env)
+        self.jobs.append(text.split()[-1])
+        return self.jobs[-1]
+
+    def until(self, what: Callable[[], Any], why: str) -> Any:
+        try:
+            return wait_for(what, timeout=DEADLINE)
+        except TimeoutError:
+            pytest.fail(f"waited {DEADLINE:.0f} s for {why}\n{self.logs()}", pytrace=False)
+
+    def ended(self, job: str) -> str:
+        """Block until `job` ends; its state."""
+        return str(self.until(lambda: (s := self.slurm.job(job)["JobState"]) in ENDED and s, f"job {job} to end"))
+
+    def logs(self) -> str:
+        jobs = "\n".join(f"==== {p.name}\n{p.read_text(errors='replace')[-4000:]}" for p in self.folder.glob("*.out"))
+        return f"{jobs}\n{self.slurm.logs()}"
+
+    def keys(self) -> list[str]:
+        return sorted(self.store.trials_frame("tiny")["key"])
+
+    def check_done_once(self, attempts: int) -> None:
+        """Every trial done, started `attempts` times, resumed (when started again) from its epoch-1 checkpoint,
+        each epoch recorded once, nothing trained again as a new result, MLflow holding the store's runs."""
+        trials = {k: self.store.trial(k) for k in self.keys()}
+        assert {k: (t.state, t.attempts) for k, t in trials.items()} == dict.fromkeys(trials, ("done", attempts)), (
+            self.logs()
+        )
+        assert all((t.resumed_from or 0) >= 1 for t in trials.values()) if attempts > 1 else True
+        for k in trials:
+            steps = [(name, step) for name, step, *_ in self.store.metric_rows(k)]
+            assert len(steps) == len(set(steps)) and {s for _, s in steps} == {1, 2}, (k, steps)
+            assert self.store.previous(k) == []
+        assert self.store.unmirrored(["tiny"]) == []
+        import mlflow
+
+        client = mlflow.MlflowClient(f"sqlite:///{self.folder}/mlflow.sqlite")
+        experiment = client.get_experiment_by_name("tiny").experiment_id
+        for k, t in trials.items():
+            runs = client.search_runs([experiment], f"tags.trial_key = '{k}'")
+            assert [(r.info.run_id, r.info.status) for r in runs] == [(t.mlflow_run_id, "FINISHED")], k
+
+    def close(self) -> None:
+        self.store.close()
+        for job in self.jobs:  # what a killed job's Ray may have left: its session folder names the job
+            leftovers(Path(f"/tmp/ray-{job}"))
+            shutil.rmtree(f"/tmp/ray-{job}", ignore_errors=True)
+
+
+@pytest.fixture
+def sweep(slurm: Slurm, tmp_path: Path) -> Iterator[Callable[..., Sweep]]:
+    made: list[Sweep] = []
+
+    def make(seeds: int, cpus: int = 2, gated: bool = False, *extra: str) -> Sweep:
+        made.append(Sweep(slurm, tmp_path, seeds, cpus, gated, *extra))
+        return made[-1]
+
+    yield make
+    for s in made:
+        for job in s.jobs:
+            slurm.run("scancel", job)
+        s.close()
+
+
+@SLOW
+def test_a_submitted_sweep_finishes_into_the_store_and_mlflow(sweep: Callable[..., Sweep]) -> None:
+    s = sweep(seeds=3)
+    job = s.sbatch()
+    assert s.ended(job) == "COMPLETED", s.logs()
+    assert s.slurm.job(job)["ExitCode"] == "0:0"
+    s.check_done_once(attempts=1)
+    assert leftovers(Path(f"/tmp/ray-{job}")) == [], "the job's Ray outlived it"
+    assert not Path(f"/tmp/ray-{job}").exists()
+
+
+@SLOW
+def test_sigterm_mid_trial_then_requeue_resumes_and_trains_nothing_twice(sweep: Callable[..., Sweep]) -> None:
+    s = sweep(seeds=2, gated=True)
+    job = s.sbatch()
+    held = s.until(lambda: len(s.gate.reached()) == 2 and s.gate.reached(), "both trials at the gate")
+    s.slurm.run("scancel", "--batch", "--signal=TERM", job)
+    storage = Storage(str(s.folder / "checkpoints"))
+    s.until(lambda: all((storage.folder(k) / "preempt").exists() for k in held), "the launcher's stop requests")
+    s.gate.open()  # the trials take their next step, checkpoint there and stop
+    assert s.ended(job) == "FAILED" and s.slurm.job(job)["ExitCode"] == "143:0", s.logs()
+    assert set(s.store.states(held).values()) == {"preempted"}
+    s.slurm.run("scontrol", "requeue", job)
+    s.until(lambda: s.slurm.job(job)["Restarts"] == "1", "the requeue")
+    assert s.ended(job) == "COMPLETED", s.logs()
+    s.check_done_once(attempts=2)
+
+
+@SLOW
+def test_two_jobs_of_one_sweep_train_each_trial_once(sweep: Callable[..., Sweep]) -> None:
+    s = sweep(seeds=2, cpus=1, gated=True)  # a job of 1 CPU runs one trial at a time: one each at the gate
+    jobs = [s.sbatch(), s.sbatch()]
+
+    def two_launchers() -> bool:
+        holders = s.store.holders(s.gate.reached())
+        return len({h.rsplit(":", 1)[1] for h in holders.values()}) == 2
+
+    s.until(two_launchers, "a trial of each job at the gate")
+    s.gate.open()
+    assert [s.ended(j) for j in jobs] == ["COMPLETED", "COMPLETED"], s.logs()
+    s.check_done_once(attempts=1)
+
+
+@SLOW
+def test_a_job_killed_by_its_time_limit_leaves_what_the_next_job_finishes(sweep: Callable[..., Sweep]) -> None:
+    s = sweep(2, 2, True, "--lease", "3")
+    job = s.sbatch()
+    s.until(lambda: len(s.gate.reached()) == 2, "both trials at the gate")
+    s.slurm.run("scontrol", "update", f"JobId={job}", "TimeLimit=0:0")  # past it: killed at the next check (<30 s)
+    assert (s.ended(job), s.slurm.job(job)["Reason"]) == ("TIMEOUT", "TimeLimit"), s.logs()
+    left = s.store.states()  # running (SIGKILLed KillWait after the SIGTERM, its leases lapsing) or preempted
+    assert set(left.values()) <= {"running", "preempted"} and len(left) == 2, left
+    s.gate.open()
+    again = s.sbatch()
+    assert s.ended(again) == "COMPLETED", s.logs()
+    s.check_done_once(attempts=2)

@@ -1,0 +1,144 @@
+"""A real single-host Slurm for the tests: munged, slurmctld and slurmd (Debian's packages) configured in a folder of
+the test and run in the foreground as child processes, each in a session of its own, stopped by pid, never by name
+(a machine's own Slurm, if it has one, is left alone: its config, ports and munge socket are not these).
+
+The node is this machine on 127.0.0.1 with 2 CPUs, no cgroups (processes tracked by parentage), one partition; the
+client commands (`sbatch`, `squeue`, `scontrol`, ...) reach it through `SLURM_CONF` in `env`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+from pathlib import Path
+
+from procs import listening
+
+PROGRAMS = ("munged", "slurmctld", "slurmd", "sbatch", "squeue", "scontrol", "scancel")
+"""What the tests need of Slurm and munge (Debian: slurmctld slurmd slurm-client munge)."""
+KILL_WAIT = 5
+"""Seconds between the SIGTERM and the SIGKILL of a job's processes at its end (Slurm's default is 30)."""
+
+
+def program(name: str) -> str | None:
+    """`name` on PATH or in /usr/sbin (where Debian puts the daemons; a user's PATH may lack it)."""
+    return shutil.which(name) or shutil.which(name, path="/usr/sbin")
+
+
+def available() -> bool:
+    return all(program(p) for p in PROGRAMS)
+
+
+CONF = """\
+ClusterName=ablate-test
+SlurmctldHost={host}(127.0.0.1)
+SlurmctldPort={ctld_port}
+SlurmdPort={d_port}
+SlurmUser=root
+SlurmdUser=root
+AuthType=auth/munge
+CredType=cred/munge
+AuthInfo=socket={root}/munge.sock,cred_expire=5
+StateSaveLocation={root}/state
+SlurmdSpoolDir={root}/spool
+SlurmctldPidFile={root}/slurmctld.pid
+SlurmdPidFile={root}/slurmd.pid
+SlurmctldLogFile={root}/slurmctld.log
+SlurmdLogFile={root}/slurmd.log
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+SelectType=select/cons_tres
+SelectTypeParameters=CR_CPU
+MpiDefault=none
+SwitchType=switch/none
+JobCompType=jobcomp/none
+AccountingStorageType=accounting_storage/none
+ReturnToService=2
+JobRequeue=1
+KillWait={kill_wait}
+OverTimeLimit=0
+MinJobAge=600
+FirstJobId={first_job}
+SchedulerParameters=sched_min_interval=0
+NodeName=localhost NodeAddr=127.0.0.1 CPUs={cpus} State=UNKNOWN
+PartitionName=debug Nodes=localhost Default=YES MaxTime=INFINITE State=UP
+"""
+
+
+class Slurm:
+    """The three daemons of a Slurm in `root`; `env`: what a client command needs to reach it."""
+
+    def __init__(self, root: Path, cpus: int = 2) -> None:
+        self.root, self.cpus = root, cpus
+        self.procs: list[subprocess.Popen[bytes]] = []
+        self.env = {**os.environ, "SLURM_CONF": str(root / "slurm.conf")}
+
+    def start(self, ctld_port: int, d_port: int, first_job: int = 1) -> Slurm:
+        """Writes the munge key and slurm.conf and starts the daemons. `first_job`: the first job id (a job's Ray
+        folder, /tmp/ray-JOBID, must not be another Slurm's job's on this machine)."""
+        for folder in ("state", "spool"):
+            (self.root / folder).mkdir()
+        key = self.root / "munge.key"
+        key.write_bytes(os.urandom(1024))
+        key.chmod(0o400)
+        (self.root / "slurm.conf").write_text(CONF.format(host=socket.gethostname().split(".")[0], root=self.root,
+                                                          ctld_port=ctld_port, d_port=d_port, cpus=self.cpus,
+                                                          kill_wait=KILL_WAIT, first_job=first_job))  # fmt: skip
+        r = self.root
+        self._spawn([program("munged"), "--foreground", "--force", f"--key-file={key}", f"--socket={r}/munge.sock",
+                     f"--pid-file={r}/munged.pid", f"--log-file={r}/munged.log",
+                     f"--seed-file={r}/munged.seed"])  # fmt: skip
+        self._spawn([program("slurmctld"), "-D", "-i", "-f", str(r / "slurm.conf")])
+        self._spawn([program("slurmd"), "-D", "-N", "localhost", "-f", str(r / "slurm.conf")])
+        return self
+
+    def _spawn(self, argv: list[str | None]) -> None:
+        with (self.root / "daemons.log").open("ab") as out:
+            self.procs.append(subprocess.Popen([str(a) for a in argv], env=self.env, start_new_session=True,
+                                               stdout=out, stderr=subprocess.STDOUT))  # fmt: skip
+
+    def run(self, *argv: str, cwd: Path | None = None, env: dict[str, str] | None = None) -> str:
+        """A client command against this Slurm (in `cwd`, with `env`, which must hold `SLURM_CONF`); its output
+        (raises on a non-zero exit)."""
+        done = subprocess.run(argv, cwd=cwd, env=env or self.env, capture_output=True, text=True, timeout=60)
+        if done.returncode != 0:
+            raise RuntimeError(f"{' '.join(argv)}: exit {done.returncode}\n{done.stdout}{done.stderr}")
+        return done.stdout
+
+    def idle(self) -> bool:
+        """Whether the node is up and takes jobs (what the fixture waits for)."""
+        if not listening("127.0.0.1", int(self.conf("SlurmctldPort"))):
+            return False
+        with contextlib.suppress(RuntimeError):
+            return self.run("sinfo", "-h", "-N", "-o", "%t").strip() == "idle"
+        return False
+
+    def conf(self, name: str) -> str:
+        return next(line.split("=", 1)[1] for line in (self.root / "slurm.conf").read_text().splitlines()
+                    if line.startswith(f"{name}="))  # fmt: skip
+
+    def job(self, job: str) -> dict[str, str]:
+        """`scontrol show job`'s fields of `job` (JobState, Restarts, ExitCode, ...)."""
+        text = self.run("scontrol", "show", "job", "-o", job)
+        return dict(word.split("=", 1) for word in text.split() if "=" in word)
+
+    def stop(self) -> None:
+        """SIGTERM the daemons (slurmd, then slurmctld, then munged), SIGKILL what does not end."""
+        for proc in reversed(self.procs):
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(timeout=20)
+
+    def logs(self) -> str:
+        """The daemons' logs, for a failure's message."""
+        names = ("daemons.log", "slurmctld.log", "slurmd.log")
+        return "\n".join(f"==== {n}\n{(self.root / n).read_text(errors='replace')[-3000:]}" for n in names
+                         if (self.root / n).exists())  # fmt: skip
