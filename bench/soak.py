@@ -116,6 +116,8 @@ class Soak:
     """Every done trial's finish time and result as first seen."""
     overwritten: list[str] = field(default_factory=list)
     all_done_at: float | None = None
+    mlflow_restarts: int = 0
+    """Times the MLflow server exited by itself and was started again (`mlflow_up`)."""
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def now(self) -> float:
@@ -144,6 +146,7 @@ class Soak:
             if name not in self.cut and code != 0:
                 self.note(f"launcher {name} exited {code}: its sweep goes again")
                 self.queue.append((launcher.sweep, 0.0))
+        self.keep_mlflow()
         while self.queue and len(self.running()) < MAX_LAUNCHERS:
             self.launch(*self.queue.pop(0))
         while self.now() < until and len(self.running()) < self.launchers and self.next_sweep < len(self.chain):
@@ -204,9 +207,21 @@ class Soak:
         self.team.pg.start()
 
     def _mlflow_down(self, fault: chaos.Fault, n: int) -> None:
-        self.team.mlflow.stop()
-        time.sleep(fault.seconds)
-        self.team.mlflow.start()
+        with self.team.mlflow.held:
+            self.team.mlflow.stop()
+            time.sleep(fault.seconds)
+            self.team.mlflow.start()
+
+    def keep_mlflow(self) -> None:
+        """Start the MLflow server again if it exited by itself (its database down as it started)."""
+        code = self.team.mlflow.keep()
+        if code is not None:
+            self.mlflow_restarts += 1
+            self.note(f"the MLflow server exited {code} (its database was down as it started): started again")
+
+    def mlflow_up(self) -> bool:
+        self.keep_mlflow()
+        return healthy(self.team.uri)
 
     def _bucket_down(self, fault: chaos.Fault, n: int) -> None:
         self.proxy.down()
@@ -230,6 +245,13 @@ class Soak:
                               f"{'unchanged' if first[1] == now[1] else f'{first[1]} -> {now[1]}'}")  # fmt: skip
             if keys and self.all_done_at is None and len(self.done) == len(keys):
                 self.all_done_at = self.now()
+
+
+def keep_logs(work: Path, to: Path) -> None:
+    """Copy the servers', nodes' and launchers' logs and the witnesses' record to `to`."""
+    to.mkdir(parents=True, exist_ok=True)
+    for log in [*work.glob("*.log"), *work.glob("attempts.jsonl")]:
+        shutil.copy(log, to)
 
 
 def planned(experiments: Path, sweeps_: list[str]) -> set[str]:
@@ -292,6 +314,8 @@ def main() -> int:
         with ExitStack() as cleanup:
             team = Team(root / "team", root, experiments, pg.url, "s3://soak/sweeps", note, cleanup)
             (root / "team").mkdir()
+            if args.logs:  # the evidence, kept whether the soak passes, fails or is stuck
+                cleanup.callback(keep_logs, root / "team", args.logs)
             team.up()
             soak = Soak(team, root / "team", args.seed, args.lease, args.launchers, proxy, note, chain)
             note.context = lambda: "\n".join(f"==== {n}\n{la.text()[-3000:]}" for n, la in team.launchers.items())
@@ -315,7 +339,7 @@ def main() -> int:
             for i, node in enumerate(team.nodes):
                 if node.poll() is not None:
                     team.start_node(i)
-            note.until(lambda: healthy(team.uri), "the MLflow server")
+            note.until(soak.mlflow_up, "the MLflow server")
             keys = planned(experiments, chain[: soak.next_sweep])
             while soak.running() or soak.queue:
                 soak.supervise(until=0)
@@ -362,10 +386,6 @@ def main() -> int:
             left = orphans(team.storage, sorted(keys))
             kinds = Counter(f.kind for f, _, _ in soak.ran)
             killed = [w for w in seen if w["event"] == "killed"]
-            if args.logs:  # the evidence, before the folders go
-                args.logs.mkdir(parents=True, exist_ok=True)
-                for log in [*(root / "team").glob("*.log"), root / "team" / "attempts.jsonl"]:
-                    shutil.copy(log, args.logs)
             figures.update(
                 trials=len(keys), sweeps=len(started), faults=len(soak.ran), by_kind=dict(sorted(kinds.items())),
                 checkpoint_kills_landed=len(killed),
@@ -373,7 +393,8 @@ def main() -> int:
                 starts=sum(w["event"] == "begin" for w in seen), trained_more_than_once=len(twice),
                 trainings_cut_after_they_ended=sum(ended.values()) - sum(trained.values()),
                 results_lost=len(soak.overwritten) + len(missing), orphan_objects=len(left),
-                fault_errors=soak.errors, launcher_exits=dict(Counter(str(c) for c in codes.values())),
+                fault_errors=soak.errors, mlflow_restarts=soak.mlflow_restarts,
+                launcher_exits=dict(Counter(str(c) for c in codes.values())),
                 seconds_from_last_fault_to_all_done=(round(soak.all_done_at - last_fault, 1)
                                                      if soak.all_done_at is not None else None),
             )  # fmt: skip

@@ -18,6 +18,7 @@ import shlex
 import signal
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from collections.abc import Callable, Mapping
@@ -91,15 +92,37 @@ def option(argv: list[str], name: str) -> str:
 class Service:
     """A server started, stopped and started again with the same command (its own process group)."""
 
+    RESTART_AFTER = 5.0
+    """Seconds from a start to the next `keep` may start it again (systemd's RestartSec)."""
+
     def __init__(self, argv: list[str], env: dict[str, str], log: Path) -> None:
         self.argv, self.env, self.log = argv, env, log
         self.proc: subprocess.Popen[bytes] | None = None
+        self.started = 0.0
+        self.held = threading.Lock()
+        """Held by whoever stops the server on purpose (a fault): `keep` leaves it alone meanwhile."""
 
     def start(self) -> Service:
         with self.log.open("ab") as out:
             self.proc = subprocess.Popen(self.argv, env=self.env, start_new_session=True, stdout=out,
                                          stderr=subprocess.STDOUT)  # fmt: skip
+        self.started = time.monotonic()
         return self
+
+    def keep(self) -> int | None:
+        """Start the server again if it exited when nobody stopped it, as a supervisor (systemd's
+        Restart=on-failure) would: an MLflow server whose database is down when it starts exits. Its exit code, if
+        it was started again."""
+        if not self.held.acquire(blocking=False):
+            return None
+        try:
+            code = None if self.proc is None else self.proc.poll()
+            if code is None or time.monotonic() - self.started < self.RESTART_AFTER:
+                return None
+            self.start()
+            return code
+        finally:
+            self.held.release()
 
     def stop(self, sig: int = signal.SIGTERM) -> None:
         if self.proc is not None and self.proc.poll() is None:

@@ -14,6 +14,10 @@ folder on its own machine: with a path, `<storage>/<key>` itself; with a URL, a 
   marker, so a partially uploaded checkpoint is never read, and a mismatch is reported, not trusted.
 * **stop requests**: the launcher writes `<key>/preempt` into the bucket; `Sync` copies it into the local
   folder, where the trial's per-step check (`messages.StopRequest`) sees it.
+
+A bucket that does not answer is waited out (`patiently`, up to `PATIENCE`) where a trial cannot go on without
+it: the fetch before it starts and the last upload as it ends. The uploads in between are simply tried again at
+the next look.
 """
 
 from __future__ import annotations
@@ -23,11 +27,14 @@ import hashlib
 import json
 import os
 import shutil
+import sys
 import threading
+import time
 import uuid
+from collections.abc import Callable
 from functools import cached_property
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any, TypeVar
 
 from ablate.training.checkpoints import FILE
 from ablate.training.messages import PREEMPT, clear_stop, request_stop
@@ -41,6 +48,31 @@ MARKER = "checkpoint.json"
 """The object that names a trial's published checkpoint (written last, so it never names a partial one)."""
 SYNC_INTERVAL = 1.0
 """Seconds between a running trial's looks for a new checkpoint to upload and for a stop request."""
+PATIENCE = 60.0
+"""Seconds a trial waits for a bucket that does not answer, at its start and its end, before it fails (start) or
+warns that its last checkpoint is not in the bucket (end): a blip of a few seconds should cost nothing."""
+PERMANENT = (FileNotFoundError, PermissionError, IsADirectoryError, NotADirectoryError)
+"""Errors that waiting does not mend."""
+
+T = TypeVar("T")
+
+
+def patiently(call: Callable[[], T], waiting: Callable[[Exception, float], None], patience: float) -> T:
+    """`call()`, tried again after a growing pause (told to `waiting`) while it fails otherwise than
+    permanently, for up to `patience` seconds; then its error."""
+    deadline, pause = time.monotonic() + patience, 0.5
+    while True:
+        try:
+            return call()
+        except PERMANENT:
+            raise
+        except Exception as e:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise
+            waiting(e, min(pause, left))
+            time.sleep(min(pause, left))
+            pause = min(2 * pause, 8.0)
 
 
 class StorageError(RuntimeError):
@@ -219,13 +251,15 @@ class Sync:
         self.storage, self.key = storage, key
         self.problems: list[str] = []
         """What the trial should be told: a published checkpoint refused, an upload that failed."""
+        self.waits: list[str] = []
+        """Each time the fetch or the last upload found the bucket unreachable and waited (also on stderr)."""
         self._seen: tuple[int, int, int] | None = None
         self._done = threading.Event()
         self._thread: threading.Thread | None = None
 
     def __enter__(self) -> Sync:
         if self.storage.remote:
-            if problem := self.storage.fetch(self.key):
+            if problem := patiently(lambda: self.storage.fetch(self.key), self._waiting, PATIENCE):
                 self.problems.append(problem)
             self._seen = self._stat()
             self._thread = threading.Thread(target=self._loop, name=f"ablate-sync-{self.key[:8]}", daemon=True)
@@ -252,13 +286,22 @@ class Sync:
         now = self._stat()
         if now is None or now == self._seen:
             return
-        try:
+
+        def publish() -> None:
             with (self.storage.folder(self.key) / FILE).open("rb") as source:  # a rename later leaves this file whole
                 self.storage.publish(self.key, source)
+
+        try:
+            patiently(publish, self._waiting, PATIENCE if final else 0.0)
             self._seen = now
         except Exception as e:  # the store is unreachable: the next look retries; the last one reports it
             if final:
                 self.problems.append(f"checkpoint upload to {self.storage.url}/{self.key} failed: {e}")
+
+    def _waiting(self, error: Exception, pause: float) -> None:
+        self.waits.append(f"{self.storage.url} does not answer ({type(error).__name__}: {error}); "
+                          f"trying again in {pause:.1f} s")  # fmt: skip
+        print(f"ablate: trial {self.key}: {self.waits[-1]}", file=sys.stderr, flush=True)
 
     def _loop(self) -> None:
         local = self.storage.folder(self.key)

@@ -18,6 +18,7 @@ from pathlib import Path
 import chaos
 import pytest
 from conftest import TINY
+from team import Service
 
 from ablate.config import TrialConfig
 from ablate.training.checkpoints import FILE
@@ -136,3 +137,22 @@ else:
         assert not (ckpt / "k1" / FILE).exists() and list((ckpt / "k1").glob(f"{FILE}.*.tmp"))
         result = chaos.witnessed(str(folder))(_config(), lambda *a: None, ckpt / "k1")  # no request left
         assert result.outcome == "done" and (ckpt / "k1" / FILE).exists()
+
+
+def test_a_server_that_exits_by_itself_is_started_again_unless_a_fault_holds_it_stopped(tmp_path: Path) -> None:
+    """The CI soak of seed 1 waited 240 s for an MLflow server that had exited: it was started while PostgreSQL was
+    down, and `mlflow server` exits when its database refuses it. The soak's servers are kept as systemd would."""
+    marker = tmp_path / "starts"
+    script = f"open({str(marker)!r}, 'a').write('x'); raise SystemExit(3)"
+    server = Service([sys.executable, "-c", script], dict(os.environ), tmp_path / "server.log").start()
+    assert server.proc is not None and server.proc.wait(timeout=60) == 3
+    assert server.keep() is None, "started again sooner than RESTART_AFTER after its start"
+    server.RESTART_AFTER = 0.0
+    with server.held:
+        assert server.keep() is None, "started again while a fault held it stopped"
+    assert server.keep() == 3
+    assert server.proc.wait(timeout=60) == 3 and marker.read_text() == "xx"
+    running = Service([sys.executable, "-c", "import time; time.sleep(60)"], dict(os.environ), tmp_path / "r.log")
+    running.RESTART_AFTER = 0.0
+    assert running.start().keep() is None, "a running server started twice"
+    running.stop()

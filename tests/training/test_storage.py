@@ -11,8 +11,11 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 
+import chaos
 import fsspec
 import pytest
 import torch
@@ -200,3 +203,48 @@ def test_a_trial_preempted_on_one_machine_resumes_from_the_bucket(
         assert list(t["state"]) == ["done"] and list(t["resumed_from"]) == [1] and list(t["attempts"]) == [2]
         m = store.metrics_frame("s")
         assert sorted(set(m["step"])) == [1, 2, 3] and not m.duplicated(["key", "name", "step"]).any()
+
+
+@pytest.fixture
+def unplugged(s3_server: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> Iterator[chaos.Proxy]:
+    """The session's S3 server reached through a proxy the test unplugs (the soak's bucket outage)."""
+    from s3fs import S3FileSystem
+
+    proxy = chaos.Proxy(int(s3_server["AWS_ENDPOINT_URL"].rsplit(":", 1)[1])).up()
+    monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{proxy.port}")
+    S3FileSystem.clear_instance_cache()  # clients made before this test point at the server itself
+    yield proxy
+    proxy.down()
+    S3FileSystem.clear_instance_cache()
+
+
+def test_a_trial_waits_out_a_bucket_outage_at_its_start_and_at_its_end(
+    bucket: str, scratch: Path, unplugged: chaos.Proxy
+) -> None:
+    """The chaos soak (seed 7) saw a trial fail because the bucket was unreachable for a few seconds as it started:
+    the fetch, and the last upload of a done trial, wait for the bucket (up to `PATIENCE`) instead."""
+    storage = Storage(bucket)
+    with storage.sync("k1"):
+        save(storage, "k1", 1)
+    shutil.rmtree(scratch)  # another machine
+    unplugged.down()
+    sync = storage.sync("k1")
+    starting = threading.Thread(target=sync.__enter__)
+    starting.start()
+    wait_for(lambda: sync.waits or not starting.is_alive())
+    unplugged.up()
+    starting.join(timeout=120)
+    state, _ = checkpoints.read(storage.folder("k1"))
+    assert not starting.is_alive() and state is not None and state["epoch"] == 1 and sync.problems == []
+    unplugged.down()
+    seen = len(sync.waits)
+    save(storage, "k1", 2)
+    ending = threading.Thread(target=sync.__exit__)
+    ending.start()
+    wait_for(lambda: len(sync.waits) > seen or not ending.is_alive())
+    unplugged.up()
+    ending.join(timeout=120)
+    shutil.rmtree(scratch)
+    assert not ending.is_alive() and sync.problems == [] and storage.fetch("k1") is None
+    state, _ = checkpoints.read(storage.folder("k1"))
+    assert state is not None and state["epoch"] == 2
