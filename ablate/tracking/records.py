@@ -363,7 +363,7 @@ class Tracker:
             exp, parent = self._sweep_run(store, sweep)
             retrained = len(store.previous(key))  # a trial trained again gets a run of its own each time
             query = f"tags.trial_key = '{key}'" + (f" and tags.retrained = '{retrained}'" if retrained else "")
-            found = self.client.search_runs([exp], query, max_results=1)
+            found = self.client.search_runs(self._experiments(store, key, exp), query, max_results=1)
             run = self._resume(found[0].info.run_id) if found else None
             created = run is None
             if run is None:
@@ -381,6 +381,12 @@ class Tracker:
             self.client.update_run(run.info.run_id, name=name)
         self._log_params(run, params_of(trial.config, home.axes))
         return str(run.info.run_id)
+
+    def _experiments(self, store: Store, key: str, exp: str) -> list[str]:
+        """`exp` and the experiments of the other sweeps that hold the trial: its run may be in any of them (made
+        by a launcher of another sweep that could not keep its id in the store, say while PostgreSQL restarted)."""
+        theirs = {r.mlflow_experiment_id for s in store.sweeps_of(key) if (r := store.sweep(s)) is not None}
+        return [exp, *sorted(e for e in theirs if e and e != exp)]
 
     def run_name(self, store: Store, sweep: str, key: str) -> str:
         """A trial run's name: its variant's label in the sweep's report, then its replicate (`seed 3`, and the
@@ -436,12 +442,16 @@ class Tracker:
     # ----------------------------------------------------------------------------------------- helpers
     def _resume(self, run_id: str, running: bool = True) -> Run | None:
         """The run if it exists and is not deleted, set RUNNING again (it may have ended or been killed)
-        unless `running` is False."""
+        unless `running` is False. Only MLflow's "does not exist" means gone: any other failure (its database
+        down a moment) is raised, or the caller would make the trial a second run."""
         from mlflow.exceptions import MlflowException
+        from mlflow.protos.databricks_pb2 import RESOURCE_DOES_NOT_EXIST, ErrorCode
 
         try:
             run = self.client.get_run(run_id)
-        except MlflowException:
+        except MlflowException as e:
+            if e.error_code != ErrorCode.Name(RESOURCE_DOES_NOT_EXIST):
+                raise
             return None
         if run.info.lifecycle_stage == "deleted":
             return None

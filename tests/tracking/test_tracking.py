@@ -7,6 +7,7 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import free_port
 
 from ablate.config import TrialConfig
 from ablate.planning.keys import Trial, trial_key, variant_key
@@ -327,3 +328,33 @@ def test_the_sweeps_experiment_keeps_the_view_ablate_ui_opens(tracker, store):
     again = Tracker(tracker.uri)  # another process: it asks MLflow once whether the view is there
     again.end_sweep(store, "view")
     assert view_state(tracker.client.get_experiment(exp).tags[VIEW_TAG]) == state and tracker.in_step(store, "view")
+
+
+def test_a_run_another_sweeps_launcher_made_but_could_not_keep_is_adopted(tracker, store, tmp_path):
+    """The chaos soak (seed 1, CI) found a trial of two sweeps with two MLflow runs: a launcher of one sweep made
+    the run and lost the store before keeping its id; a launcher of the other sweep looked only in its own
+    experiment and made a second. The search covers the experiments of every sweep that holds the trial."""
+    t = trial(3)
+    store.add_trials("made-here", [t])
+    run_id = tracker.start_trial(store, "made-here", t.key)
+    made = store.sweep("made-here")
+    with Store(f"sqlite:///{tmp_path / 'fresh.sqlite'}") as fresh:  # the id never reached the store
+        fresh.add_trials("made-here", [t])
+        fresh.add_trials("mirrored-there", [t])
+        fresh.keep_sweep_mlflow("made-here", made.mlflow_experiment_id, made.mlflow_run_id, None)
+        assert tracker.start_trial(fresh, "mirrored-there", t.key) == run_id
+        there = fresh.sweep("mirrored-there").mlflow_experiment_id
+    assert there != made.mlflow_experiment_id
+    assert [r.info.run_id for r in runs_of(tracker, there) if r.data.tags.get("trial_key") == t.key] == []
+
+
+def test_only_a_run_mlflow_says_does_not_exist_is_gone(tracker, monkeypatch):
+    """A run MLflow cannot read for another reason (its server or database down a moment) is not gone: taking it
+    for gone makes the trial a second run once MLflow answers again."""
+    from mlflow.exceptions import MlflowException
+
+    assert tracker._resume("0" * 32) is None
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
+    down = Tracker(f"http://127.0.0.1:{free_port()}", lazy=True)
+    with pytest.raises(MlflowException):
+        down._resume("0" * 32)
