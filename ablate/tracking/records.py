@@ -75,6 +75,8 @@ VOLATILE = ("lease_host", "lease_expires")
 """Trial columns that change while the sweep's results do not (leases renewed by heartbeats)."""
 
 
+MAX_COPIES = 20
+"""Runs of one training of a trial looked at when removing copies (there should be one; a copy is rare)."""
 HTTP_DEFAULTS = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "1", "MLFLOW_HTTP_REQUEST_TIMEOUT": "10"}
 """MLflow client settings for a tracking server, unless the user set them (MLflow's own: 7 retries over
 minutes, which would stall every write while a server is down)."""
@@ -363,18 +365,20 @@ class Tracker:
             exp, parent = self._sweep_run(store, sweep)
             retrained = len(store.previous(key))  # a trial trained again gets a run of its own each time
             query = f"tags.trial_key = '{key}'" + (f" and tags.retrained = '{retrained}'" if retrained else "")
-            found = self.client.search_runs(self._experiments(store, key, exp), query, max_results=1)
+            experiments = self._experiments(store, key, exp)
+            found = self.client.search_runs(experiments, query, max_results=1)
             run = self._resume(found[0].info.run_id) if found else None
-            created = run is None
             if run is None:
                 tags = {"mlflow.parentRunId": parent, "sweep": sweep, "trial_key": key, "variant": trial.variant or "",
                         "retrained": str(retrained)}  # fmt: skip
                 run = self.client.create_run(exp, tags=tags, run_name=self.run_name(store, sweep, key))
             kept = store.keep_mlflow_run(key, run.info.run_id, trial.mlflow_run_id)
             if kept != run.info.run_id and (theirs := self._resume(kept)) is not None:
-                if created:  # another launcher's mirror made the trial's run meanwhile: one run per trial
-                    self.client.delete_run(run.info.run_id)
-                run = theirs
+                run = theirs  # another launcher's mirror made the trial's run meanwhile
+            same = f"tags.trial_key = '{key}' and tags.retrained = '{retrained}'"  # not its earlier trainings' runs
+            for copy in self.client.search_runs(experiments, same, max_results=MAX_COPIES):
+                if copy.info.run_id != run.info.run_id:  # one run per trial: ours if we lost, or a create
+                    self.client.delete_run(copy.info.run_id)  # MLflow's client retried after it had gone through
         home = store.membership(run.data.tags.get("sweep", sweep), key) or member  # the experiment's sweep
         name = self.run_name(store, home.sweep, key)
         if run.info.run_name != name:  # named by an earlier version, or the sweep's labels changed

@@ -358,3 +358,16 @@ def test_only_a_run_mlflow_says_does_not_exist_is_gone(tracker, monkeypatch):
     down = Tracker(f"http://127.0.0.1:{free_port()}", lazy=True)
     with pytest.raises(MlflowException):
         down._resume("0" * 32)
+
+
+def test_a_run_created_twice_is_kept_once(tracker, store):
+    """MLflow's client retries a create that failed on the way back (its database restarting as it committed):
+    the trial's training then has two runs with its tags. Mirroring it keeps one."""
+    t = trial(4)
+    store.add_trials("twice", [t])
+    exp, parent = tracker._sweep_run(store, "twice")
+    tags = {"mlflow.parentRunId": parent, "sweep": "twice", "trial_key": t.key, "retrained": "0"}
+    made = [tracker.client.create_run(exp, tags=tags).info.run_id for _ in range(2)]
+    run_id = tracker.start_trial(store, "twice", t.key)
+    alive = {r.info.run_id for r in runs_of(tracker, exp) if r.data.tags.get("trial_key") == t.key}
+    assert run_id in made and alive == {run_id} and store.trial(t.key).mlflow_run_id == run_id
