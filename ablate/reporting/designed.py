@@ -4,10 +4,12 @@ A fractional or screening design: the effects of the design's model, fitted by l
 coded -1 (the reference level, the baseline's) / +1 (`ablate.evidence.aliasing` picks the estimable terms).
 Each complete replicate (a seed every cell has) is fitted alone and each term's estimates are compared over
 replicates by the small-sample policy's paired test, as the full grid's effects table is (`effects`), with
-one Holm (or BH) family over every term. A main effect is 2 b (mean at the level minus at the reference), a
-two-factor interaction 4 b (the effect of one factor at the other's level minus at its reference), the full
-grid's contrasts. Every row names what it is confounded with, and the Findings say which design would tell
-the confounded terms apart. Crossed axes (`crossed:`) split the cells into strata, each fitted alone.
+one Holm (or BH) family over every term. With fewer than two complete replicates the fit is on cell means and
+tested by Lenth's pseudo standard error (`ablate.evidence.lenth`: effect sparsity stands in for replication),
+as a screening design of one seed is meant to be read. A main effect is 2 b (mean at the level minus at the
+reference), a two-factor interaction 4 b (the effect of one factor at the other's level minus at its
+reference), the full grid's contrasts. Every row names what it is confounded with, and the Findings say which
+design would tell the confounded terms apart. Crossed axes (`crossed:`) split the cells into strata, each fitted alone.
 
 A one-at-a-time design: each cell's difference to the reference (the sweep's baseline, so the variant
 table's paired comparisons), in a paper's ablation layout: the axis moved, from what to what, the change.
@@ -25,8 +27,6 @@ from ablate.reporting.effects import COLUMNS, PAIRED
 from ablate.reporting.frames import SweepData
 from ablate.reporting.render import Table
 from ablate.reporting.tables import ci, digits, na_words, num, pvalue
-
-FEWER = "fewer than two replicates are complete in every cell: estimates from cell means, no test"
 
 
 def effects(data: SweepData, plan: DesignPlan, correction: str = "holm") -> pd.DataFrame:
@@ -62,9 +62,12 @@ def _fit(data: SweepData, plan: DesignPlan, cells: pd.DataFrame, stratum: str) -
             out[col] = est[col]
         out["effect"], out["n"], out["df"] = est["mean"], len(complete), len(complete) - 1
     else:
-        out["effect"] = np.linalg.lstsq(x, cells.mean(axis=1).to_numpy(), rcond=None)[0][1:] * scale[:, 0]
-        out["lo"] = out["hi"] = out["p"] = np.nan
-        out["test"], out["why"], out["n"], out["df"] = "", FEWER, len(complete), 0
+        weights = np.linalg.pinv(x)[1:] * scale
+        out["effect"] = weights @ cells.mean(axis=1).to_numpy()
+        est = stats.unreplicated(out["effect"], weights, cells.notna().sum(axis=1).to_numpy(), data.design.unit)
+        for col in ("lo", "hi", "p", "test", "why"):
+            out[col] = est[col]
+        out["n"], out["df"] = len(complete), 0
     out["method"] = PAIRED
     return out
 
@@ -85,11 +88,12 @@ def table(eff: pd.DataFrame, plan: DesignPlan, data: SweepData, correction: str 
     relation = f" Defining relation {s.words_text()}." if s.words else ""
     caption = (f"{plan.title.capitalize()}: {len(plan.runs)} of the full grid's {plan.full} cells.{relation} "
                "Least-squares fit of the main effects and the two-factor interactions the cells tell apart, per "
-               "complete replicate; 95% interval and p from the paired test over replicates (n). A term written "
-               "a = b is their sum: the design cannot tell them apart; interactions of three or more axes are "
-               f"taken as negligible. Main effect = mean {data.metric} at the level minus at the reference (the "
-               "baseline's); interaction = effect of the first factor at the second's level minus at its "
-               f"reference. {stats.family(int(eff['p_adj'].notna().sum()), correction, 'terms')}."
+               "complete replicate; 95% interval and p from the paired test over replicates (n)"
+               f"{stats.LENTH_WORDS if (eff['test'] == stats.LENTH).any() else ''}. A term written a = b is their "
+               "sum: the design cannot tell them apart; interactions of three or more axes are taken as negligible. "
+               f"Main effect = mean {data.metric} at the level minus at the reference (the baseline's); "
+               "interaction = effect of the first factor at the second's level minus at its reference. "
+               f"{stats.family(int(eff['p_adj'].notna().sum()), correction, 'terms')}."
                + na_words([row[3] for row in rows], "replicate"))  # fmt: skip
     header = ["term (= confounded with)", "contrast", "effect", "95% CI", "p", "p adj.", "n"]
     return Table(caption, header, rows, left=2)

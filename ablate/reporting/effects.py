@@ -23,8 +23,10 @@ Otherwise (failures scattered over a large grid) it is computed on cell means wi
 pooled within-cell variance: unpaired, so wider, but it uses every trial (under cross-validation, on each
 repeat's mean over its folds, the independent replicates). The p-values of every part's terms are adjusted
 together, one family. Which terms get an interval and a p follows the small-sample policy (`ablate.evidence`):
-none where the spread cannot be estimated (one value per cell, or zero spread) or the replicates are too few
-(paired: as the variant table; cell means: a t-test needs 9 degrees of freedom, there is no exact test).
+none where the spread cannot be estimated (zero spread) or the replicates are too few (paired: as the
+variant table; cell means: a t-test needs 9 degrees of freedom, there is no exact test). With one value per cell
+(an unreplicated factorial: one seed) the terms are tested by Lenth's pseudo standard error instead
+(`ablate.evidence.lenth`): where every factor of the part has two levels, so the terms are orthogonal contrasts.
 """
 
 from __future__ import annotations
@@ -245,7 +247,12 @@ def _estimate(f: Factorial) -> pd.DataFrame:
         out["lo"], out["hi"], out["p"] = (np.where(tested, x, np.nan) for x in (lo, hi, p))
         out["n"], out["df"] = n, max(df, 0)
         out["test"] = "t (pooled variance)" if tested else ""
-        out["why"] = evidence.why(n, df, pooled > 0, False, "trial" if f.design.folds is None else "repeat")
+        unit = "trial" if f.design.folds is None else "repeat"
+        out["why"] = evidence.why(n, df, pooled > 0, False, unit)
+        if df == 0:  # one value per cell: an unreplicated factorial
+            est = stats.unreplicated(out["effect"], weights, count.reshape(-1), unit)
+            for col in ("lo", "hi", "p", "test", "why"):
+                out[col] = est[col]
     out["method"] = f.method
     return out
 

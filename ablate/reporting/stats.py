@@ -36,10 +36,13 @@ from ablate.evidence import ALPHA as ALPHA
 from ablate.evidence import EXACT_N as EXACT_N
 from ablate.evidence import LEVEL as LEVEL
 from ablate.evidence import SMALL_N as SMALL_N
-from ablate.evidence import verdict
+from ablate.evidence import lenth, verdict
 from ablate.evidence import zero_spread as zero_spread
 
 T_TEST = "paired t"
+LENTH = "Lenth"
+LENTH_WORDS = ("; with one value per cell, from Lenth's test instead (n = 1 or 0): the noise is read off the smaller "
+               "terms (their pseudo standard error), which assumes most terms are null")  # fmt: skip
 SIGN_FLIP = "sign-flip"
 CORRECTED = "corrected resampled t"
 #: Corrections `adjust` offers: name -> the words a caption uses.
@@ -233,6 +236,37 @@ def paired(diffs: np.ndarray, level: float = LEVEL, design: Design = Design(), e
             lo, hi = standardised(d_z[t] / scale[t], n[t] - 1, scale[t], level)
             out.loc[t, "d_lo"], out.loc[t, "d_hi"] = lo, hi
     return out.drop(columns="p_t")
+
+
+def unreplicated(effects: ArrayLike, weights: np.ndarray, count: np.ndarray, unit: str) -> pd.DataFrame:
+    """Lenth's test (`ablate.evidence.lenth`) of effects estimated from cell means where replicates give no test:
+    effect j = weights[j] @ means and cell i's mean is over count[i] values, so the effects' covariance is
+    weights diag(1 / count) weights^T times the noise variance. Columns lo, hi, p, test (LENTH or "") and why
+    there is none (`_no_lenth`)."""
+    est = np.asarray(effects, dtype=float)
+    out = pd.DataFrame({"lo": np.nan, "hi": np.nan, "p": np.nan, "test": "", "why": ""}, index=range(len(est)))
+    cov = (weights / count) @ weights.T
+    se = np.sqrt(np.diag(cov))
+    orthogonal = bool(np.abs(cov - np.diag(se**2)).max(initial=0.0) <= 1e-9 * se.max(initial=0.0) ** 2)
+    found = lenth.test(est, se) if orthogonal and not np.isnan(est).any() else None
+    if found is None:
+        out["why"] = _no_lenth(est, orthogonal, unit)
+    else:
+        out["lo"], out["hi"], out["p"], out["test"] = found.lo, found.hi, found.p, LENTH
+    return out
+
+
+def _no_lenth(est: np.ndarray, orthogonal: bool, unit: str) -> str:
+    """Why Lenth's test does not apply, in a table cell's words: a missing cell, fewer terms than it needs, terms
+    that are not orthogonal contrasts (correlated estimates: levels of a factor of three or more, each against one
+    reference), or most terms zero."""
+    if np.isnan(est).any():
+        return f"1 {unit} per cell, a cell missing"
+    if len(est) < lenth.MIN_TERMS:
+        return f"1 {unit} per cell, {len(est)} terms; Lenth's test needs {lenth.MIN_TERMS}"
+    if not orthogonal:
+        return f"1 {unit} per cell; terms not orthogonal: no Lenth's test"
+    return f"1 {unit} per cell; most terms zero"
 
 
 def adjust(p: ArrayLike, method: str = "holm") -> np.ndarray:

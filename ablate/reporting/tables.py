@@ -325,8 +325,9 @@ def _how(method: str, design: stats.Design) -> str:
                 "replicates; n = replicates")  # fmt: skip
     unit = "repeat means (folds averaged)" if design.folds is not None else "trials"
     return ("on cell means, as fewer than two (or fewer than half) of the replicates are complete in every "
-            "cell; 95% t interval and p from the pooled within-cell variance (unpaired; none with one value "
-            f"per cell) of the {unit}; n = {unit}")  # fmt: skip
+            f"cell; 95% t interval and p from the pooled within-cell variance (unpaired) of the {unit}, or with "
+            "one value per cell from Lenth's test (the terms' pseudo standard error, which assumes most terms are "
+            f"null; two-level factors only); n = {unit}")  # fmt: skip
 
 
 def noise_floor(data: SweepData) -> str:

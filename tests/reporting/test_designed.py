@@ -6,13 +6,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 from conftest import TINY, write_sweeps
 from synthetic import fill
 
 from ablate.planning.plan import Plan, plan
-from ablate.reporting import designed, effects, frames, report
+from ablate.reporting import designed, effects, frames, report, stats
 from ablate.store import Store
 
 GRID = {
@@ -144,3 +145,45 @@ def test_a_cell_that_failed_leaves_only_the_terms_the_other_cells_can_tell(tmp_p
     assert list(eff["factor"]) == [s.chain(t) for t in s.model]
     report("q", store=store, out=tmp_path / "reports", formats=["md"])
     assert "## Effects of each knob" in (tmp_path / "reports" / "q" / "report.md").read_text()
+
+
+SPARSE = {"tau": 2.0, "stack": 1.0}
+"""Planted main effects of a one-seed screen: two active axes among six, as Lenth's test assumes."""
+
+
+def sparse(t) -> float:
+    """One seed: the planted effects and a per-cell noise of SD 0.1, drawn from the cell's levels (no seed shift)."""
+    x = coded(t)
+    noise = np.random.default_rng([(v + 1) // 2 for v in x.values()]).normal(0, 0.1)
+    return 80 + sum(e / 2 * x[n] for n, e in SPARSE.items()) + noise
+
+
+def one_seed(tmp_path: Path, store: Store, name: str, design) -> pd.DataFrame:
+    body = {"base": {**TINY, "attention": {"kind": "csan"}}, "grid": GRID, "seeds": 1, "design": design,
+            "baseline": {a: v[0] for a, v in GRID.items()}}  # fmt: skip
+    p = plan(write_sweeps(tmp_path / f"{name}.yaml", {name: body}), name)
+    fill(store, p, sparse)
+    if p.design is None:
+        fac = effects.factorial(frames.load(store, name))
+        assert fac is not None
+        return effects.effects(fac)
+    return designed.effects(frames.load(store, name), p.design)
+
+
+def test_a_one_seed_fraction_and_the_one_seed_full_grid_find_the_same_active_axes_by_lenths_test(
+    tmp_path, store
+) -> None:
+    """Without replicates each table tests its terms by Lenth's pseudo standard error: the 16-cell fraction and the
+    64-cell full grid both decide tau and stack (Holm over their terms) and nothing else."""
+    for name, design in (("quarter", {"fractional": {"resolution": 4}}), ("full", "full")):
+        eff = one_seed(tmp_path, store, name, design)
+        assert set(eff["test"]) == {stats.LENTH} and set(eff["n"]) == {1 if name == "quarter" else 64}, name
+        decided = set(eff.loc[eff["p_adj"] < stats.ALPHA, "factor"])
+        assert decided == set(SPARSE), (name, decided)
+
+
+def test_the_report_of_a_one_seed_fraction_says_its_test_is_lenths(tmp_path, store) -> None:
+    one_seed(tmp_path, store, "quarter", {"fractional": {"resolution": 4}})
+    report("quarter", store=store, out=tmp_path / "reports", formats=["md"])
+    effects_md = (tmp_path / "reports" / "quarter" / "report.md").read_text().split("## Effects of each knob")[1]
+    assert "from Lenth's test instead" in effects_md and "n/a" not in effects_md.split("\n\n")[1]

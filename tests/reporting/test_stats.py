@@ -12,6 +12,7 @@ from scipy import stats as sps
 from statsmodels.stats.multitest import multipletests
 
 from ablate import evidence
+from ablate.evidence import lenth
 from ablate.reporting import stats
 
 
@@ -194,3 +195,53 @@ def test_holm_keeps_the_family_wise_error_of_a_table_at_the_nominal_level():
     raw = (p < stats.ALPHA).any(axis=1).mean()
     holm = np.array([(stats.adjust(row) < stats.ALPHA).any() for row in p]).mean()
     assert raw > 0.2 and holm <= stats.ALPHA
+
+
+MONTGOMERY = {"A": 21.625, "B": 3.125, "C": 9.875, "D": 14.625, "AB": 0.125, "AC": -18.125, "AD": 16.625,
+              "BC": 2.375, "BD": -0.375, "CD": -1.125, "ABC": 1.875, "ABD": 4.125, "ACD": -1.625, "BCD": -2.625,
+              "ABCD": 1.375}  # fmt: skip
+"""Montgomery, Design and Analysis of Experiments, Example 6.2 (filtration rate, an unreplicated 2^4): the 15
+effects, whose Lenth PSE is 2.625 and whose active effects are A, C, D, AC and AD."""
+
+
+def test_lenths_pseudo_standard_error_and_decisions_on_montgomerys_unreplicated_factorial():
+    c = np.array(list(MONTGOMERY.values()))
+    assert lenth.pse(c) == pytest.approx(2.625)
+    found = lenth.test(c, np.ones(len(c)))
+    assert found is not None and found.pse == pytest.approx(2.625)
+    active = {name for name, p in zip(MONTGOMERY, found.p) if p < evidence.ALPHA}
+    assert active == {"A", "C", "D", "AC", "AD"}
+    outside = (found.lo > 0) | (found.hi < 0)  # p < alpha exactly where the interval leaves out 0
+    assert list(outside) == [p < evidence.ALPHA for p in found.p]
+
+
+def test_lenths_null_is_ye_and_hamadas_and_holds_its_level():
+    """The simulated critical |t| matches Ye & Hamada's (2000) tables (individual error rate at 0.05: 2.30 for 7
+    terms, 2.16 for 15), far below Lenth's t approximation (t at m/3 df: 3.76, 2.57); on null designs drawn from
+    another stream a term is called at 5%."""
+    assert lenth.quantile(7) == pytest.approx(2.30, abs=0.01)
+    assert lenth.quantile(15) == pytest.approx(2.16, abs=0.01)
+    rng = np.random.default_rng(7)
+    calls = []
+    for _ in range(3000):
+        found = lenth.test(rng.standard_normal(15), np.ones(15))
+        assert found is not None
+        calls.append(found.p < evidence.ALPHA)
+    assert np.mean(calls) == pytest.approx(evidence.ALPHA, abs=0.005)
+
+
+def test_lenths_test_scales_by_each_terms_standard_error_and_declines_where_it_does_not_apply():
+    """An effect read on twice the noise (a 4b interaction beside 2b main effects) gets twice the interval; the
+    test declines for fewer than MIN_TERMS terms, correlated terms and a missing cell."""
+    c = np.array(list(MONTGOMERY.values()))
+    weights = np.eye(15) * np.r_[1.0, np.full(14, 2.0)][:, None]  # orthogonal, the last 14 on twice the scale
+    got = stats.unreplicated(c * np.r_[1.0, np.full(14, 2.0)], weights, np.ones(15), "seed")
+    half = (got["hi"] - got["lo"]) / 2
+    assert half[1:].to_numpy() == pytest.approx(2 * half[0]) and set(got["test"]) == {stats.LENTH}
+    few = stats.unreplicated(c[:6], np.eye(6), np.ones(6), "seed")
+    assert few["p"].isna().all() and few["why"][0] == "1 seed per cell, 6 terms; Lenth's test needs 7"
+    levels = np.eye(16)[1:] - np.eye(16)[0]  # each cell against one reference: correlated contrasts
+    tied = stats.unreplicated(levels @ np.arange(16.0), levels, np.ones(16), "trial")
+    assert tied["p"].isna().all() and tied["why"][0] == "1 trial per cell; terms not orthogonal: no Lenth's test"
+    missing = stats.unreplicated(np.r_[c[:14], np.nan], np.eye(15), np.ones(15), "seed")
+    assert missing["p"].isna().all() and missing["why"][0] == "1 seed per cell, a cell missing"
