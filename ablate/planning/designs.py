@@ -14,7 +14,7 @@ from __future__ import annotations
 import itertools
 import json
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -62,6 +62,17 @@ class DesignPlan:
     @property
     def two_level(self) -> bool:
         return self.kind != "one-at-a-time"
+
+    def around(self, variant: str | None) -> DesignPlan:
+        """The design coded with `variant`'s cell as its reference (`report --baseline`): each factor at its other
+        level there has its two levels swapped, so every effect reads from the new reference, as the variant table
+        does. A one-at-a-time design, or a variant that is not a cell, keeps the planned coding."""
+        if variant is None or variant not in self.runs or not self.two_level or not any(self.runs[variant]):
+            return self
+        flip = self.runs[variant]
+        factors = [Factor(f.name, f.levels[::-1]) if swap else f for f, swap in zip(self.factors, flip)]
+        runs = {v: [level ^ swap for level, swap in zip(levels, flip)] for v, levels in self.runs.items()}
+        return replace(self, factors=factors, runs=runs)
 
     def coded(self, variants: list[str]) -> np.ndarray:
         """The variants' cells coded -1 (reference) / +1, as `ablate.evidence.aliasing` reads them."""

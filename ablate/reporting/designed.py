@@ -99,8 +99,14 @@ def table(eff: pd.DataFrame, plan: DesignPlan, data: SweepData, correction: str 
     return Table(caption, header, rows, left=2)
 
 
-def ablation(table_: pd.DataFrame, plan: DesignPlan, data: SweepData) -> Table:
-    """A one-at-a-time design as a paper's ablation table: the reference, then each axis moved alone."""
+def ablation(table_: pd.DataFrame, plan: DesignPlan, data: SweepData) -> Table | str:
+    """A one-at-a-time design as a paper's ablation table: the reference, then each axis moved alone; its Δ are the
+    variant table's, so a report whose baseline is another cell (`--baseline`) says so instead."""
+    references = {v for v, levels in plan.runs.items() if not any(levels)}  # one per stratum
+    if data.baseline is not None and references and data.baseline not in references:
+        ref = ", ".join(f"{f.name}={f.levels[0]}" for f in plan.factors)
+        return (f"This report's baseline is not the design's reference ({ref}), and each of its cells moves one axis "
+                "from that reference only: report without --baseline for the one-axis-at-a-time table.")  # fmt: skip
     d = digits(data)
     names = short([f.name for f in plan.factors])
     rows = []

@@ -107,7 +107,7 @@ def load(store: Store, name: str, metric: str | None = None, baseline: str | Non
         ref = None
     variants["ref"] = _references(variants, axes, ref)
     recorded = (record.spec or {}).get("design")
-    chosen = DesignPlan.from_json(recorded) if recorded else None
+    chosen = DesignPlan.from_json(recorded).around(ref) if recorded else None  # effects read from the baseline
     latest = trials[["created_at", "started_at", "finished_at"]].max().max()
     updated = latest.strftime("%Y-%m-%d %H:%M UTC") if pd.notna(latest) else ""
     return SweepData(name, record.description or "", metric, higher_is_better(metric), axes, trials, variants, ref,

@@ -187,3 +187,30 @@ def test_the_report_of_a_one_seed_fraction_says_its_test_is_lenths(tmp_path, sto
     report("quarter", store=store, out=tmp_path / "reports", formats=["md"])
     effects_md = (tmp_path / "reports" / "quarter" / "report.md").read_text().split("## Effects of each knob")[1]
     assert "from Lenth's test instead" in effects_md and "n/a" not in effects_md.split("\n\n")[1]
+
+
+def test_a_report_from_another_baseline_reads_the_fractions_effects_from_it(tmp_path, store) -> None:
+    """`report --baseline` on the cell where tau, kappa_pub and stack are on: their effects are read from on to off
+    (their signs flip), the other main effects stay, and tau x mu and bounded x stack (one flipped axis each) flip
+    in their chain; a one-at-a-time design, whose cells move one axis from its own reference only, says why it shows
+    no table instead of Δ from the wrong cell."""
+    p = planned(tmp_path, store, "quarter", {"fractional": {"resolution": 4}})
+    assert p.design is not None
+    moved = next(v for v, levels in p.design.runs.items() if levels == [1, 0, 0, 0, 1, 1])
+    data = frames.load(store, "quarter", baseline=moved[:12])
+    assert data.baseline == moved and data.chosen is not None
+    eff = designed.effects(data, data.chosen)
+    got = rows(eff)
+    for name, truth in MAIN.items():
+        assert got[name] == pytest.approx(-truth if name in ("tau", "kappa_pub", "stack") else truth, abs=1e-9), name
+    chain = next(f for f in got if f.startswith("tau x mu"))
+    assert got[chain] == pytest.approx(-(1.5 - 0.5), abs=1e-9)
+    assert eff.set_index("factor").loc["tau", "contrast"] == "false vs true"
+
+    grid = dict(list(GRID.items())[:2])
+    body = {"base": {**TINY, "attention": {"kind": "csan"}}, "grid": grid, "seeds": 3,
+            "design": {"one-at-a-time": {"from": "full"}}}  # fmt: skip
+    fill(store, plan(write_sweeps(tmp_path / "oat.yaml", {"oat": body}), "oat"), value)
+    report("oat", store=store, out=tmp_path / "reports", formats=["md"], baseline="attention.tau=false")
+    table = (tmp_path / "reports" / "oat" / "report.md").read_text().split("## Ablation, one axis at a time")[1]
+    assert "is not the design's reference (attention.tau=true, attention.mu=true)" in table
