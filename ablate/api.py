@@ -37,12 +37,18 @@ if TYPE_CHECKING:
 __all__ = ["dry_run", "forget", "grown", "launch", "report", "show", "status", "unfinished", "workload"]
 
 
+STORE_PATIENCE = 30.0
+"""Seconds a launch waits for a database server that does not answer as it starts (one restarting), before it gives
+up with exit code 3: a launcher started by a scheduler (Slurm's requeue, cron) should not fail for a restart."""
+
+
 @contextmanager
-def _opened(store: Store | str | None) -> Iterator[Store]:
-    """`store` itself (left open), or the store at a URL or the CLI's default (closed after)."""
+def _opened(store: Store | str | None, patience: float = 0.0) -> Iterator[Store]:
+    """`store` itself (left open), or the store at a URL or the CLI's default (closed after), waiting up to
+    `patience` seconds for a server that does not answer yet."""
     from ablate.store import Store
 
-    with nullcontext(store) if isinstance(store, Store) else Store(store) as opened:
+    with nullcontext(store) if isinstance(store, Store) else Store(store, patience) as opened:
         yield opened
 
 
@@ -82,9 +88,9 @@ def launch(
 
     plans = [plans] if isinstance(plans, Plan) else list(plans)
     cluster, run, choice = cluster or Cluster(), run or RunConfig(), choice or Select()
-    preflight(plans, _done_keys(store), cluster, run, checks or Checks(), choice)
+    preflight(plans, _done_keys(store, STORE_PATIENCE), cluster, run, checks or Checks(), choice)
     first = not isinstance(store, Store) and not database_exists(store) and any(p.trials for p in plans)
-    with _ray_first(cluster) if first else nullcontext(), _opened(store) as opened:
+    with _ray_first(cluster) if first else nullcontext(), _opened(store, STORE_PATIENCE) as opened:
         return run_plans(plans, opened, _tracker(tracker, lazy=True), cluster=cluster, run=run,
                          progress=progress, choice=choice)  # fmt: skip
 
@@ -104,14 +110,14 @@ def _ray_first(cluster: Cluster) -> Iterator[None]:
             fanout.shutdown()
 
 
-def _done_keys(store: Store | str | None) -> set[str]:
+def _done_keys(store: Store | str | None, patience: float = 0.0) -> set[str]:
     """The done trials of `store`, without creating a database where there is none."""
-    with _existing(store) as opened:
+    with _existing(store, patience) as opened:
         return opened.done_keys() if opened else set()
 
 
 @contextmanager
-def _existing(store: Store | str | None) -> Iterator[Store | None]:
+def _existing(store: Store | str | None, patience: float = 0.0) -> Iterator[Store | None]:
     """`store` itself (left open), the store at a URL or the CLI's default where its database exists (closed
     after), else None: what only reads, or only looks before a launch, never creates a database."""
     from ablate.store import Store, database_exists
@@ -119,7 +125,7 @@ def _existing(store: Store | str | None) -> Iterator[Store | None]:
     if not isinstance(store, Store) and not database_exists(store):
         yield None
         return
-    with _opened(store) as opened:
+    with _opened(store, patience) as opened:
         yield opened
 
 
@@ -168,12 +174,13 @@ def grown(plans: Sequence[Plan], store: Store | None = None) -> list[Plan]:
 
 def workload(plans: Sequence[Plan], store: Store | str | None = None, choice: Select | None = None) -> Workload:
     """What launching `plans` would train, as far as `store`'s results grow them, its later rounds included
-    (`ablate.execution.preflight.workload`): what `ablate launch --ask-above` weighs (`Workload.asks`). Reads the
-    store where it exists, writes nothing; a choice that names unknown trials is a SelectionError."""
+    (`ablate.execution.preflight.workload`): what `ablate launch --ask-above` weighs (`Workload.asks`), as a launch's
+    first look at the store, so as patient with it. Reads the store where it exists, writes nothing; a choice that
+    names unknown trials is a SelectionError."""
     from ablate.execution.preflight import workload as weigh
     from ablate.execution.selection import Select
 
-    with _existing(store) as opened:
+    with _existing(store, STORE_PATIENCE) as opened:
         return weigh(grown(plans, opened), opened, choice or Select())
 
 

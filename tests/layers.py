@@ -17,8 +17,9 @@ class Layer(NamedTuple):
 
 LAYERS = (
     Layer(
-        ("errors", "moved", "_tv_compat"),
-        "errors as one paragraph; old module names, for one release; the torchvision shim",
+        ("errors", "patience", "moved", "_tv_compat"),
+        "errors as one paragraph; waiting out a service that restarts; old module names, for one release; the "
+        "torchvision shim",
     ),
     Layer(("components",), "the plugin contract's bases: `Mechanism`, `Backbone`, `Dataset`, `ReportSection`, ..."),
     Layer(("registry",), "the registries (refuse duplicates); `BUILTINS`, the built-in components' modules"),
@@ -26,7 +27,8 @@ LAYERS = (
     Layer(("config",), "`TrialConfig` and its sections; which fields make the trial key (`nokey`)"),
     Layer(
         ("evidence",),
-        "the small-sample policy; best or tied (`verdict`); what a two-level design confounds (`aliasing`)",
+        "the small-sample policy; best or tied (`verdict`); what a two-level design confounds (`aliasing`); "
+        "Lenth's test of a one-seed screen (`lenth`)",
     ),
     Layer(("spec",), "reading and checking `experiments.yaml`; dotted paths; the `tune:` block; metric direction"),
     Layer(("store",), "the source of truth (SQLite/PostgreSQL): schema, migrations, writes, leases, queries"),

@@ -30,14 +30,27 @@ CAUSES = [
                "holding it (a stuck launcher or an open sqlite3 shell) and stop it"),
     ("unable to open", "cannot be opened: check that its folder exists and is writable"),
     ("connection refused", "does not answer: start the database server or check the URL's host and port"),
+    ("starting up", "is starting up: launch again in a moment"),
+    ("shutting down", "is shutting down: start it again, then launch again"),
     ("could not connect", "does not answer: start the database server or check the URL's host and port"),
     ("could not translate host", "names a host that does not resolve: check the URL"),
+    ("failed to resolve host", "names a host that does not resolve: check the URL"),
     ("timeout", "did not answer in time: check the server and the network"),
 ]  # fmt: skip
 
 
+#: Texts of a database server that is down or restarting, which may answer in a moment (what `Store`'s patience waits
+#: out): a wrong host name, a full disk or a refused password is not among them.
+RESTARTING = ("connection refused", "could not connect", "starting up", "shutting down", "server closed the connection")
+
+
 class StoreUnavailable(RuntimeError):
     """The results store cannot be read or written; the message says which store, why, and what to do."""
+
+    def __init__(self, message: str, restarting: bool = False) -> None:
+        super().__init__(message)
+        self.restarting = restarting
+        """Whether the database's server may be restarting (RESTARTING), so waiting may mend it."""
 
 
 def describe(url: str) -> str:
@@ -51,4 +64,10 @@ def explain(url: str, error: BaseException) -> StoreUnavailable:
     original = getattr(error, "orig", None) or error
     text = str(original).strip().splitlines()[0] if str(original).strip() else type(original).__name__
     what = next((advice for needle, advice in CAUSES if needle in text.lower()), f"failed ({text})")
-    return StoreUnavailable(f"the results store {describe(url)} {what}. [{type(original).__name__}: {text}]")
+    message = f"the results store {describe(url)} {what}. [{type(original).__name__}: {text}]"
+    return StoreUnavailable(message, any(needle in text.lower() for needle in RESTARTING))
+
+
+def restarting(error: Exception) -> bool:
+    """Whether `error` is a database server that may answer in a moment (`StoreUnavailable.restarting`)."""
+    return isinstance(error, StoreUnavailable) and error.restarting

@@ -14,6 +14,7 @@ import json
 import math
 import os
 import socket
+import sys
 import uuid
 from collections.abc import Collection, Iterable, Iterator, Mapping
 from contextlib import contextmanager
@@ -27,8 +28,9 @@ from sqlalchemy.engine import ExceptionContext
 from sqlalchemy.exc import DatabaseError, DataError, IntegrityError, ProgrammingError
 from sqlalchemy.orm import Session
 
+from ablate.patience import patiently
 from ablate.store import engine as eng
-from ablate.store.faults import StoreUnavailable, explain
+from ablate.store.faults import StoreUnavailable, explain, restarting
 from ablate.store.queries import MEMBERS, METRICS, PREVIOUS, SWEEPS, TRIALS, Queries
 from ablate.store.schema import ENDED, FINAL_STATES, Base, Membership, SweepRecord, TrialRecord
 
@@ -115,7 +117,9 @@ class Store(Queries):
     """The results database at `url` (default `sqlite:///db/ablate.sqlite` under the cwd; any SQLAlchemy
     URL, e.g. postgresql+psycopg://..., or a SQLite file's path). Use as a context manager or call `close()`."""
 
-    def __init__(self, url: str | None = None) -> None:
+    def __init__(self, url: str | None = None, patience: float = 0.0) -> None:
+        """`patience`: seconds to wait for a database server that does not answer yet (one restarting: a launch
+        waits, as the launcher it replaces may be gone; a report or `status` says so at once)."""
         self.url = eng.database_url(url)
         try:
             self.engine = eng.make_engine(self.url)
@@ -123,7 +127,10 @@ class Store(Queries):
             raise explain(self.url, e) from e
         event.listen(self.engine, "handle_error", self._unavailable)
         self._writer = self.engine.execution_options(**eng.WRITE)
-        eng.upgrade(self.engine)
+        patiently(lambda: eng.upgrade(self.engine), restarting, self._waiting, patience)
+
+    def _waiting(self, error: Exception, pause: float) -> None:
+        print(f"ablate: {error} Trying again in {pause:.1f} s.", file=sys.stderr, flush=True)
 
     def _unavailable(self, context: ExceptionContext) -> StoreUnavailable | None:
         """A database fault (full disk, read-only, locked or corrupt file, a server that is down or restarting)

@@ -29,13 +29,12 @@ import os
 import shutil
 import sys
 import threading
-import time
 import uuid
-from collections.abc import Callable
 from functools import cached_property
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any, TypeVar
+from typing import IO, TYPE_CHECKING, Any
 
+from ablate.patience import patiently
 from ablate.training.checkpoints import FILE
 from ablate.training.messages import PREEMPT, clear_stop, request_stop
 
@@ -54,25 +53,9 @@ warns that its last checkpoint is not in the bucket (end): a blip of a few secon
 PERMANENT = (FileNotFoundError, PermissionError, IsADirectoryError, NotADirectoryError)
 """Errors that waiting does not mend."""
 
-T = TypeVar("T")
 
-
-def patiently(call: Callable[[], T], waiting: Callable[[Exception, float], None], patience: float) -> T:
-    """`call()`, tried again after a growing pause (told to `waiting`) while it fails otherwise than
-    permanently, for up to `patience` seconds; then its error."""
-    deadline, pause = time.monotonic() + patience, 0.5
-    while True:
-        try:
-            return call()
-        except PERMANENT:
-            raise
-        except Exception as e:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise
-            waiting(e, min(pause, left))
-            time.sleep(min(pause, left))
-            pause = min(2 * pause, 8.0)
+def _mends(error: Exception) -> bool:
+    return not isinstance(error, PERMANENT)
 
 
 class StorageError(RuntimeError):
@@ -259,7 +242,7 @@ class Sync:
 
     def __enter__(self) -> Sync:
         if self.storage.remote:
-            if problem := patiently(lambda: self.storage.fetch(self.key), self._waiting, PATIENCE):
+            if problem := patiently(lambda: self.storage.fetch(self.key), _mends, self._waiting, PATIENCE):
                 self.problems.append(problem)
             self._seen = self._stat()
             self._thread = threading.Thread(target=self._loop, name=f"ablate-sync-{self.key[:8]}", daemon=True)
@@ -292,7 +275,7 @@ class Sync:
                 self.storage.publish(self.key, source)
 
         try:
-            patiently(publish, self._waiting, PATIENCE if final else 0.0)
+            patiently(publish, _mends, self._waiting, PATIENCE if final else 0.0)
             self._seen = now
         except Exception as e:  # the store is unreachable: the next look retries; the last one reports it
             if final:

@@ -17,8 +17,9 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
-from conftest import TINY, write_sweeps
+from conftest import TINY, fresh_database, postgres_binary, write_sweeps
 from gate import Gate
+from procs import Postgres
 from synthetic import failed_elsewhere
 from test_launcher import launch_cmd
 
@@ -290,3 +291,29 @@ def test_a_look_that_meets_an_outage_looks_again_from_the_same_moment_and_a_miss
         assert not fan.pending and fan.queue == [far] and store.trial(far).attempts == 1
         fan.finished_elsewhere(whole=True)
         assert fan.queue == [] and fan.result.counts == {"failed": 2}
+
+
+def test_a_launch_waits_for_a_database_server_that_is_restarting(tmp_path: Path, postgres: str) -> None:
+    """The session's PostgreSQL stopped, a launch that starts meanwhile says it waits (instead of exit 3), and once
+    the server is back it runs its trial to the end; a host name that does not resolve is not waited on."""
+    url = fresh_database(postgres)
+    server = Postgres.of(postgres, str(postgres_binary("pg_ctl")))
+    f = write_sweeps(tmp_path / "e.yaml", {"s": {"base": TINY}})
+    server.stop()
+    try:
+        proc = subprocess.Popen([*launch_cmd(f, tmp_path, db=url), "--no-check"], stderr=subprocess.PIPE, text=True,
+                                cwd=tmp_path)  # fmt: skip
+        assert proc.stderr is not None
+        said = next((line for line in iter(proc.stderr.readline, "") if "Trying again" in line), "")  # until it waits
+        assert "does not answer" in said, "the launch did not wait for the database"
+        server.start()
+        out = proc.communicate(timeout=300)[1]
+        assert proc.returncode == 0, out
+    finally:
+        if server.down:
+            server.start()
+    with Store(url) as store:
+        assert len(store.done_keys()) == 1
+    with pytest.raises(StoreUnavailable, match="does not resolve") as raised:
+        Store("postgresql+psycopg://postgres@no-such-host.invalid/x", patience=60)
+    assert not raised.value.restarting
