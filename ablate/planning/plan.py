@@ -1,13 +1,12 @@
 """Grid expansion: a sweep -> [Trial(key, config)], every problem inside its cells named at once.
 
-The cells of a sweep's grid, linked groups and when blocks are expanded, validated and keyed (the keys are
-`ablate.planning.keys`'s), less its exclusions; a `Plan` holds the trials with the sweep's baseline and metric.
+The cells of a sweep's grid, linked groups and when blocks (`ablate.planning.cells`, or those a `design:` chose)
+are validated and keyed (the keys are `ablate.planning.keys`'s), less its exclusions; a `Plan` holds the trials
+with the sweep's baseline and metric.
 """
 
 from __future__ import annotations
 
-import difflib
-import itertools
 import json
 import math
 import typing
@@ -21,19 +20,31 @@ from pydantic import ValidationError
 
 from ablate.config import TrialConfig, identity
 from ablate.errors import Problem, SpecError, format_path
+from ablate.planning.cells import (
+    base_problems,
+    data_path_problem,
+    dead_values,
+    given,
+    groups,
+    grown,
+    product,
+    raw_config,
+    taken,
+    varied_twice,
+    where,
+)
 from ablate.planning.designs import Cell, Chosen, DesignPlan, choose
 from ablate.planning.keys import Recording, Trial, seed_keys, variant_key
 from ablate.plugins import Plugins
 from ablate.registry import TASKS
 from ablate.spec import tune_check
 from ablate.spec.overrides import with_overrides
-from ablate.spec.paths import get_path, matches, overlaps, set_path
+from ablate.spec.paths import get_path, matches
 from ablate.spec.problems import clean_loc, error_message
 from ablate.spec.registry_check import path_problem
-from ablate.spec.schema import AdaptiveSeeds, Linked, axis_paths
+from ablate.spec.schema import AdaptiveSeeds
 from ablate.spec.sweeps import SweepFile, SweepSource, read_sweeps
 from ablate.spec.tune import Searches
-from ablate.spec.yaml_doc import Loc
 
 Resolved = tuple[Cell, dict[str, Any]]
 """A cell with its validated config (as JSON data)."""
@@ -86,141 +97,6 @@ def _hashable(v: Any) -> Any:
     return json.dumps(v) if isinstance(v, (list, dict, tuple)) else v
 
 
-# ------------------------------------------------------------------------------------------------- expand
-def _groups(
-    grid: dict[str, list[Any]],
-    linked: list[Linked],
-    at: Loc,
-    sweep: SweepSource,
-    problems: list[Problem],
-    kinds: list[str],
-) -> list[list[Cell]]:
-    """Each axis group as its list of rows (a row is a partial cell); `kinds`: the attention kinds they apply to."""
-    groups: list[list[Cell]] = []
-    for path, values in grid.items():
-        loc = at + ("grid", path)
-        if (msg := path_problem(path, kinds)) is not None:
-            problems.append(sweep.problem(loc, msg))
-        elif not values:
-            problems.append(sweep.problem(loc, "empty axis: expected a list of at least one value"))
-        groups.append([((path, v, loc + (i,)),) for i, v in enumerate(values)])
-    for g, group in enumerate(linked):
-        loc = at + ("linked", g)
-        if isinstance(group, dict):
-            lengths = {len(v) for v in group.values()}
-            if len(lengths) > 1:
-                problems.append(
-                    sweep.problem(loc, f"linked axes need lists of one length, got lengths {sorted(lengths)}")
-                )
-                continue
-            rows = [{p: vals[i] for p, vals in group.items()} for i in range(lengths.pop() if lengths else 0)]
-            locs = [{p: loc + (p, i) for p in group} for i in range(len(rows))]
-        else:
-            rows = group
-            locs = [{p: loc + (i, p) for p in row} for i, row in enumerate(rows)]
-        if not rows:
-            problems.append(sweep.problem(loc, "empty linked group: expected at least one row"))
-        for p in {p for row in rows for p in row}:
-            if (msg := path_problem(p, kinds)) is not None:
-                problems.append(sweep.problem(loc, msg))
-        groups.append([tuple((p, v, locs[i][p]) for p, v in row.items()) for i, row in enumerate(rows)])
-    return groups
-
-
-def _product(groups: list[list[Cell]]) -> Iterable[Cell]:
-    for combo in itertools.product(*groups):
-        yield tuple(a for row in combo for a in row)
-
-
-def _declared(loc: Loc) -> Loc:
-    """Where an axis value's axis is declared: `grid.PATH` or `linked[g]` (inside a when block or not)."""
-    at = max(i for i, part in enumerate(loc) if part in ("grid", "linked"))
-    return loc[: at + 2]
-
-
-def _varied_twice(sweep: SweepSource, cell: Cell) -> list[Problem]:
-    """An axis a cell takes from two places (grid and linked, two linked groups, a when block and the grid):
-    one value would silently win, so each path is varied in one place."""
-    first: dict[str, Loc] = {}
-    problems = []
-    for path, _, loc in cell:
-        where = _declared(loc)
-        if first.setdefault(path, where) != where:
-            problems.append(sweep.problem(where, f"{path} is also varied at {format_path(first[path])}: vary each "
-                                          "path in one place (a linked group, or the grid)"))  # fmt: skip
-    return problems
-
-
-def _taken(values: Iterable[Any]) -> list[Any]:
-    """Distinct values, in order of first appearance (lists compared as JSON)."""
-    return list({json.dumps(v, sort_keys=True, default=str): v for v in values}.values())
-
-
-def _dead_values(rule: dict[str, Any], haves: dict[str, list[Any]]) -> Iterable[tuple[str, str]]:
-    """(path, what is wrong) for each value of a `when:` or `exclude:` rule that matches no value its path takes
-    in the sweep (a typo of a mechanism name, say): such a rule silently does nothing."""
-    for path, want in rule.items():
-        taken = haves.get(path, [])
-        scalar_axis = not any(isinstance(h, (list, tuple)) for h in taken)
-        candidates = want if isinstance(want, list) and scalar_axis else [want]
-        dead = [c for c in candidates if not any(matches({path: c}, {path: h}, flat=True) for h in taken)]
-        if dead:
-            shown = ", ".join(repr(v) for v in taken[:12]) + (", ..." if len(taken) > 12 else "")
-            words = [h for h in taken if isinstance(h, str)]
-            close = [c for d in dead if isinstance(d, str) for c in difflib.get_close_matches(d, words, n=1)]
-            mean = f"; did you mean {', '.join(map(repr, close))}?" if close else ""
-            yield path, f"{', '.join(map(repr, dead))} matches no value {path} takes in this sweep ({shown}){mean}"
-
-
-def _where(sweep: SweepSource, cell: Cell, err_path: str, msg: str) -> list[Problem]:
-    """Place a cell's validation error at the axes that set the offending path, else in the base."""
-    hits = [
-        sweep.problem(loc, msg if "(got " in msg or ", got " in msg else f"{msg} (value {value!r})")
-        for path, value, loc in cell
-        if err_path and overlaps(path, err_path)
-    ]
-    if hits:
-        return hits
-    if not err_path:
-        desc = ", ".join(f"{p}={v!r}" for p, v, _ in cell)
-        return [sweep.problem(("base",), f"{msg} (in the cell {desc})" if desc else msg)]
-    return [sweep.problem(("base", *err_path.split(".")), msg)]
-
-
-def _base_problems(sweep: SweepSource) -> list[Problem]:
-    """What is wrong in the base where no axis could mend it: named beside a grid's own problems, which stop
-    the cells from being checked, so a file's problems are named at once."""
-    varied = axis_paths(sweep.spec)
-
-    def fixed(path: str) -> bool:
-        return bool(path) and not any(overlaps(path, v) for v in varied)
-
-    base = _raw_config(sweep, ())
-    found = []
-    try:
-        TrialConfig.model_validate(base)
-    except ValidationError as err:
-        for e in err.errors():
-            path = ".".join(str(p) for p in clean_loc(tuple(e["loc"]), base))
-            found += _where(sweep, (), path, error_message(e, TrialConfig)) if fixed(path) else []
-    if fixed("data.path") and isinstance(base.get("data"), dict) and (msg := _data_path_problem(base["data"])):
-        found += _where(sweep, (), "data.path", msg)
-    return found
-
-
-def _given(raw: dict[str, Any], paths: Iterable[str], defaults: dict[str, Any]) -> dict[str, Any]:
-    """The value a raw config gives each of `paths`, else its default, as a config of those paths alone: what a
-    `when:` condition tests, and an `exclude:` rule in a cell that does not validate."""
-    out: dict[str, Any] = {}
-    for path in paths:
-        set_path(out, path, get_path(raw, path, get_path(defaults, path)))
-    return out
-
-
-def _raw_config(sweep: SweepSource, cell: Cell) -> dict[str, Any]:
-    return sweep.config((path, value) for path, value, _ in cell)
-
-
 def match_problem(cfg: TrialConfig) -> str | None:
     """Why `model.match_params` cannot be met (no width within tolerance of the target), else None.
 
@@ -240,16 +116,6 @@ def match_problem(cfg: TrialConfig) -> str | None:
     return None
 
 
-def _data_path_problem(data: dict[str, Any]) -> str | None:
-    """A path the config gives must exist where the plan is made, whether the dataset needs one or takes it in
-    place of a shipped copy, unless it is marked as the cluster's (`remote`). Read from the raw section, so a
-    cell that fails validation elsewhere has this problem named too."""
-    path = data.get("path")
-    if not isinstance(path, str) or data.get("remote") is True or Path(path).exists():
-        return None
-    return f"{path} does not exist on this machine (data.remote: true marks a path only the cluster's nodes have)"
-
-
 MAX_TRIALS = 10_000
 """Trials a sweep may plan unless raised (`--max-trials`): checked by arithmetic before anything expands."""
 
@@ -259,8 +125,8 @@ def expand(sweep: SweepSource, max_trials: int = MAX_TRIALS) -> Plan:
     spec, problems = sweep.spec, list[Problem]()
     defaults = TrialConfig().model_dump()
     kinds = sweep.kinds()
-    top = _groups(spec.grid, spec.linked, (), sweep, problems, kinds)
-    whens = [_groups(b.grid, b.linked, ("when", w), sweep, problems, sweep.kinds(b)) for w, b in enumerate(spec.when)]
+    top = groups(spec.grid, spec.linked, (), sweep, problems, kinds)
+    whens = [groups(b.grid, b.linked, ("when", w), sweep, problems, sweep.kinds(b)) for w, b in enumerate(spec.when)]
     chosen = None if spec.design == "full" or problems else choose(sweep, top, spec.design)
     bound = math.prod(len(g) for g in top) * math.prod(max(1, math.prod(len(g) for g in w)) for w in whens)
     bound = len(chosen.cells) if chosen is not None else bound
@@ -274,32 +140,15 @@ def expand(sweep: SweepSource, max_trials: int = MAX_TRIALS) -> Plan:
         raise SpecError([sweep.problem(("grid",), f"up to {bound * each:,} trials ({sizes} cells"
                                        f"{' and when: blocks' if whens else ''} x {per}) exceed "
                                        f"the limit of {max_trials:,} per sweep; --max-trials raises it")])  # fmt: skip
-    cells = chosen.cells if chosen is not None else list(_product(top))
-    dead: list[Problem] = []
-    for w, block in enumerate(spec.when):
-        for path in block.when:
-            if (msg := path_problem(path, kinds)) is not None:
-                problems.append(sweep.problem(("when", w, "when", path), msg))
-        groups = whens[w]
-        grown: list[Cell] = []
-        raws = [_raw_config(sweep, cell) for cell in cells]
-        conditions = [_given(raw, block.when, defaults) for raw in raws]
-        for cell, values in zip(cells, conditions, strict=True):
-            if matches(block.when, values):
-                grown.extend(cell + extra for extra in _product(groups))
-            else:
-                grown.append(cell)
-        if not problems:  # a condition that can never hold leaves the cells as they are: named with theirs
-            haves = {p: _taken(get_path(v, p) for v in conditions) for p in block.when}
-            dead += [sweep.problem(("when", w, "when", p), m) for p, m in _dead_values(block.when, haves)]
-        cells = grown
+    cells, dead = grown(sweep, chosen.cells if chosen is not None else list(product(top)), whens,
+                               kinds, problems)  # fmt: skip
     for i, rule in enumerate(spec.exclude):
         for path in rule:
             if (msg := path_problem(path, kinds)) is not None:
                 problems.append(sweep.problem(("exclude", i, path), msg))
-    problems += [p for cell in cells for p in _varied_twice(sweep, cell)] + tune_check.path_problems(sweep, kinds)
+    problems += [p for cell in cells for p in varied_twice(sweep, cell)] + tune_check.path_problems(sweep, kinds)
     if problems:
-        raise SpecError(problems + _base_problems(sweep))
+        raise SpecError(problems + base_problems(sweep))
 
     axes = list(dict.fromkeys(p for cell in cells for p, _, _ in cell))
     trials: list[Trial] = []
@@ -311,19 +160,19 @@ def expand(sweep: SweepSource, max_trials: int = MAX_TRIALS) -> Plan:
     """What `exclude:` rules can match in each cell, excluded or not: its resolved config, or where it does not
     validate, the values its raw config gives the rules' paths."""
     for c, cell in enumerate(cells):
-        raw = _raw_config(sweep, cell)
+        raw = raw_config(sweep, cell)
         try:
             cfg = TrialConfig.model_validate(raw)
         except ValidationError as err:
-            seen.append(_given(raw, {p: None for rule in spec.exclude for p in rule}, defaults))
+            seen.append(given(raw, {p: None for rule in spec.exclude for p in rule}, defaults))
             if any(matches(rule, seen[-1]) for rule in spec.exclude):
                 problems += _design_cell(sweep, chosen, cell)
                 continue  # a cell the sweep excludes (one a knob refuses, say) is no problem of the sweep
             for e in err.errors():
                 err_path = ".".join(str(p) for p in clean_loc(tuple(e["loc"]), raw))
-                problems.extend(_where(sweep, cell, err_path, error_message(e, TrialConfig)))
-            if isinstance(raw.get("data"), dict) and (msg := _data_path_problem(raw["data"])) is not None:
-                problems.extend(_where(sweep, cell, "data.path", msg))
+                problems.extend(where(sweep, cell, err_path, error_message(e, TrialConfig)))
+            if isinstance(raw.get("data"), dict) and (msg := data_path_problem(raw["data"])) is not None:
+                problems.extend(where(sweep, cell, "data.path", msg))
             continue
         resolved = cfg.model_dump(mode="json")
         seen.append(resolved)
@@ -337,10 +186,10 @@ def expand(sweep: SweepSource, max_trials: int = MAX_TRIALS) -> Plan:
         owner.update(dict.fromkeys(keys, len(planned)))
         planned.append((cell, resolved))
         if (msg := match_problem(cfg)) is not None:
-            problems.extend(_where(sweep, cell, "model.match_params", msg))
+            problems.extend(where(sweep, cell, "model.match_params", msg))
             continue
-        if (msg := _data_path_problem(resolved["data"])) is not None:
-            problems.extend(_where(sweep, cell, "data.path", msg))
+        if (msg := data_path_problem(resolved["data"])) is not None:
+            problems.extend(where(sweep, cell, "data.path", msg))
             continue
         variant = variant_key(cfg)
         if chosen is not None:
@@ -433,9 +282,9 @@ def _no_baseline(baseline: dict[str, Any], trials: list[Trial]) -> str:
     """What to say of a baseline that matches no trial: each value no trial takes (a mechanism's name mistyped,
     say), with the values its path takes (a whole section's, too long to read, left out)."""
     configs = [t.resolved() for t in {t.variant: t for t in trials}.values()]
-    haves = {p: _taken(get_path(c, p) for c in configs) for p in baseline}
+    haves = {p: taken(get_path(c, p) for c in configs) for p in baseline}
     values = {p: want for p, want in baseline.items() if not any(isinstance(h, dict) for h in haves[p])}
-    return "; ".join([f"matches no cell of the grid: {baseline}", *(m for _, m in _dead_values(values, haves))])
+    return "; ".join([f"matches no cell of the grid: {baseline}", *(m for _, m in dead_values(values, haves))])
 
 
 def _dead_exclusions(sweep: SweepSource, seen: list[dict[str, Any]]) -> list[Problem]:
@@ -443,8 +292,8 @@ def _dead_exclusions(sweep: SweepSource, seen: list[dict[str, Any]]) -> list[Pro
     that no one cell takes together."""
     problems = []
     for i, rule in enumerate(sweep.spec.exclude):
-        haves = {p: _taken(get_path(r, p) for r in seen) for p in rule}
-        dead = [sweep.problem(("exclude", i, p), m) for p, m in _dead_values(rule, haves)]
+        haves = {p: taken(get_path(r, p) for r in seen) for p in rule}
+        dead = [sweep.problem(("exclude", i, p), m) for p, m in dead_values(rule, haves)]
         if not dead and seen and not any(matches(rule, r) for r in seen):
             dead = [sweep.problem(("exclude", i), f"matches no cell: no cell has all of {rule}")]
         problems += dead
