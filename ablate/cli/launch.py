@@ -180,7 +180,7 @@ def _dry_run(plans: list[Plan], db: str | None, choice: Select) -> None:
             table.add_row(t.key[:10], *[cell(t.axes[a]) for a in p.axes], str(t.axes["seed"]), state,
                           chosen.action(t.key))  # fmt: skip
         out.print(table)
-        for line in p.design.lines(len({t.axes["seed"] for t in p.trials})) if p.design else []:
+        for line in p.design.lines(p.seeds) if p.design else []:
             out.print(line, markup=False, highlight=False)
     for line in chosen.lines({t.key: t for p in would.plans for t in p.trials}):
         out.print(line)
