@@ -78,7 +78,8 @@ def launch(
     True: the CLI's db/mlflow.sqlite, False: no MLflow). `cluster`, `run` and `choice` as for
     `ablate.execution.launcher.launch` (default: an embedded local Ray, checkpoints in db/checkpoints, every unfinished
     trial). First the launch's pre-flight (`ablate.execution.preflight`, `checks`: by default every model and dataset to
-    run): what it refuses is a PreflightError, raised before a store is created or anything is written."""
+    run): what it refuses is a PreflightError, raised before a store is created or anything is written. A SIGINT or
+    SIGTERM while Ray starts or is joined is `ablate.execution.stopped.Stopped`, also before anything is written."""
     from ablate.execution.launcher import Cluster, RunConfig
     from ablate.execution.launcher import launch as run_plans
     from ablate.execution.preflight import Checks, preflight

@@ -4,6 +4,7 @@ what this adds is the question a person answers (`--ask-above`, `--yes`), whose 
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 from collections import Counter
@@ -14,7 +15,7 @@ from typing import TYPE_CHECKING
 import typer
 from rich.table import Table
 
-from ablate.cli.common import DB, MAX_TRIALS, MLFLOW, SET, fail, out, plans_of
+from ablate.cli.common import DB, MAX_TRIALS, MLFLOW, SET, err, fail, out, plans_of
 from ablate.cli.tables import cell, print_table
 
 if TYPE_CHECKING:
@@ -106,6 +107,7 @@ def launch(
     from ablate.execution.launcher import Cluster, RunConfig
     from ablate.execution.preflight import Checks, PreflightError
     from ablate.execution.progress import Progress
+    from ablate.execution.stopped import Stopped
     from ablate.store import Store
 
     tracker = mlflow_uri or True if mlflow else False  # a URI, the default one, or none
@@ -115,6 +117,13 @@ def launch(
                      console=out), choice=choice, checks=Checks(models=check, data=check))  # fmt: skip
     except (PreflightError, ConnectionError, SelectionError) as e:
         fail(str(e))
+    except Stopped as e:
+        err.print(str(e), markup=False, highlight=False)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        # Ray stopped inside its driver's start can abort the interpreter's exit (a half-made core worker: exit -6
+        # or -11, not 143); nothing is left to do or to close, so the process ends here.
+        os._exit(128 + e.signal)
     with Store(db) as store:
         if result.store_error:
             fail(f"{result.store_error} What it missed waits in {result.journal}; the next launch writes it.", code=3)
@@ -171,7 +180,7 @@ def _dry_run(plans: list[Plan], db: str | None, choice: Select) -> None:
             table.add_row(t.key[:10], *[cell(t.axes[a]) for a in p.axes], str(t.axes["seed"]), state,
                           chosen.action(t.key))  # fmt: skip
         out.print(table)
-        for line in p.design.lines(len({t.axes["seed"] for t in p.trials})) if p.design else []:
+        for line in p.design.lines(p.seeds) if p.design else []:
             out.print(line, markup=False, highlight=False)
     for line in chosen.lines({t.key: t for p in would.plans for t in p.trials}):
         out.print(line)

@@ -19,7 +19,11 @@ def plan(
     file: Path = typer.Argument(Path("experiments.yaml"), help="The experiments file."),
     sweep: list[str] | None = typer.Argument(None, help="Sweeps to plan (default: every sweep)."),
     format: Format = typer.Option(
-        Format.table, "--format", "-f", help="table (rich), csv or json rows, or markdown (without the config)."
+        Format.table,
+        "--format",
+        "-f",
+        help="table (rich), csv rows, json (`sweeps`: each sweep's design; `trials`: the rows), or markdown (without "
+        "the config).",
     ),
     costs: bool = typer.Option(True, "--costs/--no-costs", help="Compute params and GFLOPs per trial."),
     limit: int = typer.Option(200, help="Rows shown in the table (csv/json always print every row)."),
@@ -36,7 +40,7 @@ def plan(
     except ModelError as e:
         fail(f"{e}\n(`ablate check` steps every variant; --no-costs plans without building models)")
     if format is Format.json:
-        sys.stdout.write(json.dumps(plan_table.records(plans, cost), indent=1) + "\n")
+        sys.stdout.write(json.dumps(plan_table.document(plans, cost), indent=1) + "\n")
         return
     if format is Format.markdown:
         import pandas as pd
@@ -72,9 +76,8 @@ def plan(
         if len(p.trials) > limit:
             out.print(f"... {len(p.trials) - limit} more rows (--limit, or --format csv)")
         counts = "; ".join(f"{a}: " + ", ".join(f"{cell(v)}={n}" for v, n in c.items()) for a, c in p.counts().items())
-        seeds = len(set(t.axes["seed"] for t in p.trials))
-        out.print(f"total {len(p.trials)}; {counts}; seeds {seeds}")
-        for line in p.design.lines(seeds) if p.design else []:
+        out.print(f"total {len(p.trials)}; {counts}; seeds {p.seeds}")
+        for line in p.design.lines(p.seeds) if p.design else []:
             out.print(line, markup=False, highlight=False)
         if p.adaptive:
             s = p.adaptive

@@ -26,6 +26,7 @@ from ablate.execution.heartbeat import Heartbeat
 from ablate.execution.progress import Progress
 from ablate.execution.recorder import Recorder, start_inbox
 from ablate.execution.selection import Selection
+from ablate.execution.stopped import Stopped
 from ablate.execution.trial_task import TaskArgs, run_trial, trial_task
 from ablate.planning.keys import Trial
 from ablate.plugins import Plugins
@@ -50,29 +51,44 @@ checkpoint, and the trial is `preempted` in between): a long trial on spot insta
 
 def connect(cluster: Cluster) -> bool:
     """Reuse a running Ray, join the cluster's address (`Cluster.join_address`), or start an embedded one. True
-    if we started it."""
+    if we started it. A SIGINT or SIGTERM meanwhile is `Stopped`."""
     if ray.is_initialized():
         return False
     address = cluster.join_address()
-    if address:
-        try:
+    try:
+        if address:
             ray.init(address=address, log_to_driver=False, configure_logging=False)
-        except (SystemExit, ConnectionError) as e:  # Ray exits the process when no GCS answers
-            ray.shutdown()  # drop the half-made connection, or interpreter exit waits on it
+        else:
+            start_embedded(cluster.num_cpus)
+    except BaseException as e:
+        ray.shutdown()  # drop the half-made connection or node, or interpreter exit waits on it
+        signum = stopped_by(e)
+        if signum is not None:
+            raise Stopped(signum, f"connecting to the Ray cluster at {address}" if address else
+                          "starting the embedded Ray") from None  # fmt: skip
+        if address and isinstance(e, (SystemExit, ConnectionError)):  # Ray exits the process when no GCS answers
             raise ConnectionError(
                 f"cannot connect to the Ray cluster at {address} (no answer; exit code {e})"
             ) from None
-        return True
-    try:
-        start_embedded(cluster.num_cpus)
-    except Exception as e:  # Ray's own start-up errors are bare Exceptions ("timed out during startup")
-        ray.shutdown()
-        raise RayStartError(
-            f"could not start the embedded Ray on this machine: {type(e).__name__}: {e}. Ray's logs are under "
-            f"{os.environ.get('RAY_TMPDIR') or tempfile.gettempdir()}/ray/session_latest/logs; `ray stop` ends a Ray "
-            "left from an earlier run; --address joins a running cluster instead"
-        ) from None
+        if not address and isinstance(e, Exception):  # Ray's own start-up errors are bare Exceptions
+            raise RayStartError(
+                f"could not start the embedded Ray on this machine: {type(e).__name__}: {e}. Ray's logs are under "
+                f"{os.environ.get('RAY_TMPDIR') or tempfile.gettempdir()}/ray/session_latest/logs; `ray stop` ends "
+                "a Ray left from an earlier run; --address joins a running cluster instead"
+            ) from None
+        raise
     return True
+
+
+def stopped_by(e: BaseException) -> int | None:
+    """The signal that cut Ray's start short, if one did: `ray.init` replaces the SIGTERM handler with one that
+    raises SystemExit(SIGTERM) (a chaos soak's launcher reported it as a cluster that did not answer), and SIGINT
+    is Python's KeyboardInterrupt."""
+    if isinstance(e, KeyboardInterrupt):
+        return signal.SIGINT
+    if isinstance(e, SystemExit) and e.code == signal.SIGTERM:
+        return signal.SIGTERM
+    return None
 
 
 class RayStartError(ConnectionError):
@@ -103,7 +119,7 @@ def start_embedded(num_cpus: int | None = None, object_store_mb: int = 256) -> N
 def start(cluster: Cluster, tracker: Tracker | None) -> bool:
     """Connect to Ray or start the embedded one (`connect`) while a thread opens MLflow; True if this launch
     started Ray. What opening MLflow raised is raised here, before what Ray raised, with an embedded Ray shut
-    down."""
+    down; a stop (Ctrl-C, `Stopped`) waits for nothing and wins."""
     failure: list[BaseException] = []
 
     def beside() -> None:
@@ -122,11 +138,12 @@ def start(cluster: Cluster, tracker: Tracker | None) -> bool:
         if failure:
             raise failure[0]
     except BaseException as e:
-        if thread.is_alive() and not isinstance(e, KeyboardInterrupt):
+        stopping = isinstance(e, (KeyboardInterrupt, Stopped))
+        if thread.is_alive() and not stopping:
             thread.join()
         if ours:
             ray.shutdown()
-        if failure and failure[0] is not e:
+        if failure and failure[0] is not e and not stopping:
             raise failure[0] from None
         raise
     return ours

@@ -2,7 +2,8 @@
 node, one worker per other node), runs `ablate launch` as the driver, and stops Ray when it ends.
 
 What a shared cluster needs of it: Ray's ports and session folder come from the job id, so two jobs on one node do
-not collide; Ray sees the CPUs and GPUs Slurm allocated (`--num-cpus` from the allocation, GPUs from the
+not collide, and the folder is under the job's $TMPDIR (node-local on many clusters) where its sockets' paths fit
+(`TEMP_MAX`); Ray sees the CPUs and GPUs Slurm allocated (`--num-cpus` from the allocation, GPUs from the
 `CUDA_VISIBLE_DEVICES` Slurm sets); `--signal=B:TERM@N` reaches the batch shell, which passes it on to the launcher
 (a shell runs no trap while a foreground command runs, so the launcher runs in the background and the shell waits),
 and the launcher checkpoints its trials and records them `preempted`; `--requeue` lets Slurm run the job again after
@@ -21,6 +22,15 @@ from ablate.planning.plan import Plan
 DEFAULT_SIGNAL = 300
 """Seconds before the time limit at which Slurm sends SIGTERM (the launcher waits 25 s for a step boundary; a
 trial's step or its checkpoint's upload may take longer on a large model)."""
+SOCKET_PATH_MAX = 107
+"""Bytes Linux takes in a Unix socket's path (sun_path holds 108 with the NUL; Ray checks the same)."""
+RAY_SOCKET = "/session_YYYY-MM-DD_HH-MM-SS_ffffff_PPPPPPP/sockets/dash_TaskEventsHead"
+"""What Ray appends to its folder for its longest socket: its session, named by its start to the microsecond and the
+pid of `ray start` (at most 7 digits under Linux's largest pid_max, 4194304), then the dashboard's socket for its
+module of the longest name (`dash_<class>`, ray.dashboard.subprocesses; the object store's and the raylet's are
+shorter). A head whose dashboard sockets did not fit started, but its dashboard failed after a minute."""
+TEMP_MAX = SOCKET_PATH_MAX - len(RAY_SOCKET)
+"""The longest Ray folder whose sockets Linux takes: a job's $TMPDIR that makes a longer one gives way to /tmp."""
 PORT_SLOTS = 100
 """Ray's ports are the job's slot (its id modulo this) of 20000 to 31999: jobs whose ids differ by less than this never
 share one."""
@@ -91,6 +101,8 @@ def script(job: SlurmJob) -> str:
         optional="".join(line + "\n" for line in optional if line),
         signal=job.signal,
         slots=PORT_SLOTS,
+        temp_max=TEMP_MAX,
+        socket_max=SOCKET_PATH_MAX,
         launch=" \\\n    ".join(lines),
     )
 
@@ -115,7 +127,14 @@ set -uo pipefail
 slot=$(( SLURM_JOB_ID % {slots} ))
 port=$(( 20000 + slot * 10 ))           # Ray's servers: port to port + 9
 worker_ports=$(( 21000 + slot * 110 ))  # its worker processes: 110 per node
-temp=/tmp/ray-$SLURM_JOB_ID
+# Ray's folder: the node-local $TMPDIR many clusters give a job (their /tmp may be small), else /tmp. Ray makes
+# Unix sockets in it, whose paths Linux limits to {socket_max} bytes: a folder longer than {temp_max} is in /tmp.
+temp=${{TMPDIR:-/tmp}}/ray-$SLURM_JOB_ID
+if (( $(printf %s "$temp" | wc -c) > {temp_max} )); then
+    echo "Ray's folder is not $temp: over {temp_max} bytes, too long for the Unix sockets Ray makes in it"
+    temp=/tmp/ray-$SLURM_JOB_ID
+fi
+echo "Ray's folder (its logs: session_latest/logs): $temp"
 rm -rf "$temp"  # a requeued job's, left by a run that was killed: its address file would say the head is up
 head_ip=$(hostname -I | cut -d' ' -f1)  # this node's first address, where the other nodes reach the head
 node=(--block --temp-dir="$temp" --num-cpus="$SLURM_CPUS_PER_TASK" --disable-usage-stats

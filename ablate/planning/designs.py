@@ -21,7 +21,7 @@ import numpy as np
 import pydoe
 
 from ablate.errors import SpecError
-from ablate.evidence.aliasing import Structure, structure
+from ablate.evidence.aliasing import Structure, Term, structure
 from ablate.spec.design import Design, Fractional, OneAtATime, Screening
 from ablate.spec.paths import get_path, matches
 from ablate.spec.sweeps import SweepSource
@@ -106,6 +106,30 @@ class DesignPlan:
         if s.confounded:
             out.append(f"  confounded (up to two-factor interactions): {'; '.join(s.confounded)}")
         return out
+
+    def record(self, seeds: int) -> dict[str, Any]:
+        """What `lines` says, as data (`ablate plan --format json`), from the same `Structure`: a term is the list
+        of its factors' short names (`factors[].short`; [] is the mean). A one-at-a-time design has no resolution,
+        defining relation, estimable terms or aliases (null); `reference` is every design's first cell."""
+        cells, names = len(self.runs), short([f.name for f in self.factors])
+        s = self.structure() if self.two_level else None
+
+        def term(t: Term) -> list[str]:
+            return [names[i] for i in t]
+
+        def aliases(s: Structure) -> list[dict[str, Any]]:  # the chains of `Structure.confounded`
+            return [{"term": term(t), "text": s.chain(t),
+                     "with": [{"term": term(o), "loading": round(w, 6)} for o, w in chain]}
+                    for t in [(), *s.model] if (chain := s.aliases.get(t))]  # fmt: skip
+
+        return {"kind": self.kind, "title": self.title,
+                "factors": [{"name": f.name, "short": n, "levels": f.levels} for f, n in zip(self.factors, names)],
+                "reference": {f.name: f.levels[0] for f in self.factors}, "crossed": self.crossed,
+                "cells": cells, "full_cells": self.full, "trials": cells * seeds, "full_trials": self.full * seeds,
+                "resolution": s.resolution if s else None,
+                "defining_relation": ([term(w) for w in s.words] if s.regular else []) if s else None,
+                "estimable": [term(t) for t in s.model] if s else None,
+                "aliases": aliases(s) if s else None}  # fmt: skip
 
     def add(self, variant: str, levels: list[int], stratum: str, resolved: dict[str, Any]) -> None:
         """Record a planned cell; an axis's level is named by its validated value (`off`, which YAML reads as

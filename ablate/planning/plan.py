@@ -88,6 +88,11 @@ class Plan:
                 "tuning": self.tuning and self.tuning.model_dump(mode="json"),
                 "design": self.design and self.design.to_json()}  # fmt: skip
 
+    @property
+    def seeds(self) -> int:
+        """Distinct seeds of the planned trials: what a design's cells are multiplied by in trials."""
+        return len({t.axes["seed"] for t in self.trials})
+
     def counts(self) -> dict[str, Counter[Any]]:
         """Trials per value of each axis."""
         return {a: Counter(_hashable(t.axes[a]) for t in self.trials) for a in self.axes}

@@ -1,4 +1,5 @@
-"""What `ablate plan` prints per trial: key, variant, axis values, costs and config, so the CLI only formats.
+"""What `ablate plan` prints per trial: key, variant, axis values, costs and config (and, as JSON, each sweep's
+design beside them), so the CLI only formats.
 
 A large sweep has few distinct models and grid cells and many seeds: costs are counted once per architecture
 and configs dumped once per cell (`Trial.resolved`), not once per trial (per trial, they were 7 of the 8.7 s
@@ -76,9 +77,16 @@ def rows(plan: Plan, costs: Mapping[str, Costs] | None, limit: int | None = None
     return out
 
 
+def document(plans: Iterable[Plan], costs: Mapping[str, Costs] | None) -> dict[str, Any]:
+    """What `ablate plan --format json` prints: `sweeps`, each sweep's name and design (`DesignPlan.record`; null
+    for the full grid), and `trials`, every trial's record (`records`)."""
+    plans = list(plans)
+    return {"sweeps": [{"sweep": p.sweep, "design": p.design.record(p.seeds) if p.design else None} for p in plans],
+            "trials": records(plans, costs)}  # fmt: skip
+
+
 def records(plans: Iterable[Plan], costs: Mapping[str, Costs] | None) -> list[dict[str, Any]]:
-    """Every trial's row with its resolved config as JSON data (`config`), as `ablate plan --format json`
-    prints them."""
+    """Every trial's row with its resolved config as JSON data (`config`): `trials` of `document`."""
     return [
         {**row, "config": t.resolved()} for plan in plans for row, t in zip(rows(plan, costs), plan.trials, strict=True)
     ]

@@ -130,7 +130,7 @@ def test_plan_json_rows_carry_key_axes_cost_and_config(tmp_path: Path) -> None:
     f = write_sweeps(
         tmp_path / "e.yaml", {"s": {"base": TINY, "grid": {"attention.kind": ["softmax", "csan"]}, "seeds": 2}}
     )
-    rows = json.loads(invoke("plan", str(f), "--format", "json"))
+    rows = json.loads(invoke("plan", str(f), "--format", "json"))["trials"]
     assert len(rows) == 4
     assert {"key", "variant", "attention.kind", "seed", "params", "gflops", "gflops_no_attn", "config"} <= set(rows[0])
     assert 0 < rows[0]["gflops_no_attn"] < rows[0]["gflops"]
@@ -451,7 +451,7 @@ def test_plan_counts_each_variants_cost_once_and_prints_each_trials_own_config(
     )
     trials = plan(f, "s").trials
     configs = [t.config.model_dump(mode="json") for t in trials]
-    rows = json.loads(invoke("plan", str(f), "--format", "json"))
+    rows = json.loads(invoke("plan", str(f), "--format", "json"))["trials"]
     assert counted == ["softmax", "csan"]
     assert [r["config"] for r in rows] == configs and [c["seed"] for c in configs] == [0, 1, 2] * 4
     for row, t in zip(rows, trials, strict=True):

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import threading
+from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
 
@@ -460,6 +463,115 @@ def test_sigterm_preempts_trials_at_a_step_boundary_and_the_next_launch_resumes(
         assert set(t["state"]) == {"done"} and set(t["resumed_from"]) == {1} and set(t["attempts"]) == {2}
         m = store.metrics_frame("s")
         assert sorted(set(m["step"])) == [1, 2, 3] and not m.duplicated(["key", "name", "step"]).any()
+
+
+@contextlib.contextmanager
+def silent_cluster() -> Iterator[tuple[str, threading.Event]]:
+    """A "Ray cluster" that accepts connections and never answers, on 127.0.0.2 (Ray swaps 127.0.0.1 for the
+    machine's own address); the event is set once a client sent it bytes: ray.init's gRPC client sends its
+    preface at once, `launcher.reachable`'s probe sends nothing."""
+    server = socket.create_server(("127.0.0.2", 0))
+    spoke, held = threading.Event(), []
+
+    def listen(conn: socket.socket) -> None:
+        with contextlib.suppress(OSError):
+            if conn.recv(1):
+                spoke.set()
+
+    def accept() -> None:
+        with contextlib.suppress(OSError):  # the server closed: done
+            while True:
+                conn, _ = server.accept()
+                held.append(conn)
+                threading.Thread(target=listen, args=(conn,), daemon=True).start()
+
+    threading.Thread(target=accept, daemon=True).start()
+    try:
+        yield f"127.0.0.2:{server.getsockname()[1]}", spoke
+    finally:
+        server.close()
+        for conn in held:
+            conn.close()
+
+
+@pytest.mark.parametrize("sig, existing", [(signal.SIGTERM, False), (signal.SIGINT, True)], ids=["term", "int-later"])
+def test_a_signal_while_joining_the_cluster_stops_the_launch_with_nothing_run(
+    tmp_path: Path, sig: signal.Signals, existing: bool
+) -> None:
+    """SIGTERM (or Ctrl-C's SIGINT) while `ablate launch --address` is provably inside ray.init, talking to a cluster
+    that does not answer: one line says nothing ran and the launcher exits 128 + the signal, as for any stop (ray.init's
+    own SIGTERM handler made it "cannot connect ... exit code 15", exit 2); nothing is written. A first launch
+    connects before its results database exists (`api._ray_first`: none is made); a later one connects while MLflow
+    opens beside (`fanout.start`: the store holds nothing new). Ray's GCS timeouts are shortened so that ray.init
+    returns to the interpreter, where handlers run, within seconds (at its defaults: about 40 s)."""
+    f = write_sweeps(tmp_path / "e.yaml", {"s": {"base": TINY}})
+    db = f"sqlite:///{tmp_path}/r.sqlite"
+    if existing:
+        Store(db).close()
+    env = {**CLI_ENV, "RAY_py_gcs_connect_timeout_s": "2", "RAY_gcs_rpc_server_connect_timeout_s": "1"}
+    mlflow = f"sqlite:///{tmp_path}/m.sqlite" if existing else None
+    with silent_cluster() as (address, spoke):
+        proc = subprocess.Popen([*launch_cmd(f, tmp_path, mlflow=mlflow), "--no-check", "--address", address],
+                                cwd=tmp_path, env=env, start_new_session=True, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True)  # fmt: skip
+        try:
+            assert spoke.wait(timeout=120), "the launcher never reached the cluster"
+            proc.send_signal(sig)
+            out, _ = proc.communicate(timeout=120)
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 128 + sig, out
+    assert f"stopped by {sig.name} while connecting to the Ray cluster at {address}; nothing ran" in out, out
+    assert "Traceback" not in out and "cannot connect" not in out, out
+    if not existing:
+        assert not (tmp_path / "r.sqlite").exists()
+        return
+    with Store(db) as store:
+        assert store.sweeps_frame().empty and store.states() == {}
+
+
+IN_CORE_WORKER = """
+import inspect, os, signal, sys
+import ray
+from ray._private import worker
+from ablate.cli import main
+
+signum, sys.argv = int(sys.argv[1]), ["ablate", *sys.argv[2:]]
+connect = inspect.unwrap(worker.connect)
+lines, first = inspect.getsourcelines(connect)
+line = first + next(i for i, text in enumerate(lines) if "ray._raylet.CoreWorker(" in text)
+
+def tracer(frame, event, arg):  # Python called from inside the core worker's constructor (Cython: no frame of its own)
+    back = frame.f_back
+    if event == "call" and back is not None and back.f_code is connect.__code__ and back.f_lineno == line:
+        sys.settrace(None)
+        os.kill(os.getpid(), signum)
+
+init = ray.init
+def traced(*args, **kwargs):
+    sys.settrace(tracer)
+    try:
+        return init(*args, **kwargs)
+    finally:
+        sys.settrace(None)
+
+ray.init = traced
+main()
+"""
+
+
+def test_a_signal_inside_the_embedded_rays_core_worker_start_still_exits_128_plus_it(tmp_path: Path) -> None:
+    """The chaos soak's exit -6: SIGTERM that lands while ray.init constructs its driver's core worker (sent from the
+    first Python call that constructor makes) leaves a half-made core worker, and the interpreter's exit aborted
+    (SIGINT there: a segmentation fault). The launcher still says nothing ran and exits 143."""
+    f = write_sweeps(tmp_path / "e.yaml", {"s": {"base": TINY}})
+    args = [sys.executable, "-c", IN_CORE_WORKER, str(int(signal.SIGTERM)), *launch_cmd(f, tmp_path)[3:], "--no-check"]
+    res = subprocess.run(args, cwd=tmp_path, env=CLI_ENV, capture_output=True, text=True, timeout=240)
+    out = res.stdout + res.stderr
+    assert res.returncode == 143, out
+    assert "stopped by SIGTERM while starting the embedded Ray; nothing ran" in out, out
+    assert not (tmp_path / "r.sqlite").exists()
 
 
 def test_failed_trials_make_launch_exit_1_with_a_summary(tmp_path: Path) -> None:

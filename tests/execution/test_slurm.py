@@ -14,7 +14,9 @@ import os
 import re
 import shlex
 import shutil
+import subprocess
 import sys
+import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -27,7 +29,7 @@ from slurm import Slurm
 from typer.testing import CliRunner
 
 from ablate.cli import app
-from ablate.execution.slurm import SlurmJob, script
+from ablate.execution.slurm import RAY_SOCKET, TEMP_MAX, SlurmJob, script
 from ablate.store import Store
 from ablate.training.storage import Storage
 
@@ -90,12 +92,56 @@ def test_the_page_block_and_the_shipped_script_are_what_the_generator_writes(tmp
     assert late.exit_code == 2 and "Slurm takes minutes" in late.output
 
 
+def chosen_folder(tmpdir: str | None, job: str = "4242") -> tuple[str, str]:
+    """Where the script puts Ray's folder, and what it prints of it: its own lines, from `temp=` to the line that
+    names the folder, run by bash alone in a job's environment (`SLURM_JOB_ID`, and `TMPDIR` unless None; UTF-8,
+    where bash counts a string's letters, not its bytes)."""
+    text = script(SlurmJob("experiments.yaml", ("cpu",)))
+    block = text[text.index("temp=${TMPDIR") : text.index("\n", text.index("echo \"Ray's folder ("))]
+    env = {"PATH": os.environ["PATH"], "LC_ALL": "C.UTF-8", "SLURM_JOB_ID": job,
+           **({"TMPDIR": tmpdir} if tmpdir is not None else {})}  # fmt: skip
+    run = subprocess.run(["bash", "-c", f'set -uo pipefail\n{block}\necho "$temp"'], env=env, capture_output=True,
+                         text=True, check=True)  # fmt: skip
+    *said, folder = run.stdout.splitlines()
+    return folder, "\n".join(said)
+
+
+def test_rays_folder_is_the_jobs_tmpdir_unless_its_sockets_would_not_fit() -> None:
+    """The job's $TMPDIR (node-local on many clusters), else /tmp; a folder over TEMP_MAX bytes (bytes, not letters)
+    would make Ray's socket paths longer than Linux takes, so it is /tmp's, and the job's output says why. That Ray's
+    sockets fit at TEMP_MAX: the real job of `test_a_submitted_sweep_finishes_into_the_store_and_mlflow`."""
+    named = "Ray's folder (its logs: session_latest/logs): "
+    assert chosen_folder(None) == ("/tmp/ray-4242", named + "/tmp/ray-4242")
+    assert chosen_folder("/local/4242") == ("/local/4242/ray-4242", named + "/local/4242/ray-4242")
+    edge = "/" + "x" * (TEMP_MAX - len("//ray-4242"))  # Ray's folder: TEMP_MAX bytes
+    assert chosen_folder(edge)[0] == f"{edge}/ray-4242" and len(f"{edge}/ray-4242") == TEMP_MAX
+    for over in (edge + "x", edge[:-1] + "é"):  # a byte more; as many letters, one of two bytes
+        folder, said = chosen_folder(over)
+        assert folder == "/tmp/ray-4242", (over, said)
+        assert said.splitlines() == [f"Ray's folder is not {over}/ray-4242: over {TEMP_MAX} bytes, too long for "
+                                     "the Unix sockets Ray makes in it", named + "/tmp/ray-4242"]  # fmt: skip
+
+
+def test_ray_socket_is_as_long_as_the_longest_socket_this_ray_makes() -> None:
+    """`RAY_SOCKET`, what TEMP_MAX leaves room for, against this Ray's sockets: the object store's and the raylet's
+    (ray._private.node) and one per dashboard module (ray.dashboard.subprocesses, as the dashboard lists them). The
+    session folder's part of it: the real job of `test_a_submitted_sweep_finishes_into_the_store_and_mlflow`."""
+    from ray.dashboard.subprocesses.module import SubprocessModule
+    from ray.dashboard.utils import get_all_modules
+
+    names = ["plasma_store", "raylet", *(f"dash_{m.__name__}" for m in get_all_modules(SubprocessModule))]
+    assert len(names) > 2 and max(map(len, names)) == len(RAY_SOCKET.rsplit("/", 1)[1]), names
+
+
 # ------------------------------------------------------------------------------------------ against Slurm
 class Sweep:
-    """A tiny sweep in a folder of its own (the page's /shared/ablate), submitted by the page's commands."""
+    """A tiny sweep in a folder of its own (the page's /shared/ablate), submitted by the page's commands; its jobs'
+    $TMPDIR is `tmpdir` (None: unset, so /tmp, whatever the test's own environment says)."""
 
-    def __init__(self, slurm: Slurm, folder: Path, seeds: int, cpus: int, gated: bool, *extra: str) -> None:
-        self.slurm, self.folder = slurm, folder
+    def __init__(
+        self, slurm: Slurm, folder: Path, seeds: int, cpus: int, gated: bool, *extra: str, tmpdir: Path | None = None
+    ) -> None:
+        self.slurm, self.folder, self.tmp = slurm, folder, tmpdir or Path("/tmp")
         experiments = write_sweeps(folder / "experiments.yaml", {"tiny": {"base": TINY, "seeds": seeds}})
         make, self.submit_argv = (fill(a, experiments, folder, cpus) for a in page_commands())
         here = Path.cwd()
@@ -106,6 +152,9 @@ class Sweep:
             os.chdir(here)
         assert made.exit_code == 0, made.output
         self.env = {**slurm.env, "RAY_ADDRESS": "", "RAY_AUTH_MODE": "disabled"}
+        self.env.pop("TMPDIR", None)
+        if tmpdir is not None:
+            self.env["TMPDIR"] = str(tmpdir)
         self.env["PATH"] = f"{Path(sys.executable).parent}:{self.env['PATH']}"
         self.gate = Gate(folder / "gate", epoch=1)
         if gated:  # the job's `ablate` runs the CLI with its trials held at epoch 1
@@ -163,19 +212,23 @@ class Sweep:
             runs = client.search_runs([experiment], f"tags.trial_key = '{k}'")
             assert [(r.info.run_id, r.info.status) for r in runs] == [(t.mlflow_run_id, "FINISHED")], k
 
+    def ray_folder(self, job: str) -> Path:
+        """Where the job's Ray keeps its session (the script's `temp`)."""
+        return self.tmp / f"ray-{job}"
+
     def close(self) -> None:
         self.store.close()
         for job in self.jobs:  # what a killed job's Ray may have left: its session folder names the job
-            leftovers(Path(f"/tmp/ray-{job}"))
-            shutil.rmtree(f"/tmp/ray-{job}", ignore_errors=True)
+            leftovers(self.ray_folder(job))
+            shutil.rmtree(self.ray_folder(job), ignore_errors=True)
 
 
 @pytest.fixture
 def sweep(slurm: Slurm, tmp_path: Path) -> Iterator[Callable[..., Sweep]]:
     made: list[Sweep] = []
 
-    def make(seeds: int, cpus: int = 2, gated: bool = False, *extra: str) -> Sweep:
-        made.append(Sweep(slurm, tmp_path, seeds, cpus, gated, *extra))
+    def make(seeds: int, cpus: int = 2, gated: bool = False, *extra: str, tmpdir: Path | None = None) -> Sweep:
+        made.append(Sweep(slurm, tmp_path, seeds, cpus, gated, *extra, tmpdir=tmpdir))
         return made[-1]
 
     yield make
@@ -187,13 +240,23 @@ def sweep(slurm: Slurm, tmp_path: Path) -> Iterator[Callable[..., Sweep]]:
 
 @SLOW
 def test_a_submitted_sweep_finishes_into_the_store_and_mlflow(sweep: Callable[..., Sweep]) -> None:
-    s = sweep(seeds=3)
-    job = s.sbatch()
-    assert s.ended(job) == "COMPLETED", s.logs()
-    assert s.slurm.job(job)["ExitCode"] == "0:0"
-    s.check_done_once(attempts=1)
-    assert leftovers(Path(f"/tmp/ray-{job}")) == [], "the job's Ray outlived it"
-    assert not Path(f"/tmp/ray-{job}").exists()
+    """The job's Ray keeps its session under the job's $TMPDIR, here one that makes its folder TEMP_MAX bytes long (a
+    byte less for a job id of 5 digits): Ray's sockets fit there, as `slurm.RAY_SOCKET` measured."""
+    node = Path("/tmp", f"ablate-tmpdir-{uuid.uuid4().hex}"[: TEMP_MAX - len("/tmp//ray-123456")])
+    node.mkdir()
+    try:
+        s = sweep(seeds=3, tmpdir=node)
+        job = s.sbatch()
+        assert s.ended(job) == "COMPLETED", s.logs()
+        assert s.slurm.job(job)["ExitCode"] == "0:0"
+        s.check_done_once(attempts=1)
+        out = next(s.folder.glob(f"*-{job}.out")).read_text()
+        assert f"Ray's folder (its logs: session_latest/logs): {node}/ray-{job}\n" in out
+        assert len(str(s.ray_folder(job))) >= TEMP_MAX - 1 and "Ray's folder is not" not in out
+        assert leftovers(s.ray_folder(job)) == [], "the job's Ray outlived it"
+        assert not s.ray_folder(job).exists() and not Path(f"/tmp/ray-{job}").exists()
+    finally:
+        shutil.rmtree(node, ignore_errors=True)
 
 
 @SLOW

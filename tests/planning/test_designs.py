@@ -4,6 +4,7 @@ and what the plan says the cells can tell is the textbook's for known designs.""
 from __future__ import annotations
 
 import itertools
+import json
 from pathlib import Path
 
 import numpy as np
@@ -126,6 +127,36 @@ def test_ablate_plan_prints_what_the_design_can_tell(tmp_path: Path) -> None:
     dry = CliRunner().invoke(app, ["launch", str(path), "--dry-run", "--db", f"sqlite:///{tmp_path / 'none.sqlite'}"])
     assert dry.exit_code == 0, dry.output
     assert "design: fractional factorial 2^(4-1), resolution IV; 8 of the full grid's 16 cells" in dry.output
+
+
+def test_plan_json_gives_each_sweeps_design_as_the_text_says_it(tmp_path: Path) -> None:
+    """`ablate plan --format json` of the shipped half fraction: its design as data (cells and trials against the full
+    grid's, resolution, defining relation, estimable terms, alias chains), saying what the text under its table says;
+    a sweep without `design:` (the shipped `cpu`) and one with `design: full` have none; the rows stay `trials`."""
+    shipped = Path(__file__).parents[2] / "experiments.yaml"
+    doc = json.loads(
+        CliRunner().invoke(app, ["plan", str(shipped), "cpu-csan-half", "cpu", "--no-costs", "-f", "json"]).output
+    )
+    assert [s["sweep"] for s in doc["sweeps"]] == ["cpu-csan-half", "cpu"] and doc["sweeps"][1]["design"] is None
+    d = doc["sweeps"][0]["design"]
+    assert (d["kind"], d["cells"], d["full_cells"], d["trials"], d["full_trials"]) == ("fractional", 8, 16, 16, 32)
+    assert [f["short"] for f in d["factors"]] == ["tau", "mu", "kappa_pub", "kappa_priv"]
+    assert d["resolution"] == 4 and d["defining_relation"] == [["tau", "mu", "kappa_pub", "kappa_priv"]]
+    assert {tuple(a["term"]): [(tuple(w["term"]), w["loading"]) for w in a["with"]] for a in d["aliases"]} == {
+        ("tau", "mu"): [(("kappa_pub", "kappa_priv"), 1.0)],
+        ("tau", "kappa_pub"): [(("mu", "kappa_priv"), 1.0)],
+        ("tau", "kappa_priv"): [(("mu", "kappa_pub"), 1.0)],
+    }
+    text = CliRunner().invoke(app, ["plan", str(shipped), "cpu-csan-half", "--no-costs"]).output
+    assert f"{d['title']}, resolution IV; 8 of the full grid's 16 cells (16 of 32 trials)" in text
+    assert "defining relation: I = " + " x ".join(d["defining_relation"][0]) in text
+    assert "estimable: " + ", ".join(" x ".join(t) for t in d["estimable"]) + "\n" in text
+    assert "confounded (up to two-factor interactions): " + "; ".join(a["text"] for a in d["aliases"]) in text
+    keys = [t.key for name in ("cpu-csan-half", "cpu") for t in plan(shipped, name).trials]
+    assert [r["key"] for r in doc["trials"]] == keys
+    full = write_sweeps(tmp_path / "e.yaml", {"s": {"base": CSAN, "grid": SWITCHES, "design": "full"}})
+    doc = json.loads(CliRunner().invoke(app, ["plan", str(full), "--no-costs", "-f", "json"]).output)
+    assert doc["sweeps"] == [{"sweep": "s", "design": None}] and len(doc["trials"]) == 16
 
 
 def test_one_at_a_time_takes_adaptive_seeds_against_its_reference(tmp_path: Path) -> None:
