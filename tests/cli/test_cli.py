@@ -279,13 +279,13 @@ def test_version_and_the_completion_script() -> None:
 
 def test_overrides_set_every_trial_and_change_keys(tmp_path: Path) -> None:
     f = write_sweeps(tmp_path / "e.yaml", {"s": {"base": TINY, "grid": {"attention.kind": ["softmax", "csan"]}}})
-    plain = json.loads(invoke("plan", str(f), "--no-costs", "-f", "json"))
+    plain = json.loads(invoke("plan", str(f), "--no-costs", "-f", "json"))["trials"]
     rows = json.loads(invoke("plan", str(f), "--no-costs", "-f", "json", "-s", "train.epochs=3",
-                             "-s", "model.depths=[1]", "--set", "train.lr=1e-3"))  # fmt: skip
+                             "-s", "model.depths=[1]", "--set", "train.lr=1e-3"))["trials"]  # fmt: skip
     assert [(r["config"]["train"]["epochs"], r["config"]["model"]["depths"], r["config"]["train"]["lr"]) for r in rows]\
         == [(3, [1], 0.001)] * 2  # fmt: skip
     assert not {r["key"] for r in rows} & {r["key"] for r in plain}
-    same = json.loads(invoke("plan", str(f), "--no-costs", "-f", "json", "-s", "train.epochs=2"))  # TINY's value
+    same = json.loads(invoke("plan", str(f), "--no-costs", "-f", "json", "-s", "train.epochs=2"))["trials"]  # TINY's
     assert [r["key"] for r in same] == [r["key"] for r in plain]
 
 
