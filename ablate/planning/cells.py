@@ -170,12 +170,16 @@ def data_path_problem(data: dict[str, Any]) -> str | None:
 
 
 def grown(
-    sweep: SweepSource, cells: list[Cell], whens: list[list[list[Cell]]], kinds: list[str], problems: list[Problem]
+    sweep: SweepSource,
+    cells: list[Cell],
+    whens: list[list[list[Cell]]],
+    kinds: list[str],
+    defaults: dict[str, Any],
+    problems: list[Problem],
 ) -> tuple[list[Cell], list[Problem]]:
     """`cells` with each `when:` block's axes added to the cells its condition matches (`whens`: each block's axis
-    groups), and the problems of conditions that can never hold (a value no cell takes); a condition's bad path is
-    added to `problems`."""
-    defaults = TrialConfig().model_dump()
+    groups; a condition tests a cell's raw config, else `defaults`, a default config as JSON data), and the problems
+    of conditions that can never hold (a value no cell takes); a condition's bad path is added to `problems`."""
     dead: list[Problem] = []
     for w, block in enumerate(sweep.spec.when):
         for path in block.when:

@@ -145,8 +145,8 @@ def expand(sweep: SweepSource, max_trials: int = MAX_TRIALS) -> Plan:
         raise SpecError([sweep.problem(("grid",), f"up to {bound * each:,} trials ({sizes} cells"
                                        f"{' and when: blocks' if whens else ''} x {per}) exceed "
                                        f"the limit of {max_trials:,} per sweep; --max-trials raises it")])  # fmt: skip
-    cells, dead = grown(sweep, chosen.cells if chosen is not None else list(product(top)), whens,
-                               kinds, problems)  # fmt: skip
+    cells, dead = grown(sweep, chosen.cells if chosen is not None else list(product(top)), whens, kinds, defaults,
+                        problems)  # fmt: skip
     for i, rule in enumerate(spec.exclude):
         for path in rule:
             if (msg := path_problem(path, kinds)) is not None:
