@@ -371,3 +371,22 @@ def test_a_run_created_twice_is_kept_once(tracker, store):
     run_id = tracker.start_trial(store, "twice", t.key)
     alive = {r.info.run_id for r in runs_of(tracker, exp) if r.data.tags.get("trial_key") == t.key}
     assert run_id in made and alive == {run_id} and store.trial(t.key).mlflow_run_id == run_id
+
+
+def test_a_trial_trained_again_keeps_one_run_per_training(tracker, store):
+    """Each training of a trial (`--rerun`, stale code) gets a run of its own, tagged `retrained` with how many
+    trainings came before: clearing a retried create's copies must match that tag too, or it deletes the
+    earlier trainings' runs."""
+    t = trial(5)
+    store.add_trials("again", [t])
+    trainings = []
+    for _ in range(3):
+        run_id = tracker.start_trial(store, "again", t.key)
+        tracker.end_trial(run_id, "done", result={"test": {"top1": 0.5}})
+        assert tracker.start_trial(store, "again", t.key) == run_id  # a retry of the same training: its run
+        trainings.append(run_id)
+        store.archive([t.key], "rerun")
+    exp = store.sweep("again").mlflow_experiment_id
+    alive = {r.data.tags["retrained"]: r.info.run_id for r in runs_of(tracker, exp)
+             if r.data.tags.get("trial_key") == t.key}  # fmt: skip
+    assert alive == {"0": trainings[0], "1": trainings[1], "2": trainings[2]}
