@@ -5,6 +5,7 @@
     ablate.launch(plan)                          # Ray; db/ablate.sqlite and MLflow at db/mlflow.sqlite
     ablate.api.status().counts                   # trials per state per sweep, as `ablate status` prints them
     ablate.api.show("3f2a").attempts             # one trial whole, as `ablate show 3f2a`
+    ablate.api.runs(where=["seed<3"]).rows       # the trials `ablate runs --where 'seed<3'` lists
     ablate.report(plan.sweep)                    # reports/<sweep>/index.html
     with ablate.Store() as store: store.runs()   # the trials, as `ablate runs --all-columns`
 
@@ -30,11 +31,13 @@ if TYPE_CHECKING:
     from ablate.planning.plan import Plan
     from ablate.provenance.stale import StaleCode
     from ablate.store import Listing, Store
-    from ablate.store.queries import Pace
+    from ablate.store.queries import Pace, Page
     from ablate.store.schema import TrialRecord
     from ablate.tracking.records import Tracker
 
-__all__ = ["dry_run", "forget", "grown", "launch", "report", "show", "status", "unfinished", "workload"]
+__all__ = [
+    "dry_run", "forget", "grown", "launch", "matching", "report", "runs", "show", "status", "unfinished", "workload"
+]  # fmt: skip
 
 
 STORE_PATIENCE = 30.0
@@ -353,6 +356,76 @@ class Forgotten:
 
     trials: int
     runs: int
+
+
+class UnknownColumn(KeyError):
+    """A column `runs` cannot find, named in `given`: "where" (a condition's path) or "columns"."""
+
+    def __init__(self, given: str, message: str) -> None:
+        super().__init__(message)
+        self.given = given
+
+
+@dataclass(frozen=True)
+class Runs:
+    """What `ablate runs` prints: the matching trials in plan order (their first `limit`), stale ones marked with
+    what changed, in the columns asked for; and how many match in all."""
+
+    rows: Listing
+    total: int
+
+
+def matching(
+    store: Store, sweeps: Sequence[str] | None = None, state: str | None = None, where: Sequence[str] = (),
+    limit: int | None = None,
+) -> Page:  # fmt: skip
+    """The store's trials of `sweeps` (default: all) in `state` where every `where` condition (`PATH OP VALUE`,
+    `ablate.store.queries.Condition`) holds, the first `limit` (None: all), and how many match: what `runs` and
+    `forget` choose. A ValueError names a malformed condition, an `UnknownColumn` a path no trial has."""
+    from ablate.store.queries import Condition
+
+    conditions = [Condition.parse(w) for w in where]
+    try:
+        return store.page({"state": state} if state else None, list(sweeps) if sweeps else None, where=conditions,
+                          limit=limit)  # fmt: skip
+    except KeyError as e:
+        raise UnknownColumn("where", e.args[0]) from None
+
+
+def runs(
+    sweeps: Sequence[str] | None = None,
+    store: Store | str | None = None,
+    *,
+    state: str | None = None,
+    where: Sequence[str] = (),
+    columns: Sequence[str] | None = None,
+    every_column: bool = False,
+    limit: int | None = None,
+) -> Runs:
+    """The trials `ablate runs` lists (`matching`), with a `stale` column saying what changed in a done trial's code
+    since it ran; in `columns` (axis paths, results, any column), else every column with `every_column`, else
+    sweep, key, state, the axes, stale and each sweep's metric. A LookupError where the database does not exist;
+    a ValueError or `UnknownColumn` names what it cannot read."""
+    from ablate.provenance.stale import stale_in_store
+    from ablate.store import Listing
+    from ablate.store.queries import column_of
+
+    with _reading(store) as opened:
+        page = matching(opened, sweeps, state, where, limit)
+        rows = page.rows
+        part = rows["key"] if len(rows) < page.total else None  # a page: its own trials' code
+        stale = stale_in_store(opened, list(sweeps) if sweeps else None, part) if len(rows) else {}
+        names = rows.names
+        rows = Listing({**rows.select(names[:2]).columns, "stale": [", ".join(stale.get(k, [])) for k in rows["key"]],
+                        **rows.select(names[2:]).columns})  # fmt: skip
+        if columns:
+            try:
+                rows = rows.select([column_of(rows, c) for c in columns])
+            except KeyError as e:
+                raise UnknownColumn("columns", e.args[0]) from None
+        elif not every_column:
+            rows = rows.select(opened.shown_columns(rows))
+    return Runs(rows, page.total)
 
 
 def forget(

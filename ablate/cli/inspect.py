@@ -1,11 +1,12 @@
 """`ablate status`, `runs` and `show`: the store read, as tables. The facts come from the library (`ablate.api.status`,
-`ablate.api.show`, `Store.page`); what is here is how a terminal shows them."""
+`ablate.api.runs`, `ablate.api.show`); what is here is how a terminal shows them."""
 
 from __future__ import annotations
 
 import json
 import sys
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, TypeVar
 
 import typer
 
@@ -15,6 +16,8 @@ from ablate.cli.tables import markdown, more, print_table
 if TYPE_CHECKING:
     from ablate.store import Listing, Store
     from ablate.store.queries import Page
+
+T = TypeVar("T")
 
 
 def status(
@@ -110,27 +113,15 @@ def runs(
     A table shows the first trials in plan order and says how many more there are; a table that does not fit
     the terminal leaves out replicate axes, then other axes, key and sweep, and says which; state, stale and
     the metrics stay."""
+    from ablate.api import runs as read
     from ablate.config import REPLICATES
-    from ablate.provenance.stale import stale_in_store
-    from ablate.store import Listing
-    from ablate.store.queries import column_of
 
     shown = None if every else limit if limit is not None or format is not Format.table else ROWS
+    chosen = [c.strip() for c in columns.split(",") if c.strip()] if columns else None
     with existing_store(db) as store:
-        page = matching(store, sweep, state, where, limit=shown)
-        rows = page.rows
-        part = rows["key"] if len(rows) < page.total else None  # a page: its own trials' code
-        stale = stale_in_store(store, sweep or None, part) if len(rows) else {}
-        names = rows.names
-        rows = Listing({**rows.select(names[:2]).columns, "stale": [", ".join(stale.get(k, [])) for k in rows["key"]],
-                        **rows.select(names[2:]).columns})  # fmt: skip
-        if columns:
-            try:
-                rows = rows.select([column_of(rows, c.strip()) for c in columns.split(",") if c.strip()])
-            except KeyError as e:
-                fail(f"--columns: {e.args[0]}")
-        elif not all_columns:
-            rows = rows.select(store.shown_columns(rows))
+        found = _listed(lambda: read(sweep, store, state=state, where=where or (), columns=chosen,
+                                     every_column=all_columns, limit=shown))  # fmt: skip
+    rows = found.rows
     if format is Format.csv:
         rows.write_csv(sys.stdout)
     elif format is Format.json:
@@ -140,27 +131,31 @@ def runs(
     else:
         axes = [c for c in reversed(rows.names) if c.startswith("axis.")]  # the sweeps' last axes go first
         drop = [] if columns or all_columns else [*sorted(axes, key=lambda c: c[5:] not in REPLICATES), "key", "sweep"]
-        title = f"{page.total} trials" if len(rows) == page.total else f"first {len(rows)} of {page.total} trials"
+        title = f"{found.total} trials" if len(rows) == found.total else f"first {len(rows)} of {found.total} trials"
         print_table(rows, title, drop=drop, wrap=("stale",),
                      hint="`--columns` picks columns, `--format csv` prints them all")  # fmt: skip
-        more(len(rows), page.total, "trials", "`--limit N` or `--all` shows them, `--format csv` prints every one")
+        more(len(rows), found.total, "trials", "`--limit N` or `--all` shows them, `--format csv` prints every one")
 
 
 def matching(
     store: Store, sweep: list[str] | None, state: str | None, where: list[str] | None, limit: int | None = None
 ) -> Page:
-    """The store's trials of `sweep` in `state` where every `--where` condition holds, the first `limit` (None:
-    all) and how many there are (`ablate.store.queries.Page`); exit 2 naming a bad condition or an unknown
-    column."""
-    from ablate.store.queries import Condition
+    """`ablate.api.matching` for `runs` and `forget`; exit 2 naming a bad condition or an unknown column."""
+    from ablate.api import matching as chosen
+
+    return _listed(lambda: chosen(store, sweep, state, where or (), limit))
+
+
+def _listed(read: Callable[[], T]) -> T:
+    """What `read` returns; exit 2 with the line naming a condition or a column it could not read."""
+    from ablate.api import UnknownColumn
 
     try:
-        conditions = [Condition.parse(w) for w in where or []]
-        return store.page({"state": state} if state else None, sweep or None, where=conditions, limit=limit)
+        return read()
+    except UnknownColumn as e:
+        fail(f"--{e.given}: {e.args[0]}")
     except ValueError as e:
         fail(str(e))
-    except KeyError as e:
-        fail(f"--where: {e.args[0]}")
 
 
 def show(

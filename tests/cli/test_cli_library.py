@@ -5,6 +5,8 @@ names."""
 from __future__ import annotations
 
 import ast
+import io
+import json
 from collections import Counter
 from pathlib import Path
 
@@ -19,7 +21,7 @@ from ablate import api
 from ablate.cli import app
 from ablate.planning.plan import plan
 from ablate.provenance.stale import LISTED
-from ablate.store import STATES, Store
+from ablate.store import STATES, Listing, Store
 
 
 def test_status_from_python_gives_the_facts_status_prints(tmp_path: Path) -> None:
@@ -53,6 +55,40 @@ def test_status_and_show_from_python_create_no_database(tmp_path: Path) -> None:
         with pytest.raises(LookupError, match="no results database at"):
             read()
     assert not (tmp_path / "none.sqlite").exists()
+
+
+def printed(rows: Listing) -> list[dict[str, object]]:
+    """`rows` as `--format json` writes them."""
+    text = io.StringIO()
+    rows.write_json(text)
+    return list(json.loads(text.getvalue()))
+
+
+def test_runs_from_python_gives_the_rows_runs_prints(tmp_path: Path) -> None:
+    """`ablate.api.runs` is what `ablate runs` prints, cell for cell: the matching trials in plan order with the
+    stale ones marked (true of the store, trial by trial), a page of them with the count of all, chosen columns;
+    what it cannot read raises naming it, as the command's exit 2 does."""
+    db, plans = crowded(tmp_path)
+    states, stale = truth(db, plans)
+    found = api.runs(store=db)
+    assert printed(found.rows) == json.loads(invoke("runs", "--db", db, "-f", "json"))
+    assert found.total == len(found.rows) == sum(map(len, plans.values()))
+    member = [k for keys in plans.values() for k in keys]
+    assert found.rows["key"] == member and {k for k, s in zip(member, found.rows["stale"]) if s} == stale
+    done = api.runs(["beta"], db, state="done", limit=3, columns=["key", "stale"])
+    assert done.rows.names == ["key", "stale"] and done.total == sum(states[k] == "done" for k in plans["beta"])
+    assert done.rows["key"] == [k for k in plans["beta"] if states[k] == "done"][:3]
+    assert printed(done.rows) == json.loads(invoke("runs", "beta", "--db", db, "--state", "done", "-n", "3",
+                                                    "-c", "key,stale", "-f", "json"))  # fmt: skip
+    assert api.runs(store=db, where=["seed<3"]).rows["key"] == [k for k in member if int(k[1:]) < 3]
+    for given, ask in (("where", {"where": ["colour=red"]}), ("columns", {"columns": ["key", "colour"]})):
+        with pytest.raises(api.UnknownColumn, match="no column 'colour'") as e:
+            api.runs(store=db, **ask)
+        assert e.value.given == given
+    with pytest.raises(ValueError, match="expected PATH=VALUE"):
+        api.runs(store=db, where=["seed"])
+    with pytest.raises(LookupError, match="no results database at"):
+        api.runs(store=f"sqlite:///{tmp_path}/none.sqlite")
 
 
 def test_show_from_python_gives_the_facts_show_prints(tmp_path: Path) -> None:
