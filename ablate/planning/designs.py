@@ -18,7 +18,6 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import numpy as np
-import pydoe
 
 from ablate.errors import SpecError
 from ablate.evidence.aliasing import Structure, Term, structure
@@ -248,6 +247,8 @@ def completions(plan: DesignPlan, variants: list[str]) -> list[tuple[str, int, S
     """Two-level designs that would tell apart more than the cells of `variants` do, smallest first: the
     fold-over, higher resolutions, the full grid; each as (its `design:` in words, cells it adds, what it can
     tell). A fold-over contains the cells it folds, a higher resolution's cells need not contain them."""
+    import pydoe  # scipy.stats with it: about a second of import that a sweep without a design never needs
+
     coded = plan.coded(variants)
     k = coded.shape[1]
     ran = {tuple(row) for row in coded.tolist()}
@@ -269,6 +270,8 @@ def completions(plan: DesignPlan, variants: list[str]) -> list[tuple[str, int, S
 
 def _two_level(sweep: SweepSource, k: int, how: Fractional | Screening) -> np.ndarray:
     """pyDOE's design for k two-level factors (cells x k, -1/+1); a SpecError where it would be the full grid."""
+    import pydoe
+
     at: Loc = ("design", "fractional" if isinstance(how, Fractional) else "screening")
     try:
         coded = pydoe.fracfact_by_res(k, how.resolution) if isinstance(how, Fractional) else pydoe.pbdesign(k)

@@ -1,6 +1,6 @@
-"""The library functions the CLI calls (`ablate.api.status`, `runs`, `show`, `forget`, `dry_run`, `workload`) give a notebook
-the facts the commands print, on real stores; and the CLI stays a thin layer: short modules, only public library
-names."""
+"""The library functions the CLI calls (`ablate.api.status`, `runs`, `show`, `forget`, `dry_run`, `workload`) give a
+notebook the facts the commands print, on real stores; and the CLI stays a thin layer: short modules, only public
+library names."""
 
 from __future__ import annotations
 
