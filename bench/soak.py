@@ -112,13 +112,16 @@ class Soak:
     """Each fault with when it began and ended (seconds from the start)."""
     errors: list[str] = field(default_factory=list)
     """Faults that could not be carried out (a soak problem, not the product's)."""
-    done: dict[str, tuple[Any, str]] = field(default_factory=dict)
-    """Every done trial's finish time and result as first seen."""
-    overwritten: list[str] = field(default_factory=list)
+    results: chaos.Watch = field(init=False)
+    """The watch on done results: it reaches back a launcher's largest clock skew and a lease (the longest a finish
+    may take from its stamp to its commit: outages stay under it)."""
     all_done_at: float | None = None
     mlflow_restarts: int = 0
     """Times the MLflow server exited by itself and was started again (`mlflow_up`)."""
     lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def __post_init__(self) -> None:
+        self.results = chaos.Watch(back=chaos.skew_max(self.lease) + self.lease)
 
     def now(self) -> float:
         return time.monotonic() - self.began
@@ -232,19 +235,13 @@ class Soak:
         chaos.request_kill(self.work, n, fault.pick)
 
     # ------------------------------------------------------------------------------------------ watching
-    def watch(self, store: Store, keys: set[str]) -> None:
-        """Note every done trial's finish time and result the first time it is seen, and any later change."""
-        with suppress(Exception):  # the store is down: the next look
-            for key in store.done_keys(keys):
-                trial = store.trial(key)
-                now = (trial.finished_at, json.dumps(trial.result, sort_keys=True))
-                first = self.done.setdefault(key, now)
-                if first != now and key not in self.overwritten:
-                    self.overwritten.append(key)
-                    self.note(f"{key[:10]} changed after it was done: finished {first[0]} -> {now[0]}, result "
-                              f"{'unchanged' if first[1] == now[1] else f'{first[1]} -> {now[1]}'}")  # fmt: skip
-            if keys and self.all_done_at is None and len(self.done) == len(keys):
-                self.all_done_at = self.now()
+    def watch(self, store: Store, keys: set[str] | None = None) -> None:
+        """Note each done trial's finish time and result the first time it is seen, and any later change
+        (`chaos.Watch`); with `keys`, when all of them are first seen done."""
+        for line in self.results.look(store):
+            self.note(line)
+        if keys and self.all_done_at is None and keys <= self.results.done.keys():
+            self.all_done_at = self.now()
 
 
 def keep_logs(work: Path, to: Path) -> None:
@@ -328,7 +325,7 @@ def main() -> int:
                     threads.append(threading.Thread(target=soak.inject, args=(fault, n), daemon=True))
                     threads[-1].start()
                 soak.supervise(until=args.seconds)
-                soak.watch(store, set())
+                soak.watch(store)
                 time.sleep(0.2)
             for t in threads:
                 t.join()
@@ -375,8 +372,8 @@ def main() -> int:
             violations += [f"done without a witnessed training: {never}"] if never else []
             if concurrent := sorted({w["key"][:10] for w in seen if w["event"] == "concurrent"}):
                 violations.append(f"two trainings of one key at once: {concurrent}")
-            if soak.overwritten:
-                violations.append(f"done results changed afterwards: {[k[:10] for k in soak.overwritten]}")
+            if soak.results.changed:
+                violations.append(f"done results changed afterwards: {[k[:10] for k in soak.results.changed]}")
             if kept := [k[:10] for k in keys if store.previous(k)]:
                 violations.append(f"trained again as a new result: {kept}")
             if held := store.holders(keys):
@@ -392,7 +389,7 @@ def main() -> int:
                 overlapping=chaos.overlapping([chaos.Fault(b, f.kind, e - b, f.pick) for f, b, e in soak.ran]),
                 starts=sum(w["event"] == "begin" for w in seen), trained_more_than_once=len(twice),
                 trainings_cut_after_they_ended=sum(ended.values()) - sum(trained.values()),
-                results_lost=len(soak.overwritten) + len(missing), orphan_objects=len(left),
+                results_lost=len(soak.results.changed) + len(missing), orphan_objects=len(left),
                 fault_errors=soak.errors, mlflow_restarts=soak.mlflow_restarts,
                 launcher_exits=dict(Counter(str(c) for c in codes.values())),
                 seconds_from_last_fault_to_all_done=(round(soak.all_done_at - last_fault, 1)

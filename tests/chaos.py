@@ -33,10 +33,13 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
-from datetime import timedelta
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ablate.store import Store
 
 KINDS = ("node", "launcher-term", "launcher-kill", "launcher-new", "postgres-restart", "postgres-down",
          "mlflow-down", "bucket-down", "checkpoint-kill")  # fmt: skip
@@ -77,19 +80,24 @@ def tolerated(lease: float) -> float:
     return 0.75 * lease
 
 
+def skew_max(lease: float) -> float:
+    """The largest clock offset a launcher of the soak gets: a fifth of the lease."""
+    return 0.2 * lease
+
+
 def schedule(seed: int, seconds: float, lease: float) -> list[Fault]:
-    """The faults of a soak of `seconds`, drawn from `seed` (see the module docstring). Skews stay within a
-    fifth of the lease and outages within what the lease tolerates beside two such skews."""
+    """The faults of a soak of `seconds`, drawn from `seed` (see the module docstring). Skews stay within
+    `skew_max` and outages within what the lease tolerates beside two such skews."""
     rng, out, busy = random.Random(seed), list[Fault](), dict[str, float]()
-    skew_max = 0.2 * lease
-    outage = max(1.0, tolerated(lease) - 2 * skew_max - 1.0)
+    most = skew_max(lease)
+    outage = max(1.0, tolerated(lease) - 2 * most - 1.0)
     t = rng.uniform(3.0, 8.0)
     while t < seconds:
         kind = rng.choice(KINDS)
         pick = {"node": rng.choice((1, 2)), "checkpoint-kill": rng.choice((0, 1))}.get(kind, rng.randrange(8))
         length = {"node": rng.uniform(2.0, 15.0), "postgres-restart": 0.0, "checkpoint-kill": 0.0,
                   "launcher-new": 0.0}.get(kind, rng.uniform(1.0, outage))  # fmt: skip
-        skew = rng.uniform(-skew_max, skew_max) if kind.startswith("launcher") else 0.0
+        skew = rng.uniform(-most, most) if kind.startswith("launcher") else 0.0
         fault = Fault(round(t, 1), kind, round(length, 1), pick, round(skew, 1))
         if fault.resource is None or busy.get(fault.resource, -1.0) < t:
             out.append(fault)
@@ -103,6 +111,46 @@ def overlapping(faults: list[Fault]) -> int:
     it)."""
     spans = [(f.at, f.at + f.seconds) for f in faults]
     return sum(any(i != j and a <= d and c <= b for j, (c, d) in enumerate(spans)) for i, (a, b) in enumerate(spans))
+
+
+@dataclass
+class Watch:
+    """The soak's watch on done results, which must never change once done: each done trial's finish time and
+    result as first seen, and the trials seen to change since. A look reads only the trials that ended since the
+    last look began, less `back` seconds: a result changes only through `Store.finish`, which stamps the trial's
+    finish time anew by its launcher's clock (reading every done trial each look made the watch's cost grow with
+    the store)."""
+
+    back: float
+    """How far before the last look a finish stamp may lie and still be new to this one: the largest offset of a
+    launcher's clock (`skew_max`) and the longest a finish may take from its stamp to its commit (the soak keeps
+    outages under a lease)."""
+    done: dict[str, tuple[Any, str]] = field(default_factory=dict)
+    changed: list[str] = field(default_factory=list)
+    looked: datetime | None = None
+    """When the last look that read the store began (by this machine's clock, UTC)."""
+
+    def look(self, store: Store) -> list[str]:
+        """Note the done trials that ended since the last look; return a line for each seen to change (each
+        trial once). A store that is down is looked at again from the same moment next time."""
+        began = datetime.now(timezone.utc)
+        since = self.looked - timedelta(seconds=self.back) if self.looked else datetime.min
+        try:
+            ended = [k for k, state in store.finished_since(since).items() if state == "done"]
+            records = [(key, store.trial(key)) for key in ended]
+        except Exception:  # the store is down: the next look
+            return []
+        self.looked, lines = began, []
+        for key, trial in records:
+            if trial is None or trial.state != "done":
+                continue  # archived (retrained, its result kept as a previous one) or forgotten since
+            now = (trial.finished_at, json.dumps(trial.result, sort_keys=True))
+            first = self.done.setdefault(key, now)
+            if first != now and key not in self.changed:
+                self.changed.append(key)
+                lines.append(f"{key[:10]} changed after it was done: finished {first[0]} -> {now[0]}, result "
+                             f"{'unchanged' if first[1] == now[1] else f'{first[1]} -> {now[1]}'}")  # fmt: skip
+        return lines
 
 
 class Proxy:

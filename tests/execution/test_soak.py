@@ -12,8 +12,10 @@ import subprocess
 import sys
 import threading
 from collections import Counter
+from datetime import timedelta
 from itertools import pairwise
 from pathlib import Path
+from typing import Any
 
 import chaos
 import pytest
@@ -21,6 +23,7 @@ from conftest import TINY
 from team import Service
 
 from ablate.config import TrialConfig
+from ablate.store import Store
 from ablate.training.checkpoints import FILE
 
 
@@ -109,6 +112,7 @@ def test_a_claimed_kill_request_kills_the_trial_halfway_through_its_checkpoint(w
 import sys; sys.path.insert(0, {str(Path(__file__).parents[1])!r})
 import chaos
 from ablate.config import TrialConfig
+from ablate.store import Store
 from ablate.training.storage import Storage
 cfg = TrialConfig.model_validate({json.dumps({**TINY, "train": {**TINY["train"], "epochs": 1}})})
 run = chaos.witnessed({str(folder)!r})
@@ -156,3 +160,58 @@ def test_a_server_that_exits_by_itself_is_started_again_unless_a_fault_holds_it_
     running.RESTART_AFTER = 0.0
     assert running.start().keep() is None, "a running server started twice"
     running.stop()
+
+
+class CountedStore(Store):
+    """A real store that counts the trials read one by one (`trial`)."""
+
+    reads = 0
+
+    def trial(self, key: str) -> Any:
+        self.reads += 1
+        return super().trial(key)
+
+
+def test_the_watch_reads_only_what_ended_since_and_sees_a_result_rewritten_by_a_clock_behind(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Done trials are noted once; a look with nothing ended since reads no trial (it read every done trial each
+    second); a done trial finished again by a launcher whose clock is behind by the largest skew is seen to
+    change, once; a trial retrained (archived, then done again) is not a change of the old result."""
+    from ablate.store import writes
+
+    with CountedStore(f"sqlite:///{tmp_path}/r.sqlite") as store:
+        store.add_trials("s", [{"key": f"k{i}", "variant": "v", "config": {}, "axes": {}} for i in range(3)])
+        for i in range(3):
+            store.mark_running(f"k{i}", host="h")
+            store.finish(f"k{i}", "done", result={"test": {"top1": 50.0 + i}})
+        watch = chaos.Watch(back=chaos.skew_max(20.0) + 20.0)
+        assert watch.look(store) == [] and set(watch.done) == {"k0", "k1", "k2"} and store.reads == 3
+        store.reads = 0
+        assert watch.look(store) == [] and store.reads == 3  # the last look's window again, not more
+        real = writes.now
+        monkeypatch.setattr(writes, "now", lambda: real() - timedelta(seconds=chaos.skew_max(20.0)))
+        store.finish("k1", "done", result={"test": {"top1": 99.0}})
+        store.archive(["k2"], "rerun")
+        [line] = watch.look(store)
+        assert line.startswith("k1 changed after it was done") and "99.0" in line and watch.changed == ["k1"]
+        assert watch.look(store) == [] and watch.changed == ["k1"]
+
+
+def test_a_trial_done_before_the_window_is_not_read_again(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A look reads the trials that ended within its window, not every done trial of the store: 50 trials done an
+    hour ago are read by the first look only."""
+    from ablate.store import writes
+
+    real = writes.now
+    monkeypatch.setattr(writes, "now", lambda: real() - timedelta(hours=1))
+    with CountedStore(f"sqlite:///{tmp_path}/r.sqlite") as store:
+        store.add_trials("s", [{"key": f"k{i}", "variant": "v", "config": {}, "axes": {}} for i in range(50)])
+        for i in range(50):
+            store.mark_running(f"k{i}", host="h")
+            store.finish(f"k{i}", "done", result={"test": {"top1": 1.0}})
+        watch = chaos.Watch(back=chaos.skew_max(20.0) + 20.0)
+        watch.look(store)
+        assert len(watch.done) == store.reads == 50
+        watch.look(store)
+        assert store.reads == 50
