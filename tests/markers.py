@@ -35,6 +35,7 @@ NAMED = {
     "ablate.execution.fanout.start_embedded": "ray",
     "conftest.chromium": "browser",
     "ablate.training.loop.run_trial": "trains",
+    "ablate.execution.trial_task.run_trial": "trains",
 }
 #: The programs a quick test may start: the fingerprint's `git` lookups (milliseconds, the library's own), and
 #: `uname -p`, which Python's `platform` runs once per process (then cached) when asked for the processor: mlflow's

@@ -27,10 +27,37 @@ def run_trial(
     config: TrialConfig, report: Reporter | None = None, checkpoint_dir: str | Path | None = None
 ) -> TrialResult:
     """`ablate.training.loop.run_trial`, the default runner, imported where the trial runs: the launcher names this one
-    without importing the training loop (torch, timm) itself."""
+    without importing the training loop (torch, timm) itself. A trial that fails where its data does not fit its
+    model fails with the DataError `ablate check` gives (`misfit`), not with the model's error alone."""
+    from ablate.data import DataError
     from ablate.training.loop import run_trial as run
 
-    return run(config, report, checkpoint_dir)
+    try:
+        return run(config, report, checkpoint_dir)
+    except DataError:
+        raise
+    except Exception as e:
+        if (unfit := misfit(config)) is None:
+            raise
+        raise unfit from e
+
+
+def misfit(cfg: TrialConfig) -> Exception | None:
+    """The DataError naming the trial's dataset, the shapes of a batch and what the model takes, where a step of the
+    model on its own input passes and a batch of the data does not (images of another size than `model.img_size`,
+    channels last, ...); else None. The pre-flight check says it before a launch; a launch with --no-check, or of a
+    dataset only the cluster has, meets it in the trial, where the model's error named neither the dataset nor the
+    shapes. Run only once the trial failed: a training step and a batch of each split."""
+    from ablate.data import DataError
+    from ablate.planning.check import batches, check_config
+
+    if check_config(cfg) is not None:
+        return None  # the model fails its own input: its error is the trial's
+    try:
+        batches(cfg)
+    except DataError as e:
+        return e
+    return None
 
 
 @dataclass(frozen=True)

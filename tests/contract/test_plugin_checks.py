@@ -16,6 +16,7 @@ from typer.testing import CliRunner
 
 from ablate.cli import app
 from ablate.data import DataError
+from ablate.execution import trial_task
 from ablate.planning.plan import plan
 from ablate.training.loop import run_trial
 
@@ -189,6 +190,26 @@ def test_a_label_past_the_classes_fails_the_trial_naming_the_dataset(tmp_path: P
     cfg = plan(f, "late").trials[0].config
     with pytest.raises(DataError, match=r"dataset 'late' at <no path>: an item's label 4 is not a class index 0\.\.3"):
         run_trial(cfg)
+
+
+@pytest.mark.parametrize(
+    "fault", ["x = torch.nn.functional.interpolate(x, size=16)",
+              "x = x if n != 64 else torch.nn.functional.interpolate(x, size=16)"], ids=["every-split", "train-split"]
+)  # fmt: skip
+def test_images_of_another_size_fail_the_trial_naming_the_dataset(fault: str, tmp_path: Path) -> None:
+    """The trial as a launch runs it (`trial_task.run_trial`) with no check before it (`launch --no-check`, or a
+    dataset only the cluster has): images of 16 x 16 for a model of img_size 8, in every split or in the train
+    split alone, are the check's DataError naming the dataset and the shapes (it was the model's error alone:
+    "Input height (16) doesn't match model (8)"), with the model's error as its cause."""
+    f = sweeps(tmp_path, [dataset_plugin(tmp_path, "big", fault=fault)],
+               {"big": {**TINY, "data": {"name": "big"}, "train": {**TINY["train"], "epochs": 1}}})  # fmt: skip
+    cfg = plan(f, "big").trials[0].config
+    with pytest.raises(DataError) as e:
+        trial_task.run_trial(cfg)
+    said = str(e.value)
+    assert said.startswith("dataset 'big' at <no path>: a batch of its train split, inputs (2, 1, 16, 16) and labels "
+                           "(2,) torch.int64, does not fit vit (which takes (2, 1, 8, 8)"), said  # fmt: skip
+    assert "Input height (16) doesn't match model (8)" in str(e.value.__cause__)
 
 
 def test_launch_runs_the_data_check_and_refuses_before_writing_anything(tmp_path: Path) -> None:
