@@ -464,3 +464,20 @@ def test_plan_counts_each_variants_cost_once_and_prints_each_trials_own_config(
     ]
     shown = invoke("plan", str(f), "--limit", "2")
     assert "... 10 more rows" in shown and shown.count(trials[2].key[:10]) == 0 and trials[1].key[:10] in shown
+
+
+def test_show_says_the_git_state_in_words(tmp_path: Path) -> None:
+    """A launch outside a git checkout (the tutorial's workflow) records no commit: `show` says so in words."""
+    db = store_across_sweeps(tmp_path)
+    with Store(db) as store:
+        store.finish(
+            "m1", "done", result={"test": {"top1": 50.0}}, code={"digest": "d1", "git": {"sha": None, "dirty": None}}
+        )
+        store.finish(
+            "m2", "done", result={"test": {"top1": 40.0}}, code={"digest": "d2", "git": {"sha": "ab12", "dirty": True}}
+        )
+    outside = invoke("show", "m1", "--db", db, "--mlflow-uri", f"sqlite:///{tmp_path / 'm.sqlite'}")
+    assert "no git commit (the experiments file was not in a git checkout)" in outside.replace("\n", " "), outside
+    assert "None" not in outside, outside
+    inside = invoke("show", "m2", "--db", db, "--mlflow-uri", f"sqlite:///{tmp_path / 'm.sqlite'}")
+    assert "git commit ab12 (with uncommitted changes)" in inside.replace("\n", " "), inside
