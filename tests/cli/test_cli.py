@@ -14,6 +14,7 @@ import pytest
 import typer
 import yaml
 from conftest import TINY, write_sweeps
+from noise import noise
 from typer.testing import CliRunner
 
 from ablate.cli import app
@@ -481,3 +482,18 @@ def test_show_says_the_git_state_in_words(tmp_path: Path) -> None:
     assert "None" not in outside, outside
     inside = invoke("show", "m2", "--db", db, "--mlflow-uri", f"sqlite:///{tmp_path / 'm.sqlite'}")
     assert "git commit ab12 (with uncommitted changes)" in inside.replace("\n", " "), inside
+
+
+def test_a_launch_prints_no_librarys_banner(tmp_path: Path) -> None:
+    """A real `ablate launch` (embedded Ray left to choose its token authentication, a new MLflow store) prints
+    ablate's lines only: no Ray banner, no MLflow INFO line."""
+    f = write_sweeps(tmp_path / "e.yaml", {"s": {"base": {**TINY, "train": {**TINY["train"], "epochs": 1}},
+                                                 "grid": {"attention.kind": ["softmax"]}}})  # fmt: skip
+    env = {k: v for k, v in os.environ.items() if k not in ("RAY_AUTH_MODE", "RAY_ADDRESS", "MLFLOW_LOGGING_LEVEL")}
+    env["ABLATE_CACHE"] = str(tmp_path / "cache")
+    args = ["launch", str(f), "--db", f"sqlite:///{tmp_path}/r.sqlite", "--mlflow-uri", f"sqlite:///{tmp_path}/m.sqlite",
+            "--storage", str(tmp_path / "ck"), "--plain", "--yes"]  # fmt: skip
+    done = subprocess.run([sys.executable, "-m", "ablate.cli", *args], env=env, cwd=tmp_path, capture_output=True,
+                          text=True, timeout=300, stdin=subprocess.DEVNULL)  # fmt: skip
+    assert done.returncode == 0 and "done 1" in done.stdout, done.stdout + done.stderr
+    assert noise(done.stdout + done.stderr) == [], done.stderr
