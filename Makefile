@@ -3,7 +3,8 @@
 #   make test  - create .venv if needed, install, lint (ruff, mypy), build the docs site strictly and run the whole
 #                test suite
 # torch/torchvision are installed in the same pip call as everything else, from constraints.txt, so pip
-# never swaps in another (CUDA) torch build.
+# never swaps in another torch release; the pins carry no local label (+cpu), so an installed CPU build
+# satisfies them and a machine whose pip reaches PyPI alone gets PyPI's build of the same release.
 
 PYTHON ?= python3
 VENV ?= .venv

@@ -16,6 +16,7 @@ calls the library and formats what it returns; one module per group of commands,
 
 from __future__ import annotations
 
+import os
 import sys
 
 from rich.markup import escape
@@ -47,7 +48,10 @@ for name, command in (
 
 
 def main() -> None:
-    """The `ablate` command: the typer app, with an unavailable results store as a one-paragraph error."""
+    """The `ablate` command: the typer app, with an unavailable results store as a one-paragraph error. MLflow
+    logs at WARNING unless MLFLOW_LOGGING_LEVEL says otherwise (read when mlflow is first imported, which no
+    command has done yet): its INFO lines (creating a store's tables) are not the console's."""
+    os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "WARNING")
     try:
         app()
     except RuntimeError as e:  # the store's module is imported only here: `ablate --help` never pays for it

@@ -166,6 +166,7 @@ def show(
     """One trial whole: config, code fingerprint and the modules it covers, attempts with their tracebacks,
     metrics, MLflow run."""
     from ablate.api import show as read
+    from ablate.provenance.fingerprint import git_words
 
     with existing_store(db) as store:
         try:
@@ -178,7 +179,7 @@ def show(
     out.print("[bold]config[/]")
     out.print_json(json.dumps(trial.config))
     code = trial.code or {}
-    out.print(f"[bold]code[/] digest {code.get('digest', 'not recorded')}  git {code.get('git', {})}  "
+    out.print(f"[bold]code[/] digest {code.get('digest', 'not recorded')}  {git_words(code.get('git'))}  "
               f"versions {code.get('versions', {})}")  # fmt: skip
     for name, digest in code.get("components", {}).items():
         out.print(f"  {name} {digest}: {', '.join(shown.covered.get(name, []))}")

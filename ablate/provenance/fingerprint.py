@@ -43,6 +43,8 @@ from typing import TYPE_CHECKING, Any
 from ablate.provenance import cache
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from ablate.config import TrialConfig
     from ablate.registry import Registry
 
@@ -480,6 +482,17 @@ def git_state(root: Path) -> dict[str, Any]:
     sha = git("rev-parse", "HEAD")
     status = git("status", "--porcelain", "--untracked-files=no") if sha else None
     return {"sha": sha, "dirty": bool(status) if status is not None else None}
+
+
+def git_words(git: Mapping[str, Any] | None) -> str:
+    """The git state `record` kept, in words: a launch outside a git checkout (the tutorial's own workflow) keeps
+    no commit, which a reader should see said, not as `{'sha': None, 'dirty': None}`."""
+    if not git:
+        return "git state not recorded"
+    if git.get("sha") is None:
+        return "no git commit (the experiments file was not in a git checkout)"
+    changes = {True: "with uncommitted changes", False: "clean", None: "changes unknown"}[git.get("dirty")]
+    return f"git commit {git['sha']} ({changes})"
 
 
 def record(fp: Fingerprint, spec_file: str | Path | None) -> dict[str, Any]:

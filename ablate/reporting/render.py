@@ -1,6 +1,9 @@
 """Markup: a report as one self-contained HTML page (images inline as data: URIs, no script, no external
 resource, readable without JavaScript) and as Markdown (images as links to PNGs beside it).
 
+Text may hold code in backticks (`seeds: 6`, as Markdown writes it): Markdown keeps them, HTML sets them in
+<code>, LaTeX in \\texttt, so no page shows a literal backtick.
+
 Both are rendered from the same blocks: `Table` (formatted cells, optional group rows, bold cells),
 `Image` (PNG bytes) and plain paragraphs, grouped in `Section`s, so they always carry the same content.
 """
@@ -9,6 +12,7 @@ from __future__ import annotations
 
 import base64
 import html
+import re
 from dataclasses import dataclass
 
 from ablate.components import Table as Table  # re-exported: the report's own tables build it from here
@@ -46,11 +50,21 @@ td:first-child{min-width:9em}
 tr.group th{background:#e9eef6;font-weight:600} strong{color:#0b4f9c}
 img{max-width:100%;height:auto;display:block;margin:.5em 0 1.5em;border:1px solid #eee}
 p.meta{color:#444;margin:.2em 0} .wrap{overflow-x:auto}
+code{font:.92em ui-monospace,SFMono-Regular,Menlo,monospace;background:#f2f2f2;padding:0 .2em;border-radius:2px}
 """
 
 
-def _e(text: str) -> str:
+CODE = re.compile(r"`([^`\n]+)`")
+"""Code in text, as Markdown marks it."""
+
+
+def _attr(text: str) -> str:
     return html.escape(text, quote=True)
+
+
+def _e(text: str) -> str:
+    """Text as HTML: escaped, its code in <code>."""
+    return CODE.sub(r"<code>\1</code>", _attr(text))
 
 
 def _html_table(t: Table) -> str:
@@ -64,7 +78,7 @@ def _html_table(t: Table) -> str:
         for j, cell in enumerate(row):
             text = f"<strong>{_e(cell)}</strong>" if (i, j) in t.bold else _e(cell)
             if (i, j) in t.links:
-                text = f'<a href="{_e(t.links[i, j])}">{text}</a>'
+                text = f'<a href="{_attr(t.links[i, j])}">{text}</a>'
             cells.append(f"<td>{text}</td>" if j < t.left else f'<td class="num">{text}</td>')
         body.append(f"<tr>{''.join(cells)}</tr>")
     return (f'<div class="wrap"><table><caption>{_e(t.caption)}</caption><thead><tr>{head}</tr></thead>'
@@ -76,7 +90,7 @@ def _html_block(b: Block) -> str:
         return _html_table(b)
     if isinstance(b, Image):
         data = base64.b64encode(b.png).decode("ascii")
-        return f'<img src="data:image/png;base64,{data}" alt="{_e(b.alt)}">'
+        return f'<img src="data:image/png;base64,{data}" alt="{_attr(b.alt)}">'
     return f"<p>{_e(b)}</p>"
 
 
@@ -86,7 +100,7 @@ def html_page(title: str, meta: list[str], sections: list[Section]) -> str:
     for s in sections:
         parts.append(f"<h2>{_e(s.title)}</h2>")
         parts.extend(_html_block(b) for b in s.blocks)
-    return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>{_e(title)}</title>'
+    return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>{_attr(title)}</title>'
             f'<meta name="viewport" content="width=device-width, initial-scale=1"><style>{STYLE}</style></head>\n'
             f"<body>\n" + "\n".join(parts) + "\n</body></html>\n")  # fmt: skip
 
@@ -141,7 +155,12 @@ LATEX = {
 
 def tex(text: str) -> str:
     """Text as LaTeX source: special characters escaped, the reports' symbols in math mode, any other
-    non-ASCII character dropped (pdflatex would stop on it)."""
+    non-ASCII character dropped (pdflatex would stop on it), code in \\texttt."""
+    parts = CODE.split(text)  # text, code, text, ...
+    return "".join(rf"\texttt{{{_tex_plain(p)}}}" if i % 2 else _tex_plain(p) for i, p in enumerate(parts))
+
+
+def _tex_plain(text: str) -> str:
     return "".join(LATEX.get(c, c if c.isascii() else "") for c in text)
 
 

@@ -193,7 +193,8 @@ def axis_paths(spec: SweepSpec) -> list[str]:
 
 def json_schema() -> dict[str, Any]:
     """JSON schema of experiments.yaml, with base/defaults typed as (partial) TrialConfig for editors
-    (every registered mechanism's knobs included: load a file's plugins first to see theirs)."""
+    (every registered mechanism's knobs included: load a file's plugins first to see theirs); both keep their
+    default, empty, so neither reads as required."""
     schema = SpecFile.model_json_schema()
     trial = TrialConfig.model_json_schema(ref_template="#/$defs/{model}")
     defs = schema.setdefault("$defs", {})
@@ -201,6 +202,6 @@ def json_schema() -> dict[str, Any]:
     defs["TrialConfig"] = trial
     for props in (schema["properties"], defs["SweepSpec"]["properties"]):
         key = "defaults" if "defaults" in props else "base"
-        props[key] = {"$ref": "#/$defs/TrialConfig", "description": props[key].get("description", "")}
+        props[key] = {"$ref": "#/$defs/TrialConfig", "description": props[key].get("description", ""), "default": {}}
     schema["title"] = "ablate experiments file"
     return schema

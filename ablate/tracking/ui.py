@@ -19,6 +19,11 @@ if TYPE_CHECKING:
 
 UI_GRACE = 30.0
 """Seconds `ablate ui` waits for the MLflow server after forwarding a stop signal, before killing its group."""
+QUIET_WARNINGS = "ignore:starlette.:UserWarning"
+"""The server's Python warnings filter: Starlette's deprecation warnings (UserWarnings naming a `starlette.`
+module, which MLflow's server imports) are MLflow's to mend, not the console's; a user's PYTHONWARNINGS comes
+after it and wins. With `--registry-store-uri` and uvicorn at WARNING, the server prints nothing while it
+serves."""
 
 
 def sweep_page(base: str, store: Store | None, sweep: str | None = None) -> str:
@@ -65,8 +70,9 @@ class UiServer:
 
     def __init__(self, uri: str, host: str, port: int) -> None:
         self.host, self.port = host, port
-        self.cmd = [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", uri, "--host", host,
-                    "--port", str(port), "--workers", "1"]  # fmt: skip
+        self.cmd = [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", uri, "--registry-store-uri",
+                    uri, "--host", host, "--port", str(port), "--workers", "1", "--uvicorn-opts",
+                    "--log-level warning"]  # fmt: skip
         self.proc: subprocess.Popen[bytes] | None = None
         self.stopping: float | None = None
         """When the first stop signal came (monotonic seconds)."""
@@ -77,7 +83,11 @@ class UiServer:
         for sig in (signal.SIGTERM, signal.SIGINT):  # before the server exists: no signal can orphan it
             self._saved[sig] = signal.signal(sig, self._forward)
         self.started = time.monotonic()
-        env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
+        env = {
+            **os.environ,
+            "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false",
+            "PYTHONWARNINGS": ",".join(filter(None, [QUIET_WARNINGS, os.environ.get("PYTHONWARNINGS")])),
+        }
         parent = os.getpid()
         self.proc = subprocess.Popen(self.cmd, env=env, start_new_session=True,
                                      preexec_fn=lambda: _die_with(parent))  # fmt: skip

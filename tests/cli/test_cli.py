@@ -14,6 +14,7 @@ import pytest
 import typer
 import yaml
 from conftest import TINY, write_sweeps
+from noise import noise
 from typer.testing import CliRunner
 
 from ablate.cli import app
@@ -464,3 +465,35 @@ def test_plan_counts_each_variants_cost_once_and_prints_each_trials_own_config(
     ]
     shown = invoke("plan", str(f), "--limit", "2")
     assert "... 10 more rows" in shown and shown.count(trials[2].key[:10]) == 0 and trials[1].key[:10] in shown
+
+
+def test_show_says_the_git_state_in_words(tmp_path: Path) -> None:
+    """A launch outside a git checkout (the tutorial's workflow) records no commit: `show` says so in words."""
+    db = store_across_sweeps(tmp_path)
+    with Store(db) as store:
+        store.finish(
+            "m1", "done", result={"test": {"top1": 50.0}}, code={"digest": "d1", "git": {"sha": None, "dirty": None}}
+        )
+        store.finish(
+            "m2", "done", result={"test": {"top1": 40.0}}, code={"digest": "d2", "git": {"sha": "ab12", "dirty": True}}
+        )
+    outside = invoke("show", "m1", "--db", db, "--mlflow-uri", f"sqlite:///{tmp_path / 'm.sqlite'}")
+    assert "no git commit (the experiments file was not in a git checkout)" in outside.replace("\n", " "), outside
+    assert "None" not in outside, outside
+    inside = invoke("show", "m2", "--db", db, "--mlflow-uri", f"sqlite:///{tmp_path / 'm.sqlite'}")
+    assert "git commit ab12 (with uncommitted changes)" in inside.replace("\n", " "), inside
+
+
+def test_a_launch_prints_no_librarys_banner(tmp_path: Path) -> None:
+    """A real `ablate launch` (embedded Ray left to choose its token authentication, a new MLflow store) prints
+    ablate's lines only: no Ray banner, no MLflow INFO line."""
+    f = write_sweeps(tmp_path / "e.yaml", {"s": {"base": {**TINY, "train": {**TINY["train"], "epochs": 1}},
+                                                 "grid": {"attention.kind": ["softmax"]}}})  # fmt: skip
+    env = {k: v for k, v in os.environ.items() if k not in ("RAY_AUTH_MODE", "RAY_ADDRESS", "MLFLOW_LOGGING_LEVEL")}
+    env["ABLATE_CACHE"] = str(tmp_path / "cache")
+    args = ["launch", str(f), "--db", f"sqlite:///{tmp_path}/r.sqlite", "--mlflow-uri", f"sqlite:///{tmp_path}/m.sqlite",
+            "--storage", str(tmp_path / "ck"), "--plain", "--yes"]  # fmt: skip
+    done = subprocess.run([sys.executable, "-m", "ablate.cli", *args], env=env, cwd=tmp_path, capture_output=True,
+                          text=True, timeout=300, stdin=subprocess.DEVNULL)  # fmt: skip
+    assert done.returncode == 0 and "done 1" in done.stdout, done.stdout + done.stderr
+    assert noise(done.stdout + done.stderr) == [], done.stderr

@@ -711,6 +711,21 @@ def test_a_bar_in_a_cell_is_text_in_latex_and_markdown():
     assert "| p\\|q | 1 |" in md and "*Caption a\\|b.*" in md
 
 
+def test_code_in_backticks_is_code_in_html_and_latex_never_a_literal_backtick():
+    """The Findings write advice as Markdown code (`seeds: 6`): the HTML page sets it in <code>, tables.tex in
+    \\texttt, Markdown keeps the backticks; text around it is escaped as before."""
+    from ablate.reporting import render
+
+    said = "Run `seeds: {min: 10}` or `a<b`; then 5 < 6."
+    table = render.Table(said, ["finding"], [[said]])
+    page = render.html_page("t", [said], [render.Section("s", [table, said])])
+    code = "<code>seeds: {min: 10}</code> or <code>a&lt;b</code>; then 5 &lt; 6."
+    assert page.count(code) == 4 and "`" not in page  # meta, caption, cell, paragraph
+    tex = render.latex("t", [], [render.Section("s", [table])])
+    assert r"\texttt{seeds: \{min: 10\}} or \texttt{a$<$b}; then 5 $<$ 6." in tex and "`" not in tex
+    assert "Run `seeds: {min: 10}` or `a<b`" in render.markdown("t", [], [render.Section("s", [said])])
+
+
 def test_compare_two_sweeps_pairs_the_seeds_both_ran(store, tmp_path):
     grid = {"attention.kind": ["softmax", "csan"]}
     a = planned(tmp_path, "a", grid=grid, seeds=6, baseline={"attention.kind": "softmax"})

@@ -82,12 +82,13 @@ def rows(md: str, caption_start: str) -> dict[str, list[str]]:
     return out
 
 
-def test_syn_best_and_worst_with_their_iterations(syn_report: str) -> None:
-    r = rows(syn_report, "Best and worst")
+def test_syn_top_and_bottom_mean_with_their_iterations(syn_report: str) -> None:
+    r = rows(syn_report, "Top and bottom mean")
     assert r["0.5"][:4] == ["0.9000 ± 0.0100", "-2", "0.7800 ± 0.0500", "2"]
     assert r["0.9"][1] == "1, 2" and r["0.9"][2:4] == ["0.7000 ± 0.0100", "-2"]  # a tie names both
-    assert "from distraction in 1 of 2 settings and from concentration in 1; the worst from distraction in 1 " \
+    assert "from distraction in 1 of 2 settings and from concentration in 1; the bottom from distraction in 1 " \
            "and from concentration in 1" in syn_report  # fmt: skip
+    assert "| top mean | I | bottom mean |" in syn_report and "best" not in syn_report.split("## Syn")[1]
 
 
 def test_syn_average_rank_of_concentration_and_distraction(syn_report: str) -> None:
@@ -97,11 +98,11 @@ def test_syn_average_rank_of_concentration_and_distraction(syn_report: str) -> N
     assert r["0.9"] == ["1.50 (of 2)", "4.50 (of 2)", "3.00 (of 1)", "5"]
 
 
-def test_syn_and_synpooling_ablated_from_the_best_variant(syn_report: str) -> None:
+def test_syn_and_synpooling_ablated_from_the_top_mean_variant(syn_report: str) -> None:
     r = rows(syn_report, "Drop in")
     assert r["0.5"][:2] == ["Syn (I = 0)", "I = -2"] and r["0.5"][2].startswith("+0.1000 [")
     assert r["0.5/1"][:2] == ["SynPooling (mean pooling)", "I = -2"] and r["0.5/1"][2].startswith("+0.2000 [")
-    assert r["0.9"][1] == "I = 1" and r["0.9"][2].startswith("+0.0500 [")  # the first of the tied best
+    assert r["0.9"][1] == "I = 1" and r["0.9"][2].startswith("+0.0500 [")  # the first of the tied top means
     assert r["0.9/3"][2].startswith("+0.2500 [")
 
 

@@ -158,6 +158,8 @@ def test_schema_describes_fields_and_kinds() -> None:
     schema = json_schema()
     defs = schema["$defs"]
     assert schema["properties"]["defaults"]["$ref"] == "#/$defs/TrialConfig"
+    for model, key in ((schema, "defaults"), (defs["SweepSpec"], "base")):  # optional: the reference says required
+        assert model["properties"][key]["default"] == {} and key not in model.get("required", []), key
     assert defs["CSaNAttention"]["properties"]["tau"]["description"].startswith("Row temperature")
     kinds = {d["properties"]["kind"]["const"] for n, d in defs.items() if n.endswith("Attention")}
     assert kinds == {"softmax", "csan", "syn", "gaussian", "laplace", "nlm", "sparsemax", "entmax15", "ista"}

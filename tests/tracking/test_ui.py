@@ -19,6 +19,7 @@ import procfs
 import pytest
 from conftest import chromium, free_port
 from gate import wait_for
+from noise import noise
 
 from ablate.config import TrialConfig
 from ablate.planning.keys import Trial, trial_key, variant_key
@@ -116,6 +117,7 @@ def test_ui_prints_the_last_sweeps_runs_page_and_a_stop_signal_leaves_no_process
         left = kill_all(proc, port)
     assert proc.returncode == 0, out
     assert f"http://127.0.0.1:{port}/#/experiments/{exp}/runs" in out
+    assert noise(out) == [], out  # the server's uvicorn lines, its registry echo, Starlette's warnings
     assert not [pid for pid in under if alive(pid)] and not left, out
 
 
