@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from ablate.execution.progress import Progress
     from ablate.execution.selection import Select, Selection
     from ablate.planning.plan import Plan
+    from ablate.provenance.environment import Arithmetic
     from ablate.provenance.stale import StaleCode
     from ablate.store import Listing, Store
     from ablate.store.queries import Pace, Page
@@ -279,6 +280,8 @@ class Attempt:
     finished_at: Any
     result: Any
     traceback: str | None
+    arithmetic: Arithmetic | None
+    """What its bits depended on beyond the key (None: recorded before ablate kept it)."""
     kept: bool = False
     """A previous result, kept when the trial was retrained for `reason`."""
     reason: str | None = None
@@ -318,6 +321,7 @@ def show(key: str, store: Store | str | None = None, tracker: Tracker | str | bo
     (where they load) so that the modules a component covers can be named."""
     from ablate.config import TrialConfig
     from ablate.plugins import Plugins
+    from ablate.provenance.environment import Arithmetic
     from ablate.provenance.fingerprint import modules_of
     from ablate.store import Listing
 
@@ -336,9 +340,10 @@ def show(key: str, store: Store | str | None = None, tracker: Tracker | str | bo
         covered = modules_of(TrialConfig.model_validate(trial.config))
     except ValueError:
         covered = {}
-    attempts = [Attempt(p["state"], p["finished_at"], p["result"], p.get("traceback"), True, p["reason"])
-                for p in previous]  # fmt: skip
-    attempts.append(Attempt(trial.state, trial.finished_at, trial.result, trial.traceback))
+    attempts = [Attempt(p["state"], p["finished_at"], p["result"], p.get("traceback"),
+                        Arithmetic.of_record(p.get("environment")), True, p["reason"]) for p in previous]  # fmt: skip
+    attempts.append(Attempt(trial.state, trial.finished_at, trial.result, trial.traceback,
+                            Arithmetic.of_record(trial.environment)))  # fmt: skip
     last = Listing({})
     if len(metrics):
         frame = metrics.groupby("name", observed=True).agg(steps=("step", "count"), last=("value", "last"))

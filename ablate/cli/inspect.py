@@ -163,8 +163,8 @@ def show(
     db: str | None = DB,
     mlflow_uri: str | None = MLFLOW,
 ) -> None:
-    """One trial whole: config, code fingerprint and the modules it covers, attempts with their tracebacks,
-    metrics, MLflow run."""
+    """One trial whole: config, code fingerprint and the modules it covers, attempts with what each ran with (CPU
+    capability, threads, builds) and their tracebacks, metrics, MLflow run."""
     from ablate.api import show as read
     from ablate.provenance.fingerprint import git_words
 
@@ -187,6 +187,10 @@ def show(
         why = f" (kept when retrained: {attempt.reason})" if attempt.kept else ""
         out.print(f"[bold]result {i}[/]{why}: {attempt.state}, finished {attempt.finished_at}, "
                   f"result {attempt.result}")  # fmt: skip
+        if attempt.arithmetic:
+            out.print(f"  ran with {attempt.arithmetic.text()}", highlight=False, markup=False)
+        elif attempt.result is not None:
+            out.print("  ran with: not recorded (trained before ablate recorded its CPU capability and threads)")
         if attempt.traceback:
             out.print(attempt.traceback, highlight=False, markup=False)
     if len(shown.metrics):

@@ -378,6 +378,39 @@ def test_show_says_when_the_trials_mlflow_run_is_not_in_the_given_tracking_store
     assert "MLflow run 0123456789abcdef0123456789abcdef: not in " + elsewhere in out.replace("\n", " "), out
 
 
+TRAIN_ONE = """
+import json, sys
+from ablate.config import TrialConfig
+from ablate.training.loop import run_trial
+print(json.dumps(run_trial(TrialConfig.model_validate(json.loads(sys.argv[1]))).environment))
+"""
+"""Trains the config given as JSON with the launch's own loop, and prints the environment it recorded."""
+
+
+def test_show_says_what_each_result_ran_with(tmp_path: Path) -> None:
+    """A trial trained by the real loop in a process whose torch was told to use its plain kernels
+    (`ATEN_CPU_CAPABILITY=default`: what a CPU without AVX runs, not this machine's own) with `resources.cpus: 2`
+    records both, and `show` prints them under that result; the result it replaced, recorded before ablate kept
+    them, says they are not recorded."""
+    cfg = {**TINY, "train": {**TINY["train"], "epochs": 1}, "resources": {"cpus": 2}}
+    trained = subprocess.run([sys.executable, "-c", TRAIN_ONE, json.dumps(cfg)], capture_output=True, text=True,
+                             env={**os.environ, "ATEN_CPU_CAPABILITY": "default"}, timeout=300)  # fmt: skip
+    assert trained.returncode == 0, trained.stderr
+    environment = json.loads(trained.stdout.splitlines()[-1])
+    db = f"sqlite:///{tmp_path}/r.sqlite"
+    with Store(db) as store:
+        store.upsert_sweep("s", metric="test.top1")
+        store.add_trials("s", [{"key": "k1", "variant": "v", "config": cfg, "axes": {}}])
+        store.finish("k1", "done", result={"test": {"top1": 50.0}}, environment={"python": "3.11"})
+        store.archive(["k1"], "stale")
+        store.finish("k1", "done", result={"test": {"top1": 51.0}}, environment=environment)
+    out = invoke("show", "k1", "--db", db, env={"COLUMNS": "250"})
+    kept, latest = out.split("result 1")[1].split("result 2")
+    assert "ran with: not recorded" in kept, out
+    assert "with DEFAULT kernels on 2 threads" in latest, out
+    assert f"torch {importlib.metadata.version('torch')}" in latest, out
+
+
 def test_runs_where_compares_by_type_across_sweeps(tmp_path: Path) -> None:
     db = store_across_sweeps(tmp_path)
     assert keys("--db", db, "--where", "attention.steps=1") == ["m2", "s1"]

@@ -66,6 +66,9 @@ def test_classify_trial_reports_every_epoch_and_tests_once() -> None:
     env = res.environment
     assert env is not None
     assert env["packages"]["torch"] and env["device"].startswith("cpu") and "git_sha" in env
+    ran = env["arithmetic"]  # what its bits depend on beyond the key: the kernels torch ran and the pinned threads
+    assert ran["capability"] == torch.backends.cpu.get_cpu_capability() and ran["threads"] == 1, ran
+    assert ran["torch"] == torch.__version__ and ran["libraries"], ran
 
 
 def test_select_best_reports_the_test_scores_of_the_best_validation_epoch(tmp_path: Path) -> None:
