@@ -53,12 +53,15 @@ def report(
     formats: Iterable[str] = FORMATS,
     correction: str = "holm",
     time: bool = False,
+    all_trials: bool = False,
 ) -> list[Path]:
     """Write the report of each sweep (default: every sweep in the store) to `out/<sweep>/`, then
     `out/index.html`; return the files written. `metric` and `baseline` (a variant key or prefix, or
     PATH=VALUE[,PATH=VALUE] on axis values) override the sweep's; `correction` (holm or bh) adjusts each
     table's p-values; `time` times every architecture's training step side by side on this machine's CPU (the
-    report's relative step time, `ablate.planning.steptime`; the report then differs from run to run). Every sweep is
+    report's relative step time, `ablate.planning.steptime`; the report then differs from run to run). A report
+    covers the trials each sweep's current plan makes; `all_trials` adds those launched before under other
+    settings, labelled by the config paths they differ in. Every sweep is
     read before anything is written, so an unknown sweep, metric or baseline
     (ReportError) leaves the folder as it was."""
     wanted = check(formats, correction)
@@ -73,7 +76,7 @@ def report(
         names = [n for n in names if counts.get(n, 0) > 0]
     if not names:
         raise ReportError("no sweeps in the store")
-    loaded = [tuned.current(store, frames.load(store, name, metric, baseline)) for name in names]
+    loaded = [tuned.current(store, frames.load(store, name, metric, baseline, all_trials)) for name in names]
     out = Path(out)
     written: list[Path] = []
     for data in loaded:
@@ -163,6 +166,7 @@ def _sections(
         f"Metric: {tables.metric_words(data)} Baseline: {base}. Replicates: {data.design.words}.",
         f"Trials: {len(data.trials)} ({_counts(data.trials['state'])}); variants: {len(table)} "
         f"({int((table['n'] > 0).sum())} with results). Last change: {data.updated}.",
+        *filter(None, [data.outside.words(data.name)]),
     ]
     sections = [
         Section("Variants", [tables.variants(table, data, correction), *fig("variants", f"{data.metric} per variant")]),
