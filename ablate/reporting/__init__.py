@@ -16,7 +16,8 @@ lists every report under the output folder. Re-running on an unchanged store rew
 
 Modules: `frames` (store -> frames, per-variant statistics), `stats` (design-aware tests, corrections),
 `effects` (factorial effects), `describe` (variants in words), `published` (the tables mechanisms declare),
-`plots` (matplotlib), `tables` (formatted cells), `render` (HTML, Markdown, LaTeX), `compare` (two sweeps).
+`plots` (matplotlib), `tables` (formatted cells), `render` (HTML, Markdown, LaTeX), `compare` (two sweeps),
+`undertrained` (the Findings on scores near chance and curves still rising, said first).
 """
 
 from __future__ import annotations
@@ -29,7 +30,19 @@ from typing import Any
 import pandas as pd
 
 from ablate.evidence.verdict import Verdict
-from ablate.reporting import designed, effects, findings, frames, plots, render, sections, seeding, tables, tuned
+from ablate.reporting import (
+    designed,
+    effects,
+    findings,
+    frames,
+    plots,
+    render,
+    sections,
+    seeding,
+    tables,
+    tuned,
+    undertrained,
+)
 from ablate.reporting.compare import compare
 from ablate.reporting.frames import ReportError, SweepData
 from ablate.reporting.output import ALL_FORMATS, FORMATS, check, csv, folder, write_file, write_pages
@@ -115,7 +128,7 @@ def _write_sweep(
         if tuning is not None:
             parts.insert(1, tuning.section)
             figures |= tuning.figures if formats & {"html", "md"} else {}
-        found = findings.findings(data, table, fac, eff, won)
+        found = [*undertrained.findings(store, data, table), *findings.findings(data, table, fac, eff, won)]
         if chosen is not None and chosen.two_level and (words := designed.unseparated(chosen, data)) is not None:
             found.append(findings.Finding(findings.CONFOUNDED, words))
         parts.insert(0, Section("Findings", [findings.block(found)], latex=False))  # the verdict first
