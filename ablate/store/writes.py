@@ -31,6 +31,7 @@ from sqlalchemy.orm import Session
 from ablate.patience import patiently
 from ablate.store import engine as eng
 from ablate.store.faults import StoreUnavailable, explain, restarting
+from ablate.store.listing import missing
 from ablate.store.queries import MEMBERS, METRICS, PREVIOUS, SWEEPS, TRIALS, Queries
 from ablate.store.schema import ENDED, FINAL_STATES, Base, Membership, SweepRecord, TrialRecord
 
@@ -64,6 +65,14 @@ def error_line(text: str | None) -> str | None:
     if not lines:
         return None
     return lines[-1] if lines[0].startswith("Traceback") else lines[0]
+
+
+def divergence(epoch: Any, step: Any) -> str | None:
+    """Where a diverged trial's loss stopped being finite, in words (`diverged at epoch 3, step 17`); None where
+    the epoch was not recorded. What `launch`, `status`, `show` and the report's unfinished trials say."""
+    if missing(epoch):
+        return None
+    return f"diverged at epoch {int(epoch)}" + ("" if missing(step) else f", step {int(step)}")
 
 
 @dataclass(frozen=True)

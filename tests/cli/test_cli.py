@@ -104,6 +104,8 @@ def test_status_prints_the_counts_per_state_of_the_store(tmp_path: Path) -> None
     ]
     errors = {r["key"]: r["error"] for r in failures}
     assert errors["f1"] == "ValueError: boom" and errors["b1"] == "RuntimeError: out of memory"
+    assert errors["v1"] == "diverged at epoch 1, step 3"  # where, as `show` says it
+    assert "state: diverged at epoch 1, step 3  attempts" in invoke("show", "v1", "--db", db, "--mlflow-uri", "")
     only_beta = table(status("beta-sweep", "--db", db), "trials per state")
     assert [{k: r[k] for k in want["beta-sweep"]} for r in only_beta] == [
         {k: str(v) for k, v in want["beta-sweep"].items()}

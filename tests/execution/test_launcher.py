@@ -144,14 +144,19 @@ def test_failure_and_divergence_are_recorded(ray_local, tmp_path: Path) -> None:
     nan = {**TINY, "train": {**TINY["train"], "lr": 1e30, "weight_decay": 0.0}}
     f = write_sweeps(tmp_path / "e.yaml", {"broken": {"base": broken}, "nan": {"base": nan}, "ok": {"base": TINY}})
     plans = plan_all(f)
+    console = Console(record=True, width=400)
     with Store(f"sqlite:///{tmp_path}/r.sqlite") as store:
-        res = launch(plans, store=store, run=RunConfig(storage=tmp_path / "ck"), progress=quiet())
+        progress = Progress(live=False, console=console)
+        res = launch(plans, store=store, run=RunConfig(storage=tmp_path / "ck"), progress=progress)
         assert res.counts == {"failed": 1, "diverged": 1, "done": 1}
         t = store.trials_frame().set_index("sweep")
         assert "missing.csv" in t.loc["broken", "error"]
         trace = store.trial(t.loc["broken", "key"]).traceback
         assert 'File "' in trace and "build_data" in trace and "\x1b[" not in trace
         assert t.loc["nan", "state"] == "diverged" and t.loc["nan", "diverged_epoch"] == 1
+        step = t.loc["nan", "diverged_step"]
+        said = f"diverged {t.loc['nan', 'key'][:10]} at epoch 1, step {step}"  # the launch says where
+        assert said in console.export_text(), console.export_text()
 
 
 def by_value() -> None:
