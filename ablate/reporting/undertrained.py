@@ -1,6 +1,7 @@
-"""Findings on whether the models trained at all, said before any comparison: a comparison of models that
-barely learned (scores near chance) or were stopped while still learning (validation scores still rising at
-the last epoch) says more about the recipe than about the mechanisms, and more seeds do not change that.
+"""Findings on whether the models trained at all, said before any comparison: which variants diverged and
+where; a comparison of models that barely learned (scores near chance) or were stopped while still learning
+(validation scores still rising at the last epoch) says more about the recipe than about the mechanisms, and
+more seeds do not change that.
 
 Near chance: a variant's mean top-k is below a quarter of the way from chance (k of C classes: 100 k / C) to
 100. Still rising: the mean over a variant's replicates of the metric's validation twin (`val.top1`) is best at
@@ -19,9 +20,9 @@ from ablate.registry import DATASETS
 from ablate.reporting import frames, tables
 from ablate.reporting.findings import Finding
 from ablate.reporting.frames import SweepData
-from ablate.store import Store
+from ablate.store import Store, divergence
 
-NEAR_CHANCE, STILL_RISING = "near chance", "still improving"
+NEAR_CHANCE, STILL_RISING, DIVERGED = "near chance", "still improving", "diverged"
 NEAR = 0.25
 """Near chance: below this fraction of the way from chance to a perfect score."""
 RISE = 0.01
@@ -37,7 +38,27 @@ LISTED = 3
 def findings(store: Store, data: SweepData, table: pd.DataFrame) -> list[Finding]:
     """The lines on training that head the Findings (empty when every variant trained clear of chance and
     levelled off)."""
-    return [f for f in (_near_chance(data, table), _still_rising(store, data, table)) if f is not None]
+    found = (_diverged(data, table), _near_chance(data, table), _still_rising(store, data, table))
+    return [f for f in found if f is not None]
+
+
+def _diverged(data: SweepData, table: pd.DataFrame) -> Finding | None:
+    """Which variants diverged, in how many of their trials, and where first (a variant with none done is in
+    no comparison: without this line the report would only miss it)."""
+    t = data.trials[data.trials["state"] == "diverged"]
+    if t.empty:
+        return None
+    parts = []
+    for v, rows in t.groupby("variant", sort=False):
+        first = rows.sort_values(["diverged_epoch", "diverged_step"]).iloc[0]
+        where = divergence(first["diverged_epoch"], first["diverged_step"])
+        at = f", first {where.removeprefix('diverged ')}" if where else ""
+        parts.append(f"{table.loc[v, 'label']} in {len(rows)} of {int(table.loc[v, 'trials'])} trials{at}")
+    named = "; ".join(parts[:LISTED]) + (f"; and {len(parts) - LISTED} more variants" if len(parts) > LISTED else "")
+    lost = [v for v in t["variant"].unique() if table.loc[v, "n"] == 0]
+    none = f" {len(lost)} of them with no trial done: compared with nothing." if lost else ""
+    return Finding(DIVERGED, f"Diverged (loss not finite): {named}.{none} `ablate report` lists the trials under "
+                             "Unfinished trials.")  # fmt: skip
 
 
 def chance(data: SweepData, variant: str) -> float | None:

@@ -205,3 +205,21 @@ def test_models_that_barely_trained_are_said_before_any_comparison(store, tmp_pa
     scripted_curves(store, fine, lambda t: [60, 89.5, 90, 90.2])  # +0.2 over the last quarter: levelled off
     data = frames.load(store, "fine")
     assert undertrained.findings(store, data, frames.variant_table(data)) == []
+
+
+def test_variants_that_diverged_are_said_with_where_instead_of_no_baseline(store, tmp_path):
+    """Every variant but the baseline diverged (CSaN in all 6 seeds, at epoch 1, step 3): the Findings say what
+    diverged and where, first, and do not claim there is no baseline."""
+    kinds = {"attention.kind": ["softmax", "csan"]}
+    p = plan(write_sweeps(tmp_path / "d.yaml", {"d": {"base": TINY, "grid": kinds, "seeds": 6,
+             "baseline": {"attention.kind": "softmax"}}}), "d")  # fmt: skip
+    csan = lambda t: t.axes["attention.kind"] == "csan"  # noqa: E731
+    fill(store, p, lambda t: 90.0 + SHIFT[t.axes["seed"]], state=lambda t: "diverged" if csan(t) else "done")
+    data = frames.load(store, "d")
+    table = frames.variant_table(data)
+    found = [(f.kind, f.text) for f in undertrained.findings(store, data, table)] + lines(store, "d")
+    assert found[0] == (undertrained.DIVERGED, "Diverged (loss not finite): CSaN (tau, mu, private; unit readout), "
+                        "attn-FFN in 6 of 6 trials, first at epoch 1, step 3. 1 of them with no trial done: compared "
+                        "with nothing. `ablate report` lists the trials under Unfinished trials.")  # fmt: skip
+    assert found[-1] == (findings.NO_TEST, "Nothing compared: no variant but the baseline has results, and fewer "
+                         "than two measured variants per group.")  # fmt: skip
