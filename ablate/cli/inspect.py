@@ -28,7 +28,7 @@ def status(
     trials, failures with the first line of their error (`ablate show KEY`: the whole traceback), stale results
     (a listing shows its first rows and counts the rest)."""
     from ablate.api import status as read
-    from ablate.store import STATES, Listing
+    from ablate.store import STATES, Listing, divergence
 
     with existing_store(db) as store:
         now = read(sweep, store)
@@ -47,7 +47,12 @@ def status(
                     "running", drop=("lease_expires", "lease_host", "started_at", "host"), hint=WIDER)  # fmt: skip
         more(len(now.running), now.total("running"), "running trials", "`ablate runs --state running` lists them")
     if len(now.failed):
-        print_table(now.failed.select(["sweep", "key", "state", "error"]), "failures", wrap=("error",))
+        failed = now.failed
+        said = [divergence(e, s) if state == "diverged" else None
+                for state, e, s in zip(failed["state"], failed["diverged_epoch"], failed["diverged_step"])]  # fmt: skip
+        errors = [words or error for words, error in zip(said, failed["error"])]
+        failures = Listing({c: failed[c] for c in ("sweep", "key", "state")} | {"error": errors})
+        print_table(failures, "failures", wrap=("error",))
         more(len(now.failed), now.total("failed", "diverged"), "failures",
              "`ablate runs --state failed` (or diverged) lists them")  # fmt: skip
     if now.code.changed:
@@ -167,6 +172,7 @@ def show(
     capability, threads, builds) and their tracebacks, metrics, MLflow run."""
     from ablate.api import show as read
     from ablate.provenance.fingerprint import git_words
+    from ablate.store import divergence
 
     with existing_store(db) as store:
         try:
@@ -174,7 +180,9 @@ def show(
         except LookupError as e:
             fail(str(e))
     trial = shown.trial
-    out.print(f"[bold]trial {trial.key}[/]  sweeps: {', '.join(shown.sweeps)}  state: {trial.state}  "
+    diverged = divergence(trial.diverged_epoch, trial.diverged_step) if trial.state == "diverged" else None
+    state = diverged or trial.state
+    out.print(f"[bold]trial {trial.key}[/]  sweeps: {', '.join(shown.sweeps)}  state: {state}  "
               f"attempts: {trial.attempts}  resumed from epoch {trial.resumed_from or 0}")  # fmt: skip
     out.print("[bold]config[/]")
     out.print_json(json.dumps(trial.config))

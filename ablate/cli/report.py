@@ -29,6 +29,9 @@ def report(
     time: bool = typer.Option(
         False, "--time", help="Also time each architecture's training step side by side on this CPU (relative cost)."
     ),
+    all_trials: bool = typer.Option(
+        False, "--all-trials", help="Also the trials launched before under other settings, labelled by what differs."
+    ),
     db: str | None = DB,
 ) -> None:
     """Paper-style tables, design-aware statistics, effects of each knob and plots: HTML, Markdown, CSV, LaTeX."""
@@ -46,7 +49,7 @@ def report(
                                          correction=correction)  # fmt: skip
             else:
                 files = write(sweep or None, store=store, out=out_dir, metric=metric, baseline=baseline,
-                              formats=formats, correction=correction, time=time)  # fmt: skip
+                              formats=formats, correction=correction, time=time, all_trials=all_trials)  # fmt: skip
         except ReportError as e:
             fail(str(e))
     pages = [f for f in files if f.name == "index.html"]

@@ -31,7 +31,7 @@ from ablate.execution.stopped import Stopped
 from ablate.execution.trial_task import TaskArgs, run_trial, trial_task
 from ablate.planning.keys import Trial
 from ablate.plugins import Plugins
-from ablate.store import Owner, Store
+from ablate.store import Owner, Store, divergence
 from ablate.store.faults import StoreUnavailable
 from ablate.store.schema import ENDED
 from ablate.store.writes import now
@@ -332,7 +332,7 @@ class Fanout:
         self.queue = [k for k in self.queue if k not in gone]
         for key in ended:
             self.result.counts[states[key]] += 1
-            self.progress.finished(key, states[key])
+            self.ended(key, states[key])
 
     def submit(self, key: str) -> None:
         """Submit the trial's task: a single-worker trial with SPREAD placement (the nodes with room in turn);
@@ -406,7 +406,15 @@ class Fanout:
             return
         self.tolerant(lambda: self.store.release(self.owner, [key]), None)
         self.result.counts[state] += 1
-        self.progress.finished(key, state)
+        self.ended(key, state)
+
+    def ended(self, key: str, state: str) -> None:
+        """Tell the progress a trial ended; a diverged one with the epoch and step where it diverged (read back
+        from the store: the recorder wrote them)."""
+        where = None
+        if state == "diverged" and (record := self.tolerant(lambda: self.store.trial(key), None)) is not None:
+            where = divergence(record.diverged_epoch, record.diverged_step)
+        self.progress.finished(key, state, where or "")
 
     def interrupt(self, state: str = "interrupted") -> None:
         """Stop every running trial now; they resume from their last checkpoint on the next launch."""

@@ -30,7 +30,7 @@ from typing import Any
 
 from ablate.config import TrialConfig
 from ablate.execution import gpu_shares as packing
-from ablate.execution import journal
+from ablate.execution import journal, outside
 from ablate.execution.heartbeat import Heartbeat
 from ablate.execution.progress import Progress
 from ablate.execution.recorder import Recorder
@@ -254,11 +254,13 @@ def _round(
     try:
         auto = [t for t in todo.values() if isinstance(t.config.resources.gpus, str)] if run.gpus is None else []
         admission = packing.admit(auto, run.probe, plugins) if auto else packing.Admission({}, [])
+        earlier = []  # what each sweep holds that its plan no longer makes, read before the flags change
         for plan in plans:
+            earlier += outside.lines(plan, store)
             store.upsert_sweep(plan.sweep, spec_path=plan.file, metric=plan.metric, baseline=plan.baseline,
                                description=plan.description,
                                spec=plan.recorded_spec())  # fmt: skip
-            store.add_trials(plan.sweep, plan.trials)
+            store.add_trials(plan.sweep, plan.trials, outside.plan_keys(plan))
         for reason in set(chosen.again.values()):
             keys = [k for k, why in chosen.again.items() if why == reason]
             store.archive(keys, reason)
@@ -269,7 +271,7 @@ def _round(
         progress.begin([plan.sweep for plan in plans], len(todo) + len(done), len(done), metrics)
         for line in chosen.lines({t.key: t for plan in plans for t in plan.trials}):
             progress.message(line)
-        for line in admission.lines:
+        for line in [*admission.lines, *earlier]:
             progress.message(line)
         if replayed:
             progress.message(f"wrote {replayed} records an earlier launch journaled while the store was unavailable")

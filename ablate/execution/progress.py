@@ -137,7 +137,8 @@ class Progress:
         """A trial's final metrics, as it returned them."""
         self.results[key] = metrics
 
-    def finished(self, key: str, state: str) -> None:
+    def finished(self, key: str, state: str, detail: str = "") -> None:
+        """A trial ended in `state`; `detail` says where a diverged one diverged (`diverged at epoch 3, step 17`)."""
         run = self.running.pop(key, None)
         if run is not None and run.metrics:
             self.last[key] = run.metrics
@@ -145,7 +146,8 @@ class Progress:
         self.finished_keys.setdefault(state, []).append(key)
         self._moved = True
         headline = self._headline(run.metrics) if run else ""
-        self._log(f"{state} {key[:10]}" + (f" {headline}" if headline else "") + f"  [{self._summary()}]")
+        said = " ".join(filter(None, [f"{state} {key[:10]}", detail.removeprefix(f"{state} "), headline]))
+        self._log(f"{said}  [{self._summary()}]")
 
     def refresh(self) -> None:
         """Redraw the live view, or print the plain progress line when it is due and something moved."""

@@ -294,6 +294,16 @@ def _title(how: Fractional | Screening, k: int, cells: int) -> str:
     return f"Plackett-Burman screening, {k} axes in {cells} cells"
 
 
+def _full(group: list[Cell]) -> int:
+    """The full model's row of an axis group: a boolean switch's `true` wherever it is listed (`[true, false]`
+    made the all-off cell "full"), else the last listed row."""
+    if all(len(row) == 1 and isinstance(row[0][1], bool) for row in group):
+        on = [r for r, row in enumerate(group) if row[0][1] is True]
+        if on:
+            return on[0]
+    return len(group) - 1
+
+
 def _reference(
     sweep: SweepSource, groups: list[list[Cell]], varied: list[int], how: OneAtATime | None
 ) -> dict[int, int]:
@@ -302,7 +312,7 @@ def _reference(
     source = how.reference if how is not None else "baseline"
     at: Loc = ("design", "one-at-a-time", "from") if how is not None else ("baseline",)
     if source == "full":
-        return {g: len(group) - 1 for g, group in enumerate(groups)}
+        return {g: _full(group) for g, group in enumerate(groups)}
     rule = sweep.spec.baseline if source == "baseline" else source
     if rule is None:
         if how is not None:

@@ -16,7 +16,8 @@ lists every report under the output folder. Re-running on an unchanged store rew
 
 Modules: `frames` (store -> frames, per-variant statistics), `stats` (design-aware tests, corrections),
 `effects` (factorial effects), `describe` (variants in words), `published` (the tables mechanisms declare),
-`plots` (matplotlib), `tables` (formatted cells), `render` (HTML, Markdown, LaTeX), `compare` (two sweeps).
+`plots` (matplotlib), `tables` (formatted cells), `render` (HTML, Markdown, LaTeX), `compare` (two sweeps),
+`undertrained` (the Findings on scores near chance and curves still rising, said first).
 """
 
 from __future__ import annotations
@@ -29,7 +30,19 @@ from typing import Any
 import pandas as pd
 
 from ablate.evidence.verdict import Verdict
-from ablate.reporting import designed, effects, findings, frames, plots, render, sections, seeding, tables, tuned
+from ablate.reporting import (
+    designed,
+    effects,
+    findings,
+    frames,
+    plots,
+    render,
+    sections,
+    seeding,
+    tables,
+    tuned,
+    undertrained,
+)
 from ablate.reporting.compare import compare
 from ablate.reporting.frames import ReportError, SweepData
 from ablate.reporting.output import ALL_FORMATS, FORMATS, check, csv, folder, write_file, write_pages
@@ -53,12 +66,15 @@ def report(
     formats: Iterable[str] = FORMATS,
     correction: str = "holm",
     time: bool = False,
+    all_trials: bool = False,
 ) -> list[Path]:
     """Write the report of each sweep (default: every sweep in the store) to `out/<sweep>/`, then
     `out/index.html`; return the files written. `metric` and `baseline` (a variant key or prefix, or
     PATH=VALUE[,PATH=VALUE] on axis values) override the sweep's; `correction` (holm or bh) adjusts each
     table's p-values; `time` times every architecture's training step side by side on this machine's CPU (the
-    report's relative step time, `ablate.planning.steptime`; the report then differs from run to run). Every sweep is
+    report's relative step time, `ablate.planning.steptime`; the report then differs from run to run). A report
+    covers the trials each sweep's current plan makes; `all_trials` adds those launched before under other
+    settings, labelled by the config paths they differ in. Every sweep is
     read before anything is written, so an unknown sweep, metric or baseline
     (ReportError) leaves the folder as it was."""
     wanted = check(formats, correction)
@@ -73,7 +89,7 @@ def report(
         names = [n for n in names if counts.get(n, 0) > 0]
     if not names:
         raise ReportError("no sweeps in the store")
-    loaded = [tuned.current(store, frames.load(store, name, metric, baseline)) for name in names]
+    loaded = [tuned.current(store, frames.load(store, name, metric, baseline, all_trials)) for name in names]
     out = Path(out)
     written: list[Path] = []
     for data in loaded:
@@ -112,7 +128,7 @@ def _write_sweep(
         if tuning is not None:
             parts.insert(1, tuning.section)
             figures |= tuning.figures if formats & {"html", "md"} else {}
-        found = findings.findings(data, table, fac, eff, won)
+        found = [*undertrained.findings(store, data, table), *findings.findings(data, table, fac, eff, won)]
         if chosen is not None and chosen.two_level and (words := designed.unseparated(chosen, data)) is not None:
             found.append(findings.Finding(findings.CONFOUNDED, words))
         parts.insert(0, Section("Findings", [findings.block(found)], latex=False))  # the verdict first
@@ -163,6 +179,7 @@ def _sections(
         f"Metric: {tables.metric_words(data)} Baseline: {base}. Replicates: {data.design.words}.",
         f"Trials: {len(data.trials)} ({_counts(data.trials['state'])}); variants: {len(table)} "
         f"({int((table['n'] > 0).sum())} with results). Last change: {data.updated}.",
+        *filter(None, [data.outside.words(data.name)]),
     ]
     sections = [
         Section("Variants", [tables.variants(table, data, correction), *fig("variants", f"{data.metric} per variant")]),

@@ -122,7 +122,10 @@ def findings(
     if len(untested):
         out.append(Finding(NO_TEST, _no_test(untested, labels, data)))
     if not out:
-        out.append(Finding(NO_TEST, "Nothing compared: no baseline, and fewer than two measured variants per group."))
+        base = data.baseline
+        why = ("no baseline" if base is None or base not in table.index else "the baseline has no results"
+               if table.loc[base, "n"] == 0 else "no variant but the baseline has results")  # fmt: skip
+        out.append(Finding(NO_TEST, f"Nothing compared: {why}, and fewer than two measured variants per group."))
     return out
 
 

@@ -12,6 +12,7 @@ Reads only through the store's query API.
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass, field
 from typing import Any
@@ -28,7 +29,7 @@ from ablate.provenance.stale import stale_in_store
 from ablate.registry import TASKS
 from ablate.reporting import describe, stats
 from ablate.spec.metrics import higher_is_better
-from ablate.spec.paths import matches, set_path
+from ablate.spec.paths import beyond, get_path, matches, set_path
 from ablate.store import TRIAL_COLUMNS, Store
 
 STRATA = ("data.name", "data.id")
@@ -77,21 +78,53 @@ class SweepData:
     chosen: DesignPlan | None = None
     """The cells the sweep's `design:` chose and their factors' levels (`ablate.planning.designs`); None: the
     full grid, analysed by `ablate.reporting.effects`."""
+    outside: Outside = field(default_factory=lambda: Outside(0, False, []))
+    """The sweep's trials its current plan no longer makes: left out, or reported and labelled."""
 
 
-def load(store: Store, name: str, metric: str | None = None, baseline: str | None = None) -> SweepData:
-    """Read one sweep; ReportError when the sweep, the metric or the baseline is unknown."""
+@dataclass(frozen=True)
+class Outside:
+    """Trials a sweep holds that its current plan no longer makes (launched before under other settings)."""
+
+    trials: int
+    shown: bool
+    """Whether the report includes them (`--all-trials`), labelled by `paths`."""
+    paths: list[str]
+    """Config paths they differ in from the plan, reported as axes (empty: other seeds of its variants)."""
+
+    def words(self, sweep: str) -> str | None:
+        """The report's line on them; None when the sweep has none."""
+        if not self.trials:
+            return None
+        if not self.shown:
+            return (f"Left out: {self.trials} trials of this sweep that its current plan no longer makes (launched "
+                    f"before under other settings); `ablate report {sweep} --all-trials` includes them.")  # fmt: skip
+        differ = f"labelled by what they differ in: {', '.join(self.paths)}" if self.paths else "other seeds"
+        return f"Includes {self.trials} trials outside the sweep's current plan, {differ}."
+
+
+def load(
+    store: Store, name: str, metric: str | None = None, baseline: str | None = None, all_trials: bool = False
+) -> SweepData:
+    """Read one sweep: the trials its current plan makes, or with `all_trials` every trial it holds, those outside
+    its plan labelled by the config paths they differ in (`Membership.planned`); ReportError when the sweep, the
+    metric or the baseline is unknown."""
     record = store.sweep(name)
     if record is None:
         known = ", ".join(store.sweeps_frame()["name"]) or "none"
         raise ReportError(f"no sweep {name!r} in the store (sweeps there: {known})")
-    trials = store.trials_frame(name)
+    trials = store.trials_frame(name, planned=not all_trials)
+    outside = store.outside_plan(name)
     if trials.empty:
-        raise ReportError(f"sweep {name!r} has no trials")
+        also = f" in its current plan ({len(outside)} outside it: --all-trials reports them)" if outside else ""
+        raise ReportError(f"sweep {name!r} has no trials{also}")
     # its components label the variants; one that fails to load is a PluginWarning, the report is written
     Plugins.from_json((record.spec or {}).get("plugins")).load(strict=False)
     spec_axes = (record.spec or {}).get("axes") or [c[5:] for c in trials if c.startswith("axis.")]
     axes = [a for a in spec_axes if a not in REPLICATES and f"axis.{a}" in trials]
+    differ = _beyond_plan(store, trials, outside, axes) if all_trials and outside else {}
+    trials = trials.assign(**{f"axis.{p}": trials["variant"].map(v) for p, v in differ.items()})
+    axes += list(differ)
     variants = _variants(store, trials, axes)
     metric = metric or record.metric or _default_metric(variants)
     results = [c for c in trials.columns if c not in TRIAL_COLUMNS and not c.startswith("axis.")]
@@ -105,13 +138,31 @@ def load(store: Store, name: str, metric: str | None = None, baseline: str | Non
     ref = resolve_baseline(baseline, variants, axes, name) if baseline else record.baseline
     if ref is not None and ref not in variants.index:
         ref = None
-    variants["ref"] = _references(variants, axes, ref)
+    variants["ref"] = _references(variants, axes, ref, [*STRATA, *differ])  # a recipe of its own: its own baseline
     recorded = (record.spec or {}).get("design")
     chosen = DesignPlan.from_json(recorded).around(ref) if recorded else None  # effects read from the baseline
     latest = trials[["created_at", "started_at", "finished_at"]].max().max()
     updated = latest.strftime("%Y-%m-%d %H:%M UTC") if pd.notna(latest) else ""
     return SweepData(name, record.description or "", metric, higher_is_better(metric), axes, trials, variants, ref,
-                     updated, stale_in_store(store, [name]), design(trials, variants), chosen)  # fmt: skip
+                     updated, stale_in_store(store, [name]), design(trials, variants), chosen,
+                     Outside(len(outside), all_trials, list(differ)))  # fmt: skip
+
+
+def _beyond_plan(store: Store, trials: pd.DataFrame, outside: list[str], axes: list[str]) -> dict[str, dict[str, Any]]:
+    """The config paths (not axes nor replicates) on which the variants outside the sweep's plan take values its
+    planned variants never take (`spec.paths.beyond`: `train.epochs`, a knob since renamed), with each variant's
+    value there (as a cell: lists as JSON text)."""
+    first = trials.drop_duplicates("variant").set_index("variant")["key"]
+    configs = store.configs(first.tolist())
+    planned = set(trials.loc[~trials["key"].isin(outside), "variant"])
+    inside = [configs[k] for v, k in first.items() if v in planned]
+    paths = beyond(inside, [configs[k] for v, k in first.items() if v not in planned])
+    said = [p for p in paths if p not in axes and p not in REPLICATES]
+    return {p: {v: _cell(get_path(configs[k], p)) for v, k in first.items()} for p in said}
+
+
+def _cell(value: Any) -> Any:
+    return json.dumps(value, sort_keys=True) if isinstance(value, (list, dict)) else value
 
 
 def design(trials: pd.DataFrame, variants: pd.DataFrame) -> stats.Design:
@@ -250,14 +301,15 @@ def axis_cells(variants: pd.DataFrame, axes: list[str]) -> pd.DataFrame:
     return cells
 
 
-def _references(variants: pd.DataFrame, axes: list[str], baseline: str | None) -> pd.Series:
-    """Each variant's reference: the baseline with the variant's own dataset axes (None if absent)."""
+def _references(variants: pd.DataFrame, axes: list[str], baseline: str | None, strata: list[str]) -> pd.Series:
+    """Each variant's reference: the baseline with the variant's own values on the `strata` axes (its dataset,
+    the settings trials outside the sweep's plan ran with), None if absent."""
     if baseline is None:
         return pd.Series(None, index=variants.index, dtype=object)
     cells = axis_cells(variants, axes)
     rows = list(cells.itertuples(index=False, name=None))
     index = dict(zip(rows, cells.index))
-    own = [a in STRATA for a in axes]
+    own = [a in strata for a in axes]
     base = rows[cells.index.get_loc(baseline)]
     refs = [index.get(tuple(v if o else b for v, o, b in zip(row, own, base))) for row in rows]
     return pd.Series(refs, index=variants.index, dtype=object)

@@ -15,6 +15,7 @@ from ablate.reporting import frames, published, stats
 from ablate.reporting.effects import PAIRED, Factorial
 from ablate.reporting.frames import SweepData
 from ablate.reporting.render import Table
+from ablate.store import divergence
 
 MAX_UNFINISHED = 200
 TESTS = {stats.T_TEST: "t", stats.SIGN_FLIP: "e", stats.CORRECTED: "c"}
@@ -349,9 +350,8 @@ def unfinished(data: SweepData) -> Table | None:
     rows = []
     for _, r in t.head(MAX_UNFINISHED).iterrows():
         what = r["error"] if isinstance(r["error"], str) else ""
-        if r["state"] == "diverged" and not pd.isna(r["diverged_epoch"]):
-            step = "" if pd.isna(r["diverged_step"]) else f", step {r['diverged_step']}"
-            what = f"diverged at epoch {r['diverged_epoch']}{step}"
+        if r["state"] == "diverged":
+            what = divergence(r["diverged_epoch"], r["diverged_step"]) or what
         rows.append([r["key"][:12], labels.get(r["variant"], r["variant"]), r["rep"], r["state"], what])
     more = f" Showing {MAX_UNFINISHED} of {len(t)}; trials.csv lists all." if len(t) > MAX_UNFINISHED else ""
     return Table(f"{len(t)} of {len(data.trials)} trials are not done; they are left out of the statistics.{more}",

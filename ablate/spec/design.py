@@ -41,9 +41,9 @@ class OneAtATime(Crossed):
     """A reference cell and each axis moved alone to each of its other values, as papers' ablation tables are."""
 
     reference: Literal["full", "baseline"] | Assignment = Field("baseline", alias="from")
-    """`full`: every axis at its last listed value (list each switch off, then on: the full model, and the
-    design removes one component at a time); `baseline`: the sweep's baseline (each component added alone);
-    or an assignment naming one cell of the grid."""
+    """`full`: every boolean switch at `true`, every other axis at its last listed value (list a knob's levels
+    up to the full model's: the design removes one component at a time); `baseline`: the sweep's baseline (each
+    component added alone); or an assignment naming one cell of the grid."""
 
 
 class Screening(Crossed):

@@ -7,7 +7,9 @@ matched against recorded axis values), so both read a rule the same way.
 from __future__ import annotations
 
 import copy
+import json
 import re
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import yaml
@@ -41,6 +43,39 @@ def set_path(data: dict[str, Any], path: str, value: Any) -> None:
             child = node[part] = {}
         node = child
     node[leaf] = copy.deepcopy(value)
+
+
+def flatten(data: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Nested mappings to one level with dotted names: {"test": {"top1": 1}} -> {"test.top1": 1}."""
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        name = f"{prefix}.{key}" if prefix else str(key)
+        if isinstance(value, Mapping) and value:
+            out.update(flatten(value, name))
+        else:
+            out[name] = value
+    return out
+
+
+def beyond(inside: Iterable[Mapping[str, Any]], outside: Iterable[Mapping[str, Any]]) -> dict[str, list[Any]]:
+    """The dotted paths at which the configs `outside` take a value no config `inside` takes (None: the path is
+    not in the config), with those values in first-seen order, paths in order: what trials launched before under
+    other settings (`-s train.epochs=4`, a knob since renamed) differ in from a sweep's plan. A path that varies
+    inside as well (an axis, a knob of one attention kind) is named only for values the plan never takes."""
+    taken: dict[str, set[str]] = {}
+    flat_inside = [flatten(c) for c in inside]
+    flat_outside = [flatten(c) for c in outside]
+    paths = dict.fromkeys(p for c in (*flat_inside, *flat_outside) for p in c)
+    for c in flat_inside:
+        for p in paths:
+            taken.setdefault(p, set()).add(json.dumps(c.get(p), sort_keys=True))
+    out: dict[str, list[Any]] = {}
+    for c in flat_outside:
+        for p in paths:
+            value = c.get(p)
+            if json.dumps(value, sort_keys=True) not in taken.get(p, set()) and value not in out.get(p, []):
+                out.setdefault(p, []).append(value)
+    return {p: out[p] for p in paths if p in out}
 
 
 def overlaps(a: str, b: str) -> bool:

@@ -23,11 +23,12 @@ Modules: `schema` (ORM models), `engine` (SQLite WAL + busy timeout, Alembic upg
 (Alembic scripts).
 """
 
+from ablate.spec.paths import flatten
 from ablate.store.engine import DEFAULT_URL, database_exists, sqlite_file
 from ablate.store.listing import Listing
-from ablate.store.queries import TRIAL_COLUMNS, flatten
+from ablate.store.queries import TRIAL_COLUMNS
 from ablate.store.schema import ENDED, FINAL_STATES, STATES
-from ablate.store.writes import MetricRow, Owner, Store, error_line
+from ablate.store.writes import MetricRow, Owner, Store, divergence, error_line
 
 __all__ = [
     "DEFAULT_URL",
@@ -40,6 +41,7 @@ __all__ = [
     "Owner",
     "Store",
     "database_exists",
+    "divergence",
     "error_line",
     "flatten",
     "sqlite_file",

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Engine, Select, Text, cast, func, select
 
-from ablate.spec.paths import same, typed_value
+from ablate.spec.paths import flatten, same, typed_value
 from ablate.store.listing import Listing, missing
 from ablate.store.schema import STATES, Base, Membership, Metric, PreviousResult, SweepRecord, TrialRecord
 
@@ -57,18 +57,6 @@ COUNTS = [
 ]
 UNFINISHED = ("pending", "running", "interrupted", "preempted")
 """States of trials still to finish: the epochs left of a sweep are theirs."""
-
-
-def flatten(data: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
-    """Nested mappings to one level with dotted names: {"test": {"top1": 1}} -> {"test.top1": 1}."""
-    out: dict[str, Any] = {}
-    for key, value in data.items():
-        name = f"{prefix}.{key}" if prefix else str(key)
-        if isinstance(value, Mapping) and value:
-            out.update(flatten(value, name))
-        else:
-            out[name] = value
-    return out
 
 
 def as_list(items: str | Iterable[str] | None) -> list[str] | None:
@@ -123,14 +111,15 @@ class Queries:
         expand: Iterable[str] = (),
         states: Iterable[str] | None = None,
         limit: int | None = None,
+        planned: bool = False,
     ) -> pd.DataFrame:
         """One row per trial x sweep, in plan order: TRIAL_COLUMNS, then `axis.<path>` (the sweep's axis
         values), then the flattened final result (`test.top1`, ...; a name that clashes with a leading
         column is left out). `expand` names JSON columns to flatten as well (`config`, `environment`):
         `config.model.embed_dim`, `environment.git_sha`, ... `states`: only trials in these, `limit`: only the
         first rows (both in SQL, for a caller that shows a few rows of a large sweep; `trials_count` counts them
-        all)."""
-        return self._trials(sweeps, expand, states, limit).frame()
+        all). `planned`: only the trials each sweep's current plan makes (`outside_plan` names the others)."""
+        return self._trials(sweeps, expand, states, limit, planned).frame()
 
     def trial_rows(
         self,
@@ -143,8 +132,20 @@ class Queries:
         """`trials_frame`'s rows and columns as a listing (no pandas): times UTC, counts int or None."""
         return self._trials(sweeps, expand, states, limit).listing
 
+    def outside_plan(self, sweep: str) -> list[str]:
+        """The keys of the trials of `sweep` its current plan no longer makes (`Membership.planned`), in key
+        order."""
+        stmt = select(MEMBERS.c.trial_key).where(MEMBERS.c.sweep == sweep, MEMBERS.c.planned.is_(False))
+        with self.engine.connect() as conn:
+            return list(conn.execute(stmt.order_by(MEMBERS.c.trial_key)).scalars())
+
     def _trials(
-        self, sweeps: str | Iterable[str] | None, expand: Iterable[str], states: Iterable[str] | None, limit: int | None
+        self,
+        sweeps: str | Iterable[str] | None,
+        expand: Iterable[str],
+        states: Iterable[str] | None,
+        limit: int | None,
+        planned: bool = False,
     ) -> TrialRead:
         expand = list(expand)
         # Only the columns the frame shows (a trial's config, of which only the seed is shown, and its code are
@@ -153,6 +154,8 @@ class Queries:
         lead = [MEMBERS.c.sweep, MEMBERS.c.position, *(TRIALS.c[c] for c in TRIAL_COLUMNS if c in TRIALS.c)]
         texts = [TRIALS.c.config["seed"], MEMBERS.c.axes, TRIALS.c.result, *(TRIALS.c[c] for c in expand)]
         stmt = _members(select(*lead, *(cast(c, Text) for c in texts)), sweeps, states)
+        if planned:
+            stmt = stmt.where(MEMBERS.c.planned)
         with self.engine.connect() as conn:
             rows = conn.execute(stmt.order_by(MEMBERS.c.sweep, MEMBERS.c.position).limit(limit)).all()
         if not rows:
@@ -341,6 +344,9 @@ class Queries:
         in_python = bool(rest or where)
         read = self._trials(sweeps, expand, states, None if in_python else limit)
         rows = read.listing
+        if "config" not in expand and any(not _has(rows, c.path) for c in where):  # a config path: read configs
+            read = self._trials(sweeps, [*expand, "config"], states, None)
+            rows = read.listing
         keep = [True] * len(rows)
         for column, wanted in rest.items():
             if column not in rows:
@@ -440,19 +446,21 @@ class CodeDigest:
     """One of them: its code record is that digest's (read once, not per trial)."""
 
 
-OPERATORS = ("!=", "<=", ">=", "=", "<", ">", " in ")
-"""Comparisons of `Condition`, in the order a text is searched for them (`!=` before `=`)."""
+OPERATORS = ("!=", "<=", ">=", "==", "=", "<", ">", " in ")
+"""Comparisons of `Condition`, in the order a text is searched for them (`!=` before `=`); `==` is `=`."""
 
 
 @dataclass(frozen=True)
 class Condition:
-    """A typed test on one column of `runs` (`--where`): `attention.steps=1`, `train.lr<1e-3`, `test.top1>=90`,
-    `attention.kind in [csan, syn]`. The value is read as YAML and compared by type, so an integer matches
-    the same number stored as a float (an axis column that mixes sweeps), a boolean only a boolean (or its
-    YAML word), text case-insensitively. A missing value (an axis that does not apply) matches only `!=`."""
+    """A typed test on one column of `runs` or a config path (`--where`): `attention.steps=1`, `train.lr<1e-3`,
+    `test.top1>=90`, `attention.kind in [csan, syn]`, `train.epochs=4` where no axis varies the epochs. The
+    value is read as YAML and compared by type, so an integer matches the same number stored as a float (an axis
+    column that mixes sweeps), a boolean only a boolean (or its YAML word), text case-insensitively. A missing
+    value (an axis that does not apply) matches only `!=`."""
 
     path: str
-    """An axis path (`attention.kind`), a result (`test.top1`) or any column of `runs`."""
+    """An axis path (`attention.kind`), a result (`test.top1`), any column of `runs` or a path of the trials'
+    configs (`train.epochs`)."""
     op: str
     value: Any
     text: str
@@ -470,7 +478,7 @@ class Condition:
             value = typed_value(raw)
         except Exception as e:
             raise ValueError(f"--where {text!r}: the value is not YAML ({e})") from None
-        op = op.strip()
+        op = "=" if op == "==" else op.strip()
         if op == "in":
             value = value if isinstance(value, list) else [typed_value(v) for v in raw.split(",")]
         elif op in ("<", ">", "<=", ">=") and not _number(value):
@@ -492,11 +500,18 @@ class Condition:
 
 def column_of(rows: Listing, path: str) -> str:
     """The column `path` names: `axis.<path>` where the sweep varies it, else the column itself (a result,
-    state, ...); KeyError naming the columns there are."""
-    for name in (f"axis.{path}", path):
+    state, ...), else the config's value at `path` where the rows hold the configs (`config.<path>`); KeyError
+    naming the columns there are."""
+    for name in (f"axis.{path}", path, f"config.{path}"):
         if name in rows:
             return name
-    raise KeyError(f"no column {path!r}; columns: {', '.join(c.removeprefix('axis.') for c in rows.names)}")
+    shown = [c.removeprefix("axis.") for c in rows.names if not c.startswith("config.")]
+    raise KeyError(f"no column or config path {path!r}; columns: {', '.join(shown)}; config paths: those of "
+                   "`ablate show KEY` (train.epochs, model.depth, ...)")  # fmt: skip
+
+
+def _has(rows: Listing, path: str) -> bool:
+    return f"axis.{path}" in rows or path in rows
 
 
 def _number(v: Any) -> bool:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import JSON, BigInteger, DateTime, Float, ForeignKey, Index, Integer, MetaData, String, Text
+from sqlalchemy import JSON, BigInteger, DateTime, Float, ForeignKey, Index, Integer, MetaData, String, Text, true
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 #: Every trial state. `running` trials left by a killed launcher are set to `interrupted` on the next launch;
@@ -132,6 +132,10 @@ class Membership(Base):
     trial_key: Mapped[str] = mapped_column(KEY, ForeignKey("trials.key"), primary_key=True)
     axes: Mapped[dict[str, Any] | None]
     position: Mapped[int] = mapped_column(default=0)
+    planned: Mapped[bool] = mapped_column(default=True, server_default=true())
+    """Whether the sweep's current plan makes this trial (its last launch's trials, and the seeds and arms its
+    later rounds may add); false for trials launched before under other settings (`-s train.epochs=4`, a knob
+    since renamed), which reports leave out unless asked."""
 
 
 class Metric(Base):

@@ -31,6 +31,7 @@ from sqlalchemy.orm import Session
 from ablate.patience import patiently
 from ablate.store import engine as eng
 from ablate.store.faults import StoreUnavailable, explain, restarting
+from ablate.store.listing import missing
 from ablate.store.queries import MEMBERS, METRICS, PREVIOUS, SWEEPS, TRIALS, Queries
 from ablate.store.schema import ENDED, FINAL_STATES, Base, Membership, SweepRecord, TrialRecord
 
@@ -64,6 +65,14 @@ def error_line(text: str | None) -> str | None:
     if not lines:
         return None
     return lines[-1] if lines[0].startswith("Traceback") else lines[0]
+
+
+def divergence(epoch: Any, step: Any) -> str | None:
+    """Where a diverged trial's loss stopped being finite, in words (`diverged at epoch 3, step 17`); None where
+    the epoch was not recorded. What `launch`, `status`, `show` and the report's unfinished trials say."""
+    if missing(epoch):
+        return None
+    return f"diverged at epoch {int(epoch)}" + ("" if missing(step) else f", step {int(step)}")
 
 
 @dataclass(frozen=True)
@@ -183,12 +192,15 @@ class Store(Queries):
         one sweep at once keep one parent run, the first to write (as `keep_mlflow_run` for a trial's run)."""
         return self._keep_run(SWEEPS, SWEEPS.c.name, name, run_id, replacing, mlflow_experiment_id=experiment_id)
 
-    def add_trials(self, sweep: str, trials: Iterable[Any]) -> None:
+    def add_trials(self, sweep: str, trials: Iterable[Any], plan: Iterable[str] | None = None) -> None:
         """Add planned trials to `sweep` (created if missing), in plan order.
 
         A trial is a `planner.Trial` or a mapping with key, config (dict or TrialConfig), axes, variant.
         New keys start `pending`; existing keys keep their state and record, and gain this membership
-        (its axes and position are overwritten if the trial was in the sweep already).
+        (its axes and position are overwritten if the trial was in the sweep already). `plan`: the key of every
+        trial the sweep's plan makes now (`trials`, and those later rounds may add): the sweep's other trials are
+        marked outside its plan (`Membership.planned`), what a report leaves out unless asked; None (a caller
+        that adds to a sweep) leaves the others as they are.
         """
         t = now()
         new, members = [], []
@@ -200,12 +212,20 @@ class Store(Queries):
             )
             new.append({"key": key, "variant": _field(trial, "variant"), "config": config, "axes": axes,
                         "state": "pending", "attempts": 0, "created_at": t})  # fmt: skip
-            members.append({"sweep": sweep, "trial_key": key, "axes": axes, "position": pos})
+            members.append({"sweep": sweep, "trial_key": key, "axes": axes, "position": pos, "planned": True})
+        later = [] if plan is None else list(set(plan) - {m["trial_key"] for m in members})
+        mine = MEMBERS.c.sweep == sweep
         with self._write() as conn:
             eng.upsert(conn, SWEEPS, [{"name": sweep, "created_at": t, "updated_at": t}], ["name"])
             # the variant is derived from the config: always current
             eng.upsert(conn, TRIALS, new, ["key"], ["variant"], serialised=["config", "axes"])
-            eng.upsert(conn, MEMBERS, members, ["sweep", "trial_key"], ["axes", "position"], serialised=["axes"])
+            if plan is not None:  # one transaction: a reader sees the old plan's flags or the new one's
+                conn.execute(update(MEMBERS).where(mine, MEMBERS.c.planned).values(planned=False))
+                for i in range(0, len(later), CHUNK):  # a later round's trials added before: still planned
+                    conn.execute(update(MEMBERS).where(mine, MEMBERS.c.trial_key.in_(later[i : i + CHUNK]))
+                                 .values(planned=True))  # fmt: skip
+            eng.upsert(conn, MEMBERS, members, ["sweep", "trial_key"], ["axes", "position", "planned"],
+                       serialised=["axes"])  # fmt: skip
 
     # ------------------------------------------------------------------------------------------ trials
     def mark_running(

@@ -105,6 +105,8 @@ def test_status_prints_the_counts_per_state_of_the_store(tmp_path: Path) -> None
     ]
     errors = {r["key"]: r["error"] for r in failures}
     assert errors["f1"] == "ValueError: boom" and errors["b1"] == "RuntimeError: out of memory"
+    assert errors["v1"] == "diverged at epoch 1, step 3"  # where, as `show` says it
+    assert "state: diverged at epoch 1, step 3  attempts" in invoke("show", "v1", "--db", db, "--mlflow-uri", "")
     only_beta = table(status("beta-sweep", "--db", db), "trials per state")
     assert [{k: r[k] for k in want["beta-sweep"]} for r in only_beta] == [
         {k: str(v) for k, v in want["beta-sweep"].items()}
@@ -423,7 +425,8 @@ def test_runs_where_compares_by_type_across_sweeps(tmp_path: Path) -> None:
     assert keys("--db", db, "--where", "attention.kind in [SYN, ista]") == ["m2", "s1", "s2"]
     assert keys("--db", db, "--where", "test.top1>=50", "--where", "state=done") == ["m1"]
     assert keys("mix", "--db", db, "--where", "attention.steps=1") == ["m2"]
-    for bad, said in (("attention.steps<abc", "< compares numbers, found 'abc'"), ("colour=red", "no column 'colour'"),
+    for bad, said in (("attention.steps<abc", "< compares numbers, found 'abc'"),
+                      ("colour=red", "no column or config path 'colour'"),
                       ("attention.steps", "expected PATH=VALUE")):  # fmt: skip
         result = CliRunner().invoke(app, ["runs", "--db", db, "--where", bad])
         assert result.exit_code == 2 and said in result.output, result.output
@@ -444,7 +447,7 @@ def test_runs_shows_axes_and_each_sweeps_metric_unless_told(tmp_path: Path) -> N
     assert markdown[:4] == ["| key | axis.attention.signed | test.top1 |", "|---|---|---|", "| m1 | - | 50 |",
                             "| m2 | True | - |"]  # fmt: skip
     bad = CliRunner().invoke(app, ["runs", "--db", db, "--columns", "key,colour"])
-    assert bad.exit_code == 2 and "--columns: no column 'colour'" in bad.output
+    assert bad.exit_code == 2 and "--columns: no column or config path 'colour'" in bad.output
 
 
 def test_status_gives_each_sweep_its_epochs_left_and_eta(tmp_path: Path) -> None:

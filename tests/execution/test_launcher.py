@@ -144,14 +144,19 @@ def test_failure_and_divergence_are_recorded(ray_local, tmp_path: Path) -> None:
     nan = {**TINY, "train": {**TINY["train"], "lr": 1e30, "weight_decay": 0.0}}
     f = write_sweeps(tmp_path / "e.yaml", {"broken": {"base": broken}, "nan": {"base": nan}, "ok": {"base": TINY}})
     plans = plan_all(f)
+    console = Console(record=True, width=400)
     with Store(f"sqlite:///{tmp_path}/r.sqlite") as store:
-        res = launch(plans, store=store, run=RunConfig(storage=tmp_path / "ck"), progress=quiet())
+        progress = Progress(live=False, console=console)
+        res = launch(plans, store=store, run=RunConfig(storage=tmp_path / "ck"), progress=progress)
         assert res.counts == {"failed": 1, "diverged": 1, "done": 1}
         t = store.trials_frame().set_index("sweep")
         assert "missing.csv" in t.loc["broken", "error"]
         trace = store.trial(t.loc["broken", "key"]).traceback
         assert 'File "' in trace and "build_data" in trace and "\x1b[" not in trace
         assert t.loc["nan", "state"] == "diverged" and t.loc["nan", "diverged_epoch"] == 1
+        step = t.loc["nan", "diverged_step"]
+        said = f"diverged {t.loc['nan', 'key'][:10]} at epoch 1, step {step}"  # the launch says where
+        assert said in console.export_text(), console.export_text()
 
 
 def by_value() -> None:
@@ -720,3 +725,36 @@ def test_an_mlflow_store_that_cannot_be_opened_stops_the_launch_before_anything_
     assert out.returncode == 0 and out.stdout.strip(), out.stdout + out.stderr
     said = json.loads(out.stdout.splitlines()[-1])
     assert "Is a directory" in said["error"] and not said["ray"] and said["sweeps"] == 0
+
+
+def test_a_launch_says_what_the_sweep_holds_that_its_plan_no_longer_makes(tmp_path) -> None:
+    """`th` launched at 2 epochs, then at 3 (`-s train.epochs=3`): the relaunch (nothing to run) says how many
+    trials the plan no longer makes, what they differ in and how to see or delete them, and marks them outside
+    the plan; launched once more without csan, the csan knobs are paths no config of the plan has."""
+    from synthetic import fill
+
+    def at(epochs: int, kinds: list[str]) -> Plan:
+        base = {**TINY, "train": {**TINY["train"], "epochs": epochs}}
+        sweep = {"base": base, "seeds": 2, "grid": {"attention.kind": kinds}}
+        return plan(write_sweeps(tmp_path / f"{epochs}.yaml", {"th": sweep}), "th")
+
+    def relaunch(p: Plan) -> str:
+        console = Console(record=True, width=2000)
+        launch(p, store, run=RunConfig(storage=tmp_path / "ck"), progress=Progress(live=False, console=console))
+        return " ".join(console.export_text().split())
+
+    two, three = at(2, ["softmax", "csan"]), at(3, ["softmax", "csan"])
+    with Store(f"sqlite:///{tmp_path}/r.sqlite") as store:
+        for p in (two, three):
+            fill(store, p, lambda t: 50.0)
+        said = relaunch(three)
+        assert ("sweep th holds 4 trials its plan no longer makes: they differ in train.epochs (2; the plan: 3). Its "
+                "report leaves them out (`ablate report th --all-trials` shows them, labelled by what differs); "
+                "`ablate forget th --where 'train.epochs=2'` deletes them") in said  # fmt: skip
+        assert store.outside_plan("th") == sorted(t.key for t in two.trials)
+        said = relaunch(at(3, ["softmax"]))
+        assert (
+            "sweep th holds 6 trials its plan no longer makes" in said
+            and "attention.kind (csan; the plan: softmax)" in said
+        )
+        assert "no config of the plan has attention." in said and "--where PATH=VALUE" in said, said

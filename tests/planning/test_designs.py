@@ -81,6 +81,11 @@ def test_one_at_a_time_moves_each_axis_alone_from_the_reference(tmp_path: Path) 
     assert [base.axes[a] for a in SWITCHES] == [True] * 4 and base.axes["attention.kappa_pub"] == "head"
     for t in p.trials:  # every other cell differs from the reference in one axis
         assert sum(t.axes[a] != base.axes[a] for a in grid) <= 1, (t.axes, ref)
+    on_first = {**{a: [True, False] for a in SWITCHES}, "attention.kappa_pub": ["off", "head"]}
+    listed_on_first = planned(tmp_path, {"one-at-a-time": {"from": "full"}}, grid=on_first)
+    full = next(t for t in listed_on_first.trials if t.variant == listed_on_first.baseline)
+    assert [full.axes[a] for a in SWITCHES] == [True] * 4  # a switch's full value is true, wherever it is listed
+    assert full.axes["attention.kappa_pub"] == "head"  # other axes: the last listed
     given = planned(tmp_path, {"one-at-a-time": {"from": {**OFF, "attention.kappa_pub": "unit"}}}, grid=grid)
     by_baseline = planned(tmp_path, {"one-at-a-time": {"from": "baseline"}}, grid=grid,
                           baseline={**OFF, "attention.kappa_pub": "unit"})  # fmt: skip

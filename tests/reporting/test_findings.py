@@ -17,7 +17,7 @@ from synthetic import fill
 from ablate import evidence
 from ablate.evidence import verdict
 from ablate.planning.plan import Plan, plan
-from ablate.reporting import findings, frames, report, stats, tables
+from ablate.reporting import findings, frames, report, stats, tables, undertrained
 from ablate.store import Store
 
 #: Ten seeds' shared effect (data order, initialisation): every variant moves with it.
@@ -172,3 +172,54 @@ def test_summary_and_index_page_say_tied_where_the_report_does(store, tmp_path):
     assert "best or tied (mean)" in index and "best variant" not in index
     assert f"test.top1: tied: {CSAN}, attn-FFN (86.48) / {SOFT}, attn-FFN (86.4)" in index
     assert "test.top1: best: Gaussian" in index
+
+
+def scripted_curves(store: Store, p: Plan, curve) -> None:
+    """Each trial's validation top1 per epoch, `curve(t)` (epochs 1, 2, ...), written as a launch records it."""
+    store.log_metric_rows([(t.key, "val.top1", e, v, None) for t in p.trials for e, v in enumerate(curve(t), 1)])
+
+
+def test_models_that_barely_trained_are_said_before_any_comparison(store, tmp_path):
+    """The plugin example's case: about 24% top-1 on digits (10 classes: chance 10%), softmax's validation curve
+    still rising at its last epoch (+4 from epoch 3 to 4), CSaN's level since epoch 2. The report's Findings open
+    with both, in numbers the tables and curves show; a sweep clear of chance and levelled off has neither."""
+    kinds = {"attention.kind": ["softmax", "csan"]}
+    weak = sweep(store, tmp_path, "weak", kinds, 6,
+                 lambda t: 24.0 + SHIFT[t.axes["seed"]] + (t.axes["attention.kind"] == "csan"))  # fmt: skip
+    scripted_curves(
+        store, weak, lambda t: [12, 16, 20, 24] if t.axes["attention.kind"] == "softmax" else [15, 25, 25, 25]
+    )
+    report("weak", store=store, out=tmp_path / "r", formats=["md"])
+    md = (tmp_path / "r" / "weak" / "report.md").read_text()
+    rows = [r for r in md.split("## Findings", 1)[1].split("\n## ", 1)[0].splitlines() if r.startswith("| ")]
+    softmax, csan = "Softmax, attn-FFN", "CSaN (tau, mu, private; unit readout), attn-FFN"
+    assert rows[1].startswith(
+        f"| near chance | Every variant scored near chance on test.top1: {softmax} 24.10 "
+        f"(chance 10.00); {csan} 25.10 (chance 10.00). Below a quarter of the way"
+    ), rows
+    assert rows[2].startswith(
+        f"| still improving | 1 of 2 variants still improved at the last epoch (val.top1, "
+        f"mean over up to 3 seeds): {softmax} +4.00 from epoch 3 to 4. The scores"
+    ), rows
+    fine = sweep(store, tmp_path, "fine", kinds, 6, lambda t: 90.0 + SHIFT[t.axes["seed"]])
+    scripted_curves(store, fine, lambda t: [60, 89.5, 90, 90.2])  # +0.2 over the last quarter: levelled off
+    data = frames.load(store, "fine")
+    assert undertrained.findings(store, data, frames.variant_table(data)) == []
+
+
+def test_variants_that_diverged_are_said_with_where_instead_of_no_baseline(store, tmp_path):
+    """Every variant but the baseline diverged (CSaN in all 6 seeds, at epoch 1, step 3): the Findings say what
+    diverged and where, first, and do not claim there is no baseline."""
+    kinds = {"attention.kind": ["softmax", "csan"]}
+    p = plan(write_sweeps(tmp_path / "d.yaml", {"d": {"base": TINY, "grid": kinds, "seeds": 6,
+             "baseline": {"attention.kind": "softmax"}}}), "d")  # fmt: skip
+    csan = lambda t: t.axes["attention.kind"] == "csan"  # noqa: E731
+    fill(store, p, lambda t: 90.0 + SHIFT[t.axes["seed"]], state=lambda t: "diverged" if csan(t) else "done")
+    data = frames.load(store, "d")
+    table = frames.variant_table(data)
+    found = [(f.kind, f.text) for f in undertrained.findings(store, data, table)] + lines(store, "d")
+    assert found[0] == (undertrained.DIVERGED, "Diverged (loss not finite): CSaN (tau, mu, private; unit readout), "
+                        "attn-FFN in 6 of 6 trials, first at epoch 1, step 3. 1 of them with no trial done: compared "
+                        "with nothing. `ablate report` lists the trials under Unfinished trials.")  # fmt: skip
+    assert found[-1] == (findings.NO_TEST, "Nothing compared: no variant but the baseline has results, and fewer "
+                         "than two measured variants per group.")  # fmt: skip

@@ -562,6 +562,41 @@ def test_cli_report(store, tmp_path):
     assert bad.exit_code == 2 and "matches no variant" in bad.output
 
 
+def relaunched(store: Store, tmp_path: Path) -> None:
+    """Sweep `th` launched at 2 epochs (softmax 80 + seed, csan +1), then again at 3 (`-s train.epochs=3`: softmax
+    70 + seed, csan +4): each launch writes its plan as a launch does (the trials of the other plan outside it)."""
+    for epochs, score, gain in ((2, 80, 1.0), (3, 70, 4.0)):
+        base = {**TINY, "train": {**TINY["train"], "epochs": epochs}}
+        p = planned(tmp_path, "th", base=base, grid={"attention.kind": ["softmax", "csan"]}, seeds=6,
+                    baseline={"attention.kind": "softmax"})  # fmt: skip
+        fill(store, p, lambda t, s=score, g=gain: s + t.config.seed + g * (t.axes["attention.kind"] == "csan"))
+        store.add_trials("th", p.trials, [t.key for t in p.trials])
+
+
+def test_a_report_covers_the_current_plan_and_earlier_trials_only_when_asked(store, tmp_path):
+    """A sweep launched again under other settings holds both launches' trials: its report covers the current
+    plan (one row per label, the 3-epoch gain, a line saying what was left out); `--all-trials` adds the others
+    with the config path they differ in as a column and in their labels (no two rows share a label)."""
+    relaunched(store, tmp_path)
+    run = CliRunner().invoke(app, ["report", "th", "--out", str(tmp_path / "r"), "-f", "md,csv", "--db", store.url])
+    assert run.exit_code == 0, run.output
+    v = read_csv(tmp_path / "r" / "th" / "variants.csv")
+    assert len(v) == 2 and v["label"].is_unique and v["delta"].max() == pytest.approx(4.0)
+    md = (tmp_path / "r" / "th" / "report.md").read_text()
+    assert ("Left out: 12 trials of this sweep that its current plan no longer makes (launched before under other "
+            "settings); `ablate report th --all-trials` includes them.") in md  # fmt: skip
+    every = ["report", "th", "--all-trials", "--out", str(tmp_path / "a"), "-f", "md,csv", "--db", store.url]
+    assert CliRunner().invoke(app, every).exit_code == 0
+    v = read_csv(tmp_path / "a" / "th" / "variants.csv")
+    assert len(v) == 4 and v["label"].is_unique
+    assert sorted(v["axis.train.epochs"]) == [2, 2, 3, 3]
+    gains = v[v["delta"] != 0].set_index("axis.train.epochs")["delta"]
+    assert gains.to_dict() == pytest.approx({2: 1.0, 3: 4.0})  # each against the baseline at its own epochs
+    assert all("epochs=" in label for label in v["label"])
+    md = (tmp_path / "a" / "th" / "report.md").read_text()
+    assert "Includes 12 trials outside the sweep's current plan, labelled by what they differ in: train.epochs." in md
+
+
 def test_report_of_a_real_launch(ray_local, store, tmp_path):
     """What the launcher really records (results, costs, per-epoch metrics, diagnostics) reports whole."""
     from ablate.execution.launcher import RunConfig, launch
@@ -788,7 +823,8 @@ def test_report_renders_in_headless_chromium_without_console_errors(store, tmp_p
     assert re.findall(r"<h2>(.*?)</h2>", body)[:2] == ["Findings", "Variants"]
     first = body[body.index("<table>") : body.index("</table>")]
     assert "<caption>From the tables below" in first and body.index("<table>") < body.index("<h2>Variants</h2>")
-    assert re.findall(r"<tr><td>([^<]*)</td>", first) == ["tied", "no test"]  # 4 seeds: no test, no winner
+    # synthetic curves still rising at their third epoch, said first; 4 seeds: no test, no winner
+    assert re.findall(r"<tr><td>([^<]*)</td>", first) == ["still improving", "tied", "no test"]
 
 
 TAU_PLUGIN = '''

@@ -28,7 +28,7 @@ from ablate.config import TrialConfig
 from ablate.planning.keys import Trial, trial_key, variant_key
 from ablate.store import STATES, TRIAL_COLUMNS, Owner, Store, flatten
 from ablate.store.engine import make_engine, revision_number, upgrade, upsert_stmt
-from ablate.store.queries import METRICS
+from ablate.store.queries import METRICS, Condition
 from ablate.store.schema import Base
 from ablate.store.writes import CHUNK, now
 
@@ -553,6 +553,41 @@ def test_runs_filters_by_value_or_text(filled):
     assert len(store.runs({"axis.attention.kind": "CSAN", "sweep": "s"})) == 2
     with pytest.raises(KeyError, match="no column 'colour'"):
         store.runs({"colour": "red"})
+
+
+def epochs_trial(seed: int, epochs: int) -> Trial:
+    cfg = TrialConfig.model_validate({"attention": {"kind": "softmax"}, "seed": seed, "train": {"epochs": epochs}})
+    return Trial(trial_key(cfg), variant_key(cfg), cfg, {"attention.kind": "softmax", "seed": seed})
+
+
+def test_a_launch_of_another_plan_marks_the_sweeps_earlier_trials_outside_it(store):
+    """Launched again under `-s train.epochs=5`, the sweep keeps its epochs-4 trials (the store never forgets by
+    itself) but they are outside its plan: the planned frame holds the new plan's trials, `outside_plan` names
+    the others; a seed a later round may add and that was added before stays planned; a caller that adds
+    without a plan changes no flag."""
+    four, five = [epochs_trial(s, 4) for s in range(3)], [epochs_trial(s, 5) for s in range(3)]
+    store.add_trials("s", four, plan=[t.key for t in four])
+    assert store.outside_plan("s") == [] and len(store.trials_frame("s", planned=True)) == 3
+    store.add_trials("s", five[:2], plan=[t.key for t in five])  # seed 2: the reserve of a later round
+    assert store.outside_plan("s") == sorted(t.key for t in four)
+    assert store.trials_frame("s", planned=True)["key"].tolist() == [t.key for t in five[:2]]
+    assert len(store.trials_frame("s")) == 5
+    store.add_trials("s", five)  # a later round adds seed 2
+    store.add_trials("s", five[:2], plan=[t.key for t in five])  # the next launch starts from the first look
+    assert sorted(store.trials_frame("s", planned=True)["key"]) == sorted(t.key for t in five)
+    store.add_trials("s", four[:1])
+    assert store.outside_plan("s") == sorted(t.key for t in four[1:])
+
+
+def test_where_reaches_config_paths_no_axis_varies(store):
+    """`--where train.epochs=4` where no axis varies the epochs: the trials' configs are read for it, `==` is
+    `=`, and a path neither a column nor in any config names what there is."""
+    store.add_trials("s", [epochs_trial(s, e) for e in (4, 5) for s in range(2)])
+    four = [epochs_trial(s, 4).key for s in range(2)]
+    for written in ("train.epochs=4", "train.epochs==4", "train.epochs<5"):
+        assert store.page(sweeps="s", where=[Condition.parse(written)]).rows["key"] == four
+    with pytest.raises(KeyError, match=r"no column or config path 'train\.epoch'"):
+        store.page(sweeps="s", where=[Condition.parse("train.epoch=4")])
 
 
 def test_sweeps_frame_and_flatten(filled):
