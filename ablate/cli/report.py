@@ -27,7 +27,10 @@ def report(
     ),
     correction: str = typer.Option("holm", help="Multiple-comparison correction of each table: holm or bh."),
     time: bool = typer.Option(
-        False, "--time", help="Also time each architecture's training step side by side on this CPU (relative cost)."
+        False,
+        "--time",
+        help="Also time each architecture's training step side by side on this CPU at the trials' batch "
+        "(relative cost, in the Cost section).",
     ),
     all_trials: bool = typer.Option(
         False, "--all-trials", help="Also the trials launched before under other settings, labelled by what differs."

@@ -4,16 +4,18 @@ and their ratio is the architectures' (`ablate report --time`).
 
 A trial's own samples/s (`reporting.frames.throughput`) is measured where and when it ran: by a worker that may
 be warming up, on a machine others load. Here each architecture takes one untimed warm-up step, then `ROUNDS`
-rounds time one step of each (forward, a sum loss, backward) in a fixed order; an architecture's figure is the
-median of its rounds, relative to the fastest. Torch runs on one CPU thread while timing: with several, an OpenMP
-barrier waiting on a descheduled thread adds a time slice to every op and punishes mixers with many small ops
-(bench/attention.py). torch is imported only when timing runs.
+rounds time one step of each (forward, a sum loss, backward) in a fixed order, at the batch the sweep's trials
+train at (`batch_of`: a worker's micro-batch; at another batch the ratio is another, as per-call overheads weigh
+more in a small batch); an architecture's figure is the median of its rounds, relative to the fastest. Torch runs
+on one CPU thread while timing: with several, an OpenMP barrier waiting on a descheduled thread adds a time slice
+to every op and punishes mixers with many small ops (bench/attention.py). torch is imported only when timing runs.
 """
 
 from __future__ import annotations
 
 import statistics
 import time
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -21,7 +23,6 @@ from ablate.config import TrialConfig
 from ablate.nn.costs import data_dims
 from ablate.nn.widths import model_key
 
-BATCH = 4
 ROUNDS = 5
 THREADS = 1
 
@@ -36,7 +37,8 @@ class StepTimes:
     """The architectures in the order their timed steps ran: the protocol, round after round."""
     seconds: Mapping[str, tuple[float, ...]]
     """Each architecture's timed steps, one per round."""
-    batch: int = BATCH
+    batch: int
+    """Examples per timed step."""
     threads: int = THREADS
 
     def median(self) -> dict[str, float]:
@@ -55,13 +57,21 @@ def architectures(configs: Mapping[str, TrialConfig]) -> dict[str, str]:
     return {v: model_key(cfg, *reversed(data_dims(cfg))) for v, cfg in configs.items()}
 
 
-def side_by_side(configs: Mapping[str, TrialConfig], rounds: int = ROUNDS, batch: int = BATCH) -> StepTimes:
+def batch_of(configs: Mapping[str, TrialConfig]) -> int:
+    """The examples one training step of the sweep's trials takes: a worker's micro-batch (`train.device_batch`,
+    from `TrialConfig.batch_split`); where variants differ, the most common (the smallest of equally common)."""
+    counts = Counter(cfg.batch_split().device_batch for cfg in configs.values())
+    return min(counts, key=lambda b: (-counts[b], b))
+
+
+def side_by_side(configs: Mapping[str, TrialConfig], rounds: int = ROUNDS, batch: int | None = None) -> StepTimes:
     """Time the training step of every distinct architecture among `configs` (variant -> config) in turn, in this
-    process on CPU (`StepTimes`)."""
+    process on CPU, at `batch` examples (default: the trials' own, `batch_of`) (`StepTimes`)."""
     import torch
 
     from ablate.planning.check import trainable
 
+    batch = batch_of(configs) if batch is None else batch
     variants = architectures(configs)
     first: dict[str, TrialConfig] = {}
     for variant, arch in variants.items():

@@ -40,6 +40,7 @@ from ablate.reporting import (
     sections,
     seeding,
     tables,
+    ties,
     tuned,
     undertrained,
 )
@@ -109,6 +110,7 @@ def _write_sweep(
     if chosen is not None and chosen.two_level:
         eff = designed.effects(data, chosen, correction)
     won = tables.verdicts(table, data, correction)
+    best = ties.against_best(data, won)
     written = []
     tuning = tuned.report(store, data, table, correction)  # None unless the sweep is tuned
     if "csv" in formats and tuning is not None:
@@ -119,6 +121,8 @@ def _write_sweep(
         written.append(write_file(where / "variants.csv", csv(table)))
         if eff is not None:
             written.append(write_file(where / "effects.csv", csv(eff, index=False)))
+        if len(best):
+            written.append(write_file(where / "best.csv", csv(best, index=False)))
     if formats & {"html", "md", "tex"}:
         figures = _figures(store, data, table, eff) if formats & {"html", "md"} else {}
         contributed = sections.sections(sections.SweepResults(data, table, correction, store))
@@ -128,6 +132,8 @@ def _write_sweep(
         if tuning is not None:
             parts.insert(1, tuning.section)
             figures |= tuning.figures if formats & {"html", "md"} else {}
+        if len(best):  # right after the variant table whose bold cell it explains
+            parts.insert(1, Section("Best or tied", [ties.table(best, data, correction)]))
         found = [*undertrained.findings(store, data, table), *findings.findings(data, table, fac, eff, won)]
         if chosen is not None and chosen.two_level and (words := designed.unseparated(chosen, data)) is not None:
             found.append(findings.Finding(findings.CONFOUNDED, words))
@@ -185,9 +191,9 @@ def _sections(
         Section("Variants", [tables.variants(table, data, correction), *fig("variants", f"{data.metric} per variant")]),
         Section(
             "Cost",
-            [*(fig("cost", f"{data.metric} against params, GFLOPs and measured step costs with the Pareto front")
+            [*(fig("cost", f"{data.metric} against params, GFLOPs and the side-by-side step time with the Pareto front")
                or ["No cost on which the finished variants differ (params, GFLOPs, step time): no cost plot."]),
-             tables.speed_words(table)],
+             tables.costs(table) or "No training was timed: no measured cost."],
         ),
     ]  # fmt: skip
     if pub := tables.published_tables(table, data):  # only where a variant's mechanism has a published table

@@ -53,17 +53,17 @@ class Finding:
     text: str
 
 
-def mdds(sd: float, n: np.ndarray, ratio: float = 0.0) -> np.ndarray:
+def mdds(sd: float, n: np.ndarray, ratio: float = 0.0, alpha: float = evidence.ALPHA) -> np.ndarray:
     """The minimum detectable difference (module docstring) of n paired differences with standard deviation `sd`,
-    for each n (at least 2) of `n`."""
-    q = sps.t.ppf(1 - evidence.ALPHA / 2, n - 1) + sps.t.ppf(POWER, n - 1)
+    for each n (at least 2) of `n`, at two-sided level `alpha`."""
+    q = sps.t.ppf(1 - alpha / 2, n - 1) + sps.t.ppf(POWER, n - 1)
     out: np.ndarray = q * sd * np.sqrt(1 / n + ratio)
     return out
 
 
-def mdd(sd: float, n: int, ratio: float = 0.0) -> float:
+def mdd(sd: float, n: int, ratio: float = 0.0, alpha: float = evidence.ALPHA) -> float:
     """`mdds` of one n; NaN below two pairs."""
-    return float(mdds(sd, np.array([n]), ratio)[0]) if n >= 2 else math.nan
+    return float(mdds(sd, np.array([n]), ratio, alpha)[0]) if n >= 2 else math.nan
 
 
 def seeds_needed(sd: float, target: float, ratio: float = 0.0) -> int | None:
@@ -169,11 +169,14 @@ def _verdict(group: str, v: Verdict, labels: pd.Series) -> Finding:
     where = f"{group}: " if group else ""
     if v.significant:
         return Finding(BEST, f"{where}{labels[v.best]} is better than every other variant (largest p adj "
-                             f"{tables.pvalue(v.largest)}).")  # fmt: skip
+                             f"{tables.pvalue(v.largest)}; each test in Best or tied).")  # fmt: skip
     largest = "no test for some pair" if math.isnan(v.largest) else f"largest p adj {tables.pvalue(v.largest)}"
     tied = " / ".join(labels[x] for x in v.tied)
     return Finding(
-        TIED, f"{where}{tied}: the best mean is not significantly better than the others listed ({largest})."
+        TIED,
+        f"{where}{tied}: the best mean is not significantly better than the others listed ({largest}). Tied "
+        "is not equivalent: Best or tied gives each difference's interval and the smallest one its replicates could "
+        "detect (MDD).",
     )
 
 

@@ -43,7 +43,7 @@ DIAGNOSTICS = {
 LOSSES = ("train.loss", "val.loss")
 THROUGHPUT_TRIALS = 3
 SPEED = ("samples_s", "epoch_s", "timed", "device")
-"""What `throughput` measures per variant (and `step_rel` when timed side by side)."""
+"""What `throughput` measures per variant (and `step_rel`, `step_batch` when timed side by side)."""
 NA = "n/a"
 """An axis value that does not apply to a variant (a knob of another attention kind)."""
 CHUNK = 500
@@ -332,7 +332,7 @@ def throughput(store: Store, data: SweepData, side_by_side: bool = False) -> pd.
     where the worker warms up), the median over `timed` finished trials (up to THROUGHPUT_TRIALS: reading every
     trial's epochs would dominate a large sweep's report) on `device`. These still carry the machine's load when
     they ran; `side_by_side` adds `step_rel`, every architecture's training step timed in turn in this process
-    (`ablate.planning.steptime`), a ratio the load cannot tilt."""
+    (`ablate.planning.steptime`), a ratio the load cannot tilt, at `step_batch` examples (the trials' own)."""
     done = data.trials[data.trials["state"] == "done"]
     trials = done.groupby("variant", sort=False).head(THROUGHPUT_TRIALS).set_index("key")
     m = metrics(store, ["samples_per_s", "epoch_s"], trials.index.tolist()).astype({"key": str, "name": str})
@@ -345,7 +345,8 @@ def throughput(store: Store, data: SweepData, side_by_side: bool = False) -> pd.
                         "timed": by["samples_per_s"].count()}).reindex(data.variants.index)  # fmt: skip
     out["device"] = trials.groupby("variant")["device"].agg(lambda d: ", ".join(sorted(set(d.dropna()))))
     if side_by_side:
-        out["step_rel"] = pd.Series(step_times(data).relative())
+        times = step_times(data)
+        out["step_rel"], out["step_batch"] = pd.Series(times.relative()), times.batch
     return out
 
 

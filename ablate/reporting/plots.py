@@ -148,11 +148,11 @@ def variants_plot(table: pd.DataFrame, data: SweepData) -> bytes | None:
 
 
 COSTS = (("params", "#params (M)", 1e6), ("gflops", "GFLOPs per example (MACs)", 1.0),
-         ("epoch_s", "s per epoch, steady state (epochs 2+, median of trials)", 1.0),
-         ("step_rel", "relative step time (side by side, one process, CPU)", 1.0))  # fmt: skip
-"""The costs a panel can plot: exact counts, each trial's own steady-state timing, and (`report --time`) every
-architecture timed side by side. A trial's wall-clock hours are not among them: they measure its queue, the
-worker's warm-up and the machine's load as much as the architecture."""
+         ("step_rel", "relative step time (side by side, one process, CPU, the trials' batch)", 1.0))  # fmt: skip
+"""The costs a panel can plot: exact counts and (`report --time`) every architecture timed side by side. A
+trial's own timing (hours, s/epoch, samples/s) is not among them: it measures its queue, the worker's warm-up and
+the machine's load as much as the architecture, and a Pareto front on it reversed between runs of the same trials
+(the Cost section's table lists it, ranking nothing)."""
 
 
 def cost_plot(table: pd.DataFrame, data: SweepData) -> bytes | None:

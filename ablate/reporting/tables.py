@@ -39,9 +39,9 @@ def ci(lo: float, hi: float, digits: int, why: str) -> str:
     return f"[{num(lo, digits, True)}, {num(hi, digits, True)}]"
 
 
-def difference(r: pd.Series, digits: int) -> str:
-    """A paired difference (delta) with its interval, or why it has none, and marks (`marks`)."""
-    return f"{num(r['delta'], digits, True)} {ci(r['lo'], r['hi'], digits, r['why'])}{marks(r)}"
+def difference(r: pd.Series, digits: int, marked: bool = True) -> str:
+    """A paired difference (delta) with its interval, or why it has none, and (`marked`) marks (`marks`)."""
+    return f"{num(r['delta'], digits, True)} {ci(r['lo'], r['hi'], digits, r['why'])}{marks(r) if marked else ''}"
 
 
 def standardised(r: pd.Series) -> str:
@@ -70,12 +70,13 @@ def digits(data: SweepData) -> int:
 
 
 def variants(table: pd.DataFrame, data: SweepData, correction: str = "holm") -> Table:
-    """Architecture, token mixer, #params, GFLOPs, samples/s, metric mean +- std, replicates, paired delta
-    with 95% CI, standardised effect, p (test), adjusted p, trials; grouped by backbone and dataset. A metric
-    cell is bold only where its variant is significantly better than every other of its group."""
+    """Architecture, token mixer, #params, GFLOPs, metric mean +- std, replicates, paired delta with 95% CI,
+    standardised effect, p (test), adjusted p, trials; grouped by backbone and dataset. A metric cell is bold only
+    where its variant is significantly better than every other of its group. Measured speed is not a column: a
+    trial's throughput ranks the machine's load as much as the architecture (`costs` shows it apart)."""
     d = digits(data)
-    header = ["Architecture", "Token mixer", "#Params", "GFLOPs", speed_header(table), f"{data.metric} (mean ± std)",
-              "n", "Δ vs baseline [95% CI]", "d [95% CI]", "p (test)", "p adj.", "trials"]  # fmt: skip
+    header = ["Architecture", "Token mixer", "#Params", "GFLOPs", f"{data.metric} (mean ± std)", "n",
+              "Δ vs baseline [95% CI]", "d [95% CI]", "p (test)", "p adj.", "trials"]  # fmt: skip
     rows = []
     for _, r in table.iterrows():
         if r["is_baseline"]:
@@ -90,10 +91,10 @@ def variants(table: pd.DataFrame, data: SweepData, correction: str = "holm") -> 
         trials = f"{r['done']}/{r['trials']} done" + (f"; {r['unfinished']}" if r["unfinished"] else "")
         if r["stale"]:
             trials += f"; {r['stale']} stale†" + (" (mixed with current)" if r["stale"] < r["done"] else "")
-        rows.append([r["architecture"], r["mixer"], units.params(r["params"]), units.gflops(r["gflops"]),
-                     speed(r), metric, replicates(r, data), delta, eff, p, adj, trials])  # fmt: skip
+        rows.append([r["architecture"], r["mixer"], units.params(r["params"]), units.gflops(r["gflops"]), metric,
+                     replicates(r, data), delta, eff, p, adj, trials])  # fmt: skip
     order = {v: i for i, v in enumerate(table.index)}
-    bold = _cheapest(table) | {(order[w.best], 5) for w in verdicts(table, data, correction).values() if w.significant}
+    bold = _cheapest(table) | {(order[w.best], 4) for w in verdicts(table, data, correction).values() if w.significant}
     ref = table.loc[data.baseline, "label"] if data.baseline in table.index else "none"
     moved = " (the baseline's cell on each variant's own dataset)" if table["ref"].nunique() > 1 else ""
     k = int(table["p_adj"].notna().sum())
@@ -105,37 +106,45 @@ def variants(table: pd.DataFrame, data: SweepData, correction: str = "holm") -> 
         f"{floor_words(table, data)} "
         f"{winner_words(data, correction)} #Params and GFLOPs are exact: bold = the smallest of "
         f"the group. GFLOPs = stored FLOPs / 2e9: multiply-accumulates per example, as the papers count FLOPs. "
-        + speed_words(table)
-        + na_words([row[7] for row in rows], data.design.unit)
+        "Measured training speed: Cost (apart: it depends on the machine's load as much as on the architecture)."
+        + na_words([row[6] for row in rows], data.design.unit)
         + stale_note(data)
     )
     return Table(caption, header, rows, groups=list(table["group"]), bold=bold)
 
 
-def speed(r: pd.Series) -> str:
-    """Steady-state samples/s, and where measured the step time relative to the fastest architecture."""
-    shown = num(r["samples_s"], 0)
-    return f"{shown}; ×{num(r['step_rel'], 2)}" if "step_rel" in r else shown
-
-
-def speed_header(table: pd.DataFrame) -> str:
-    return "samples/s, epochs 2+; × step time" if "step_rel" in table else "samples/s, epochs 2+"
+def costs(table: pd.DataFrame) -> Table | None:
+    """What each variant's training measured: steady-state samples/s and s/epoch of its own trials and, with
+    `report --time`, its architecture's step time relative to the fastest, timed side by side (`speed_words`); None
+    when nothing was measured. Kept out of the variant table, which ranks: the same trials gave one variant the
+    lowest throughput of a sweep in one run and the highest in another, as the load they ran beside changed."""
+    side = "step_rel" in table
+    if not (table["timed"] > 0).any() and not side:
+        return None
+    header = ["Variant", "samples/s, epochs 2+", "s/epoch, epochs 2+", "trials timed"]
+    rows = [[r["label"], num(r["samples_s"], 0), num(r["epoch_s"], 1), str(r["timed"])]
+            + ([f"×{num(r['step_rel'], 2)}"] if side else []) for _, r in table.iterrows()]  # fmt: skip
+    header += ["step time, side by side"] if side else []
+    return Table(speed_words(table), header, rows, groups=list(table["group"]), left=1)
 
 
 def speed_words(table: pd.DataFrame) -> str:
-    """What the samples/s cell timed: each trial in steady state where and when it ran, and, with `report --time`,
-    every architecture side by side in one process."""
+    """What the measured costs timed: each trial in steady state where and when it ran, and, with `report --time`,
+    every architecture side by side in one process at the trials' batch."""
     counts = sorted(set(table["timed"][table["timed"] > 0]))
     n = "-".join(map(str, counts[:: max(len(counts) - 1, 1)])) or "0"
     devices = ", ".join(sorted({d for ds in table["device"].dropna() for d in str(ds).split(", ") if d})) or "-"
-    words = (f"samples/s: steady-state training throughput, epochs 2+ (a trial's first epoch, and the one it "
-             f"resumed in, warm the worker up), median of {n} trials per variant on {devices}: a figure of the "
-             "machine's load as much as of the architecture.")  # fmt: skip
+    words = (f"samples/s, s/epoch: steady-state training throughput, epochs 2+ (a trial's first epoch, and the one "
+             f"it resumed in, warm the worker up), median of {n} trials per variant on {devices}, each where and when "
+             "it ran: a figure of the machine's load as much as of the architecture, which can reverse between runs "
+             "of the same trials, so not a ranking of the architectures.")  # fmt: skip
     if "step_rel" not in table:
         return words + " `ablate report --time` adds each architecture's relative step time, measured side by side."
-    return (f"{words} ×: relative step time, one process, CPU ({steptime.THREADS} thread), batch {steptime.BATCH}: "
-            f"each architecture's forward and backward, median of {steptime.ROUNDS} rounds timed in turn after a "
-            "warm-up step, over the fastest architecture's (×1.00).")  # fmt: skip
+    batch = int(table["step_batch"].iloc[0])
+    return (f"{words} Step time, side by side: one process, CPU ({steptime.THREADS} thread), batch {batch} (the "
+            f"trials' own: a worker's micro-batch, train.device_batch): each architecture's forward and backward, "
+            f"median of {steptime.ROUNDS} rounds timed in turn after a warm-up step, over the fastest "
+            "architecture's (×1.00).")  # fmt: skip
 
 
 def marks(r: pd.Series) -> str:

@@ -8,6 +8,7 @@ import re
 import statistics
 from pathlib import Path
 
+import pandas as pd
 import pytest
 from conftest import TINY, write_sweeps
 from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -73,15 +74,25 @@ def test_steady_state_throughput_leaves_out_each_process_first_epoch_and_takes_m
     assert "step_rel" not in speed
 
 
-def test_the_variant_table_says_what_its_speed_column_timed(store, tmp_path):
-    """The header and caption name steady state, epochs 2+, the trials' count and device, and how to get the
-    side-by-side figure."""
+def test_throughput_is_no_column_of_the_variant_table_and_the_cost_section_says_what_it_timed(store, tmp_path):
+    """A figure of the load that reversed between runs of the same trials does not sit beside #Params and GFLOPs:
+    the variant table has no speed column; the Cost section's table shows samples/s with the trials' count and
+    device and says it ranks nothing, and how to get the side-by-side figure."""
     timed(store, tmp_path)
     data = frames.load(store, "timed")
-    shown = tables.variants(frames.variant_table(data, frames.throughput(store, data)), data)
-    assert shown.header[4] == "samples/s, epochs 2+" and [r[4] for r in shown.rows] == ["2010", "510"]
-    assert "samples/s: steady-state training throughput, epochs 2+" in shown.caption
-    assert "median of 3 trials per variant on cpu" in shown.caption and "`ablate report --time`" in shown.caption
+    table = frames.variant_table(data, frames.throughput(store, data))
+    shown = tables.variants(table, data)
+    assert not any("samples/s" in h or "step" in h for h in shown.header) and shown.header[4].startswith("test.top1")
+    assert not any("2010" in c for r in shown.rows for c in r) and "samples/s" not in shown.caption
+    cost = tables.costs(table)
+    assert (
+        cost is not None and cost.header[1] == "samples/s, epochs 2+" and [r[1] for r in cost.rows] == ["2010", "510"]
+    )
+    assert "samples/s, s/epoch: steady-state training throughput, epochs 2+" in cost.caption
+    assert (
+        "median of 3 trials per variant on cpu" in cost.caption and "not a ranking of the architectures" in cost.caption
+    )
+    assert "`ablate report --time`" in cost.caption
 
 
 def configs(tmp_path: Path) -> dict[str, TrialConfig]:
@@ -110,22 +121,36 @@ def test_side_by_side_times_each_architecture_once_per_round_in_turn(tmp_path):
 def test_relative_step_time_is_the_median_of_rounds_over_the_fastest():
     """On scripted seconds: one slow round (a descheduled step) does not move an architecture's figure."""
     times = steptime.StepTimes(
-        {"v1": "a", "v2": "b", "v3": "a"}, ("a", "b") * 3, {"a": (1.0, 9.0, 1.0), "b": (2.0,) * 3}
+        {"v1": "a", "v2": "b", "v3": "a"}, ("a", "b") * 3, {"a": (1.0, 9.0, 1.0), "b": (2.0,) * 3}, batch=4
     )
     assert times.relative() == {"v1": 1.0, "v2": 2.0, "v3": 1.0}
 
 
-def test_report_time_adds_the_relative_step_time_and_says_how_it_was_measured(store, tmp_path):
-    """`report(time=True)`: the speed column holds samples/s and the side-by-side ratio, its caption the protocol,
-    variants.csv the ratio."""
+def test_report_time_times_at_the_trials_batch_and_says_how_it_was_measured(store, tmp_path):
+    """`report(time=True)`: the Cost section's table adds the side-by-side ratio, timed at the batch the trials
+    trained at (TINY's 128 on one worker, not a fixed small batch), which its caption and variants.csv name."""
     timed(store, tmp_path)
     report("timed", store=store, out=tmp_path / "r", formats=["md", "csv"], time=True)
     text = (tmp_path / "r" / "timed" / "report.md").read_text()
-    cells = re.findall(r"\| (2010|510); ×(\d+\.\d\d) \|", text)
-    assert "samples/s, epochs 2+; × step time" in text and sorted(c[0] for c in cells) == ["2010", "510"]
+    cells = re.findall(r"\| (2010|510) \| [\d.]+ \| 3 \| ×(\d+\.\d\d) \|", text)
+    assert "| step time, side by side |" in text and sorted(c[0] for c in cells) == ["2010", "510"]
     assert min(float(c[1]) for c in cells) == 1.0
-    assert f"relative step time, one process, CPU ({steptime.THREADS} thread), batch {steptime.BATCH}" in text
-    assert (tmp_path / "r" / "timed" / "variants.csv").read_text().splitlines()[0].count("step_rel") == 1
+    assert f"one process, CPU ({steptime.THREADS} thread), batch 128 (the trials' own" in text
+    variants = pd.read_csv(tmp_path / "r" / "timed" / "variants.csv")
+    assert variants["step_batch"].tolist() == [128, 128] and variants["step_rel"].min() == 1.0
+
+
+def test_the_side_by_side_batch_is_a_workers_micro_batch_of_the_trials():
+    """What one step of a trial takes: batch_size over workers and accumulation steps; the most common where
+    variants differ; side_by_side times at it unless told otherwise."""
+
+    def cfg(batch: int, workers: int = 1, accum: int | None = None) -> TrialConfig:
+        train = {**TINY["train"], "batch_size": batch, "accum_steps": accum}
+        return TrialConfig.model_validate({**TINY, "train": train, "resources": {"workers": workers}})
+
+    assert steptime.batch_of({"a": cfg(32, workers=2), "b": cfg(64, workers=2, accum=2)}) == 16
+    assert steptime.batch_of({"a": cfg(8), "b": cfg(32), "c": cfg(32), "d": cfg(8), "e": cfg(64)}) == 8
+    assert steptime.side_by_side({"a": cfg(6)}, rounds=1).batch == 6
 
 
 def test_costs_print_in_significant_digits():

@@ -69,6 +69,8 @@ def lines(store: Store, name: str) -> list[tuple[str, str]]:
 
 
 CSAN, SOFT = "CSaN (tau, mu, private; unit readout)", "Softmax"
+NOT_EQUIVALENT = (" Tied is not equivalent: Best or tied gives each difference's interval and the smallest one its "
+                  "replicates could detect (MDD).")  # fmt: skip
 
 
 def test_a_tie_says_tied_with_the_smallest_detectable_difference_and_the_seeds_to_decide(store, tmp_path):
@@ -85,7 +87,7 @@ def test_a_tie_says_tied_with_the_smallest_detectable_difference_and_the_seeds_t
     assert (round(lo, 2), round(hi, 2), round(sps.ttest_1samp(d, 0).pvalue, 3)) == (-0.67, 0.83, 0.816)
     assert lines(store, "tie") == [
         ("tied", f"{CSAN}, attn-FFN / {SOFT}, attn-FFN: the best mean is not significantly better than the others "
-                 "listed (largest p adj 0.816)."),
+                 "listed (largest p adj 0.816)." + NOT_EQUIVALENT),
         ("not decided", f"{CSAN}, attn-FFN vs {SOFT}, attn-FFN +0.08 points [-0.67, +0.83], p adj = 0.816, MDD 1.05 "
                         "(SD 1.054, 10 seeds). MDD: the smallest difference those seeds could detect at the SD of the "
                         f"paired differences they measured (80% power). To decide {CSAN}, attn-FFN vs {SOFT}, attn-FFN "
@@ -101,7 +103,7 @@ def test_decided_comparisons_and_effects_lead_with_size_interval_and_adjusted_p(
         ("decided", f"{CSAN}, pure attention beats {SOFT}, attn-FFN by +10.11 points [+9.67, +10.55], p adj < 0.001."),
         ("decided", "stack: pure beats alternating by +10.00 points [+9.62, +10.38], p adj < 0.001."),
         ("tied", f"{CSAN}, pure attention / {SOFT}, pure attention: the best mean is not significantly better than "
-                 "the others listed (largest p adj 0.291)."),
+                 "the others listed (largest p adj 0.291)." + NOT_EQUIVALENT),
         ("not decided", f"{CSAN}, attn-FFN vs {SOFT}, attn-FFN +0.11 points [-0.11, +0.33], p adj = 0.291, MDD 0.31 "
                         "(SD 0.310, 10 seeds); kind: csan vs softmax +0.11 points [-0.11, +0.33], p adj = 0.291, MDD "
                         "0.31 (SD 0.310, 10 seeds). MDD: the smallest difference those seeds could detect at the SD of "
@@ -117,7 +119,7 @@ def test_too_few_seeds_says_the_policy_has_no_test_and_how_many_it_needs(store, 
     pair_store(store, tmp_path)  # 4 paired seeds
     assert lines(store, "pair") == [
         ("tied", f"{CSAN}, attn-FFN / {SOFT}, attn-FFN: the best mean is not significantly better than the others "
-                 "listed (no test for some pair)."),
+                 "listed (no test for some pair)." + NOT_EQUIVALENT),
         ("no test", f"{CSAN}, attn-FFN vs {SOFT}, attn-FFN (4 seeds; a test needs 6): too few for any test of the "
                     f"small-sample policy, which needs {evidence.EXACT_N} seeds for the exact sign-flip test (`seeds: "
                     "6`), 10 for a t-test."),

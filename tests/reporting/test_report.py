@@ -226,7 +226,7 @@ def test_no_interval_where_the_spread_cannot_be_estimated(store, tmp_path):
     table = frames.variant_table(data)
     shown = tables.variants(table, data)
     row = next(r for r in shown.rows if r[1].startswith("CSaN"))
-    assert row[7:11] == ["+19.75 [n/a: zero spread, 2 seeds]", "-", "-", "-"]
+    assert row[6:10] == ["+19.75 [n/a: zero spread, 2 seeds]", "-", "-", "-"]
     assert "n/a: no interval and no test: one seed, every seed with the same difference (zero spread" in shown.caption
     f = effects.factorial(data)
     eff = effects.effects(f)
@@ -238,7 +238,7 @@ def test_no_interval_where_the_spread_cannot_be_estimated(store, tmp_path):
     fill(store, one, lambda t: 60.0 + (t.axes["attention.kind"] == "csan"))
     data = frames.load(store, "one")
     shown = tables.variants(frames.variant_table(data), data)
-    assert next(r for r in shown.rows if r[1].startswith("CSaN"))[7] == "+1.00 [n/a: 1 seed]"
+    assert next(r for r in shown.rows if r[1].startswith("CSaN"))[6] == "+1.00 [n/a: 1 seed]"
 
 
 # ------------------------------------------------------------------------------ MIL: folds x seeds, strata
@@ -467,7 +467,7 @@ def test_report_files_formats_and_unfinished_trials(store, tmp_path):
     assert (
         variant_table[0][0] == "Architecture" and len(variant_table) == 2 + 4 + 1
     )  # header, rule, 4 variants, 1 group
-    assert "baseline" in [row[7] for row in variant_table]
+    assert "baseline" in [row[6] for row in variant_table]
     unfinished = next(t for t in tables if t[0] == ["trial", "variant", "replicate", "state", "error"])
     assert sorted(r[3] for r in unfinished[2:]) == ["diverged", "failed", "pending", "running"]
     assert "4 of 8 trials are not done" in md
@@ -545,7 +545,7 @@ def test_unknown_sweep_baseline_or_metric_is_a_clear_error(store, tmp_path):
     files = report("pair", store=store, out=out, baseline="attention.kind=csan", formats=["csv"])
     v = read_csv(out / "pair" / "variants.csv")
     assert v.loc[v["is_baseline"], "mixer"].iloc[0].startswith("CSaN")
-    assert {f.name for f in files} == {"trials.csv", "variants.csv", "effects.csv", "summary.json"}
+    assert {f.name for f in files} == {"trials.csv", "variants.csv", "effects.csv", "best.csv", "summary.json"}
 
 
 def test_cli_report(store, tmp_path):
@@ -645,14 +645,17 @@ def test_bold_only_where_significantly_better_than_every_other_after_correction(
 
     tie, table = three_kinds(store, tmp_path, "tie", {"csan": 3.0, "gaussian": 2.95})
     shown = tables.variants(table, tie)
-    assert not [c for c in shown.bold if c[1] == 5]  # csan has the best mean but gaussian is indistinguishable
+    metric = shown.header.index(f"{tie.metric} (mean ± std)")
+    assert not [c for c in shown.bold if c[1] == metric]  # csan has the best mean but gaussian is indistinguishable
     [(group, tied)] = tables.verdicts(table, tie).items()
     assert not tied.significant and tied.tied[:2] == tuple(table["mean"].nlargest(2).index)  # csan / gaussian
     clear, table = three_kinds(store, tmp_path, "clear", {"csan": 3.0, "gaussian": 1.0})
     shown = tables.variants(table, clear)
     best = list(table.index).index(table["mean"].idxmax())
     assert table.loc[table["mean"].idxmax(), "mixer"].startswith("CSaN")
-    assert {c for c in shown.bold if c[1] == 5} == {(best, 5)} and tables.verdicts(table, clear)[group].significant
+    assert {c for c in shown.bold if c[1] == metric} == {(best, metric)} and tables.verdicts(table, clear)[
+        group
+    ].significant
     # every comparison with the baseline is adjusted (Holm over the two) and the caption names the family
     compared = table[~table["is_baseline"]]
     assert compared["p_adj"].to_numpy() == pytest.approx(stats.adjust(compared["p"].to_numpy()))
@@ -670,7 +673,7 @@ def test_noise_floor_is_the_baselines_seed_std_and_smaller_differences_are_flagg
     assert bool(by_kind.loc["Gaussian", "below_floor"]) and not bool(by_kind.loc["CSaN", "below_floor"])
     shown = tables.variants(table, data)
     assert f"the baseline's seed std = {base['seed_std']:.3f}" in shown.caption
-    cells = {r[1].split(" ")[0]: r[7] for r in shown.rows}
+    cells = {r[1].split(" ")[0]: r[6] for r in shown.rows}
     assert cells["Gaussian"].endswith("‡") and cells["CSaN"].endswith("*")
 
 

@@ -1,0 +1,126 @@
+"""The tests behind best or tied, shown (issue 51 item 2): each variant against its group's best in the report's
+"Best or tied" table and best.csv, with p, Δ, interval and the tie's MDD, on real SQLite stores filled with scripted
+scores (tests/synthetic.py), every figure recomputed here by hand."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from conftest import TINY, write_sweeps
+from scipy import stats as sps
+from synthetic import fill
+
+from ablate import evidence
+from ablate.planning.plan import Plan, plan
+from ablate.reporting import findings, report
+from ablate.store import Store
+
+#: Ten seeds' shared effect (data order, initialisation): every variant moves with it.
+SHIFT = [0.3, -1.2, 0.8, 0.0, -0.4, 1.1, -0.7, 0.5, -0.2, 0.6]
+CSAN, SOFT, GAUSS = (
+    "CSaN (tau, mu, private; unit readout), attn-FFN",
+    "Softmax, attn-FFN",
+    "Gaussian kernel (sigma0=1.0), attn-FFN",
+)
+#: Each kind's score above the shared 70 + SHIFT: CSaN best, +0.5 +- 1 over softmax (a tie), Gaussian 3 below
+#: softmax +- 0.2 (CSaN beats it).
+OFFSET = {
+    "softmax": lambda s: 0.0,
+    "csan": lambda s: 0.5 + (-1) ** s,
+    "gaussian": lambda s: -3 + 0.2 * (-1) ** s,
+}
+
+
+@pytest.fixture
+def store(tmp_path):
+    with Store(f"sqlite:///{tmp_path / 't.sqlite'}") as s:
+        yield s
+
+
+def three(store: Store, tmp_path: Path, seeds: int, kinds: list[str] | None = None) -> Plan:
+    kinds = kinds or list(OFFSET)
+    spec = {"base": TINY, "grid": {"attention.kind": kinds}, "seeds": seeds, "baseline": {"attention.kind": kinds[0]}}
+    p = plan(write_sweeps(tmp_path / "three.yaml", {"three": spec}), "three")
+    fill(store, p, lambda t: 70 + SHIFT[t.axes["seed"]] + OFFSET[t.axes["attention.kind"]](t.axes["seed"]))
+    return p
+
+
+def section(md: str, title: str) -> str:
+    return md.split(f"\n## {title}\n", 1)[1].split("\n## ", 1)[0]
+
+
+def rows(text: str) -> dict[str, list[str]]:
+    """A Markdown table's body rows by their first cell."""
+    cells = [[c.strip() for c in line.strip("|").split("|")] for line in text.splitlines() if line.startswith("| ")]
+    return {c[0]: c[1:] for c in cells[1:]}
+
+
+def test_a_tie_shows_each_variant_against_the_best_with_its_test_and_mdd(store, tmp_path):
+    """CSaN (best mean) ties with softmax and beats Gaussian: both rows carry pairs, Δ = best - variant with its t
+    interval, p, Holm's p over the k = 2 comparisons, and the MDD at α/2 at the SD of the differences; the caption
+    says that tied is not equivalent, and the Findings' tied line points to the table."""
+    three(store, tmp_path, 10)
+    report("three", store=store, out=tmp_path / "r", formats=["md", "csv"])
+    md = (tmp_path / "r" / "three" / "report.md").read_text()
+    table = section(md, "Best or tied")
+    diffs = {"softmax": [OFFSET["csan"](s) for s in range(10)],
+             "gaussian": [OFFSET["csan"](s) - OFFSET["gaussian"](s) for s in range(10)]}  # fmt: skip
+    p = {k: sps.ttest_1samp(d, 0).pvalue for k, d in diffs.items()}
+    low, high = sorted(p, key=p.__getitem__)
+    holm = {low: min(2 * p[low], 1), high: max(min(2 * p[low], 1), p[high])}
+    assert holm["softmax"] > evidence.ALPHA > holm["gaussian"]  # a tie with softmax, Gaussian beaten
+
+    def expect(kind: str, verdict: str) -> list[str]:
+        d = np.array(diffs[kind])
+        sd = float(np.std(d, ddof=1))
+        lo, hi = sps.t.interval(0.95, 9, loc=d.mean(), scale=sd / math.sqrt(10))
+        q = sps.t.ppf(1 - evidence.ALPHA / 2 / 2, 9) + sps.t.ppf(findings.POWER, 9)  # α/k, k = 2
+        mean = 70 + np.mean(SHIFT) + np.mean([OFFSET[kind](s) for s in range(10)])
+        pv = "<0.001" if p[kind] < 0.001 else f"{p[kind]:.3f}"
+        adj = "<0.001" if holm[kind] < 0.001 else f"{holm[kind]:.3f}"
+        return [f"{mean:.2f}", "10", f"{d.mean():+.2f} [{lo:+.2f}, {hi:+.2f}]", f"{pv} t", adj,
+                f"{q * sd / math.sqrt(10):.2f} (SD {sd:.3f})", verdict]  # fmt: skip
+
+    got = rows(table)
+    assert list(got) == [f"**{next(iter(got))[2:-2]}**", CSAN, SOFT, GAUSS]  # the group's row, then best first
+    assert got[CSAN][:3] == [f"{70 + np.mean(SHIFT) + 0.5:.2f}", "", "best mean"]
+    assert got[SOFT] == expect("softmax", "tied") and got[SOFT][2] == "+0.50 [-0.25, +1.25]"
+    assert got[GAUSS] == expect("gaussian", "worse than the best")
+    assert "Tied is not equivalent: a tie says these seeds do not show the best better" in table
+    assert "at α/k" in table and "Holm over the group's k comparisons with the best" in table
+    tied = next(line for line in section(md, "Findings").splitlines() if line.startswith("| tied |"))
+    assert f"{CSAN} / {SOFT}: the best mean" in tied and "Tied is not equivalent: Best or tied gives" in tied
+    csv = pd.read_csv(tmp_path / "r" / "three" / "best.csv")
+    assert csv["verdict"].fillna("").tolist() == ["", "tied", "worse than the best"]
+    assert csv["p_adj"].iloc[1:].tolist() == pytest.approx([holm["softmax"], holm["gaussian"]])
+    assert csv["level"].iloc[1:].tolist() == pytest.approx([evidence.ALPHA / 2] * 2)
+
+
+def test_no_mdd_where_the_exact_test_cannot_reach_the_tie_level(store, tmp_path):
+    """6 seeds, k = 2: the sign-flip test's smallest p, 2/64 = 0.031, is not below α/2 = 0.025, so no difference is
+    detectable at these pairs; the table says none, and why, instead of a t-formula MDD."""
+    three(store, tmp_path, 6)
+    report("three", store=store, out=tmp_path / "r", formats=["md"])
+    table = section((tmp_path / "r" / "three" / "report.md").read_text(), "Best or tied")
+    got = rows(table)
+    assert got[SOFT][3].endswith(" e") and got[SOFT][5].startswith("none (SD ")
+    assert got[GAUSS][5].startswith("none (SD ")
+    assert "none: at 6 pairs the exact sign-flip test's smallest p, 2/2^n, is not below α/k" in table
+
+
+def test_a_winner_lists_every_comparison_it_won(store, tmp_path):
+    """Softmax 3 points above Gaussian (+- 0.2 over 10 seeds): best, and the one row says worse than the best; the
+    Findings' best line points to the table."""
+    three(store, tmp_path, 10, kinds=["softmax", "gaussian"])
+    report("three", store=store, out=tmp_path / "r", formats=["md"])
+    md = (tmp_path / "r" / "three" / "report.md").read_text()
+    got = rows(section(md, "Best or tied"))
+    assert (
+        got[SOFT][2] == "best mean" and got[GAUSS][2].startswith("+3.00 [") and got[GAUSS][6] == "worse than the best"
+    )
+    best = next(line for line in section(md, "Findings").splitlines() if line.startswith("| best |"))
+    assert f"{SOFT} is better than every other variant (largest p adj <0.001; each test in Best or tied)." in best
