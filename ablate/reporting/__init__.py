@@ -112,7 +112,7 @@ def _write_sweep(
         if tuning is not None:
             parts.insert(1, tuning.section)
             figures |= tuning.figures if formats & {"html", "md"} else {}
-        found = findings.findings(data, table, fac, eff, won)
+        found = findings.findings(data, table, fac, eff, won, seeding.verdicts(store, data))
         if chosen is not None and chosen.two_level and (words := designed.unseparated(chosen, data)) is not None:
             found.append(findings.Finding(findings.CONFOUNDED, words))
         parts.insert(0, Section("Findings", [findings.block(found)], latex=False))  # the verdict first
