@@ -180,3 +180,16 @@ def test_a_cell_adaptive_seeding_ruled_equivalent_is_not_listed_as_not_decided(s
     assert line.text.endswith(f"not significant after the table's adjustment, but adaptive seeding found it "
                               f"{verdict.reason} (Adaptive seeds, below).")  # fmt: skip
     assert "inside the threshold" in verdict.reason and "seeds:" not in line.text
+
+
+def test_where_no_feasible_seed_count_decides_the_line_says_what_the_seeds_established(store, tmp_path):
+    """Issue 51's item 9: 0.01 points at an SD of 1 would take about 78,000 seeds, over MAX_SEEDS; the line says
+    no feasible count detects it and how large the difference can be: the bound of its 95% t interval, by hand."""
+    (z,) = patterns(10, 1)
+    sweep(store, tmp_path, "tiny", {"attention.kind": ["softmax", "csan"]}, 10,
+          lambda t: 80 + (0.01 + z[t.axes["seed"]] if t.axes["attention.kind"] == "csan" else 0.0))  # fmt: skip
+    (line,) = [f.text for f in read(store, "tiny")[0] if f.kind == findings.OPEN]
+    bound = 0.01 + sps.t.ppf(0.975, 9) / math.sqrt(10)
+    assert advice.needed(1.0, 0.01, 1, 10, stats.Design()) is None and f"{bound:.2f}" == "0.73"
+    assert line.endswith("MDD 0.99 points at α = 0.05 (10 seeds, SD 1.000); no feasible number of seeds (up to 10000) "
+                         "detects |Δ| = 0.01; at 10 seeds its 95% interval bounds |Δ| by 0.73 points.")  # fmt: skip
