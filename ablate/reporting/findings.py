@@ -42,7 +42,8 @@ class Finding:
     """One line of the Findings block: what kind of statement it is and the statement."""
 
     kind: str
-    """DECIDED, BEST, TIED, OPEN, NO_TEST or CONFOUNDED."""
+    """DECIDED, BEST, TIED, OPEN, NO_TEST, CONFOUNDED, or the decision adaptive seeding reached (higher, lower,
+    equivalent) on a comparison the table's adjusted test left open."""
     text: str
 
 
@@ -104,7 +105,7 @@ def findings(
         out.append(Finding(OPEN, f"and {len(undecided) - SHOWN} more not decided (tables below)."))
     untested = compared[compared["why"] != ""]
     if len(untested):
-        out.append(Finding(NO_TEST, _no_test(untested, labels, data)))
+        out.append(Finding(NO_TEST, _no_test(untested, labels, data, len(compared))))
     if not out:
         out.append(Finding(NO_TEST, "Nothing compared: no baseline, and fewer than two measured variants per group."))
     return out
@@ -212,18 +213,21 @@ def _open(x: _Row, data: SweepData, d: int, unit: str, judged: sequential.Verdic
     return Finding(OPEN, f"{head}. {said}; {why}" + (f"; {established}." if established else "."))
 
 
-def _no_test(untested: pd.DataFrame, labels: pd.Series, data: SweepData) -> str:
-    """Comparisons the small-sample policy gives no test, why (`evidence.why`), and the replicates a test needs
-    where they are too few."""
+def _no_test(untested: pd.DataFrame, labels: pd.Series, data: SweepData, k: int) -> str:
+    """Comparisons the small-sample policy gives no test, why (`evidence.why`), and, where they are too few, the
+    replicates that could decide one in the table's family of k comparisons (all tested then): the sign-flip test
+    needs 2 / 2^n below α/k (6 seeds alone, 7 in a family of 2 or 3)."""
     word = data.design.unit
     listed = "; ".join(f"{labels[v]} vs {labels[r['ref']]} ({r['why']})" for v, r in untested.head(SHOWN).iterrows())
     more = f"; and {len(untested) - SHOWN} more" if len(untested) > SHOWN else ""
     if not untested["why"].str.contains("needs").any():
         return f"{listed}{more}: no spread to test."
-    exact = f"{evidence.EXACT_N} {word}s for the exact sign-flip test (`seeds: {evidence.EXACT_N}`)"
-    need = (
-        f"{exact}, {evidence.SMALL_N} for a t-test"
-        if data.design.exchangeable
-        else f"{evidence.SMALL_N} {word} differences for a t-test"
-    )
-    return f"{listed}{more}: too few for any test of the small-sample policy, which needs {need}."
+    head = f"{listed}{more}: too few for any test of the small-sample policy."
+    if not data.design.exchangeable:
+        return f"{head} A t-test needs {evidence.SMALL_N} {word} differences."
+    n = advice.fewest(advice.level(k), data.design)
+    if n >= evidence.SMALL_N:
+        return f"{head} Deciding one takes at least {n} {word}s (`seeds: {n}`), for a t-test."
+    family = f"α/{k}" if k > 1 else "α"
+    return (f"{head} Deciding one takes at least {n} {word}s (`seeds: {n}`): the exact sign-flip test's smallest "
+            f"p, 2/2^{n} = {2 / 2**n:.3g}, is then below {family}; a t-test needs {evidence.SMALL_N}.")  # fmt: skip

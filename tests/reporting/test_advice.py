@@ -111,9 +111,10 @@ def test_each_undecided_comparison_gets_its_own_advice_and_the_advised_seeds_dec
 
 
 def test_six_seeds_in_a_family_of_three_can_decide_nothing_and_the_advised_seven_do(store, tmp_path):
-    """Three rates each 5 points above the baseline (SD 1): at 6 seeds the sign-flip test's smallest p, 2/64 =
-    0.031, is 0.094 after Holm over 3, so nothing is decided however large; the advice is 7 seeds (2/128 =
-    0.0156 < 0.05/3), and at 7 every comparison is decided."""
+    """Three rates each 5 points above the baseline (SD 1): at 4 seeds there is no test, and the line asks for 7
+    (it asked for 6); at 6 seeds the sign-flip test's smallest p, 2/64 = 0.031, is 0.094 after Holm over 3, so
+    nothing is decided however large; the advice is 7 seeds (2/128 = 0.0156 < 0.05/3), and at 7 every comparison
+    is decided."""
     grid = {"train.lr": [1e-3, 2e-3, 3e-3, 4e-3]}
 
     def value(n: int) -> Callable[[Trial], float]:
@@ -124,6 +125,11 @@ def test_six_seeds_in_a_family_of_three_can_decide_nothing_and_the_advised_seven
             + (0.0 if t.axes["train.lr"] == 1e-3 else 5 + z[round(t.axes["train.lr"] * 1000) - 2][t.axes["seed"]])
         )
 
+    sweep(store, tmp_path, "r4", grid, 4, value(4))
+    (line,) = [f.text for f in read(store, "r4")[0] if f.kind == findings.NO_TEST]
+    assert line.endswith("too few for any test of the small-sample policy. Deciding one takes at least 7 seeds "
+                         "(`seeds: 7`): the exact sign-flip test's smallest p, 2/2^7 = 0.0156, is then below α/3; a "
+                         "t-test needs 10.")  # fmt: skip
     sweep(store, tmp_path, "r6", grid, 6, value(6))
     found, p = read(store, "r6")
     advice_lines = advised(found)

@@ -122,8 +122,8 @@ def test_too_few_seeds_says_the_policy_has_no_test_and_how_many_it_needs(store, 
         ("tied", f"{CSAN}, attn-FFN / {SOFT}, attn-FFN: the best mean is not significantly better than the others "
                  "listed (no test for some pair)."),
         ("no test", f"{CSAN}, attn-FFN vs {SOFT}, attn-FFN (4 seeds; a test needs 6): too few for any test of the "
-                    f"small-sample policy, which needs {evidence.EXACT_N} seeds for the exact sign-flip test (`seeds: "
-                    "6`), 10 for a t-test."),
+                    f"small-sample policy. Deciding one takes at least {evidence.EXACT_N} seeds (`seeds: 6`): the "
+                    "exact sign-flip test's smallest p, 2/2^6 = 0.0312, is then below α; a t-test needs 10."),
     ]  # fmt: skip
 
 
