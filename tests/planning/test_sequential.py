@@ -80,6 +80,17 @@ def test_a_look_whose_alpha_the_sign_flip_test_cannot_reach_decides_nothing() ->
     assert v.reason == "undecided: no interval (6 seeds: the sign-flip test's smallest p, 0.0312, cannot reach 0.0114)"
 
 
+@pytest.mark.parametrize(("least", "most"), [(6, 11), (7, 32), (8, 81)])
+def test_a_pocock_first_look_decides_up_to_the_max_the_docs_give(least: int, most: int) -> None:
+    """docs/concepts/experiments-file.md: with Pocock spending the first look at `min` seeds can decide (six clear
+    differences and more are "higher") up to these `max`, and beyond them it spends less than 2/2^min."""
+    rows = np.full((1, most + 1), np.nan)
+    rows[0, :least] = 10 + 0.1 * np.arange(least)
+    for top, decision in ((most, "higher"), (most + 1, "undecided")):
+        p = policy(min=least, max=top)
+        assert sequential.judge(rows[:, :top], p)[0].decision == decision, top
+
+
 def test_no_judgement_below_six_pairs_even_from_a_policy_recorded_with_min_3() -> None:
     """The schema refuses `min` below EXACT_N; a policy a store recorded before that floor (looks at 3, 6 and
     10) is judged from its first look at 6 or more pairs: three clear differences are only waiting (ten are
