@@ -19,13 +19,12 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
-from scipy import stats as sps
 
 from ablate import evidence
 from ablate.evidence.verdict import Verdict
 from ablate.planning import adaptive as sequential
-from ablate.reporting import advice, frames, stats, tables
-from ablate.reporting.effects import PAIRED, Factorial
+from ablate.reporting import advice, frames, tables
+from ablate.reporting.effects import Factorial
 from ablate.reporting.frames import SweepData
 from ablate.reporting.render import Table
 from ablate.spec.schema import MAX_SEEDS
@@ -56,7 +55,7 @@ class _Row:
     r: pd.Series
     """Its table row: lo, hi, p_adj, why, test."""
     sd: float
-    """The SD of its paired differences (NaN where its test gives none to read: sign-flip or pooled effects)."""
+    """The SD of its paired differences or per-replicate contrasts (NaN for effects of cell means)."""
     n: int
     k: int
     """The size of the family its p is adjusted over (the variant table's tests, or the effects table's)."""
@@ -89,7 +88,7 @@ def findings(
                  v if r["ref"] == data.baseline else "") for (v, r), sd in zip(compared.iterrows(), sds)]  # fmt: skip
     if eff is not None and (fac is None or any(len(part.factors) > 1 for part in fac.parts)):
         k = int(eff["p_adj"].notna().sum())
-        rows += [_Row(_term(e), e["effect"], e, _effect_sd(e, data.design.ratio), int(e["n"]), k)
+        rows += [_Row(_term(e), e["effect"], e, float(e["sd"]), int(e["n"]), k)
                  for _, e in eff.iterrows()]  # fmt: skip
     decided = [x for x in rows if x.r["p_adj"] < evidence.ALPHA]
     out = [Finding(DECIDED, _decided(x, d, unit, data.higher)) for x in decided[:SHOWN]]
@@ -109,15 +108,6 @@ def findings(
     if not out:
         out.append(Finding(NO_TEST, "Nothing compared: no baseline, and fewer than two measured variants per group."))
     return out
-
-
-def _effect_sd(e: pd.Series, ratio: float) -> float:
-    """The SD of an effect's per-replicate contrasts, read back from its t interval (half-width = t_{1-alpha/2,
-    n-1} SD sqrt(1/n + ratio)); NaN for sign-flip and pooled-variance effects, whose intervals are not that."""
-    if e["method"] != PAIRED or e["test"] not in (stats.T_TEST, stats.CORRECTED):
-        return math.nan
-    half = (e["hi"] - e["lo"]) / 2
-    return float(half / sps.t.ppf(1 - evidence.ALPHA / 2, e["n"] - 1) / math.sqrt(1 / e["n"] + ratio))
 
 
 def block(found: list[Finding]) -> Table:

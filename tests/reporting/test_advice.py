@@ -199,3 +199,12 @@ def test_where_no_feasible_seed_count_decides_the_line_says_what_the_seeds_estab
     assert advice.needed(1.0, 0.01, 1, 10, stats.Design()) is None and f"{bound:.2f}" == "0.73"
     assert line.endswith("MDD 0.99 points at α = 0.05 (10 seeds, SD 1.000); no feasible number of seeds (up to 10000) "
                          "detects |Δ| = 0.01; at 10 seeds its 95% interval bounds |Δ| by 0.73 points.")  # fmt: skip
+
+
+def test_an_effect_on_the_sign_flip_test_gets_its_advice_too(store, tmp_path):
+    """At 8 seeds the effects are on the exact sign-flip test, whose interval gives no SD to read back: the
+    effects table carries the contrasts' SD, so the interaction's line still advises its own count (by hand)."""
+    sweep(store, tmp_path, "f8", STACK_KIND, 8, factorial(8))
+    (comparison, n1), (interaction, n2) = advised(read(store, "f8")[0])
+    assert comparison.startswith(CSAN_ALT) and interaction.startswith("stack x kind: csan vs softmax (kind) is")
+    assert (n1, n2) == (by_hand(2, 1, 3, 8), by_hand(2 * math.sqrt(2), 2, 3, 8))
