@@ -114,7 +114,7 @@ def block(found: list[Finding]) -> Table:
     """The Findings as a table of the report's render machinery (it heads the report)."""
     caption = (f"From the tables below: Δ with its 95% interval and p adjusted as there (α = {evidence.ALPHA:.2f}); "
                "best = significantly better than every other variant of its group, else tied with those it is not; "
-               f"MDD: the smallest |Δ| detected with {advice.POWER:.0%} power at α/k, which decides in a family of k "
+               f"MDD: the smallest |Δ| detected with {advice.POWER:.0%} power at α/m, which decides in a family of m "
                "whatever the other p (docs/concepts/statistics.md).")  # fmt: skip
     return Table(caption, ["", "finding"], [[f.kind, f.text] for f in found], left=2)
 
