@@ -2,7 +2,8 @@
 
 Simulated cells whose paired difference to the baseline has a true mean of 0 to 10 seed-noise units (unit
 noise, threshold 0.5): the fixed design runs `max` seeds everywhere and judges once at alpha; the adaptive
-one (`ablate.planning.adaptive`, default Pocock spending, 3 looks) runs `min` and adds seeds only while undecided.
+one (`ablate.planning.adaptive`, default Pocock spending, 3 looks: 6, 8 and 10 seeds) runs `min` and adds seeds
+only while undecided.
 Prints, per true effect, both designs' mean seeds and decisions, then the overall ratio of seeds spent.
 
     .venv/bin/python bench/adaptive_seeds.py
@@ -39,7 +40,7 @@ def fixed(data: np.ndarray, p: AdaptiveSeeds) -> np.ndarray:
 
 def main() -> None:
     rng = np.random.default_rng(0)
-    p = AdaptiveSeeds(min=3, max=10, threshold=0.5)
+    p = AdaptiveSeeds(min=6, max=10, threshold=0.5)
     total_adaptive = total_fixed = agree = both = 0
     print(f"{'effect':>6} {'seeds adaptive':>15} {'seeds fixed':>12}  decisions adaptive | fixed")
     for effect in EFFECTS:

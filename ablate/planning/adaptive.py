@@ -1,19 +1,25 @@
 """Adaptive seeding: more seeds only for the cells whose comparison with the baseline is still undecided.
 
-A sweep with `seeds: {min: 3, max: 10, threshold: 0.5}` plans seeds 0..min-1 of every cell. After they are
+A sweep with `seeds: {min: 6, max: 10, threshold: 0.5}` plans seeds 0..min-1 of every cell. After they are
 done, `grow` judges each cell against the baseline and plans the next look's seeds for the undecided ones
 (and for the baseline, which every comparison pairs with), until every cell is decided or has `max` seeds.
-Seed k of a cell is always the same trial, so relaunching replays the same decisions from the store.
+Seed k of a cell is always the same trial, so relaunching replays the same decisions from the store. It judges
+cells against the baseline only: an effect or interaction of a factorial is not its target (the Findings advise
+a plain seed count for those, `ablate.reporting.advice`).
 
 The procedure (`procedure`, printed in reports): a group-sequential design with `looks` analyses at seed
 counts n_1 = min < ... < n_L = max (evenly spaced), and a Lan-DeMets alpha spending function of the
 information fraction t = n / max: Pocock-type alpha ln(1 + (e - 1) t) (the default: it spends early, so a
-clear difference stops at `min`) or O'Brien-Fleming-type 2 - 2 Phi(z_{1-alpha/2} / sqrt(t)). At look j a
-cell's per-seed differences to the baseline (a seed's value is the mean over its folds or splits) get the
-repeated confidence interval mean +- t_{1-a_j/2, n-1} s / sqrt(n), with a_j = alpha(t_j) - alpha(t_{j-1}).
-The a_j sum to alpha, so (Bonferroni over the looks) every interval a cell ever shows holds at once with
-probability at least 1 - alpha: stopping when an interval clears the threshold keeps the error rate of
-each cell's decision at most alpha, however many looks it took (tests/planning/test_sequential.py simulates it).
+clear difference stops at `min`) or O'Brien-Fleming-type 2 - 2 Phi(z_{1-alpha/2} / sqrt(t)). At look j, with
+a_j = alpha(t_j) - alpha(t_{j-1}), a cell's n per-seed differences to the baseline (a seed's value is the mean
+over its folds or splits) get the interval of the small-sample policy (`ablate.evidence`) at level 1 - a_j: from
+SMALL_N the t interval mean +- t_{1-a_j/2, n-1} s / sqrt(n), from EXACT_N the interval that inverts the exact
+sign-flip test (`evidence.sign_flip`; none where its smallest p, 2 / 2^n, cannot reach a_j: the cell waits for
+the next look), never below EXACT_N pairs (the schema's `min` floor; a look below it, in a policy recorded before
+that floor, is not judged). The a_j sum to alpha, so (Bonferroni over the looks) every interval a cell ever shows
+holds at once with probability at least 1 - alpha: stopping when an interval clears the threshold keeps the
+error rate of each cell's decision at most alpha, however many looks it took (tests/planning/test_sequential.py
+simulates it). The cells are not adjusted for one another: alpha is per cell, not per sweep.
 
 A cell is decided when its interval lies wholly above +threshold (higher), wholly below -threshold
 (lower), or wholly inside [-threshold, +threshold] (equivalent: any difference is smaller than matters).
@@ -42,23 +48,32 @@ if TYPE_CHECKING:
 
 def procedure(policy: AdaptiveSeeds) -> str:
     """The design in one paragraph, for reports."""
-    looks = schedule(policy)
+    looks = judged(policy)
     kind = "Pocock" if policy.spending == "pocock" else "O'Brien-Fleming"
     return (f"Adaptive seeds: a group-sequential design with {len(looks)} looks (at {', '.join(map(str, looks))} "
-            f"seeds) and {kind}-type Lan-DeMets alpha spending (alpha {policy.alpha:g} per cell's decision). At each "
-            f"look a cell's paired difference to the baseline gets a repeated confidence interval; the cell stops "
-            f"when it lies wholly above +{policy.threshold:g}, below -{policy.threshold:g} or inside "
-            f"+-{policy.threshold:g} (the practical threshold), else it gets the next look's seeds, up to "
-            f"{policy.max}.")  # fmt: skip
+            f"seeds) and {kind}-type Lan-DeMets alpha spending. At each look a cell's paired difference to the "
+            f"baseline gets the small-sample policy's interval at the alpha that look spends (the exact sign-flip "
+            f"test's below {evidence.SMALL_N} seeds, the t's from {evidence.SMALL_N}, none below "
+            f"{evidence.EXACT_N}); the cell stops when it lies wholly above +{policy.threshold:g}, below "
+            f"-{policy.threshold:g} or inside +-{policy.threshold:g} (the practical threshold), else it gets the "
+            f"next look's seeds, up to {policy.max}. The looks' alphas sum to {policy.alpha:g}, so each cell's "
+            f"decision errs with probability at most {policy.alpha:g} however many looks it took (per cell: the "
+            f"cells are not adjusted for one another).")  # fmt: skip
 
 
 HIGHER, LOWER, EQUIVALENT, UNDECIDED, WAITING = "higher", "lower", "equivalent", "undecided", "waiting"
 
 
 def schedule(policy: AdaptiveSeeds) -> list[int]:
-    """Seed counts at which cells are judged: `looks` counts from min to max, evenly spaced."""
+    """Seed counts at which seeds are added: `looks` counts from min to max, evenly spaced."""
     count = min(policy.looks, policy.max - policy.min + 1)
     return sorted({round(x) for x in np.linspace(policy.min, policy.max, count)})
+
+
+def judged(policy: AdaptiveSeeds) -> list[int]:
+    """The looks at which cells are judged: the schedule's from EXACT_N pairs (all of them, since the schema's
+    `min` floor; a policy recorded before it may have earlier ones)."""
+    return [n for n in schedule(policy) if n >= evidence.EXACT_N]
 
 
 def spent(policy: AdaptiveSeeds, t: float) -> float:
@@ -104,27 +119,46 @@ class Verdict:
 
 def judge(diffs: np.ndarray, policy: AdaptiveSeeds) -> list[Verdict]:
     """Verdict per row of `diffs` (cell x seed, differences to the baseline, NaN where a seed is missing):
-    judged at the latest look its count of paired seeds reaches."""
+    judged at the latest look its count of paired seeds reaches, by the small-sample policy at that look's
+    spent alpha."""
     looks, alphas = schedule(policy), spending(policy)
     out = []
     for row in np.atleast_2d(np.asarray(diffs, dtype=float)):
         d = row[~np.isnan(row)]
-        reached = [j for j, n in enumerate(looks) if len(d) >= n]
+        reached = [j for j, n in enumerate(looks) if len(d) >= n >= evidence.EXACT_N]
         if not reached:
             out.append(Verdict(len(d), WAITING))
             continue
         j = reached[-1]
-        d = d[: looks[j]]  # the look's seeds: later ones are the next look's
-        if not evidence.estimable(d):
-            why = evidence.why(len(d), len(d) - 1, False, True, "seed")
-            out.append(Verdict(len(d), UNDECIDED, float(d.mean()), level=1 - alphas[j], why=why))
+        d, level = d[: looks[j]], 1 - alphas[j]  # the look's seeds: later ones are the next look's
+        mean = float(d.mean())
+        lo, hi, why = interval(d, level)
+        if why:
+            out.append(Verdict(len(d), UNDECIDED, mean, level=level, why=why))
             continue
-        mean, se = float(d.mean()), float(d.std(ddof=1) / math.sqrt(len(d)))
-        half = float(stats.t.ppf(1 - alphas[j] / 2, len(d) - 1)) * se
-        lo, hi, t = mean - half, mean + half, policy.threshold
+        t = policy.threshold
         decision = HIGHER if lo > t else LOWER if hi < -t else EQUIVALENT if -t <= lo and hi <= t else UNDECIDED
-        out.append(Verdict(len(d), decision, mean, lo, hi, 1 - alphas[j]))
+        out.append(Verdict(len(d), decision, mean, lo, hi, level))
     return out
+
+
+def interval(d: np.ndarray, level: float) -> tuple[float, float, str]:
+    """(lo, hi, why): the small-sample policy's interval of n >= EXACT_N paired differences at `level` (t from
+    SMALL_N, the sign-flip test's inversion below), or NaN and why there is none."""
+    if not evidence.estimable(d):
+        return math.nan, math.nan, evidence.why(len(d), len(d) - 1, False, True, "seed")
+    if len(d) >= evidence.SMALL_N:
+        mean, se = float(d.mean()), float(d.std(ddof=1) / math.sqrt(len(d)))
+        half = float(stats.t.ppf(0.5 + level / 2, len(d) - 1)) * se
+        return mean - half, mean + half, ""
+    _, lo, hi = evidence.sign_flip(d, level)
+    if math.isnan(lo):
+        return (
+            lo,
+            hi,
+            f"{len(d)} seeds: the sign-flip test's smallest p, {2 / 2 ** len(d):.3g}, cannot reach {1 - level:.3g}",
+        )
+    return lo, hi, ""
 
 
 def from_trials(frame: pd.DataFrame, baseline: str, metric: str, policy: AdaptiveSeeds) -> dict[str, Verdict]:
@@ -168,4 +202,15 @@ def grow(plan: Plan, store: Store) -> Plan:
     return replace(plan, trials=plan.trials + new, reserve=[t for t in plan.reserve if t.key not in added])
 
 
-__all__ = ["Verdict", "from_trials", "grow", "judge", "procedure", "schedule", "spending", "spent"]
+__all__ = [
+    "Verdict",
+    "from_trials",
+    "grow",
+    "interval",
+    "judge",
+    "judged",
+    "procedure",
+    "schedule",
+    "spending",
+    "spent",
+]

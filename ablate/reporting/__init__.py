@@ -134,7 +134,8 @@ def _write_sweep(
             figures |= tuning.figures if formats & {"html", "md"} else {}
         if len(best):  # right after the variant table whose bold cell it explains
             parts.insert(1, Section("Best or tied", [ties.table(best, data, correction)]))
-        found = [*undertrained.findings(store, data, table), *findings.findings(data, table, fac, eff, won)]
+        adaptive = seeding.verdicts(store, data)
+        found = [*undertrained.findings(store, data, table), *findings.findings(data, table, fac, eff, won, adaptive)]
         if chosen is not None and chosen.two_level and (words := designed.unseparated(chosen, data)) is not None:
             found.append(findings.Finding(findings.CONFOUNDED, words))
         parts.insert(0, Section("Findings", [findings.block(found)], latex=False))  # the verdict first

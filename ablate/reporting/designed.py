@@ -60,8 +60,9 @@ def _fit(data: SweepData, plan: DesignPlan, cells: pd.DataFrame, stratum: str) -
         est = stats.paired(per, design=data.design, effect=False)
         for col in ("lo", "hi", "p", "test", "why"):
             out[col] = est[col]
-        out["effect"], out["n"], out["df"] = est["mean"], len(complete), len(complete) - 1
+        out["effect"], out["n"], out["df"], out["sd"] = est["mean"], len(complete), len(complete) - 1, est["std"]
     else:
+        out["sd"] = np.nan
         weights = np.linalg.pinv(x)[1:] * scale
         out["effect"] = weights @ cells.mean(axis=1).to_numpy()
         est = stats.unreplicated(out["effect"], weights, cells.notna().sum(axis=1).to_numpy(), data.design.unit)

@@ -201,14 +201,15 @@ def _terms(f: Factorial) -> list[tuple[str, str, str, dict[int, int]]]:
     return terms
 
 
-COLUMNS = ["term", "factor", "contrast", "effect", "lo", "hi", "p", "p_adj", "n", "df", "method", "test", "why"]
+COLUMNS = ["term", "factor", "contrast", "effect", "lo", "hi", "p", "p_adj", "n", "df", "method", "test", "why", "sd"]
 
 
 def effects(f: Factorial, correction: str = "holm") -> pd.DataFrame:
     """One row per main effect (factor, level vs reference) and two-way interaction of every part (`parts`):
     term, factor, contrast, effect, lo, hi and p (NaN where the small-sample policy gives no test,
     `ablate.evidence`), p_adj (adjusted together over every part's terms), n (replicates, or trials for cell
-    means), df (of the t interval; 0: no spread to estimate), method, test and why there is none."""
+    means), df (of the t interval; 0: no spread to estimate), method, test, why there is none, and sd (of the
+    per-replicate contrasts a paired effect is tested on; NaN for cell means: what the Findings' advice sizes)."""
     parts = [x for x in map(_estimate, f.parts) if len(x)]
     out = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=COLUMNS)
     out["p_adj"] = stats.adjust(out["p"], correction)
@@ -227,8 +228,9 @@ def _estimate(f: Factorial) -> pd.DataFrame:
         est = stats.paired(contrasts, design=f.design, effect=False)  # the table shows no d
         for col in ("lo", "hi", "p", "test", "why"):
             out[col] = est[col]
-        out["effect"], out["n"], out["df"] = est["mean"], len(cells), len(cells) - 1
+        out["effect"], out["n"], out["df"], out["sd"] = est["mean"], len(cells), len(cells) - 1, est["std"]
     else:
+        out["sd"] = np.nan
         values = _repeat_means(f) if f.design.folds is not None else f.values
         count = (~np.isnan(values)).sum(axis=0)
         with np.errstate(invalid="ignore"):

@@ -2,10 +2,10 @@
 one row each, so that the Findings' best/tied line and the bold cell can be checked against numbers.
 
 A row holds Δ = best - variant over the replicates both have, with the interval and test the small-sample policy
-gives those pairs (`stats.paired`: the p `verdict.p_value` takes), the p adjusted over the group's k comparisons
-(the verdict's own), and the pairs' minimum detectable difference (`findings.mdd`: 80% power at the SD of their
-differences) at level α/k: the level one comparison must reach on its own under either correction (Holm's first
-step, Benjamini-Hochberg's strictest). Where the exact sign-flip test cannot reach α/k at all (its smallest p,
+gives those pairs (`stats.paired`: the p `verdict.p_value` takes), the p adjusted over the group's m comparisons
+(the verdict's own), and the pairs' minimum detectable difference (`advice.mdd`: 80% power at the SD of their
+differences) at level α/m: the level one comparison must reach on its own under either correction (Holm's first
+step, Benjamini-Hochberg's strictest). Where the exact sign-flip test cannot reach α/m at all (its smallest p,
 2/2^n, is not below it) no difference is detectable at these pairs: no MDD.
 
 Tied is not equivalent: a tie says the replicates do not show the best better, not that the variants are the same.
@@ -20,7 +20,7 @@ import pandas as pd
 
 from ablate import evidence
 from ablate.evidence.verdict import Verdict
-from ablate.reporting import findings, frames, stats, tables
+from ablate.reporting import advice, frames, stats, tables
 from ablate.reporting.frames import SweepData
 from ablate.reporting.render import Table
 
@@ -31,7 +31,7 @@ TIED, WORSE = "tied", "worse than the best"
 def against_best(data: SweepData, won: dict[str, Verdict]) -> pd.DataFrame:
     """Per group with a comparison, the best (`variant` == `best`, first) and each other variant against it: group,
     best, variant, mean, pairs, delta (best - variant), lo, hi, p, test, why, p_adj (the verdict's), sd (of the
-    paired differences), level (α/k), mdd (inf where no pair count of the exact test reaches the level) and
+    paired differences), level (α/m), mdd (inf where no pair count of the exact test reaches the level) and
     verdict (TIED, WORSE or "" for the best)."""
     values = frames.replicates(data)
     parts = []
@@ -42,7 +42,7 @@ def against_best(data: SweepData, won: dict[str, Verdict]) -> pd.DataFrame:
         test = stats.paired(values.loc[[v.best] * len(others)].to_numpy() - values.loc[others].to_numpy(),
                             design=data.design, effect=False)  # fmt: skip
         k = sum(not math.isnan(p) for p in v.p_adj.values())
-        level = evidence.ALPHA / max(k, 1)
+        level = advice.level(k)
         part = pd.DataFrame({"group": group, "best": v.best, "variant": others, "mean": [v.means[o] for o in others],
                              "pairs": test["n"], "delta": test["mean"], "lo": test["lo"], "hi": test["hi"],
                              "p": test["p"], "test": test["test"], "why": test["why"],
@@ -59,9 +59,7 @@ def _mdd(r: pd.Series, design: stats.Design) -> float:
     level at these pairs."""
     if r["test"] == "":
         return math.nan
-    if r["test"] == stats.SIGN_FLIP and r["pairs"] < evidence.exact_n(r["level"]):
-        return math.inf
-    return findings.mdd(r["sd"], int(r["pairs"]), design.ratio, r["level"])
+    return advice.mdd(r["sd"], int(r["pairs"]), r["level"], design)
 
 
 def table(frame: pd.DataFrame, data: SweepData, correction: str) -> Table:
@@ -78,17 +76,17 @@ def table(frame: pd.DataFrame, data: SweepData, correction: str) -> Table:
                      tables.pvalue(r["p_adj"]), _mdd_cell(r, d), r["verdict"]])  # fmt: skip
     unreachable = frame[np.isinf(frame["mdd"].astype(float))] if "mdd" in frame else frame.iloc[:0]
     none = (f" none: at {'/'.join(str(int(n)) for n in sorted(set(unreachable['pairs'])))} pairs the exact "
-            f"sign-flip test's smallest p, 2/2^n, is not below α/k: no difference is detectable."
+            f"sign-flip test's smallest p, 2/2^n, is not below α/m: no difference is detectable."
             if len(unreachable) else "")  # fmt: skip
     caption = (
         f"Best or tied, per group: each variant against the variant with the best mean (first row) over the "
         f"{unit}s both have ({'higher' if data.higher else 'lower'} is better). Δ = best - variant with its 95% "
-        f"interval; p: {tables.test_words(data)}. p adj.: {stats.CORRECTIONS[correction]} over the group's k "
+        f"interval; p: {tables.test_words(data)}. p adj.: {stats.CORRECTIONS[correction]} over the group's m "
         f"comparisons with the best: the best is significantly better than every other variant when every adjusted "
         f"p is below α = {evidence.ALPHA:.2f} with Δ in its favour (its {data.metric} is then bold in the variant "
         f"table); otherwise it is tied with each variant it does not beat (the Findings' best/tied line). MDD: the "
-        f"smallest |Δ| these pairs would detect with {findings.POWER:.0%} power at the SD of their differences, at "
-        f"α/k (the level one comparison reaches alone under Holm's first step, Benjamini-Hochberg's strictest).{none} "
+        f"smallest |Δ| these pairs would detect with {advice.POWER:.0%} power at the SD of their differences, at "
+        f"α/m (the level one comparison reaches alone under Holm's first step, Benjamini-Hochberg's strictest).{none} "
         f"Tied is not equivalent: a tie says these {unit}s do not show the best better, not that the variants are the "
         f"same; a difference anywhere in the interval, or below the MDD, is still possible."
         + tables.na_words([row[3] for row in rows], unit)

@@ -14,6 +14,7 @@ from pydantic import Discriminator, Field, StrictInt, Tag, ValidationInfo, field
 
 from ablate.components import Strict
 from ablate.config import TrialConfig
+from ablate.evidence import EXACT_N
 from ablate.spec.design import Design
 from ablate.spec.tune import TuneSpec
 
@@ -41,11 +42,11 @@ MAX_SEEDS = 10_000
 
 
 class AdaptiveSeeds(Strict):
-    """`seeds: {min: 3, max: 10, threshold: 0.5}`: min seeds everywhere, more only where undecided (see
+    """`seeds: {min: 6, max: 10, threshold: 0.5}`: min seeds everywhere, more only where undecided (see
     `ablate.planning.adaptive` for the procedure and its error control)."""
 
-    min: int = Field(3, ge=2)
-    """Seeds every cell gets (at least 2: an interval needs a spread)."""
+    min: int = EXACT_N
+    """Seeds every cell gets: at least EXACT_N (6), the fewest pairs the small-sample policy tests."""
     max: int = Field(10, le=MAX_SEEDS)
     """Seeds an undecided cell may reach."""
     threshold: float = Field(gt=0, allow_inf_nan=False)
@@ -63,6 +64,10 @@ class AdaptiveSeeds(Strict):
 
     @model_validator(mode="after")
     def _range(self) -> AdaptiveSeeds:
+        if self.min < EXACT_N:
+            raise ValueError(f"min ({self.min}) must be at least {EXACT_N}: below {EXACT_N} pairs no test of the "
+                             f"small-sample policy can decide (the sign-flip test's smallest p, 2 / 2^n, is "
+                             f"{2 / 2**max(self.min, 1):.3g} at {self.min})")  # fmt: skip
         if self.max <= self.min:
             raise ValueError(f"max ({self.max}) must exceed min ({self.min}); a fixed count is `seeds: {self.min}`")
         return self

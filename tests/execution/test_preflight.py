@@ -49,7 +49,7 @@ def test_the_workload_counts_what_a_stale_rerun_policy_retrains(tmp_path: Path) 
 def test_the_workload_counts_the_later_rounds_of_adaptive_seeds_and_tuning(tmp_path: Path) -> None:
     """Adaptive seeds plan `min` seeds now and may add up to `max`; a tuned sweep plans its first round of
     configurations now and its later ones and final seeds as results come: the workload says both."""
-    adaptive, base = {"min": 2, "max": 5, "threshold": 1.0}, {"attention.kind": "softmax"}
+    adaptive, base = {"min": 6, "max": 9, "threshold": 1.0}, {"attention.kind": "softmax"}
     tune = {"space": {"train.lr": {"log": [1e-4, 1e-2]}}, "budget": 4, "batch": 2, "metric": "val.top1"}
     f = write_sweeps(tmp_path / "e.yaml", {
         "a": {"base": TINY, "grid": {"attention.kind": ["softmax", "csan"]}, "seeds": adaptive, "baseline": base},
@@ -57,7 +57,7 @@ def test_the_workload_counts_the_later_rounds_of_adaptive_seeds_and_tuning(tmp_p
     })  # fmt: skip
     epochs = TINY["train"]["epochs"]
     a = plan(f, "a")
-    assert workload([a], None, Select()) == Workload(4, 4 * epochs, 6, 6 * epochs)
+    assert workload([a], None, Select()) == Workload(12, 12 * epochs, 6, 6 * epochs)
     from ablate.cli import grown
     from ablate.planning.tuned import most
 

@@ -165,8 +165,8 @@ def test_plan_json_gives_each_sweeps_design_as_the_text_says_it(tmp_path: Path) 
 
 
 def test_one_at_a_time_takes_adaptive_seeds_against_its_reference(tmp_path: Path) -> None:
-    seeds = {"min": 3, "max": 6, "threshold": 0.5}
+    seeds = {"min": 6, "max": 9, "threshold": 0.5}
     p = planned(tmp_path, {"one-at-a-time": {"from": "baseline"}}, seeds=seeds, baseline=OFF)
     assert p.adaptive is not None and p.design is not None and len(p.variants) == 1 + 4
-    assert {t.config.seed for t in p.trials} == {0, 1, 2} and {t.config.seed for t in p.reserve} == {3, 4, 5}
+    assert {t.config.seed for t in p.trials} == set(range(6)) and {t.config.seed for t in p.reserve} == {6, 7, 8}
     assert p.design.runs[p.baseline] == [0, 0, 0, 0]

@@ -258,7 +258,7 @@ def test_adaptive_seeds_grow_the_arms_at_their_best_configurations(tmp_path: Pat
     seeds at that configuration, as does the baseline it pairs with; its trials at the baseline's configuration
     keep the first seeds."""
     tune = {"space": {"train.lr": LRS}, "sampler": "grid", "budget": 4, "batch": 2, "metric": "val.top1"}
-    seeds = {"min": 3, "max": 6, "looks": 2, "threshold": 0.5}
+    seeds = {"min": 6, "max": 9, "looks": 2, "threshold": 0.5}
     f = tuned(tmp_path, tune=tune, grid={"attention.kind": ["softmax", "csan"]}, seeds=seeds)
 
     def tie(t: Trial) -> float:  # both arms peak at 90, each at its own rate
@@ -272,9 +272,9 @@ def test_adaptive_seeds_grow_the_arms_at_their_best_configurations(tmp_path: Pat
     lrs = {t.key: t.config.train.lr for t in main.trials}
     seeds_of = frame.groupby("variant")["seed"].apply(sorted).to_dict()
     softmax, csan = record.arms
-    assert [seeds_of[main.trials[0].variant], seeds_of[main.trials[-1].variant]] == [list(range(6))] * 2
+    assert [seeds_of[main.trials[0].variant], seeds_of[main.trials[-1].variant]] == [list(range(9))] * 2
     assert {lrs[k] for k in softmax.finals} == {1e-3} and {lrs[k] for k in csan.finals} == {1e-2}
-    assert set(frame["key"]) == {*softmax.finals, *csan.finals} and len(csan.at_baseline) == 3
+    assert set(frame["key"]) == {*softmax.finals, *csan.finals} and len(csan.at_baseline) == 6
 
 
 def test_a_best_moved_by_a_larger_budget_leaves_the_comparison(tmp_path: Path) -> None:

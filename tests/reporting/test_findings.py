@@ -17,7 +17,7 @@ from synthetic import fill
 from ablate import evidence
 from ablate.evidence import verdict
 from ablate.planning.plan import Plan, plan
-from ablate.reporting import findings, frames, report, stats, tables, undertrained
+from ablate.reporting import advice, findings, frames, report, stats, tables, undertrained
 from ablate.store import Store
 
 #: Ten seeds' shared effect (data order, initialisation): every variant moves with it.
@@ -74,29 +74,33 @@ NOT_EQUIVALENT = (" Tied is not equivalent: Best or tied gives each difference's
 
 
 def test_a_tie_says_tied_with_the_smallest_detectable_difference_and_the_seeds_to_decide(store, tmp_path):
-    """The issue's 0.08-point case: tied, not best; the MDD of 10 seeds at the SD they measured (the module's
-    formula, by hand here) and the seeds for it to reach 0.08."""
+    """The issue's 0.08-point case: tied, not best; the MDD of 10 seeds at the SD they measured (the formula of
+    `ablate.reporting.advice`, by hand here; a family of one comparison, so at α itself) and the seeds for it to
+    reach 0.08, as a plain seed count."""
     tie(store, tmp_path)
     d = np.array([0.08 + (-1) ** s for s in range(10)])
     sd = float(np.std(d, ddof=1))
     q = lambda n: sps.t.ppf(0.975, n - 1) + sps.t.ppf(0.8, n - 1)  # noqa: E731
-    assert findings.mdd(sd, 10) == pytest.approx(q(10) * sd / math.sqrt(10)) == pytest.approx(1.0485, abs=1e-4)
-    need = next(n for n in range(6, 10_001) if q(n) * sd / math.sqrt(n) <= 0.08)
-    assert findings.seeds_needed(sd, 0.08) == need == 1365
+    seeds = stats.Design()
+    assert (
+        advice.mdd(sd, 10, 0.05, seeds) == pytest.approx(q(10) * sd / math.sqrt(10)) == pytest.approx(1.0485, abs=1e-4)
+    )
+    need = next(n for n in range(11, 10_001) if q(n) * sd / math.sqrt(n) <= 0.08)
+    assert advice.needed(sd, 0.08, 1, 10, seeds) == advice.Need(need, need) and need == 1365
     lo, hi = sps.t.interval(0.95, 9, loc=d.mean(), scale=sd / math.sqrt(10))
     assert (round(lo, 2), round(hi, 2), round(sps.ttest_1samp(d, 0).pvalue, 3)) == (-0.67, 0.83, 0.816)
     assert lines(store, "tie") == [
         ("tied", f"{CSAN}, attn-FFN / {SOFT}, attn-FFN: the best mean is not significantly better than the others "
                  "listed (largest p adj 0.816)." + NOT_EQUIVALENT),
-        ("not decided", f"{CSAN}, attn-FFN vs {SOFT}, attn-FFN +0.08 points [-0.67, +0.83], p adj = 0.816, MDD 1.05 "
-                        "(SD 1.054, 10 seeds). MDD: the smallest difference those seeds could detect at the SD of the "
-                        f"paired differences they measured (80% power). To decide {CSAN}, attn-FFN vs {SOFT}, attn-FFN "
-                        "(|Δ| = 0.08): about 1365 seeds, or adaptive seeds `seeds: {min: 10, max: 1365, threshold: "
-                        "1.05}`."),
+        ("not decided", f"{CSAN}, attn-FFN vs {SOFT}, attn-FFN +0.08 points [-0.67, +0.83], p adj = 0.816. MDD 1.05 "
+                        "points at α = 0.05 (10 seeds, SD 1.054); about 1365 seeds would detect |Δ| = 0.08 (`seeds: "
+                        "1365`)."),
     ]  # fmt: skip
 
 
 def test_decided_comparisons_and_effects_lead_with_size_interval_and_adjusted_p(store, tmp_path):
+    """Each undecided comparison and effect gets its own line, its MDD and seeds at α/k of its own family: 3
+    comparisons in the variant table, 2 tested effects (the interaction has no spread)."""
     decided(store, tmp_path)
     assert lines(store, "clear") == [
         ("decided", f"{SOFT}, pure attention beats {SOFT}, attn-FFN by +10.00 points [+9.62, +10.38], p adj < 0.001."),
@@ -104,12 +108,11 @@ def test_decided_comparisons_and_effects_lead_with_size_interval_and_adjusted_p(
         ("decided", "stack: pure beats alternating by +10.00 points [+9.62, +10.38], p adj < 0.001."),
         ("tied", f"{CSAN}, pure attention / {SOFT}, pure attention: the best mean is not significantly better than "
                  "the others listed (largest p adj 0.291)." + NOT_EQUIVALENT),
-        ("not decided", f"{CSAN}, attn-FFN vs {SOFT}, attn-FFN +0.11 points [-0.11, +0.33], p adj = 0.291, MDD 0.31 "
-                        "(SD 0.310, 10 seeds); kind: csan vs softmax +0.11 points [-0.11, +0.33], p adj = 0.291, MDD "
-                        "0.31 (SD 0.310, 10 seeds). MDD: the smallest difference those seeds could detect at the SD of "
-                        f"the paired differences they measured (80% power). To decide {CSAN}, attn-FFN vs {SOFT}, "
-                        "attn-FFN (|Δ| = 0.11): about 65 seeds, or adaptive seeds `seeds: {min: 10, max: 65, "
-                        "threshold: 0.31}`."),
+        ("not decided", f"{CSAN}, attn-FFN vs {SOFT}, attn-FFN +0.11 points [-0.11, +0.33], p adj = 0.291. MDD 0.37 "
+                        "points at α/3 = 0.0167 (10 seeds, SD 0.310); about 86 seeds would detect |Δ| = 0.11 (`seeds: "
+                        "86`)."),
+        ("not decided", "kind: csan vs softmax +0.11 points [-0.11, +0.33], p adj = 0.291. MDD 0.35 points at α/2 = "
+                        "0.025 (10 seeds, SD 0.310); about 78 seeds would detect |Δ| = 0.11 (`seeds: 78`)."),
     ]  # fmt: skip
 
 
@@ -121,8 +124,8 @@ def test_too_few_seeds_says_the_policy_has_no_test_and_how_many_it_needs(store, 
         ("tied", f"{CSAN}, attn-FFN / {SOFT}, attn-FFN: the best mean is not significantly better than the others "
                  "listed (no test for some pair)." + NOT_EQUIVALENT),
         ("no test", f"{CSAN}, attn-FFN vs {SOFT}, attn-FFN (4 seeds; a test needs 6): too few for any test of the "
-                    f"small-sample policy, which needs {evidence.EXACT_N} seeds for the exact sign-flip test (`seeds: "
-                    "6`), 10 for a t-test."),
+                    f"small-sample policy. Deciding one takes at least {evidence.EXACT_N} seeds (`seeds: 6`): the "
+                    "exact sign-flip test's smallest p, 2/2^6 = 0.0312, is then below α; a t-test needs 10."),
     ]  # fmt: skip
 
 

@@ -16,7 +16,7 @@ from synthetic import fill
 
 from ablate import evidence
 from ablate.planning.plan import Plan, plan
-from ablate.reporting import findings, report
+from ablate.reporting import advice, report
 from ablate.store import Store
 
 #: Ten seeds' shared effect (data order, initialisation): every variant moves with it.
@@ -78,7 +78,7 @@ def test_a_tie_shows_each_variant_against_the_best_with_its_test_and_mdd(store, 
         d = np.array(diffs[kind])
         sd = float(np.std(d, ddof=1))
         lo, hi = sps.t.interval(0.95, 9, loc=d.mean(), scale=sd / math.sqrt(10))
-        q = sps.t.ppf(1 - evidence.ALPHA / 2 / 2, 9) + sps.t.ppf(findings.POWER, 9)  # α/k, k = 2
+        q = sps.t.ppf(1 - evidence.ALPHA / 2 / 2, 9) + sps.t.ppf(advice.POWER, 9)  # α/m, m = 2
         mean = 70 + np.mean(SHIFT) + np.mean([OFFSET[kind](s) for s in range(10)])
         pv = "<0.001" if p[kind] < 0.001 else f"{p[kind]:.3f}"
         adj = "<0.001" if holm[kind] < 0.001 else f"{holm[kind]:.3f}"
@@ -91,7 +91,7 @@ def test_a_tie_shows_each_variant_against_the_best_with_its_test_and_mdd(store, 
     assert got[SOFT] == expect("softmax", "tied") and got[SOFT][2] == "+0.50 [-0.25, +1.25]"
     assert got[GAUSS] == expect("gaussian", "worse than the best")
     assert "Tied is not equivalent: a tie says these seeds do not show the best better" in table
-    assert "at α/k" in table and "Holm over the group's k comparisons with the best" in table
+    assert "at α/m" in table and "Holm over the group's m comparisons with the best" in table
     tied = next(line for line in section(md, "Findings").splitlines() if line.startswith("| tied |"))
     assert f"{CSAN} / {SOFT}: the best mean" in tied and "Tied is not equivalent: Best or tied gives" in tied
     csv = pd.read_csv(tmp_path / "r" / "three" / "best.csv")
@@ -109,7 +109,7 @@ def test_no_mdd_where_the_exact_test_cannot_reach_the_tie_level(store, tmp_path)
     got = rows(table)
     assert got[SOFT][3].endswith(" e") and got[SOFT][5].startswith("none (SD ")
     assert got[GAUSS][5].startswith("none (SD ")
-    assert "none: at 6 pairs the exact sign-flip test's smallest p, 2/2^n, is not below α/k" in table
+    assert "none: at 6 pairs the exact sign-flip test's smallest p, 2/2^n, is not below α/m" in table
 
 
 def test_a_winner_lists_every_comparison_it_won(store, tmp_path):
