@@ -149,6 +149,27 @@ def test_the_readmes_first_sweep_is_the_first_tutorials() -> None:
     assert yaml.safe_load(readme) == yaml.safe_load(tutorial)
 
 
+def test_the_first_sweeps_figures_are_quoted_alike_with_where_they_came_from() -> None:
+    """The tutorial's `ablate runs` table, the README's sentence and the AVX512 column of the identity page's
+    measurement are one run's figures: each names the machine, kernels and commit it came from, and a figure
+    changed in one place fails until the others follow."""
+    tutorial = (ROOT / "docs/tutorials/first-ablation.md").read_text()
+    rows = re.findall(r"^(\w{10})  done   (\w+) +(\d)     ([\d.]+)$", tutorial, re.M)
+    assert len(rows) == 4, rows
+    figures = {(kind, int(seed)): float(value) for _, kind, seed, value in rows}
+    readme = " ".join((ROOT / "README.md").read_text().split())
+    quoted = (f"test top-1 {figures['softmax', 0]:.1f} and {figures['softmax', 1]:.1f}% for softmax, "
+              f"{figures['csan', 0]:.1f} and {figures['csan', 1]:.1f}% for CSaN")  # fmt: skip
+    assert quoted in readme, quoted
+    identity = (ROOT / "docs/concepts/identity.md").read_text()
+    for key, kind, seed, value in rows:
+        assert re.search(rf"^\| {key} {kind} \| {seed} \| {value} \|", identity, re.M), (key, value)
+    where = "AMD EPYC with torch 2.13.0+cpu"
+    commit = re.search(r"at commit (\w{7})", identity)
+    assert commit and all(where in text and f"commit {commit[1]}" in " ".join(text.split())
+                          for text in (tutorial, readme, identity))  # fmt: skip
+
+
 def test_every_test_the_comparison_page_names_exists() -> None:
     """docs/why.md backs each claim about ablate with a test by name: a renamed or removed test unbacks it."""
     named = re.findall(r"`(tests/[\w/]+\.py)::(test_\w+)`", (ROOT / "docs/why.md").read_text())
