@@ -8,7 +8,7 @@ trains in a fresh process, without Ray, by the launch's own loop (`ablate.traini
 trial's `resources.cpus` set to the setting's threads (the loop pins torch's threads to it).
 
     .venv/bin/python bench/reproduce.py FILE SWEEP [--settings avx512:1,avx512:1,avx512:2,avx2:1,default:1]
-        [--trials 4] [--metric test.top1]
+        [--trials 4] [--skip 0] [--metric test.top1]
 
 Prints a line per trial and setting as it ends, then per trial its spread (largest less smallest) over the
 settings, and the seed spread of each cell over the first setting.
@@ -77,7 +77,8 @@ def main() -> None:
     parser.add_argument("file")
     parser.add_argument("sweep")
     parser.add_argument("--settings", default="avx512:1,avx512:1,avx512:2,avx2:1,default:1")
-    parser.add_argument("--trials", type=int, default=4, help="the sweep's first N trials")
+    parser.add_argument("--trials", type=int, default=4, help="N of the sweep's trials")
+    parser.add_argument("--skip", type=int, default=0, help="after its first K")
     parser.add_argument("--metric", default="test.top1")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--threads", type=int, default=1, help=argparse.SUPPRESS)
@@ -89,7 +90,7 @@ def main() -> None:
 
     settings = [Setting.parse(s) for s in a.settings.split(",")]
     runs: list[Trained] = []
-    for trial in plan(a.file, a.sweep).trials[: a.trials]:
+    for trial in plan(a.file, a.sweep).trials[a.skip : a.skip + a.trials]:
         for s in settings:
             value, capability = train(a.file, a.sweep, trial.key, s, a.metric)
             cell = ", ".join(f"{k}={v}" for k, v in trial.axes.items() if k != "seed")

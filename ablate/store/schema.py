@@ -90,7 +90,8 @@ class TrialRecord(Base):
     peak_memory: Mapped[int | None]
     """Bytes."""
     environment: Mapped[dict[str, Any] | None]
-    """git sha and dirty flag, package versions, torch threads, ..."""
+    """git sha and dirty flag, package versions, host, and `arithmetic`: what its bits depend on beyond the key
+    (CPU, torch's kernels and threads, builds: `ablate.provenance.environment.Arithmetic`)."""
     result: Mapped[dict[str, Any] | None]
     """Final metrics, nested by split ({"test": {"top1": ...}}); flattened to `test.top1` in frames."""
     diverged_epoch: Mapped[int | None]
