@@ -72,6 +72,9 @@ REPORT = "report"
 """Artifact folder of a sweep's parent run holding its report (HTML, CSV, summary.json)."""
 DIGEST_TAG = "report.digest"
 """Parent-run tag: the state of the sweep its summary was logged for (a summary is logged again on a change only)."""
+SUMMARY_FORM = "2: variant runs"
+"""What a summary holds, hashed into its digest: a sweep summarised by an earlier form (before the variants' runs)
+is not in step, so its next `end_sweep` or `ablate sync` logs it again, variants' runs included."""
 VOLATILE = ("lease_host", "lease_expires")
 """Trial columns that change while the sweep's results do not (leases renewed by heartbeats)."""
 
@@ -129,12 +132,13 @@ def sweep_report(store: Store, sweep: str, out: Path, formats: tuple[str, ...] =
 
 
 def _digest(store: Store, sweep: str) -> str:
-    """The sweep's state as its report reads it: trials (states, results, run ids) and the sweep's settings."""
+    """The sweep's state as its report reads it: trials (states, results, run ids) and the sweep's settings; and
+    the form of the summary (`SUMMARY_FORM`)."""
     trials = store.trials_frame(sweep)
     record = store.sweep(sweep)
     settings = json.dumps([record.metric, record.baseline, record.description, record.spec] if record else None,
                           sort_keys=True, default=str)  # fmt: skip
-    text = trials.drop(columns=[c for c in VOLATILE if c in trials]).to_csv(index=False) + settings
+    text = trials.drop(columns=[c for c in VOLATILE if c in trials]).to_csv(index=False) + settings + SUMMARY_FORM
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 

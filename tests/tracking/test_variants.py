@@ -15,6 +15,7 @@ from ablate.config import TrialConfig
 from ablate.planning.keys import Trial, trial_key, variant_key
 from ablate.reporting import report
 from ablate.store import Store
+from ablate.tracking import records
 from ablate.tracking.records import Tracker, sweep_report
 from ablate.tracking.variants import keep_variant_runs
 
@@ -123,3 +124,17 @@ def test_a_copy_another_process_made_at_once_is_deleted_and_the_newest_kept(swee
     runs = variant_runs(tracker, store)
     assert runs[softmax][0] == copy and set(runs) == set(first)
     assert tracker.client.get_run(first[softmax][0]).info.lifecycle_stage == "deleted"
+
+
+def test_a_sweep_summarised_before_variant_runs_existed_gets_them_when_next_ended(sweep, monkeypatch):
+    """A parent run whose summary an earlier form logged (its digest without `SUMMARY_FORM`, no variant runs) is
+    not in step: the next `end_sweep` (a launch's end, `ablate sync`) logs the summary again, variant runs too."""
+    store, tracker, _ = sweep
+    monkeypatch.setattr(records, "SUMMARY_FORM", "")
+    tracker.end_sweep(store, "s")
+    for run_id, _, _ in variant_runs(tracker, store).values():  # as the earlier form left it: none
+        tracker.client.delete_run(run_id)
+    monkeypatch.undo()
+    assert not tracker.in_step(store, "s")
+    tracker.end_sweep(store, "s")
+    assert len(variant_runs(tracker, store)) == len(SCORES) and tracker.in_step(store, "s")
