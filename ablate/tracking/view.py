@@ -36,10 +36,11 @@ and std over the variant's trials, its independent replicates, the paired differ
 def sweep_view(metric: str | None) -> dict[str, Any]:
     """What a newcomer should see of a sweep in MLflow's UI, as the state of a saved view of its runs page: one run
     per variant (`SUMMARY`, its name the values of the axes that vary) holding the report's numbers for it, best
-    first by the sweep's metric, those numbers as the table's columns; first in the chart view a section with the
-    mean of each variant as a bar, its difference to the reference as a bar, and a table of every number beside
-    every variant. The trials' own runs are a search away (the view's filter keeps to the variants' runs).
-    MLflow's own defaults would show one collapsed parent row, no metric column and one bar per trial."""
+    first by the sweep's metric, those numbers as the table's columns; first in the chart view a section as wide as
+    the page with a table of every number beside every variant, then one with the mean of each variant as a bar
+    and its difference to the reference as a bar. The trials' own runs are a search away (the view's filter keeps
+    to the variants' runs). MLflow's own defaults would show one collapsed parent row, no metric column and one
+    bar per trial."""
     from ablate.spec.metrics import higher_is_better
 
     tag, kind = SUMMARY
@@ -48,16 +49,20 @@ def sweep_view(metric: str | None) -> dict[str, Any]:
                              "runsHiddenMode": "SHOW_ALL", "useGroupedValuesInCharts": False}  # fmt: skip
     if metric is None:
         return state
-    mean, delta, section = NUMBERS["mean"], NUMBERS["delta"], f"{VIEW}-variants"
-    card = {"runsCountToCompare": 1000, "metricSectionId": section, "deleted": False, "isGenerated": False}
+    mean, delta, numbers, bars = NUMBERS["mean"], NUMBERS["delta"], f"{VIEW}-variants", f"{VIEW}-bars"
+    card = {"runsCountToCompare": 1000, "deleted": False, "isGenerated": False}
     charts = [
-        {**card, "uuid": f"{VIEW}-bar", "type": "BAR", "metricKey": mean},
-        {**card, "uuid": f"{VIEW}-delta", "type": "BAR", "metricKey": delta},
-        {**card, "uuid": f"{VIEW}-numbers", "type": "DIFFERENCE", "compareGroups": ["Model metrics"],
-         "chartName": f"{metric}: the report's numbers", "showChangeFromBaseline": False, "showDifferencesOnly": False},
+        {**card, "uuid": f"{VIEW}-numbers", "metricSectionId": numbers, "type": "DIFFERENCE",
+         "compareGroups": ["Model metrics"], "chartName": f"{metric}: the report's numbers",
+         "showChangeFromBaseline": False, "showDifferencesOnly": False},
+        {**card, "uuid": f"{VIEW}-bar", "metricSectionId": bars, "type": "BAR", "metricKey": mean},
+        {**card, "uuid": f"{VIEW}-delta", "metricSectionId": bars, "type": "BAR", "metricKey": delta},
     ]  # fmt: skip
-    sections = [{"uuid": section, "name": "Variants compared", "display": True, "isReordered": True, "deleted": False,
-                 "isGenerated": False}]  # fmt: skip
+    section = {"display": True, "isReordered": True, "deleted": False, "isGenerated": False}
+    sections = [
+        {**section, "uuid": numbers, "name": "Variants compared", "columns": 1},
+        {**section, "uuid": bars, "name": "Means and deltas", "columns": 2},
+    ]
     return {**state, "orderByKey": f"metrics.`{mean}`", "orderByAsc": not higher_is_better(metric),
             "compareRunCharts": charts, "compareRunSections": sections, "isAccordionReordered": True}  # fmt: skip
 

@@ -305,9 +305,9 @@ def test_in_step_holds_exactly_where_ending_the_sweep_would_change_nothing(track
 
 def test_the_sweeps_experiment_keeps_the_view_ablate_ui_opens(tracker, store):
     """The experiment holds the sweep's saved view (`sweep_view`, what `ablate ui` lands on): only the variants' runs
-    (the search filter on their tag), the report's numbers as columns, best first (a loss: lowest), bar charts of the
-    mean and of the difference to the reference and a table of every number. A sweep whose view went missing (an
-    experiment an earlier version made) is not in step, and ending it writes the view."""
+    (the search filter on their tag), the report's numbers as columns, best first (a loss: lowest), a table of every
+    number as wide as the page, then bar charts of the mean and of the difference to the reference. A sweep whose
+    view went missing (an experiment an earlier version made) is not in step, and ending it writes the view."""
     t = trial(0)
     store.upsert_sweep("view", metric="val.loss", spec={"axes": ["attention.kind", "train.lr", "data.fold"]})
     store.add_trials("view", [t])
@@ -321,7 +321,9 @@ def test_the_sweeps_experiment_keeps_the_view_ablate_ui_opens(tracker, store):
     assert (state["orderByKey"], state["orderByAsc"]) == ("metrics.`mean`", True)  # a loss: lowest first
     assert state["runsHiddenMode"] == "SHOW_ALL"  # MLflow's default charts only the first 10 runs
     charts = [(c["type"], c.get("metricKey")) for c in state["compareRunCharts"]]
-    assert charts == [("BAR", "mean"), ("BAR", "delta"), ("DIFFERENCE", None)]
+    assert charts == [("DIFFERENCE", None), ("BAR", "mean"), ("BAR", "delta")]
+    assert [(s["name"], s["columns"]) for s in state["compareRunSections"]] == [("Variants compared", 1),
+                                                                             ("Means and deltas", 2)]  # fmt: skip
     assert tracker.in_step(store, "view")
 
     tracker.client.delete_experiment_tag(exp, VIEW_TAG)
