@@ -19,9 +19,9 @@ def ui(
     browser: bool = typer.Option(True, help="Open the page in a browser, where this machine has a display."),
     db: str | None = DB,
 ) -> None:
-    """Serve the MLflow UI on the MLflow store and print the sweep's page: its trials grouped by variant, best first,
-    and charts comparing them (the view the tracker keeps on its experiment); Ctrl-C or SIGTERM stops the server and
-    waits for it."""
+    """Serve the MLflow UI on the MLflow store and print the sweep's page: a run per variant holding its report's
+    numbers, best first, as bars and a table (the view the tracker keeps on its experiment); Ctrl-C or SIGTERM stops
+    the server and waits for it."""
     from ablate.tracking.records import DEFAULT_URI
     from ablate.tracking.ui import UiServer, sweep_page
 

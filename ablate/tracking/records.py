@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING, Any
 
 from ablate.tracking.names import MAX_PARAM, MAX_TAG, clip, mlflow_name
 from ablate.tracking.sqlite_db import creating, fast_sqlite
+from ablate.tracking.variants import VariantSummary, keep_variant_runs, variant_summaries
 from ablate.tracking.view import EXPERIMENT_KIND, VIEW, VIEW_TAG, sweep_view, ui_route, view_state
 
 if TYPE_CHECKING:
@@ -71,6 +72,9 @@ REPORT = "report"
 """Artifact folder of a sweep's parent run holding its report (HTML, CSV, summary.json)."""
 DIGEST_TAG = "report.digest"
 """Parent-run tag: the state of the sweep its summary was logged for (a summary is logged again on a change only)."""
+SUMMARY_FORM = "2: variant runs"
+"""What a summary holds, hashed into its digest: a sweep summarised by an earlier form (before the variants' runs)
+is not in step, so its next `end_sweep` or `ablate sync` logs it again, variants' runs included."""
 VOLATILE = ("lease_host", "lease_expires")
 """Trial columns that change while the sweep's results do not (leases renewed by heartbeats)."""
 
@@ -101,6 +105,8 @@ class SweepReport:
     best: str
     """The report's verdict in words: "best: X (mean)", or "tied: X (mean) / Y (mean)" where no variant is
     significantly better than the others (`ablate.evidence.verdict`); per group where the sweep has several."""
+    variants: dict[str, VariantSummary]
+    """Per variant, what its run in the sweep's view shows (`ablate.tracking.variants`)."""
 
 
 def sweep_report(store: Store, sweep: str, out: Path, formats: tuple[str, ...] = ("csv",)) -> SweepReport | None:
@@ -122,21 +128,17 @@ def sweep_report(store: Store, sweep: str, out: Path, formats: tuple[str, ...] =
     labels = {str(k): v for k, v in table["label"].items() if isinstance(v, str) and v}  # none: an empty cell
     return SweepReport(where, str(info["metric"]), labels, table["mean"].astype(float).to_dict(),
                        table["delta"].astype(float).to_dict(), str(baseline[0]) if len(baseline) else None,
-                       str(info["verdict"]))  # fmt: skip
-
-
-def _axes(record: SweepRecord) -> list[str]:
-    """The sweep's axis paths as its launch recorded them (none for a sweep recorded without its spec)."""
-    return list((record.spec or {}).get("axes") or [])
+                       str(info["verdict"]), variant_summaries(table))  # fmt: skip
 
 
 def _digest(store: Store, sweep: str) -> str:
-    """The sweep's state as its report reads it: trials (states, results, run ids) and the sweep's settings."""
+    """The sweep's state as its report reads it: trials (states, results, run ids) and the sweep's settings; and
+    the form of the summary (`SUMMARY_FORM`)."""
     trials = store.trials_frame(sweep)
     record = store.sweep(sweep)
     settings = json.dumps([record.metric, record.baseline, record.description, record.spec] if record else None,
                           sort_keys=True, default=str)  # fmt: skip
-    text = trials.drop(columns=[c for c in VOLATILE if c in trials]).to_csv(index=False) + settings
+    text = trials.drop(columns=[c for c in VOLATILE if c in trials]).to_csv(index=False) + settings + SUMMARY_FORM
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
@@ -263,8 +265,8 @@ class Tracker:
 
     def _keep_view(self, exp: str, record: SweepRecord) -> None:
         """Keep the sweep's view (`sweep_view`) on its experiment, written where it lacks one or holds another (the
-        sweep's axes or metric changed, or an earlier version wrote it); MLflow is asked once per process."""
-        state = sweep_view(_axes(record), record.metric)
+        sweep's metric changed, or an earlier version wrote it); MLflow is asked once per process."""
+        state = sweep_view(record.metric)
         seen = (exp, json.dumps(state, sort_keys=True))
         if seen in self._viewed:
             return
@@ -294,14 +296,15 @@ class Tracker:
         except sqlite3.Error:  # not MLflow's tables (another version), locked, unreadable: ask MLflow
             return False
         return (row is not None and tuple(row[:3]) == (status, "active", "active") and row[3] == _digest(store, sweep)
-                and view_state(row[4]) == sweep_view(_axes(record), record.metric))  # fmt: skip
+                and view_state(row[4]) == sweep_view(record.metric))  # fmt: skip
 
     def summarise(self, store: Store, sweep: str) -> bool:
         """Put the sweep's summary on its parent run, unless the sweep is as it was at the last summary: per
         variant the mean of the headline metric and the paired delta to its reference as metrics
         (`<metric>/mean/<label>`, `<metric>/delta/<label>`), the report (HTML, CSV) as artifacts under
-        `report/`, and links to the sweep's trial runs held by other sweeps' experiments (each gets the tag
-        `sweep.<name>`: the parent run; the parent's note links them). Returns whether it logged anything."""
+        `report/`, links to the sweep's trial runs held by other sweeps' experiments (each gets the tag
+        `sweep.<name>`: the parent run; the parent's note links them), and the run of each variant the sweep's
+        view shows (`ablate.tracking.variants`; none without a report). Returns whether it logged anything."""
         exp, parent = self._sweep_run(store, sweep, resume=False)
         digest = _digest(store, sweep)
         if self.client.get_run(parent).data.tags.get(DIGEST_TAG) == digest:
@@ -312,6 +315,7 @@ class Tracker:
             if summary is not None:
                 self._log_summary(parent, summary)
                 self.client.log_artifacts(parent, str(summary.folder), REPORT)
+            keep_variant_runs(self.client, exp, sweep, summary.variants if summary is not None else {})
         self.client.set_tag(parent, DIGEST_TAG, digest)
         return True
 

@@ -10,8 +10,6 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ablate.tracking.names import mlflow_name
-
 EXPERIMENT_KIND = ("mlflow.experimentKind", "custom_model_development")
 """Experiment tag that makes MLflow 3's UI, before 3.17, open an experiment on its runs (without it: on an empty
 traces page)."""
@@ -26,38 +24,47 @@ VIEW_TAG = f"mlflow.sharedViewState.{VIEW}"
 """Experiment tag where MLflow's UI (3.17) looks up a view by its share key (`viewStateShareKey` in the address)."""
 LANDING = f"viewStateShareKey={VIEW}&compareRunsMode=CHART"
 """Query of the page `ablate ui` opens: the sweep's view, in the chart view of its runs."""
+SUMMARY = ("summary", "variant")
+"""Tag of a variant's run (`ablate.tracking.variants`): the runs the sweep's view shows."""
+NUMBERS = {"mean": "mean", "std": "std", "n": "n", "delta": "delta", "lo": "delta lo", "hi": "delta hi",
+           "p_adj": "p adj"}  # fmt: skip
+"""Columns of the report's variant table a variant's run holds, and their MLflow metric names: the metric's mean
+and std over the variant's trials, its independent replicates, the paired difference to its reference with the
+95% interval, and the adjusted p of that comparison."""
 
 
-def sweep_view(axes: list[str], metric: str | None) -> dict[str, Any]:
-    """What a newcomer should see of a sweep in MLflow's UI, as the state of a saved view of its runs page: the trials
-    grouped by variant (their axes that are not replicates), best first by the sweep's metric, with the axis values
-    and the metric as the table's columns; first in the chart view a section comparing the trials in variant order,
-    the metric of each as a bar and parallel coordinates from the variant's axis values to the metric. MLflow's
-    own defaults would show one collapsed parent row, no param or metric column and only the first 10 runs in
-    charts. `axes`: the sweep's axis paths (the seed is one for every trial)."""
-    from ablate.config import REPLICATES
+def sweep_view(metric: str | None) -> dict[str, Any]:
+    """What a newcomer should see of a sweep in MLflow's UI, as the state of a saved view of its runs page: one run
+    per variant (`SUMMARY`, its name the values of the axes that vary) holding the report's numbers for it, best
+    first by the sweep's metric, those numbers as the table's columns; first in the chart view a section as wide as
+    the page with a table of every number beside every variant, then one with the mean of each variant as a bar
+    and its difference to the reference as a bar. The trials' own runs are a search away (the view's filter keeps
+    to the variants' runs). MLflow's own defaults would show one collapsed parent row, no metric column and one
+    bar per trial."""
     from ablate.spec.metrics import higher_is_better
 
-    varied = [mlflow_name(f"axis.{a}") for a in axes if a not in REPLICATES]
-    columns = [f"params.`{mlflow_name(f'axis.{a}')}`" for a in dict.fromkeys([*axes, "seed"])]
-    state: dict[str, Any] = {
-        "selectedColumns": columns, "runsHiddenMode": "SHOW_ALL", "useGroupedValuesInCharts": False,
-        "groupBy": {"aggregateFunction": "average",
-                    "groupByKeys": [{"mode": "param", "groupByData": a} for a in varied]} if varied else None,
-    }  # fmt: skip
+    tag, kind = SUMMARY
+    columns = [f"metrics.`{name}`" for name in NUMBERS.values()]
+    state: dict[str, Any] = {"searchFilter": f"tags.{tag} = '{kind}'", "selectedColumns": columns, "groupBy": None,
+                             "runsHiddenMode": "SHOW_ALL", "useGroupedValuesInCharts": False}  # fmt: skip
     if metric is None:
         return state
-    name, section = mlflow_name(metric), f"{VIEW}-variants"
-    card = {"runsCountToCompare": 1000, "metricSectionId": section, "deleted": False, "isGenerated": False}
-    charts = [{**card, "uuid": f"{VIEW}-bar", "type": "BAR", "metricKey": name, "displayName": f"{name} of each trial"}]
-    if varied:
-        charts.append({**card, "uuid": f"{VIEW}-parallel", "type": "PARALLEL", "selectedParams": varied,
-                       "selectedMetrics": [name], "showAllRuns": True})  # fmt: skip
-    sections = [{"uuid": section, "name": "Variants compared", "display": True, "isReordered": True, "deleted": False,
-                 "isGenerated": False}]  # fmt: skip
-    return {**state, "orderByKey": f"metrics.`{name}`", "orderByAsc": not higher_is_better(metric),
-            "selectedColumns": [*columns, f"metrics.`{name}`"], "compareRunCharts": charts,
-            "compareRunSections": sections, "isAccordionReordered": True}  # fmt: skip
+    mean, delta, numbers, bars = NUMBERS["mean"], NUMBERS["delta"], f"{VIEW}-variants", f"{VIEW}-bars"
+    card = {"runsCountToCompare": 1000, "deleted": False, "isGenerated": False}
+    charts = [
+        {**card, "uuid": f"{VIEW}-numbers", "metricSectionId": numbers, "type": "DIFFERENCE",
+         "compareGroups": ["Model metrics"], "chartName": f"{metric}: the report's numbers",
+         "showChangeFromBaseline": False, "showDifferencesOnly": False},
+        {**card, "uuid": f"{VIEW}-bar", "metricSectionId": bars, "type": "BAR", "metricKey": mean},
+        {**card, "uuid": f"{VIEW}-delta", "metricSectionId": bars, "type": "BAR", "metricKey": delta},
+    ]  # fmt: skip
+    section = {"display": True, "isReordered": True, "deleted": False, "isGenerated": False}
+    sections = [
+        {**section, "uuid": numbers, "name": "Variants compared", "columns": 1},
+        {**section, "uuid": bars, "name": "Means and deltas", "columns": 2},
+    ]
+    return {**state, "orderByKey": f"metrics.`{mean}`", "orderByAsc": not higher_is_better(metric),
+            "compareRunCharts": charts, "compareRunSections": sections, "isAccordionReordered": True}  # fmt: skip
 
 
 def view_state(tag: str | None) -> dict[str, Any] | None:

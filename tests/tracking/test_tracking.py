@@ -259,7 +259,8 @@ def test_a_sweep_reusing_trials_gets_its_experiment_linking_their_runs(tracker, 
     link = f"#/experiments/{first.mlflow_experiment_id}/runs/{runs[0]}?workflowType=machine_learning"  # training view
     assert note.startswith("softmax only") and f"({link})" in note
     assert tracker.run_url(runs[0]) == f"http://127.0.0.1:5000/{link} (while `ablate ui` serves it)"
-    assert [r.info.run_id for r in runs_of(tracker, again.mlflow_experiment_id)] == [parent.info.run_id]  # not copied
+    trial_runs = [r for r in runs_of(tracker, again.mlflow_experiment_id) if "trial_key" in r.data.tags]
+    assert trial_runs == []  # not copied
 
 
 def test_a_lazy_tracker_makes_its_client_and_database_on_first_use(tmp_path):
@@ -303,24 +304,26 @@ def test_in_step_holds_exactly_where_ending_the_sweep_would_change_nothing(track
 
 
 def test_the_sweeps_experiment_keeps_the_view_ablate_ui_opens(tracker, store):
-    """The experiment holds the sweep's saved view (`sweep_view`, what `ablate ui` lands on): the axis values and the
-    metric as columns, trials grouped by the variant's axes (a replicate axis and the seed are columns, not groups),
-    best first (a loss: lowest), a bar chart of the metric and parallel coordinates over the grouping axes. A sweep
-    whose view went missing (an experiment an earlier version made) is not in step, and ending it writes the view."""
+    """The experiment holds the sweep's saved view (`sweep_view`, what `ablate ui` lands on): only the variants' runs
+    (the search filter on their tag), the report's numbers as columns, best first (a loss: lowest), a table of every
+    number as wide as the page, then bar charts of the mean and of the difference to the reference. A sweep whose
+    view went missing (an experiment an earlier version made) is not in step, and ending it writes the view."""
     t = trial(0)
     store.upsert_sweep("view", metric="val.loss", spec={"axes": ["attention.kind", "train.lr", "data.fold"]})
     store.add_trials("view", [t])
     tracker.end_sweep(store, "view")
     exp = store.sweep("view").mlflow_experiment_id
     state = view_state(tracker.client.get_experiment(exp).tags[VIEW_TAG])
-    assert state is not None and state == sweep_view(["attention.kind", "train.lr", "data.fold"], "val.loss")
-    axes = ["attention.kind", "train.lr", "data.fold", "seed"]
-    assert state["selectedColumns"] == [f"params.`axis.{a}`" for a in axes] + ["metrics.`val.loss`"]
-    assert [k["groupByData"] for k in state["groupBy"]["groupByKeys"]] == ["axis.attention.kind", "axis.train.lr"]
-    assert (state["orderByKey"], state["orderByAsc"]) == ("metrics.`val.loss`", True)  # a loss: lowest first
+    assert state is not None and state == sweep_view("val.loss")
+    assert state["searchFilter"] == "tags.summary = 'variant'" and state["groupBy"] is None
+    names = ["mean", "std", "n", "delta", "delta lo", "delta hi", "p adj"]
+    assert state["selectedColumns"] == [f"metrics.`{n}`" for n in names]
+    assert (state["orderByKey"], state["orderByAsc"]) == ("metrics.`mean`", True)  # a loss: lowest first
     assert state["runsHiddenMode"] == "SHOW_ALL"  # MLflow's default charts only the first 10 runs
-    charts = {c["type"]: c for c in state["compareRunCharts"]}
-    assert charts["BAR"]["metricKey"] == "val.loss" and charts["PARALLEL"]["selectedMetrics"] == ["val.loss"]
+    charts = [(c["type"], c.get("metricKey")) for c in state["compareRunCharts"]]
+    assert charts == [("DIFFERENCE", None), ("BAR", "mean"), ("BAR", "delta")]
+    assert [(s["name"], s["columns"]) for s in state["compareRunSections"]] == [("Variants compared", 1),
+                                                                             ("Means and deltas", 2)]  # fmt: skip
     assert tracker.in_step(store, "view")
 
     tracker.client.delete_experiment_tag(exp, VIEW_TAG)

@@ -15,6 +15,7 @@ import sys
 import urllib.request
 from pathlib import Path
 
+import pandas as pd
 import procfs
 import pytest
 from conftest import chromium, free_port
@@ -23,6 +24,7 @@ from noise import noise
 
 from ablate.config import TrialConfig
 from ablate.planning.keys import Trial, trial_key, variant_key
+from ablate.reporting import report
 from ablate.store import Store
 from ablate.tracking.records import Tracker
 
@@ -142,37 +144,44 @@ def test_the_page_ui_prints_opens_on_training_runs_in_headless_chromium(tmp_path
     assert not tabs & {"prompts", "judges", "chat-sessions", "evaluation-runs"}, tabs
 
 
-def compared(tmp_path: Path) -> tuple[str, str, dict[str, tuple[str, str, float]]]:
-    """Stores with one sweep over attention.kind, 2 seeds, its trials done with distinct test.top1 values: the URLs
-    and, per trial run id, its run name, kind and value."""
+#: Scripted test.top1 per kind and seed: 6 seeds, so the report gives each difference to softmax an interval.
+SCORES = {"softmax": [71.25, 72.5, 70.0, 71.0, 73.0, 70.5], "csan": [80.75, 81.0, 79.5, 82.0, 80.25, 81.5]}
+
+
+def compared(tmp_path: Path) -> tuple[str, str, list[str], pd.DataFrame]:
+    """Stores with one sweep over attention.kind (softmax the baseline), 6 seeds, its trials done with `SCORES` and
+    mirrored, the sweep ended: the URLs, the trial runs' names and the report's variant table."""
     db, uri = f"sqlite:///{tmp_path / 'r.sqlite'}", f"sqlite:///{tmp_path / 'm.sqlite'}"
-    tracker, values = Tracker(uri), {("softmax", 0): 71.25, ("softmax", 1): 72.5, ("csan", 0): 80.75, ("csan", 1): 81.0}
-    trials = {}
-    for (kind, seed), value in values.items():
-        cfg = TrialConfig.model_validate({"attention": {"kind": kind}, "seed": seed})
-        trials[trial_key(cfg)] = (Trial(trial_key(cfg), variant_key(cfg), cfg, {"attention.kind": kind, "seed": seed}),
-                                  value)  # fmt: skip
-    runs = {}
+    tracker, trials = Tracker(uri), []
+    for kind, scores in SCORES.items():
+        for seed in range(len(scores)):
+            cfg = TrialConfig.model_validate({"attention": {"kind": kind}, "seed": seed})
+            trials.append(Trial(trial_key(cfg), variant_key(cfg), cfg, {"attention.kind": kind, "seed": seed}))
+    names = []
     with Store(db) as store:
-        store.upsert_sweep("grid", metric="test.top1", spec={"axes": ["attention.kind"]})
-        store.add_trials("grid", [t for t, _ in trials.values()])
-        for key, (t, value) in trials.items():
-            store.mark_running(key, host="h", device="cpu")
-            store.finish(key, "done", result={"test.top1": value})
-            run = tracker.start_trial(store, "grid", key)
+        store.upsert_sweep("grid", metric="test.top1", spec={"axes": ["attention.kind", "seed"]},
+                           baseline=trials[0].variant)  # fmt: skip
+        store.add_trials("grid", trials)
+        for t in trials:
+            value = SCORES[t.config.attention.kind][t.config.seed]
+            store.mark_running(t.key, host="h", device="cpu")
+            store.finish(t.key, "done", result={"test": {"top1": value}})
+            run = tracker.start_trial(store, "grid", t.key)
             tracker.end_trial(run, "done", result={"test": {"top1": value}})
-            runs[run] = (tracker.client.get_run(run).info.run_name, t.config.attention.kind, value)
+            names.append(tracker.client.get_run(run).info.run_name)
         tracker.end_sweep(store, "grid")
-    return db, uri, runs
+        report("grid", store=store, out=tmp_path / "report", formats=("csv",))
+    return db, uri, names, pd.read_csv(tmp_path / "report" / "grid" / "variants.csv", index_col="variant")
 
 
-def test_ui_lands_on_the_trials_grouped_by_variant_and_a_chart_comparing_them(tmp_path: Path) -> None:
-    """The page `ablate ui` prints, as headless Chromium renders it without a click: the sweep's view (`sweep_view`),
-    in the chart view: each trial listed under its variant's group (named by its axis values), and a section of
-    charts comparing them, whose bars carry each trial's metric. MLflow's own landing shows one collapsed parent run
-    and no value."""
+def test_ui_lands_on_each_variants_mean_and_interval_from_the_report(tmp_path: Path) -> None:
+    """The page `ablate ui` prints, as headless Chromium renders it without a click: the sweep's view (`sweep_view`)
+    in the chart view, showing one run per variant under its short name (the axis value), best first, and a table
+    holding each variant's mean and the 95% interval of its difference to the baseline: the report's own numbers
+    as MLflow prints them (two decimals). The trials' runs are not listed (MLflow's own landing shows one collapsed
+    parent run and no value; before the variants' runs, one bar per trial)."""
     browser = chromium()
-    db, uri, runs = compared(tmp_path)
+    db, uri, trial_names, table = compared(tmp_path)
     port = free_port()
     cmd = [sys.executable, "-m", "ablate.cli", "ui", "--db", db, "--mlflow-uri", uri, "--port", str(port)]
     proc = subprocess.Popen(cmd, cwd=tmp_path, env=CLI_ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
@@ -189,19 +198,18 @@ def test_ui_lands_on_the_trials_grouped_by_variant_and_a_chart_comparing_them(tm
                               capture_output=True, text=True, timeout=240)  # fmt: skip
     finally:
         kill_all(proc, port)
-    dom = done.stdout
-    words = [html.unescape(w) for w in re.findall(r">([^<>]+)<", dom) if w.strip()]
-    group = ""
-    listed: dict[str, str] = {}  # run name -> the group it is listed under (the runs list comes first)
-    for w in words:
-        if w.startswith("Group: "):
-            group = w
-        elif group and w not in listed:
-            listed[w] = group
-    assert "Variants compared" in words and "Parallel Coordinates" in words, (done.stderr[-2000:], words[-80:])
-    for name, kind, value in runs.values():
-        assert listed.get(name) == f"Group: {kind}", (name, listed)  # one axis: its value names the group
-        assert f"{value:.2f}" in words, (value, words)  # its bar's label
+    words = [html.unescape(w) for w in re.findall(r">([^<>]+)<", done.stdout) if w.strip()]
+    assert "Variants compared" in words and "Model Metrics" in words, (done.stderr[-2000:], words[-80:])
+    names = {v: f"kind={k}" for v, k in table["axis.attention.kind"].items()}
+    best_first = [names[v] for v in table.sort_values("mean", ascending=False).index]
+    numbers = words[words.index("Model Metrics") + 1 :]  # the table of every number: a row per metric
+    header = [w for w in words[words.index("Compare by") : words.index("Model Metrics")] if w in names.values()]
+    assert header == best_first, header
+    for column, metric in (("mean", "mean"), ("lo", "delta lo"), ("hi", "delta hi")):
+        shown = numbers[numbers.index(metric) + 1 : numbers.index(metric) + 1 + len(header)]
+        by_name = {names[v]: x for v, x in table[column].items()}
+        assert shown == [f"{by_name[n]:.2f}" if by_name[n] == by_name[n] else "-" for n in header], (metric, shown)
+    assert not set(trial_names) & set(words), "trial runs listed"
 
 
 def test_ui_for_an_unknown_sweep_exits_2_and_stops_the_server_it_started(tmp_path: Path) -> None:
