@@ -39,7 +39,7 @@ from ablate.store import STATES, Store
 
 __all__ = ["ALL_FORMATS", "FORMATS", "ReportError", "compare", "folder", "report"]
 
-FIGURES = ("variants", "cost", "curves", "diagnostics", "effects")
+FIGURES = ("variants", "best", "cost", "curves", "diagnostics", "effects")
 SUMMARY = "summary.json"
 
 
@@ -107,7 +107,7 @@ def _write_sweep(
         if len(best):
             written.append(write_file(where / "best.csv", csv(best, index=False)))
     if formats & {"html", "md", "tex"}:
-        figures = _figures(store, data, table, eff) if formats & {"html", "md"} else {}
+        figures = _figures(store, data, table, eff, best) if formats & {"html", "md"} else {}
         contributed = sections.sections(sections.SweepResults(data, table, correction, store))
         title, meta, parts = _sections(data, table, fac, eff, figures, correction, contributed)
         if (seeds := seeding.section(store, data)) is not None:
@@ -116,7 +116,8 @@ def _write_sweep(
             parts.insert(1, tuning.section)
             figures |= tuning.figures if formats & {"html", "md"} else {}
         if len(best):  # right after the variant table whose bold cell it explains
-            parts.insert(1, Section("Best or tied", [ties.table(best, data, correction)]))
+            shown = [Image("best", figures["best"], "each variant against the best")] if "best" in figures else []
+            parts.insert(1, Section("Best or tied", [ties.table(best, data, correction), *shown]))
         found = findings.findings(data, table, fac, eff, won)
         if chosen is not None and chosen.two_level and (words := designed.unseparated(chosen, data)) is not None:
             found.append(findings.Finding(findings.CONFOUNDED, words))
@@ -130,11 +131,14 @@ def _write_sweep(
     return written
 
 
-def _figures(store: Store, data: SweepData, table: pd.DataFrame, eff: pd.DataFrame | None) -> dict[str, bytes]:
+def _figures(
+    store: Store, data: SweepData, table: pd.DataFrame, eff: pd.DataFrame | None, best: pd.DataFrame
+) -> dict[str, bytes]:
     shown = plots.pick(table, data.higher, plots.MAX_CURVES)
     curves = frames.curves(store, data, list(shown.index))
     made = {
         "variants": plots.variants_plot(table, data),
+        "best": plots.best_plot(best, data.variants["label"], data.metric) if len(best) else None,
         "cost": plots.cost_plot(table, data),
         "curves": plots.curves_plot(curves, table, data),
         "diagnostics": plots.diagnostics_plot(curves, table),
@@ -163,6 +167,7 @@ def _sections(
         return [Image(name, figures[name], alt)] if name in figures else []
 
     base = table.loc[data.baseline, "label"] if data.baseline in table.index else "none"
+    timed = " and the side-by-side step time" if "step_rel" in table else ""
     meta = [
         *([data.description] if data.description else []),
         f"Metric: {tables.metric_words(data)} Baseline: {base}. Replicates: {data.design.words}.",
@@ -173,7 +178,7 @@ def _sections(
         Section("Variants", [tables.variants(table, data, correction), *fig("variants", f"{data.metric} per variant")]),
         Section(
             "Cost",
-            [*(fig("cost", f"{data.metric} against params, GFLOPs and the side-by-side step time with the Pareto front")
+            [*(fig("cost", f"{data.metric} against params, GFLOPs{timed} with the Pareto front")
                or ["No cost on which the finished variants differ (params, GFLOPs, step time): no cost plot."]),
              tables.costs(table) or "No training was timed: no measured cost."],
         ),
