@@ -148,3 +148,25 @@ def test_the_forest_draws_each_difference_with_its_interval_and_mdd_band(store, 
     spans = [seg for c in ax.collections for seg in getattr(c, "get_segments", lambda: [])()]
     ends = sorted(x for s in spans if len(s) == 2 and s[0][1] == s[1][1] for x in (s[0][0], s[1][0]))
     assert ends == pytest.approx(sorted([*rows["lo"], *rows["hi"]]))
+
+
+def test_under_cross_validation_the_interval_and_mdd_carry_the_resampling_correction(store, tmp_path):
+    """3-fold cross-validation repeated 4 times: 12 fold differences, whose variance the corrected resampled t
+    inflates by 1/12 + 1/2; the Best or tied row's interval and MDD (k = 1: at α) are those, by hand."""
+    base = {"task": "mil", "data": {"name": "musk1", "folds": 3}, "model": {"size": "synpool"},
+            "attention": {"kind": "syn"}, "train": {"epochs": 1}}  # fmt: skip
+    grid = {"attention.steps": [0, 1], "data.split_seed": [0, 1, 2, 3], "data.fold": [0, 1, 2]}
+    spec = {"base": base, "grid": grid, "seeds": 1, "baseline": {"attention.steps": 0}}
+    p = plan(write_sweeps(tmp_path / "cv.yaml", {"cv": spec}), "cv")
+    noise = dict(zip((t.key for t in p.trials), np.random.default_rng(5).normal(0, 0.02, len(p.trials))))
+    fill(store, p, lambda t: 0.8 + 0.01 * t.axes["attention.steps"] + noise[t.key])
+    report("cv", store=store, out=tmp_path / "r", formats=["csv"])
+    row = pd.read_csv(tmp_path / "r" / "cv" / "best.csv").iloc[1]
+    trials = store.trials_frame("cv")
+    by = trials.pivot_table(index=["axis.data.split_seed", "axis.data.fold"], columns="variant", values=p.metric)
+    d = (by[row["best"]] - by[row["variant"]]).to_numpy()
+    sd, scale = float(np.std(d, ddof=1)), math.sqrt(1 / 12 + 1 / 2)
+    half = sps.t.ppf(0.975, 11) * sd * scale
+    assert row["test"] == "corrected resampled t" and row["pairs"] == 12 and row["k"] == 1
+    assert (row["lo"], row["hi"]) == pytest.approx((d.mean() - half, d.mean() + half))
+    assert row["mdd"] == pytest.approx((sps.t.ppf(0.975, 11) + sps.t.ppf(findings.POWER, 11)) * sd * scale)
