@@ -78,7 +78,7 @@ def table(frame: pd.DataFrame, data: SweepData, correction: str) -> Table:
         rows.append([name, tables.num(r["mean"], d), str(int(r["pairs"])), tables.difference(r, d, marked=False), p,
                      tables.pvalue(r["p_adj"]), _mdd_cell(r, d), r["verdict"]])  # fmt: skip
     ks = "/".join(str(int(k)) for k in sorted(set(frame["k"].dropna())))
-    unreachable = frame[np.isinf(frame["mdd"].astype(float))] if "mdd" in frame else frame.iloc[:0]
+    unreachable = frame[np.isinf(frame["mdd"].astype(float))]
     none = (f" none: at {'/'.join(str(int(n)) for n in sorted(set(unreachable['pairs'])))} pairs the exact "
             f"sign-flip test's smallest p, 2/2^n, is not below α/k: no difference is detectable."
             if len(unreachable) else "")  # fmt: skip
