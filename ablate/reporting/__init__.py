@@ -6,7 +6,9 @@
 
 Per sweep: the variant table in the CSaN paper's layout (mean +- std over replicates, paired delta to the
 baseline with a 95% interval, standardised effect, the test's p-value and the p adjusted over the table's
-comparisons, Holm or Benjamini-Hochberg; the tests respect the design, see `stats`), published numbers
+comparisons, Holm or Benjamini-Hochberg; the tests respect the design, see `stats`), each variant against its
+group's best (the tests behind best or tied, `ties`), measured training speed apart from the variant table (a
+figure of the machine's load as much as of the architecture), published numbers
 beside the measured ones they are comparable with, main effects and
 two-way interactions of the factorial part, plots (metric per variant, metric vs cost with the Pareto
 front, training curves, attention diagnostics), and the trials that are not done. `reports/index.html`
@@ -15,7 +17,8 @@ lists every report under the output folder. Re-running on an unchanged store rew
 (booktabs); `compare` puts two sweeps side by side (`ablate.reporting.compare`).
 
 Modules: `frames` (store -> frames, per-variant statistics), `stats` (design-aware tests, corrections),
-`effects` (factorial effects), `describe` (variants in words), `published` (the tables mechanisms declare),
+`effects` (factorial effects), `ties` (each variant against its group's best: the tests behind best or tied),
+`describe` (variants in words), `published` (the tables mechanisms declare),
 `plots` (matplotlib), `tables` (formatted cells), `render` (HTML, Markdown, LaTeX), `compare` (two sweeps).
 """
 
