@@ -23,7 +23,10 @@ from ablate.config import TrialConfig
 from ablate.nn.costs import data_dims
 from ablate.nn.widths import model_key
 
-ROUNDS = 5
+ROUNDS = 15
+"""Timed rounds. The shipped cpu sweep's four architectures at the trials' batch (32), under a load of 12-16 on
+two cores: 5 rounds changed their order in 4 of 8 runs, 15 in none of 6 (`bench/steptime.py`). What timing costs
+grows with them, the model and the batch: each architecture takes ROUNDS + 1 training steps on one CPU thread."""
 THREADS = 1
 
 

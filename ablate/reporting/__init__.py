@@ -6,7 +6,9 @@
 
 Per sweep: the variant table in the CSaN paper's layout (mean +- std over replicates, paired delta to the
 baseline with a 95% interval, standardised effect, the test's p-value and the p adjusted over the table's
-comparisons, Holm or Benjamini-Hochberg; the tests respect the design, see `stats`), published numbers
+comparisons, Holm or Benjamini-Hochberg; the tests respect the design, see `stats`), each variant against its
+group's best (the tests behind best or tied, `ties`), measured training speed apart from the variant table (a
+figure of the machine's load as much as of the architecture), published numbers
 beside the measured ones they are comparable with, main effects and
 two-way interactions of the factorial part, plots (metric per variant, metric vs cost with the Pareto
 front, training curves, attention diagnostics), and the trials that are not done. `reports/index.html`
@@ -15,9 +17,11 @@ lists every report under the output folder. Re-running on an unchanged store rew
 (booktabs); `compare` puts two sweeps side by side (`ablate.reporting.compare`).
 
 Modules: `frames` (store -> frames, per-variant statistics), `stats` (design-aware tests, corrections),
-`effects` (factorial effects), `describe` (variants in words), `published` (the tables mechanisms declare),
+`effects` (factorial effects), `ties` (each variant against its group's best: the tests behind best or tied),
+`describe` (variants in words), `published` (the tables mechanisms declare),
 `plots` (matplotlib), `tables` (formatted cells), `render` (HTML, Markdown, LaTeX), `compare` (two sweeps),
-`undertrained` (the Findings on scores near chance and curves still rising, said first).
+`findings` and `advice` (the Findings and what more seeds could decide), `undertrained` (the Findings on scores
+near chance and curves still rising, said first).
 """
 
 from __future__ import annotations
@@ -53,7 +57,7 @@ from ablate.store import STATES, Store
 
 __all__ = ["ALL_FORMATS", "FORMATS", "ReportError", "compare", "folder", "report"]
 
-FIGURES = ("variants", "cost", "curves", "diagnostics", "effects")
+FIGURES = ("variants", "best", "cost", "curves", "diagnostics", "effects")
 SUMMARY = "summary.json"
 
 
@@ -124,7 +128,7 @@ def _write_sweep(
         if len(best):
             written.append(write_file(where / "best.csv", csv(best, index=False)))
     if formats & {"html", "md", "tex"}:
-        figures = _figures(store, data, table, eff) if formats & {"html", "md"} else {}
+        figures = _figures(store, data, table, eff, best) if formats & {"html", "md"} else {}
         contributed = sections.sections(sections.SweepResults(data, table, correction, store))
         title, meta, parts = _sections(data, table, fac, eff, figures, correction, contributed)
         if (seeds := seeding.section(store, data)) is not None:
@@ -133,7 +137,8 @@ def _write_sweep(
             parts.insert(1, tuning.section)
             figures |= tuning.figures if formats & {"html", "md"} else {}
         if len(best):  # right after the variant table whose bold cell it explains
-            parts.insert(1, Section("Best or tied", [ties.table(best, data, correction)]))
+            shown = [Image("best", figures["best"], "each variant against the best")] if "best" in figures else []
+            parts.insert(1, Section("Best or tied", [ties.table(best, data, correction), *shown]))
         adaptive = seeding.verdicts(store, data)
         found = [*undertrained.findings(store, data, table), *findings.findings(data, table, fac, eff, won, adaptive)]
         if chosen is not None and chosen.two_level and (words := designed.unseparated(chosen, data)) is not None:
@@ -148,11 +153,14 @@ def _write_sweep(
     return written
 
 
-def _figures(store: Store, data: SweepData, table: pd.DataFrame, eff: pd.DataFrame | None) -> dict[str, bytes]:
+def _figures(
+    store: Store, data: SweepData, table: pd.DataFrame, eff: pd.DataFrame | None, best: pd.DataFrame
+) -> dict[str, bytes]:
     shown = plots.pick(table, data.higher, plots.MAX_CURVES)
     curves = frames.curves(store, data, list(shown.index))
     made = {
         "variants": plots.variants_plot(table, data),
+        "best": plots.best_plot(best, data.variants["label"], data.metric) if len(best) else None,
         "cost": plots.cost_plot(table, data),
         "curves": plots.curves_plot(curves, table, data),
         "diagnostics": plots.diagnostics_plot(curves, table),
@@ -181,6 +189,7 @@ def _sections(
         return [Image(name, figures[name], alt)] if name in figures else []
 
     base = table.loc[data.baseline, "label"] if data.baseline in table.index else "none"
+    timed = " and the side-by-side step time" if "step_rel" in table else ""
     meta = [
         *([data.description] if data.description else []),
         f"Metric: {tables.metric_words(data)} Baseline: {base}. Replicates: {data.design.words}.",
@@ -192,7 +201,7 @@ def _sections(
         Section("Variants", [tables.variants(table, data, correction), *fig("variants", f"{data.metric} per variant")]),
         Section(
             "Cost",
-            [*(fig("cost", f"{data.metric} against params, GFLOPs and the side-by-side step time with the Pareto front")
+            [*(fig("cost", f"{data.metric} against params, GFLOPs{timed} with the Pareto front")
                or ["No cost on which the finished variants differ (params, GFLOPs, step time): no cost plot."]),
              tables.costs(table) or "No training was timed: no measured cost."],
         ),

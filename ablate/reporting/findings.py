@@ -212,7 +212,7 @@ def _open(x: _Row, data: SweepData, d: int, unit: str, judged: sequential.Verdic
 def _no_test(untested: pd.DataFrame, labels: pd.Series, data: SweepData, k: int) -> str:
     """Comparisons the small-sample policy gives no test, why (`evidence.why`), and, where they are too few, the
     replicates that could decide one in the table's family of k comparisons (all tested then): the sign-flip test
-    needs 2 / 2^n below α/k (6 seeds alone, 7 in a family of 2 or 3)."""
+    needs 2 / 2^n below α/m (6 seeds alone, 7 in a family of 2 or 3)."""
     word = data.design.unit
     listed = "; ".join(f"{labels[v]} vs {labels[r['ref']]} ({r['why']})" for v, r in untested.head(SHOWN).iterrows())
     more = f"; and {len(untested) - SHOWN} more" if len(untested) > SHOWN else ""

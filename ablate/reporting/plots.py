@@ -262,6 +262,48 @@ def effects_plot(eff: pd.DataFrame, metric: str) -> bytes | None:
     return _png(fig)
 
 
+def best_plot(frame: pd.DataFrame, labels: pd.Series, metric: str) -> bytes | None:
+    """`best_figure` as PNG bytes."""
+    fig = best_figure(frame, labels, metric)
+    return None if fig is None else _png(fig)
+
+
+def best_figure(frame: pd.DataFrame, labels: pd.Series, metric: str) -> Figure | None:
+    """The Best or tied table (`ablate.reporting.ties`) as a forest: per group, each variant's Δ = best - variant
+    with its 95% interval around zero (a hollow point where the policy gives none), behind it the band ± its
+    MDD: a tied variant whose band is wide was not compared finely enough to call the variants alike."""
+    rows = frame[frame["variant"] != frame["best"]].head(MAX_ROWS)
+    if rows.empty:
+        return None
+    several = frame["group"].nunique() > 1
+    names = [_clip(f"{g}: {labels.get(v, v)}" if several else str(labels.get(v, v)))
+             for g, v in zip(rows["group"], rows["variant"])]  # fmt: skip
+    fig = _figure(11, 1.6 + 0.3 * len(rows), labels=max(map(len, names)))
+    ax = fig.add_subplot()
+    y = np.arange(len(rows))[::-1]
+    mdd = rows["mdd"].to_numpy(float)
+    shown = np.isfinite(mdd)
+    if shown.any():
+        ax.barh(y[shown], 2 * mdd[shown], left=-mdd[shown], height=0.5, color="#dddddd", label="± MDD (α/m)")
+    tied = (rows["verdict"] == "tied").to_numpy()
+    sure = rows["lo"].notna().to_numpy()
+    for pick, color, label in ((tied, MAIN, "tied"), (~tied, "#555555", "worse than the best")):
+        pts = rows[pick & sure]
+        if len(pts):
+            err = np.vstack([pts["delta"] - pts["lo"], pts["hi"] - pts["delta"]])
+            ax.errorbar(pts["delta"], y[pick & sure], xerr=err, fmt="o", color=color, capsize=3, label=label)
+        if (pick & ~sure).any():
+            ax.scatter(rows["delta"][pick & ~sure], y[pick & ~sure], facecolor="none", edgecolor=color,
+                       label=f"{label}, no interval")  # fmt: skip
+    ax.axvline(0, color="k", lw=0.8)
+    ax.set_yticks(y, names, fontsize=8)
+    ax.set_xlabel(f"best - variant, {metric}{_unit(metric, difference=True)} (95% CI)")
+    ax.grid(axis="x", alpha=0.3)
+    ax.legend(fontsize=8, loc="best")
+    ax.set_title("each variant against its group's best mean: tied is not equivalent", fontsize=10)
+    return fig
+
+
 def tuning_plot(curves: Mapping[str, ExpectedBest], metric: str, baseline: str | None) -> bytes | None:
     """A tuned sweep's arms (`ablate.reporting.tuned`): the expected best validation score against the number of
     configurations tried, one line per arm with a band of ± its std."""

@@ -142,9 +142,9 @@ def speed_words(table: pd.DataFrame) -> str:
         return words + " `ablate report --time` adds each architecture's relative step time, measured side by side."
     batch = int(table["step_batch"].iloc[0])
     return (f"{words} Step time, side by side: one process, CPU ({steptime.THREADS} thread), batch {batch} (the "
-            f"trials' own: a worker's micro-batch, train.device_batch): each architecture's forward and backward, "
-            f"median of {steptime.ROUNDS} rounds timed in turn after a warm-up step, over the fastest "
-            "architecture's (×1.00).")  # fmt: skip
+            f"trials' own: a worker's micro-batch, train.device_batch, the most common where variants differ): each "
+            f"architecture's forward and backward, median of {steptime.ROUNDS} rounds timed in turn after a warm-up "
+            "step, over the fastest architecture's (×1.00).")  # fmt: skip
 
 
 def marks(r: pd.Series) -> str:

@@ -31,8 +31,8 @@ TIED, WORSE = "tied", "worse than the best"
 def against_best(data: SweepData, won: dict[str, Verdict]) -> pd.DataFrame:
     """Per group with a comparison, the best (`variant` == `best`, first) and each other variant against it: group,
     best, variant, mean, pairs, delta (best - variant), lo, hi, p, test, why, p_adj (the verdict's), sd (of the
-    paired differences), level (α/m), mdd (inf where no pair count of the exact test reaches the level) and
-    verdict (TIED, WORSE or "" for the best)."""
+    paired differences), k (the group's comparisons with a test), level (α/m), mdd (inf where no pair count of the
+    exact test reaches the level) and verdict (TIED, WORSE or "" for the best)."""
     values = frames.replicates(data)
     parts = []
     for group, v in won.items():
@@ -46,7 +46,8 @@ def against_best(data: SweepData, won: dict[str, Verdict]) -> pd.DataFrame:
         part = pd.DataFrame({"group": group, "best": v.best, "variant": others, "mean": [v.means[o] for o in others],
                              "pairs": test["n"], "delta": test["mean"], "lo": test["lo"], "hi": test["hi"],
                              "p": test["p"], "test": test["test"], "why": test["why"],
-                             "p_adj": [v.p_adj[o] for o in others], "sd": test["std"], "level": level})  # fmt: skip
+                             "p_adj": [v.p_adj[o] for o in others], "sd": test["std"], "k": k,
+                             "level": level})  # fmt: skip
         part["mdd"] = [_mdd(r, data.design) for _, r in part.iterrows()]
         part["verdict"] = [TIED if o in v.tied else WORSE for o in others]
         head = {"group": group, "best": v.best, "variant": v.best, "mean": v.means[v.best], "verdict": ""}
@@ -74,19 +75,21 @@ def table(frame: pd.DataFrame, data: SweepData, correction: str) -> Table:
         p = f"{tables.pvalue(r['p'])} {tables.TESTS.get(r['test'], '')}".strip()
         rows.append([name, tables.num(r["mean"], d), str(int(r["pairs"])), tables.difference(r, d, marked=False), p,
                      tables.pvalue(r["p_adj"]), _mdd_cell(r, d), r["verdict"]])  # fmt: skip
-    unreachable = frame[np.isinf(frame["mdd"].astype(float))] if "mdd" in frame else frame.iloc[:0]
+    ks = "/".join(str(int(k)) for k in sorted(set(frame["k"].dropna())))
+    unreachable = frame[np.isinf(frame["mdd"].astype(float))]
     none = (f" none: at {'/'.join(str(int(n)) for n in sorted(set(unreachable['pairs'])))} pairs the exact "
             f"sign-flip test's smallest p, 2/2^n, is not below α/m: no difference is detectable."
             if len(unreachable) else "")  # fmt: skip
     caption = (
         f"Best or tied, per group: each variant against the variant with the best mean (first row) over the "
         f"{unit}s both have ({'higher' if data.higher else 'lower'} is better). Δ = best - variant with its 95% "
-        f"interval; p: {tables.test_words(data)}. p adj.: {stats.CORRECTIONS[correction]} over the group's m "
-        f"comparisons with the best: the best is significantly better than every other variant when every adjusted "
-        f"p is below α = {evidence.ALPHA:.2f} with Δ in its favour (its {data.metric} is then bold in the variant "
-        f"table); otherwise it is tied with each variant it does not beat (the Findings' best/tied line). MDD: the "
-        f"smallest |Δ| these pairs would detect with {advice.POWER:.0%} power at the SD of their differences, at "
-        f"α/m (the level one comparison reaches alone under Holm's first step, Benjamini-Hochberg's strictest).{none} "
+        f"interval; p: {tables.test_words(data)}. p adj.: {stats.CORRECTIONS[correction]} over the group's k "
+        f"comparisons with the best (m = {ks}): the best is significantly better than every other variant when "
+        f"every adjusted p is below α = {evidence.ALPHA:.2f} with Δ in its favour (its {data.metric} is then bold "
+        f"in the variant table); otherwise it is tied with each variant it does not beat (the Findings' best/tied "
+        f"line). MDD: the smallest |Δ| these pairs would detect with {advice.POWER:.0%} power at the SD of their "
+        f"differences, at α/m (the level one comparison reaches alone under Holm's first step, Benjamini-Hochberg's "
+        f"strictest).{none} "
         f"Tied is not equivalent: a tie says these {unit}s do not show the best better, not that the variants are the "
         f"same; a difference anywhere in the interval, or below the MDD, is still possible."
         + tables.na_words([row[3] for row in rows], unit)

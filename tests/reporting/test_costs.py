@@ -132,12 +132,24 @@ def test_report_time_times_at_the_trials_batch_and_says_how_it_was_measured(stor
     timed(store, tmp_path)
     report("timed", store=store, out=tmp_path / "r", formats=["md", "csv"], time=True)
     text = (tmp_path / "r" / "timed" / "report.md").read_text()
+    assert "![test.top1 against params, GFLOPs and the side-by-side step time with the Pareto front]" in text
     cells = re.findall(r"\| (2010|510) \| [\d.]+ \| 3 \| ×(\d+\.\d\d) \|", text)
     assert "| step time, side by side |" in text and sorted(c[0] for c in cells) == ["2010", "510"]
     assert min(float(c[1]) for c in cells) == 1.0
     assert f"one process, CPU ({steptime.THREADS} thread), batch 128 (the trials' own" in text
     variants = pd.read_csv(tmp_path / "r" / "timed" / "variants.csv")
     assert variants["step_batch"].tolist() == [128, 128] and variants["step_rel"].min() == 1.0
+
+
+def test_the_cost_figure_names_a_step_time_only_when_timed(store, tmp_path):
+    """Without `--time` the cost plot has params and GFLOPs only, and its description says so."""
+    p = sweep(tmp_path, "sized", {"attention.kind": ["softmax", "csan"]}, seeds=1)
+    fill(store, p, lambda t: 70.0, cost=lambda t: (10**6 * (2 if t.axes["attention.kind"] == "csan" else 1), 10**9))
+    report("sized", store=store, out=tmp_path / "r", formats=["md"])
+    assert (
+        "![test.top1 against params, GFLOPs with the Pareto front](cost.png)"
+        in (tmp_path / "r" / "sized" / "report.md").read_text()
+    )
 
 
 def test_the_side_by_side_batch_is_a_workers_micro_batch_of_the_trials():

@@ -477,7 +477,7 @@ def test_report_files_formats_and_unfinished_trials(store, tmp_path):
     page = Page()
     page.feed((folder / "index.html").read_text())
     imgs = [a["src"] for t, a in page.tags if t == "img"]
-    assert len(imgs) == 5
+    assert len(imgs) == 6  # variants, best or tied, cost, effects, curves, diagnostics
     for src in imgs:
         assert src.startswith("data:image/png;base64,")
         assert base64.b64decode(src.split(",", 1)[1])[:8] == b"\x89PNG\r\n\x1a\n"
@@ -727,7 +727,8 @@ def test_latex_tables_are_booktabs_and_compile_where_a_tex_engine_exists(store, 
     tex = next(f for f in files if f.name == "tables.tex").read_text()
     assert tex.isascii() and tex.count("{") == tex.count("}")
     tables = latex_tables(tex)
-    assert len(tables) == 3 and tables[0][0][0] == r"\textbf{Architecture}"  # variants, effects, unfinished
+    assert len(tables) == 4 and tables[0][0][0] == r"\textbf{Architecture}"  # variants, best or tied, effects, ...
+    assert tables[1][0][0] == r"\textbf{Variant}" and tables[-1][0][0] == r"\textbf{trial}"  # ... unfinished
     assert r"$\pm$" in tex and r"\caption{" in tex and r"\usepackage{booktabs}" in tex
     engine = shutil.which("pdflatex") or shutil.which("lualatex")
     if engine:

@@ -16,7 +16,7 @@ from synthetic import fill
 
 from ablate import evidence
 from ablate.planning.plan import Plan, plan
-from ablate.reporting import advice, report
+from ablate.reporting import advice, plots, report
 from ablate.store import Store
 
 #: Ten seeds' shared effect (data order, initialisation): every variant moves with it.
@@ -91,7 +91,7 @@ def test_a_tie_shows_each_variant_against_the_best_with_its_test_and_mdd(store, 
     assert got[SOFT] == expect("softmax", "tied") and got[SOFT][2] == "+0.50 [-0.25, +1.25]"
     assert got[GAUSS] == expect("gaussian", "worse than the best")
     assert "Tied is not equivalent: a tie says these seeds do not show the best better" in table
-    assert "at α/m" in table and "Holm over the group's m comparisons with the best" in table
+    assert "at α/m" in table and "Holm over the group's m comparisons with the best (m = 2)" in table
     tied = next(line for line in section(md, "Findings").splitlines() if line.startswith("| tied |"))
     assert f"{CSAN} / {SOFT}: the best mean" in tied and "Tied is not equivalent: Best or tied gives" in tied
     csv = pd.read_csv(tmp_path / "r" / "three" / "best.csv")
@@ -124,3 +124,49 @@ def test_a_winner_lists_every_comparison_it_won(store, tmp_path):
     )
     best = next(line for line in section(md, "Findings").splitlines() if line.startswith("| best |"))
     assert f"{SOFT} is better than every other variant (largest p adj <0.001; each test in Best or tied)." in best
+
+
+def test_the_forest_draws_each_difference_with_its_interval_and_mdd_band(store, tmp_path):
+    """The figure beside the table: one point per variant at Δ = best - variant with its interval as error bar, a
+    band of ± its MDD behind it, the variant's label on its row; report.md shows it in the Best or tied section."""
+    three(store, tmp_path, 10)
+    report("three", store=store, out=tmp_path / "r", formats=["md", "csv"])
+    assert "![each variant against the best](best.png)" in section(
+        (tmp_path / "r" / "three" / "report.md").read_text(), "Best or tied"
+    )
+    frame = pd.read_csv(tmp_path / "r" / "three" / "best.csv", keep_default_na=False, na_values=[""])
+    labels = pd.Series(dtype=str)  # no labels: each row is labelled by its variant key
+    fig = plots.best_figure(frame, labels, "test.top1")
+    assert fig is not None
+    [ax] = fig.axes
+    rows = frame.iloc[1:]
+    assert [t.get_text() for t in ax.get_yticklabels()] == list(rows["variant"])
+    bars = sorted(x for p in ax.patches for x in (p.get_x(), p.get_x() + p.get_width()))
+    assert bars == pytest.approx(sorted([*-rows["mdd"], *rows["mdd"]]))
+    points = [tuple(line.get_xdata()) for line in ax.lines if line.get_marker() == "o"]
+    assert sorted(x for xs in points for x in xs) == pytest.approx(sorted(rows["delta"]))
+    spans = [seg for c in ax.collections for seg in getattr(c, "get_segments", lambda: [])()]
+    ends = sorted(x for s in spans if len(s) == 2 and s[0][1] == s[1][1] for x in (s[0][0], s[1][0]))
+    assert ends == pytest.approx(sorted([*rows["lo"], *rows["hi"]]))
+
+
+def test_under_cross_validation_the_interval_and_mdd_carry_the_resampling_correction(store, tmp_path):
+    """3-fold cross-validation repeated 4 times: 12 fold differences, whose variance the corrected resampled t
+    inflates by 1/12 + 1/2; the Best or tied row's interval and MDD (k = 1: at α) are those, by hand."""
+    base = {"task": "mil", "data": {"name": "musk1", "folds": 3}, "model": {"size": "synpool"},
+            "attention": {"kind": "syn"}, "train": {"epochs": 1}}  # fmt: skip
+    grid = {"attention.steps": [0, 1], "data.split_seed": [0, 1, 2, 3], "data.fold": [0, 1, 2]}
+    spec = {"base": base, "grid": grid, "seeds": 1, "baseline": {"attention.steps": 0}}
+    p = plan(write_sweeps(tmp_path / "cv.yaml", {"cv": spec}), "cv")
+    noise = dict(zip((t.key for t in p.trials), np.random.default_rng(5).normal(0, 0.02, len(p.trials))))
+    fill(store, p, lambda t: 0.8 + 0.01 * t.axes["attention.steps"] + noise[t.key])
+    report("cv", store=store, out=tmp_path / "r", formats=["csv"])
+    row = pd.read_csv(tmp_path / "r" / "cv" / "best.csv").iloc[1]
+    trials = store.trials_frame("cv")
+    by = trials.pivot_table(index=["axis.data.split_seed", "axis.data.fold"], columns="variant", values=p.metric)
+    d = (by[row["best"]] - by[row["variant"]]).to_numpy()
+    sd, scale = float(np.std(d, ddof=1)), math.sqrt(1 / 12 + 1 / 2)
+    half = sps.t.ppf(0.975, 11) * sd * scale
+    assert row["test"] == "corrected resampled t" and row["pairs"] == 12 and row["k"] == 1
+    assert (row["lo"], row["hi"]) == pytest.approx((d.mean() - half, d.mean() + half))
+    assert row["mdd"] == pytest.approx((sps.t.ppf(0.975, 11) + sps.t.ppf(advice.POWER, 11)) * sd * scale)
