@@ -50,13 +50,18 @@ checkpoint, and the trial is `preempted` in between): a long trial on spot insta
 
 
 def connect(cluster: Cluster) -> bool:
-    """Reuse a running Ray, join the cluster's address (`Cluster.join_address`), or start an embedded one. True
-    if we started it. A SIGINT or SIGTERM meanwhile is `Stopped`."""
+    """Reuse a running Ray, join the cluster's address (`Cluster.join_address`) once its GCS answers (`answered`),
+    or start an embedded one. True if we started it. A SIGINT or SIGTERM meanwhile is `Stopped`."""
     if ray.is_initialized():
         return False
-    address = cluster.join_address()
+    if threading.current_thread() is threading.main_thread():  # ray.init puts its own, which does the same
+        signal.signal(signal.SIGTERM, _terminated)
+    wanted = cluster.address or os.environ.get("RAY_ADDRESS")  # what `join_address` returns once it listens
+    address = None
     try:
+        address = cluster.join_address()
         if address:
+            answered(address)
             ray.init(address=address, log_to_driver=False, configure_logging=False)
         else:
             start_embedded(cluster.num_cpus)
@@ -64,13 +69,15 @@ def connect(cluster: Cluster) -> bool:
         ray.shutdown()  # drop the half-made connection or node, or interpreter exit waits on it
         signum = stopped_by(e)
         if signum is not None:
-            raise Stopped(signum, f"connecting to the Ray cluster at {address}" if address else
+            raise Stopped(signum, f"connecting to the Ray cluster at {wanted}" if wanted else
                           "starting the embedded Ray") from None  # fmt: skip
-        if address and isinstance(e, (SystemExit, ConnectionError)):  # Ray exits the process when no GCS answers
+        if wanted and (address is None or isinstance(e, Unanswered)):
+            raise  # worded where it was found: nobody listens (`reachable`) or nobody answers (`answered`)
+        if wanted and isinstance(e, (SystemExit, ConnectionError)):  # Ray exits the process when no GCS answers
             raise ConnectionError(
                 f"cannot connect to the Ray cluster at {address} (no answer; exit code {e})"
             ) from None
-        if not address and isinstance(e, Exception):  # Ray's own start-up errors are bare Exceptions
+        if not wanted and isinstance(e, Exception):  # Ray's own start-up errors are bare Exceptions
             raise RayStartError(
                 f"could not start the embedded Ray on this machine: {type(e).__name__}: {e}. Ray's logs are under "
                 f"{os.environ.get('RAY_TMPDIR') or tempfile.gettempdir()}/ray/session_latest/logs; `ray stop` ends "
@@ -78,6 +85,45 @@ def connect(cluster: Cluster) -> bool:
             ) from None
         raise
     return True
+
+
+def _terminated(signum: int, _frame: Any) -> None:
+    raise SystemExit(signum)
+
+
+class Unanswered(ConnectionError):
+    """A Ray cluster whose GCS accepted the connection but never answered (`answered`)."""
+
+
+ANSWER_WAIT = 40.0
+"""Seconds a launch waits for a cluster's GCS to answer before it gives up: what ray.init waits at its defaults."""
+
+
+def answered(address: str, wait: float = ANSWER_WAIT) -> None:
+    """Wait until the GCS at `address` (host:port; other forms are left to Ray) completes a gRPC handshake, looking
+    every second, so that a SIGTERM or Ctrl-C meanwhile stops the launch at once: inside ray.init a signal waits for
+    its connect timeout (about 40 s at Ray's defaults). `Unanswered` when it never does."""
+    import grpc
+    from ray._private.gcs_utils import create_gcs_channel
+
+    _, sep, port = address.rpartition(":")
+    if not sep or not port.isdigit() or "://" in address:
+        return
+    channel = create_gcs_channel(address)
+    try:
+        ready, end = grpc.channel_ready_future(channel), time.monotonic() + wait
+        while True:
+            try:
+                ready.result(timeout=max(0.0, min(1.0, end - time.monotonic())))
+                return
+            except grpc.FutureTimeoutError:
+                if time.monotonic() >= end:
+                    raise Unanswered(
+                        f"cannot connect to the Ray cluster at {address}: it accepted the connection but "
+                        f"did not answer in {wait:.0f} s (is it a Ray head's GCS port?)"
+                    ) from None
+    finally:
+        channel.close()
 
 
 def stopped_by(e: BaseException) -> int | None:
@@ -138,13 +184,16 @@ def start(cluster: Cluster, tracker: Tracker | None) -> bool:
         if failure:
             raise failure[0]
     except BaseException as e:
-        stopping = isinstance(e, (KeyboardInterrupt, Stopped))
+        signum = stopped_by(e)  # a signal while MLflow still opened, after Ray's start
+        stopping = signum is not None or isinstance(e, Stopped)
         if thread.is_alive() and not stopping:
             thread.join()
         if ours:
             ray.shutdown()
         if failure and failure[0] is not e and not stopping:
             raise failure[0] from None
+        if signum is not None:
+            raise Stopped(signum, "opening MLflow") from None
         raise
     return ours
 
@@ -197,8 +246,10 @@ class Fanout:
         self.task = ray.remote(trial_task)
 
     def loop(self, stop: Stop) -> None:
-        """Claim, submit and settle until every trial is finished here or elsewhere, or `stop` is set."""
-        self.fill()
+        """Claim, submit and settle until every trial is finished here or elsewhere, or `stop` is set (before the
+        loop began: nothing is claimed)."""
+        if not stop:
+            self.fill()
         looked = time.monotonic()
         while (self.pending or self.queue) and not stop:
             ready: list[Any] = []

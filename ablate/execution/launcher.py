@@ -23,7 +23,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager, suppress
+from contextlib import ExitStack, contextmanager, suppress
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -251,6 +251,9 @@ def _round(
             ray.ours, ours = True, False  # the launch shuts it down after its last round
     owner = Owner.new(run.lease)
     heartbeat = Heartbeat(store, owner)
+    stop, handled = Stop(), ExitStack()
+    if todo:  # from Ray's start on: a signal during the set-up below stops the loop before it claims anything
+        handled.enter_context(stop.installed())
     try:
         auto = [t for t in todo.values() if isinstance(t.config.resources.gpus, str)] if run.gpus is None else []
         admission = packing.admit(auto, run.probe, plugins) if auto else packing.Admission({}, [])
@@ -293,16 +296,17 @@ def _round(
         recorder = Recorder(store, mirror, storage.root / journal.FOLDER / f"{owner.id}.jsonl")
         on_ray = fanout.Fanout(todo, store, owner, heartbeat, recorder, progress, result, run, plugins, storage.url,
                                gpus, chosen)  # fmt: skip
-        stop = Stop()
         try:
-            with stop.installed(), progress:
+            with progress:
                 heartbeat.start()
                 on_ray.loop(stop)
         except KeyboardInterrupt:  # a second Ctrl-C, or one outside the main thread's handler
             on_ray.interrupt()
         finally:
+            handled.close()  # MLflow's last wait is Ray's to stop, as before the loop
             _close(mirror, sweeps, "KILLED" if result.interrupted else "FINISHED", progress)
     finally:
+        handled.close()
         heartbeat.stop()
         with suppress(StoreUnavailable):  # a store that is down lets the leases lapse instead
             store.release(owner)  # interrupted trials are free for the next launcher at once
