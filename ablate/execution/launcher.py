@@ -25,6 +25,7 @@ from collections import Counter
 from collections.abc import Iterator, Sequence
 from contextlib import ExitStack, contextmanager, suppress
 from dataclasses import dataclass, field, replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -257,14 +258,14 @@ def _round(
     try:
         auto = [t for t in todo.values() if isinstance(t.config.resources.gpus, str)] if run.gpus is None else []
         admission = packing.admit(auto, run.probe, plugins) if auto else packing.Admission({}, [])
-        for plan in plans:
-            store.upsert_sweep(plan.sweep, spec_path=plan.file, metric=plan.metric, baseline=plan.baseline,
-                               description=plan.description,
-                               spec=plan.recorded_spec())  # fmt: skip
-            store.add_trials(plan.sweep, plan.trials)
+        for plan in plans:  # each write waits out a database server that restarts meanwhile, as the launch's first look
+            store.patiently(partial(store.upsert_sweep, plan.sweep, spec_path=plan.file, metric=plan.metric,
+                                    baseline=plan.baseline, description=plan.description,
+                                    spec=plan.recorded_spec()))  # fmt: skip
+            store.patiently(partial(store.add_trials, plan.sweep, plan.trials))
         for reason in set(chosen.again.values()):
             keys = [k for k, why in chosen.again.items() if why == reason]
-            store.archive(keys, reason)
+            store.patiently(partial(store.archive, keys, reason))
             for key in keys:
                 storage.discard(key)  # a new training starts from scratch
         progress = progress or Progress()
