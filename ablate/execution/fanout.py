@@ -176,9 +176,9 @@ def start(cluster: Cluster, tracker: Tracker | None) -> bool:
             failure.append(e)
 
     thread = threading.Thread(target=beside, name="ablate-mlflow", daemon=True)
-    thread.start()
     ours = False
     try:
+        thread.start()  # waits for the thread to run: a signal may come here too
         ours = connect(cluster)
         thread.join()
         if failure:

@@ -594,6 +594,27 @@ def test_a_signal_during_the_launchs_set_up_stops_it_before_anything_is_claimed(
         assert store.states() == {t.key: "pending" for t in p.trials} and store.holders() == {}
 
 
+class InterruptedTracker(Tracker):
+    """A real MLflow tracker that sends this process Ctrl-C's SIGINT as the launch opens it, beside Ray's start."""
+
+    def open(self) -> Tracker:
+        os.kill(os.getpid(), signal.SIGINT)
+        return super().open()
+
+
+def test_ctrl_c_while_mlflow_opens_is_a_stop_with_nothing_run(ray_local, tmp_path: Path) -> None:
+    """Ctrl-C while the launch waits for MLflow to open (`fanout.start`) is `Stopped`, which `ablate launch` says in
+    one line and exits 130 for (it was a KeyboardInterrupt out of the launch: a traceback); nothing is written."""
+    from ablate.execution.stopped import Stopped
+
+    p = plan(write_sweeps(tmp_path / "e.yaml", {"s": {"base": TINY}}), "s")
+    tracker = InterruptedTracker(f"sqlite:///{tmp_path}/m.sqlite", str(tmp_path / "art"), lazy=True)
+    with Store(f"sqlite:///{tmp_path}/r.sqlite") as store:
+        with pytest.raises(Stopped, match="stopped by SIGINT while opening MLflow; nothing ran") as stopped:
+            launch([p], store=store, tracker=tracker, run=RunConfig(storage=tmp_path / "ck"), progress=quiet())
+        assert stopped.value.signal == signal.SIGINT and store.states() == {}
+
+
 IN_CORE_WORKER = """
 import inspect, os, signal, sys
 import ray
