@@ -503,7 +503,7 @@ def test_a_signal_while_joining_the_cluster_stops_the_launch_with_nothing_run(
     own SIGTERM handler made it "cannot connect ... exit code 15", exit 2); nothing is written. A first launch
     connects before its results database exists (`api._ray_first`: none is made); a later one connects while MLflow
     opens beside (`fanout.start`: the store holds nothing new). The signal comes while the launch waits for the
-    cluster's GCS to answer (`fanout.answered`), which looks every second: ray.init, not yet called, would hold it
+    cluster's GCS to answer (`gcs.answered`), which looks every second: ray.init, not yet called, would hold it
     for its connect timeout (about 40 s at Ray's defaults; shortened to 2 s, the test raced it and lost at load 18)."""
     f = write_sweeps(tmp_path / "e.yaml", {"s": {"base": TINY}})
     db = f"sqlite:///{tmp_path}/r.sqlite"
@@ -540,28 +540,28 @@ def _interrupt(signum: int, frame: object) -> None:
 
 
 def test_waiting_for_a_cluster_to_answer_runs_signal_handlers_at_once(ray_local) -> None:
-    """`fanout.answered` returns for a GCS that answers (the embedded Ray's); for one that never answers it waits,
+    """`gcs.answered` returns for a GCS that answers (the embedded Ray's); for one that never answers it waits,
     running this process's signal handlers as they come (ray.init held them for its whole connect timeout): a
     signal sent once the launch's gRPC client spoke ends the wait by its handler's exception, long before the
     600 s the wait was given (were the handler held, the test's own timeout would fail it); given 1 s it gives
     up, naming the address."""
     import ray
 
-    from ablate.execution import fanout
+    from ablate.execution import gcs
 
-    fanout.answered(ray.get_runtime_context().gcs_address)
+    gcs.answered(ray.get_runtime_context().gcs_address)
     previous = signal.signal(signal.SIGUSR1, _interrupt)
     try:
         with silent_cluster() as (address, spoke):
             sender = threading.Thread(target=lambda: spoke.wait(120) and os.kill(os.getpid(), signal.SIGUSR1))
             sender.start()
             with pytest.raises(Interrupted):
-                fanout.answered(address, wait=600)
+                gcs.answered(address, wait=600)
             sender.join()
             assert spoke.is_set()
-            with pytest.raises(fanout.Unanswered, match=f"cluster at {address}: it accepted the connection but did "
+            with pytest.raises(gcs.Unanswered, match=f"cluster at {address}: it accepted the connection but did "
                                                         "not answer in 1 s"):  # fmt: skip
-                fanout.answered(address, wait=1)
+                gcs.answered(address, wait=1)
     finally:
         signal.signal(signal.SIGUSR1, previous)
 
