@@ -12,6 +12,11 @@ cache, as any earlier plan of these models has):
                pydantic-based planner pays
   cli table    `ablate plan FILE` in a fresh process (the table of the first 200 rows, counts per axis, costs)
   cli csv      `ablate plan FILE --format csv`: every trial's row, costs and config (about 180 MB)
+  csv rows     in this process, the planned rows as the csv module writes whole rows, each trial's config text
+               quoted (what `ablate plan -f csv` did), to /dev/null
+  write_csv    the same bytes by `ablate.planning.table.write_csv` (each cell's config quoted once)
+
+`--csv` times the last two alone (their ratio is the CSV writer's saving; the rest takes minutes at load).
 
 The CLI's figures are also given as the CPU seconds its process used (user + system), which a loaded
 machine inflates far less than wall clock, and as ratios to `plan()` alone.
@@ -20,6 +25,7 @@ machine inflates far less than wall clock, and as ratios to `plan()` alone.
 from __future__ import annotations
 
 import argparse
+import csv
 import gc
 import os
 import resource
@@ -37,7 +43,8 @@ from report_scale import BASE, BASELINE, GRID
 from timing import alternate, medians
 
 from ablate.config import TrialConfig
-from ablate.planning.plan import plan
+from ablate.planning.plan import Plan, plan
+from ablate.planning.table import columns, rows, write_csv
 
 ABLATE = str(Path(sys.executable).parent / "ablate")
 MAX = str(10**8)
@@ -47,12 +54,17 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--seeds", type=int, default=250, help="seeds per variant (400 variants)")
     ap.add_argument("--repeats", type=int, default=3, help="timed runs of each side; the median is reported")
+    ap.add_argument("--csv", action="store_true", help="time the two CSV writers alone")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as d:
         f = Path(d) / "big.yaml"
         big = {"base": {**BASE, "train": {"epochs": 10}}, "grid": GRID, "seeds": args.seeds, "baseline": BASELINE}
         f.write_text(yaml.safe_dump({"sweeps": {"big": big}}))
-        dumped = [t.config.model_dump() for t in plan(f, "big", max_trials=10**8).trials]  # plan()'s warm-up
+        planned = plan(f, "big", max_trials=10**8)  # plan()'s warm-up
+        if args.csv:
+            writers(planned, args.repeats)
+            return
+        dumped = [t.config.model_dump() for t in planned.trials]
         cpu: dict[str, list[float]] = {"plan()": [], "cli table": [], "cli csv": []}
 
         def planned() -> None:
@@ -92,6 +104,30 @@ def main() -> None:
     for name in ("cli table", "cli csv"):
         print(f"  ablate plan ({name.removeprefix('cli ')}) {got[name]:.2f} s (CPU {used[name]:.2f} s); ratio to "
               f"plan() alone {got[name] / alone:.2f}")  # fmt: skip
+
+
+def writers(planned: Plan, repeats: int) -> None:
+    """The CSV of `planned` (no cost columns) by whole rows through the csv module and by `write_csv`: medians and
+    their ratio, after one untimed run of each (which also makes every cell's text)."""
+    with open(os.devnull, "w") as sink:
+
+        def whole_rows() -> None:
+            writer = csv.writer(sink, lineterminator="\n")
+            writer.writerow([*columns(planned, None), "config"])
+            for row, t in zip(rows(planned, None), planned.trials, strict=True):
+                writer.writerow([*row.values(), t.resolved_text()])
+
+        sides: dict[str, Callable[[], Any]] = {
+            "csv rows": whole_rows,
+            "write_csv": lambda: write_csv([planned], None, sink),
+        }
+        for side in sides.values():
+            side()
+        got = medians(alternate(sides, repeats))
+    print(f"trials {len(planned.trials)}, medians of {repeats}, order alternated; load "
+          f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}")  # fmt: skip
+    print(f"  csv rows {got['csv rows']:.2f} s; write_csv {got['write_csv']:.2f} s; ratio "
+          f"{got['write_csv'] / got['csv rows']:.2f}")  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -23,6 +23,7 @@ from ray._private import ray_constants
 
 from ablate.config import TrialConfig
 from ablate.execution import gangs
+from ablate.execution.gcs import Unanswered, answered
 from ablate.execution.heartbeat import Heartbeat
 from ablate.execution.progress import Progress
 from ablate.execution.recorder import Recorder, start_inbox
@@ -53,13 +54,18 @@ checkpoint, and the trial is `preempted` in between): a long trial on spot insta
 
 
 def connect(cluster: Cluster) -> bool:
-    """Reuse a running Ray, join the cluster's address (`Cluster.join_address`), or start an embedded one. True
-    if we started it. A SIGINT or SIGTERM meanwhile is `Stopped`."""
+    """Reuse a running Ray, join the cluster's address (`Cluster.join_address`) once its GCS answers (`answered`),
+    or start an embedded one. True if we started it. A SIGINT or SIGTERM meanwhile is `Stopped`."""
     if ray.is_initialized():
         return False
-    address = cluster.join_address()
+    if threading.current_thread() is threading.main_thread():  # ray.init puts its own, which does the same
+        signal.signal(signal.SIGTERM, _terminated)
+    wanted = cluster.address or os.environ.get("RAY_ADDRESS")  # what `join_address` returns once it listens
+    address = None
     try:
+        address = cluster.join_address()
         if address:
+            answered(address)
             ray.init(address=address, log_to_driver=False, configure_logging=False)
         else:
             start_embedded(cluster.num_cpus)
@@ -67,13 +73,15 @@ def connect(cluster: Cluster) -> bool:
         ray.shutdown()  # drop the half-made connection or node, or interpreter exit waits on it
         signum = stopped_by(e)
         if signum is not None:
-            raise Stopped(signum, f"connecting to the Ray cluster at {address}" if address else
+            raise Stopped(signum, f"connecting to the Ray cluster at {wanted}" if wanted else
                           "starting the embedded Ray") from None  # fmt: skip
-        if address and isinstance(e, (SystemExit, ConnectionError)):  # Ray exits the process when no GCS answers
+        if wanted and (address is None or isinstance(e, Unanswered)):
+            raise  # worded where it was found: nobody listens (`reachable`) or nobody answers (`answered`)
+        if wanted and isinstance(e, (SystemExit, ConnectionError)):  # Ray exits the process when no GCS answers
             raise ConnectionError(
                 f"cannot connect to the Ray cluster at {address} (no answer; exit code {e})"
             ) from None
-        if not address and isinstance(e, Exception):  # Ray's own start-up errors are bare Exceptions
+        if not wanted and isinstance(e, Exception):  # Ray's own start-up errors are bare Exceptions
             raise RayStartError(
                 f"could not start the embedded Ray on this machine: {type(e).__name__}: {e}. Ray's logs are under "
                 f"{os.environ.get('RAY_TMPDIR') or tempfile.gettempdir()}/ray/session_latest/logs; `ray stop` ends "
@@ -81,6 +89,10 @@ def connect(cluster: Cluster) -> bool:
             ) from None
         raise
     return True
+
+
+def _terminated(signum: int, _frame: Any) -> None:
+    raise SystemExit(signum)
 
 
 def stopped_by(e: BaseException) -> int | None:
@@ -141,21 +153,24 @@ def start(cluster: Cluster, tracker: Tracker | None) -> bool:
             failure.append(e)
 
     thread = threading.Thread(target=beside, name="ablate-mlflow", daemon=True)
-    thread.start()
     ours = False
     try:
+        thread.start()  # waits for the thread to run: a signal may come here too
         ours = connect(cluster)
         thread.join()
         if failure:
             raise failure[0]
     except BaseException as e:
-        stopping = isinstance(e, (KeyboardInterrupt, Stopped))
+        signum = stopped_by(e)  # a signal while MLflow still opened, after Ray's start
+        stopping = signum is not None or isinstance(e, Stopped)
         if thread.is_alive() and not stopping:
             thread.join()
         if ours:
             ray.shutdown()
         if failure and failure[0] is not e and not stopping:
             raise failure[0] from None
+        if signum is not None:
+            raise Stopped(signum, "opening MLflow") from None
         raise
     return ours
 
@@ -208,8 +223,10 @@ class Fanout:
         self.task = ray.remote(trial_task)
 
     def loop(self, stop: Stop) -> None:
-        """Claim, submit and settle until every trial is finished here or elsewhere, or `stop` is set."""
-        self.fill()
+        """Claim, submit and settle until every trial is finished here or elsewhere, or `stop` is set (before the
+        loop began: nothing is claimed)."""
+        if not stop:
+            self.fill()
         looked = time.monotonic()
         while (self.pending or self.queue) and not stop:
             ready: list[Any] = []

@@ -23,8 +23,9 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager, suppress
+from contextlib import ExitStack, contextmanager, suppress
 from dataclasses import dataclass, field, replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -251,19 +252,22 @@ def _round(
             ray.ours, ours = True, False  # the launch shuts it down after its last round
     owner = Owner.new(run.lease)
     heartbeat = Heartbeat(store, owner)
+    stop, handled = Stop(), ExitStack()
+    if todo:  # from Ray's start on: a signal during the set-up below stops the loop before it claims anything
+        handled.enter_context(stop.installed())
     try:
         auto = [t for t in todo.values() if isinstance(t.config.resources.gpus, str)] if run.gpus is None else []
         admission = packing.admit(auto, run.probe, plugins) if auto else packing.Admission({}, [])
         earlier = []  # what each sweep holds that its plan no longer makes, read before the flags change
-        for plan in plans:
-            earlier += outside.lines(plan, store)
-            store.upsert_sweep(plan.sweep, spec_path=plan.file, metric=plan.metric, baseline=plan.baseline,
-                               description=plan.description,
-                               spec=plan.recorded_spec())  # fmt: skip
-            store.add_trials(plan.sweep, plan.trials, outside.plan_keys(plan))
+        for plan in plans:  # each write waits out a database server that restarts meanwhile, as the launch's first look
+            earlier += store.patiently(partial(outside.lines, plan, store))
+            store.patiently(partial(store.upsert_sweep, plan.sweep, spec_path=plan.file, metric=plan.metric,
+                                    baseline=plan.baseline, description=plan.description,
+                                    spec=plan.recorded_spec()))  # fmt: skip
+            store.patiently(partial(store.add_trials, plan.sweep, plan.trials, outside.plan_keys(plan)))
         for reason in set(chosen.again.values()):
             keys = [k for k, why in chosen.again.items() if why == reason]
-            store.archive(keys, reason)
+            store.patiently(partial(store.archive, keys, reason))
             for key in keys:
                 storage.discard(key)  # a new training starts from scratch
         progress = progress or Progress()
@@ -295,16 +299,17 @@ def _round(
         recorder = Recorder(store, mirror, storage.root / journal.FOLDER / f"{owner.id}.jsonl")
         on_ray = fanout.Fanout(todo, store, owner, heartbeat, recorder, progress, result, run, plugins, storage.url,
                                gpus, chosen)  # fmt: skip
-        stop = Stop()
         try:
-            with stop.installed(), progress:
+            with progress:
                 heartbeat.start()
                 on_ray.loop(stop)
         except KeyboardInterrupt:  # a second Ctrl-C, or one outside the main thread's handler
             on_ray.interrupt()
         finally:
+            handled.close()  # MLflow's last wait is Ray's to stop, as before the loop
             _close(mirror, sweeps, "KILLED" if result.interrupted else "FINISHED", progress)
     finally:
+        handled.close()
         heartbeat.stop()
         with suppress(StoreUnavailable):  # a store that is down lets the leases lapse instead
             store.release(owner)  # interrupted trials are free for the next launcher at once

@@ -16,7 +16,7 @@ import os
 import socket
 import sys
 import uuid
-from collections.abc import Collection, Iterable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
@@ -50,6 +50,7 @@ _KEPT = ("state", "attempts", "started_at", "finished_at", "error", "traceback",
 CHUNK = 500
 
 R = TypeVar("R", bound=Base)
+T = TypeVar("T")
 
 MetricRow = tuple[str, str, int, float, float | None]
 """(trial key, metric name, step, value, wall time in unix seconds or None)."""
@@ -136,7 +137,13 @@ class Store(Queries):
             raise explain(self.url, e) from e
         event.listen(self.engine, "handle_error", self._unavailable)
         self._writer = self.engine.execution_options(**eng.WRITE)
-        patiently(lambda: eng.upgrade(self.engine), restarting, self._waiting, patience)
+        self.patience = patience
+        self.patiently(lambda: eng.upgrade(self.engine))
+
+    def patiently(self, call: Callable[[], T]) -> T:
+        """`call` (this store's reads or writes), tried again while its database server restarts, for up to the
+        `patience` this store was opened with: a launch's set-up writes it between Ray's start and its loop."""
+        return patiently(call, restarting, self._waiting, self.patience)
 
     def _waiting(self, error: Exception, pause: float) -> None:
         print(f"ablate: {error} Trying again in {pause:.1f} s.", file=sys.stderr, flush=True)

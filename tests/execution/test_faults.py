@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
@@ -26,7 +27,7 @@ from test_launcher import launch_cmd
 from ablate.execution.fanout import Fanout
 from ablate.execution.heartbeat import Heartbeat
 from ablate.execution.journal import journals
-from ablate.execution.launcher import LaunchResult, RunConfig
+from ablate.execution.launcher import LaunchResult, RunConfig, launch
 from ablate.execution.progress import Progress
 from ablate.execution.recorder import Recorder
 from ablate.execution.selection import Select, select
@@ -306,6 +307,43 @@ def test_a_look_that_meets_an_outage_looks_again_from_the_same_moment_and_a_miss
         assert not fan.pending and fan.queue == [far] and store.trial(far).attempts == 1
         fan.finished_elsewhere(whole=True)
         assert fan.queue == [] and fan.result.counts == {"failed": 2}
+
+
+class RestartedStore(Store):
+    """A real PostgreSQL store whose server is stopped as the launch first writes its sweep (its set-up, after Ray
+    started) and started again once the store says it waits."""
+
+    def __init__(self, url: str, server: Postgres) -> None:
+        super().__init__(url, patience=120)
+        self.server, self.waited, self.restarted = server, threading.Event(), False
+
+    def upsert_sweep(self, *args, **kwargs):
+        if not self.restarted:
+            self.restarted = True
+            self.server.stop()
+            threading.Thread(target=lambda: self.waited.wait(120) and self.server.start(), daemon=True).start()
+        return super().upsert_sweep(*args, **kwargs)
+
+    def _waiting(self, error: Exception, pause: float) -> None:
+        super()._waiting(error, pause)
+        self.waited.set()
+
+
+def test_a_database_restart_during_the_launchs_set_up_is_waited_out(ray_local, tmp_path: Path, postgres: str) -> None:
+    """PostgreSQL stopped as the launch records its sweep, between Ray's start and its loop: the write waits (as the
+    launch's first look at the store does) instead of the launch exiting 3 at once, and once the server is back the
+    trial runs to the end."""
+    url = fresh_database(postgres)
+    server = Postgres.of(postgres, str(postgres_binary("pg_ctl")))
+    p = plan(write_sweeps(tmp_path / "e.yaml", {"s": {"base": {**TINY, "train": {**TINY["train"], "epochs": 1}}}}), "s")
+    try:
+        with RestartedStore(url, server) as store:
+            res = launch([p], store=store, run=RunConfig(storage=tmp_path / "ck"), progress=Progress(live=False))
+            assert store.waited.is_set() and res.counts == {"done": 1}, res
+            assert store.done_keys() == {p.trials[0].key}
+    finally:
+        if server.down:
+            server.start()
 
 
 def test_a_launch_waits_for_a_database_server_that_is_restarting(tmp_path: Path, postgres: str) -> None:

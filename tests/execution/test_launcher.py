@@ -507,17 +507,17 @@ def test_a_signal_while_joining_the_cluster_stops_the_launch_with_nothing_run(
     that does not answer: one line says nothing ran and the launcher exits 128 + the signal, as for any stop (ray.init's
     own SIGTERM handler made it "cannot connect ... exit code 15", exit 2); nothing is written. A first launch
     connects before its results database exists (`api._ray_first`: none is made); a later one connects while MLflow
-    opens beside (`fanout.start`: the store holds nothing new). Ray's GCS timeouts are shortened so that ray.init
-    returns to the interpreter, where handlers run, within seconds (at its defaults: about 40 s)."""
+    opens beside (`fanout.start`: the store holds nothing new). The signal comes while the launch waits for the
+    cluster's GCS to answer (`gcs.answered`), which looks every second: ray.init, not yet called, would hold it
+    for its connect timeout (about 40 s at Ray's defaults; shortened to 2 s, the test raced it and lost at load 18)."""
     f = write_sweeps(tmp_path / "e.yaml", {"s": {"base": TINY}})
     db = f"sqlite:///{tmp_path}/r.sqlite"
     if existing:
         Store(db).close()
-    env = {**CLI_ENV, "RAY_py_gcs_connect_timeout_s": "2", "RAY_gcs_rpc_server_connect_timeout_s": "1"}
     mlflow = f"sqlite:///{tmp_path}/m.sqlite" if existing else None
     with silent_cluster() as (address, spoke):
         proc = subprocess.Popen([*launch_cmd(f, tmp_path, mlflow=mlflow), "--no-check", "--address", address],
-                                cwd=tmp_path, env=env, start_new_session=True, stdout=subprocess.PIPE,
+                                cwd=tmp_path, env=CLI_ENV, start_new_session=True, stdout=subprocess.PIPE,
                                 stderr=subprocess.STDOUT, text=True)  # fmt: skip
         try:
             assert spoke.wait(timeout=120), "the launcher never reached the cluster"
@@ -534,6 +534,90 @@ def test_a_signal_while_joining_the_cluster_stops_the_launch_with_nothing_run(
         return
     with Store(db) as store:
         assert store.sweeps_frame().empty and store.states() == {}
+
+
+class Interrupted(Exception):
+    """Raised by the test's SIGUSR1 handler."""
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise Interrupted
+
+
+def test_waiting_for_a_cluster_to_answer_runs_signal_handlers_at_once(ray_local) -> None:
+    """`gcs.answered` returns for a GCS that answers (the embedded Ray's); for one that never answers it waits,
+    running this process's signal handlers as they come (ray.init held them for its whole connect timeout): a
+    signal sent once the launch's gRPC client spoke ends the wait by its handler's exception, long before the
+    600 s the wait was given (were the handler held, the test's own timeout would fail it); given 1 s it gives
+    up, naming the address."""
+    import ray
+
+    from ablate.execution import gcs
+
+    gcs.answered(ray.get_runtime_context().gcs_address)
+    previous = signal.signal(signal.SIGUSR1, _interrupt)
+    try:
+        with silent_cluster() as (address, spoke):
+            sender = threading.Thread(target=lambda: spoke.wait(120) and os.kill(os.getpid(), signal.SIGUSR1))
+            sender.start()
+            with pytest.raises(Interrupted):
+                gcs.answered(address, wait=600)
+            sender.join()
+            assert spoke.is_set()
+            with pytest.raises(gcs.Unanswered, match=f"cluster at {address}: it accepted the connection but did "
+                                                        "not answer in 1 s"):  # fmt: skip
+                gcs.answered(address, wait=1)
+    finally:
+        signal.signal(signal.SIGUSR1, previous)
+
+
+class SignalledStore(Store):
+    """A real store that sends this process `signum` as a launch first writes its sweep: a signal in the launch's
+    set-up, after Ray's start and before its loop."""
+
+    def __init__(self, url: str, signum: int) -> None:
+        super().__init__(url)
+        self.signum = signum
+
+    def upsert_sweep(self, *args, **kwargs):
+        os.kill(os.getpid(), self.signum)
+        return super().upsert_sweep(*args, **kwargs)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["term", "int"])
+def test_a_signal_during_the_launchs_set_up_stops_it_before_anything_is_claimed(
+    ray_local, tmp_path: Path, sig: signal.Signals
+) -> None:
+    """Between Ray's start and the loop the launch records its sweeps and trials: a SIGTERM there was Ray's own
+    handler's SystemExit(15) (the launcher exited 15 mid-write), a Ctrl-C a KeyboardInterrupt. Now the launch's
+    stop handler holds from Ray's start on: the set-up's writes finish, the loop claims nothing, and the launch
+    ends as a stop by that signal."""
+    p = plan(write_sweeps(tmp_path / "e.yaml", {"s": {"base": TINY, "seeds": 2}}), "s")
+    with SignalledStore(f"sqlite:///{tmp_path}/r.sqlite", sig) as store:
+        res = launch([p], store=store, run=RunConfig(storage=tmp_path / "ck"), progress=quiet())
+        assert res.interrupted and res.signal == sig and not res.counts.get("done")
+        assert store.states() == {t.key: "pending" for t in p.trials} and store.holders() == {}
+
+
+class InterruptedTracker(Tracker):
+    """A real MLflow tracker that sends this process Ctrl-C's SIGINT as the launch opens it, beside Ray's start."""
+
+    def open(self) -> Tracker:
+        os.kill(os.getpid(), signal.SIGINT)
+        return super().open()
+
+
+def test_ctrl_c_while_mlflow_opens_is_a_stop_with_nothing_run(ray_local, tmp_path: Path) -> None:
+    """Ctrl-C while the launch waits for MLflow to open (`fanout.start`) is `Stopped`, which `ablate launch` says in
+    one line and exits 130 for (it was a KeyboardInterrupt out of the launch: a traceback); nothing is written."""
+    from ablate.execution.stopped import Stopped
+
+    p = plan(write_sweeps(tmp_path / "e.yaml", {"s": {"base": TINY}}), "s")
+    tracker = InterruptedTracker(f"sqlite:///{tmp_path}/m.sqlite", str(tmp_path / "art"), lazy=True)
+    with Store(f"sqlite:///{tmp_path}/r.sqlite") as store:
+        with pytest.raises(Stopped, match="stopped by SIGINT while opening MLflow; nothing ran") as stopped:
+            launch([p], store=store, tracker=tracker, run=RunConfig(storage=tmp_path / "ck"), progress=quiet())
+        assert stopped.value.signal == signal.SIGINT and store.states() == {}
 
 
 IN_CORE_WORKER = """
