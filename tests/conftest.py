@@ -92,7 +92,7 @@ def ray_local():
     """One embedded Ray (2 CPUs) for every launch test of the session; launches reuse it."""
     import ray
 
-    from ablate.execution.fanout import start_embedded
+    from ablate.execution.embedded import start_embedded
 
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     start_embedded(num_cpus=2, object_store_mb=128)

@@ -6,6 +6,7 @@ the marks stay true: in a quick run, starting a process raises."""
 from __future__ import annotations
 
 import contextlib
+import inspect
 import os
 import subprocess
 import sys
@@ -32,7 +33,7 @@ NAMED = {
     "multiprocessing": "spawns",
     "concurrent.futures.process": "spawns",
     "ray": "ray",
-    "ablate.execution.fanout.start_embedded": "ray",
+    "ablate.execution.embedded.start_embedded": "ray",
     "conftest.chromium": "browser",
     "ablate.training.loop.run_trial": "trains",
     "ablate.execution.trial_task.run_trial": "trains",
@@ -65,6 +66,7 @@ def _codes(obj: object) -> Iterator[tuple[types.CodeType, dict[str, object]]]:
         for member in vars(obj).values():
             yield from _codes(getattr(member, "__func__", member))
     elif isinstance(obj, types.FunctionType):
+        obj = inspect.unwrap(obj)  # a decorated helper (`contextlib.contextmanager`): the code it wraps
         yield obj.__code__, obj.__globals__
 
 

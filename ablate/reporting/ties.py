@@ -83,7 +83,7 @@ def table(frame: pd.DataFrame, data: SweepData, correction: str) -> Table:
     caption = (
         f"Best or tied, per group: each variant against the variant with the best mean (first row) over the "
         f"{unit}s both have ({'higher' if data.higher else 'lower'} is better). Δ = best - variant with its 95% "
-        f"interval; p: {tables.test_words(data)}. p adj.: {stats.CORRECTIONS[correction]} over the group's k "
+        f"interval; p: {tables.test_words(data)}. p adj.: {stats.CORRECTIONS[correction]} over the group's m "
         f"comparisons with the best (m = {ks}): the best is significantly better than every other variant when "
         f"every adjusted p is below α = {evidence.ALPHA:.2f} with Δ in its favour (its {data.metric} is then bold "
         f"in the variant table); otherwise it is tied with each variant it does not beat (the Findings' best/tied "

@@ -82,7 +82,7 @@ def test_runs_from_python_gives_the_rows_runs_prints(tmp_path: Path) -> None:
                                                     "-c", "key,stale", "-f", "json"))  # fmt: skip
     assert api.runs(store=db, where=["seed<3"]).rows["key"] == [k for k in member if int(k[1:]) < 3]
     for given, ask in (("where", {"where": ["colour=red"]}), ("columns", {"columns": ["key", "colour"]})):
-        with pytest.raises(api.UnknownColumn, match="no column 'colour'") as e:
+        with pytest.raises(api.UnknownColumn, match="no column or config path 'colour'") as e:
             api.runs(store=db, **ask)
         assert e.value.given == given
     with pytest.raises(ValueError, match="expected PATH=VALUE"):
