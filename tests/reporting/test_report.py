@@ -10,6 +10,7 @@ import math
 import re
 import shutil
 import subprocess
+import warnings
 from html.parser import HTMLParser
 from pathlib import Path
 
@@ -155,6 +156,26 @@ def test_effects_on_cell_means_when_failures_are_scattered(store, tmp_path):
     half = sps.t.ppf(0.975, 9) * se
     row = eff.loc[("main", "tau")]
     assert (row["effect"], row["lo"], row["hi"], row["n"]) == pytest.approx((tau, tau - half, tau + half, 13))
+
+
+def test_a_cell_with_no_finished_trial_gives_effects_without_numpy_warnings():
+    """A 2 x 2 part estimated on cell means (no replicate complete) where one cell has no value at all (every
+    trial of it failed or diverged): the effects come out, and numpy's "Mean of empty slice" and division
+    warnings are not printed under the report."""
+    values = np.array(
+        [[[60.0, 62.0], [61.0, np.nan]], [[np.nan, 63.0], [62.0, np.nan]], [[61.0, np.nan], [60.0, np.nan]]]
+    )
+    f = effects.Factorial(
+        ["attention.tau", "attention.mu"],
+        [["off", "on"], ["off", "on"]],
+        values,
+        knobs=("attention.tau", "attention.mu"),
+    )
+    assert f.method == effects.POOLED
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        eff = effects.effects(f)
+    assert len(eff) and [str(w.message) for w in caught if issubclass(w.category, RuntimeWarning)] == []
 
 
 def test_factorial_part_of_linked_and_conditional_grids(store, tmp_path):
