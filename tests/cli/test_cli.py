@@ -467,3 +467,14 @@ def test_plan_counts_each_variants_cost_once_and_prints_each_trials_own_config(
     ]
     shown = invoke("plan", str(f), "--limit", "2")
     assert "... 10 more rows" in shown and shown.count(trials[2].key[:10]) == 0 and trials[1].key[:10] in shown
+
+
+def test_check_on_80_columns_folds_variant_labels_instead_of_cutting_them(tmp_path: Path, monkeypatch) -> None:
+    """`ablate check` on an 80-column terminal: each variant's label is whole, folded onto more lines, never cut
+    to `attention.kind=so…`."""
+    monkeypatch.setenv("COLUMNS", "80")
+    monkeypatch.setenv("ABLATE_CACHE", str(tmp_path / "cache"))
+    f = write_sweeps(tmp_path / "e.yaml", {"th": {"base": TINY, "grid": {"attention.kind": ["softmax", "csan"]}}})
+    said = fresh_process("check", str(f))
+    column = "".join(line.split("│")[2].strip() for line in said.splitlines() if line.count("│") > 3)
+    assert "…" not in said and column == "attention.kind=softmaxattention.kind=csan", said
