@@ -312,6 +312,17 @@ def test_a_bad_override_exits_2_naming_it(override: str, said: list[str], tmp_pa
     assert sorted(p.name for p in tmp_path.iterdir()) == ["e.yaml"]
 
 
+def test_an_override_of_a_when_axis_with_a_wrong_type_is_one_problem(tmp_path: Path) -> None:
+    """`-s attention.tau=maybe` where a `when:` block varies attention.tau: one problem, the override's; its value
+    never reaches the grid's cells, whose values would be refused at the file's line as if they were wrong."""
+    sweep = {"base": TINY, "grid": {"attention.kind": ["softmax", "csan"]},
+             "when": [{"when": {"attention.kind": "csan"}, "grid": {"attention.tau": [True, False]}}]}  # fmt: skip
+    f = write_sweeps(tmp_path / "e.yaml", {"s": sweep})
+    result = CliRunner().invoke(app, ["plan", str(f), "-s", "attention.tau=maybe"], env={"COLUMNS": "300"})
+    assert result.exit_code == 2 and "1 problem(s)" in result.output, result.output
+    assert "sweep s varies attention.tau in its grid" in result.output and "valid boolean" not in result.output
+
+
 def test_overrides_reach_a_real_launch_process(tmp_path: Path) -> None:
     """Through a real `ablate` process: an override applies to the default sweep's dry run, a bad one exits 2."""
     sweeps = {"a": {"base": TINY, "grid": {"train.epochs": [1, 2]}}, "b": {"base": TINY}}
