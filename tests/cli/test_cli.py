@@ -17,6 +17,7 @@ from conftest import TINY, write_sweeps
 from typer.testing import CliRunner
 
 from ablate.cli import app
+from ablate.planning.plan import plan
 from ablate.store import STATES, Store
 
 pytestmark = pytest.mark.timeout(300)
@@ -321,6 +322,22 @@ def test_an_override_of_a_when_axis_with_a_wrong_type_is_one_problem(tmp_path: P
     result = CliRunner().invoke(app, ["plan", str(f), "-s", "attention.tau=maybe"], env={"COLUMNS": "300"})
     assert result.exit_code == 2 and "1 problem(s)" in result.output, result.output
     assert "sweep s varies attention.tau in its grid" in result.output and "valid boolean" not in result.output
+
+
+def test_forget_where_a_config_path_deletes_the_trials_of_an_earlier_launch(tmp_path: Path) -> None:
+    """The issue's command: a sweep launched at 4 epochs, then 5; `forget th --where 'train.epochs==4'` deletes the
+    4-epoch trials (no axis varies the epochs: the path is the configs'), the 5-epoch ones stay."""
+    db = f"sqlite:///{tmp_path}/r.sqlite"
+    with Store(db) as store:
+        for epochs in (4, 5):
+            base = {**TINY, "train": {**TINY["train"], "epochs": epochs}}
+            p = plan(write_sweeps(tmp_path / f"{epochs}.yaml", {"th": {"base": base, "seeds": 2}}), "th")
+            store.add_trials("th", p.trials, [t.key for t in p.trials])
+    args = ["forget", "th", "--where", "train.epochs==4", "--yes", "--no-mlflow", "--storage", str(tmp_path / "ck")]
+    result = CliRunner().invoke(app, [*args, "--db", db], env={"COLUMNS": "300"})
+    assert result.exit_code == 0 and "deleted 2 trials" in result.output, result.output
+    with Store(db) as store:
+        assert {c["train"]["epochs"] for c in store.configs().values()} == {5} and store.outside_plan("th") == []
 
 
 def test_overrides_reach_a_real_launch_process(tmp_path: Path) -> None:
