@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager, nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -196,6 +196,9 @@ class DryRun:
 
     plans: list[Plan]
     chosen: Selection
+    outside: list[str] = field(default_factory=list)
+    """What the launch would say of trials its sweeps hold that their plans no longer make
+    (`ablate.execution.outside`)."""
 
     def counts(self) -> tuple[int, int, int]:
         """Planned trials the launch would run, would skip, and of those skipped the stale ones it keeps."""
@@ -207,11 +210,13 @@ class DryRun:
 
 def dry_run(plans: Sequence[Plan], store: Store | str | None = None, choice: Select | None = None) -> DryRun:
     """What a launch of `plans` with `choice` would run and skip, writing nothing (`ablate launch --dry-run`)."""
+    from ablate.execution import outside
     from ablate.execution.selection import Select, select
 
     with _existing(store) as opened:
         grew = grown(plans, opened)  # a tuned sweep's searches as the store's results take them
-        return DryRun(grew, select(grew, opened, choice or Select()))
+        earlier = [line for p in grew for line in outside.lines(p, opened)] if opened is not None else []
+        return DryRun(grew, select(grew, opened, choice or Select()), earlier)
 
 
 def unfinished(plans: Sequence[Plan], store: Store) -> Listing:

@@ -84,7 +84,8 @@ def _folded(counts: Listing) -> Listing:
 
 WHERE_HELP = (
     "Only trials where PATH OP VALUE holds: =, !=, <, >, <=, >= or 'PATH in [A, B]' on an axis path, a result "
-    "(test.top1) or a column; VALUE is typed (1 matches 1.0 across sweeps, true only booleans). Repeatable: all hold."
+    "(test.top1), a column or a config path (train.epochs); VALUE is typed (1 matches 1.0 across sweeps, true only "
+    "booleans). Repeatable: all hold."
 )
 
 

@@ -182,7 +182,7 @@ def _dry_run(plans: list[Plan], db: str | None, choice: Select) -> None:
         out.print(table)
         for line in p.design.lines(p.seeds) if p.design else []:
             out.print(line, markup=False, highlight=False)
-    for line in chosen.lines({t.key: t for p in would.plans for t in p.trials}):
-        out.print(line)
+    for line in [*chosen.lines({t.key: t for p in would.plans for t in p.trials}), *would.outside]:
+        out.print(line, markup=False, highlight=False)
     todo, skip, kept = would.counts()
     out.print(f"would run {todo}, skip {skip}" + (f" ({kept} of them stale, kept)" if kept else ""))

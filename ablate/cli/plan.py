@@ -105,7 +105,9 @@ def check(
     results = run_check(plans, data=data)
     table = Table(title="pre-launch check: one training step per variant (batch 2, CPU)", title_justify="left")
     for col in ("sweep", "variant", "params", "GFLOPs", "Δ params vs baseline", "status"):
-        table.add_column(col, justify="right" if col in ("params", "GFLOPs", "Δ params vs baseline") else "left")
+        # a label too long for its column folds onto more lines: cut to `attention.kind=so…`, it named nothing
+        table.add_column(col, justify="right" if col in ("params", "GFLOPs", "Δ params vs baseline") else "left",
+                         overflow="fold")  # fmt: skip
     base = {p.sweep: next((c.params for c in results if c.sweep == p.sweep and c.variant == p.baseline), None)
             for p in plans}  # fmt: skip
     labels: dict[tuple[str, str], str] = {}

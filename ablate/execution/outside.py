@@ -57,8 +57,8 @@ def _path_words(path: str, values: list[Any], inside: list[dict[str, Any]]) -> s
     shown = ", ".join(_text(v) for v in values[:SHOWN]) + (", ..." if len(values) > SHOWN else "")
     planned = list(dict.fromkeys(_text(v) for c in inside if (v := get_path(c, path)) is not None))
     if not planned:  # the plan's configs have no such path: the knob was renamed, or removed
-        return (f"{path} ({shown}; no config of the plan has {path}: a knob renamed or removed keeps no trials, "
-                "they train again under the new name)")  # fmt: skip
+        return (f"{path} ({shown}; no config of the plan has {path}: renamed or removed? trials under an old "
+                "name do not carry over to a new one, which trains again)")  # fmt: skip
     return f"{path} ({shown}; the plan: {', '.join(planned[:SHOWN])}{', ...' if len(planned) > SHOWN else ''})"
 
 

@@ -233,16 +233,19 @@ def _estimate(f: Factorial) -> pd.DataFrame:
         out["sd"] = np.nan
         values = _repeat_means(f) if f.design.folds is not None else f.values
         count = (~np.isnan(values)).sum(axis=0)
-        with np.errstate(invalid="ignore"):
+        # a cell none of whose trials finished (all failed or diverged): its mean and the effects through it are
+        # NaN, which the table shows as such; numpy's warnings about it would only be noise under the report
+        with np.errstate(invalid="ignore", divide="ignore"), warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
             means = np.nanmean(values, axis=0)[None]
             df = int(count.sum() - count.size)
             pooled = np.nansum((values - means) ** 2) / df if df > 0 else np.nan
-        if stats.zero_spread(np.sqrt(pooled), np.nanmax(np.abs(values))):
-            pooled = 0.0
-        basis = np.eye(count.size).reshape(count.size, *count.shape)
-        weights = np.stack([_contrast(basis, at) for *_, at in terms])
-        out["effect"] = [_contrast(means, at)[0] for *_, at in terms]
-        se = np.sqrt(pooled * (weights**2 / count.reshape(1, -1)).sum(axis=1))
+            if stats.zero_spread(np.sqrt(pooled), np.nanmax(np.abs(values))):
+                pooled = 0.0
+            basis = np.eye(count.size).reshape(count.size, *count.shape)
+            weights = np.stack([_contrast(basis, at) for *_, at in terms])
+            out["effect"] = [_contrast(means, at)[0] for *_, at in terms]
+            se = np.sqrt(pooled * (weights**2 / count.reshape(1, -1)).sum(axis=1))
         n = int(count.sum())
         tested = evidence.family(n, df, pooled > 0, exchangeable=False) == evidence.T  # unpaired: no exact test
         lo, hi, p = stats.t_test(out["effect"], se, df)

@@ -8,6 +8,7 @@ import math
 
 import pandas as pd
 
+from ablate import evidence
 from ablate.config import REPLICATES
 from ablate.evidence.verdict import Verdict, decide
 from ablate.planning import steptime, units
@@ -316,23 +317,31 @@ def effects(eff: pd.DataFrame, f: Factorial, data: SweepData, correction: str = 
             "of one token mixer: that mixer's variants; reference = the one nearest the baseline), with the terms "
             "that involve it; its rows name the values that part's variants share: factor (axis=value)."
             if len(parts) > 1 else "")  # fmt: skip
+    how = "; ".join(_how(m, f.design, eff["test"][eff["method"] == m]) for m in dict.fromkeys(eff["method"]))
     caption = (f"Factorial part{'s' if len(parts) > 1 else ''}: {'; '.join(parts)} (first level = reference, the "
                "baseline's; other axes at the baseline's values, or in parentheses where the baseline lacks them)."
                f" Main effect = mean {data.metric} at the level minus at the reference, averaged over the other "
                "factors (a factor of k levels: k - 1 rows, each level against the reference); interaction = "
                f"effect of the first factor at the second's level minus at its reference.{more} Estimated "
-               f"{'; '.join(_how(m, f.design) for m in dict.fromkeys(eff['method']))}. "
+               f"{how}. "
                f"{stats.family(int(eff['p_adj'].notna().sum()), correction, 'terms')}. {noise_floor(data)}"
                + na_words([row[4] for row in rows], "replicate"))  # fmt: skip
     return Table(caption, ["term", "factor", "contrast", "effect", "95% CI", "p", "p adj.", "n"], rows, left=3)
 
 
-def _how(method: str, design: stats.Design) -> str:
-    """How the effects of a part are estimated, in the caption's words."""
+PAIRED_TESTS = {stats.T_TEST: "paired t-test", stats.CORRECTED: "corrected resampled t over the folds",
+                stats.SIGN_FLIP: f"exact sign-flip test (below {evidence.SMALL_N} replicates)"}  # fmt: skip
+"""The paired effects' tests in the caption's words, as the rows' `test` names them."""
+
+
+def _how(method: str, design: stats.Design, tests: pd.Series) -> str:
+    """How the effects of a part are estimated, in the caption's words: the paired rows' own tests (`tests`),
+    the sign-flip test where they had too few replicates for the t."""
     if method == PAIRED:
-        test = "corrected resampled t over the folds" if design.folds is not None else "paired t-test"
-        return (f"per complete replicate (every cell has the seed/fold); 95% interval and {test} p over "
-                "replicates; n = replicates")  # fmt: skip
+        default = stats.CORRECTED if design.folds is not None else stats.T_TEST
+        used = [PAIRED_TESTS[t] for t in dict.fromkeys(tests) if t in PAIRED_TESTS] or [PAIRED_TESTS[default]]
+        return (f"per complete replicate (every cell has the seed/fold); 95% interval and {' or '.join(used)} p "
+                "over replicates; n = replicates")  # fmt: skip
     unit = "repeat means (folds averaged)" if design.folds is not None else "trials"
     return ("on cell means, as fewer than two (or fewer than half) of the replicates are complete in every "
             f"cell; 95% t interval and p from the pooled within-cell variance (unpaired) of the {unit}, or with "

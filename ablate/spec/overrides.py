@@ -89,6 +89,9 @@ def with_overrides(file: SweepFile, texts: Sequence[str], names: Iterable[str] |
     for name in chosen:
         source = sweeps[name]
         base = copy.deepcopy(source.base)
+        # an override refused here is not set: its value reached the grid's cells, whose problems were then
+        # charged to the file's lines (a wrong type on a `when:` axis: two more errors at the axis's line)
+        applied = []
         for o in overrides:
             varied = [p for p in axis_paths(source.spec) if o.overlaps(p)]
             if varied:
@@ -97,13 +100,16 @@ def with_overrides(file: SweepFile, texts: Sequence[str], names: Iterable[str] |
             if searched := [p for p in (source.spec.tune.space if source.spec.tune else {}) if o.overlaps(p)]:
                 problems.append(o.problem(f"sweep {name} searches {', '.join(searched)} in its tune: space; an "
                                           "override sets one value for every trial"))  # fmt: skip
+            if varied or searched:
+                continue
+            applied.append(o)
             if not knob_owners(o.path):
                 set_path(base, o.path, o.value)
-        if any(o.overlaps("data.path") for o in overrides):  # a relative path typed here is relative to here
+        if any(o.overlaps("data.path") for o in applied):  # a relative path typed here is relative to here
             base = absolute_data_path(base, Path.cwd())[0]
         knobs = []
         mechanisms = [k for k in replace(source, base=base).kinds() if k in MECHANISMS]
-        for o in (o for o in overrides if knob_owners(o.path)):
+        for o in (o for o in applied if knob_owners(o.path)):
             having = [k for k in mechanisms if k in knob_owners(o.path)]
             if len(having) == len(mechanisms):
                 set_path(base, o.path, o.value)
@@ -113,5 +119,5 @@ def with_overrides(file: SweepFile, texts: Sequence[str], names: Iterable[str] |
                 problems.append(o.problem(f"no cell of sweep {name} has a mechanism with this knob (its attention "
                                           f"kinds: {', '.join(mechanisms)}); {o.path} is a knob of "
                                           f"{', '.join(knob_owners(o.path))}"))  # fmt: skip
-        sweeps[name] = replace(source, base=base, overrides=tuple(overrides), knobs=tuple(knobs))
+        sweeps[name] = replace(source, base=base, overrides=tuple(applied), knobs=tuple(knobs))
     return replace(file, sweeps=sweeps, problems=[*file.problems, *problems])

@@ -18,6 +18,7 @@ from noise import noise
 from typer.testing import CliRunner
 
 from ablate.cli import app
+from ablate.planning.plan import plan
 from ablate.store import STATES, Store
 
 pytestmark = pytest.mark.timeout(300)
@@ -313,6 +314,33 @@ def test_a_bad_override_exits_2_naming_it(override: str, said: list[str], tmp_pa
     assert sorted(p.name for p in tmp_path.iterdir()) == ["e.yaml"]
 
 
+def test_an_override_of_a_when_axis_with_a_wrong_type_is_one_problem(tmp_path: Path) -> None:
+    """`-s attention.tau=maybe` where a `when:` block varies attention.tau: one problem, the override's; its value
+    never reaches the grid's cells, whose values would be refused at the file's line as if they were wrong."""
+    sweep = {"base": TINY, "grid": {"attention.kind": ["softmax", "csan"]},
+             "when": [{"when": {"attention.kind": "csan"}, "grid": {"attention.tau": [True, False]}}]}  # fmt: skip
+    f = write_sweeps(tmp_path / "e.yaml", {"s": sweep})
+    result = CliRunner().invoke(app, ["plan", str(f), "-s", "attention.tau=maybe"], env={"COLUMNS": "300"})
+    assert result.exit_code == 2 and "1 problem(s)" in result.output, result.output
+    assert "sweep s varies attention.tau in its grid" in result.output and "valid boolean" not in result.output
+
+
+def test_forget_where_a_config_path_deletes_the_trials_of_an_earlier_launch(tmp_path: Path) -> None:
+    """The issue's command: a sweep launched at 4 epochs, then 5; `forget th --where 'train.epochs==4'` deletes the
+    4-epoch trials (no axis varies the epochs: the path is the configs'), the 5-epoch ones stay."""
+    db = f"sqlite:///{tmp_path}/r.sqlite"
+    with Store(db) as store:
+        for epochs in (4, 5):
+            base = {**TINY, "train": {**TINY["train"], "epochs": epochs}}
+            p = plan(write_sweeps(tmp_path / f"{epochs}.yaml", {"th": {"base": base, "seeds": 2}}), "th")
+            store.add_trials("th", p.trials, [t.key for t in p.trials])
+    args = ["forget", "th", "--where", "train.epochs==4", "--yes", "--no-mlflow", "--storage", str(tmp_path / "ck")]
+    result = CliRunner().invoke(app, [*args, "--db", db], env={"COLUMNS": "300"})
+    assert result.exit_code == 0 and "deleted 2 trials" in result.output, result.output
+    with Store(db) as store:
+        assert {c["train"]["epochs"] for c in store.configs().values()} == {5} and store.outside_plan("th") == []
+
+
 def test_overrides_reach_a_real_launch_process(tmp_path: Path) -> None:
     """Through a real `ablate` process: an override applies to the default sweep's dry run, a bad one exits 2."""
     sweeps = {"a": {"base": TINY, "grid": {"train.epochs": [1, 2]}}, "b": {"base": TINY}}
@@ -533,3 +561,14 @@ def test_a_launch_prints_no_librarys_banner(tmp_path: Path) -> None:
                           text=True, timeout=300, stdin=subprocess.DEVNULL)  # fmt: skip
     assert done.returncode == 0 and "done 1" in done.stdout, done.stdout + done.stderr
     assert noise(done.stdout + done.stderr) == [], done.stderr
+
+
+def test_check_on_80_columns_folds_variant_labels_instead_of_cutting_them(tmp_path: Path, monkeypatch) -> None:
+    """`ablate check` on an 80-column terminal: each variant's label is whole, folded onto more lines, never cut
+    to `attention.kind=so…`."""
+    monkeypatch.setenv("COLUMNS", "80")
+    monkeypatch.setenv("ABLATE_CACHE", str(tmp_path / "cache"))
+    f = write_sweeps(tmp_path / "e.yaml", {"th": {"base": TINY, "grid": {"attention.kind": ["softmax", "csan"]}}})
+    said = fresh_process("check", str(f))
+    column = "".join(line.split("│")[2].strip() for line in said.splitlines() if line.count("│") > 3)
+    assert "…" not in said and column == "attention.kind=softmaxattention.kind=csan", said

@@ -24,7 +24,9 @@ from gate import Gate, wait_for
 from rich.console import Console
 from sqlalchemy import event
 from synthetic import failed_elsewhere
+from typer.testing import CliRunner
 
+from ablate.cli import app
 from ablate.execution.launcher import RunConfig, launch
 from ablate.execution.progress import Progress
 from ablate.planning.plan import Plan, plan, plan_all
@@ -828,9 +830,15 @@ def test_a_launch_says_what_the_sweep_holds_that_its_plan_no_longer_makes(tmp_pa
         return " ".join(console.export_text().split())
 
     two, three = at(2, ["softmax", "csan"]), at(3, ["softmax", "csan"])
-    with Store(f"sqlite:///{tmp_path}/r.sqlite") as store:
+    db = f"sqlite:///{tmp_path}/r.sqlite"
+    with Store(db) as store:
         for p in (two, three):
             fill(store, p, lambda t: 50.0)
+        dry = CliRunner().invoke(app, ["launch", str(tmp_path / "3.yaml"), "--db", db, "--dry-run"])
+        assert "sweep th holds 4 trials its plan no longer makes: they differ in train.epochs" in " ".join(
+            dry.output.split()
+        ), dry.output  # the dry run says it too, and writes nothing
+        assert store.outside_plan("th") == []
         said = relaunch(three)
         assert ("sweep th holds 4 trials its plan no longer makes: they differ in train.epochs (2; the plan: 3). Its "
                 "report leaves them out (`ablate report th --all-trials` shows them, labelled by what differs); "

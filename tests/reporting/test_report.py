@@ -10,6 +10,7 @@ import math
 import re
 import shutil
 import subprocess
+import warnings
 from html.parser import HTMLParser
 from pathlib import Path
 
@@ -155,6 +156,49 @@ def test_effects_on_cell_means_when_failures_are_scattered(store, tmp_path):
     half = sps.t.ppf(0.975, 9) * se
     row = eff.loc[("main", "tau")]
     assert (row["effect"], row["lo"], row["hi"], row["n"]) == pytest.approx((tau, tau - half, tau + half, 13))
+
+
+def test_a_cell_with_no_finished_trial_gives_effects_without_numpy_warnings():
+    """A 2 x 2 part estimated on cell means (no replicate complete) where one cell has no value at all (every
+    trial of it failed or diverged): the effects come out, and numpy's "Mean of empty slice" and division
+    warnings are not printed under the report."""
+    values = np.array(
+        [[[60.0, 62.0], [61.0, np.nan]], [[np.nan, 63.0], [62.0, np.nan]], [[61.0, np.nan], [60.0, np.nan]]]
+    )
+    f = effects.Factorial(
+        ["attention.tau", "attention.mu"],
+        [["off", "on"], ["off", "on"]],
+        values,
+        knobs=("attention.tau", "attention.mu"),
+    )
+    assert f.method == effects.POOLED
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        eff = effects.effects(f)
+    assert len(eff) and [str(w.message) for w in caught if issubclass(w.category, RuntimeWarning)] == []
+
+
+def test_the_effects_caption_names_the_test_its_rows_used(store, tmp_path):
+    """A 2 x 2 over 6 seeds: its effects are tested by the exact sign-flip test (too few seeds for a t), which
+    the caption names; over 12 seeds, the paired t-test."""
+    grid = {"attention.tau": [False, True], "attention.mu": [False, True]}
+    noise = [0.3, -1.2, 0.8, 0.0, -0.4, 1.1]
+
+    def value(t) -> float:
+        s = t.axes["seed"]
+        return 60 + noise[s % 6] + 2 * t.axes["attention.tau"] * (1 + s % 3) + t.axes["attention.mu"] * (s % 2)
+
+    for seeds in (6, 12):
+        p = planned(tmp_path, f"s{seeds}", grid=grid, seeds=seeds, base={**TINY, "attention": {"kind": "csan"}},
+                    baseline={"attention.tau": False, "attention.mu": False})  # fmt: skip
+        fill(store, p, value)
+        report(p.sweep, store=store, out=tmp_path / "r", formats=["md", "csv"])
+        tests = set(read_csv(tmp_path / "r" / p.sweep / "effects.csv")["test"].dropna())
+        caption = next(line for line in (tmp_path / "r" / p.sweep / "report.md").read_text().splitlines()
+                       if line.startswith("*Factorial part"))  # fmt: skip
+        said = "exact sign-flip test (below 10 replicates) p over replicates" in caption
+        assert (tests, said, "paired t-test" in caption) == (({"sign-flip"}, True, False) if seeds == 6
+                                                             else ({"paired t"}, False, True)), caption  # fmt: skip
 
 
 def test_factorial_part_of_linked_and_conditional_grids(store, tmp_path):
