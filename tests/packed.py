@@ -44,7 +44,14 @@ def held(cfg: Any, report: Any, checkpoint_dir: Path) -> Any:
     key, gate = Path(checkpoint_dir).name, Path(checkpoint_dir).parent.parent / "gate"
     share = ray.get_runtime_context().get_assigned_resources().get("GPU", 0.0)
     oom = cfg.model.embed_dim == 40 or (cfg.model.embed_dim == 48 and share < 1)
-    start = {"gpu": [str(g) for g in ray.get_gpu_ids()], "share": share, "at": time.time(), "oom": oom}
+    start = {
+        "gpu": [str(g) for g in ray.get_gpu_ids()],
+        "share": share,
+        "at": time.time(),
+        "oom": oom,
+        "pid": os.getpid(),
+        "visible": os.environ.get("CUDA_VISIBLE_DEVICES"),
+    }
     put(gate / f"{key}.start.{share}", start)
     if oom:
         raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")

@@ -23,6 +23,7 @@ from ablate.config import TrialConfig
 from ablate.execution import gangs
 from ablate.execution.embedded import start_embedded
 from ablate.execution.gcs import Unanswered, answered
+from ablate.execution.gpu_shares import GPU_TASK_CALLS
 from ablate.execution.heartbeat import Heartbeat
 from ablate.execution.progress import Progress
 from ablate.execution.recorder import Recorder, start_inbox
@@ -189,6 +190,7 @@ class Fanout:
         self.attempts = Attempts()
         self.inbox = start_inbox()
         self.task = ray.remote(trial_task)
+        self.gpu_task = ray.remote(max_calls=GPU_TASK_CALLS)(trial_task)  # a trial holding a GPU: a worker of its own
 
     def loop(self, stop: Stop) -> None:
         """Claim, submit and settle until every trial is finished here or elsewhere, or `stop` is set (before the
@@ -331,11 +333,12 @@ class Fanout:
         args = replace(self.template, config=cfg.model_dump(mode="json"), key=key, inbox=self.inbox,
                        resume=self.resume(key))  # fmt: skip
         self.storage.clear_stop(key)  # a request a preempted attempt already answered
+        task = self.gpu_task if self.gpus[key] else self.task
         if cfg.resources.workers > 1:
-            gang = self.gangs[key] = gangs.start(self.task, opts, cfg.resources.workers, args)
+            gang = self.gangs[key] = gangs.start(task, opts, cfg.resources.workers, args)
             ref = gang.leader
         else:
-            ref = self.task.options(**opts, scheduling_strategy="SPREAD").remote(args)
+            ref = task.options(**opts, scheduling_strategy="SPREAD").remote(args)
         self.pending[ref] = key
         self.progress.submitted(self.todo[key])
 

@@ -47,6 +47,13 @@ Probe = Callable[[TrialConfig], Footprint]
 """Measures one trial's footprint on the GPU its Ray task holds (default `measure`; tests fake it on CPU)."""
 
 
+GPU_TASK_CALLS = 1
+"""`ray.remote`'s max_calls for a task that holds any share of a GPU: a worker process of its own, ended after the task.
+CUDA reads CUDA_VISIBLE_DEVICES once per process, so a reused worker would run the next task on the device Ray gave
+the last one, and keep its memory. Ray sets this itself only for `num_gpus` given to `@ray.remote`, and refuses it in
+`.options()`, where ablate gives each task its resources."""
+
+
 def footprint_key(cfg: TrialConfig) -> str:
     """What decides a trial's training memory: trials equal here share one probe."""
     t = cfg.train
@@ -118,7 +125,9 @@ def admit(trials: list[Trial], probe: Probe, plugins: Plugins) -> Admission:
     groups: dict[str, list[Trial]] = {}
     for t in trials:
         groups.setdefault(footprint_key(t.config), []).append(t)
-    task = ray.remote(probe_task).options(num_gpus=1, num_cpus=1, max_retries=0, name="gpu-memory-probe")
+    task = ray.remote(max_calls=GPU_TASK_CALLS)(probe_task).options(
+        num_gpus=1, num_cpus=1, max_retries=0, name="gpu-memory-probe"
+    )
     refs = {fp: task.remote(probe, ts[0].config.model_dump(mode="json"), plugins) for fp, ts in groups.items()}
     shares: dict[str, float] = {}
     lines = []

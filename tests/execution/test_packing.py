@@ -124,3 +124,13 @@ def test_out_of_memory_on_a_whole_gpu_fails_with_advice(packed: dict) -> None:
     whole = packed["whole"]
     assert whole["counts"] == {"failed": 1} and whole["attempts"] == [1]
     assert "lower train.device_batch" in whole["errors"][0] and "OutOfMemoryError" in whole["errors"][0]
+
+
+def test_every_gpu_trial_gets_a_fresh_worker_that_sees_only_its_gpu(packed: dict) -> None:
+    """CUDA reads CUDA_VISIBLE_DEVICES once per process: a worker Ray reused for a second GPU task would train it on
+    the first task's device (and keep its memory). Ray sets max_calls=1 only for `num_gpus` in the decorator, not in
+    `.options()` as ablate submits; every attempt of every phase must have a process of its own."""
+    starts = [s for phase in packed.values() for s in phase["starts"]]
+    assert len(starts) == 12  # 6 small, 3 large, the out-of-memory trial twice, the whole-GPU one
+    assert sorted(Counter(s["pid"] for s in starts).values()) == [1] * len(starts)
+    assert all(s["visible"] == ",".join(s["gpu"]) for s in starts), starts
