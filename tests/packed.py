@@ -25,8 +25,9 @@ from ablate.planning.plan import plan
 from ablate.store import Store
 
 DEVICE = 80 * 2**30
-FRACTION = {32: 0.30, 64: 0.60, 48: 0.30}
-"""Probed memory by model.embed_dim: 32 small, 64 large, 48 small but out of memory on any share of a GPU.
+FRACTION = {32: 0.30, 64: 0.60, 48: 0.30, 56: 0.30}
+"""Probed memory by model.embed_dim: 32 small, 64 large, 48 small but out of memory on any share of a GPU (torch's
+OutOfMemoryError), 56 likewise as the CUDA runtime says it (`CUDA error: out of memory`, torch's AcceleratorError).
 A width of 40 (given `gpus: 1`, no probe) is out of memory even on a whole GPU."""
 
 
@@ -43,7 +44,7 @@ def held(cfg: Any, report: Any, checkpoint_dir: Path) -> Any:
 
     key, gate = Path(checkpoint_dir).name, Path(checkpoint_dir).parent.parent / "gate"
     share = ray.get_runtime_context().get_assigned_resources().get("GPU", 0.0)
-    oom = cfg.model.embed_dim == 40 or (cfg.model.embed_dim == 48 and share < 1)
+    oom = cfg.model.embed_dim == 40 or (cfg.model.embed_dim in (48, 56) and share < 1)
     start = {
         "gpu": [str(g) for g in ray.get_gpu_ids()],
         "share": share,
@@ -53,6 +54,8 @@ def held(cfg: Any, report: Any, checkpoint_dir: Path) -> Any:
         "visible": os.environ.get("CUDA_VISIBLE_DEVICES"),
     }
     put(gate / f"{key}.start.{share}", start)
+    if oom and cfg.model.embed_dim == 56:
+        raise torch.AcceleratorError("CUDA error: out of memory\nCUDA kernel errors might be asynchronously reported")
     if oom:
         raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
     while not (gate / "open").exists():
@@ -125,6 +128,7 @@ def main(root: Path) -> None:
     import ray
 
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    os.environ["ABLATE_FAKE_GPU"] = "1"  # trials on logical GPUs train on the CPU by explicit opt-in
     ray.init(address="local", num_cpus=8, num_gpus=2, include_dashboard=False, log_to_driver=False,
              configure_logging=False, object_store_memory=128 * 2**20)  # fmt: skip
 
@@ -135,6 +139,7 @@ def main(root: Path) -> None:
         "small": phase(root, "small", width(32), seeds=6, running=6),
         "large": phase(root, "large", width(64), seeds=3, running=2),
         "oom": phase(root, "oom", width(48), seeds=1, running=1),
+        "cuda_error": phase(root, "cuda_error", width(56), seeds=1, running=1),
         "whole": phase(root, "whole", width(40), seeds=1, running=0, gpus=1),
     }
     ray.shutdown()

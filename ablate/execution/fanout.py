@@ -23,7 +23,7 @@ from ablate.config import TrialConfig
 from ablate.execution import gangs
 from ablate.execution.embedded import start_embedded
 from ablate.execution.gcs import Unanswered, answered
-from ablate.execution.gpu_shares import GPU_TASK_CALLS
+from ablate.execution.gpu_shares import GPU_TASK_CALLS, out_of_memory
 from ablate.execution.heartbeat import Heartbeat
 from ablate.execution.progress import Progress
 from ablate.execution.recorder import Recorder, start_inbox
@@ -463,7 +463,7 @@ def settle(
             return "lost"
         # A RayTaskError's text is the worker's formatted traceback; its cause is the original exception.
         cause = getattr(e, "cause", None) if isinstance(e, ray.exceptions.RayTaskError) else None
-        oom = type(cause).__name__ == "OutOfMemoryError"
+        oom = out_of_memory(cause)
         if oom and gpus < 1 and not attempts.oom[key]:
             attempts.oom[key] += 1
             return "oom"

@@ -7,7 +7,7 @@ input shape, then the device memory the probe's process holds (CUDA context plus
 reserve, so fragmentation counts). A trial asks for that fraction of the probed device times
 (1 + `resources.gpu_headroom`), rounded up to a hundredth; Ray then places as many trials on one GPU as
 their shares fit. Shares are fractions of the probed device, so the cluster's GPUs should be one model.
-A trial that still runs out of CUDA memory is requeued once on a whole GPU (the launcher's
+A trial that still runs out of CUDA memory (`out_of_memory`) is requeued once on a whole GPU (the launcher's
 `Attempts.oom`); an out-of-memory error on a whole GPU fails the trial with advice to lower its device
 batch.
 """
@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -52,6 +53,25 @@ GPU_TASK_CALLS = 1
 CUDA reads CUDA_VISIBLE_DEVICES once per process, so a reused worker would run the next task on the device Ray gave
 the last one, and keep its memory. Ray sets this itself only for `num_gpus` given to `@ray.remote`, and refuses it in
 `.options()`, where ablate gives each task its resources."""
+
+
+OUT_OF_MEMORY = re.compile(r"CUDA error: out of memory|CUDA out of memory|\bCU[A-Z_]*_ALLOC_FAILED\b")
+"""How CUDA's own out-of-memory reads in a RuntimeError that is not torch's OutOfMemoryError: the runtime's
+cudaErrorMemoryAllocation (`CUDA error: out of memory`, torch's AcceleratorError), and a CUDA library that could not
+allocate its workspace or handle (`CUBLAS_STATUS_ALLOC_FAILED`, `CUDNN_STATUS_ALLOC_FAILED`, cuFFT's, cuSPARSE's). Not
+cuDNN's NOT_SUPPORTED or workspace statuses: they also mean a shape or setting the library cannot run, which a whole
+GPU would not fix."""
+
+
+def out_of_memory(error: BaseException | None) -> bool:
+    """Whether a trial's error is CUDA running out of memory: torch's OutOfMemoryError (its caching allocator), or
+    the runtime or a CUDA library failing to allocate (`OUT_OF_MEMORY`). By name, so the launcher need not import
+    torch: the error arrives unpickled from the trial's worker."""
+    if error is None:
+        return False
+    if any(t.__name__ == "OutOfMemoryError" for t in type(error).__mro__):
+        return True
+    return isinstance(error, RuntimeError) and OUT_OF_MEMORY.search(str(error)) is not None
 
 
 def footprint_key(cfg: TrialConfig) -> str:

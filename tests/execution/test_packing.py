@@ -14,10 +14,11 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+import torch
 from conftest import TINY, write_sweeps
 
 from ablate.config import Resources, TrialConfig
-from ablate.execution.gpu_shares import Footprint, footprint_key, train_steps
+from ablate.execution.gpu_shares import Footprint, footprint_key, out_of_memory, train_steps
 from ablate.execution.launcher import RunConfig, launch
 from ablate.execution.progress import Progress
 from ablate.planning.plan import plan
@@ -58,6 +59,25 @@ def test_the_probe_trains_the_trials_model_on_its_input_shape(cfg: dict) -> None
     trial = TrialConfig.model_validate({**cfg, "train": {"batch_size": 8}})
     torch.manual_seed(0)
     train_steps(trial, torch.device("cpu"), steps=1)
+
+
+@pytest.mark.parametrize(
+    ("error", "oom"),
+    [
+        (torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB"), True),
+        (torch.AcceleratorError("CUDA error: out of memory\nCUDA kernel errors might be reported later"), True),
+        (RuntimeError("CUDA error: out of memory"), True),
+        (RuntimeError("CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`"), True),
+        (RuntimeError("cuDNN error: CUDNN_STATUS_ALLOC_FAILED"), True),
+        (RuntimeError("cuDNN error: CUDNN_STATUS_NOT_SUPPORTED"), False),  # also an unsupported shape or setting
+        (torch.AcceleratorError("CUDA error: device-side assert triggered"), False),
+        (MemoryError(), False),  # the host's memory: a whole GPU would not help
+        (ValueError("batch too large for CUDA out of memory tests"), False),
+        (None, False),
+    ],
+)
+def test_cuda_out_of_memory_is_recognised_however_cuda_says_it(error: BaseException | None, oom: bool) -> None:
+    assert out_of_memory(error) is oom
 
 
 def test_gpus_takes_a_number_or_auto() -> None:
@@ -113,8 +133,9 @@ def test_trials_probed_at_60_percent_run_one_to_a_gpu(packed: dict) -> None:
     assert not overcommitted(large["starts"])
 
 
-def test_out_of_memory_on_a_share_requeues_once_on_a_whole_gpu(packed: dict) -> None:
-    oom = packed["oom"]
+@pytest.mark.parametrize("phase", ["oom", "cuda_error"])  # torch's OutOfMemoryError; the CUDA runtime's error
+def test_out_of_memory_on_a_share_requeues_once_on_a_whole_gpu(packed: dict, phase: str) -> None:
+    oom = packed[phase]
     assert oom["counts"] == {"done": 1} and oom["attempts"] == [2] and not oom["errors"]
     assert [s["share"] for s in sorted(oom["starts"], key=lambda s: s["at"])] == [0.33, 1.0]
     assert any("out of memory on 0.33 of a GPU; requeued once on a whole GPU" in m for m in oom["messages"])
@@ -131,6 +152,6 @@ def test_every_gpu_trial_gets_a_fresh_worker_that_sees_only_its_gpu(packed: dict
     the first task's device (and keep its memory). Ray sets max_calls=1 only for `num_gpus` in the decorator, not in
     `.options()` as ablate submits; every attempt of every phase must have a process of its own."""
     starts = [s for phase in packed.values() for s in phase["starts"]]
-    assert len(starts) == 12  # 6 small, 3 large, the out-of-memory trial twice, the whole-GPU one
+    assert len(starts) == 14  # 6 small, 3 large, the two out-of-memory trials twice each, the whole-GPU one
     assert sorted(Counter(s["pid"] for s in starts).values()) == [1] * len(starts)
     assert all(s["visible"] == ",".join(s["gpu"]) for s in starts), starts
