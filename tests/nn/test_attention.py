@@ -374,6 +374,25 @@ def test_row_chunked_descriptor_gradcheck(bias_shape: tuple | None) -> None:
             torch.testing.assert_close(_RowMeanPhi.apply(q, k, bias, beta, chunk), phi(s, beta).mean(-1))
 
 
+def test_row_chunked_descriptor_sums_bf16_gradients_in_float32() -> None:
+    """bf16 inputs (the fused path under CUDA autocast): the gradients of k and of a bias shared by the rows add one
+    term per chunk of rows, 256 here. Summed in bf16 (8 significant bits) the late chunks' terms round away: up to 7%
+    and 11% off the fp64 gradient of the same values; summed in float32, 0.4%, bf16's rounding of each chunk's term
+    (q's gradient, summed within its chunk only, is as far off)."""
+    n, chunk, beta = 1024, 4, 1.0  # beta 1: rows of logits on both sides of the knee
+    torch.manual_seed(0)
+    q, k = (torch.rand(1, 2, n, 16).bfloat16() for _ in range(2))
+    bias = torch.rand(1, 1, 1, n).bfloat16()
+    wide = [x.double().requires_grad_() for x in (q, k, bias)]
+    phi(wide[0] @ wide[1].transpose(-2, -1) / 4 + wide[2], beta).mean(-1).sum().backward()
+    half = [x.clone().requires_grad_() for x in (q, k, bias)]
+    _RowMeanPhi.apply(*half, beta, chunk).sum().backward()
+    for name, h, w in zip("qkb", half, wide):
+        assert h.grad is not None and w.grad is not None and h.grad.dtype == torch.bfloat16
+        error = float((h.grad.double() - w.grad).abs().max() / w.grad.abs().max())
+        assert error < 0.01, (name, error)
+
+
 @pytest.mark.parametrize("bias_shape", [None, (1, H, N, N), (B, 1, 1, N), (N, N)])
 def test_knee_logits_gradcheck(bias_shape: tuple | None) -> None:
     """Both outputs of the explicit path's one matmul: t = s / beta and the descriptor, whose gradient

@@ -66,11 +66,18 @@ def _scale(s: Tensor, tau: Tensor) -> Tensor:
     return s * torch.where(s == float("-inf"), 1.0, tau)
 
 
+def _wide_zeros(x: Tensor) -> Tensor:
+    """Zeros shaped as x, in x's dtype or float32 if narrower: an accumulator of x's gradient."""
+    return torch.zeros_like(x, dtype=torch.promote_types(x.dtype, torch.float32))
+
+
 class _RowMeanPhi(torch.autograd.Function):
     """m = mean_j phi_beta(q k^T / sqrt(d) + bias), (B, H, Nq), in row chunks both ways.
 
     Autograd would keep every chunk's logits for the backward pass (N x N again), so the backward pass
-    recomputes them chunk by chunk instead. Sums accumulate in at least float32.
+    recomputes them chunk by chunk instead. Sums accumulate in at least float32, the gradients of k and a
+    shared bias too (one term per chunk: summed in bf16, whose 8 significant bits hold a running total of a few
+    hundred terms to within one term, the later chunks' terms would be rounded away), cast once at the end.
     """
 
     @staticmethod
@@ -90,8 +97,8 @@ class _RowMeanPhi(torch.autograd.Function):
         need_q, need_k, need_b = ctx.needs_input_grad[:3]
         scale = q.shape[-1] ** -0.5
         dq = torch.empty_like(q) if need_q else None
-        dk = torch.zeros_like(k) if need_k else None
-        db = torch.zeros_like(bias) if need_b else None
+        dk = _wide_zeros(k) if need_k else None
+        db = _wide_zeros(bias) if need_b else None
         per_row = bias is not None and bias.dim() >= 2 and bias.shape[-2] != 1
         gm = (gm / k.shape[-2]).unsqueeze(-1)
         for rows, qc, t in _knee_chunks(q, k, bias, ctx.beta, ctx.chunk):
@@ -105,7 +112,7 @@ class _RowMeanPhi(torch.autograd.Function):
                     db[..., rows, :] += g.sum_to_size(db[..., rows, :].shape)
                 else:
                     db += g.sum_to_size(db.shape)
-        return dq, dk, db, None, None
+        return dq, None if dk is None else dk.to(k.dtype), None if db is None else db.to(bias.dtype), None, None
 
 
 class _KneeLogits(torch.autograd.Function):
