@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any, cast
 import numpy as np
 
 if TYPE_CHECKING:
+    import torch
     from torch import Tensor, nn
 
 FILE = "checkpoint.pt"
@@ -70,8 +71,10 @@ class Progress:
     """Why an existing checkpoint was ignored, if it was."""
 
 
-def _rng_state() -> dict[str, Any]:
-    """RNG states as tensors and plain values, so the checkpoint loads with weights_only=True."""
+def _rng_state(device: torch.device | None) -> dict[str, Any]:
+    """RNG states as tensors and plain values, so the checkpoint loads with weights_only=True. On CUDA, the
+    generator of the trial's own device only: a node may show the trial more devices than it trains on (every one
+    of the node's, outside Ray), and a list of all of them would not restore on a node with fewer."""
     import torch
 
     legacy = cast(tuple[str, np.ndarray[Any, Any], int, int, float], np.random.get_state(legacy=True))
@@ -81,32 +84,47 @@ def _rng_state() -> dict[str, Any]:
         "numpy": [kind, torch.from_numpy(keys.astype(np.int64)), pos, has_gauss, gauss],
         "python": random.getstate(),
     }
-    if torch.cuda.is_available():
-        state["cuda"] = torch.cuda.get_rng_state_all()
+    if device is not None and device.type == "cuda":
+        state["cuda"] = torch.cuda.get_rng_state(device)
     return state
 
 
-def _set_rng_state(state: dict[str, Any]) -> None:
+def _set_rng_state(state: dict[str, Any], device: torch.device | None) -> None:
+    """Restore `_rng_state`'s states; the CUDA generator's onto the device the trial trains on now (none: a
+    checkpoint of a GPU trial resumed on the CPU). A checkpoint written before ablate kept one device's state holds
+    a list, every visible device's: its first is the one that trial trained on (ablate trained on `cuda`, its
+    process's device 0)."""
     import torch
 
     torch.set_rng_state(state["torch"])
     kind, keys, pos, has_gauss, gauss = state["numpy"]
     np.random.set_state((kind, keys.numpy().astype(np.uint32), pos, has_gauss, gauss))
     random.setstate(state["python"])
-    if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
+    cuda = state.get("cuda")
+    if isinstance(cuda, list):
+        cuda = cuda[0] if cuda else None
+    if cuda is not None and device is not None and device.type == "cuda":
+        torch.cuda.set_rng_state(cuda, device)
 
 
-def save(folder: Path, model: nn.Module, optimizer: Any, scheduler: Any, progress: Progress) -> None:
+def save(
+    folder: Path,
+    model: nn.Module,
+    optimizer: Any,
+    scheduler: Any,
+    progress: Progress,
+    device: torch.device | None = None,
+) -> None:
     """Write the checkpoint of `folder` atomically: a temporary file of this attempt's own, then a rename, so
-    no reader (and no other attempt) ever sees a partial file."""
+    no reader (and no other attempt) ever sees a partial file. `device`: where the trial trains (its CUDA
+    generator's state is kept; None: the CPU)."""
     import torch
 
     folder.mkdir(parents=True, exist_ok=True)
     path, tmp = folder / FILE, folder / f"{FILE}.{os.getpid()}-{uuid.uuid4().hex[:8]}.tmp"  # one per attempt
     state = {
         "key": folder.name, "epoch": progress.epoch, "model": model.state_dict(), "optimizer": optimizer.state_dict(),
-        "scheduler": scheduler.state_dict() if scheduler is not None else {}, "rng": _rng_state(),
+        "scheduler": scheduler.state_dict() if scheduler is not None else {}, "rng": _rng_state(device),
         "winners": progress.winners, "history": progress.history, "step": progress.step,
         "partial": list(progress.partial),
     }  # fmt: skip
@@ -186,9 +204,12 @@ def read(folder: Path) -> tuple[dict[str, Any] | None, str | None]:
         return None, f"corrupt checkpoint {path} ignored ({type(e).__name__}: {e}); restarting from scratch"
 
 
-def restore(folder: Path, model: nn.Module, optimizer: Any, scheduler: Any) -> Progress:
-    """Load the checkpoint of `folder` into model, optimizer, scheduler and the RNGs; a fresh Progress when
-    there is none (with `problem` set when one could not be read)."""
+def restore(
+    folder: Path, model: nn.Module, optimizer: Any, scheduler: Any, device: torch.device | None = None
+) -> Progress:
+    """Load the checkpoint of `folder` into model, optimizer, scheduler and the RNGs (the CUDA generator's state
+    onto `device`, where the trial trains now; None: the CPU); a fresh Progress when there is none (with `problem`
+    set when one could not be read)."""
     state, problem = read(folder)
     if state is None:
         return Progress(problem=problem)
@@ -196,7 +217,7 @@ def restore(folder: Path, model: nn.Module, optimizer: Any, scheduler: Any) -> P
     optimizer.load_state_dict(state["optimizer"])
     if scheduler is not None:
         scheduler.load_state_dict(state["scheduler"])
-    _set_rng_state(state["rng"])
+    _set_rng_state(state["rng"], device)
     loss, seen = state.get("partial", (0.0, 0))
     return Progress(epoch=state["epoch"], step=state.get("step", 0), partial=(float(loss), int(seen)),
                     history=state.get("history", []), winners=state.get("winners"))  # fmt: skip

@@ -118,7 +118,7 @@ def _train(
     optimizer = create_optimizer_v2(model, opt=t.opt, lr=t.lr, weight_decay=t.weight_decay)
     scheduler = make_scheduler(cfg, optimizer, len(task.train_steps(0)))
     folder = Path(checkpoint_dir) if checkpoint_dir else None
-    progress = checkpoints.restore(folder, model, optimizer, scheduler) if folder else checkpoints.Progress()
+    progress = checkpoints.restore(folder, model, optimizer, scheduler, device) if folder else checkpoints.Progress()
     if progress.problem:
         result.warnings.append(progress.problem)
     if not group.main:  # augmentation streams of their own (rank 0 keeps the single-process stream)
@@ -138,7 +138,7 @@ def _train(
         except Preempted as p:
             progress.step, progress.partial = p.step, p.partial
             if group.main and folder is not None:
-                checkpoints.save(folder, model, optimizer, scheduler, progress)
+                checkpoints.save(folder, model, optimizer, scheduler, progress, device)
             group.barrier()
             result.outcome, result.epochs = "preempted", epoch
             return result
@@ -156,7 +156,7 @@ def _train(
         progress.epoch = epoch + 1
         progress.history.append((epoch + 1, metrics))
         if folder is not None:
-            checkpoints.save(folder, model, optimizer, scheduler, progress)
+            checkpoints.save(folder, model, optimizer, scheduler, progress, device)
         report(epoch + 1, reported(metrics))
     if group.main and t.select == "best":
         result.metrics = best_epoch(progress.history, f"val.{task.headline}")
