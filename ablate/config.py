@@ -332,6 +332,10 @@ class TrainConfig(Strict):
     grad_clip: float | None = Field(None, gt=0)
     amp: bool = False
     """bf16 autocast (CUDA only; ignored on CPU)."""
+    tf32: bool = added(False)
+    """TensorFloat-32 for CUDA's float32 matmuls and cuDNN convolutions (Ampere and later): faster, their inputs
+    rounded to 10 bits of mantissa. Off, float32 stays float32 (torch's own default rounds cuDNN's convolutions).
+    Applies to what runs in float32 (under `amp`, what autocast leaves there); the CPU has no TF32."""
     compile: bool = nokey(False)
     """torch.compile the model (speed only)."""
     channels_last: bool = nokey(True)

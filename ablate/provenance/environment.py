@@ -111,7 +111,8 @@ def arithmetic(device: torch.device) -> Arithmetic:
 
 
 def environment(device: torch.device) -> dict[str, Any]:
-    """The record of where and with what a trial ran."""
+    """The record of where and with what a trial ran; `tf32`: whether CUDA's float32 matmuls and cuDNN's
+    convolutions could round to TF32, as torch held it once the trial set `train.tf32` (the policy, read back)."""
     import torch
 
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else (platform.processor() or platform.machine())
@@ -122,4 +123,5 @@ def environment(device: torch.device) -> dict[str, Any]:
         "host": socket.gethostname(),
         "device": f"{device.type}:{name}",
         "arithmetic": arithmetic(device).record(),
+        "tf32": {"matmul": torch.backends.cuda.matmul.allow_tf32, "cudnn": torch.backends.cudnn.allow_tf32},
     }

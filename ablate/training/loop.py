@@ -71,6 +71,13 @@ def autocast(cfg: TrialConfig, device: torch.device) -> Any:
     return torch.autocast(device.type, dtype=torch.bfloat16, enabled=cfg.train.amp and device.type == "cuda")
 
 
+def set_tf32(enabled: bool) -> None:
+    """The trial's float32 policy on CUDA (`train.tf32`), set both ways at every trial's start: torch's defaults
+    differ (matmuls off, cuDNN convolutions on), and a worker process may have run another trial before."""
+    torch.backends.cuda.matmul.allow_tf32 = enabled
+    torch.backends.cudnn.allow_tf32 = enabled
+
+
 @torch.no_grad()
 def evaluate(model: nn.Module, task: Task, ds: Any, cfg: TrialConfig) -> dict[str, float]:
     model.eval()
@@ -105,6 +112,7 @@ def _train(
     cfg: TrialConfig, report: Reporter, checkpoint_dir: str | Path | None, device: torch.device, group: Group
 ) -> TrialResult:
     torch.set_num_threads(max(1, int(cfg.resources.cpus)))
+    set_tf32(cfg.train.tf32)
     seed_everything(cfg.seed)  # every worker builds the same initial weights
     data = build_data(cfg)  # DataError before any training
     model = create_model(cfg, data.num_classes, data.in_chans).to(device)
