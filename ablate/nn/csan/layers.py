@@ -76,8 +76,8 @@ class _RowMeanPhi(torch.autograd.Function):
 
     Autograd would keep every chunk's logits for the backward pass (N x N again), so the backward pass
     recomputes them chunk by chunk instead. Sums accumulate in at least float32, the gradients of k and a
-    shared bias too (one term per chunk: summed in bf16, whose 8 significant bits hold a running total of a few
-    hundred terms to within one term, the later chunks' terms would be rounded away), cast once at the end.
+    shared bias too, cast once at the end: they add one term per chunk, and in bf16 (8 significant bits) a term
+    under about 1/256 of the running total rounds away, so past a few hundred chunks the later ones would be lost.
     """
 
     @staticmethod
