@@ -138,6 +138,18 @@ def steady_windows(ends: Sequence[float]) -> list[tuple[float, float]]:
     return list(itertools.pairwise(ends))
 
 
+def together(hosts: Mapping[str, str | None], ends: Mapping[str, Sequence[float]]) -> dict[str, list[str]]:
+    """Trials that trained on one GPU at the same time (their steady epochs overlap on one bus id): key -> the
+    others' keys. In a phase of one trial per GPU there should be none: a trial CUDA put on another's device."""
+    spans = {key: (e[0], e[-1]) for key, e in ends.items() if len(e) > 1 and hosts.get(key)}
+    found = {}
+    for key, (start, end) in spans.items():
+        others = [k for k, (a, b) in spans.items() if k != key and hosts[k] == hosts[key] and a < end and start < b]
+        if others:
+            found[key] = others
+    return found
+
+
 @dataclass(frozen=True)
 class Busy:
     """One GPU's busy fraction in one phase."""

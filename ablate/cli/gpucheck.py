@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 import yaml
 from rich.console import Console
 
-from ablate.cli.gpubusy import Busy, Sampler, busy, open_nvml, trained_on
+from ablate.cli.gpubusy import Busy, Sampler, busy, open_nvml, together, trained_on
 from ablate.config import TrialConfig
 from ablate.execution import gpu_shares as packing
 from ablate.planning.plan import Plan, plan
@@ -211,6 +211,8 @@ class TrialRun:
     steady: Steady
     peak: int | None
     """Bytes its torch allocated at its peak."""
+    shared: tuple[str, ...] = ()
+    """Keys of trials of its phase, one trial per GPU, that trained on its GPU at the same time (should be none)."""
 
 
 @dataclass(frozen=True)
@@ -313,6 +315,9 @@ def read_back(phase: Phase, planned: Plan, store: Store, sampler: Sampler, probe
                              device if isinstance(device, str) else None, str(row["state"]), steady(rates, seconds),
                              None if pd.isna(peak) else int(peak)))  # fmt: skip
     hosts = {r.key: trained_on(r.device) for r in runs}
+    if phase.gpus is not None and phase.gpus >= 1:
+        crowded = together(hosts, ends)
+        runs = [replace(r, shared=tuple(crowded.get(r.key, ()))) for r in runs]
     problems = {gpu: why for gpu in set(hosts.values()) if gpu is not None and (why := sampler.problem(gpu))}
     return PhaseRun(
         runs,

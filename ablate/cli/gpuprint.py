@@ -52,12 +52,13 @@ def tables(figures: Figures) -> list[Table]:
         ("phase", "key", "attention", "seed", "device", "state", "steady s", "images/s", "peak GiB", "note"),
         6,
     )
-    short = f"under {figures.seconds:g} s: faster than estimated, raise --seconds"
     for t in figures.trials:
         peak = None if t.peak is None else t.peak / 2**30
+        notes = [f"shared its GPU with {', '.join(k[:10] for k in t.shared)}"] if t.shared else []
+        if t.state == "done" and t.steady.seconds < figures.seconds:
+            notes.append(f"under {figures.seconds:g} s: faster than estimated, raise --seconds")
         where.add_row(t.phase, t.key[:10], t.kind, str(t.seed), t.device or "- (not recorded)", t.state,
-                      f"{t.steady.seconds:.1f}", _x(t.steady.rate, 0), _x(peak),
-                      short if t.state == "done" and t.steady.seconds < figures.seconds else "")  # fmt: skip
+                      f"{t.steady.seconds:.1f}", _x(t.steady.rate, 0), _x(peak), "; ".join(notes))  # fmt: skip
     speed = _table(f"images/s per GPU on {figures.device}: launched trials vs a plain timm loop (target >= 0.97)",
                    ("attention", "setting", "launched", "plain loop", "launched / plain"), 2)  # fmt: skip
     for s in figures.throughput:

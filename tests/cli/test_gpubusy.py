@@ -56,6 +56,13 @@ def test_busy_counts_only_hosting_gpus_inside_their_trials_steady_epochs() -> No
     ]
 
 
+def test_trials_that_trained_on_one_gpu_at_once_are_found() -> None:
+    hosts = {"a1": A, "a2": A, "a3": A, "b1": B, "cpu": None, "once": A}
+    ends = {"a1": [10.0, 20.0, 30.0], "a2": [25.0, 40.0], "a3": [40.0, 50.0], "b1": [10.0, 30.0], "cpu": [10.0, 30.0],
+            "once": [15.0]}  # fmt: skip
+    assert gpubusy.together(hosts, ends) == {"a1": ["a2"], "a2": ["a1"]}  # a3 starts as a2 ends; b1 on another GPU
+
+
 def test_a_gpu_without_readings_says_why() -> None:
     hosts, ends = {"a1": A, "b1": B}, {"a1": [10.0, 20.0], "b1": [10.0]}
     rows = {r.gpu: r for r in busy("bf16", [Sample(15.0, A, 50.0)], hosts, ends, {A: "NVML NVMLError: stopped"})}

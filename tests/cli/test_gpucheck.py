@@ -119,6 +119,7 @@ def test_tables_print_every_figure() -> None:
         [
             TrialRun("bf16", "fedcba9876543210", "softmax", 3, h200, "done", Steady(24.5, 2400.0), 3 * 2**29),
             TrialRun("fp32", "0123456789abcdef", "csan", 3, None, "done", Steady(12.25, 900.0), None),
+            TrialRun("fp32", "5555555555aaaa", "softmax", 3, h200, "done", Steady(30.0, 900.0), 1, ("0123456789abc",)),
         ],
         [Throughput("softmax", "bf16", 2400.0, 2500.0)],
         [
@@ -137,6 +138,7 @@ def test_tables_print_every_figure() -> None:
                   "00000000:5E:00.0"):  # fmt: skip
         assert shown in text, shown
     assert text.count("under 20 s: faster than estimated") == 1  # the fp32 trial's 12.25 s, not the bf16's 24.5
+    assert text.count("shared its GPU with 0123456789") == 1
 
 
 def test_the_recording_probe_leaves_what_it_measured_per_footprint(tmp_path: Path) -> None:
@@ -189,11 +191,14 @@ def test_a_phase_read_back_measures_each_gpu_inside_its_trials_steady_epochs(tmp
             for epoch, end in enumerate(ends, 1):
                 store.log_metrics(t.key, epoch, {"samples_per_s": 100.0 * epoch, "epoch_s": 2.0}, wall_time=end)
             store.finish(t.key, "done", peak_memory=2**30)
-        got = gpucheck.read_back(Phase("packed", "", "bf16"), p, store, sampler, RecordingProbe(str(tmp_path)))
-    assert [(t.kind, t.steady, t.peak) for t in got.trials] == [
-        ("softmax", Steady(4.0, 250.0), 2**30),  # epochs 2 and 3: (200 x 2 + 300 x 2) / 4
-        ("csan", Steady(2.0, 200.0), 2**30),
+        probe = RecordingProbe(str(tmp_path))
+        got = gpucheck.read_back(Phase("packed", "", "bf16", gpus=None), p, store, sampler, probe)
+        whole = gpucheck.read_back(Phase("bf16", "", "bf16"), p, store, sampler, probe)
+    assert [(t.kind, t.steady, t.peak, t.shared) for t in got.trials] == [
+        ("softmax", Steady(4.0, 250.0), 2**30, ()),  # epochs 2 and 3: (200 x 2 + 300 x 2) / 4
+        ("csan", Steady(2.0, 200.0), 2**30, ()),  # packed: sharing a GPU is the point
     ]
+    assert [t.shared for t in whole.trials] == [(b.key,), (a.key,)]  # a GPU each, yet one bus id at once
     # 1005 is in a's first epoch; 1015 in a's second; 1025 in both; 1035 in b's second; 1050 after both
     assert got.busy == [Busy("packed", "00000000:3B:00.0", 2, pytest.approx(0.8), 3)]
     assert math.isclose(got.busy[0].fraction or 0, (60 + 80 + 100) / 300)
