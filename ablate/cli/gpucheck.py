@@ -6,10 +6,10 @@ it writes (`SweepSpec`: a small ViT on the 5,000 MNIST digits that ship with mlx
 seeds) and launches it with `ablate.api.launch` on an embedded Ray, into a store, MLflow and checkpoints of its
 own (a temporary folder unless told), in phases (`PHASES`): fp32, bf16 and bf16 + torch.compile one trial per
 GPU, and bf16 packed by `resources.gpus: auto`. Each trial trains `SweepSpec.seconds` of steady epochs (20 s) at
-an estimated images/s (`ESTIMATED`); what it measured is printed beside it. Phases differ only in what is not in
-a trial's key (compile, resources), so each has its own store: one store would skip the trials as done. After the
-launches, a hand-written timm loop trains the same model on the same data at each setting in this process (not
-before: its CUDA context would count in the packing probe's measurement).
+an estimated images/s (`ESTIMATED`); what it measured is printed beside it. The bf16 and packed phases differ
+only in resources, which are not in a trial's key, so each phase has its own store: one store would skip the
+packed trials as done. After the launches, a hand-written timm loop trains the same model on the same data at
+each setting in this process (not before: its CUDA context would count in the packing probe's measurement).
 
 Figures (`Figures`): per trial the device it trained on (its stored `device`) and its steady seconds and images/s;
 images/s of the launched trials against the plain loop; each GPU's busy fraction inside its trials' steady epochs
