@@ -5,6 +5,7 @@ test's own; torch is this machine's CPU build."""
 from __future__ import annotations
 
 import os
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -19,11 +20,13 @@ CPU_TORCH = pytest.mark.skipif(torch.cuda.is_available(), reason="this machine's
 
 
 def smi(folder: Path, body: str) -> Path:
-    """A stub `nvidia-smi` in `folder` running `body` (sh); the folder, to put first on PATH."""
+    """A stub `nvidia-smi` in `folder` running `body` (sh), checked to run as a program; the folder, to put first on
+    PATH."""
     folder.mkdir(parents=True, exist_ok=True)
     script = folder / "nvidia-smi"
     script.write_text(f"#!/bin/sh\n{body}\n")
     script.chmod(0o755)
+    subprocess.run([script, "-L"], capture_output=True, timeout=30)
     return folder
 
 
