@@ -5,6 +5,8 @@
 # torch/torchvision are installed in the same pip call as everything else, from constraints.txt, so pip
 # never swaps in another torch release; the pins carry no local label (+cpu), so an installed CPU build
 # satisfies them and a machine whose pip reaches PyPI alone gets PyPI's build of the same release.
+# On a GPU machine, `make gpu-check` installs a CUDA torch whatever pip's configuration offers (gpu-install, below)
+# and checks the node.
 
 PYTHON ?= python3
 VENV ?= .venv
