@@ -1,0 +1,125 @@
+"""Where a trial trains (`resolve`), and the text its record carries about it (`describe`).
+
+A trial trains on a GPU when it holds one: in a Ray task, when Ray gave the task GPU ids (the share the launcher
+submitted, `--gpus` included, whatever the config says); outside Ray (`run_trial` as a plain function), when its
+`resources.gpus` asks for one. It then trains on `cuda:0`, the one device CUDA_VISIBLE_DEVICES leaves its process,
+or fails with what torch says: falling back to the CPU would train a GPU sweep there for days while its records
+said cuda. Only the tests' fake GPUs (Ray's logical `num_gpus` on a machine without CUDA) train such a trial on the
+CPU, by the explicit opt-in `ABLATE_FAKE_GPU=1`, and its record says so. A task that holds no GPU sees none: Ray
+2.60 leaves CUDA_VISIBLE_DEVICES unset for it (every such trial would see GPU 0), so `holding` sets it empty.
+
+torch is imported where a device is resolved: the launcher imports this module (through the task's) without it.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import torch
+
+    from ablate.config import TrialConfig
+
+FAKE_GPU = "ABLATE_FAKE_GPU"
+"""Environment variable: `1` trains a trial that holds a GPU on the CPU (tests on Ray's logical GPUs only)."""
+VISIBLE = "CUDA_VISIBLE_DEVICES"
+
+
+class DeviceError(RuntimeError):
+    """A trial holds a GPU and torch cannot use one: one paragraph naming the node and what torch says."""
+
+
+@dataclass(frozen=True)
+class Placement:
+    """The device a trial trains on."""
+
+    device: torch.device
+    fake: bool = False
+    """The trial holds a fake GPU (`FAKE_GPU`) and trains on the CPU."""
+
+
+def resolve(gpu: str | None) -> Placement:
+    """The trial's device: the CPU for `gpu` None; else `cuda:0`, where `gpu` says why the trial holds a GPU (quoted
+    in the DeviceError raised when CUDA cannot be used here)."""
+    import torch
+
+    if gpu is None:
+        return Placement(torch.device("cpu"))
+    if os.environ.get(FAKE_GPU) == "1":
+        return Placement(torch.device("cpu"), fake=True)
+    if (problem := cuda_problem()) is not None:
+        raise DeviceError(
+            f"{gpu} on node {socket.gethostname()} ({VISIBLE}={os.environ.get(VISIBLE, '(unset)')!r}), but torch "
+            f"cannot use a GPU: {problem}. The trial does not fall back to the CPU. Tests on Ray's logical GPUs set "
+            f"{FAKE_GPU}=1 to train on the CPU"
+        )
+    return Placement(torch.device("cuda", 0))
+
+
+def cuda_problem() -> str | None:
+    """Why torch cannot train on CUDA in this process, in torch's words; None when it can."""
+    import torch
+
+    if torch.version.cuda is None:
+        return f"torch {torch.__version__} is a CPU build (torch.version.cuda is None): install a CUDA build"
+    try:
+        torch.cuda.init()
+    except Exception as e:
+        return f"torch {torch.__version__} (CUDA {torch.version.cuda}) cannot start CUDA: {e}"
+    if torch.cuda.device_count() == 0:
+        return f"torch {torch.__version__} (CUDA {torch.version.cuda}) sees no device"
+    return None
+
+
+def describe(placement: Placement) -> str:
+    """The store's `trials.device`: `cpu`, `cpu (ABLATE_FAKE_GPU)`, or `cuda:<index> <name> pci <bus id>`, the bus id
+    as NVML writes it, so a reader matches a trial to NVML's samples of its GPU."""
+    import torch
+
+    device = placement.device
+    if device.type != "cuda":
+        return f"cpu ({FAKE_GPU})" if placement.fake else "cpu"
+    index = device.index or 0
+    return f"cuda:{index} {gpu_text(torch.cuda.get_device_properties(index))}"
+
+
+def gpu_text(props: Any) -> str:
+    """`<name> pci <domain>:<bus>:<device>.0` from torch's device properties, upper-case hex as NVML."""
+    return f"{props.name} pci {props.pci_domain_id:08X}:{props.pci_bus_id:02X}:{props.pci_device_id:02X}.0"
+
+
+_pinned: list[Placement] = []
+"""The device of the Ray task running in this process (`holding`), for `for_trial`."""
+
+
+@contextmanager
+def holding(gpu_ids: Sequence[str]) -> Iterator[Placement]:
+    """A Ray task's device while the task runs, resolved from the GPU ids Ray gave it; with none, no GPU is visible
+    (CUDA_VISIBLE_DEVICES empty, restored after): entered before anything in the task can start CUDA."""
+    hide = not gpu_ids
+    before = os.environ.get(VISIBLE)
+    if hide:
+        os.environ[VISIBLE] = ""
+    try:
+        _pinned.append(resolve(f"Ray gave this task GPU {','.join(gpu_ids)}" if gpu_ids else None))
+        try:
+            yield _pinned[-1]
+        finally:
+            _pinned.pop()
+    finally:
+        if hide and before is None:
+            os.environ.pop(VISIBLE, None)
+        elif hide and before is not None:
+            os.environ[VISIBLE] = before
+
+
+def for_trial(cfg: TrialConfig) -> Placement:
+    """Where `cfg` trains: the device its Ray task resolved (`holding`), else (outside Ray) from `resources.gpus`."""
+    if _pinned:
+        return _pinned[-1]
+    return resolve(f"resources.gpus is {cfg.resources.gpus}" if cfg.resources.uses_gpu else None)
