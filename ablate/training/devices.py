@@ -14,6 +14,7 @@ torch is imported where a device is resolved: the launcher imports this module (
 from __future__ import annotations
 
 import os
+import re
 import socket
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -86,6 +87,13 @@ def describe(placement: Placement) -> str:
         return f"cpu ({FAKE_GPU})" if placement.fake else "cpu"
     index = device.index or 0
     return f"cuda:{index} {gpu_text(torch.cuda.get_device_properties(index))}"
+
+
+def hardware(text: str) -> str:
+    """What a record's device text names, without which one: `NVIDIA H200` for any `cuda:<i> NVIDIA H200 pci <bus>`
+    (a report lists the kinds of device its trials ran on, not every GPU of the cluster); other texts as they are."""
+    found = re.fullmatch(r"cuda:\d+ (.+) pci [0-9A-F]{8}:[0-9A-F]{2}:[0-9A-F]{2}\.0", text)
+    return found[1] if found else text
 
 
 def gpu_text(props: Any) -> str:

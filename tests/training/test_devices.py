@@ -40,6 +40,9 @@ def test_a_gpu_cuda_can_use_is_cuda_0_named_with_nvmls_bus_id(usable_cuda: None,
     assert devices.describe(placement) == "cuda:0 NVIDIA H200 pci 00000000:3B:00.0"
     far = SimpleNamespace(name="NVIDIA A100-SXM4-80GB", pci_domain_id=0x10, pci_bus_id=0xAF, pci_device_id=0x1F)
     assert devices.gpu_text(far) == "NVIDIA A100-SXM4-80GB pci 00000010:AF:1F.0"
+    assert devices.hardware(devices.describe(placement)) == "NVIDIA H200"
+    assert devices.hardware(f"cuda:1 {devices.gpu_text(far)}") == "NVIDIA A100-SXM4-80GB"
+    assert [devices.hardware(t) for t in ("cpu", "cpu (ABLATE_FAKE_GPU)")] == ["cpu", "cpu (ABLATE_FAKE_GPU)"]
 
 
 def test_a_cpu_build_of_torch_fails_a_gpu_trial_naming_node_build_and_visible_devices(monkeypatch) -> None:
