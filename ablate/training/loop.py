@@ -102,9 +102,11 @@ def evaluate(model: nn.Module, task: Task, ds: Any, cfg: TrialConfig) -> dict[st
 def run_trial(
     config: TrialConfig, report: Reporter | None = None, checkpoint_dir: str | Path | None = None
 ) -> TrialResult:
-    """Train and evaluate one resolved config; resume from `checkpoint_dir` when it holds a checkpoint."""
+    """Train and evaluate one resolved config; resume from `checkpoint_dir` when it holds a checkpoint. It trains
+    where `devices.for_trial` says (its Ray task's device, else its `resources.gpus`): a GPU torch cannot use raises
+    `devices.DeviceError`, never a fall back to the CPU."""
     cfg = config
-    device = devices.for_trial(cfg).device  # the Ray task's, as its Started says; a GPU it cannot use fails here
+    device = devices.for_trial(cfg).device
     reset_peak(device)
     group = parallel.join(cfg.resources.workers, device)
     try:
