@@ -3,10 +3,10 @@
 A trial trains on a GPU when it holds one: in a Ray task, when Ray gave the task GPU ids (the share the launcher
 submitted, `--gpus` included, whatever the config says); outside Ray (`run_trial` as a plain function), when its
 `resources.gpus` asks for one. It then trains on `cuda:0`, the one device CUDA_VISIBLE_DEVICES leaves its process,
-or fails with what torch says: falling back to the CPU would train a GPU sweep there for days while its records
-said cuda. Only the tests' fake GPUs (Ray's logical `num_gpus` on a machine without CUDA) train such a trial on the
+or fails with what torch says: a fall back to the CPU trained a GPU sweep there, for days, while its records said
+cuda. Only the tests' fake GPUs (Ray's logical `num_gpus` on a machine without CUDA) train such a trial on the
 CPU, by the explicit opt-in `ABLATE_FAKE_GPU=1`, and its record says so. A task that holds no GPU sees none: Ray
-2.60 leaves CUDA_VISIBLE_DEVICES unset for it (every such trial would see GPU 0), so `holding` sets it empty.
+2.60 leaves CUDA_VISIBLE_DEVICES unset for it (it would see every GPU of its node), so `holding` sets it empty.
 
 torch is imported where a device is resolved: the launcher imports this module (through the task's) without it.
 """
@@ -17,7 +17,7 @@ import os
 import re
 import socket
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -27,7 +27,8 @@ if TYPE_CHECKING:
     from ablate.config import TrialConfig
 
 FAKE_GPU = "ABLATE_FAKE_GPU"
-"""Environment variable: `1` trains a trial that holds a GPU on the CPU (tests on Ray's logical GPUs only)."""
+"""Environment variable: `1` trains a trial that holds a GPU on the CPU (tests on Ray's logical GPUs only). Read where
+the trial runs: set it before `ray.init` or `ray start`, whose workers inherit their environment."""
 VISIBLE = "CUDA_VISIBLE_DEVICES"
 
 
@@ -108,21 +109,27 @@ _pinned: list[Placement] = []
 @contextmanager
 def holding(gpu_ids: Sequence[str]) -> Iterator[Placement]:
     """A Ray task's device while the task runs, resolved from the GPU ids Ray gave it; with none, no GPU is visible
-    (CUDA_VISIBLE_DEVICES empty, restored after): entered before anything in the task can start CUDA."""
-    hide = not gpu_ids
-    before = os.environ.get(VISIBLE)
-    if hide:
-        os.environ[VISIBLE] = ""
-    try:
+    (`no_gpu_visible`): entered before anything in the task can start CUDA."""
+    with no_gpu_visible() if not gpu_ids else nullcontext():
         _pinned.append(resolve(f"Ray gave this task GPU {','.join(gpu_ids)}" if gpu_ids else None))
         try:
             yield _pinned[-1]
         finally:
             _pinned.pop()
+
+
+@contextmanager
+def no_gpu_visible() -> Iterator[None]:
+    """CUDA_VISIBLE_DEVICES empty, as it was after (Ray's RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO=1 does this only where
+    every node's `ray start` had it in its environment)."""
+    before = os.environ.get(VISIBLE)
+    os.environ[VISIBLE] = ""
+    try:
+        yield
     finally:
-        if hide and before is None:
-            os.environ.pop(VISIBLE, None)
-        elif hide and before is not None:
+        if before is None:
+            del os.environ[VISIBLE]
+        else:
             os.environ[VISIBLE] = before
 
 
