@@ -113,14 +113,15 @@ def test_the_cuda_peak_is_torchs_reset_at_the_trials_start(monkeypatch) -> None:
 
 
 def test_a_trial_never_records_the_peak_of_what_ran_before_it_in_its_process(tmp_path: Path) -> None:
-    """A worker process runs trial after trial: the one before (here 800 MB, touched, then freed) is not this
-    trial's peak. The CPU's high-water mark is reset by the same call that resets CUDA's statistics."""
+    """A worker process runs trial after trial: the one before (here 1.2 GB, touched, then freed) is not this
+    trial's peak (the tiny trial's own is about 300 MB over what the process held, imports included). The CPU's
+    high-water mark is reset by the same call that resets CUDA's statistics."""
     held = resident_mb()
-    big = np.ones(100 * 2**20)  # 800 MB, every page written
-    assert loop.peak_memory_mb(torch.device("cpu")) > held + 700
+    big = np.ones(150 * 2**20)  # 1.2 GB, every page written
+    assert loop.peak_memory_mb(torch.device("cpu")) > held + 1100
     del big
     result = loop.run_trial(TrialConfig.model_validate({**TINY, "train": {**TINY["train"], "epochs": 1}}))
-    assert result.peak_memory / 2**20 < held + 400, (result.peak_memory / 2**20, held)
+    assert result.peak_memory / 2**20 < held + 800, (result.peak_memory / 2**20, held)
 
 
 def resident_mb() -> float:
