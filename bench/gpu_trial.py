@@ -6,8 +6,8 @@ What: a ViT (192 wide, 6 blocks, 3 heads, patch 4) on mnist5k at 28 px, batch 25
 each precision setting: the same `run_trial` a launched trial runs (data, model, timm optimizer and cosine
 schedule, validation every epoch, test at the end). How: the median `epoch_s` of the epochs after the first
 (the first pays cuDNN autotuning and compilation), and the wall time of the whole call from outside; ratios
-against softmax fp32 measured in the same run, settings in turn per repeat. Needs a CUDA device (prints
-nothing useful on CPU).
+against softmax fp32 measured in the same run, settings in turn per repeat. Needs a CUDA device (without one it
+stops at once, saying what torch says: `ablate.training.devices`).
 """
 
 from __future__ import annotations
@@ -16,9 +16,8 @@ import argparse
 import statistics
 import time
 
-import torch
-
 from ablate.config import TrialConfig
+from ablate.training import devices
 from ablate.training.loop import run_trial
 
 SETTINGS = {"fp32": {"amp": False, "compile": False}, "bf16": {"amp": True, "compile": False},
@@ -51,7 +50,7 @@ def main() -> None:
     ap.add_argument("--kinds", nargs="*", default=["softmax", "csan"])
     ap.add_argument("--repeats", type=int, default=1)
     args = ap.parse_args()
-    print(f"device: {torch.cuda.get_device_name() if torch.cuda.is_available() else 'cpu (no CUDA)'}")
+    print(f"device: {devices.describe(devices.resolve('bench/gpu_trial.py trains on a GPU'))}")
     cells = [(k, s) for k in args.kinds for s in SETTINGS]
     runs: dict[tuple[str, str], list[tuple[float, float, float]]] = {c: [] for c in cells}
     for r in range(args.repeats):

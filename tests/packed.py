@@ -1,9 +1,10 @@
 """The GPU-packing scenario, run in its own process by tests/execution/test_packing.py (the session's Ray has no GPUs).
 
-A real Ray with 2 logical GPUs (no CUDA here), real launches through `ablate.launch`, a probe faked only
-where a GPU is required: it returns a footprint of 30% or 60% of an 80 GiB device by the model's width.
-Trials are held at a gate until this controller opens it, so what runs at once is decided by Ray's admission
-alone. Prints one JSON object of observations: `python tests/packed.py FOLDER`.
+A real Ray with 2 logical GPUs (no CUDA here: the fake-GPU opt-in `ABLATE_FAKE_GPU=1` trains their trials on the
+CPU), real launches through `ablate.launch`, a probe faked only where a GPU is required: it returns a footprint of
+30% or 60% of an 80 GiB device by the model's width. Trials are held at a gate until this controller opens it, so
+what runs at once is decided by Ray's admission alone. Prints one JSON object of observations:
+`python tests/packed.py FOLDER`.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from ablate.execution.launcher import RunConfig, launch
 from ablate.execution.progress import Progress
 from ablate.planning.plan import plan
 from ablate.store import Store
+from ablate.training.devices import FAKE_GPU
 
 DEVICE = 80 * 2**30
 FRACTION = {32: 0.30, 64: 0.60, 48: 0.30, 56: 0.30}
@@ -128,7 +130,7 @@ def main(root: Path) -> None:
     import ray
 
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-    os.environ["ABLATE_FAKE_GPU"] = "1"  # trials on logical GPUs train on the CPU by explicit opt-in
+    os.environ[FAKE_GPU] = "1"  # logical GPUs: the workers (which inherit it) train their trials on the CPU
     ray.init(address="local", num_cpus=8, num_gpus=2, include_dashboard=False, log_to_driver=False,
              configure_logging=False, object_store_memory=128 * 2**20)  # fmt: skip
 

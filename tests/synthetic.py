@@ -45,10 +45,12 @@ def fill(
     cost: Callable[[Trial], tuple[int, int]] = lambda t: (1_000_000, 2_000_000_000),
     epochs: int = 0,
     names: tuple[str, ...] = EPOCH_METRICS,
+    device: Callable[[Trial], str] = lambda t: "cpu",
 ) -> None:
     """Record `plan` in `store`: each trial ends in `state(t)` (done | failed | diverged | running |
     pending) with final `{plan.metric: value(t)}` when done, `cost(t)` = (params, flops), and `epochs`
-    epochs of `names` (the metric's validation twin ends at the final value) for trials that started."""
+    epochs of `names` (the metric's validation twin ends at the final value) for trials that started, on
+    `device(t)` (the text `ablate.training.devices.describe` writes)."""
     store.upsert_sweep(plan.sweep, spec_path=plan.file, metric=plan.metric, baseline=plan.baseline,
                        description=plan.description, spec=plan.recorded_spec())  # fmt: skip
     store.add_trials(plan.sweep, plan.trials)
@@ -60,7 +62,7 @@ def fill(
             continue
         final = value(t)
         params, flops = cost(t)
-        store.mark_running(t.key, host="synthetic", device="cpu")
+        store.mark_running(t.key, host="synthetic", device=device(t))
         ran = epochs if s in ("done", "running") else epochs // 2
         rows += [(t.key, n, e, _epoch(n, final, e, epochs, t.config.seed), None)
                  for e in range(1, ran + 1) for n in dict.fromkeys((*names, twin))]  # fmt: skip

@@ -59,7 +59,9 @@ def launch(
     mlflow_uri: str | None = MLFLOW,
     mlflow: bool = typer.Option(True, "--mlflow/--no-mlflow", help="Also record to MLflow."),
     cpus: float | None = typer.Option(None, help="CPUs per trial (overrides the sweep's resources.cpus)."),
-    gpus: float | None = typer.Option(None, help="GPUs per trial, fractions allowed (overrides resources.gpus)."),
+    gpus: float | None = typer.Option(
+        None, help="GPUs per trial, fractions allowed (overrides resources.gpus); trials train there (0: on the CPU)."
+    ),
     dry_run: bool = typer.Option(False, "--dry-run", help="Print what would run and what is skipped; write nothing."),
     live: bool | None = typer.Option(
         None, "--live/--plain", help="Live table or log lines [default: live on a terminal]."

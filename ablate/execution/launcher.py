@@ -100,7 +100,8 @@ class RunConfig:
     cpus: float | None = None
     """CPUs per trial, overriding each sweep's `resources.cpus`."""
     gpus: float | None = None
-    """GPUs per trial (fractions share a GPU), overriding `resources.gpus`."""
+    """GPUs per trial (fractions share a GPU), overriding `resources.gpus`: a trial trains on the GPU its task holds,
+    on the CPU with none (`ablate.training.devices`)."""
     runner: Runner | None = None
     """What trains a trial (default `ablate.training.loop.run_trial`); tests and benchmarks pass lighter ones."""
     probe: packing.Probe = packing.measure
@@ -338,7 +339,8 @@ def _close(mirror: Mirror | None, sweeps: list[str], status: str, progress: Prog
 
 
 def _gpus(cfg: TrialConfig, override: float | None) -> float:
-    """GPUs per worker as configured (`auto` is replaced by the admission's share)."""
+    """GPUs per worker as configured (`auto` is replaced by the admission's share): what the task holds decides where
+    the trial trains, so the override moves the trial, not only Ray's reservation."""
     if override is not None:
         return override
     return 1.0 if isinstance(cfg.resources.gpus, str) else cfg.resources.gpus

@@ -17,7 +17,7 @@ import ray
 
 from ablate.config import TrialConfig
 from ablate.plugins import Plugins
-from ablate.training import checkpoints
+from ablate.training import checkpoints, devices
 from ablate.training.checkpoints import Resume
 from ablate.training.messages import RENDEZVOUS, EpochEnd, Reporter, Runner, Started, TrialResult
 from ablate.training.storage import Storage
@@ -99,13 +99,20 @@ def trial_task(args: TaskArgs, place: Rank | None = None) -> TrialResult:
     A trial's calls to the inbox run in the order they were made; waiting for the first and the last
     of them means that when the task's result is ready, every message it sent is in the inbox, so the
     launcher records them before the outcome (a late `Started` would otherwise reopen a finished trial).
+
+    The trial trains where the GPU ids Ray gave the task say (`devices.holding`, before a plugin's import could start
+    CUDA): the share the launcher submitted, not the config's alone; its `Started` names that device.
     """
+    context = ray.get_runtime_context()
+    with devices.holding(context.get_accelerator_ids().get("GPU", [])) as placement:
+        return _run(args, place, devices.describe(placement), context.get_node_id())
+
+
+def _run(args: TaskArgs, place: Rank | None, device: str, node: str) -> TrialResult:
     args.plugins.load()
     cfg = TrialConfig.model_validate(args.config)
     inbox, last = args.inbox, list[Any]()
     if inbox is not None:
-        device = "cuda" if cfg.resources.uses_gpu else "cpu"
-        node = ray.get_runtime_context().get_node_id()
         ray.get(inbox.put.remote(Started(args.key, socket.gethostname(), node, device)))
 
     storage = Storage(args.storage)

@@ -31,6 +31,7 @@ from ablate.reporting import describe, stats
 from ablate.spec.metrics import higher_is_better
 from ablate.spec.paths import beyond, get_path, matches, set_path
 from ablate.store import TRIAL_COLUMNS, Store
+from ablate.training.devices import hardware
 
 STRATA = ("data.name", "data.id")
 #: Diagnostics plotted per epoch when recorded (means over layers), with their axis labels.
@@ -343,7 +344,7 @@ def throughput(store: Store, data: SweepData, side_by_side: bool = False) -> pd.
     by = per_trial.groupby(trials["variant"].reindex(per_trial.index))
     out = pd.DataFrame({"samples_s": by["samples_per_s"].median(), "epoch_s": by["epoch_s"].median(),
                         "timed": by["samples_per_s"].count()}).reindex(data.variants.index)  # fmt: skip
-    out["device"] = trials.groupby("variant")["device"].agg(lambda d: ", ".join(sorted(set(d.dropna()))))
+    out["device"] = trials.groupby("variant")["device"].agg(lambda d: ", ".join(sorted(set(d.dropna().map(hardware)))))
     if side_by_side:
         times = step_times(data)
         out["step_rel"], out["step_batch"] = pd.Series(times.relative()), times.batch

@@ -17,6 +17,7 @@ import random
 import resource
 import time
 from collections.abc import Callable
+from contextlib import suppress
 from pathlib import Path
 from typing import Any, cast
 
@@ -31,7 +32,7 @@ from ablate.nn.diagnostics import argmax_keys, recording, summarize, winner_tran
 from ablate.nn.factory import create_model
 from ablate.provenance.environment import environment
 from ablate.registry import TASKS
-from ablate.training import checkpoints, parallel
+from ablate.training import checkpoints, devices, parallel
 from ablate.training.messages import Divergence, Reporter, StopRequest, TrialResult
 from ablate.training.parallel import Group
 from ablate.training.tasks import Task
@@ -59,10 +60,25 @@ def seed_everything(seed: int) -> None:
 
 
 # ------------------------------------------------------------------------------------------------- metrics
+def reset_peak(device: torch.device) -> None:
+    """Start the trial's peak memory from what its process holds now: a worker that ran another trial before keeps
+    that trial's peak (CUDA: torch's statistics; CPU: the kernel's high-water mark, reset where Linux allows)."""
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+        return
+    with suppress(OSError):  # "5": reset the peak resident set size (Linux 4.0+, /proc/self/clear_refs)
+        Path("/proc/self/clear_refs").write_text("5")
+
+
 def peak_memory_mb(device: torch.device) -> float:
-    """CUDA: peak allocated by torch; CPU: peak resident set size of this process (Linux ru_maxrss, KiB)."""
+    """Peak since `reset_peak`. CUDA: allocated by torch; CPU: resident set size of this process (VmHWM; where
+    /proc is missing, ru_maxrss, the peak since the process began)."""
     if device.type == "cuda":
         return torch.cuda.max_memory_allocated(device) / 2**20
+    with suppress(OSError):
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024  # kB
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
@@ -90,16 +106,15 @@ def evaluate(model: nn.Module, task: Task, ds: Any, cfg: TrialConfig) -> dict[st
     return task.score(torch.cat(outs), torch.cat(targets))
 
 
-def pick_device(cfg: TrialConfig) -> torch.device:
-    return torch.device("cuda") if cfg.resources.uses_gpu and torch.cuda.is_available() else torch.device("cpu")
-
-
 def run_trial(
     config: TrialConfig, report: Reporter | None = None, checkpoint_dir: str | Path | None = None
 ) -> TrialResult:
-    """Train and evaluate one resolved config; resume from `checkpoint_dir` when it holds a checkpoint."""
+    """Train and evaluate one resolved config; resume from `checkpoint_dir` when it holds a checkpoint. It trains
+    where `devices.for_trial` says (its Ray task's device, else its `resources.gpus`): a GPU torch cannot use raises
+    `devices.DeviceError`, never a fall back to the CPU."""
     cfg = config
-    device = pick_device(cfg)
+    device = devices.for_trial(cfg).device
+    reset_peak(device)
     group = parallel.join(cfg.resources.workers, device)
     try:
         return _train(cfg, report if group.main and report else (lambda epoch, metrics: None), checkpoint_dir,

@@ -100,6 +100,7 @@ class Started:
     host: str
     node_id: str
     device: str
+    """Where the trial trains, as `ablate.training.devices.describe` writes it (`cpu`, `cuda:0 <name> pci <bus id>`)."""
 
 
 @dataclass(frozen=True)

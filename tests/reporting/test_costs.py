@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 import statistics
+from collections.abc import Callable
 from pathlib import Path
 
 import pandas as pd
@@ -16,6 +17,7 @@ from synthetic import fill
 
 from ablate.config import TrialConfig
 from ablate.planning import steptime, units
+from ablate.planning.keys import Trial
 from ablate.planning.plan import Plan, plan
 from ablate.registry import TABLES
 from ablate.reporting import frames, plots, report, tables
@@ -43,11 +45,11 @@ def sweep(tmp_path: Path, name: str, grid: dict, seeds: int = 3, base: dict | No
     return plan(write_sweeps(tmp_path / f"{name}.yaml", {name: spec}), name)
 
 
-def timed(store: Store, tmp_path: Path) -> Plan:
+def timed(store: Store, tmp_path: Path, device: Callable[[Trial], str] = lambda t: "cpu") -> Plan:
     """Softmax and CSaN, 3 seeds, 4 epochs whose samples/s and s/epoch are SPEED's; CSaN seed 1 resumed after
-    epoch 2."""
+    epoch 2; each trial on `device(t)`."""
     p = sweep(tmp_path, "timed", {"attention.kind": ["softmax", "csan"]})
-    fill(store, p, lambda t: 80.0 + t.axes["seed"], epochs=4)
+    fill(store, p, lambda t: 80.0 + t.axes["seed"], epochs=4, device=device)
     rows = []
     for t in p.trials:
         for epoch, v in enumerate(SPEED[t.axes["attention.kind"], t.axes["seed"]], 1):
@@ -93,6 +95,23 @@ def test_throughput_is_no_column_of_the_variant_table_and_the_cost_section_says_
         "median of 3 trials per variant on cpu" in cost.caption and "not a ranking of the architectures" in cost.caption
     )
     assert "`ablate report --time`" in cost.caption
+
+
+def test_the_cost_section_names_the_kinds_of_device_not_each_gpu(store, tmp_path):
+    """Each trial's record names its GPU (index and NVML bus id, `ablate.training.devices.describe`): the throughput
+    says which kinds of device timed a variant, so a sweep over 64 GPUs does not list 64 devices."""
+
+    def on(t: Trial) -> str:
+        if t.axes["attention.kind"] == "csan" and t.axes["seed"] == 2:
+            return "cpu"
+        return f"cuda:0 NVIDIA H200 pci 00000000:{0x18 + t.axes['seed']:02X}:00.0"
+
+    timed(store, tmp_path, on)
+    data = frames.load(store, "timed")
+    speed = frames.throughput(store, data)
+    assert sorted(speed["device"]) == ["NVIDIA H200", "NVIDIA H200, cpu"]
+    caption = tables.costs(frames.variant_table(data, speed)).caption  # type: ignore[union-attr]
+    assert "median of 3 trials per variant on NVIDIA H200, cpu, each where" in caption
 
 
 def configs(tmp_path: Path) -> dict[str, TrialConfig]:
