@@ -329,7 +329,7 @@ def read_back(phase: Phase, planned: Plan, store: Store, sampler: Sampler, probe
 def plain_rate(cfg: TrialConfig, device: torch.device, epochs: int) -> Steady:
     """Images/s of a hand-written timm training loop on the trial's model, data, optimizer and precision:
     a shuffling DataLoader, forward under autocast, cross-entropy, backward, step; no scheduler, no per-step
-    sync, no evaluation (`steady` of its `epochs`, timed as the trial times them)."""
+    sync, no evaluation (`steady` of its `epochs`, timed as the trial times them), under the trials' TF32 policy."""
     import torch
     import torch.nn.functional as F
     from timm.optim import create_optimizer_v2
@@ -337,9 +337,10 @@ def plain_rate(cfg: TrialConfig, device: torch.device, epochs: int) -> Steady:
 
     from ablate.data import build_data
     from ablate.nn.factory import create_model
-    from ablate.training.loop import autocast
+    from ablate.training.loop import autocast, set_tf32
 
     torch.manual_seed(cfg.seed)
+    set_tf32(cfg.train.tf32)  # the trials' float32 policy: torch's default runs convolutions in TF32
     data = build_data(cfg)
     model = create_model(cfg, data.num_classes, data.in_chans).to(device)
     t = cfg.train
