@@ -379,7 +379,16 @@ class Resources(Strict):
     retries: int = nokey(0, ge=0)
     """Re-runs after an application error (worker or node death is always retried)."""
     workers: int = nokey(1, ge=1)
-    """Data-parallel processes of one trial, each with these cpus and gpus (gloo on CPU, NCCL on GPUs)."""
+    """Data-parallel processes of one trial, each with these cpus and gpus (gloo on CPU, NCCL on GPUs); with
+    more than one, each holds whole GPUs (`splits_a_gpu`; `gpus: auto` gives each worker a whole one)."""
+
+    @field_validator("workers")
+    @classmethod
+    def _whole_gpus(cls, v: int, info: ValidationInfo) -> int:
+        gpus = info.data.get("gpus")
+        if gpus is not None and splits_a_gpu(v, gpus):
+            raise ValueError(f"{v} workers cannot each hold resources.gpus {gpus:g} of a GPU: {SPLIT_GPU}")
+        return v
 
     @field_validator("gpus")
     @classmethod
@@ -395,6 +404,16 @@ class Resources(Strict):
     @property
     def uses_gpu(self) -> bool:
         return isinstance(self.gpus, str) or self.gpus > 0
+
+
+SPLIT_GPU = ("Ray may give two ranks of one trial the same device, which NCCL refuses (Duplicate GPU detected); "
+             "give each worker whole GPUs (gpus: 1, or auto) or run the trial as one worker")  # fmt: skip
+"""Why a multi-worker trial cannot hold a fraction of a GPU per worker (`splits_a_gpu`)."""
+
+
+def splits_a_gpu(workers: int, gpus: float | str) -> bool:
+    """Whether `workers` ranks of one trial would each hold a fraction of a GPU (`SPLIT_GPU`: refused)."""
+    return workers > 1 and not isinstance(gpus, str) and 0 < gpus < 1
 
 
 # ------------------------------------------------------------------------------------------------- trial

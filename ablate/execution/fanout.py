@@ -226,11 +226,14 @@ class Fanout:
     def finished(self) -> list[Any]:
         """The running trials that have returned, waiting up to one poll for the first: a slot that frees is
         refilled at once, not at the end of the poll (waiting for all of them slept the whole poll, 0.2 s by
-        default, whenever one still ran: bench/cluster_overhead.py's idle time per trial)."""
-        ready, rest = ray.wait(list(self.pending), num_returns=1, timeout=self.run.poll)
+        default, whenever one still ran: bench/cluster_overhead.py's idle time per trial). A gang's rank 0 counts as
+        returned when any rank of it failed (`ablate.execution.gangs`)."""
+        followers = gangs.watched(self.gangs, self.pending)
+        ready, rest = ray.wait([*self.pending, *followers], num_returns=1, timeout=self.run.poll)
         if ready and rest:  # the others that returned meanwhile, without waiting
             ready += ray.wait(rest, num_returns=len(rest), timeout=0)[0]
-        return ready
+        failed = [followers[r] for r in ready if r in followers and self.gangs[self.pending[followers[r]]].returned(r)]
+        return list(dict.fromkeys([r for r in ready if r in self.pending] + failed))
 
     def tolerant(self, call: Callable[[], T], default: T) -> T:
         """A store call of the loop; while the store is unavailable the loop goes on without it (running trials
@@ -372,7 +375,8 @@ class Fanout:
         `resubmit`: not while stopping, when the trial is left `preempted` for the next launch)."""
         key = self.pending.pop(ref)
         if key in self.gangs:
-            self.gangs.pop(key).stop()
+            ref = self.gangs.pop(key).end()  # the rank whose outcome is the trial's; every rank stopped
+            self.drain()  # what rank 0 sent before it stopped comes before the outcome
         state = settle(ref, key, self.todo[key].config, self.gpus[key], self.recorder, self.attempts, self.progress,
                         self.chosen.codes.get(key))  # fmt: skip
         if state in ("retry", "oom", "lost") and not resubmit:
@@ -483,7 +487,7 @@ def settle(
 
 
 def lost_worker(e: Exception) -> bool:
-    """A rank's process or node died (rank 0's own, or another's, seen by rank 0 as a failed collective)."""
+    """A rank's process or node died (that rank's own task, or a peer's that saw it as a failed collective)."""
     if isinstance(e, ray.exceptions.RayTaskError):
         return isinstance(getattr(e, "cause", None), PeerLost)
     return isinstance(e, (ray.exceptions.WorkerCrashedError, ray.exceptions.NodeDiedError))

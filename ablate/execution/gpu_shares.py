@@ -135,22 +135,25 @@ class Admission:
 
 def admit(trials: list[Trial], probe: Probe, plugins: Plugins) -> Admission:
     """Probe every distinct footprint among `trials` (those with `gpus: auto`) in parallel, one whole GPU
-    each, and turn the measurements into shares. Needs a connected Ray."""
+    each, and turn the measurements into shares. A trial of several workers is not probed: each of its workers
+    gets a whole GPU (`ablate.config.SPLIT_GPU`: shares could put two of its ranks on one device). Needs a
+    connected Ray."""
     import ray
 
     if not ray.cluster_resources().get("GPU"):
         raise RuntimeError(
             f"resources.gpus: auto ({len(trials)} trials) measures memory on a GPU, and this Ray cluster has none"
         )
+    ganged = whole_gpus([t for t in trials if t.config.resources.workers > 1])
     groups: dict[str, list[Trial]] = {}
     for t in trials:
-        groups.setdefault(footprint_key(t.config), []).append(t)
+        if t.key not in ganged.shares:
+            groups.setdefault(footprint_key(t.config), []).append(t)
     task = ray.remote(max_calls=GPU_TASK_CALLS)(probe_task).options(
         num_gpus=1, num_cpus=1, max_retries=0, name="gpu-memory-probe"
     )
     refs = {fp: task.remote(probe, ts[0].config.model_dump(mode="json"), plugins) for fp, ts in groups.items()}
-    shares: dict[str, float] = {}
-    lines = []
+    shares, lines = dict(ganged.shares), list(ganged.lines)
     for fp, ts in groups.items():
         cfg = ts[0].config
         try:
@@ -165,3 +168,14 @@ def admit(trials: list[Trial], probe: Probe, plugins: Plugins) -> Admission:
         lines.append(f"GPU packing: {ts[0].variant} ({len(ts)} trials, device batch {cfg.batch_split().device_batch}): "
                      f"{what}")  # fmt: skip
     return Admission(shares, lines)
+
+
+def whole_gpus(trials: list[Trial]) -> Admission:
+    """A whole GPU per worker for each multi-worker trial among `trials`, said once per variant."""
+    variants: dict[str, list[Trial]] = {}
+    for t in trials:
+        variants.setdefault(t.variant, []).append(t)
+    lines = [f"GPU packing: {variant} ({len(ts)} trials, {ts[0].config.resources.workers} workers each): a whole "
+             "GPU per worker, not probed (ranks of one trial cannot share a device)"
+             for variant, ts in variants.items()]  # fmt: skip
+    return Admission({t.key: 1.0 for t in trials}, lines)

@@ -1,18 +1,20 @@
 """A launch's pre-flight: every check that can refuse it, run before anything is written or Ray starts.
 
 `ablate launch` and `ablate.launch()` from Python run the same one (`preflight`), so a launch from a notebook
-refuses what the CLI refuses: an unreachable cluster, a checkpoint storage that cannot serve the trials, a model
-that cannot take a training step (`ablate.planning.check.check`), a dataset whose labels, classes or widths do not fit
-its model (`ablate.planning.check.check_data`). The checks run on the variants this launch would train: an idle
-relaunch (every trial done) checks nothing and imports no torch.
+refuses what the CLI refuses: an unreachable cluster, `--gpus` a fraction for multi-worker trials, a checkpoint
+storage that cannot serve the trials, a model that cannot take a training step (`ablate.planning.check.check`), a
+dataset whose labels, classes or widths do not fit its model (`ablate.planning.check.check_data`). The checks run on
+the variants this launch would train: an idle relaunch (every trial done) checks nothing and imports no torch.
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ablate.config import SPLIT_GPU, splits_a_gpu
 from ablate.execution.launcher import Cluster, RunConfig
 from ablate.execution.selection import Select, select
 from ablate.planning.check import Checked, check
@@ -58,9 +60,11 @@ def to_check(plans: Sequence[Plan], done: set[str], choice: Select) -> set[str]:
 def preflight(
     plans: Sequence[Plan], done: set[str], cluster: Cluster, run: RunConfig, checks: Checks, choice: Select
 ) -> list[Checked]:
-    """Refuse the launch of `plans` (a PreflightError) before anything is written: the cluster does not answer,
-    the storage cannot serve the trials, or a variant to run (a trial not in `done`, the store's done keys)
-    fails its model or data check. The checks that ran, for whoever wants to show them."""
+    """Refuse the launch of `plans` (a PreflightError) before anything is written: `run.gpus` would split a GPU
+    between a trial's workers, the cluster does not answer, the storage cannot serve the trials, or a variant to
+    run (a trial not in `done`, the store's done keys) fails its model or data check. The checks that ran, for
+    whoever wants to show them."""
+    refuse_split_gpus(plans, done, run.gpus)
     address = cluster.address
     if address:
         try:
@@ -84,6 +88,19 @@ def preflight(
             + "\n".join(f"  {c.sweep} {c.variant[:10]}: {c.error}" for c in failed)
         )
     return results
+
+
+def refuse_split_gpus(plans: Sequence[Plan], done: set[str], gpus: float | None) -> None:
+    """`--gpus` (`RunConfig.gpus`) a fraction while trials to run have several workers: the rule the spec applies to
+    `resources.gpus` (`ablate.config.splits_a_gpu`), for the override that replaces it."""
+    if gpus is None:
+        return
+    gangs = Counter(p.sweep for p in plans for t in p.trials
+                    if t.key not in done and splits_a_gpu(t.config.resources.workers, gpus))  # fmt: skip
+    if gangs:
+        which = ", ".join(f"{n} of sweep {sweep}" for sweep, n in gangs.items())
+        raise PreflightError(f"--gpus {gpus:g} gives each worker of a multi-worker trial (resources.workers > 1: "
+                             f"{which}) a fraction of a GPU: {SPLIT_GPU}")  # fmt: skip
 
 
 @dataclass(frozen=True)

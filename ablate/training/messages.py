@@ -58,8 +58,9 @@ def clear_stop(folder: Path) -> None:
 
 
 class PeerLost(RuntimeError):
-    """A collective of a multi-worker trial failed: another worker died. The launcher restarts the trial's
-    workers, which resume from the last checkpoint, as for a dead single-process worker."""
+    """A collective of a multi-worker trial failed: another worker died or left (it raised). The launcher records
+    that worker's own outcome (`ablate.execution.gangs`); where none comes (its node died), this one counts as a
+    lost worker: the trial's workers start again from the last checkpoint, as for a dead single-process worker."""
 
 
 @dataclass(frozen=True)

@@ -25,8 +25,11 @@ from ablate.config import BatchSplit
 from ablate.training.messages import RENDEZVOUS, PeerLost
 
 TIMEOUT = datetime.timedelta(minutes=30)
-"""How long a collective waits before it raises: long enough for rank 0 to evaluate a large validation split
-while the others wait; a killed peer is noticed at once (its connections close)."""
+"""How long the rendezvous and a collective wait before they raise: long enough for rank 0 to evaluate a large
+validation split while the others wait. Under gloo a peer that dies or leaves closes its connections, and a
+collective waiting on it fails at once (`PeerLost`); a rank at the rendezvous, or in an NCCL collective, waits
+for the whole timeout. The launcher does not rely on either: it stops every rank as soon as any one fails
+(`ablate.execution.gangs`)."""
 
 
 @dataclass(frozen=True)
