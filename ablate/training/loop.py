@@ -117,10 +117,13 @@ def run_trial(
     reset_peak(device)
     group = parallel.join(cfg.resources.workers, device)
     try:
-        return _train(cfg, report if group.main and report else (lambda epoch, metrics: None), checkpoint_dir,
-                      device, group)  # fmt: skip
-    finally:
-        parallel.leave(group)
+        result = _train(cfg, report if group.main and report else (lambda epoch, metrics: None), checkpoint_dir,
+                        device, group)  # fmt: skip
+    except BaseException:
+        parallel.leave(group, failed=True)
+        raise
+    parallel.leave(group)
+    return result
 
 
 def _train(

@@ -89,9 +89,16 @@ def join(workers: int, device: torch.device) -> Group:
     return Group(rank, world)
 
 
-def leave(group: Group) -> None:
-    if group.world > 1 and torch.distributed.is_initialized():
-        torch.distributed.destroy_process_group()
+def leave(group: Group, failed: bool = False) -> None:
+    """Destroy the process group, but not after a failure under NCCL: destroying a communicator waits on the peers'
+    pending collectives, which would hold this rank's error back from the launcher for as long as they wait; the
+    process ends with its task (a GPU task's worker is its own, `GPU_TASK_CALLS`). Gloo's group is always destroyed:
+    a CPU worker process goes on to run another trial, which would otherwise join this one's group."""
+    if group.world == 1 or not torch.distributed.is_initialized():
+        return
+    if failed and torch.distributed.get_backend() == "nccl":
+        return
+    torch.distributed.destroy_process_group()
 
 
 @dataclass(frozen=True)

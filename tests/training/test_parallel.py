@@ -15,7 +15,7 @@ from conftest import TINY
 
 from ablate.config import BatchSplit, TrialConfig
 from ablate.training.loop import run_trial
-from ablate.training.parallel import steps
+from ablate.training.parallel import Group, leave, steps
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -106,3 +106,25 @@ def test_two_gloo_workers_train_like_one_process(tmp_path: Path) -> None:
     assert rank1[0] == [] and rank1[1] == {}  # only rank 0 reports and evaluates
     rank0, _ = run_workers({"accum_steps": 2}, tmp_path)
     assert_same_training(rank0, whole)
+
+
+@pytest.mark.parametrize("backend", ["gloo", "nccl"])
+def test_a_failed_rank_leaves_an_nccl_group_to_its_process_end(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, backend: str
+) -> None:
+    """Destroying an NCCL communicator waits on the peers' pending collectives, so a rank that failed keeps its
+    group (its process ends with the task) and its error reaches the launcher at once; gloo's group is destroyed
+    (a CPU worker runs the next trial). NCCL cannot run here: a real gloo group is reported as NCCL."""
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", f"file://{tmp_path / 'rendezvous'}", rank=0, world_size=1)
+    try:
+        if backend == "nccl":
+            monkeypatch.setattr(dist, "get_backend", lambda group=None: "nccl")
+        leave(Group(0, 2), failed=True)
+        assert dist.is_initialized() == (backend == "nccl")
+        leave(Group(0, 2))
+        assert not dist.is_initialized()
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
