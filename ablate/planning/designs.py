@@ -60,7 +60,8 @@ class DesignPlan:
     strata: dict[str, str] = field(default_factory=dict)
     """Variant -> the crossed axes' values in words ('' without crossed axes): each stratum is analysed alone."""
     asked: int | None = None
-    """The resolution a fractional design was asked for (`resolution:`, at least that), where it was."""
+    """The resolution a fractional design was asked for (`resolution:`, at least that), where it chose the size
+    (not beside `cells:`)."""
 
     @property
     def two_level(self) -> bool:
@@ -220,7 +221,7 @@ def choose(sweep: SweepSource, groups: list[list[Cell]], design: Design) -> Chos
             strata.append(stratum)
     factors = [Factor(names[g], [_words(groups[g][r]) for r in lay.order[i]]) for i, g in enumerate(varied)]
     full = math.prod(len(g) for g in groups)
-    asked = how.resolution if isinstance(how, Fractional) else None
+    asked = how.resolution if isinstance(how, Fractional) and how.cells is None else None  # cells: N sets the size
     plan = DesignPlan(kind, lay.title, factors, [names[g] for g in crossed], full, asked=asked)
     return Chosen(cells, chosen_levels, strata, plan)
 

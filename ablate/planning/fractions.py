@@ -116,7 +116,7 @@ def best(k: int, resolution: int | None = None, cells: int | None = None) -> Fra
         found = catalogued(k, base)
         if found is not None and found.resolution >= wanted:
             return found
-    raise ValueError(f"resolution {wanted} with {k} two-level axes is reached only by the full grid "
+    raise ValueError(f"resolution {ROMAN[wanted]} with {k} two-level axes is reached only by the full grid "
                      f"({2**k} cells): use `design: full`")  # fmt: skip
 
 

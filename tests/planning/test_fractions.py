@@ -114,6 +114,8 @@ def test_five_switches_at_resolution_iv_get_the_resolution_v_half_and_the_plan_s
     assert lines[1] == ("  resolution V at 16 cells; you asked for IV, the fewest cells that reach it reach V: main "
                         "effects and two-factor interactions clear of each other")  # fmt: skip
     assert "defining relation: I = -tau x mu x kappa_priv x bounded x stack" in lines[2]
+    record = p.design.record(1)
+    assert (record["resolution"], record["resolution_asked"], record["defining_relation_signs"]) == (5, 4, [-1])
     assert not p.design.structure().confounded[1:]  # only the mean's chain (the five-letter word): no pair aliased
 
 
@@ -121,6 +123,8 @@ def test_cells_gives_the_best_design_of_that_size_or_says_why_not(tmp_path: Path
     p = planned(tmp_path, {"cells": 8})
     assert p.design is not None and len(p.variants) == 8 and p.design.structure().resolution == 3
     assert "resolution III at 8 cells: main effects clear of each other" in p.design.lines(1)[1]
+    sized = planned(tmp_path, {"cells": 16, "resolution": 4})  # the size was given: no "the fewest cells" claim
+    assert sized.design is not None and sized.design.lines(1)[1].startswith("  resolution V at 16 cells: main")
     for fractional, said in (({"cells": 8, "resolution": 4}, "resolution III, not IV: resolution IV takes 16 cells"),
                              ({"cells": 12}, "a power of two of cells, at least 8 and under the full grid's 32"),
                              ({"cells": 32}, "under the full grid's 32")):  # fmt: skip
