@@ -61,7 +61,7 @@ class DesignPlan:
     """Variant -> the crossed axes' values in words ('' without crossed axes): each stratum is analysed alone."""
     asked: int | None = None
     """The resolution a fractional design was asked for (`resolution:`, at least that), where it chose the size
-    (not beside `cells:`)."""
+    (not beside `cells:`, nor folded over: the fold doubles the cells and raises III to IV)."""
 
     @property
     def two_level(self) -> bool:
@@ -221,7 +221,8 @@ def choose(sweep: SweepSource, groups: list[list[Cell]], design: Design) -> Chos
             strata.append(stratum)
     factors = [Factor(names[g], [_words(groups[g][r]) for r in lay.order[i]]) for i, g in enumerate(varied)]
     full = math.prod(len(g) for g in groups)
-    asked = how.resolution if isinstance(how, Fractional) and how.cells is None else None  # cells: N sets the size
+    chose = isinstance(how, Fractional) and how.cells is None and not how.foldover  # resolution chose the size
+    asked = how.resolution if chose and isinstance(how, Fractional) else None
     plan = DesignPlan(kind, lay.title, factors, [names[g] for g in crossed], full, asked=asked)
     return Chosen(cells, chosen_levels, strata, plan)
 

@@ -125,6 +125,8 @@ def test_cells_gives_the_best_design_of_that_size_or_says_why_not(tmp_path: Path
     assert "resolution III at 8 cells: main effects clear of each other" in p.design.lines(1)[1]
     sized = planned(tmp_path, {"cells": 16, "resolution": 4})  # the size was given: no "the fewest cells" claim
     assert sized.design is not None and sized.design.lines(1)[1].startswith("  resolution V at 16 cells: main")
+    folded = planned(tmp_path, {"resolution": 3, "foldover": True})  # the fold, not the fewest cells, gave IV
+    assert folded.design is not None and folded.design.lines(1)[1].startswith("  resolution IV at 16 cells: main")
     for fractional, said in (({"cells": 8, "resolution": 4}, "resolution III, not IV: resolution IV takes 16 cells"),
                              ({"cells": 12}, "a power of two of cells, at least 8 and under the full grid's 32"),
                              ({"cells": 32}, "under the full grid's 32")):  # fmt: skip
