@@ -58,7 +58,7 @@ def main() -> None:
 
 def _pydoe(k: int, r: int) -> str:
     try:
-        theirs = Fraction(np.asarray(pydoe.fracfact_by_res(k, r), dtype=float), None)
+        theirs = Fraction(np.asarray(pydoe.fracfact_by_res(k, r), dtype=float))
     except ValueError:
         return "none"
     if not any(theirs.word_lengths()):

@@ -63,11 +63,9 @@ negligible); 5 stands for every resolution above it."""
 
 @dataclass
 class Fraction:
-    """A two-level fraction: its cells coded -1/+1 (cells x switches, the base switches first) and, where it comes
-    from the catalogue, its generators."""
+    """A two-level fraction: its cells coded -1/+1 (cells x switches, a catalogued design's base switches first)."""
 
     coded: np.ndarray
-    generators: tuple[str, ...] | None
 
     @property
     def cells(self) -> int:
@@ -95,7 +93,7 @@ def catalogued(k: int, base: int) -> Fraction | None:
         return None
     full = np.array(list(itertools.product((-1.0, 1.0), repeat=base)))[:, ::-1]
     added = [np.prod(full[:, [BASE.index(c) for c in g]], axis=1) for g in generators]
-    return Fraction(np.column_stack([full, *added]), generators)
+    return Fraction(np.column_stack([full, *added]))
 
 
 def smallest(k: int) -> int:
@@ -147,7 +145,7 @@ def _beyond(k: int, resolution: int) -> Fraction:
     minimum aberration, never the full grid (that many switches have a fraction of every resolution offered)."""
     import pydoe  # scipy.stats with it: about a second of import that a catalogued design never needs
 
-    return Fraction(np.asarray(pydoe.fracfact_by_res(k, resolution), dtype=float), None)
+    return Fraction(np.asarray(pydoe.fracfact_by_res(k, resolution), dtype=float))
 
 
 def least_aberration(k: int, base: int) -> list[int]:
