@@ -292,8 +292,6 @@ def completions(plan: DesignPlan, variants: list[str]) -> list[tuple[str, int, S
 def _two_level(sweep: SweepSource, k: int, how: Fractional | Screening) -> np.ndarray:
     """The design for k two-level factors (cells x k, -1/+1): the best fraction for the budget
     (`ablate.planning.fractions`), or pyDOE's Plackett-Burman; a SpecError where it would be the full grid."""
-    import pydoe  # scipy.stats with it: about a second of import that a sweep without a design never needs
-
     at: Loc = ("design", "fractional" if isinstance(how, Fractional) else "screening")
     if isinstance(how, Fractional):
         try:
@@ -301,6 +299,8 @@ def _two_level(sweep: SweepSource, k: int, how: Fractional | Screening) -> np.nd
         except ValueError as e:
             raise SpecError([sweep.problem((*at, "cells" if how.cells else "resolution"), str(e))]) from None
     else:
+        import pydoe  # scipy.stats with it: about a second of import that a fraction or no design never needs
+
         try:
             coded = pydoe.pbdesign(k)
         except ValueError as e:
@@ -309,7 +309,7 @@ def _two_level(sweep: SweepSource, k: int, how: Fractional | Screening) -> np.nd
         raise SpecError([sweep.problem(at, f"screening with {k} two-level ax{'is' if k == 1 else 'es'} is reached only "
                                        f"by the full grid ({2**k} cells): use `design: full`")])  # fmt: skip
     if isinstance(how, Fractional) and how.foldover:
-        coded = pydoe.fold(coded)
+        coded = np.vstack([coded, -coded])  # the mirror image
     return np.asarray(coded, dtype=float)
 
 
