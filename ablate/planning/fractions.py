@@ -6,8 +6,11 @@ the best is the one of minimum aberration (Fries & Hunter 1980), whose word-leng
 defining relation have 3, 4, 5, ... letters) is smallest in dictionary order; its shortest word gives the
 highest resolution of that size. `CATALOGUE` holds, for every k up to 11 and every size up to 128 cells, the
 generators of Montgomery's *Design and Analysis of Experiments*, Table 8.14 (after Box, Hunter & Hunter, and
-minimum aberration as Chen, Sun & Wu 1993 tabulate it); tests/planning/test_fractions.py checks each against the
-published word-length pattern and against an exhaustive search over all generators of its size. pyDOE's
+minimum aberration as Chen, Sun & Wu 1993 tabulate it), but for 2^(6-2): there E = ABC, F = ABD (Box, Hunter &
+Hunter's I = ABCE = ABDF = CDEF, the same word-length pattern as Montgomery's F = BCD, so as good), which keeps the
+cells the shipped sweeps ran before the catalogue (tests/golden_keys.json). tests/planning/test_fractions.py
+checks each design against the published word-length pattern and against an exhaustive search over all
+generators of its size. pyDOE's
 `fracfact_by_res` does neither (for 5 switches in 16 cells it returned a resolution IV half where the textbook's
 I = ABCDE is resolution V): it serves only beyond the catalogue.
 """
@@ -27,7 +30,7 @@ CATALOGUE: dict[tuple[int, int], tuple[str, ...]] = {
     (5, 1): ("ABCD",),
     (5, 2): ("AB", "AC"),
     (6, 1): ("ABCDE",),
-    (6, 2): ("ABC", "BCD"),
+    (6, 2): ("ABC", "ABD"),
     (6, 3): ("AB", "AC", "BC"),
     (7, 1): ("ABCDEF",),
     (7, 2): ("ABCD", "ABDE"),

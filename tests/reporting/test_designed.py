@@ -27,9 +27,9 @@ GRID = {
 NAMES = ["tau", "mu", "kappa_priv", "bounded", "kappa_pub", "stack"]
 MAIN = {"tau": 2.0, "mu": 0.75, "kappa_priv": -0.5, "bounded": 0.0, "kappa_pub": 0.25, "stack": 1.0}
 """Planted main effects (mean at the second level minus at the first)."""
-PAIRS = {("tau", "mu"): 1.5, ("kappa_priv", "kappa_pub"): -0.5}
-"""Planted two-factor interactions (A's effect at B's second level minus at its first): in the minimum-aberration
-2^(6-2) fraction (I = ABCE = BCDF = ADEF) tau x mu = kappa_priv x kappa_pub, so the chain reads 1.5 - 0.5 = 1.0."""
+PAIRS = {("tau", "mu"): 1.5, ("bounded", "stack"): -0.5}
+"""Planted two-factor interactions (A's effect at B's second level minus at its first): in the 2^(6-2) fraction
+tau x mu = kappa_priv x kappa_pub = bounded x stack, so the chain reads 1.5 - 0.5 = 1.0."""
 SHIFT = [0.0, 0.7, -0.4]
 """Per seed: shared by every cell of a replicate, so the paired analysis removes it."""
 
@@ -70,7 +70,7 @@ def test_a_resolution_iv_fraction_recovers_main_effects_and_the_sums_of_confound
     for name, truth in MAIN.items():  # clear of two-factor interactions: exact
         assert got[name] == pytest.approx(truth, abs=1e-9), name
     chain = next(f for f in got if f.startswith("tau x mu"))
-    assert "kappa_priv x kappa_pub" in chain and got[chain] == pytest.approx(1.5 - 0.5, abs=1e-9)
+    assert "bounded x stack" in chain and got[chain] == pytest.approx(1.5 - 0.5, abs=1e-9)
     assert all(v == pytest.approx(0, abs=1e-9) for f, v in got.items() if " x " in f and f != chain)
     assert set(eff["n"]) == {3}
 
@@ -103,7 +103,7 @@ def test_the_report_names_the_confounding_and_the_design_that_separates_it(tmp_p
     report("quarter", store=store, out=tmp_path / "reports", formats=["md", "csv"])
     text = (tmp_path / "reports" / "quarter" / "report.md").read_text()
     findings = text.split("## Findings")[1].split("##")[0]
-    assert "| confounded | Confounded by the design: tau x mu = kappa_priv x kappa_pub" in findings
+    assert "| confounded | Confounded by the design: tau x mu = kappa_priv x kappa_pub = bounded x stack" in findings
     assert "`fractional: {resolution: 5}` adds" in findings
     effects_md = text.split("## Effects of each knob")[1]
     assert "Defining relation I = " in effects_md and "| tau x mu = " in effects_md
@@ -190,19 +190,19 @@ def test_the_report_of_a_one_seed_fraction_says_its_test_is_lenths(tmp_path, sto
 
 
 def test_a_report_from_another_baseline_reads_the_fractions_effects_from_it(tmp_path, store) -> None:
-    """`report --baseline` on the cell where tau and kappa_pub are on: their effects are read from on to off
-    (their signs flip), the other main effects stay, and tau x mu and kappa_priv x kappa_pub (one flipped axis each)
-    flip in their chain; a one-at-a-time design, whose cells move one axis from its own reference only, says why it
-    shows no table instead of Δ from the wrong cell."""
+    """`report --baseline` on the cell where tau, kappa_pub and stack are on: their effects are read from on to off
+    (their signs flip), the other main effects stay, and tau x mu and bounded x stack (one flipped axis each) flip
+    in their chain; a one-at-a-time design, whose cells move one axis from its own reference only, says why it shows
+    no table instead of Δ from the wrong cell."""
     p = planned(tmp_path, store, "quarter", {"fractional": {"resolution": 4}})
     assert p.design is not None
-    moved = next(v for v, levels in p.design.runs.items() if levels == [1, 0, 0, 0, 1, 0])
+    moved = next(v for v, levels in p.design.runs.items() if levels == [1, 0, 0, 0, 1, 1])
     data = frames.load(store, "quarter", baseline=moved[:12])
     assert data.baseline == moved and data.chosen is not None
     eff = designed.effects(data, data.chosen)
     got = rows(eff)
     for name, truth in MAIN.items():
-        assert got[name] == pytest.approx(-truth if name in ("tau", "kappa_pub") else truth, abs=1e-9), name
+        assert got[name] == pytest.approx(-truth if name in ("tau", "kappa_pub", "stack") else truth, abs=1e-9), name
     chain = next(f for f in got if f.startswith("tau x mu"))
     assert got[chain] == pytest.approx(-(1.5 - 0.5), abs=1e-9)
     assert eff.set_index("factor").loc["tau", "contrast"] == "false vs true"
