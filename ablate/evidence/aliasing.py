@@ -37,6 +37,9 @@ class Structure:
     """Per estimable term (or the mean, ()), the terms confounded with it and their loading (+-1: fully)."""
     words: list[Term] = field(default_factory=list)
     """The defining relation: each set of switches whose product is constant over the cells (regular designs)."""
+    signs: list[int] = field(default_factory=list)
+    """Each word's constant product (+1 or -1), in the order of `words`: with the reference a cell (every switch
+    at -1), a word of odd length is -1."""
     lost: list[Term] = field(default_factory=list)
     """Main effects the cells cannot estimate at all (confounded with the mean or another main effect)."""
 
@@ -69,11 +72,13 @@ class Structure:
         return [self.chain(t) for t in [(), *self.model] if self.aliases.get(t)]
 
     def words_text(self) -> str:
-        """`I = tau x mu x kappa_pub x kappa_priv` (every word), or '' where there is none or the design is not
-        regular."""
+        """`I = -tau x mu x bounded = +tau x kappa_pub x kappa_priv x bounded` (every word, with the sign of its
+        product, as the chains carry theirs), or '' where there is none or the design is not regular."""
         if not self.words or not self.regular:
             return ""
-        return "I = " + " = ".join(" x ".join(self.names[i] for i in w) for w in self.words)
+        return "I = " + " = ".join(
+            f"{'-' if sign < 0 else '+'}{self.name(w)}" for w, sign in zip(self.words, self.signs)
+        )
 
 
 def columns(coded: np.ndarray, term: Term) -> np.ndarray:
@@ -107,13 +112,14 @@ def structure(coded: np.ndarray, names: list[str]) -> Structure:
                 out.aliases.setdefault(owner, []).append((term, float(w)))
     out.model = kept[1:]
     if k <= MAX_WORDS:
-        out.words = _words(coded)
+        found = _words(coded)
+        out.words, out.signs = [w for w, _ in found], [sign for _, sign in found]
     return out
 
 
-def _words(coded: np.ndarray) -> list[Term]:
-    """Every set of columns whose product is constant over the rows, shortest first: as bit masks of the rows
-    at -1, a product is the exclusive or of its columns', constant when it is no row or every row."""
+def _words(coded: np.ndarray) -> list[tuple[Term, int]]:
+    """Every set of columns whose product is constant over the rows, shortest first, with that constant: as bit
+    masks of the rows at -1, a product is the exclusive or of its columns', +1 when it is no row, -1 every row."""
     n, k = coded.shape
     masks = [sum(1 << r for r in np.flatnonzero(coded[:, j] < 0)) for j in range(k)]
     every = (1 << n) - 1
@@ -124,5 +130,5 @@ def _words(coded: np.ndarray) -> list[Term]:
             for j in subset:
                 x ^= masks[j]
             if x in (0, every):
-                found.append(subset)
+                found.append((subset, 1 if x == 0 else -1))
     return found

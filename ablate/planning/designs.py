@@ -1,8 +1,9 @@
 """Designs: which cells of a sweep's grid run (`design:`, `ablate.spec.design`), and what they can tell.
 
 The grid's axis groups (a grid axis, or a linked group whose rows move together) are the design's factors;
-axes listed under `crossed` stay whole, and the design is repeated at each of their values. A fractional or
-screening design takes its cells from pyDOE (`fracfact_by_res`, `pbdesign`), with each factor's columns
+axes listed under `crossed` stay whole, and the design is repeated at each of their values. A fractional design
+takes its cells from the minimum-aberration catalogue (`ablate.planning.fractions`: the best design for the budget),
+a screening design from pyDOE's `pbdesign`, each with its factors' columns
 signed so that its first cell is the reference (the baseline's level of every factor, else the first listed
 level): the baseline is always one of the cells. A one-at-a-time design takes a reference cell and moves each
 factor alone to each of its other values. The cells are cells of the full grid, so their trial keys are the
@@ -21,6 +22,8 @@ import numpy as np
 
 from ablate.errors import SpecError
 from ablate.evidence.aliasing import Structure, Term, structure
+from ablate.planning import fractions
+from ablate.planning.fractions import ROMAN
 from ablate.spec.design import Design, Fractional, OneAtATime, Screening
 from ablate.spec.paths import get_path, matches
 from ablate.spec.sweeps import SweepSource
@@ -28,7 +31,6 @@ from ablate.spec.yaml_doc import Loc
 
 Cell = tuple[tuple[str, Any, Loc], ...]
 """A grid cell, or one row of an axis group: (dotted path, value, where in the sweep's YAML) per axis."""
-ROMAN = {3: "III", 4: "IV", 5: "V"}
 FULL_MAX = 12
 """Two-level axes up to which the Findings weigh the full grid as a way to separate what a design confounds."""
 
@@ -57,6 +59,9 @@ class DesignPlan:
     """Variant -> each factor's level (an index into its `levels`; 0 is the reference)."""
     strata: dict[str, str] = field(default_factory=dict)
     """Variant -> the crossed axes' values in words ('' without crossed axes): each stratum is analysed alone."""
+    asked: int | None = None
+    """The resolution a fractional design was asked for (`resolution:`, at least that), where it chose the size
+    (not beside `cells:`, nor folded over: the fold doubles the cells and raises III to IV)."""
 
     @property
     def two_level(self) -> bool:
@@ -99,12 +104,22 @@ class DesignPlan:
                        "no interaction is estimable)")  # fmt: skip
             return out
         assert s is not None
+        if s.resolution:
+            out.append(f"  {self.buys(s.resolution)}")
         if s.words:
             out.append(f"  defining relation: {s.words_text()}")
         out.append(f"  estimable: {', '.join(s.name(t) for t in s.model)}")
         if s.confounded:
             out.append(f"  confounded (up to two-factor interactions): {'; '.join(s.confounded)}")
         return out
+
+    def buys(self, resolution: int) -> str:
+        """What the resolution reached lets the fit tell apart, and, where it is above the resolution asked for,
+        that the fewest cells reaching that gave more: `resolution V at 16 cells; you asked for IV`."""
+        reached = f"resolution {ROMAN.get(resolution, resolution)} at {len(self.runs)} cells"
+        if self.asked is not None and resolution > self.asked:
+            reached += f"; you asked for {ROMAN[self.asked]}, the fewest cells that reach it reach {ROMAN[resolution]}"
+        return f"{reached}: {fractions.buys(resolution)}"
 
     def record(self, seeds: int) -> dict[str, Any]:
         """What `lines` says, as data (`ablate plan --format json`), from the same `Structure`: a term is the list
@@ -125,8 +140,9 @@ class DesignPlan:
                 "factors": [{"name": f.name, "short": n, "levels": f.levels} for f, n in zip(self.factors, names)],
                 "reference": {f.name: f.levels[0] for f in self.factors}, "crossed": self.crossed,
                 "cells": cells, "full_cells": self.full, "trials": cells * seeds, "full_trials": self.full * seeds,
-                "resolution": s.resolution if s else None,
+                "resolution": s.resolution if s else None, "resolution_asked": self.asked,
                 "defining_relation": ([term(w) for w in s.words] if s.regular else []) if s else None,
+                "defining_relation_signs": (s.signs if s.regular else []) if s else None,
                 "estimable": [term(t) for t in s.model] if s else None,
                 "aliases": aliases(s) if s else None}  # fmt: skip
 
@@ -205,7 +221,9 @@ def choose(sweep: SweepSource, groups: list[list[Cell]], design: Design) -> Chos
             strata.append(stratum)
     factors = [Factor(names[g], [_words(groups[g][r]) for r in lay.order[i]]) for i, g in enumerate(varied)]
     full = math.prod(len(g) for g in groups)
-    plan = DesignPlan(kind, lay.title, factors, [names[g] for g in crossed], full)
+    chose = isinstance(how, Fractional) and how.cells is None and not how.foldover  # resolution chose the size
+    asked = how.resolution if chose and isinstance(how, Fractional) else None
+    plan = DesignPlan(kind, lay.title, factors, [names[g] for g in crossed], full, asked=asked)
     return Chosen(cells, chosen_levels, strata, plan)
 
 
@@ -246,17 +264,20 @@ def _fraction(sweep: SweepSource, groups: list[list[Cell]], varied: list[int], h
 def completions(plan: DesignPlan, variants: list[str]) -> list[tuple[str, int, Structure]]:
     """Two-level designs that would tell apart more than the cells of `variants` do, smallest first: the
     fold-over, higher resolutions, the full grid; each as (its `design:` in words, cells it adds, what it can
-    tell). A fold-over contains the cells it folds, a higher resolution's cells need not contain them."""
-    import pydoe  # scipy.stats with it: about a second of import that a sweep without a design never needs
-
+    tell). A fold-over contains the cells it folds, a higher resolution's cells need not contain them; a
+    resolution whose best design is one already named (for 5 switches, IV and V are one 16-cell design) is
+    named once, at the lowest resolution that gets it."""
     coded = plan.coded(variants)
     k = coded.shape[1]
     ran = {tuple(row) for row in coded.tolist()}
     names = short([f.name for f in plan.factors])
     options: list[tuple[str, np.ndarray]] = [("foldover: true", np.vstack([coded, -coded]))]
     for r in (4, 5):
-        found = pydoe.fracfact_by_res(k, r)
-        if len(found) < 2**k:
+        try:
+            found = fractions.best(k, r).coded
+        except ValueError:  # only the full grid reaches it
+            continue
+        if not any(np.array_equal(found * -found[0], rows) for _, rows in options):
             options.append((f"fractional: {{resolution: {r}}}", found * -found[0]))
     if k <= FULL_MAX:
         options.append(("design: full", np.array(list(itertools.product((-1.0, 1.0), repeat=k)))))
@@ -269,28 +290,35 @@ def completions(plan: DesignPlan, variants: list[str]) -> list[tuple[str, int, S
 
 
 def _two_level(sweep: SweepSource, k: int, how: Fractional | Screening) -> np.ndarray:
-    """pyDOE's design for k two-level factors (cells x k, -1/+1); a SpecError where it would be the full grid."""
-    import pydoe
-
+    """The design for k two-level factors (cells x k, -1/+1): the best fraction for the budget
+    (`ablate.planning.fractions`), or pyDOE's Plackett-Burman; a SpecError where it would be the full grid."""
     at: Loc = ("design", "fractional" if isinstance(how, Fractional) else "screening")
-    try:
-        coded = pydoe.fracfact_by_res(k, how.resolution) if isinstance(how, Fractional) else pydoe.pbdesign(k)
-    except ValueError as e:
-        raise SpecError([sweep.problem(at, f"no design for {k} two-level axes: {e}")]) from None
+    if isinstance(how, Fractional):
+        try:
+            coded = fractions.best(k, how.resolution, how.cells).coded
+        except ValueError as e:
+            raise SpecError([sweep.problem((*at, "cells" if how.cells else "resolution"), str(e))]) from None
+    else:
+        import pydoe  # scipy.stats with it: about a second of import that a fraction or no design never needs
+
+        try:
+            coded = pydoe.pbdesign(k)
+        except ValueError as e:
+            raise SpecError([sweep.problem(at, f"no design for {k} two-level axes: {e}")]) from None
     if k < 2 or len(np.unique(coded, axis=0)) >= 2**k:
-        what = f"resolution {how.resolution}" if isinstance(how, Fractional) else "screening"
-        raise SpecError([sweep.problem(at, f"{what} with {k} two-level ax{'is' if k == 1 else 'es'} is reached only "
+        raise SpecError([sweep.problem(at, f"screening with {k} two-level ax{'is' if k == 1 else 'es'} is reached only "
                                        f"by the full grid ({2**k} cells): use `design: full`")])  # fmt: skip
     if isinstance(how, Fractional) and how.foldover:
-        coded = pydoe.fold(coded)
+        coded = np.vstack([coded, -coded])  # the mirror image
     return np.asarray(coded, dtype=float)
 
 
 def _title(how: Fractional | Screening, k: int, cells: int) -> str:
     if isinstance(how, Fractional):
-        p = k - round(math.log2(cells))
+        base = round(math.log2(cells)) - how.foldover
+        best = ", minimum aberration" if fractions.catalogued(k, base) else ""
         fold = ", folded over" if how.foldover else ""
-        return f"fractional factorial 2^({k}-{p}){fold}"
+        return f"fractional factorial 2^({k}-{k - base}){best}{fold}"
     return f"Plackett-Burman screening, {k} axes in {cells} cells"
 
 

@@ -1,7 +1,8 @@
 """A sweep's `design:`: which cells of its grid run (`ablate.planning.designs` chooses them).
 
     design: full                                  # every cell (the default)
-    design: {fractional: {resolution: 4}}         # the smallest regular two-level fraction of that resolution
+    design: {fractional: {resolution: 4}}         # the best two-level fraction of the fewest cells reaching IV
+    design: {fractional: {cells: 16}}             # the best two-level fraction of 16 cells
     design: {one-at-a-time: {from: full}}         # a reference cell and each axis switched alone away from it
     design: {screening: plackett-burman}          # main effects of many two-level switches
 
@@ -13,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, PositiveInt, model_validator
 
 from ablate.components import Strict
 
@@ -28,11 +29,16 @@ class Crossed(Strict):
 
 
 class Fractional(Crossed):
-    """A regular two-level fractional factorial over the grid's axes (pyDOE's `fracfact_by_res`)."""
+    """A regular two-level fractional factorial over the grid's axes: the minimum-aberration design for the budget
+    (`ablate.planning.fractions`). Neither `resolution` nor `cells` given: at least resolution 4."""
 
-    resolution: Literal[3, 4, 5] = 4
-    """3: main effects clear of each other (confounded with two-factor interactions); 4: main effects clear of
-    two-factor interactions too (those confounded in pairs); 5: two-factor interactions clear of each other."""
+    resolution: Literal[3, 4, 5] | None = None
+    """At least this resolution: among the fewest cells that reach it, the highest resolution, and among those the
+    design of minimum aberration. 3: main effects clear of each other (confounded with two-factor interactions);
+    4: main effects clear of two-factor interactions too (those confounded with each other); 5: two-factor
+    interactions clear of each other. With `cells`, the resolution the design of that size must reach."""
+    cells: PositiveInt | None = None
+    """The best design of this many cells (a power of two): its highest resolution, then minimum aberration."""
     foldover: bool = False
     """Add the fraction's mirror image (every switch reversed): a resolution 3 fraction becomes 4."""
 

@@ -49,9 +49,13 @@ def test_the_half_fraction_of_four_switches_is_the_textbooks_resolution_iv(tmp_p
     half = planned(tmp_path, {"fractional": {"resolution": 4}}, baseline=OFF)
     assert half.design is not None
     lines = half.design.lines(2)
-    assert lines[0].startswith("design: fractional factorial 2^(4-1), resolution IV; 8 of the full grid's 16 cells")
-    assert "defining relation: I = tau x mu x kappa_priv x bounded" in lines[1]
-    assert "tau x mu = kappa_priv x bounded" in lines[3]
+    assert lines[0].startswith(
+        "design: fractional factorial 2^(4-1), minimum aberration, resolution IV; 8 of the full grid's 16 cells"
+    )
+    buys = "main effects clear of two-factor interactions, which are confounded with each other"
+    assert lines[1] == f"  resolution IV at 8 cells: {buys}"
+    assert "defining relation: I = +tau x mu x kappa_priv x bounded" in lines[2]
+    assert "tau x mu = kappa_priv x bounded" in lines[4]
     s = half.design.structure()
     assert s.resolution == 4 and len(s.confounded) == 3 and not s.lost
     for variant, levels in half.design.runs.items():  # the cells: an even number of switches on (I = +ABCD)
@@ -112,7 +116,7 @@ def test_known_alias_structures() -> None:
     """2^(6-2) resolution IV (BHH table 6.14: I = ABCE = ABDF = CDEF); the 12-cell Plackett-Burman, whose
     two-factor interactions load +-1/3 on the main effects they leave out (partial aliasing)."""
     s = structure(pydoe.fracfact_by_res(6, 4), list("ABCDEF"))
-    assert s.words_text() == "I = A x B x C x E = A x B x D x F = C x D x E x F" and s.resolution == 4
+    assert s.words_text() == "I = +A x B x C x E = +A x B x D x F = +C x D x E x F" and s.resolution == 4
     assert "A x B = C x E = D x F" in s.confounded
     pb = structure(pydoe.pbdesign(11), [f"x{i}" for i in range(11)])
     assert [len(t) for t in pb.model] == [1] * 11 and pb.resolution is None and not pb.words_text()
@@ -131,7 +135,9 @@ def test_ablate_plan_prints_what_the_design_can_tell(tmp_path: Path) -> None:
     assert "confounded (up to two-factor interactions): tau x mu = kappa_priv x bounded" in result.output
     dry = CliRunner().invoke(app, ["launch", str(path), "--dry-run", "--db", f"sqlite:///{tmp_path / 'none.sqlite'}"])
     assert dry.exit_code == 0, dry.output
-    assert "design: fractional factorial 2^(4-1), resolution IV; 8 of the full grid's 16 cells" in dry.output
+    assert (
+        "design: fractional factorial 2^(4-1), minimum aberration, resolution IV; 8 of the full grid's 16" in dry.output
+    )
 
 
 def test_plan_json_gives_each_sweeps_design_as_the_text_says_it(tmp_path: Path) -> None:
@@ -154,7 +160,8 @@ def test_plan_json_gives_each_sweeps_design_as_the_text_says_it(tmp_path: Path) 
     }
     text = CliRunner().invoke(app, ["plan", str(shipped), "cpu-csan-half", "--no-costs"]).output
     assert f"{d['title']}, resolution IV; 8 of the full grid's 16 cells (16 of 32 trials)" in text
-    assert "defining relation: I = " + " x ".join(d["defining_relation"][0]) in text
+    assert d["defining_relation_signs"] == [1]
+    assert "defining relation: I = +" + " x ".join(d["defining_relation"][0]) in text
     assert "estimable: " + ", ".join(" x ".join(t) for t in d["estimable"]) + "\n" in text
     assert "confounded (up to two-factor interactions): " + "; ".join(a["text"] for a in d["aliases"]) in text
     keys = [t.key for name in ("cpu-csan-half", "cpu") for t in plan(shipped, name).trials]
