@@ -4,9 +4,11 @@ The grid's axis groups (a grid axis, or a linked group whose rows move together)
 axes listed under `crossed` stay whole, and the design is repeated at each of their values. A fractional or
 screening design takes its cells from pyDOE (`fracfact_by_res`, `pbdesign`), with each factor's columns
 signed so that its first cell is the reference (the baseline's level of every factor, else the first listed
-level): the baseline is always one of the cells. A one-at-a-time design takes a reference cell and moves each
-factor alone to each of its other values. The cells are cells of the full grid, so their trial keys are the
-full grid's: completing a design later (a fold-over, a higher resolution, `full`) trains only what it lacks.
+level): the baseline is always one of the cells. A screen keeps the Plackett-Burman columns its switches leave
+unused (`ablate.planning.screens`): the dummy contrasts its analysis reads the error from. A one-at-a-time
+design takes a reference cell and moves each factor alone to each of its other values. The cells are cells of
+the full grid, so their trial keys are the full grid's: completing a design later (a fold-over, a higher
+resolution, `full`) trains only what it lacks.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import numpy as np
 
 from ablate.errors import SpecError
 from ablate.evidence.aliasing import Structure, Term, structure
+from ablate.planning import screens
 from ablate.spec.design import Design, Fractional, OneAtATime, Screening
 from ablate.spec.paths import get_path, matches
 from ablate.spec.sweeps import SweepSource
@@ -57,6 +60,9 @@ class DesignPlan:
     """Variant -> each factor's level (an index into its `levels`; 0 is the reference)."""
     strata: dict[str, str] = field(default_factory=dict)
     """Variant -> the crossed axes' values in words ('' without crossed axes): each stratum is analysed alone."""
+    screen: list[list[int]] = field(default_factory=list)
+    """A screen's rows over all its Plackett-Burman columns (`ablate.planning.screens`): the factors' levels, then
+    the unused columns' (the dummy contrasts); empty for other designs."""
 
     @property
     def two_level(self) -> bool:
@@ -71,7 +77,8 @@ class DesignPlan:
         flip = self.runs[variant]
         factors = [Factor(f.name, f.levels[::-1]) if swap else f for f, swap in zip(self.factors, flip)]
         runs = {v: [level ^ swap for level, swap in zip(levels, flip)] for v, levels in self.runs.items()}
-        return replace(self, factors=factors, runs=runs)
+        screen = [[level ^ swap for level, swap in zip(row, flip)] + row[len(flip) :] for row in self.screen]
+        return replace(self, factors=factors, runs=runs, screen=screen)
 
     def coded(self, variants: list[str]) -> np.ndarray:
         """The variants' cells coded -1 (reference) / +1, as `ablate.evidence.aliasing` reads them."""
@@ -82,7 +89,17 @@ class DesignPlan:
         if variants is None:
             first = next(iter(self.strata.values()), "")
             variants = [v for v, s in self.strata.items() if s == first]
-        return structure(self.coded(variants), short([f.name for f in self.factors]))
+        return structure(self.coded(variants), short([f.name for f in self.factors]), self.kind != "screening")
+
+    def dummies(self, variants: list[str]) -> np.ndarray | None:
+        """A screen's dummy contrasts over the cells of `variants` (cells x unused columns, -1/+1); None unless the
+        variants are the whole screen (one stratum's every cell), as orthogonal contrasts need."""
+        k = len(self.factors)
+        rows = {tuple(row[:k]): row[k:] for row in self.screen}
+        found = [rows.get(tuple(self.runs[v])) for v in variants]
+        if not self.screen or len(variants) != len(self.screen) or any(r is None for r in found):
+            return None
+        return np.array([[2 * level - 1 for level in r] for r in found if r is not None], dtype=float)
 
     def lines(self, seeds: int) -> list[str]:
         """What `ablate plan` prints of the design: its size against the full grid's, and what it can tell."""
@@ -102,9 +119,24 @@ class DesignPlan:
         if s.words:
             out.append(f"  defining relation: {s.words_text()}")
         out.append(f"  estimable: {', '.join(s.name(t) for t in s.model)}")
+        if self.kind == "screening":
+            return out + self._screen_lines(s)
         if s.confounded:
             out.append(f"  confounded (up to two-factor interactions): {'; '.join(s.confounded)}")
         return out
+
+    def _screen_lines(self, s: Structure) -> list[str]:
+        """A screen's model, error and aliasing in words (`ablate.planning.screens`)."""
+        spare = len(self.screen[0]) - len(self.factors) if self.screen else 0
+        out = [f"  a screen fits main effects only; {spare} unused column{'' if spare == 1 else 's'} of the "
+               f"{len(self.screen) or len(self.runs)}-cell Plackett-Burman design {'is a' if spare == 1 else 'are'} "
+               "dummy contrast" + ("" if spare == 1 else "s") + " that estimate the error (with one seed, in Lenth's "
+               f"pseudo standard error over {len(self.factors) + spare} contrasts)"]  # fmt: skip
+        if s.regular:
+            return out + ([f"  confounded (up to two-factor interactions): {'; '.join(s.confounded)}"]
+                          if s.confounded else [])  # fmt: skip
+        return out + [f"  partly confounded: each two-factor interaction loads {screens.loadings_text(s)} on main "
+                      "effects of the switches outside it (partial aliasing, taken as negligible)"]  # fmt: skip
 
     def record(self, seeds: int) -> dict[str, Any]:
         """What `lines` says, as data (`ablate plan --format json`), from the same `Structure`: a term is the list
@@ -128,6 +160,7 @@ class DesignPlan:
                 "resolution": s.resolution if s else None,
                 "defining_relation": ([term(w) for w in s.words] if s.regular else []) if s else None,
                 "estimable": [term(t) for t in s.model] if s else None,
+                "dummy_contrasts": len(self.screen[0]) - len(self.factors) if self.screen else 0,
                 "aliases": aliases(s) if s else None}  # fmt: skip
 
     def add(self, variant: str, levels: list[int], stratum: str, resolved: dict[str, Any]) -> None:
@@ -205,7 +238,7 @@ def choose(sweep: SweepSource, groups: list[list[Cell]], design: Design) -> Chos
             strata.append(stratum)
     factors = [Factor(names[g], [_words(groups[g][r]) for r in lay.order[i]]) for i, g in enumerate(varied)]
     full = math.prod(len(g) for g in groups)
-    plan = DesignPlan(kind, lay.title, factors, [names[g] for g in crossed], full)
+    plan = DesignPlan(kind, lay.title, factors, [names[g] for g in crossed], full, screen=lay.screen)
     return Chosen(cells, chosen_levels, strata, plan)
 
 
@@ -219,6 +252,8 @@ class Layout:
     levels: list[list[int]]
     order: list[list[int]]
     title: str
+    screen: list[list[int]] = field(default_factory=list)
+    """A screen's rows over all its columns, 0/1 (`DesignPlan.screen`)."""
 
 
 def _one_at_a_time(sweep: SweepSource, groups: list[list[Cell]], varied: list[int], how: OneAtATime) -> Layout:
@@ -235,12 +270,15 @@ def _one_at_a_time(sweep: SweepSource, groups: list[list[Cell]], varied: list[in
 def _fraction(sweep: SweepSource, groups: list[list[Cell]], varied: list[int], how: Fractional | Screening) -> Layout:
     """pyDOE's two-level design over the varied groups, signed so that its first cell is the reference."""
     ref = _reference(sweep, groups, varied, None)
-    coded = _two_level(sweep, len(varied), how)
+    k = len(varied)
+    coded = _two_level(sweep, k, how)
     coded = coded * -coded[0]  # the first cell is the reference: every factor at its reference level
-    levels = [[int(x > 0) for x in row] for row in sorted(coded.tolist())]
+    every = [[int(x > 0) for x in row] for row in sorted(coded.tolist())]
+    levels = [row[:k] for row in every]
     order = [[ref.get(g, 0), 1 - ref.get(g, 0)] for g in varied]
     rows = [[order[i][lv] for i, lv in enumerate(row)] for row in levels]
-    return Layout(ref, rows, levels, order, _title(how, len(varied), len(levels)))
+    screen = every if isinstance(how, Screening) else []
+    return Layout(ref, rows, levels, order, _title(how, k, len(levels)), screen)
 
 
 def completions(plan: DesignPlan, variants: list[str]) -> list[tuple[str, int, Structure]]:
@@ -269,15 +307,16 @@ def completions(plan: DesignPlan, variants: list[str]) -> list[tuple[str, int, S
 
 
 def _two_level(sweep: SweepSource, k: int, how: Fractional | Screening) -> np.ndarray:
-    """pyDOE's design for k two-level factors (cells x k, -1/+1); a SpecError where it would be the full grid."""
+    """pyDOE's design for k two-level factors (cells x k, -1/+1; a screen's with its dummy columns after them,
+    `ablate.planning.screens`); a SpecError where it would be the full grid."""
     import pydoe
 
     at: Loc = ("design", "fractional" if isinstance(how, Fractional) else "screening")
     try:
-        coded = pydoe.fracfact_by_res(k, how.resolution) if isinstance(how, Fractional) else pydoe.pbdesign(k)
+        coded = pydoe.fracfact_by_res(k, how.resolution) if isinstance(how, Fractional) else screens.plackett_burman(k)
     except ValueError as e:
         raise SpecError([sweep.problem(at, f"no design for {k} two-level axes: {e}")]) from None
-    if k < 2 or len(np.unique(coded, axis=0)) >= 2**k:
+    if k < 2 or len(np.unique(coded[:, :k], axis=0)) >= 2**k:
         what = f"resolution {how.resolution}" if isinstance(how, Fractional) else "screening"
         raise SpecError([sweep.problem(at, f"{what} with {k} two-level ax{'is' if k == 1 else 'es'} is reached only "
                                        f"by the full grid ({2**k} cells): use `design: full`")])  # fmt: skip
