@@ -23,6 +23,7 @@ import numpy as np
 
 from ablate.errors import SpecError
 from ablate.evidence.aliasing import Structure, Term, structure
+from ablate.evidence.lenth import MIN_TERMS
 from ablate.planning import screens
 from ablate.spec.design import Design, Fractional, OneAtATime, Screening
 from ablate.spec.paths import get_path, matches
@@ -128,10 +129,18 @@ class DesignPlan:
     def _screen_lines(self, s: Structure) -> list[str]:
         """A screen's model, error and aliasing in words (`ablate.planning.screens`)."""
         spare = len(self.screen[0]) - len(self.factors) if self.screen else 0
-        out = [f"  a screen fits main effects only; {spare} unused column{'' if spare == 1 else 's'} of the "
-               f"{len(self.screen) or len(self.runs)}-cell Plackett-Burman design {'is a' if spare == 1 else 'are'} "
-               "dummy contrast" + ("" if spare == 1 else "s") + " that estimate the error (with one seed, in Lenth's "
-               f"pseudo standard error over {len(self.factors) + spare} contrasts)"]  # fmt: skip
+        size, k = len(self.screen) or len(self.runs), len(self.factors)
+        unused = (f"{spare} unused columns of the {size}-cell Plackett-Burman design are dummy contrasts that "
+                  "estimate" if spare > 1 else f"the {size}-cell Plackett-Burman design's unused column is a dummy "
+                  "contrast that estimates")  # fmt: skip
+        if size - 1 < MIN_TERMS:
+            out = [f"  a screen fits main effects only; with one seed its {size - 1} contrasts are too few for Lenth's "
+                   f"test (it needs {MIN_TERMS}): no test"]  # fmt: skip
+        else:
+            out = [f"  a screen fits main effects only; {unused} the error (with one seed, in Lenth's pseudo "
+                   f"standard error over {k + spare} contrasts)" if spare else f"  a screen fits main effects only; "
+                   f"the {size}-cell Plackett-Burman design has no unused column (with one seed, Lenth's pseudo "
+                   f"standard error reads the noise off the {k} main effects)"]  # fmt: skip
         if s.regular:
             return out + ([f"  confounded (up to two-factor interactions): {'; '.join(s.confounded)}"]
                           if s.confounded else [])  # fmt: skip

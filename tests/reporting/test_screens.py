@@ -212,3 +212,28 @@ def test_a_one_seed_screen_read_from_another_baseline_keeps_its_dummy_contrasts(
     sign = np.where(p.design.runs[moved], -1.0, 1.0)
     assert eff["effect"].to_numpy() == pytest.approx(sign * planned_eff["effect"].to_numpy(), abs=1e-9)
     assert eff["p"].to_numpy() == pytest.approx(planned_eff["p"].to_numpy(), abs=1e-12)
+
+
+@pytest.mark.parametrize("k", [3, 5, 7, 8])
+def test_what_the_plan_says_of_a_one_seed_screens_error_is_what_its_report_tests_with(tmp_path, store, k) -> None:
+    """At every size: the contrasts the plan names (the switches' and the dummies') are those Lenth's test reads,
+    each p as an independent Lenth's test over them gives; too few for the test (4 cells), no test."""
+    grid = _grid(k)
+    p = planned(tmp_path, store, "screen", {"screening": "plackett-burman"}, seeds=1, grid=grid, pair=0.0)
+    assert p.design is not None
+    line = next(x for x in p.design.lines(1) if "a screen fits main effects only" in x)
+    eff = designed.effects(frames.load(store, "screen"), p.design)
+    if "too few for Lenth's test" in line:
+        assert not (eff["test"] == stats.LENTH).any() and eff["p"].isna().all()
+        return
+    said = re.search(r"over (\d+) contrasts|off the (\d+) main effects", line)
+    assert said is not None
+    m = int(said.group(1) or said.group(2))
+    full = screens.plackett_burman(k)
+    full = full * -full[0]
+    rows = {tuple(row[:k]): row for row in full.tolist()}
+    cols = np.array([rows[tuple(r)] for r in p.design.coded(p.variants).tolist()])
+    contrasts = cols.T @ means(store, "screen", p.variants) / (len(cols) / 2)
+    found = lenth.test(contrasts, np.ones(len(contrasts)))
+    assert found is not None and m == len(contrasts) == len(cols) - 1
+    assert eff["p"].to_numpy() == pytest.approx(found.p[:k], abs=1e-12)
