@@ -237,3 +237,24 @@ def test_what_the_plan_says_of_a_one_seed_screens_error_is_what_its_report_tests
     found = lenth.test(contrasts, np.ones(len(contrasts)))
     assert found is not None and m == len(contrasts) == len(cols) - 1
     assert eff["p"].to_numpy() == pytest.approx(found.p[:k], abs=1e-12)
+
+
+def test_a_crossed_screen_reads_each_strata_error_off_its_own_dummy_contrasts(tmp_path, store) -> None:
+    """`crossed: [train.weight_decay]` runs the 12-cell screen at each value: each stratum is tested by Lenth's test
+    over its own 11 contrasts."""
+    grid = {**SWITCHES, "train.weight_decay": [0.0, 0.05]}
+    design = {"screening": {"crossed": ["train.weight_decay"]}}
+    p = planned(tmp_path, store, "screen", design, seeds=1, grid=grid, pair=0.0)
+    assert p.design is not None and len(p.variants) == 24
+    eff = designed.effects(frames.load(store, "screen"), p.design)
+    assert len(eff) == 16 and set(eff["test"]) == {stats.LENTH}
+    full = screens.plackett_burman(8)
+    full = full * -full[0]
+    rows = {tuple(row[:8]): row for row in full.tolist()}
+    for stratum in dict.fromkeys(p.design.strata.values()):
+        cells = [v for v in p.variants if p.design.strata[v] == stratum]
+        cols = np.array([rows[tuple(r)] for r in p.design.coded(cells).tolist()])
+        found = lenth.test(cols.T @ means(store, "screen", cells) / 6, np.ones(11))
+        assert found is not None
+        got = eff[eff["factor"].str.endswith(f"({stratum})")]
+        assert got["p"].to_numpy() == pytest.approx(found.p[:8], abs=1e-12), stratum
