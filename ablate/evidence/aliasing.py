@@ -91,8 +91,11 @@ def candidates(k: int) -> list[Term]:
     return [(i,) for i in range(k)] + list(itertools.combinations(range(k), 2))
 
 
-def structure(coded: np.ndarray, names: list[str]) -> Structure:
-    """The terms `coded` (cells x switches, -1/+1) estimates and confounds (module docstring)."""
+def structure(coded: np.ndarray, names: list[str], interactions: bool = True) -> Structure:
+    """The terms `coded` (cells x switches, -1/+1) estimates and confounds (module docstring). Without
+    `interactions` (a screen) the model is the main effects alone, and each two-factor interaction is named
+    with its loading on every main effect it leans on: a screen never spends its spare columns on interactions
+    picked by column order."""
     coded = np.unique(np.asarray(coded, dtype=float), axis=0)
     k = coded.shape[1]
     out = Structure(list(names), [])
@@ -101,7 +104,7 @@ def structure(coded: np.ndarray, names: list[str]) -> Structure:
     for term in candidates(k):
         col = columns(coded, term)
         coef, *_ = np.linalg.lstsq(basis, col, rcond=None)
-        if np.linalg.norm(col - basis @ coef) > TOL * np.sqrt(len(col)):
+        if (interactions or len(term) == 1) and np.linalg.norm(col - basis @ coef) > TOL * np.sqrt(len(col)):
             kept.append(term)
             basis = np.column_stack([basis, col])
             continue

@@ -5,9 +5,11 @@ axes listed under `crossed` stay whole, and the design is repeated at each of th
 takes its cells from the minimum-aberration catalogue (`ablate.planning.fractions`: the best design for the budget),
 a screening design from pyDOE's `pbdesign`, each with its factors' columns
 signed so that its first cell is the reference (the baseline's level of every factor, else the first listed
-level): the baseline is always one of the cells. A one-at-a-time design takes a reference cell and moves each
-factor alone to each of its other values. The cells are cells of the full grid, so their trial keys are the
-full grid's: completing a design later (a fold-over, a higher resolution, `full`) trains only what it lacks.
+level): the baseline is always one of the cells. A screen keeps the Plackett-Burman columns its switches leave
+unused (`ablate.planning.screens`): the dummy contrasts its analysis reads the error from. A one-at-a-time
+design takes a reference cell and moves each factor alone to each of its other values. The cells are cells of
+the full grid, so their trial keys are the full grid's: completing a design later (a fold-over, a higher
+resolution, `full`) trains only what it lacks.
 """
 
 from __future__ import annotations
@@ -22,7 +24,8 @@ import numpy as np
 
 from ablate.errors import SpecError
 from ablate.evidence.aliasing import Structure, Term, structure
-from ablate.planning import fractions
+from ablate.evidence.lenth import MIN_TERMS
+from ablate.planning import fractions, screens
 from ablate.planning.fractions import ROMAN
 from ablate.spec.design import Design, Fractional, OneAtATime, Screening
 from ablate.spec.paths import get_path, matches
@@ -62,6 +65,9 @@ class DesignPlan:
     asked: int | None = None
     """The resolution a fractional design was asked for (`resolution:`, at least that), where it chose the size
     (not beside `cells:`, nor folded over: the fold doubles the cells and raises III to IV)."""
+    screen: list[list[int]] = field(default_factory=list)
+    """A screen's rows over all its Plackett-Burman columns (`ablate.planning.screens`): the factors' levels, then
+    the unused columns' (the dummy contrasts); empty for other designs."""
 
     @property
     def two_level(self) -> bool:
@@ -76,7 +82,8 @@ class DesignPlan:
         flip = self.runs[variant]
         factors = [Factor(f.name, f.levels[::-1]) if swap else f for f, swap in zip(self.factors, flip)]
         runs = {v: [level ^ swap for level, swap in zip(levels, flip)] for v, levels in self.runs.items()}
-        return replace(self, factors=factors, runs=runs)
+        screen = [[level ^ swap for level, swap in zip(row, flip)] + row[len(flip) :] for row in self.screen]
+        return replace(self, factors=factors, runs=runs, screen=screen)
 
     def coded(self, variants: list[str]) -> np.ndarray:
         """The variants' cells coded -1 (reference) / +1, as `ablate.evidence.aliasing` reads them."""
@@ -87,7 +94,17 @@ class DesignPlan:
         if variants is None:
             first = next(iter(self.strata.values()), "")
             variants = [v for v, s in self.strata.items() if s == first]
-        return structure(self.coded(variants), short([f.name for f in self.factors]))
+        return structure(self.coded(variants), short([f.name for f in self.factors]), self.kind != "screening")
+
+    def dummies(self, variants: list[str]) -> np.ndarray | None:
+        """A screen's dummy contrasts over the cells of `variants` (cells x unused columns, -1/+1); None unless the
+        variants are the whole screen (one stratum's every cell), as orthogonal contrasts need."""
+        k = len(self.factors)
+        rows = {tuple(row[:k]): row[k:] for row in self.screen}
+        found = [rows.get(tuple(self.runs[v])) for v in variants]
+        if not self.screen or len(variants) != len(self.screen) or any(r is None for r in found):
+            return None
+        return np.array([[2 * level - 1 for level in r] for r in found if r is not None], dtype=float)
 
     def lines(self, seeds: int) -> list[str]:
         """What `ablate plan` prints of the design: its size against the full grid's, and what it can tell."""
@@ -109,6 +126,8 @@ class DesignPlan:
         if s.words:
             out.append(f"  defining relation: {s.words_text()}")
         out.append(f"  estimable: {', '.join(s.name(t) for t in s.model)}")
+        if self.kind == "screening":
+            return out + self._screen_lines(s)
         if s.confounded:
             out.append(f"  confounded (up to two-factor interactions): {'; '.join(s.confounded)}")
         return out
@@ -120,6 +139,27 @@ class DesignPlan:
         if self.asked is not None and resolution > self.asked:
             reached += f"; you asked for {ROMAN[self.asked]}, the fewest cells that reach it reach {ROMAN[resolution]}"
         return f"{reached}: {fractions.buys(resolution)}"
+
+    def _screen_lines(self, s: Structure) -> list[str]:
+        """A screen's model, error and aliasing in words (`ablate.planning.screens`)."""
+        spare = len(self.screen[0]) - len(self.factors) if self.screen else 0
+        size, k = len(self.screen) or len(self.runs), len(self.factors)
+        unused = (f"{spare} unused columns of the {size}-cell Plackett-Burman design are dummy contrasts that "
+                  "estimate" if spare > 1 else f"the {size}-cell Plackett-Burman design's unused column is a dummy "
+                  "contrast that estimates")  # fmt: skip
+        if size - 1 < MIN_TERMS:
+            out = [f"  a screen fits main effects only; with one seed its {size - 1} contrasts are too few for Lenth's "
+                   f"test (it needs {MIN_TERMS}): no test"]  # fmt: skip
+        else:
+            out = [f"  a screen fits main effects only; {unused} the error (with one seed, in Lenth's pseudo "
+                   f"standard error over {k + spare} contrasts)" if spare else f"  a screen fits main effects only; "
+                   f"the {size}-cell Plackett-Burman design has no unused column (with one seed, Lenth's pseudo "
+                   f"standard error reads the noise off the {k} main effects)"]  # fmt: skip
+        if s.regular:
+            return out + ([f"  confounded (up to two-factor interactions): {'; '.join(s.confounded)}"]
+                          if s.confounded else [])  # fmt: skip
+        return out + [f"  partly confounded: each two-factor interaction loads {screens.loadings_text(s)} on main "
+                      "effects of the switches outside it (partial aliasing, taken as negligible)"]  # fmt: skip
 
     def record(self, seeds: int) -> dict[str, Any]:
         """What `lines` says, as data (`ablate plan --format json`), from the same `Structure`: a term is the list
@@ -144,6 +184,7 @@ class DesignPlan:
                 "defining_relation": ([term(w) for w in s.words] if s.regular else []) if s else None,
                 "defining_relation_signs": (s.signs if s.regular else []) if s else None,
                 "estimable": [term(t) for t in s.model] if s else None,
+                "dummy_contrasts": len(self.screen[0]) - len(self.factors) if self.screen else 0,
                 "aliases": aliases(s) if s else None}  # fmt: skip
 
     def add(self, variant: str, levels: list[int], stratum: str, resolved: dict[str, Any]) -> None:
@@ -223,7 +264,7 @@ def choose(sweep: SweepSource, groups: list[list[Cell]], design: Design) -> Chos
     full = math.prod(len(g) for g in groups)
     chose = isinstance(how, Fractional) and how.cells is None and not how.foldover  # resolution chose the size
     asked = how.resolution if chose and isinstance(how, Fractional) else None
-    plan = DesignPlan(kind, lay.title, factors, [names[g] for g in crossed], full, asked=asked)
+    plan = DesignPlan(kind, lay.title, factors, [names[g] for g in crossed], full, asked=asked, screen=lay.screen)
     return Chosen(cells, chosen_levels, strata, plan)
 
 
@@ -237,6 +278,8 @@ class Layout:
     levels: list[list[int]]
     order: list[list[int]]
     title: str
+    screen: list[list[int]] = field(default_factory=list)
+    """A screen's rows over all its columns, 0/1 (`DesignPlan.screen`)."""
 
 
 def _one_at_a_time(sweep: SweepSource, groups: list[list[Cell]], varied: list[int], how: OneAtATime) -> Layout:
@@ -253,12 +296,15 @@ def _one_at_a_time(sweep: SweepSource, groups: list[list[Cell]], varied: list[in
 def _fraction(sweep: SweepSource, groups: list[list[Cell]], varied: list[int], how: Fractional | Screening) -> Layout:
     """pyDOE's two-level design over the varied groups, signed so that its first cell is the reference."""
     ref = _reference(sweep, groups, varied, None)
-    coded = _two_level(sweep, len(varied), how)
+    k = len(varied)
+    coded = _two_level(sweep, k, how)
     coded = coded * -coded[0]  # the first cell is the reference: every factor at its reference level
-    levels = [[int(x > 0) for x in row] for row in sorted(coded.tolist())]
+    every = [[int(x > 0) for x in row] for row in sorted(coded.tolist())]
+    levels = [row[:k] for row in every]
     order = [[ref.get(g, 0), 1 - ref.get(g, 0)] for g in varied]
     rows = [[order[i][lv] for i, lv in enumerate(row)] for row in levels]
-    return Layout(ref, rows, levels, order, _title(how, len(varied), len(levels)))
+    screen = every if isinstance(how, Screening) else []
+    return Layout(ref, rows, levels, order, _title(how, k, len(levels)), screen)
 
 
 def completions(plan: DesignPlan, variants: list[str]) -> list[tuple[str, int, Structure]]:
@@ -291,7 +337,8 @@ def completions(plan: DesignPlan, variants: list[str]) -> list[tuple[str, int, S
 
 def _two_level(sweep: SweepSource, k: int, how: Fractional | Screening) -> np.ndarray:
     """The design for k two-level factors (cells x k, -1/+1): the best fraction for the budget
-    (`ablate.planning.fractions`), or pyDOE's Plackett-Burman; a SpecError where it would be the full grid."""
+    (`ablate.planning.fractions`), or pyDOE's Plackett-Burman with its dummy columns after the factors'
+    (`ablate.planning.screens`); a SpecError where it would be the full grid."""
     at: Loc = ("design", "fractional" if isinstance(how, Fractional) else "screening")
     if isinstance(how, Fractional):
         try:
@@ -299,13 +346,11 @@ def _two_level(sweep: SweepSource, k: int, how: Fractional | Screening) -> np.nd
         except ValueError as e:
             raise SpecError([sweep.problem((*at, "cells" if how.cells else "resolution"), str(e))]) from None
     else:
-        import pydoe  # scipy.stats with it: about a second of import that a fraction or no design never needs
-
         try:
-            coded = pydoe.pbdesign(k)
+            coded = screens.plackett_burman(k)
         except ValueError as e:
             raise SpecError([sweep.problem(at, f"no design for {k} two-level axes: {e}")]) from None
-    if k < 2 or len(np.unique(coded, axis=0)) >= 2**k:
+    if k < 2 or len(np.unique(coded[:, :k], axis=0)) >= 2**k:
         raise SpecError([sweep.problem(at, f"screening with {k} two-level ax{'is' if k == 1 else 'es'} is reached only "
                                        f"by the full grid ({2**k} cells): use `design: full`")])  # fmt: skip
     if isinstance(how, Fractional) and how.foldover:

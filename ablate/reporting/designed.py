@@ -11,6 +11,10 @@ reference), a two-factor interaction 4 b (the effect of one factor at the other'
 reference), the full grid's contrasts. Every row names what it is confounded with, and the Findings say which
 design would tell the confounded terms apart. Crossed axes (`crossed:`) split the cells into strata, each fitted alone.
 
+A screen (Plackett-Burman) fits main effects only; with one seed its unused columns, dummy contrasts
+(`ablate.planning.screens`), join the main effects in Lenth's pseudo standard error: only the main effects are
+reported and adjusted, the dummies only measure the noise.
+
 A one-at-a-time design: each cell's difference to the reference (the sweep's baseline, so the variant
 table's paired comparisons), in a paper's ablation layout: the axis moved, from what to what, the change.
 """
@@ -21,12 +25,19 @@ import numpy as np
 import pandas as pd
 
 from ablate.evidence.aliasing import Structure, columns
+from ablate.planning import screens
 from ablate.planning.designs import DesignPlan, completions, short
+from ablate.planning.fractions import ROMAN
 from ablate.reporting import frames, stats
-from ablate.reporting.effects import COLUMNS, PAIRED
+from ablate.reporting.effects import COLUMNS, LENTH_PSE, PAIRED
 from ablate.reporting.frames import SweepData
 from ablate.reporting.render import Table
-from ablate.reporting.tables import ci, digits, na_words, num, pvalue
+from ablate.reporting.tables import EFFECT_HEADER, ci, digits, na_words, num, pvalue
+
+MAX_SAID = 6
+"""Main effects whose three-factor aliases a caption lists (the effects CSV's `aliases` lists every one)."""
+UNTESTED = "cell means, no test"
+"""The `method` of an unreplicated design's rows that Lenth's test could not read."""
 
 
 def effects(data: SweepData, plan: DesignPlan, correction: str = "holm") -> pd.DataFrame:
@@ -52,9 +63,12 @@ def _fit(data: SweepData, plan: DesignPlan, cells: pd.DataFrame, stratum: str) -
     complete = cells.columns[cells.notna().all(axis=0)]
     out = pd.DataFrame({"term": ["main" if len(t) == 1 else "interaction" for t in s.model]})
     given = f" ({stratum})" if stratum else ""
-    out["factor"] = [s.chain(t) + given for t in s.model]
+    partial = plan.kind == "screening" and not s.regular  # a chain of every partial loading would fill the row
+    out["factor"] = [(s.name(t) if partial else s.chain(t)) + given for t in s.model]
     out["contrast"] = [_contrast(plan, t) for t in s.model]
-    out["aliases"] = ["; ".join(s.name(a) for a, _ in s.aliases.get(t, [])) for t in s.model]
+    out["aliases"] = ["; ".join([*(s.name(a) + (f" ({w:+.2g})" if partial else "") for a, w in s.aliases.get(t, [])),
+                                 *(f"{x} (three-factor, assumed zero)" for x in _threes(s, t))])
+                      for t in s.model]  # fmt: skip
     if len(complete) >= 2:
         per = np.linalg.lstsq(x, cells[complete].to_numpy(), rcond=None)[0][1:] * scale
         est = stats.paired(per, design=data.design, effect=False)
@@ -63,13 +77,17 @@ def _fit(data: SweepData, plan: DesignPlan, cells: pd.DataFrame, stratum: str) -
         out["effect"], out["n"], out["df"], out["sd"] = est["mean"], len(complete), len(complete) - 1, est["std"]
     else:
         out["sd"] = np.nan
+        dummies = plan.dummies(list(cells.index))
+        if dummies is not None:  # a whole screen: its dummy contrasts, on the main effects' scale, measure the noise
+            x, scale = np.column_stack([x, dummies]), np.vstack([scale, np.full((dummies.shape[1], 1), 2.0)])
         weights = np.linalg.pinv(x)[1:] * scale
-        out["effect"] = weights @ cells.mean(axis=1).to_numpy()
-        est = stats.unreplicated(out["effect"], weights, cells.notna().sum(axis=1).to_numpy(), data.design.unit)
+        every = weights @ cells.mean(axis=1).to_numpy()
+        est = stats.unreplicated(every, weights, cells.notna().sum(axis=1).to_numpy(), data.design.unit)
+        out["effect"] = every[: len(s.model)]
         for col in ("lo", "hi", "p", "test", "why"):
-            out[col] = est[col]
+            out[col] = est[col].to_numpy()[: len(s.model)]
         out["n"], out["df"] = len(complete), 0
-    out["method"] = PAIRED
+    out["method"] = PAIRED if len(complete) >= 2 else np.where(out["test"] == stats.LENTH, LENTH_PSE, UNTESTED)
     return out
 
 
@@ -87,17 +105,60 @@ def table(eff: pd.DataFrame, plan: DesignPlan, data: SweepData, correction: str 
              pvalue(r["p"]), pvalue(r["p_adj"]), str(r["n"])] for _, r in eff.iterrows()]  # fmt: skip
     s = plan.structure()
     relation = f" Defining relation {s.words_text()}." if s.words else ""
-    caption = (f"{plan.title.capitalize()}: {len(plan.runs)} of the full grid's {plan.full} cells.{relation} "
-               "Least-squares fit of the main effects and the two-factor interactions the cells tell apart, per "
-               "complete replicate; 95% interval and p from the paired test over replicates (n)"
-               f"{stats.LENTH_WORDS if (eff['test'] == stats.LENTH).any() else ''}. A term written a = b is their "
+    lenth = (eff["test"] == stats.LENTH).any()
+    model = _screened(s) if plan.kind == "screening" else "the two-factor interactions the cells tell apart"
+    caption = (f"{plan.title[:1].upper()}{plan.title[1:]}: {len(plan.runs)} of the full grid's {plan.full} cells."
+               f"{relation}{_assumed(s)} Least-squares fit of the main effects and {model}, per complete replicate; "
+               "95% interval and p from the paired test over replicates (n)"
+               f"{stats.LENTH_WORDS if lenth else ''}.{_dummy_words(plan, data) if lenth else ''} "
+               "A term written a = b is their "
                "sum: the design cannot tell them apart; interactions of three or more axes are taken as negligible. "
                f"Main effect = mean {data.metric} at the level minus at the reference (the baseline's); "
                "interaction = effect of the first factor at the second's level minus at its reference. "
                f"{stats.family(int(eff['p_adj'].notna().sum()), correction, 'terms')}."
                + na_words([row[3] for row in rows], "replicate"))  # fmt: skip
-    header = ["term (= confounded with)", "contrast", "effect", "95% CI", "p", "p adj.", "n"]
+    header = ["term (= confounded with)", "contrast", EFFECT_HEADER, "95% CI", "p", "p adj.", "n"]
     return Table(caption, header, rows, left=2)
+
+
+def _threes(s: Structure, term: tuple[int, ...]) -> list[str]:
+    """The three-factor interactions a main effect of a resolution IV fraction is confounded with (each word of
+    four switches through it, less the switch): the fit takes them as zero."""
+    if s.resolution != 4 or len(term) != 1:
+        return []
+    return [s.name(tuple(j for j in w if j != term[0])) for w in s.words if len(w) == 4 and term[0] in w]
+
+
+def _assumed(s: Structure) -> str:
+    """The warning the main effects of a resolution IV fraction carry, in one sentence of the caption."""
+    said = [f"{s.name(t)} with {' and '.join(x)}" for t in s.model if (x := _threes(s, t))]
+    if not said:
+        return ""
+    more = f"; and {len(said) - MAX_SAID} more" if len(said) > MAX_SAID else ""
+    return (f" Resolution {ROMAN[4]}: main effects are confounded with three-factor interactions "
+            f"({'; '.join(said[:MAX_SAID])}{more}), assumed zero: where one is not, that main effect is wrong (a "
+            "fold-over or resolution V tells them apart).")  # fmt: skip
+
+
+def _screened(s: Structure) -> str:
+    """What a screen's fit leaves out, in the caption's words (`ablate.planning.screens`)."""
+    partial = (f": each two-factor interaction loads {screens.loadings_text(s)} on the main effects outside it, "
+               "taken as negligible") if not s.regular and s.aliases else ""  # fmt: skip
+    return f"nothing else (a screen estimates no interaction{partial})"
+
+
+def _dummy_words(plan: DesignPlan, data: SweepData) -> str:
+    """The caption's sentence on a screen's dummy contrasts, where Lenth's test read them: every stratum's cells
+    all measured (`DesignPlan.dummies`); '' otherwise."""
+    spare = len(plan.screen[0]) - len(plan.factors) if plan.screen else 0
+    measured = frames.replicates(data).reindex(list(plan.runs)).dropna(how="all").index
+    strata = [[v for v in measured if plan.strata[v] == x] for x in dict.fromkeys(plan.strata.values())]
+    if not spare or any(plan.dummies(cells) is None for cells in strata):
+        return ""
+    k = len(plan.factors)
+    return (f" The screen's {spare} unused column{'' if spare == 1 else 's'} (dummy contrasts: noise where "
+            f"interactions are negligible) join{'s' if spare == 1 else ''} its {k} main effects in Lenth's pseudo "
+            f"standard error ({k + spare} contrasts); only the main effects are reported and adjusted.")  # fmt: skip
 
 
 def ablation(table_: pd.DataFrame, plan: DesignPlan, data: SweepData) -> Table | str:
@@ -138,12 +199,24 @@ def unseparated(plan: DesignPlan, data: SweepData) -> str | None:
     s = plan.structure([v for v in measured if plan.strata[v] == plan.strata[measured[0]]])
     if not s.confounded:
         return None
-    text = f"Confounded by the design: {'; '.join(s.confounded)}"
+    text = f"Confounded by the design: {_chains(plan, s)}"
     found = [(w, n, x) for w, n, x in completions(plan, list(measured)) if _fewer(x, s)]
     if not found:
         return text + "."
     words, added, _ = found[0]
     return f"{text}. `{words}` adds {added} cells per stratum and tells more of them apart."
+
+
+def _chains(plan: DesignPlan, s: Structure) -> str:
+    """The design's chains in words; a screen's partial aliasing (a chain of every interaction, each with its
+    loading, per main effect) summed up instead."""
+    if plan.kind != "screening" or s.regular:
+        return "; ".join(s.confounded)
+    most = max(len(chain) for chain in s.aliases.values())
+    return (
+        f"each main effect carries {screens.loadings_text(s)} of up to {most} two-factor interactions of the "
+        "other switches (partial aliasing)"
+    )
 
 
 def _fewer(x: Structure, s: Structure) -> bool:

@@ -46,6 +46,8 @@ from ablate.reporting.frames import NA, SweepData, axis_cells, replicates
 MAX_FACTORS = 12
 PAIRED = "paired over replicates"
 POOLED = "cell means, pooled variance"
+LENTH_PSE = "cell means, Lenth's PSE"
+"""The `method` of a row Lenth's test read (one value per cell): the effects CSV says which test stands behind p."""
 
 
 @dataclass
@@ -258,7 +260,7 @@ def _estimate(f: Factorial) -> pd.DataFrame:
             est = stats.unreplicated(out["effect"], weights, count.reshape(-1), unit)
             for col in ("lo", "hi", "p", "test", "why"):
                 out[col] = est[col]
-    out["method"] = f.method
+    out["method"] = np.where(out["test"] == stats.LENTH, LENTH_PSE, f.method)
     return out
 
 

@@ -13,7 +13,7 @@ from ablate.config import REPLICATES
 from ablate.evidence.verdict import Verdict, decide
 from ablate.planning import steptime, units
 from ablate.reporting import frames, published, stats
-from ablate.reporting.effects import PAIRED, Factorial
+from ablate.reporting.effects import LENTH_PSE, PAIRED, Factorial
 from ablate.reporting.frames import SweepData
 from ablate.reporting.render import Table
 from ablate.store import divergence
@@ -326,7 +326,12 @@ def effects(eff: pd.DataFrame, f: Factorial, data: SweepData, correction: str = 
                f"{how}. "
                f"{stats.family(int(eff['p_adj'].notna().sum()), correction, 'terms')}. {noise_floor(data)}"
                + na_words([row[4] for row in rows], "replicate"))  # fmt: skip
-    return Table(caption, ["term", "factor", "contrast", "effect", "95% CI", "p", "p adj.", "n"], rows, left=3)
+    return Table(caption, ["term", "factor", "contrast", EFFECT_HEADER, "95% CI", "p", "p adj.", "n"], rows, left=3)
+
+
+EFFECT_HEADER = "effect (A x B: A's effect at B minus at B's reference, twice the textbook's AB)"
+"""The effects column's header: it states the interaction's scale, the difference of conditional effects, which is
+twice Box, Hunter & Hunter's interaction effect (their AB is half that difference)."""
 
 
 PAIRED_TESTS = {stats.T_TEST: "paired t-test", stats.CORRECTED: "corrected resampled t over the folds",
@@ -343,10 +348,12 @@ def _how(method: str, design: stats.Design, tests: pd.Series) -> str:
         return (f"per complete replicate (every cell has the seed/fold); 95% interval and {' or '.join(used)} p "
                 "over replicates; n = replicates")  # fmt: skip
     unit = "repeat means (folds averaged)" if design.folds is not None else "trials"
+    if method == LENTH_PSE:
+        return ("on cell means, one value per cell: 95% interval and p from Lenth's test (the terms' pseudo standard "
+                f"error, which assumes most terms are null; two-level factors only); n = {unit}")  # fmt: skip
     return ("on cell means, as fewer than two (or fewer than half) of the replicates are complete in every "
-            f"cell; 95% t interval and p from the pooled within-cell variance (unpaired) of the {unit}, or with "
-            "one value per cell from Lenth's test (the terms' pseudo standard error, which assumes most terms are "
-            f"null; two-level factors only); n = {unit}")  # fmt: skip
+            f"cell; 95% t interval and p from the pooled within-cell variance (unpaired) of the {unit}; "
+            f"n = {unit}")  # fmt: skip
 
 
 def noise_floor(data: SweepData) -> str:

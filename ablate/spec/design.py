@@ -56,8 +56,9 @@ class Screening(Crossed):
     """A screening design for many two-level switches: main effects only, in few cells."""
 
     method: Literal["plackett-burman"] = "plackett-burman"
-    """Plackett-Burman (pyDOE's `pbdesign`): n switches in the multiple of 4 above n cells; each main effect is
-    partly confounded with two-factor interactions of the other switches."""
+    """Plackett-Burman (pyDOE's `pbdesign`): n switches in the multiple of 4 above n cells, main effects only; the
+    unused columns are dummy contrasts that measure the error, and each main effect is partly confounded with
+    two-factor interactions of the other switches (`ablate.planning.screens`)."""
 
 
 class Design(Strict):
