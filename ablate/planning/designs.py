@@ -21,7 +21,8 @@ import numpy as np
 
 from ablate.errors import SpecError
 from ablate.evidence.aliasing import Structure, Term, structure
-from ablate.spec.design import Design, Fractional, OneAtATime, Screening
+from ablate.planning import followup
+from ablate.spec.design import Design, FollowUp, Fractional, OneAtATime, Screening
 from ablate.spec.paths import get_path, matches
 from ablate.spec.sweeps import SweepSource
 from ablate.spec.yaml_doc import Loc
@@ -29,8 +30,6 @@ from ablate.spec.yaml_doc import Loc
 Cell = tuple[tuple[str, Any, Loc], ...]
 """A grid cell, or one row of an axis group: (dotted path, value, where in the sweep's YAML) per axis."""
 ROMAN = {3: "III", 4: "IV", 5: "V"}
-FULL_MAX = 12
-"""Two-level axes up to which the Findings weigh the full grid as a way to separate what a design confounds."""
 
 
 @dataclass
@@ -57,6 +56,8 @@ class DesignPlan:
     """Variant -> each factor's level (an index into its `levels`; 0 is the reference)."""
     strata: dict[str, str] = field(default_factory=dict)
     """Variant -> the crossed axes' values in words ('' without crossed axes): each stratum is analysed alone."""
+    followed: int = 0
+    """Follow-ups the design has (`design.follow-up`): where there are some, the next is added to their list."""
 
     @property
     def two_level(self) -> bool:
@@ -192,7 +193,7 @@ def choose(sweep: SweepSource, groups: list[list[Cell]], design: Design) -> Chos
     lay = (
         _one_at_a_time(sweep, groups, varied, how)
         if isinstance(how, OneAtATime)
-        else _fraction(sweep, groups, varied, how)
+        else _fraction(sweep, groups, varied, how, design.follow_up)
     )
     fixed = {g: lay.ref.get(g, 0) for g in range(len(groups)) if g not in varied and g not in crossed}
     cells, chosen_levels, strata = [], [], []
@@ -205,7 +206,7 @@ def choose(sweep: SweepSource, groups: list[list[Cell]], design: Design) -> Chos
             strata.append(stratum)
     factors = [Factor(names[g], [_words(groups[g][r]) for r in lay.order[i]]) for i, g in enumerate(varied)]
     full = math.prod(len(g) for g in groups)
-    plan = DesignPlan(kind, lay.title, factors, [names[g] for g in crossed], full)
+    plan = DesignPlan(kind, lay.title, factors, [names[g] for g in crossed], full, followed=len(design.follow_up))
     return Chosen(cells, chosen_levels, strata, plan)
 
 
@@ -232,40 +233,41 @@ def _one_at_a_time(sweep: SweepSource, groups: list[list[Cell]], varied: list[in
     return Layout(ref, rows, levels, order, title)
 
 
-def _fraction(sweep: SweepSource, groups: list[list[Cell]], varied: list[int], how: Fractional | Screening) -> Layout:
-    """pyDOE's two-level design over the varied groups, signed so that its first cell is the reference."""
+def _fraction(
+    sweep: SweepSource,
+    groups: list[list[Cell]],
+    varied: list[int],
+    how: Fractional | Screening,
+    follows: list[FollowUp],
+) -> Layout:
+    """pyDOE's two-level design over the varied groups, signed so that its first cell is the reference, with the
+    cells of its follow-ups (`ablate.planning.followup`)."""
     ref = _reference(sweep, groups, varied, None)
-    coded = _two_level(sweep, len(varied), how)
-    coded = coded * -coded[0]  # the first cell is the reference: every factor at its reference level
+
+    def signed(how: Fractional | Screening) -> np.ndarray:
+        coded = _two_level(sweep, len(varied), how)
+        return np.asarray(
+            coded * -coded[0], dtype=float
+        )  # the first cell is the reference: every factor at its reference level
+
+    coded = signed(how)
+    title = _title(how, len(varied), len(coded))
+    for i, follow in enumerate(follows):
+        coded, more = followup.extend(sweep, coded, follow, i, [_name(groups[g]) for g in varied], signed)
+        title += more
     levels = [[int(x > 0) for x in row] for row in sorted(coded.tolist())]
     order = [[ref.get(g, 0), 1 - ref.get(g, 0)] for g in varied]
     rows = [[order[i][lv] for i, lv in enumerate(row)] for row in levels]
-    return Layout(ref, rows, levels, order, _title(how, len(varied), len(levels)))
+    return Layout(ref, rows, levels, order, title)
 
 
-def completions(plan: DesignPlan, variants: list[str]) -> list[tuple[str, int, Structure]]:
-    """Two-level designs that would tell apart more than the cells of `variants` do, smallest first: the
-    fold-over, higher resolutions, the full grid; each as (its `design:` in words, cells it adds, what it can
-    tell). A fold-over contains the cells it folds, a higher resolution's cells need not contain them."""
+def fractions(k: int) -> dict[int, np.ndarray]:
+    """The fractions of resolution IV and V of k two-level factors smaller than the full grid, each signed so that
+    the reference (all -1) is a cell: the Findings weigh adding their cells (`ablate.planning.followup.options`)."""
     import pydoe  # scipy.stats with it: about a second of import that a sweep without a design never needs
 
-    coded = plan.coded(variants)
-    k = coded.shape[1]
-    ran = {tuple(row) for row in coded.tolist()}
-    names = short([f.name for f in plan.factors])
-    options: list[tuple[str, np.ndarray]] = [("foldover: true", np.vstack([coded, -coded]))]
-    for r in (4, 5):
-        found = pydoe.fracfact_by_res(k, r)
-        if len(found) < 2**k:
-            options.append((f"fractional: {{resolution: {r}}}", found * -found[0]))
-    if k <= FULL_MAX:
-        options.append(("design: full", np.array(list(itertools.product((-1.0, 1.0), repeat=k)))))
-    out = []
-    for words, rows in options:
-        added = len({tuple(row) for row in rows.tolist()} - ran)
-        if added:
-            out.append((words, added, structure(rows, names)))
-    return out
+    found = {r: pydoe.fracfact_by_res(k, r) for r in (4, 5)}
+    return {r: np.asarray(rows * -rows[0], dtype=float) for r, rows in found.items() if len(rows) < 2**k}
 
 
 def _two_level(sweep: SweepSource, k: int, how: Fractional | Screening) -> np.ndarray:
