@@ -154,13 +154,18 @@ def unseparated(plan: DesignPlan, data: SweepData, eff: pd.DataFrame | None = No
     if unclear:
         chains = "; ".join(" = ".join([s.name(t), *said]) for t, said in unclear.items())
         one = len(unclear) == 1
-        head = f"{' and '.join(s.name(t) for t in unclear)} {'is' if one else 'are'} active and confounded ({chains})"
+        head = (
+            f"{' and '.join(s.name(t) for t in unclear)} {'is' if one else 'are'} decided and confounded "
+            f"({chains}), so which term of {'its chain' if one else 'each chain'} is active the design cannot tell"
+        )
         order = 2 if any(followup.confounded(coded, t, names, 2) for t in unclear) else 3
-        clears = [o for o in found if not any(followup.confounded(o.coded, t, names, order) for t in unclear)]
+        left = {id(o): sum(bool(followup.confounded(o.coded, t, names, order)) for t in unclear) for o in found}
+        clears = [o for o in found if not left[id(o)]]
         if not clears:
             return f"{text}{head}: no follow-up of up to {FULL_MAX} switches separates {'it' if one else 'them'}."
-        o = clears[0]
-        of = "every two-factor interaction" if order == 2 else "every interaction of up to three switches"
+        wider = {id(o): sum(bool(followup.confounded(o.coded, t, names)) for t in unclear) for o in clears}
+        o = min(clears, key=lambda o: (o.added, wider[id(o)]))  # of as many cells, the one clearing 3fis too
+        of = "every two-factor interaction" if wider[id(o)] else "every interaction of up to three switches"
         return (f"{text}{head}: {_edit(o, plan)} ({o.added} more cells per stratum, the only ones a launch trains; the "
                 f"report then reads all {len(o.coded)} as one design, where {'it is' if one else 'they are'} clear "
                 f"of {of}).")  # fmt: skip

@@ -78,7 +78,7 @@ def named(line: str, followed: int) -> dict | None:
 
 def active(line: str) -> list[str]:
     """The terms the Findings line calls active and confounded."""
-    said = re.search(r"([^.:]+?) (?:is|are) active and confounded", line)
+    said = re.search(r"([^.:]+?) (?:is|are) decided and confounded", line)
     return said[1].strip().split(" and ") if said else []
 
 
@@ -146,7 +146,7 @@ def test_no_effect_is_called_active_where_none_was_decided(tmp_path, store) -> N
     first = planned(tmp_path, 5, {"fractional": {"resolution": 3}})
     fill(store, first, scores(5, {}, {}))
     line = confounded_line(store, tmp_path)
-    assert "Confounded by the design: " in line and "active" not in line
+    assert "Confounded by the design: " in line and "decided and confounded" not in line
 
 
 def test_a_fold_over_on_a_switch_clears_it_of_every_interaction_and_keeps_the_designs_cells(tmp_path) -> None:
