@@ -245,10 +245,9 @@ def _fraction(
     ref = _reference(sweep, groups, varied, None)
 
     def signed(how: Fractional | Screening) -> np.ndarray:
+        """The first cell is the reference: every factor at its reference level."""
         coded = _two_level(sweep, len(varied), how)
-        return np.asarray(
-            coded * -coded[0], dtype=float
-        )  # the first cell is the reference: every factor at its reference level
+        return np.asarray(coded * -coded[0], dtype=float)
 
     coded = signed(how)
     title = _title(how, len(varied), len(coded))

@@ -31,6 +31,8 @@ from ablate.spec.yaml_doc import Loc
 
 FULL = "full"
 """The edit that runs the full grid (every follow-up's limit)."""
+FULL_MAX = 12
+"""Two-level axes up to which the full grid is weighed as a follow-up."""
 
 
 def extend(
@@ -115,16 +117,43 @@ class Option:
 
 def options(coded: np.ndarray, names: list[str], short: list[str], fractions: dict[int, np.ndarray]) -> list[Option]:
     """Every follow-up of the cells `coded`, fewest added cells first: the fold-over, the fold-over on each
-    factor, each other fraction of `fractions` (resolution -> its coded cells), the full grid; one adding no
-    cell is left out. `names` are the factors' axis paths (what the edit names), `short` as tables show them."""
+    factor, each other fraction of `fractions` (resolution -> its coded cells), the full grid (up to FULL_MAX
+    factors); one adding no cell is left out. `names` are the factors' axis paths (what the edit names), `short`
+    as tables show them."""
     k = coded.shape[1]
     found: list[tuple[str, np.ndarray]] = [("{foldover: all}", -coded)]
     found += [(f"{{foldover: [{names[j].split('+')[0]}]}}", fold(coded, [j])) for j in range(k)]
     found += [(f"{{fractional: {{resolution: {r}}}}}", rows) for r, rows in fractions.items()]
-    found.append((FULL, np.array(list(itertools.product((-1.0, 1.0), repeat=k)))))
+    if k <= FULL_MAX:
+        found.append((FULL, np.array(list(itertools.product((-1.0, 1.0), repeat=k)))))
     out = []
     for edit, more in found:
         rows = union(coded, more)
         if len(rows) > len(coded):
             out.append(Option(edit, len(rows) - len(coded), rows, structure(rows, short)))
     return sorted(out, key=lambda o: o.added)
+
+
+def clearing(found: list[Option], coded: np.ndarray, terms: list[Term], short: list[str]) -> tuple[Option, bool] | None:
+    """The option of `found` adding the fewest cells that leaves each of `terms` clear: of two-factor
+    interactions where one is confounded with one in `coded`, else of three-factor ones too; of as many cells,
+    the one that clears three-factor ones too. With whether it does; None where no option clears them."""
+    order = 2 if any(confounded(coded, t, short, 2) for t in terms) else 3
+    clears = [o for o in found if not any(confounded(o.coded, t, short, order) for t in terms)]
+    if not clears:
+        return None
+    wider = {id(o): any(confounded(o.coded, t, short) for t in terms) for o in clears}
+    best = min(clears, key=lambda o: (o.added, wider[id(o)]))
+    return best, not wider[id(best)]
+
+
+def lessening(found: list[Option], s: Structure) -> Option | None:
+    """The option of `found` adding the fewest cells that confounds less than `s` (fewer main effects confounded,
+    then fewer chains), the least confounding of as many cells; None where none does."""
+    better = [o for o in found if _confounds(o.structure) < _confounds(s)]
+    return min(better, key=lambda o: (o.added, *_confounds(o.structure))) if better else None
+
+
+def _confounds(s: Structure) -> tuple[int, int]:
+    """How much `s` confounds: main effects confounded, then chains."""
+    return sum(len(t) == 1 for t in s.aliases if t), len(s.confounded)

@@ -148,35 +148,27 @@ def unseparated(plan: DesignPlan, data: SweepData, eff: pd.DataFrame | None = No
     if not s.confounded and not unclear:
         return None
     text = f"Confounded by the design: {'; '.join(s.confounded)}. " if s.confounded else ""
-    k = len(plan.factors)
-    found = [o for o in followup.options(coded, [f.name for f in plan.factors], names, fractions(k))
-             if o.edit != followup.FULL or k <= FULL_MAX]  # fmt: skip
+    found = followup.options(coded, [f.name for f in plan.factors], names, fractions(len(plan.factors)))
     if unclear:
         chains = "; ".join(" = ".join([s.name(t), *said]) for t, said in unclear.items())
         one = len(unclear) == 1
-        head = (
-            f"{' and '.join(s.name(t) for t in unclear)} {'is' if one else 'are'} decided and confounded "
-            f"({chains}), so which term of {'its chain' if one else 'each chain'} is active the design cannot tell"
-        )
-        order = 2 if any(followup.confounded(coded, t, names, 2) for t in unclear) else 3
-        left = {id(o): sum(bool(followup.confounded(o.coded, t, names, order)) for t in unclear) for o in found}
-        clears = [o for o in found if not left[id(o)]]
-        if not clears:
-            return f"{text}{head}: no follow-up of up to {FULL_MAX} switches separates {'it' if one else 'them'}."
-        wider = {id(o): sum(bool(followup.confounded(o.coded, t, names)) for t in unclear) for o in clears}
-        o = min(clears, key=lambda o: (o.added, wider[id(o)]))  # of as many cells, the one clearing 3fis too
-        of = "every two-factor interaction" if wider[id(o)] else "every interaction of up to three switches"
+        head = (f"{' and '.join(s.name(t) for t in unclear)} {'is' if one else 'are'} decided and confounded "
+                f"({chains}), so which term of {'its chain' if one else 'each chain'} is active the design cannot "
+                "tell")  # fmt: skip
+        picked = followup.clearing(found, coded, list(unclear), names)
+        if picked is None:
+            k = len(plan.factors)  # above FULL_MAX: the full grid, which separates everything, is not weighed
+            return (f"{text}{head}: no fold-over or fraction weighed separates {'it' if one else 'them'}, the full "
+                    f"grid ({2**k} cells) would.")  # fmt: skip
+        o, wide = picked
+        of = "every interaction of up to three switches" if wide else "every two-factor interaction"
         return (f"{text}{head}: {_edit(o, plan)} ({o.added} more cells per stratum, the only ones a launch trains; the "
                 f"report then reads all {len(o.coded)} as one design, where {'it is' if one else 'they are'} clear "
                 f"of {of}).")  # fmt: skip
-    better = sorted((o for o in found if _fewer(o.structure, s)), key=lambda o: (o.added, *_confounds(o.structure)))
-    if not better:
+    less = followup.lessening(found, s)
+    if less is None:
         return text.rstrip()
-    return f"{text}To tell more of them apart, {_edit(better[0], plan)} ({better[0].added} more cells per stratum)."
-
-
-FULL_MAX = 12
-"""Two-level axes up to which the Findings weigh the full grid as a way to separate what a design confounds."""
+    return f"{text}To tell more of them apart, {_edit(less, plan)} ({less.added} more cells per stratum)."
 
 
 def _edit(o: followup.Option, plan: DesignPlan) -> str:
@@ -196,13 +188,3 @@ def _active(s: Structure, eff: pd.DataFrame | None, stratum: str) -> list[Term]:
     given = f" ({stratum})" if stratum else ""
     decided = set(eff.loc[eff["p_adj"] < evidence.ALPHA, "factor"])
     return [t for t in s.model if s.chain(t) + given in decided]
-
-
-def _confounds(s: Structure) -> tuple[int, int]:
-    """How much `s` confounds: main effects confounded, then chains."""
-    return sum(len(t) == 1 for t in s.aliases if t), len(s.confounded)
-
-
-def _fewer(x: Structure, s: Structure) -> bool:
-    """Whether `x` confounds less than `s`."""
-    return _confounds(x) < _confounds(s)
