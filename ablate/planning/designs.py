@@ -25,17 +25,15 @@ import numpy as np
 from ablate.errors import SpecError
 from ablate.evidence.aliasing import Structure, Term, structure
 from ablate.evidence.lenth import MIN_TERMS
-from ablate.planning import fractions, screens
+from ablate.planning import followup, fractions, screens
 from ablate.planning.fractions import ROMAN
-from ablate.spec.design import Design, Fractional, OneAtATime, Screening
+from ablate.spec.design import Design, FollowUp, Fractional, OneAtATime, Screening
 from ablate.spec.paths import get_path, matches
 from ablate.spec.sweeps import SweepSource
 from ablate.spec.yaml_doc import Loc
 
 Cell = tuple[tuple[str, Any, Loc], ...]
 """A grid cell, or one row of an axis group: (dotted path, value, where in the sweep's YAML) per axis."""
-FULL_MAX = 12
-"""Two-level axes up to which the Findings weigh the full grid as a way to separate what a design confounds."""
 
 
 @dataclass
@@ -68,6 +66,8 @@ class DesignPlan:
     screen: list[list[int]] = field(default_factory=list)
     """A screen's rows over all its Plackett-Burman columns (`ablate.planning.screens`): the factors' levels, then
     the unused columns' (the dummy contrasts); empty for other designs."""
+    followed: int = 0
+    """Follow-ups the design has (`design.follow-up`): where there are some, the next is added to their list."""
 
     @property
     def two_level(self) -> bool:
@@ -249,7 +249,7 @@ def choose(sweep: SweepSource, groups: list[list[Cell]], design: Design) -> Chos
     lay = (
         _one_at_a_time(sweep, groups, varied, how)
         if isinstance(how, OneAtATime)
-        else _fraction(sweep, groups, varied, how)
+        else _fraction(sweep, groups, varied, how, design.follow_up)
     )
     fixed = {g: lay.ref.get(g, 0) for g in range(len(groups)) if g not in varied and g not in crossed}
     cells, chosen_levels, strata = [], [], []
@@ -262,9 +262,18 @@ def choose(sweep: SweepSource, groups: list[list[Cell]], design: Design) -> Chos
             strata.append(stratum)
     factors = [Factor(names[g], [_words(groups[g][r]) for r in lay.order[i]]) for i, g in enumerate(varied)]
     full = math.prod(len(g) for g in groups)
-    chose = isinstance(how, Fractional) and how.cells is None and not how.foldover  # resolution chose the size
-    asked = how.resolution if chose and isinstance(how, Fractional) else None
-    plan = DesignPlan(kind, lay.title, factors, [names[g] for g in crossed], full, asked=asked, screen=lay.screen)
+    chose = isinstance(how, Fractional) and how.cells is None and not how.foldover and not design.follow_up
+    asked = how.resolution if chose and isinstance(how, Fractional) else None  # resolution alone chose the size
+    plan = DesignPlan(
+        kind,
+        lay.title,
+        factors,
+        [names[g] for g in crossed],
+        full,
+        asked=asked,
+        screen=lay.screen,
+        followed=len(design.follow_up),
+    )
     return Chosen(cells, chosen_levels, strata, plan)
 
 
@@ -293,45 +302,52 @@ def _one_at_a_time(sweep: SweepSource, groups: list[list[Cell]], varied: list[in
     return Layout(ref, rows, levels, order, title)
 
 
-def _fraction(sweep: SweepSource, groups: list[list[Cell]], varied: list[int], how: Fractional | Screening) -> Layout:
-    """pyDOE's two-level design over the varied groups, signed so that its first cell is the reference."""
+def _fraction(
+    sweep: SweepSource,
+    groups: list[list[Cell]],
+    varied: list[int],
+    how: Fractional | Screening,
+    follows: list[FollowUp],
+) -> Layout:
+    """pyDOE's two-level design over the varied groups, signed so that its first cell is the reference, with the
+    cells of its follow-ups (`ablate.planning.followup`)."""
     ref = _reference(sweep, groups, varied, None)
+
+    def signed(how: Fractional | Screening) -> np.ndarray:
+        """The first cell is the reference: every factor at its reference level."""
+        coded = _two_level(sweep, len(varied), how)
+        return np.asarray(coded * -coded[0], dtype=float)
+
     k = len(varied)
-    coded = _two_level(sweep, k, how)
-    coded = coded * -coded[0]  # the first cell is the reference: every factor at its reference level
+    coded = signed(how)
+    title = _title(how, k, len(coded))
+    if follows:  # a screen's dummy contrasts are read on its own cells only
+        coded = coded[:, :k]
+    for i, follow in enumerate(follows):
+        coded, more = followup.extend(sweep, coded, follow, i, [_name(groups[g]) for g in varied], signed)
+        title += more
     every = [[int(x > 0) for x in row] for row in sorted(coded.tolist())]
     levels = [row[:k] for row in every]
     order = [[ref.get(g, 0), 1 - ref.get(g, 0)] for g in varied]
     rows = [[order[i][lv] for i, lv in enumerate(row)] for row in levels]
-    screen = every if isinstance(how, Screening) else []
-    return Layout(ref, rows, levels, order, _title(how, k, len(levels)), screen)
+    screen = every if isinstance(how, Screening) and not follows else []
+    return Layout(ref, rows, levels, order, title, screen)
 
 
-def completions(plan: DesignPlan, variants: list[str]) -> list[tuple[str, int, Structure]]:
-    """Two-level designs that would tell apart more than the cells of `variants` do, smallest first: the
-    fold-over, higher resolutions, the full grid; each as (its `design:` in words, cells it adds, what it can
-    tell). A fold-over contains the cells it folds, a higher resolution's cells need not contain them; a
-    resolution whose best design is one already named (for 5 switches, IV and V are one 16-cell design) is
-    named once, at the lowest resolution that gets it."""
-    coded = plan.coded(variants)
-    k = coded.shape[1]
-    ran = {tuple(row) for row in coded.tolist()}
-    names = short([f.name for f in plan.factors])
-    options: list[tuple[str, np.ndarray]] = [("foldover: true", np.vstack([coded, -coded]))]
+def candidates(k: int) -> dict[int, np.ndarray]:
+    """The best fractions of resolution IV and V of k two-level factors smaller than the full grid (the catalogue's,
+    `ablate.planning.fractions`), each signed so that the reference (all -1) is a cell, and each design once, at the
+    lowest resolution that gets it (for 5 switches IV and V are one 16-cell design): the Findings weigh adding their
+    cells (`ablate.planning.followup.options`)."""
+    out: dict[int, np.ndarray] = {}
     for r in (4, 5):
         try:
-            found = fractions.best(k, r).coded
+            rows = fractions.best(k, r).coded
         except ValueError:  # only the full grid reaches it
             continue
-        if not any(np.array_equal(found * -found[0], rows) for _, rows in options):
-            options.append((f"fractional: {{resolution: {r}}}", found * -found[0]))
-    if k <= FULL_MAX:
-        options.append(("design: full", np.array(list(itertools.product((-1.0, 1.0), repeat=k)))))
-    out = []
-    for words, rows in options:
-        added = len({tuple(row) for row in rows.tolist()} - ran)
-        if added:
-            out.append((words, added, structure(rows, names)))
+        rows = np.asarray(rows * -rows[0], dtype=float)
+        if len(rows) < 2**k and not any(np.array_equal(rows, o) for o in out.values()):
+            out[r] = rows
     return out
 
 

@@ -141,7 +141,7 @@ def _write_sweep(
             parts.insert(1, Section("Best or tied", [ties.table(best, data, correction), *shown]))
         adaptive = seeding.verdicts(store, data)
         found = [*undertrained.findings(store, data, table), *findings.findings(data, table, fac, eff, won, adaptive)]
-        if chosen is not None and chosen.two_level and (words := designed.unseparated(chosen, data)) is not None:
+        if chosen is not None and chosen.two_level and (words := designed.unseparated(chosen, data, eff)) is not None:
             found.append(findings.Finding(findings.CONFOUNDED, words))
         parts.insert(0, Section("Findings", [findings.block(found)], latex=False))  # the verdict first
         written += write_pages(where, formats, title, meta, parts)

@@ -24,9 +24,10 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ablate.evidence.aliasing import Structure, columns
-from ablate.planning import screens
-from ablate.planning.designs import DesignPlan, completions, short
+from ablate import evidence
+from ablate.evidence.aliasing import Structure, Term, columns
+from ablate.planning import followup, screens
+from ablate.planning.designs import DesignPlan, candidates, short
 from ablate.planning.fractions import ROMAN
 from ablate.reporting import frames, stats
 from ablate.reporting.effects import COLUMNS, LENTH_PSE, PAIRED
@@ -191,20 +192,62 @@ def ablation(table_: pd.DataFrame, plan: DesignPlan, data: SweepData) -> Table |
     return Table(caption, ["moved", data.metric, "Δ", "95% CI", "p adj."], rows, left=1)
 
 
-def unseparated(plan: DesignPlan, data: SweepData) -> str | None:
-    """What the design could not tell apart, and the design that would (the Findings' line); None if nothing."""
+def unseparated(plan: DesignPlan, data: SweepData, eff: pd.DataFrame | None = None) -> str | None:
+    """What the design could not tell apart and the follow-up that would (the Findings' line; None if nothing):
+    where an effect `eff` decided is confounded, up to three-factor interactions, the follow-up adding the fewest
+    cells that clears every such effect (of two-factor interactions first, `ablate.planning.followup`), as the edit
+    to make; else the one that confounds less."""
     measured = frames.replicates(data).reindex(list(plan.runs)).dropna(how="all").index
     if len(measured) < 2:
         return None
-    s = plan.structure([v for v in measured if plan.strata[v] == plan.strata[measured[0]]])
-    if not s.confounded:
+    stratum = plan.strata[measured[0]]
+    variants = [v for v in measured if plan.strata[v] == stratum]
+    coded, s = plan.coded(variants), plan.structure(variants)  # a screen's: main effects only
+    names = short([f.name for f in plan.factors])
+    unclear = {t: said for t in _active(s, eff, stratum) if (said := followup.confounded(coded, t, names))}
+    if not s.confounded and not unclear:
         return None
-    text = f"Confounded by the design: {_chains(plan, s)}"
-    found = [(w, n, x) for w, n, x in completions(plan, list(measured)) if _fewer(x, s)]
-    if not found:
-        return text + "."
-    words, added, _ = found[0]
-    return f"{text}. `{words}` adds {added} cells per stratum and tells more of them apart."
+    text = f"Confounded by the design: {_chains(plan, s)}. " if s.confounded else ""
+    found = followup.options(coded, [f.name for f in plan.factors], names, candidates(len(plan.factors)))
+    if unclear:
+        chains = "; ".join(" = ".join([s.name(t), *said]) for t, said in unclear.items())
+        one = len(unclear) == 1
+        head = (f"{' and '.join(s.name(t) for t in unclear)} {'is' if one else 'are'} decided and confounded "
+                f"({chains}), so which term of {'its chain' if one else 'each chain'} is active the design cannot "
+                "tell")  # fmt: skip
+        picked = followup.clearing(found, coded, list(unclear), names)
+        if picked is None:
+            k = len(plan.factors)  # above FULL_MAX: the full grid, which separates everything, is not weighed
+            return (f"{text}{head}: no fold-over or fraction weighed separates {'it' if one else 'them'}, the full "
+                    f"grid ({2**k} cells) would.")  # fmt: skip
+        o, wide = picked
+        of = "every interaction of up to three switches" if wide else "every two-factor interaction"
+        return (f"{text}{head}: {_edit(o, plan)} ({o.added} more cells per stratum, the only ones a launch trains; the "
+                f"report then reads all {len(o.coded)} as one design, where {'it is' if one else 'they are'} clear "
+                f"of {of}).")  # fmt: skip
+    less = followup.lessening(found, s)
+    if less is None:
+        return text.rstrip()
+    return f"{text}To tell more of them apart, {_edit(less, plan)} ({less.added} more cells per stratum)."
+
+
+def _edit(o: followup.Option, plan: DesignPlan) -> str:
+    """The edit in words: `design: full` replaces the design; a follow-up is added under it, or to the list of
+    those it has."""
+    if o.edit == followup.FULL:
+        return "set `design: full`"
+    if plan.followed:
+        return f"add `{o.edit}` to the list of the sweep's `design.follow-up`"
+    return f"add `follow-up: {o.edit}` under the sweep's `design:`"
+
+
+def _active(s: Structure, eff: pd.DataFrame | None, stratum: str) -> list[Term]:
+    """The terms of `s` whose row of `eff` (of this stratum) its test decided."""
+    if eff is None:
+        return []
+    given = f" ({stratum})" if stratum else ""
+    decided = set(eff.loc[eff["p_adj"] < evidence.ALPHA, "factor"])
+    return [t for t in s.model if s.chain(t) + given in decided]
 
 
 def _chains(plan: DesignPlan, s: Structure) -> str:
@@ -217,9 +260,3 @@ def _chains(plan: DesignPlan, s: Structure) -> str:
         f"each main effect carries {screens.loadings_text(s)} of up to {most} two-factor interactions of the "
         "other switches (partial aliasing)"
     )
-
-
-def _fewer(x: Structure, s: Structure) -> bool:
-    """Whether `x` confounds less than `s`: fewer main effects confounded, then fewer chains."""
-    mains = sum(len(t) == 1 for t in x.aliases if t), sum(len(t) == 1 for t in s.aliases if t)
-    return (mains[0], len(x.confounded)) < (mains[1], len(s.confounded))

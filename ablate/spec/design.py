@@ -5,6 +5,7 @@
     design: {fractional: {cells: 16}}             # the best two-level fraction of 16 cells
     design: {one-at-a-time: {from: full}}         # a reference cell and each axis switched alone away from it
     design: {screening: plackett-burman}          # main effects of many two-level switches
+    design: {fractional: {resolution: 3}, follow-up: {foldover: [attention.kind]}}   # cells added after it ran
 
 Every design's cells are cells of the full grid, with the same trial keys: a design completed later (a
 fold-over, a higher resolution, `full`) trains only the cells it lacks.
@@ -14,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import Field, PositiveInt, model_validator
+from pydantic import Field, PositiveInt, field_validator, model_validator
 
 from ablate.components import Strict
 
@@ -61,12 +62,40 @@ class Screening(Crossed):
     two-factor interactions of the other switches (`ablate.planning.screens`)."""
 
 
+class FollowUp(Strict):
+    """Cells added to a fractional or screening design after it ran (`ablate.planning.followup`): one of its keys.
+    They are cells of the full grid, so a launch trains only those the design lacks, and the report reads the
+    design and its follow-up as one design."""
+
+    foldover: Literal["all"] | list[str] | None = None
+    """The design's mirror image: `all` reverses every switch (main effects clear of two-factor interactions);
+    a list of axes reverses those only (each clear of every interaction, its two-factor ones included)."""
+    fractional: Fractional | None = None
+    """Another fraction of the grid (a higher resolution), its cells added to the design's."""
+
+    @model_validator(mode="after")
+    def _one(self) -> FollowUp:
+        if (self.foldover is None) == (self.fractional is None):
+            raise ValueError("expected one of foldover (all, or a list of axes), fractional")
+        if isinstance(self.foldover, list) and not self.foldover:
+            raise ValueError("foldover: expected `all` or at least one axis")
+        return self
+
+
 class Design(Strict):
-    """The `design:` mapping: one of its keys."""
+    """The `design:` mapping: one of its keys, and a two-level design's `follow-up`."""
 
     fractional: Fractional | None = None
     one_at_a_time: OneAtATime | None = Field(None, alias="one-at-a-time")
     screening: Screening | None = None
+    follow_up: list[FollowUp] = Field([], alias="follow-up")
+    """Follow-ups, in the order they were added (one mapping is a list of one): each adds its cells to the
+    design's and the earlier follow-ups' (a fold-over folds all of them)."""
+
+    @field_validator("follow_up", mode="before")
+    @classmethod
+    def _listed(cls, value: Any) -> Any:
+        return [value] if isinstance(value, dict) else value
 
     @model_validator(mode="before")
     @classmethod
@@ -81,6 +110,9 @@ class Design(Strict):
         given = [k for k in ("fractional", "one-at-a-time", "screening") if self.chosen_of(k) is not None]
         if len(given) != 1:
             raise ValueError(f"expected one of fractional, one-at-a-time, screening (or `design: full`); got {given}")
+        if self.follow_up and self.one_at_a_time is not None:
+            raise ValueError("follow-up: adds cells to a fractional or screening design; a one-at-a-time design is "
+                             "followed up by `design: full` or a fraction")  # fmt: skip
         return self
 
     def chosen_of(self, kind: str) -> Fractional | OneAtATime | Screening | None:

@@ -119,13 +119,14 @@ class SweepSpec(Strict):
     @field_validator("design", mode="before")
     @classmethod
     def _design(cls, v: Any) -> Any:
-        """`full`, or a mapping with one design: said here, where the key path is the user's (the union's own
-        errors end in its tags)."""
+        """`full`, or a mapping with one design (and its `follow-up`): said here, where the key path is the user's
+        (the union's own errors end in its tags)."""
         kinds = ("fractional", "one-at-a-time", "screening")
         if isinstance(v, str) and v != "full":
             raise ValueError(f"expected `full` or a mapping with one of {', '.join(kinds)} (got {v!r})")
-        if isinstance(v, dict) and (len(v) != 1 or next(iter(v)) not in kinds):
-            raise ValueError(f"expected one of {', '.join(kinds)} (got {', '.join(map(str, v)) or 'none'})")
+        given = [k for k in v if k != "follow-up"] if isinstance(v, dict) else []
+        if isinstance(v, dict) and (len(given) != 1 or given[0] not in kinds):
+            raise ValueError(f"expected one of {', '.join(kinds)} (got {', '.join(map(str, given)) or 'none'})")
         return v
 
     @field_validator("seeds", mode="before", json_schema_input_type=list[int] | int | AdaptiveSeeds)

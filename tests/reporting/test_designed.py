@@ -104,7 +104,7 @@ def test_the_report_names_the_confounding_and_the_design_that_separates_it(tmp_p
     text = (tmp_path / "reports" / "quarter" / "report.md").read_text()
     findings = text.split("## Findings")[1].split("##")[0]
     assert "| confounded | Confounded by the design: tau x mu = kappa_priv x kappa_pub = bounded x stack" in findings
-    assert "`fractional: {resolution: 5}` adds" in findings
+    assert "To tell more of them apart, add `follow-up: {" in findings  # tests/reporting/test_followup.py: which
     effects_md = text.split("## Effects of each knob")[1]
     assert "Defining relation I = " in effects_md and "| tau x mu = " in effects_md
     csv = pd.read_csv(tmp_path / "reports" / "quarter" / "effects.csv")
