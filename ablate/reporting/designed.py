@@ -50,7 +50,7 @@ def _fit(data: SweepData, plan: DesignPlan, cells: pd.DataFrame, stratum: str) -
     x = np.column_stack([columns(coded, t) for t in [(), *s.model]])
     scale = np.array([2.0 ** len(t) for t in s.model])[:, None]
     complete = cells.columns[cells.notna().all(axis=0)]
-    out = pd.DataFrame({"term": ["main" if len(t) == 1 else "interaction" for t in s.model]})
+    out = pd.DataFrame({"term": ["main" if len(t) == 1 else "interaction" for t in s.model], "t": np.nan, "screen": ""})
     given = f" ({stratum})" if stratum else ""
     out["factor"] = [s.chain(t) + given for t in s.model]
     out["contrast"] = [_contrast(plan, t) for t in s.model]
@@ -65,8 +65,9 @@ def _fit(data: SweepData, plan: DesignPlan, cells: pd.DataFrame, stratum: str) -
         out["sd"] = np.nan
         weights = np.linalg.pinv(x)[1:] * scale
         out["effect"] = weights @ cells.mean(axis=1).to_numpy()
-        est = stats.unreplicated(out["effect"], weights, cells.notna().sum(axis=1).to_numpy(), data.design.unit)
-        for col in ("lo", "hi", "p", "test", "why"):
+        counts = cells.notna().sum(axis=1).to_numpy()
+        est = stats.unreplicated(out["effect"], weights, counts, data.design.unit, stratum or "every cell")
+        for col in ("lo", "hi", "p", "test", "why", "t", "screen"):
             out[col] = est[col]
         out["n"], out["df"] = len(complete), 0
     out["method"] = PAIRED
