@@ -146,10 +146,6 @@ def test_the_terms_past_me_are_those_whose_unadjusted_p_is_under_5_percent(tmp_p
     assert {"tau", "stack"} <= set(screen.beyond(lenth.LENTH, "sme"))
     c = eff["effect"] / np.where(eff["term"] == "main", 1.0, 2.0)  # an interaction (4 b) has twice a main's (2 b) SE
     assert np.allclose(screen.t, c / lenth.pse(c.to_numpy()))
-    text = halfnormal.words([screen], "val.top1")
-    for method in lenth.METHODS:
-        for margin in ("me", "sme"):
-            assert ", ".join(screen.beyond(method, margin)) in text
     report("quarter", store=store, out=tmp_path / "r", formats=["md"])
     assert (tmp_path / "r" / "quarter" / "halfnormal.png").exists()
 
@@ -160,3 +156,19 @@ def test_a_replicated_sweep_gets_no_half_normal_plot(tmp_path, store) -> None:
     report("rep", store=store, out=tmp_path / "r", formats=["md"])
     assert "Half-normal" not in (tmp_path / "r" / "rep" / "report.md").read_text()
     assert not (tmp_path / "r" / "rep" / "halfnormal.png").exists()
+
+
+def test_the_words_name_the_terms_past_each_margin_of_each_method() -> None:
+    """Scripted t's whose ME and SME sets differ, by Lenth's and by Dong's margins: each list is the one its
+    sentence claims."""
+    t = np.r_[9.0, -3.0, 2.6, np.linspace(-1.2, 1.2, 12)]
+    terms = [f"x{i}" for i in range(len(t))]
+    screen = halfnormal.Screen("", terms, t, 0.5, {m: lenth.margins(t, m) for m in lenth.METHODS})
+    lists = {(m, g): ", ".join(screen.beyond(m, g)) or "none" for m in lenth.METHODS for g in ("me", "sme")}
+    assert lists[lenth.LENTH, "me"] == "x0, x1, x2" and lists[lenth.LENTH, "sme"] == "x0"
+    assert lists[lenth.DONG, "me"] != lists[lenth.DONG, "sme"]
+    text = halfnormal.words([screen], "val.top1")
+    assert f"Past ME (active at the per-term 5% rate): {lists[lenth.LENTH, 'me']}; " in text
+    assert f"past SME (at the family's 5% rate): {lists[lenth.LENTH, 'sme']}. " in text
+    assert f"past ME: {lists[lenth.DONG, 'me']}; past SME: {lists[lenth.DONG, 'sme']}." in text
+    assert "(0.500 val.top1 for a main effect)" in text
