@@ -7,6 +7,7 @@ both from the simulated null of m terms): ME, past which a term is active at the
 unadjusted p: the same cut), and SME, past which it is active at the family's 5% rate (under no effect at all, no
 term of the m crosses it in 95% of designs). Dong's pseudo standard error is read beside Lenth's, with margins from
 its own simulated null: where the two name different terms, the verdict leans on which terms their trims kept.
+Box and Meyer's posterior probability of activity (`ablate.evidence.boxmeyer`) reads the same t's without a trim.
 """
 
 from __future__ import annotations
@@ -16,9 +17,12 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from ablate.evidence import lenth
+from ablate.evidence import boxmeyer, lenth
 from ablate.reporting.stats import LENTH
 from ablate.reporting.tables import num
+
+LIKELY = 0.5
+"""The posterior probability of activity past which the words name a term."""
 
 
 @dataclass(frozen=True)
@@ -33,6 +37,13 @@ class Screen:
     """Lenth's pseudo standard error of the family's first main effect, in the metric's units (NaN if none)."""
     margins: dict[str, lenth.Margins]
     """Per method (Lenth, Dong): the PSE relative to Lenth's, and the ME and SME on the t scale."""
+    active: np.ndarray
+    """Each term's Box-Meyer posterior probability of being active (`ablate.evidence.boxmeyer`)."""
+
+    def likely(self) -> list[str]:
+        """The terms more likely active than not by Box and Meyer's posterior, most likely first, with it."""
+        order = np.argsort(-self.active, kind="stable")
+        return [f"{self.terms[i]} ({self.active[i]:.2f})" for i in order if self.active[i] > LIKELY]
 
     def beyond(self, method: str, margin: str) -> list[str]:
         """The terms whose |t| passes the `margin` ("me" or "sme") of `method`, largest first."""
@@ -50,7 +61,7 @@ def screens(eff: pd.DataFrame) -> list[Screen]:
         mains = part[(part["term"] == "main") & (part["t"] != 0)]
         unit = float(mains["effect"].iloc[0] / mains["t"].iloc[0]) if len(mains) else np.nan
         found = {m: lenth.margins(t, m) for m in lenth.METHODS}
-        out.append(Screen(str(name), list(part["factor"]), t, unit, found))
+        out.append(Screen(str(name), list(part["factor"]), t, unit, found, boxmeyer.posterior(t)))
     return out
 
 
@@ -68,7 +79,9 @@ def words(found: list[Screen], metric: str) -> str:
             f"{_names(s.beyond(lenth.LENTH, 'me'))}; past SME (at the family's 5% rate): "
             f"{_names(s.beyond(lenth.LENTH, 'sme'))}. Dong's pseudo standard error is {dg.pse:.2f} times Lenth's; by "
             f"its own simulated margins, past ME: {_names(s.beyond(lenth.DONG, 'me'))}; past SME: "
-            f"{_names(s.beyond(lenth.DONG, 'sme'))}."
+            f"{_names(s.beyond(lenth.DONG, 'sme'))}. Box-Meyer posterior probability of being active (prior "
+            f"{boxmeyer.ALPHA:g} per term, an active term's spread {boxmeyer.K:g} times an inert one's), above "
+            f"{LIKELY:g}: {_names(s.likely())}."
         )
     lead = ("Half-normal (Daniel) plot: each term's |effect| over its pseudo standard error against the half-normal "
             "quantiles; inert terms lie near the line of slope 1, active ones stand above it. ")  # fmt: skip

@@ -10,10 +10,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 from conftest import TINY, write_sweeps
+from scipy import integrate
 from scipy import stats as sps
 from synthetic import fill
 
-from ablate.evidence import lenth
+from ablate.evidence import boxmeyer, lenth
 from ablate.planning.plan import plan
 from ablate.reporting import designed, effects, frames, halfnormal, report
 from ablate.reporting.stats import ALPHA
@@ -163,7 +164,8 @@ def test_the_words_name_the_terms_past_each_margin_of_each_method() -> None:
     sentence claims."""
     t = np.r_[9.0, -3.0, 2.6, np.linspace(-1.2, 1.2, 12)]
     terms = [f"x{i}" for i in range(len(t))]
-    screen = halfnormal.Screen("", terms, t, 0.5, {m: lenth.margins(t, m) for m in lenth.METHODS})
+    margins = {m: lenth.margins(t, m) for m in lenth.METHODS}
+    screen = halfnormal.Screen("", terms, t, 0.5, margins, boxmeyer.posterior(t))
     lists = {(m, g): ", ".join(screen.beyond(m, g)) or "none" for m in lenth.METHODS for g in ("me", "sme")}
     assert lists[lenth.LENTH, "me"] == "x0, x1, x2" and lists[lenth.LENTH, "sme"] == "x0"
     assert lists[lenth.DONG, "me"] != lists[lenth.DONG, "sme"]
@@ -172,3 +174,39 @@ def test_the_words_name_the_terms_past_each_margin_of_each_method() -> None:
     assert f"past SME (at the family's 5% rate): {lists[lenth.LENTH, 'sme']}. " in text
     assert f"past ME: {lists[lenth.DONG, 'me']}; past SME: {lists[lenth.DONG, 'sme']}." in text
     assert "(0.500 val.top1 for a main effect)" in text
+    likely = [f"{terms[i]} ({screen.active[i]:.2f})" for i in np.argsort(-screen.active) if screen.active[i] > 0.5]
+    assert f"above 0.5: {', '.join(likely)}." in text and 1 <= len(likely) < len(t)
+
+
+REACTOR = [61, 53, 63, 61, 53, 56, 54, 61, 69, 61, 94, 93, 66, 60, 95, 98, 56, 63, 70, 65, 59, 55, 67, 65, 44, 45, 78,
+           77, 49, 42, 81, 82]  # fmt: skip
+"""Box, Hunter & Hunter's reactor experiment (Statistics for Experimenters, 2nd ed., the 2^5 example that Box and
+Meyer's analysis is shown on): % reacted, standard order; factors 1 feed rate, 2 catalyst, 3 agitation,
+4 temperature, 5 concentration. Its published effects: 2 = 19.5, 4 = 10.75, 5 = -6.25, 24 = 13.25, 45 = -11.0,
+the rest within 2.5 of zero."""
+
+
+def test_box_meyer_finds_the_reactors_five_active_effects_as_quadrature_does() -> None:
+    """The 31 effects of the reactor data: the published five, and those five (only) more likely active than not;
+    each posterior equals an independent quadrature over sigma of the same model."""
+    signs = np.array(list(itertools.product([-1, 1], repeat=5)))[:, ::-1]
+    terms = [t for r in range(1, 6) for t in itertools.combinations(range(5), r)]
+    c = np.array([np.prod(signs[:, t], axis=1) @ np.array(REACTOR, dtype=float) / 16 for t in terms])
+    names = ["".join(str(i + 1) for i in t) for t in terms]
+    big = {n: v for n, v in zip(names, c) if abs(v) > 2.5}
+    assert big == pytest.approx({"2": 19.5, "4": 10.75, "5": -6.25, "24": 13.25, "45": -11.0})
+    got = boxmeyer.posterior(c)
+    assert {n for n, p in zip(names, got) if p > 0.5} == set(big)
+    a, k = boxmeyer.ALPHA, boxmeyer.K
+
+    def joint(sigma: float) -> float:
+        each = (1 - a) * np.exp(-(c**2) / (2 * sigma**2)) + a / k * np.exp(-(c**2) / (2 * k**2 * sigma**2))
+        return float(np.prod(each) / sigma ** (len(c) + 1))
+
+    def active(sigma: float, i: int) -> float:
+        odds = (1 - a) * k / a * np.exp(-(c[i] ** 2) * (1 - 1 / k**2) / (2 * sigma**2))
+        return joint(sigma) / (1 + odds)
+
+    z = integrate.quad(joint, 0.1, 200, points=[1, 2, 5], limit=400)[0]
+    want = [integrate.quad(active, 0.1, 200, args=(i,), points=[1, 2, 5], limit=400)[0] / z for i in range(len(c))]
+    assert got == pytest.approx(want, abs=1e-5)
