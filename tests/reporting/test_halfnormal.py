@@ -8,6 +8,7 @@ import itertools
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 from conftest import TINY, write_sweeps
 from scipy import integrate
@@ -16,8 +17,8 @@ from synthetic import fill
 
 from ablate.evidence import boxmeyer, lenth
 from ablate.planning.plan import plan
-from ablate.reporting import designed, effects, frames, halfnormal, report
-from ablate.reporting.stats import ALPHA
+from ablate.reporting import designed, effects, frames, halfnormal, plots, report
+from ablate.reporting.stats import ALPHA, LENTH
 from ablate.store import Store
 
 FILTRATION = [45, 71, 48, 65, 68, 60, 80, 65, 43, 100, 45, 104, 75, 86, 70, 96]
@@ -210,3 +211,21 @@ def test_box_meyer_finds_the_reactors_five_active_effects_as_quadrature_does() -
     z = integrate.quad(joint, 0.1, 200, points=[1, 2, 5], limit=400)[0]
     want = [integrate.quad(active, 0.1, 200, args=(i,), points=[1, 2, 5], limit=400)[0] / z for i in range(len(c))]
     assert got == pytest.approx(want, abs=1e-5)
+
+
+def test_each_family_lenths_test_read_is_its_own_screen_with_its_own_margins() -> None:
+    """Two strata read apart (a crossed axis, or two factorial parts): two screens in table order, each with the
+    margins of its own number of terms, and a plot of one panel each; rows no Lenth's test read are left out."""
+    t = {"a": np.r_[8.0, np.linspace(-1, 1, 7)], "b": np.r_[-5.0, 4.0, np.linspace(-1, 1, 13)]}
+    rows = [{"factor": f"{s}{i}", "term": "main", "effect": 2 * v, "t": v, "test": LENTH, "screen": s}
+            for s, values in t.items() for i, v in enumerate(values)]  # fmt: skip
+    rows.append({"factor": "other", "term": "main", "effect": 1.0, "t": np.nan, "test": "paired t", "screen": ""})
+    found = halfnormal.screens(pd.DataFrame(rows))
+    assert [s.name for s in found] == ["a", "b"] and [len(s.t) for s in found] == [8, 15]
+    for s in found:
+        assert s.margins[lenth.LENTH] == lenth.margins(t[s.name]) and s.unit == 2.0
+        sme = s.margins[lenth.LENTH].sme
+        assert s.beyond(lenth.LENTH, "sme") == [f"{s.name}{i}" for i in np.argsort(-np.abs(s.t)) if abs(s.t[i]) > sme]
+    assert found[0].beyond(lenth.LENTH, "sme") == ["a0"] and found[1].beyond(lenth.LENTH, "sme")[0] == "b0"
+    one, two = (plots.halfnormal_plot(x) for x in (found[:1], found))
+    assert one is not None and two is not None and len(two) > len(one)
