@@ -232,10 +232,9 @@ def _sections(
 
 def _daniel(eff: pd.DataFrame, data: SweepData, fig: Callable[[str, str], list[Block]]) -> list[Block]:
     """The half-normal reading of the terms Lenth's test read (`halfnormal`): its words, and its plot where drawn."""
-    found = halfnormal.screens(eff)
-    if not found:
-        return []
-    return [halfnormal.words(found, data.metric), *fig("halfnormal", "half-normal plot of the effects")]
+    found, lacking = halfnormal.screens(eff), halfnormal.missing(eff)
+    said = [halfnormal.words(found, data.metric), *fig("halfnormal", "half-normal plot")] if found else []
+    return [*said, *([lacking] if lacking else [])]
 
 
 def summary(data: SweepData, table: pd.DataFrame, won: dict[str, Verdict]) -> dict[str, Any]:

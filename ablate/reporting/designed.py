@@ -50,7 +50,9 @@ def _fit(data: SweepData, plan: DesignPlan, cells: pd.DataFrame, stratum: str) -
     x = np.column_stack([columns(coded, t) for t in [(), *s.model]])
     scale = np.array([2.0 ** len(t) for t in s.model])[:, None]
     complete = cells.columns[cells.notna().all(axis=0)]
-    out = pd.DataFrame({"term": ["main" if len(t) == 1 else "interaction" for t in s.model], "t": np.nan, "screen": ""})
+    out = pd.DataFrame(
+        {"term": ["main" if len(t) == 1 else "interaction" for t in s.model], "t": np.nan, "screen": "", "terms": 0}
+    )
     given = f" ({stratum})" if stratum else ""
     out["factor"] = [s.chain(t) + given for t in s.model]
     out["contrast"] = [_contrast(plan, t) for t in s.model]
@@ -67,7 +69,7 @@ def _fit(data: SweepData, plan: DesignPlan, cells: pd.DataFrame, stratum: str) -
         out["effect"] = weights @ cells.mean(axis=1).to_numpy()
         counts = cells.notna().sum(axis=1).to_numpy()
         est = stats.unreplicated(out["effect"], weights, counts, data.design.unit, stratum or "every cell")
-        for col in ("lo", "hi", "p", "test", "why", "t", "screen"):
+        for col in ("lo", "hi", "p", "test", "why", "t", "screen", "terms"):
             out[col] = est[col]
         out["n"], out["df"] = len(complete), 0
     out["method"] = PAIRED

@@ -53,16 +53,33 @@ class Screen:
 
 
 def screens(eff: pd.DataFrame) -> list[Screen]:
-    """The families of an effects frame (`effects.COLUMNS`) that Lenth's test read, in table order."""
-    tested = eff[eff["test"] == LENTH]
+    """The families of an effects frame (`effects.COLUMNS`) that Lenth's test read, in table order; only those whose
+    every term is a row: the margins are a function of all of them (`missing` says why another has none)."""
     out = []
-    for name, part in tested.groupby("screen", sort=False):
+    for name, part in _families(eff):
+        if len(part) != part["terms"].iloc[0]:
+            continue
         t = part["t"].to_numpy(dtype=float)
         mains = part[(part["term"] == "main") & (part["t"] != 0)]
         unit = float(mains["effect"].iloc[0] / mains["t"].iloc[0]) if len(mains) else np.nan
         found = {m: lenth.margins(t, m) for m in lenth.METHODS}
-        out.append(Screen(str(name), list(part["factor"]), t, unit, found, boxmeyer.posterior(t)))
+        out.append(Screen(name, list(part["factor"]), t, unit, found, boxmeyer.posterior(t)))
     return out
+
+
+def missing(eff: pd.DataFrame) -> str | None:
+    """Why a family Lenth's test read has no half-normal reading, where one has none; None where all have one."""
+    shown = [(name, len(part), int(part["terms"].iloc[0])) for name, part in _families(eff)]
+    lacking = [f"{name + ': ' if name else ''}{n} of its {m}" for name, n, m in shown if n != m]
+    if not lacking:
+        return None
+    return (f"No half-normal reading where the table shows only some of the terms Lenth's test read together "
+            f"({'; '.join(lacking)}; the others only measure the noise).")  # fmt: skip
+
+
+def _families(eff: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
+    tested = eff[eff["test"] == LENTH]
+    return [(str(name), part) for name, part in tested.groupby("screen", sort=False)]
 
 
 def words(found: list[Screen], metric: str) -> str:

@@ -217,9 +217,10 @@ def test_each_family_lenths_test_read_is_its_own_screen_with_its_own_margins() -
     """Two strata read apart (a crossed axis, or two factorial parts): two screens in table order, each with the
     margins of its own number of terms, and a plot of one panel each; rows no Lenth's test read are left out."""
     t = {"a": np.r_[8.0, np.linspace(-1, 1, 7)], "b": np.r_[-5.0, 4.0, np.linspace(-1, 1, 13)]}
-    rows = [{"factor": f"{s}{i}", "term": "main", "effect": 2 * v, "t": v, "test": LENTH, "screen": s}
-            for s, values in t.items() for i, v in enumerate(values)]  # fmt: skip
-    rows.append({"factor": "other", "term": "main", "effect": 1.0, "t": np.nan, "test": "paired t", "screen": ""})
+    rows = [{"factor": f"{s}{i}", "term": "main", "effect": 2 * v, "t": v, "test": LENTH, "screen": s,
+             "terms": len(values)} for s, values in t.items() for i, v in enumerate(values)]  # fmt: skip
+    rows.append({"factor": "other", "term": "main", "effect": 1.0, "t": np.nan, "test": "paired t", "screen": "",
+                 "terms": 0})  # fmt: skip
     found = halfnormal.screens(pd.DataFrame(rows))
     assert [s.name for s in found] == ["a", "b"] and [len(s.t) for s in found] == [8, 15]
     for s in found:
@@ -229,3 +230,16 @@ def test_each_family_lenths_test_read_is_its_own_screen_with_its_own_margins() -
     assert found[0].beyond(lenth.LENTH, "sme") == ["a0"] and found[1].beyond(lenth.LENTH, "sme")[0] == "b0"
     one, two = (plots.halfnormal_plot(x) for x in (found[:1], found))
     assert one is not None and two is not None and len(two) > len(one)
+
+
+def test_a_family_shown_in_part_gets_no_half_normal_reading_and_says_why() -> None:
+    """A table that leaves out some of the terms Lenth's test read (a screen's dummy contrasts measure the noise
+    without being rows) cannot give the family's margins from its rows: no screen, and a sentence that says so."""
+    t = np.r_[8.0, -3.0, np.linspace(-1, 1, 13)]
+    t = t / lenth.pse(t)
+    rows = [{"factor": f"x{i}", "term": "main", "effect": v, "t": v, "test": LENTH, "screen": "", "terms": len(t)}
+            for i, v in enumerate(t)]  # fmt: skip
+    whole = pd.DataFrame(rows)
+    assert len(halfnormal.screens(whole)) == 1 and halfnormal.missing(whole) is None
+    shown = whole.iloc[:9]
+    assert halfnormal.screens(shown) == [] and "(9 of its 15; the others only measure" in str(halfnormal.missing(shown))
