@@ -127,6 +127,10 @@ def test_a_one_seed_full_grid_reports_the_textbook_effects_with_its_half_normal_
     report("filt", store=store, out=tmp_path / "r", formats=["md"])
     md = (tmp_path / "r" / "filt" / "report.md").read_text().split("## Effects of each knob")[1]
     assert "Half-normal (Daniel) plot" in md and "halfnormal.png" in md
+    # the table's 10 terms on the book's scale: |c| median 6.5, none above 2.5 x 9.75, so PSE = 1.5 x 6.5 for a main
+    # effect; with half the terms active Lenth's noise is inflated and only A passes ME (the book's 15 terms: 5)
+    assert "10 terms read together; Lenth's pseudo standard error (9.750 " in md
+    assert "Past ME (active at the per-term 5% rate): tau;" in md
     assert (tmp_path / "r" / "filt" / "halfnormal.png").stat().st_size > 1000
 
 
