@@ -28,7 +28,8 @@ LAYERS = (
     Layer(
         ("evidence",),
         "the small-sample policy; best or tied (`verdict`); what a two-level design confounds (`aliasing`); "
-        "Lenth's test of a one-seed screen (`lenth`)",
+        "Lenth's test of a one-seed screen, Dong's PSE beside it, their ME and SME (`lenth`); "
+        "Box-Meyer posterior probabilities of activity (`boxmeyer`)",
     ),
     Layer(("spec",), "reading and checking `experiments.yaml`; dotted paths; the `tune:` block; metric direction"),
     Layer(("store",), "the source of truth (SQLite/PostgreSQL): schema, migrations, writes, leases, queries"),

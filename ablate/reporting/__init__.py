@@ -18,8 +18,9 @@ lists every report under the output folder. Re-running on an unchanged store rew
 
 Modules: `frames` (store -> frames, per-variant statistics), `stats` (design-aware tests, corrections),
 `effects` (factorial effects), `ties` (each variant against its group's best: the tests behind best or tied),
-`describe` (variants in words), `published` (the tables mechanisms declare),
-`plots` (matplotlib), `tables` (formatted cells), `render` (HTML, Markdown, LaTeX), `compare` (two sweeps),
+`describe` (variants in words), `published` (the tables mechanisms declare), `halfnormal` (the half-normal
+reading of a one-seed design's terms), `plots` (matplotlib), `tables` (formatted cells), `render` (HTML, Markdown,
+LaTeX), `compare` (two sweeps),
 `findings` and `advice` (the Findings and what more seeds could decide), `undertrained` (the Findings on scores
 near chance and curves still rising, said first).
 """
@@ -27,7 +28,7 @@ near chance and curves still rising, said first).
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +40,7 @@ from ablate.reporting import (
     effects,
     findings,
     frames,
+    halfnormal,
     plots,
     render,
     sections,
@@ -57,7 +59,7 @@ from ablate.store import STATES, Store
 
 __all__ = ["ALL_FORMATS", "FORMATS", "ReportError", "compare", "folder", "report"]
 
-FIGURES = ("variants", "best", "cost", "curves", "diagnostics", "effects")
+FIGURES = ("variants", "best", "cost", "curves", "diagnostics", "effects", "halfnormal")
 SUMMARY = "summary.json"
 
 
@@ -165,6 +167,7 @@ def _figures(
         "curves": plots.curves_plot(curves, table, data),
         "diagnostics": plots.diagnostics_plot(curves, table),
         "effects": plots.effects_plot(eff, data.metric) if eff is not None else None,
+        "halfnormal": plots.halfnormal_plot(halfnormal.screens(eff)) if eff is not None else None,
     }
     return {name: png for name, png in made.items() if png is not None}
 
@@ -212,13 +215,11 @@ def _sections(
     if chosen is not None and not chosen.two_level:
         sections.append(Section("Ablation, one axis at a time", [designed.ablation(table, chosen, data)]))
     elif chosen is not None and eff is not None and len(eff):
-        sections.append(
-            Section("Effects of each knob", [designed.table(eff, chosen, data, correction), *fig("effects", "effects")])
-        )
+        shown = [designed.table(eff, chosen, data, correction), *fig("effects", "effects"), *_daniel(eff, data, fig)]
+        sections.append(Section("Effects of each knob", shown))
     elif fac is not None and eff is not None and len(eff):
-        sections.append(
-            Section("Effects of each knob", [tables.effects(eff, fac, data, correction), *fig("effects", "effects")])
-        )
+        shown = [tables.effects(eff, fac, data, correction), *fig("effects", "effects"), *_daniel(eff, data, fig)]
+        sections.append(Section("Effects of each knob", shown))
     else:
         sections.append(Section("Effects of each knob", ["No axis with two measured levels: no factorial part."]))
     sections += contributed
@@ -227,6 +228,13 @@ def _sections(
     if (t := tables.unfinished(data)) is not None:
         sections.append(Section("Unfinished trials", [t]))
     return f"ablate report: {data.name}", meta, sections
+
+
+def _daniel(eff: pd.DataFrame, data: SweepData, fig: Callable[[str, str], list[Block]]) -> list[Block]:
+    """The half-normal reading of the terms Lenth's test read (`halfnormal`): its words, and its plot where drawn."""
+    found, lacking = halfnormal.screens(eff), halfnormal.missing(eff)
+    said = [halfnormal.words(found, data.metric), *fig("halfnormal", "half-normal plot")] if found else []
+    return [*said, *([lacking] if lacking else [])]
 
 
 def summary(data: SweepData, table: pd.DataFrame, won: dict[str, Verdict]) -> dict[str, Any]:

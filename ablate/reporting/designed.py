@@ -62,7 +62,9 @@ def _fit(data: SweepData, plan: DesignPlan, cells: pd.DataFrame, stratum: str) -
     x = np.column_stack([columns(coded, t) for t in [(), *s.model]])
     scale = np.array([2.0 ** len(t) for t in s.model])[:, None]
     complete = cells.columns[cells.notna().all(axis=0)]
-    out = pd.DataFrame({"term": ["main" if len(t) == 1 else "interaction" for t in s.model]})
+    out = pd.DataFrame(
+        {"term": ["main" if len(t) == 1 else "interaction" for t in s.model], "t": np.nan, "screen": "", "terms": 0}
+    )
     given = f" ({stratum})" if stratum else ""
     partial = plan.kind == "screening" and not s.regular  # a chain of every partial loading would fill the row
     out["factor"] = [(s.name(t) if partial else s.chain(t)) + given for t in s.model]
@@ -83,9 +85,10 @@ def _fit(data: SweepData, plan: DesignPlan, cells: pd.DataFrame, stratum: str) -
             x, scale = np.column_stack([x, dummies]), np.vstack([scale, np.full((dummies.shape[1], 1), 2.0)])
         weights = np.linalg.pinv(x)[1:] * scale
         every = weights @ cells.mean(axis=1).to_numpy()
-        est = stats.unreplicated(every, weights, cells.notna().sum(axis=1).to_numpy(), data.design.unit)
+        counts = cells.notna().sum(axis=1).to_numpy()
+        est = stats.unreplicated(every, weights, counts, data.design.unit, stratum or "every cell")
         out["effect"] = every[: len(s.model)]
-        for col in ("lo", "hi", "p", "test", "why"):
+        for col in ("lo", "hi", "p", "test", "why", "t", "screen", "terms"):
             out[col] = est[col].to_numpy()[: len(s.model)]
         out["n"], out["df"] = len(complete), 0
     out["method"] = PAIRED if len(complete) >= 2 else np.where(out["test"] == stats.LENTH, LENTH_PSE, UNTESTED)

@@ -203,7 +203,10 @@ def _terms(f: Factorial) -> list[tuple[str, str, str, dict[int, int]]]:
     return terms
 
 
-COLUMNS = ["term", "factor", "contrast", "effect", "lo", "hi", "p", "p_adj", "n", "df", "method", "test", "why", "sd"]
+COLUMNS = ["term", "factor", "contrast", "effect", "lo", "hi", "p", "p_adj", "n", "df", "method", "test", "why", "sd",
+           "t", "screen", "terms"]  # fmt: skip
+"""t: the effect over its pseudo standard error, screen: the family one Lenth's test read, terms: how many terms it
+read, where it tested the row (`stats.unreplicated`; NaN, "" and 0 elsewhere)."""
 
 
 def effects(f: Factorial, correction: str = "holm") -> pd.DataFrame:
@@ -223,7 +226,7 @@ def _estimate(f: Factorial) -> pd.DataFrame:
     terms = _terms(f)
     if not terms:
         return pd.DataFrame(columns=COLUMNS)
-    out = pd.DataFrame([t[:3] for t in terms], columns=COLUMNS[:3])
+    out = pd.DataFrame([t[:3] for t in terms], columns=COLUMNS[:3]).assign(t=np.nan, screen="", terms=0)
     if f.method == PAIRED:
         cells = f.values[f.complete]
         contrasts = np.stack([_contrast(cells, at) for *_, at in terms])
@@ -257,8 +260,9 @@ def _estimate(f: Factorial) -> pd.DataFrame:
         unit = "trial" if f.design.folds is None else "repeat"
         out["why"] = evidence.why(n, df, pooled > 0, False, unit)
         if df == 0:  # one value per cell: an unreplicated factorial
-            est = stats.unreplicated(out["effect"], weights, count.reshape(-1), unit)
-            for col in ("lo", "hi", "p", "test", "why"):
+            screen = ", ".join(map(describe.short, f.factors))
+            est = stats.unreplicated(out["effect"], weights, count.reshape(-1), unit, screen)
+            for col in ("lo", "hi", "p", "test", "why", "t", "screen", "terms"):
                 out[col] = est[col]
     out["method"] = np.where(out["test"] == stats.LENTH, LENTH_PSE, f.method)
     return out

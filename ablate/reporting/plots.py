@@ -19,8 +19,11 @@ from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
+from scipy import special
 
+from ablate.evidence import lenth
 from ablate.reporting.frames import DIAGNOSTICS, LOSSES, SweepData, val_metric
+from ablate.reporting.halfnormal import Screen
 from ablate.reporting.tuning import ExpectedBest
 
 MAX_ROWS = 40
@@ -259,6 +262,41 @@ def effects_plot(eff: pd.DataFrame, metric: str) -> bytes | None:
         ax.set_title(f"{'main effects' if kind == 'main' else 'two-way interactions'} on {metric} (95% CI)", fontsize=9)
         ax.grid(axis="x", alpha=0.3)
     fig.axes[-1].set_xlabel(f"change in {metric}{_unit(metric, difference=True)}")
+    return _png(fig)
+
+
+DONG_COLOUR = "#2ca02c"
+
+
+def halfnormal_plot(screens: list[Screen]) -> bytes | None:
+    """A half-normal (Daniel) plot per family Lenth's test read: sorted |t| against the half-normal quantiles, the
+    line of slope 1 inert terms follow, Lenth's ME and SME and Dong's (`ablate.reporting.halfnormal`); the terms
+    past Lenth's ME are labelled."""
+    if not screens:
+        return None
+    fig = _figure(5.5 * len(screens), 4.6, panels=len(screens))
+    for k, s in enumerate(screens):
+        ax = fig.add_subplot(1, len(screens), k + 1)
+        order = np.argsort(np.abs(s.t), kind="stable")
+        y = np.abs(s.t)[order]
+        m = len(y)
+        x = special.ndtri(0.5 + 0.5 * (np.arange(1, m + 1) - 0.5) / m)
+        ax.plot(x, y, "o", color=MAIN, ms=4)
+        ax.plot([0, x[-1]], [0, x[-1]], color="0.6", lw=0.8, label="no effect (slope 1)")
+        for method, colour in ((lenth.LENTH, BASE), (lenth.DONG, DONG_COLOUR)):
+            found = s.margins[method]
+            ax.axhline(found.me, color=colour, ls="--", lw=0.9, label=f"{method} ME ({found.me:.2f})")
+            ax.axhline(found.sme, color=colour, ls=":", lw=0.9, label=f"{method} SME ({found.sme:.2f})")
+        for xi, yi, i in zip(x, y, order):
+            if yi > s.margins[lenth.LENTH].me:
+                ax.annotate(_clip(s.terms[i], 30), (xi, yi), fontsize=7, xytext=(-4, 0), textcoords="offset points",
+                            ha="right", va="center")  # fmt: skip
+        ax.set_xlabel("half-normal quantile", fontsize=8)
+        ax.set_ylabel("|effect| / Lenth's PSE", fontsize=8)
+        ax.set_title(_clip(f"{s.name}: {m} terms" if len(screens) > 1 else f"{m} terms, one value per cell", 60),
+                     fontsize=9)  # fmt: skip
+        ax.grid(alpha=0.3)
+        ax.legend(loc="upper left", fontsize=6, frameon=False)
     return _png(fig)
 
 

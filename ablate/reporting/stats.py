@@ -238,13 +238,18 @@ def paired(diffs: np.ndarray, level: float = LEVEL, design: Design = Design(), e
     return out.drop(columns="p_t")
 
 
-def unreplicated(effects: ArrayLike, weights: np.ndarray, count: np.ndarray, unit: str) -> pd.DataFrame:
+def unreplicated(
+    effects: ArrayLike, weights: np.ndarray, count: np.ndarray, unit: str, screen: str = ""
+) -> pd.DataFrame:
     """Lenth's test (`ablate.evidence.lenth`) of effects estimated from cell means where replicates give no test:
     effect j = weights[j] @ means and cell i's mean is over count[i] values, so the effects' covariance is
     weights diag(1 / count) weights^T times the noise variance. Columns lo, hi, p, test (LENTH or "") and why
-    there is none (`_no_lenth`)."""
+    there is none (`_no_lenth`); where it was tested, t (the effect over its pseudo standard error, the half-normal
+    plot's ordinate), screen (`screen`, the name of the family of terms one Lenth's test read together) and terms
+    (how many it read: a caller may show fewer rows, as a screen's dummy contrasts only measure the noise)."""
     est = np.asarray(effects, dtype=float)
-    out = pd.DataFrame({"lo": np.nan, "hi": np.nan, "p": np.nan, "test": "", "why": ""}, index=range(len(est)))
+    empty = {"lo": np.nan, "hi": np.nan, "p": np.nan, "test": "", "why": "", "t": np.nan, "screen": "", "terms": 0}
+    out = pd.DataFrame(empty, index=range(len(est)))
     cov = (weights / count) @ weights.T
     se = np.sqrt(np.diag(cov))
     orthogonal = bool(np.abs(cov - np.diag(se**2)).max(initial=0.0) <= 1e-9 * se.max(initial=0.0) ** 2)
@@ -253,6 +258,7 @@ def unreplicated(effects: ArrayLike, weights: np.ndarray, count: np.ndarray, uni
         out["why"] = _no_lenth(est, orthogonal, unit)
     else:
         out["lo"], out["hi"], out["p"], out["test"] = found.lo, found.hi, found.p, LENTH
+        out["t"], out["screen"], out["terms"] = est / se / found.pse, screen, len(est)
     return out
 
 
