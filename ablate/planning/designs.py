@@ -57,6 +57,8 @@ class DesignPlan:
     """Variant -> each factor's level (an index into its `levels`; 0 is the reference)."""
     strata: dict[str, str] = field(default_factory=dict)
     """Variant -> the crossed axes' values in words ('' without crossed axes): each stratum is analysed alone."""
+    replicated: list[int] = field(default_factory=list)
+    """The seeds only the reference cell runs at (`reference_seeds`), beyond the sweep's: the pure error's."""
 
     @property
     def two_level(self) -> bool:
@@ -89,8 +91,8 @@ class DesignPlan:
         cells = len(self.runs)
         s = self.structure() if self.two_level else None
         resolution = f", resolution {ROMAN.get(s.resolution, s.resolution)}" if s and s.resolution else ""
-        out = [f"design: {self.title}{resolution}; {cells} of the full grid's {self.full} cells ({cells * seeds} of "
-               f"{self.full * seeds} trials)"]  # fmt: skip
+        out = [f"design: {self.title}{resolution}; {cells} of the full grid's {self.full} cells ({self.trials(seeds)} "
+               f"of {self.full * seeds} trials)"]  # fmt: skip
         if self.crossed:
             out.append(f"  run at each value of {', '.join(self.crossed)} (crossed), analysed there")
         if not self.two_level:
@@ -99,12 +101,30 @@ class DesignPlan:
                        "no interaction is estimable)")  # fmt: skip
             return out
         assert s is not None
+        out += self.noise(seeds)
         if s.words:
             out.append(f"  defining relation: {s.words_text()}")
         out.append(f"  estimable: {', '.join(s.name(t) for t in s.model)}")
         if s.confounded:
             out.append(f"  confounded (up to two-factor interactions): {'; '.join(s.confounded)}")
         return out
+
+    def trials(self, seeds: int) -> int:
+        """Trials of the design: each cell at `seeds` seeds, each stratum's reference at the replicated ones too."""
+        return len(self.runs) * seeds + len(self.replicated) * len(set(self.strata.values()))
+
+    def noise(self, seeds: int) -> list[str]:
+        """What measures a two-level design's seed noise, in `ablate plan`'s words: replicates of every cell, the
+        reference's replicated runs (pure error), or nothing (one seed: Lenth's effect sparsity stands in)."""
+        if self.replicated:
+            return [f"  the reference cell also runs at seed{'s' * (len(self.replicated) > 1)} "
+                    f"{', '.join(map(str, self.replicated))} (reference_seeds: {seeds + len(self.replicated)}): "
+                    f"their spread is the pure error each effect is tested against"]  # fmt: skip
+        if seeds == 1:
+            return ["  one seed: no seed variation measured, so the report's p assumes effect sparsity (Lenth's "
+                    f"test); `reference_seeds: 4` in design.{self.kind} runs the reference cell at 3 more seeds "
+                    "to measure it"]  # fmt: skip
+        return []
 
     def record(self, seeds: int) -> dict[str, Any]:
         """What `lines` says, as data (`ablate plan --format json`), from the same `Structure`: a term is the list
@@ -124,7 +144,8 @@ class DesignPlan:
         return {"kind": self.kind, "title": self.title,
                 "factors": [{"name": f.name, "short": n, "levels": f.levels} for f, n in zip(self.factors, names)],
                 "reference": {f.name: f.levels[0] for f in self.factors}, "crossed": self.crossed,
-                "cells": cells, "full_cells": self.full, "trials": cells * seeds, "full_trials": self.full * seeds,
+                "cells": cells, "full_cells": self.full, "trials": self.trials(seeds), "full_trials": self.full * seeds,
+                "reference_seeds": self.replicated,
                 "resolution": s.resolution if s else None,
                 "defining_relation": ([term(w) for w in s.words] if s.regular else []) if s else None,
                 "estimable": [term(t) for t in s.model] if s else None,
@@ -205,7 +226,7 @@ def choose(sweep: SweepSource, groups: list[list[Cell]], design: Design) -> Chos
             strata.append(stratum)
     factors = [Factor(names[g], [_words(groups[g][r]) for r in lay.order[i]]) for i, g in enumerate(varied)]
     full = math.prod(len(g) for g in groups)
-    plan = DesignPlan(kind, lay.title, factors, [names[g] for g in crossed], full)
+    plan = DesignPlan(kind, lay.title, factors, [names[g] for g in crossed], full, replicated=_replicated(sweep, how))
     return Chosen(cells, chosen_levels, strata, plan)
 
 
@@ -292,6 +313,21 @@ def _title(how: Fractional | Screening, k: int, cells: int) -> str:
         fold = ", folded over" if how.foldover else ""
         return f"fractional factorial 2^({k}-{p}){fold}"
     return f"Plackett-Burman screening, {k} axes in {cells} cells"
+
+
+def _replicated(sweep: SweepSource, how: Fractional | OneAtATime | Screening) -> list[int]:
+    """The seeds the reference cell runs at beyond the sweep's (`reference_seeds`): the first unused ones."""
+    wanted = getattr(how, "reference_seeds", None)
+    seeds = sweep.spec.seeds
+    if wanted is None or not isinstance(seeds, list):
+        return []
+    if wanted <= len(seeds):
+        at: Loc = ("design", "fractional" if isinstance(how, Fractional) else "screening", "reference_seeds")
+        raise SpecError([sweep.problem(at, f"{wanted} seeds: the sweep's seeds already run every cell at "
+                                       f"{len(seeds)} ({seeds}); give more than {len(seeds)} to add reference runs, "
+                                       "or drop it")])  # fmt: skip
+    free = (s for s in itertools.count() if s not in seeds)
+    return [next(free) for _ in range(wanted - len(seeds))]
 
 
 def _full(group: list[Cell]) -> int:

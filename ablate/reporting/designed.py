@@ -20,6 +20,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from ablate.evidence import pure_error
 from ablate.evidence.aliasing import Structure, columns
 from ablate.planning.designs import DesignPlan, completions, short
 from ablate.reporting import frames, stats
@@ -65,7 +66,8 @@ def _fit(data: SweepData, plan: DesignPlan, cells: pd.DataFrame, stratum: str) -
         out["sd"] = np.nan
         weights = np.linalg.pinv(x)[1:] * scale
         out["effect"] = weights @ cells.mean(axis=1).to_numpy()
-        est = stats.unreplicated(out["effect"], weights, cells.notna().sum(axis=1).to_numpy(), data.design.unit)
+        error = pure_error.pooled(cells.to_numpy())
+        est = stats.unreplicated(out["effect"], weights, cells.notna().sum(axis=1).to_numpy(), data.design.unit, error)
         for col in ("lo", "hi", "p", "test", "why"):
             out[col] = est[col]
         out["n"], out["df"] = len(complete), 0
@@ -90,7 +92,8 @@ def table(eff: pd.DataFrame, plan: DesignPlan, data: SweepData, correction: str 
     caption = (f"{plan.title.capitalize()}: {len(plan.runs)} of the full grid's {plan.full} cells.{relation} "
                "Least-squares fit of the main effects and the two-factor interactions the cells tell apart, per "
                "complete replicate; 95% interval and p from the paired test over replicates (n)"
-               f"{stats.LENTH_WORDS if (eff['test'] == stats.LENTH).any() else ''}. A term written a = b is their "
+               f"{stats.LENTH_WORDS if (eff['test'] == stats.LENTH).any() else ''}"
+               f"{stats.PURE_WORDS if (eff['test'] == stats.PURE).any() else ''}. A term written a = b is their "
                "sum: the design cannot tell them apart; interactions of three or more axes are taken as negligible. "
                f"Main effect = mean {data.metric} at the level minus at the reference (the baseline's); "
                "interaction = effect of the first factor at the second's level minus at its reference. "

@@ -4,6 +4,7 @@
     design: {fractional: {resolution: 4}}         # the smallest regular two-level fraction of that resolution
     design: {one-at-a-time: {from: full}}         # a reference cell and each axis switched alone away from it
     design: {screening: plackett-burman}          # main effects of many two-level switches
+    design: {fractional: {resolution: 4, reference_seeds: 4}}   # and the reference cell at 4 seeds: pure error
 
 Every design's cells are cells of the full grid, with the same trial keys: a design completed later (a
 fold-over, a higher resolution, `full`) trains only the cells it lacks.
@@ -27,7 +28,17 @@ class Crossed(Strict):
     """Axes kept full (a backbone, a dataset): the design is run at each of their values, and analysed there."""
 
 
-class Fractional(Crossed):
+class TwoLevel(Crossed):
+    """What a fractional and a screening design share: how the report measures seed noise."""
+
+    reference_seeds: int | None = Field(None, ge=2)
+    """The reference cell (the baseline) runs at this many seeds, the sweep's and the next unused ones; every
+    other cell at the sweep's. Their spread is pure error: each effect is tested against it (a t-test on its
+    degrees of freedom, reference_seeds - 1) instead of by Lenth's effect sparsity, which a one-seed design
+    otherwise needs. The extra trials are the full grid's at those seeds (their keys)."""
+
+
+class Fractional(TwoLevel):
     """A regular two-level fractional factorial over the grid's axes (pyDOE's `fracfact_by_res`)."""
 
     resolution: Literal[3, 4, 5] = 4
@@ -46,7 +57,7 @@ class OneAtATime(Crossed):
     component added alone); or an assignment naming one cell of the grid."""
 
 
-class Screening(Crossed):
+class Screening(TwoLevel):
     """A screening design for many two-level switches: main effects only, in few cells."""
 
     method: Literal["plackett-burman"] = "plackett-burman"
