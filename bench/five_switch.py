@@ -95,7 +95,7 @@ def main() -> None:
                analysed("screen, 1 seed (Lenth)", one_seed(screen)),
                analysed("screen + reference x4 (pure error)", screen)]  # fmt: skip
     switches = list(columns[0].mains.index)
-    print(f"store: {url}; metric {full.metric}; main effect (p adj.), * decided at {stats.ALPHA}")
+    print(f"store: {url}; metric {full.metric}; main effect (p adj.), * decided at {stats.ALPHA:.2f}")
     print(f"{'switch':<14}" + "".join(f"{c.name[:34]:>36}" for c in columns))
     for s in switches:
         print(f"{s:<14}" + "".join(f"{cell(c.mains.loc[s] if s in c.mains.index else None):>36}" for c in columns))
