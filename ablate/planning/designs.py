@@ -321,11 +321,11 @@ def _replicated(sweep: SweepSource, how: Fractional | OneAtATime | Screening) ->
     seeds = sweep.spec.seeds
     if wanted is None or not isinstance(seeds, list):
         return []
-    if wanted <= len(seeds):
+    if len(seeds) > 1:
         at: Loc = ("design", "fractional" if isinstance(how, Fractional) else "screening", "reference_seeds")
-        raise SpecError([sweep.problem(at, f"{wanted} seeds: the sweep's seeds already run every cell at "
-                                       f"{len(seeds)} ({seeds}); give more than {len(seeds)} to add reference runs, "
-                                       "or drop it")])  # fmt: skip
+        raise SpecError([sweep.problem(at, f"replicates the reference cell of a one-seed design; this sweep runs every "
+                                       f"cell at {len(seeds)} seeds ({seeds}), and the report compares each effect "
+                                       "over them: drop reference_seeds, or give one seed")])  # fmt: skip
     free = (s for s in itertools.count() if s not in seeds)
     return [next(free) for _ in range(wanted - len(seeds))]
 

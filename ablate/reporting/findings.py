@@ -119,10 +119,14 @@ def findings(
 
 def _sparsity(data: SweepData) -> str:
     """Where Lenth's test decided the effects: one value per cell, so no seed variation was measured; how to measure
-    it (a design's reference cell at more seeds, `ablate.evidence.pure_error`; a full grid's second seed)."""
-    how = (f"`reference_seeds: 4` under design.{data.chosen.kind} runs the reference cell at 3 more seeds and tests "
-           "each effect against their spread" if data.chosen is not None and data.chosen.two_level
-           else "a second seed (`seeds: 2`) tests each effect against its replicates")  # fmt: skip
+    it (a design's reference cell at more seeds, `ablate.evidence.pure_error`; a full grid's more seeds)."""
+    if data.trials["seed"].nunique() > 1:
+        how = "the trials not done at the other seeds would measure it"
+    elif data.chosen is not None and data.chosen.two_level:
+        how = (f"`reference_seeds: 4` under design.{data.chosen.kind} runs the reference cell at 3 more seeds and "
+               "tests each effect against their spread")  # fmt: skip
+    else:
+        how = "more seeds measure it: the effects table then compares each effect over them (the paired test)"
     return (f"No seed variation measured: p assumes effect sparsity. With one {data.design.unit} per cell, Lenth's "
             f"test takes the smaller effects for noise; {how}.")  # fmt: skip
 

@@ -32,10 +32,10 @@ class TwoLevel(Crossed):
     """What a fractional and a screening design share: how the report measures seed noise."""
 
     reference_seeds: int | None = Field(None, ge=2)
-    """The reference cell (the baseline) runs at this many seeds, the sweep's and the next unused ones; every
-    other cell at the sweep's. Their spread is pure error: each effect is tested against it (a t-test on its
-    degrees of freedom, reference_seeds - 1) instead of by Lenth's effect sparsity, which a one-seed design
-    otherwise needs. The extra trials are the full grid's at those seeds (their keys)."""
+    """For a design of one seed: the reference cell (the baseline) runs at this many seeds, the sweep's and the
+    first unused ones; every other cell at the sweep's one. Their spread is pure error: each effect is tested
+    against it (a t-test on its degrees of freedom, reference_seeds - 1) instead of by Lenth's effect sparsity,
+    which a one-seed design otherwise needs. The extra trials are the full grid's at those seeds (their keys)."""
 
 
 class Fractional(TwoLevel):

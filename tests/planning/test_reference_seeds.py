@@ -52,14 +52,14 @@ def test_the_extra_seeds_are_the_first_the_sweep_does_not_use_and_each_stratum_r
 ) -> None:
     grid = {**SWITCHES, "model.stack": ["pure", "alternating"]}
     design = {"fractional": {"resolution": 3, "reference_seeds": 4, "crossed": ["model.stack"]}}
-    p = planned(tmp_path, design, [0, 2], grid)
-    assert p.design is not None and p.design.replicated == [1, 3]
+    p = planned(tmp_path, design, [2], grid)
+    assert p.design is not None and p.design.replicated == [0, 1, 3]
     references = [v for v, levels in p.design.runs.items() if not any(levels)]
     assert len(references) == 2  # one per value of the crossed axis
     for v in p.variants:
-        assert sorted(t.seed for t in p.trials if t.variant == v) == ([0, 1, 2, 3] if v in references else [0, 2])
+        assert sorted(t.seed for t in p.trials if t.variant == v) == ([0, 1, 2, 3] if v in references else [2])
     record = p.design.record(p.seeds)
-    assert record["reference_seeds"] == [1, 3] and record["trials"] == len(p.trials) == 2 * 8 * 2 + 2 * 2
+    assert record["reference_seeds"] == [0, 1, 3] and record["trials"] == len(p.trials) == 2 * 8 + 2 * 3
 
 
 def test_the_plan_says_what_measures_seed_noise(tmp_path: Path) -> None:
@@ -76,13 +76,14 @@ def test_the_plan_says_what_measures_seed_noise(tmp_path: Path) -> None:
     assert not any("seed" in line for line in two.design.lines(two.seeds)[1:])  # replicates measure it
 
 
-def test_reference_seeds_no_more_than_the_sweeps_is_an_error_naming_the_key(tmp_path: Path) -> None:
+def test_reference_seeds_beside_more_than_one_seed_is_an_error_naming_the_key(tmp_path: Path) -> None:
+    """With 2 seeds the report compares each effect over them: the reference's runs would be tested by nothing."""
     path = write_sweeps(tmp_path / "bad.yaml",
-                        {"s": body({"fractional": {"resolution": 3, "reference_seeds": 2}}, [0, 1])})  # fmt: skip
+                        {"s": body({"fractional": {"resolution": 3, "reference_seeds": 4}}, [0, 1])})  # fmt: skip
     result = CliRunner().invoke(app, ["plan", str(path), "--no-costs"])
     assert result.exit_code == 2, result.output
     assert "design.fractional.reference_seeds" in result.output
-    assert "already run every cell at 2 ([0, 1]); give more than 2" in result.output
+    assert "replicates the reference cell of a one-seed design; this sweep runs every cell at 2 seeds" in result.output
     path = write_sweeps(tmp_path / "one.yaml", {"s": body({"screening": {"reference_seeds": 1}}, [0])})
     result = CliRunner().invoke(app, ["plan", str(path), "--no-costs"])
     assert result.exit_code == 2 and "design.screening.reference_seeds" in result.output, result.output
