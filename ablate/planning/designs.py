@@ -68,6 +68,8 @@ class DesignPlan:
     the unused columns' (the dummy contrasts); empty for other designs."""
     followed: int = 0
     """Follow-ups the design has (`design.follow-up`): where there are some, the next is added to their list."""
+    replicated: list[int] = field(default_factory=list)
+    """The seeds only the reference cell runs at (`reference_seeds`), beyond the sweep's: the pure error's."""
 
     @property
     def two_level(self) -> bool:
@@ -111,8 +113,8 @@ class DesignPlan:
         cells = len(self.runs)
         s = self.structure() if self.two_level else None
         resolution = f", resolution {ROMAN.get(s.resolution, s.resolution)}" if s and s.resolution else ""
-        out = [f"design: {self.title}{resolution}; {cells} of the full grid's {self.full} cells ({cells * seeds} of "
-               f"{self.full * seeds} trials)"]  # fmt: skip
+        out = [f"design: {self.title}{resolution}; {cells} of the full grid's {self.full} cells ({self.trials(seeds)} "
+               f"of {self.full * seeds} trials)"]  # fmt: skip
         if self.crossed:
             out.append(f"  run at each value of {', '.join(self.crossed)} (crossed), analysed there")
         if not self.two_level:
@@ -123,6 +125,7 @@ class DesignPlan:
         assert s is not None
         if s.resolution:
             out.append(f"  {self.buys(s.resolution)}")
+        out += self.noise(seeds)
         if s.words:
             out.append(f"  defining relation: {s.words_text()}")
         out.append(f"  estimable: {', '.join(s.name(t) for t in s.model)}")
@@ -147,7 +150,10 @@ class DesignPlan:
         unused = (f"{spare} unused columns of the {size}-cell Plackett-Burman design are dummy contrasts that "
                   "estimate" if spare > 1 else f"the {size}-cell Plackett-Burman design's unused column is a dummy "
                   "contrast that estimates")  # fmt: skip
-        if size - 1 < MIN_TERMS:
+        if self.replicated:
+            out = ["  a screen fits main effects only; the reference cell's seeds measure the error (pure error), not "
+                   "its unused columns"]  # fmt: skip
+        elif size - 1 < MIN_TERMS:
             out = [f"  a screen fits main effects only; with one seed its {size - 1} contrasts are too few for Lenth's "
                    f"test (it needs {MIN_TERMS}): no test"]  # fmt: skip
         else:
@@ -160,6 +166,23 @@ class DesignPlan:
                           if s.confounded else [])  # fmt: skip
         return out + [f"  partly confounded: each two-factor interaction loads {screens.loadings_text(s)} on main "
                       "effects of the switches outside it (partial aliasing, taken as negligible)"]  # fmt: skip
+
+    def trials(self, seeds: int) -> int:
+        """Trials of the design: each cell at `seeds` seeds, each stratum's reference at the replicated ones too."""
+        return len(self.runs) * seeds + len(self.replicated) * len(set(self.strata.values()))
+
+    def noise(self, seeds: int) -> list[str]:
+        """What measures a two-level design's seed noise, in `ablate plan`'s words: replicates of every cell, the
+        reference's replicated runs (pure error), or nothing (one seed: Lenth's effect sparsity stands in)."""
+        if self.replicated:
+            return [f"  the reference cell also runs at seed{'s' * (len(self.replicated) > 1)} "
+                    f"{', '.join(map(str, self.replicated))} (reference_seeds: {seeds + len(self.replicated)}): "
+                    f"their spread is the pure error each effect is tested against"]  # fmt: skip
+        if seeds == 1:
+            return ["  one seed: no seed variation measured, so the report's p assumes effect sparsity (Lenth's "
+                    f"test); `reference_seeds: 4` in design.{self.kind} runs the reference cell at 3 more seeds "
+                    "to measure it"]  # fmt: skip
+        return []
 
     def record(self, seeds: int) -> dict[str, Any]:
         """What `lines` says, as data (`ablate plan --format json`), from the same `Structure`: a term is the list
@@ -179,7 +202,8 @@ class DesignPlan:
         return {"kind": self.kind, "title": self.title,
                 "factors": [{"name": f.name, "short": n, "levels": f.levels} for f, n in zip(self.factors, names)],
                 "reference": {f.name: f.levels[0] for f in self.factors}, "crossed": self.crossed,
-                "cells": cells, "full_cells": self.full, "trials": cells * seeds, "full_trials": self.full * seeds,
+                "cells": cells, "full_cells": self.full, "trials": self.trials(seeds), "full_trials": self.full * seeds,
+                "reference_seeds": self.replicated,
                 "resolution": s.resolution if s else None, "resolution_asked": self.asked,
                 "defining_relation": ([term(w) for w in s.words] if s.regular else []) if s else None,
                 "defining_relation_signs": (s.signs if s.regular else []) if s else None,
@@ -273,6 +297,7 @@ def choose(sweep: SweepSource, groups: list[list[Cell]], design: Design) -> Chos
         asked=asked,
         screen=lay.screen,
         followed=len(design.follow_up),
+        replicated=_replicated(sweep, how),
     )
     return Chosen(cells, chosen_levels, strata, plan)
 
@@ -381,6 +406,21 @@ def _title(how: Fractional | Screening, k: int, cells: int) -> str:
         fold = ", folded over" if how.foldover else ""
         return f"fractional factorial 2^({k}-{k - base}){best}{fold}"
     return f"Plackett-Burman screening, {k} axes in {cells} cells"
+
+
+def _replicated(sweep: SweepSource, how: Fractional | OneAtATime | Screening) -> list[int]:
+    """The seeds the reference cell runs at beyond the sweep's (`reference_seeds`): the first unused ones."""
+    wanted = getattr(how, "reference_seeds", None)
+    seeds = sweep.spec.seeds
+    if wanted is None or not isinstance(seeds, list):
+        return []
+    if len(seeds) > 1:
+        at: Loc = ("design", "fractional" if isinstance(how, Fractional) else "screening", "reference_seeds")
+        raise SpecError([sweep.problem(at, f"replicates the reference cell of a one-seed design; this sweep runs every "
+                                       f"cell at {len(seeds)} seeds ({seeds}), and the report compares each effect "
+                                       "over them: drop reference_seeds, or give one seed")])  # fmt: skip
+    free = (s for s in itertools.count() if s not in seeds)
+    return [next(free) for _ in range(wanted - len(seeds))]
 
 
 def _full(group: list[Cell]) -> int:

@@ -90,8 +90,9 @@ class Plan:
 
     @property
     def seeds(self) -> int:
-        """Distinct seeds of the planned trials: what a design's cells are multiplied by in trials."""
-        return len({t.axes["seed"] for t in self.trials})
+        """Distinct seeds of the planned trials but those only a design's reference runs at (`reference_seeds`):
+        what a design's cells are multiplied by in trials."""
+        return len({t.axes["seed"] for t in self.trials} - set(self.design.replicated if self.design else []))
 
     def counts(self) -> dict[str, Counter[Any]]:
         """Trials per value of each axis."""
@@ -184,7 +185,8 @@ def expand(sweep: SweepSource, max_trials: int = MAX_TRIALS) -> Plan:
         if any(matches(rule, resolved) for rule in spec.exclude):
             problems += _design_cell(sweep, chosen, cell)
             continue
-        keys = seed_keys(identity(cfg), seeds)
+        runs = seeds + chosen.plan.replicated if chosen is not None and not any(chosen.levels[c]) else seeds
+        keys = seed_keys(identity(cfg), runs)
         if (twin := next((owner[k] for k in keys if k in owner), None)) is not None:
             problems.extend(_same_trials(sweep, planned[twin], (cell, resolved)))
             continue
@@ -202,7 +204,7 @@ def expand(sweep: SweepSource, max_trials: int = MAX_TRIALS) -> Plan:
         cell_axes = {a: get_path(resolved, a) for a in axes}
         secret = {p: text for p, (value, text) in sweep.placeholders.items() if get_path(resolved, p) == value}
         recording = Recording(cfg, secret, cell_axes)
-        for seed, key in zip(seeds, keys, strict=True):
+        for seed, key in zip(runs, keys, strict=True):
             trials.append(Trial(key, variant, cfg, {**cell_axes, "seed": seed}, secret, seed, recording))
     problems += dead + _dead_exclusions(sweep, seen)
     if problems:

@@ -25,6 +25,7 @@ import numpy as np
 import pandas as pd
 
 from ablate import evidence
+from ablate.evidence import pure_error
 from ablate.evidence.aliasing import Structure, Term, columns
 from ablate.planning import followup, screens
 from ablate.planning.designs import DesignPlan, candidates, short
@@ -37,6 +38,8 @@ from ablate.reporting.tables import EFFECT_HEADER, ci, digits, na_words, num, pv
 
 MAX_SAID = 6
 """Main effects whose three-factor aliases a caption lists (the effects CSV's `aliases` lists every one)."""
+PURE_ERROR = "cell means, pure error"
+"""The `method` of an unreplicated design's rows tested against its reference cell's seeds (`reference_seeds`)."""
 UNTESTED = "cell means, no test"
 """The `method` of an unreplicated design's rows that Lenth's test could not read."""
 
@@ -86,12 +89,17 @@ def _fit(data: SweepData, plan: DesignPlan, cells: pd.DataFrame, stratum: str) -
         weights = np.linalg.pinv(x)[1:] * scale
         every = weights @ cells.mean(axis=1).to_numpy()
         counts = cells.notna().sum(axis=1).to_numpy()
-        est = stats.unreplicated(every, weights, counts, data.design.unit, stratum or "every cell")
+        error = pure_error.pooled(cells.to_numpy())
+        est = stats.unreplicated(every, weights, counts, data.design.unit, stratum or "every cell", error)
         out["effect"] = every[: len(s.model)]
         for col in ("lo", "hi", "p", "test", "why", "t", "screen", "terms"):
             out[col] = est[col].to_numpy()[: len(s.model)]
         out["n"], out["df"] = len(complete), 0
-    out["method"] = PAIRED if len(complete) >= 2 else np.where(out["test"] == stats.LENTH, LENTH_PSE, UNTESTED)
+    if len(complete) >= 2:
+        out["method"] = PAIRED
+    else:
+        tests = out["test"].to_numpy()
+        out["method"] = np.select([tests == stats.LENTH, tests == stats.PURE], [LENTH_PSE, PURE_ERROR], UNTESTED)
     return out
 
 
@@ -114,7 +122,8 @@ def table(eff: pd.DataFrame, plan: DesignPlan, data: SweepData, correction: str 
     caption = (f"{plan.title[:1].upper()}{plan.title[1:]}: {len(plan.runs)} of the full grid's {plan.full} cells."
                f"{relation}{_assumed(s)} Least-squares fit of the main effects and {model}, per complete replicate; "
                "95% interval and p from the paired test over replicates (n)"
-               f"{stats.LENTH_WORDS if lenth else ''}.{_dummy_words(plan, data) if lenth else ''} "
+               f"{stats.LENTH_WORDS if lenth else ''}{stats.PURE_WORDS if (eff['test'] == stats.PURE).any() else ''}."
+               f"{_dummy_words(plan, data) if lenth else ''} "
                "A term written a = b is their "
                "sum: the design cannot tell them apart; interactions of three or more axes are taken as negligible. "
                f"Main effect = mean {data.metric} at the level minus at the reference (the baseline's); "

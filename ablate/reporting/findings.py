@@ -23,7 +23,7 @@ import pandas as pd
 from ablate import evidence
 from ablate.evidence.verdict import Verdict
 from ablate.planning import adaptive as sequential
-from ablate.reporting import advice, frames, tables
+from ablate.reporting import advice, frames, stats, tables
 from ablate.reporting.effects import Factorial
 from ablate.reporting.frames import SweepData
 from ablate.reporting.render import Table
@@ -32,6 +32,8 @@ from ablate.spec.schema import MAX_SEEDS
 SHOWN = 6
 """Decided comparisons and effects listed by name; the rest are counted (the tables list them all)."""
 DECIDED, BEST, TIED, OPEN, NO_TEST = "decided", "best", "tied", "not decided", "no test"
+ASSUMED = "assumed"
+"""What a test rests on that nothing in the sweep measured: Lenth's effect sparsity in place of seed noise."""
 CONFOUNDED = "confounded"
 """What a fractional or screening design could not tell apart (`ablate.reporting.designed.unseparated`)."""
 
@@ -102,6 +104,8 @@ def findings(
     out += [_open(x, data, d, unit, (adaptive or {}).get(x.variant)) for x in undecided[:SHOWN]]
     if len(undecided) > SHOWN:
         out.append(Finding(OPEN, f"and {len(undecided) - SHOWN} more not decided (tables below)."))
+    if eff is not None and (eff["test"] == stats.LENTH).any():
+        out.append(Finding(ASSUMED, _sparsity(data)))
     untested = compared[compared["why"] != ""]
     if len(untested):
         out.append(Finding(NO_TEST, _no_test(untested, labels, data, len(compared))))
@@ -111,6 +115,20 @@ def findings(
                if table.loc[base, "n"] == 0 else "no variant but the baseline has results")  # fmt: skip
         out.append(Finding(NO_TEST, f"Nothing compared: {why}, and fewer than two measured variants per group."))
     return out
+
+
+def _sparsity(data: SweepData) -> str:
+    """Where Lenth's test decided the effects: one value per cell, so no seed variation was measured; how to measure
+    it (a design's reference cell at more seeds, `ablate.evidence.pure_error`; a full grid's more seeds)."""
+    if data.trials["seed"].nunique() > 1:
+        how = "the trials not done at the other seeds would measure it"
+    elif data.chosen is not None and data.chosen.two_level:
+        how = (f"`reference_seeds: 4` under design.{data.chosen.kind} runs the reference cell at 3 more seeds and "
+               "tests each effect against their spread")  # fmt: skip
+    else:
+        how = "more seeds measure it: the effects table then compares each effect over them (the paired test)"
+    return (f"No seed variation measured: p assumes effect sparsity. With one {data.design.unit} per cell, Lenth's "
+            f"test takes the smaller effects for noise; {how}.")  # fmt: skip
 
 
 def block(found: list[Finding]) -> Table:

@@ -36,13 +36,17 @@ from ablate.evidence import ALPHA as ALPHA
 from ablate.evidence import EXACT_N as EXACT_N
 from ablate.evidence import LEVEL as LEVEL
 from ablate.evidence import SMALL_N as SMALL_N
-from ablate.evidence import lenth, verdict
+from ablate.evidence import lenth, pure_error, verdict
 from ablate.evidence import zero_spread as zero_spread
+from ablate.evidence.pure_error import PureError
 
 T_TEST = "paired t"
 LENTH = "Lenth"
 LENTH_WORDS = ("; with one value per cell, from Lenth's test instead (n = 1 or 0): the noise is read off the smaller "
                "terms (their pseudo standard error), which assumes most terms are null")  # fmt: skip
+PURE = "t (pure error)"
+PURE_WORDS = ("; with one value per cell but the reference's, from a t-test against pure error instead: the spread "
+              "of the reference cell's runs over seeds (n = 1)")  # fmt: skip
 SIGN_FLIP = "sign-flip"
 CORRECTED = "corrected resampled t"
 #: Corrections `adjust` offers: name -> the words a caption uses.
@@ -239,19 +243,30 @@ def paired(diffs: np.ndarray, level: float = LEVEL, design: Design = Design(), e
 
 
 def unreplicated(
-    effects: ArrayLike, weights: np.ndarray, count: np.ndarray, unit: str, screen: str = ""
+    effects: ArrayLike,
+    weights: np.ndarray,
+    count: np.ndarray,
+    unit: str,
+    screen: str = "",
+    error: PureError | None = None,
 ) -> pd.DataFrame:
-    """Lenth's test (`ablate.evidence.lenth`) of effects estimated from cell means where replicates give no test:
-    effect j = weights[j] @ means and cell i's mean is over count[i] values, so the effects' covariance is
-    weights diag(1 / count) weights^T times the noise variance. Columns lo, hi, p, test (LENTH or "") and why
-    there is none (`_no_lenth`); where it was tested, t (the effect over its pseudo standard error, the half-normal
-    plot's ordinate), screen (`screen`, the name of the family of terms one Lenth's test read together) and terms
-    (how many it read: a caller may show fewer rows, as a screen's dummy contrasts only measure the noise)."""
+    """The test of effects estimated from cell means where replicates give no paired test: effect j = weights[j] @
+    means and cell i's mean is over count[i] values, so the effects' covariance is weights diag(1 / count)
+    weights^T times the noise variance. Against `error` (`ablate.evidence.pure_error`: cells run at several seeds)
+    where it has a spread, else Lenth's test (`ablate.evidence.lenth`). Columns lo, hi, p, test (PURE, LENTH or
+    "") and why there is none (`_no_lenth`); where Lenth's test read it, t (the effect over its pseudo standard
+    error, the half-normal plot's ordinate), screen (`screen`, the name of the family of terms one Lenth's test read
+    together) and terms (how many it read: a caller may show fewer rows, as a screen's dummy contrasts only measure
+    the noise)."""
     est = np.asarray(effects, dtype=float)
     empty = {"lo": np.nan, "hi": np.nan, "p": np.nan, "test": "", "why": "", "t": np.nan, "screen": "", "terms": 0}
     out = pd.DataFrame(empty, index=range(len(est)))
     cov = (weights / count) @ weights.T
     se = np.sqrt(np.diag(cov))
+    against = pure_error.test(est, se, error) if error is not None and not np.isnan(est).any() else None
+    if against is not None:
+        out["lo"], out["hi"], out["p"], out["test"] = against.lo, against.hi, against.p, PURE
+        return out
     orthogonal = bool(np.abs(cov - np.diag(se**2)).max(initial=0.0) <= 1e-9 * se.max(initial=0.0) ** 2)
     found = lenth.test(est, se) if orthogonal and not np.isnan(est).any() else None
     if found is None:

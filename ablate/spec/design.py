@@ -6,6 +6,7 @@
     design: {one-at-a-time: {from: full}}         # a reference cell and each axis switched alone away from it
     design: {screening: plackett-burman}          # main effects of many two-level switches
     design: {fractional: {resolution: 3}, follow-up: {foldover: [attention.kind]}}   # cells added after it ran
+    design: {fractional: {resolution: 4, reference_seeds: 4}}   # and the reference cell at 4 seeds: pure error
 
 Every design's cells are cells of the full grid, with the same trial keys: a design completed later (a
 fold-over, a higher resolution, `full`) trains only the cells it lacks.
@@ -29,7 +30,17 @@ class Crossed(Strict):
     """Axes kept full (a backbone, a dataset): the design is run at each of their values, and analysed there."""
 
 
-class Fractional(Crossed):
+class TwoLevel(Crossed):
+    """What a fractional and a screening design share: how the report measures seed noise."""
+
+    reference_seeds: int | None = Field(None, ge=2)
+    """For a design of one seed: the reference cell (the baseline) runs at this many seeds, the sweep's and the
+    first unused ones; every other cell at the sweep's one. Their spread is pure error: each effect is tested
+    against it (a t-test on its degrees of freedom, reference_seeds - 1) instead of by Lenth's effect sparsity,
+    which a one-seed design otherwise needs. The extra trials are the full grid's at those seeds (their keys)."""
+
+
+class Fractional(TwoLevel):
     """A regular two-level fractional factorial over the grid's axes: the minimum-aberration design for the budget
     (`ablate.planning.fractions`). Neither `resolution` nor `cells` given: at least resolution 4."""
 
@@ -53,7 +64,7 @@ class OneAtATime(Crossed):
     component added alone); or an assignment naming one cell of the grid."""
 
 
-class Screening(Crossed):
+class Screening(TwoLevel):
     """A screening design for many two-level switches: main effects only, in few cells."""
 
     method: Literal["plackett-burman"] = "plackett-burman"

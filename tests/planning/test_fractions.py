@@ -113,7 +113,7 @@ def test_five_switches_at_resolution_iv_get_the_resolution_v_half_and_the_plan_s
     lines = p.design.lines(1)
     assert lines[1] == ("  resolution V at 16 cells; you asked for IV, the fewest cells that reach it reach V: main "
                         "effects and two-factor interactions clear of each other")  # fmt: skip
-    assert "defining relation: I = -tau x mu x kappa_priv x bounded x stack" in lines[2]
+    assert "defining relation: I = -tau x mu x kappa_priv x bounded x stack" in lines[3]  # after the seed-noise line
     record = p.design.record(1)
     assert (record["resolution"], record["resolution_asked"], record["defining_relation_signs"]) == (5, 4, [-1])
     assert not p.design.structure().confounded[1:]  # only the mean's chain (the five-letter word): no pair aliased
