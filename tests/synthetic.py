@@ -21,6 +21,23 @@ from ablate.store.queries import TRIALS
 EPOCH_METRICS = ("train.loss", "val.loss", "val.top1", "val.top5", "lr", "samples_per_s", "epoch_s", "peak_mem_mb")
 DIAGNOSTICS = ("diag.entropy", "diag.gini", "diag.winner_transfer")
 BATCH = 200_000
+SWITCHES = {
+    "attention.tau": [False, True],
+    "attention.mu": [False, True],
+    "attention.kappa_priv": [False, True],
+    "attention.bounded": [False, True],
+    "attention.kappa_pub": ["off", "unit"],
+    "model.stack": ["pure", "alternating"],
+    "train.lr": [0.001, 0.002],
+    "model.mlp_ratio": [2, 4],
+}
+"""Two-level axes of a tiny CSaN ViT, each at its reference level first: the designs' tests take their grids from
+these (`switches`)."""
+
+
+def switches(k: int) -> dict[str, list[object]]:
+    """The first `k` of `SWITCHES`, a grid of k two-level axes."""
+    return dict(list(SWITCHES.items())[:k])
 
 
 def _epoch(name: str, final: float, e: int, epochs: int, seed: int) -> float:

@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from conftest import TINY, write_sweeps
+from synthetic import SWITCHES, switches
 
 from ablate.errors import SpecError
 from ablate.evidence.aliasing import structure
@@ -92,13 +93,7 @@ def test_the_defining_relation_keeps_its_signs_with_the_baseline_a_cell() -> Non
     assert words == "I = -a x b x d = -a x c x e = +b x c x d x e"
 
 
-FIVE = {
-    "attention.tau": [False, True],
-    "attention.mu": [False, True],
-    "attention.kappa_priv": [False, True],
-    "attention.bounded": [False, True],
-    "model.stack": ["pure", "alternating"],
-}
+FIVE = {**switches(4), "model.stack": SWITCHES["model.stack"]}
 
 
 def planned(tmp_path: Path, fractional: dict) -> Plan:

@@ -8,18 +8,13 @@ import json
 from pathlib import Path
 
 from conftest import TINY, write_sweeps
+from synthetic import switches
 from typer.testing import CliRunner
 
 from ablate.cli import app
 from ablate.planning.plan import Plan, plan
 
-SWITCHES = {
-    "attention.tau": [False, True],
-    "attention.mu": [False, True],
-    "attention.kappa_priv": [False, True],
-    "attention.bounded": [False, True],
-    "attention.kappa_pub": ["off", "unit"],
-}
+SWITCHES = switches(5)
 OFF = {"attention.tau": False, "attention.mu": False, "attention.kappa_priv": False, "attention.bounded": False,
        "attention.kappa_pub": "off"}  # fmt: skip
 

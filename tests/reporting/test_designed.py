@@ -10,20 +10,13 @@ import numpy as np
 import pandas as pd
 import pytest
 from conftest import TINY, write_sweeps
-from synthetic import fill
+from synthetic import fill, switches
 
 from ablate.planning.plan import Plan, plan
 from ablate.reporting import designed, effects, frames, report, stats
 from ablate.store import Store
 
-GRID = {
-    "attention.tau": [False, True],
-    "attention.mu": [False, True],
-    "attention.kappa_priv": [False, True],
-    "attention.bounded": [False, True],
-    "attention.kappa_pub": ["off", "unit"],
-    "model.stack": ["pure", "alternating"],
-}
+GRID = switches(6)
 NAMES = ["tau", "mu", "kappa_priv", "bounded", "kappa_pub", "stack"]
 MAIN = {"tau": 2.0, "mu": 0.75, "kappa_priv": -0.5, "bounded": 0.0, "kappa_pub": 0.25, "stack": 1.0}
 """Planted main effects (mean at the second level minus at the first)."""

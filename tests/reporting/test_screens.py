@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 import pytest
 from conftest import TINY, write_sweeps
-from synthetic import fill
+from synthetic import fill, switches
 
 from ablate.evidence import lenth
 from ablate.evidence.aliasing import structure
@@ -23,16 +23,7 @@ from ablate.reporting.tables import EFFECT_HEADER
 from ablate.store import Store
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "concepts" / "designs.md"
-SWITCHES = {
-    "attention.tau": [False, True],
-    "attention.mu": [False, True],
-    "attention.kappa_priv": [False, True],
-    "attention.bounded": [False, True],
-    "attention.kappa_pub": ["off", "unit"],
-    "model.stack": ["pure", "alternating"],
-    "train.lr": [0.001, 0.002],
-    "model.mlp_ratio": [2, 4],
-}
+SWITCHES = switches(8)
 NAMES = ["tau", "mu", "kappa_priv", "bounded", "kappa_pub", "stack", "lr", "mlp_ratio"]
 ACTIVE = {"tau": 2.0, "stack": 1.0}
 """Planted main effects (mean at the second level minus at the first): two active switches of eight."""

@@ -10,21 +10,14 @@ import numpy as np
 import pytest
 from conftest import TINY, write_sweeps
 from scipy import stats as sp
-from synthetic import fill
+from synthetic import fill, switches
 
 from ablate.evidence import pure_error
 from ablate.planning.plan import Plan, plan
 from ablate.reporting import designed, effects, frames, report, stats
 from ablate.store import Store
 
-GRID = {
-    "attention.tau": [False, True],
-    "attention.mu": [False, True],
-    "attention.kappa_priv": [False, True],
-    "attention.bounded": [False, True],
-    "attention.kappa_pub": ["off", "unit"],
-    "model.stack": ["pure", "alternating"],
-}
+GRID = switches(6)
 OFF = {a: v[0] for a, v in GRID.items()}
 SHIFT = {0: 0.0, 1: 1.1, 2: -0.9, 3: 0.4}
 """Seed noise: what each seed adds (the reference cell's runs differ by it alone)."""
