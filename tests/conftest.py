@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import json
 import os
 import shutil
 import socket
@@ -85,6 +86,16 @@ def _file_plugins_stay_in_their_test():
 def write_sweeps(path: Path, sweeps: dict) -> Path:
     path.write_text(yaml.safe_dump({"sweeps": sweeps}, sort_keys=False))
     return path
+
+
+def scenario(script: str, root: Path, timeout: int = 600) -> dict:
+    """Run tests/<script> (a launch on a Ray of its own, e.g. logical GPUs) in a fresh process with `root` as its
+    folder; what it printed last, as JSON."""
+    here = Path(__file__).parent
+    out = subprocess.run([sys.executable, str(here / script), str(root)], cwd=here, capture_output=True, text=True,
+                         timeout=timeout)  # fmt: skip
+    assert out.returncode == 0, out.stderr[-3000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])
 
 
 @pytest.fixture(scope="session")

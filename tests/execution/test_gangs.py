@@ -3,10 +3,8 @@ outcome; a fraction of a GPU per worker is refused before anything starts, `gpus
 
 from __future__ import annotations
 
-import json
 import os
 import signal
-import subprocess
 import sys
 import threading
 import time
@@ -14,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import TINY, write_sweeps
+from conftest import TINY, scenario, write_sweeps
 from typer.testing import CliRunner
 
 from ablate.cli import app
@@ -226,11 +224,7 @@ def test_gpus_override_that_splits_a_gpu_between_workers_is_refused_before_anyth
 def test_auto_gpus_give_each_worker_of_a_gang_a_whole_gpu_of_its_own(tmp_path: Path) -> None:
     """On 2 logical GPUs a two-worker trial with `gpus: auto` is not probed (its probe would say 0.3 of a GPU, and
     two ranks would share one): each rank holds a whole GPU, a different one, and the launch says so."""
-    here = Path(__file__).parents[1]  # tests/, where gpu_gangs.py is
-    out = subprocess.run([sys.executable, str(here / "gpu_gangs.py"), str(tmp_path)], cwd=here, capture_output=True,
-                         text=True, timeout=300)  # fmt: skip
-    assert out.returncode == 0, out.stderr[-3000:]
-    seen = json.loads(out.stdout.strip().splitlines()[-1])
+    seen = scenario("gpu_gangs.py", tmp_path, timeout=300)
     assert seen["counts"] == {"done": 1}
     assert [r["share"] for r in seen["ranks"]] == [1.0, 1.0]
     assert sorted(r["visible"] for r in seen["ranks"]) == ["0", "1"]

@@ -7,15 +7,12 @@ once is Ray's admission alone.
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 from collections import Counter
 from pathlib import Path
 
 import pytest
 import torch
-from conftest import TINY, write_sweeps
+from conftest import TINY, scenario, write_sweeps
 
 from ablate.config import Resources, TrialConfig
 from ablate.execution.gpu_shares import Footprint, footprint_key, out_of_memory, train_steps
@@ -98,11 +95,7 @@ def test_auto_on_a_cluster_without_gpus_is_an_error_before_anything_is_written(r
 @pytest.fixture(scope="module")
 def packed(tmp_path_factory: pytest.TempPathFactory) -> dict:
     root = tmp_path_factory.mktemp("packed")
-    here = Path(__file__).parents[1]  # tests/, where packed.py is
-    out = subprocess.run([sys.executable, str(here / "packed.py"), str(root)], cwd=here, capture_output=True,
-                         text=True, timeout=600)  # fmt: skip
-    assert out.returncode == 0, out.stderr[-3000:]
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    return scenario("packed.py", root)
 
 
 def overcommitted(starts: list[dict]) -> list[tuple[str, float]]:

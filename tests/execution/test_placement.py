@@ -8,12 +8,8 @@ and one with it; a tiny runner records, per task, Ray's GPU ids, CUDA_VISIBLE_DE
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
+from conftest import scenario
 
 from ablate.training.devices import FAKE_GPU
 
@@ -23,11 +19,7 @@ FAKE = f"cpu ({FAKE_GPU})"
 @pytest.fixture(scope="module")
 def placed(tmp_path_factory: pytest.TempPathFactory) -> dict:
     root = tmp_path_factory.mktemp("placed")
-    here = Path(__file__).parents[1]  # tests/, where placed.py is
-    out = subprocess.run([sys.executable, str(here / "placed.py"), str(root)], cwd=here, capture_output=True,
-                         text=True, timeout=600)  # fmt: skip
-    assert out.returncode == 0, out.stderr[-3000:]
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    return scenario("placed.py", root)
 
 
 def refused(phase: dict) -> None:
