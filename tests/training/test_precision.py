@@ -1,5 +1,5 @@
 """The float32 policy on CUDA (`train.tf32`): set at every trial's start and recorded (that it keys a trial only when
-on is tests/planning/test_planner.py's: the golden keys, and every result-relevant leaf).
+on is tests/planning/test_plan.py's: the golden keys, and every result-relevant leaf).
 
 The CPU has no TF32, but torch's flags are process-wide and set the same on any device: a trial here sets and reads
 back the very flags a GPU trial's matmuls and convolutions obey.
