@@ -20,7 +20,6 @@ NOT_A_MODULE = {
     "project": "the repository as a whole: docs, import layers, test marks, constraints",
     "cli/test_api.py": "`ablate.api`, whose layer has no folder of its own: the CLI's folder holds what it calls",
     "cli/test_cli_library.py": "that the CLI stays a thin layer over `ablate.api`: both layers at once",
-    "cli/test_cli_tables.py": "what `ablate status` and `ablate runs` print at a terminal's width, through the CLI",
     "contract/test_knobs.py": "a plugin mechanism's knobs as its author writes them, through `plan` (the contract)",
     "contract/test_plugin_checks.py": "a wrong plugin named by `ablate plan` or `ablate check` (the contract)",
     "execution/test_cluster.py": "end to end: a real two-node Ray cluster, store, MLflow and report",
