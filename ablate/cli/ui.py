@@ -1,4 +1,4 @@
-"""`ablate ui`: the MLflow UI (`ablate.tracking.tracker.UiServer`) served on the MLflow store, opened on a
+"""`ablate ui`: the MLflow UI (`ablate.tracking.ui.UiServer`) served on the MLflow store, opened on a
 sweep's page."""
 
 from __future__ import annotations
