@@ -38,7 +38,7 @@ _API = {
     "Checks": "ablate.execution.preflight",
     "PreflightError": "ablate.execution.preflight",
     "Store": "ablate.store",
-    "Tracker": "ablate.tracking.records",
+    "Tracker": "ablate.tracking.tracker",
     "report": "ablate.api",
 }
 

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from ablate.execution.launcher import Cluster, LaunchResult, RunConfig
     from ablate.execution.preflight import Checks, Workload
-    from ablate.execution.progress import Progress
+    from ablate.execution.progress import Display
     from ablate.execution.selection import Select, Selection
     from ablate.planning.plan import Plan
     from ablate.provenance.environment import Arithmetic
@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from ablate.store import Listing, Store
     from ablate.store.queries import Pace, Page
     from ablate.store.schema import TrialRecord
-    from ablate.tracking.records import Tracker
+    from ablate.tracking.tracker import Tracker
 
 __all__ = [
     "dry_run", "forget", "grown", "launch", "matching", "report", "runs", "show", "status", "unfinished", "workload"
@@ -59,7 +59,7 @@ def _opened(store: Store | str | None, patience: float = 0.0) -> Iterator[Store]
 def _tracker(tracker: Tracker | str | bool, lazy: bool = False) -> Tracker | None:
     """`tracker` as a Tracker: itself, the one at a tracking URI, or the CLI's db/mlflow.sqlite (True); None for
     False. `lazy`: opened where MLflow is first needed, not here (a launch)."""
-    from ablate.tracking.records import Tracker
+    from ablate.tracking.tracker import Tracker
 
     if tracker is False or isinstance(tracker, Tracker):
         return tracker or None
@@ -73,7 +73,7 @@ def launch(
     *,
     cluster: Cluster | None = None,
     run: RunConfig | None = None,
-    progress: Progress | None = None,
+    progress: Display | None = None,
     choice: Select | None = None,
     checks: Checks | None = None,
 ) -> LaunchResult:
@@ -447,7 +447,7 @@ def forget(
     """Delete the trials `keys` whole, as `ablate forget` does (after it listed them and asked): store rows,
     metrics and previous results, their checkpoints under `storage` and, through `tracker` (as for `show`), their
     MLflow runs and those of their previous results. A LookupError where the database does not exist."""
-    from ablate.training.storage import Storage
+    from ablate.training.checkpoint_storage import Storage
 
     with _reading(store) as opened:
         runs = [r for k in keys for r in _run_ids(opened, k)]

@@ -6,7 +6,9 @@ imported through either is the same class. An old module split in two points at 
 public names: `ablate.planner` at `ablate.planning.plan` (5 of its 8 exported names: `Plan`, `expand`, `load_plans`,
 `plan`, `plan_all`; trial identity, `Trial`, `trial_key`, `variant_key`, is `ablate.planning.keys`), `ablate.tuning`
 at `ablate.spec.tune` (13 of its 19 public names: the `tune:` block; the search, `Search`, `proposals`, `best`,
-`Failed`, `Result`, `STARTUP`, is `ablate.planning.search`)."""
+`Failed`, `Result`, `STARTUP`, is `ablate.planning.search`). A module renamed inside its package after the move
+(one word per concept) is here too, under its previous dotted name: `ablate.training.storage` is
+`ablate.training.checkpoint_storage`."""
 
 from __future__ import annotations
 
@@ -33,9 +35,11 @@ MOVED = {
     "ablate.preflight": "ablate.execution.preflight", "ablate.gpucheck": "ablate.cli.gpucheck",
     "ablate.trial": "ablate.training.loop", "ablate.parallel": "ablate.training.parallel",
     "ablate.messages": "ablate.training.messages", "ablate.checkpoints": "ablate.training.checkpoints",
-    "ablate.storage": "ablate.training.storage", "ablate.tasks": "ablate.training.tasks",
+    "ablate.storage": "ablate.training.checkpoint_storage", "ablate.tasks": "ablate.training.tasks",
     "ablate.mirror": "ablate.tracking.mirror", "ablate.verdict": "ablate.evidence.verdict",
     "ablate.units": "ablate.planning.units", "ablate.steptime": "ablate.planning.steptime",
+    "ablate.training.storage": "ablate.training.checkpoint_storage",
+    "ablate.tracking.records": "ablate.tracking.tracker", "ablate.reporting.seeding": "ablate.reporting.adaptive",
 }  # fmt: skip
 """Old module name -> its module now. (`ablate.spec`, `ablate.tracking` and `ablate.cli` are packages now, at
 their old names.)"""

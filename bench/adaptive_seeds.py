@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ablate.planning import adaptive as sequential
+from ablate.planning.adaptive import UNDECIDED, judge, schedule
 from ablate.spec.schema import AdaptiveSeeds
 
 EFFECTS = (0.0, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0)
@@ -22,19 +22,19 @@ CELLS = 2000
 
 def adaptive(data: np.ndarray, p: AdaptiveSeeds) -> tuple[np.ndarray, np.ndarray]:
     counts = np.full(len(data), p.min)
-    decisions = np.array([sequential.UNDECIDED] * len(data), dtype=object)
-    for n in sequential.schedule(p):
-        live = (decisions == sequential.UNDECIDED) & (counts <= n)
+    decisions = np.array([UNDECIDED] * len(data), dtype=object)
+    for n in schedule(p):
+        live = (decisions == UNDECIDED) & (counts <= n)
         counts[live] = n
         shown = np.where(np.arange(p.max)[None, :] < n, data[live], np.nan)
-        decisions[live] = [v.decision for v in sequential.judge(shown, p)]
+        decisions[live] = [v.decision for v in judge(shown, p)]
     return decisions, counts
 
 
 def fixed(data: np.ndarray, p: AdaptiveSeeds) -> np.ndarray:
     """One look at max seeds with the whole alpha: the same rule, no sequential spending."""
     one = AdaptiveSeeds(min=p.max - 1, max=p.max, threshold=p.threshold, looks=2, alpha=p.alpha)
-    single = np.array([v.decision for v in sequential.judge(data, one)], dtype=object)
+    single = np.array([v.decision for v in judge(data, one)], dtype=object)
     return single
 
 
@@ -49,7 +49,7 @@ def main() -> None:
         ref = fixed(data, p)
         total_adaptive += int(seeds.sum())
         total_fixed += CELLS * p.max
-        decided = (dec != sequential.UNDECIDED) & (ref != sequential.UNDECIDED)
+        decided = (dec != UNDECIDED) & (ref != UNDECIDED)
         both += int(decided.sum())
         agree += int((dec[decided] == ref[decided]).sum())
 

@@ -88,14 +88,14 @@ def child(folder: Path, address: str, poll: float) -> None:
     """The launcher (its own process): launch the sweep on the cluster; write its wall and CPU time."""
     import ablate
     from ablate.execution.launcher import Cluster
-    from ablate.execution.progress import Progress
+    from ablate.execution.progress import Display
     from ablate.planning.plan import plan
 
     trials = plan(folder / "e.yaml", SWEEP)
     run = RunConfig(str(folder / "checkpoints"), runner=timed(str(folder / "times.jsonl")), poll=poll)
     before, t0, began = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter(), time.time()
     result = ablate.launch(trials, f"sqlite:///{folder / 'r.sqlite'}", False, cluster=Cluster(address), run=run,
-                           progress=Progress(live=False))  # fmt: skip
+                           progress=Display(live=False))  # fmt: skip
     wall, after = time.perf_counter() - t0, resource.getrusage(resource.RUSAGE_SELF)
     cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
     (folder / "launch.json").write_text(json.dumps({"began": began, "wall": wall, "cpu": cpu,

@@ -50,10 +50,10 @@ def short(cfg: Any, report: Any, checkpoint_dir: Any) -> Any:
 def child(folder: Path, mlflow: str | None, cpus: int) -> None:
     """One launcher (run as its own process): launch the sweep, write its store write latencies."""
     from ablate.execution.launcher import Cluster, RunConfig, launch
-    from ablate.execution.progress import Progress
+    from ablate.execution.progress import Display
     from ablate.planning.plan import plan
     from ablate.store import Store
-    from ablate.tracking.records import Tracker
+    from ablate.tracking.tracker import Tracker
 
     latencies: list[float] = []
 
@@ -68,7 +68,7 @@ def child(folder: Path, mlflow: str | None, cpus: int) -> None:
     with TimedStore(f"sqlite:///{folder / 'r.sqlite'}") as store:
         tracker = Tracker(mlflow) if mlflow else None
         launch([plan(folder / "e.yaml", "s")], store, tracker, cluster=Cluster(num_cpus=cpus),
-               run=RunConfig(storage=folder / "ck", runner=short), progress=Progress(live=False))  # fmt: skip
+               run=RunConfig(storage=folder / "ck", runner=short), progress=Display(live=False))  # fmt: skip
     with open(folder / "latencies.jsonl", "a") as f:
         f.write(json.dumps(latencies) + "\n")
 

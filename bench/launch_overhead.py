@@ -42,10 +42,10 @@ from ray import tune
 from rich.console import Console
 
 from ablate.execution.launcher import RunConfig, launch
-from ablate.execution.progress import Progress
+from ablate.execution.progress import Display
 from ablate.planning.plan import plan
 from ablate.store import Store
-from ablate.tracking.records import Tracker
+from ablate.tracking.tracker import Tracker
 from ablate.training.messages import TrialResult
 
 BASE = {"data": {"name": "digits"},
@@ -93,7 +93,7 @@ def run_ablate(folder: Path, n: int, runner: Callable = noop, lr: float = 1e-3) 
     with Store(f"sqlite:///{folder}/r.sqlite") as store:
         tracker = Tracker(f"sqlite:///{folder}/m.sqlite", str(folder / "art"))
         res = launch([p], store, tracker, run=RunConfig(folder / "ck", runner=runner, poll=POLL),
-                     progress=Progress(live=False, console=Console(quiet=True)))  # fmt: skip
+                     progress=Display(live=False, console=Console(quiet=True)))  # fmt: skip
     seconds = time.perf_counter() - t0
     assert res.counts["done"] == n, res.counts
     return seconds

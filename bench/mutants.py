@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parents[1]
 GROUPS: dict[str, tuple[list[str], list[str]]] = {
     "planner": (
         ["ablate/planning/plan.py", "ablate/planning/keys.py"],
-        ["tests/planning/test_planner.py", "tests/spec/test_spec.py"],
+        ["tests/planning/test_plan.py", "tests/spec/test_spec.py"],
     ),
     "store": (["ablate/store/writes.py", "ablate/store/queries.py"], ["tests/store/test_store.py"]),
     "launcher": (
@@ -37,7 +37,7 @@ GROUPS: dict[str, tuple[list[str], list[str]]] = {
     ),
     "trial": (
         ["ablate/training/loop.py", "ablate/training/checkpoints.py", "ablate/training/parallel.py"],
-        ["tests/training/test_trial.py", "tests/training/test_parallel.py"],
+        ["tests/training/test_loop.py", "tests/training/test_parallel.py"],
     ),
     "csan": (["ablate/nn/csan/layers.py"], ["tests/nn/test_attention.py"]),
     "stats": (["ablate/reporting/stats.py"], ["tests/reporting/test_report.py", "-k", "not real_launch"]),

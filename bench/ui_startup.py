@@ -62,7 +62,7 @@ def main() -> None:
         folder = Path(tmp)
         uri = f"sqlite:///{folder / 'mlflow.sqlite'}"
         sys.path.insert(0, str(ROOT))
-        from ablate.tracking.records import Tracker
+        from ablate.tracking.tracker import Tracker
 
         Tracker(uri)  # the store a launch leaves: created and migrated
 

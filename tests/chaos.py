@@ -250,7 +250,7 @@ def arm(folder: str) -> None:
     halfway through when they claim a kill request of `folder` (once per process)."""
     import torch
 
-    from ablate.training.storage import Storage
+    from ablate.training.checkpoint_storage import Storage
 
     if getattr(torch.save, "armed", False):
         return

@@ -2,7 +2,7 @@
 
 A trial key is where a result lives in every store: a change to any key orphans the stored results of
 that trial (a relaunch runs it again under the new key, the old rows stay unmatched). So the keys of the
-shipped sweeps are pinned here, and `test_planner.py::test_shipped_sweeps_keep_their_golden_keys` fails
+shipped sweeps are pinned here, and `test_plan.py::test_shipped_sweeps_keep_their_golden_keys` fails
 when any of them moves. Regenerate, only after bumping `ablate.planning.keys.KEY_VERSION` on purpose (or after
 changing experiments.yaml itself), with:
 

@@ -15,7 +15,7 @@ import yaml
 
 from ablate.execution.gpu_shares import Footprint
 from ablate.execution.launcher import RunConfig, launch
-from ablate.execution.progress import Progress
+from ablate.execution.progress import Display
 from ablate.planning.plan import plan
 from ablate.store import Store
 
@@ -52,7 +52,7 @@ def main(root: Path) -> None:
     f = root / "e.yaml"
     f.write_text(yaml.safe_dump({"sweeps": {"g": {"base": base}}}))
     messages: list[str] = []
-    progress = Progress(live=False)
+    progress = Display(live=False)
     progress.message = messages.append  # type: ignore[method-assign]
     p = plan(f, "g")
     with Store(f"sqlite:///{root}/r.sqlite") as store:

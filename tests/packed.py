@@ -1,4 +1,5 @@
-"""The GPU-packing scenario, run in its own process by tests/execution/test_packing.py (the session's Ray has no GPUs).
+"""The GPU-packing scenario, run in its own process by tests/execution/test_gpu_shares.py (the session's Ray has
+no GPUs).
 
 A real Ray with 2 logical GPUs (no CUDA here: the fake-GPU opt-in `ABLATE_FAKE_GPU=1` trains their trials on the
 CPU), real launches through `ablate.launch`, a probe faked only where a GPU is required: it returns a footprint of
@@ -21,7 +22,7 @@ import yaml
 
 from ablate.execution.gpu_shares import Footprint
 from ablate.execution.launcher import RunConfig, launch
-from ablate.execution.progress import Progress
+from ablate.execution.progress import Display
 from ablate.planning.plan import plan
 from ablate.store import Store
 from ablate.training.devices import FAKE_GPU
@@ -106,7 +107,7 @@ def phase(root: Path, name: str, model: dict[str, Any], seeds: int, running: int
     f = folder / "e.yaml"
     f.write_text(yaml.safe_dump({"sweeps": {name: {"base": base, "seeds": seeds}}}))
     messages: list[str] = []
-    progress = Progress(live=False)
+    progress = Display(live=False)
     progress.message = messages.append  # type: ignore[method-assign]
     box: dict[str, Any] = {}
     with Store(f"sqlite:///{folder}/r.sqlite") as store:

@@ -17,7 +17,7 @@ from typing import Any
 import yaml
 
 from ablate.execution.launcher import RunConfig, launch
-from ablate.execution.progress import Progress
+from ablate.execution.progress import Display
 from ablate.planning.plan import plan
 from ablate.store import Store
 from ablate.training.devices import FAKE_GPU, describe, for_trial
@@ -49,7 +49,7 @@ def phase(root: Path, name: str, gpus: float, override: float | None = None, rea
     f.write_text(yaml.safe_dump({"sweeps": {name: {"base": base, "seeds": 2}}}))
     run = RunConfig(storage=folder / "ck", gpus=override, runner=None if real else where)
     with Store(f"sqlite:///{folder}/r.sqlite") as store:
-        result = launch([plan(f, name)], store, run=run, progress=Progress(live=False))
+        result = launch([plan(f, name)], store, run=run, progress=Display(live=False))
         rows = store.trials_frame(name)[["state", "device", "error"]]
     seen = [json.loads(p.read_text()) for p in (folder / "ck").glob("*/seen.json")]
     return {"counts": dict(result.counts), "seen": seen, "rows": json.loads(rows.to_json(orient="records"))}

@@ -34,7 +34,7 @@ from procs import NODES, Launcher, Postgres, alive_nodes, kill_tree, listening, 
 
 from ablate.execution import journal
 from ablate.store import Store, flatten
-from ablate.training.storage import Storage
+from ablate.training.checkpoint_storage import Storage
 
 RAY, ABLATE, MLFLOW = (str(Path(sys.executable).with_name(name)) for name in ("ray", "ablate", "mlflow"))
 MARKER = "<!-- tests/execution/test_team.py runs this block"
@@ -292,7 +292,7 @@ def mlflow_differences(store: Store, uri: str, sweeps: list[str], keys: list[str
     """Where MLflow is not the store: one MLflow run per trial across the sweeps' experiments (a shared trial's run
     lives in one of them), with the store's run id, status, params and result, and per metric exactly the store's
     steps, each once; each sweep's parent run holds its summary."""
-    from ablate.tracking.records import RUN_STATUS, Tracker, mlflow_name, params_of
+    from ablate.tracking.tracker import RUN_STATUS, Tracker, mlflow_name, params_of
 
     tracker, out = Tracker(uri), []
     if unmirrored := store.unmirrored(sweeps):

@@ -38,7 +38,7 @@ from rich.console import Console
 
 from ablate.cli.gpubusy import Busy, Sampler, busy, open_nvml, together, trained_on
 from ablate.config import TrialConfig
-from ablate.execution import gpu_shares as packing
+from ablate.execution import gpu_shares
 from ablate.planning.plan import Plan, plan
 
 if TYPE_CHECKING:
@@ -237,22 +237,22 @@ class RecordingProbe:
     the probe runs in a Ray task, and the check reads the files after the launch."""
 
     folder: str
-    measure: packing.Probe = packing.measure
+    measure: gpu_shares.Probe = gpu_shares.measure
 
-    def __call__(self, cfg: TrialConfig) -> packing.Footprint:
+    def __call__(self, cfg: TrialConfig) -> gpu_shares.Footprint:
         found = self.measure(cfg)
         path = self._path(cfg)
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(asdict(found)))
         return found
 
-    def measured(self, cfg: TrialConfig) -> packing.Footprint | None:
+    def measured(self, cfg: TrialConfig) -> gpu_shares.Footprint | None:
         """What the probe of `cfg`'s footprint measured, if it ran."""
         path = self._path(cfg)
-        return packing.Footprint(**json.loads(path.read_text())) if path.exists() else None
+        return gpu_shares.Footprint(**json.loads(path.read_text())) if path.exists() else None
 
     def _path(self, cfg: TrialConfig) -> Path:
-        return Path(self.folder) / f"{hashlib.sha256(packing.footprint_key(cfg).encode()).hexdigest()[:16]}.json"
+        return Path(self.folder) / f"{hashlib.sha256(gpu_shares.footprint_key(cfg).encode()).hexdigest()[:16]}.json"
 
 
 @dataclass(frozen=True)
@@ -282,7 +282,7 @@ def run_phase(
     `sampler` reads the GPUs, then read the phase's figures back from the store."""
     from ablate.api import launch
     from ablate.execution.launcher import RunConfig
-    from ablate.execution.progress import Progress
+    from ablate.execution.progress import Display
     from ablate.store import Store
 
     folder.mkdir(parents=True, exist_ok=True)
@@ -291,7 +291,7 @@ def run_phase(
     tracker: str | bool = f"sqlite:///{folder / 'mlflow.sqlite'}" if mlflow else False
     with Store(f"sqlite:///{folder / 'ablate.sqlite'}") as store:
         with sampler:
-            result = launch(planned, store, tracker, run=settings, progress=Progress(live=False, console=console))
+            result = launch(planned, store, tracker, run=settings, progress=Display(live=False, console=console))
         if result.interrupted:  # Ctrl-C or SIGTERM: no later phase either
             raise KeyboardInterrupt
         return read_back(phase, planned, store, sampler, probe)

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from rich.table import Table
 
 from ablate.cli.gpucheck import ESTIMATED, PLAIN_SECONDS, TRAIN_IMAGES, Figures, Phase, SweepSpec, speedups
-from ablate.execution import gpu_shares as packing
+from ablate.execution import gpu_shares
 from ablate.planning.plan import Plan
 
 
@@ -34,7 +34,7 @@ def plan_table(spec: SweepSpec, planned: Sequence[tuple[Phase, Plan]]) -> Table:
         7,
     )
     for phase, p in planned:
-        probes = len({packing.footprint_key(t.config) for t in p.trials})
+        probes = len({gpu_shares.footprint_key(t.config) for t in p.trials})
         gpus = f"auto ({probes} probes)" if phase.gpus is None else f"{phase.gpus:g}"
         for t in p.trials:
             c = t.config

@@ -108,14 +108,14 @@ def launch(
     from ablate.api import unfinished
     from ablate.execution.launcher import Cluster, RunConfig
     from ablate.execution.preflight import Checks, PreflightError
-    from ablate.execution.progress import Progress
+    from ablate.execution.progress import Display
     from ablate.execution.stopped import Stopped
     from ablate.store import Store
 
     tracker = mlflow_uri or True if mlflow else False  # a URI, the default one, or none
     try:
         settings = RunConfig(storage, cpus, gpus, lease=lease)
-        result = run(plans, db, tracker, cluster=Cluster(address), run=settings, progress=Progress(live=live,
+        result = run(plans, db, tracker, cluster=Cluster(address), run=settings, progress=Display(live=live,
                      console=out), choice=choice, checks=Checks(models=check, data=check))  # fmt: skip
     except (PreflightError, ConnectionError, SelectionError) as e:
         fail(str(e))

@@ -31,24 +31,24 @@ def plan(
     overrides: list[str] | None = SET,
 ) -> None:
     """Expand sweeps into trials: key, axis values, params and GFLOPs; counts per axis."""
-    from ablate.planning import table as plan_table
+    from ablate.planning import table
     from ablate.planning.check import ModelError
 
     plans = plans_of(file, sweep, max_trials=max_trials, overrides=overrides)
     try:
-        cost = plan_table.variant_costs(plans) if costs else None
+        cost = table.variant_costs(plans) if costs else None
     except ModelError as e:
         fail(f"{e}\n(`ablate check` steps every variant; --no-costs plans without building models)")
     if format is Format.json:
-        sys.stdout.write(json.dumps(plan_table.document(plans, cost), indent=1) + "\n")
+        sys.stdout.write(json.dumps(table.document(plans, cost), indent=1) + "\n")
         return
     if format is Format.markdown:
         import pandas as pd
 
-        sys.stdout.write(markdown(pd.DataFrame([r for p in plans for r in plan_table.rows(p, cost)])))
+        sys.stdout.write(markdown(pd.DataFrame([r for p in plans for r in table.rows(p, cost)])))
         return
     if format is Format.csv:
-        plan_table.write_csv(plans, cost, sys.stdout)
+        table.write_csv(plans, cost, sys.stdout)
         return
     for p in plans:
         if p.tuning and not p.trials:
@@ -56,23 +56,23 @@ def plan(
 
             out.print(f"{p.sweep}: {describe(p)}")
             continue
-        prows = plan_table.rows(p, cost, limit)
-        table = Table(title=f"{p.sweep}: {len(p.trials)} trials, {len(p.variants)} variants", title_justify="left")
-        table.add_column("key")
+        prows = table.rows(p, cost, limit)
+        view = Table(title=f"{p.sweep}: {len(p.trials)} trials, {len(p.variants)} variants", title_justify="left")
+        view.add_column("key")
         for a in p.axes:
-            table.add_column(a)
-        table.add_column("seed", justify="right")
+            view.add_column(a)
+        view.add_column("seed", justify="right")
         if costs:
-            table.add_column("params", justify="right")
-            table.add_column("GFLOPs", justify="right")
-            table.add_column("w/o attn matmuls", justify="right")
+            view.add_column("params", justify="right")
+            view.add_column("GFLOPs", justify="right")
+            view.add_column("w/o attn matmuls", justify="right")
         for r in prows:
             base = "  *" if r["variant"] == p.baseline else ""
             cells = [r["key"][:10] + base] + [cell(r[a]) for a in p.axes] + [str(r["seed"])]
             if costs:
                 cells += [units.params(r["params"]), units.gflops(r["gflops"]), units.gflops(r["gflops_no_attn"])]
-            table.add_row(*cells)
-        out.print(table)
+            view.add_row(*cells)
+        out.print(view)
         if len(p.trials) > limit:
             out.print(f"... {len(p.trials) - limit} more rows (--limit, or --format csv)")
         counts = "; ".join(f"{a}: " + ", ".join(f"{cell(v)}={n}" for v, n in c.items()) for a, c in p.counts().items())
@@ -103,10 +103,10 @@ def check(
 
     plans = plans_of(file, sweep, max_trials=max_trials, overrides=overrides)
     results = run_check(plans, data=data)
-    table = Table(title="pre-launch check: one training step per variant (batch 2, CPU)", title_justify="left")
+    view = Table(title="pre-launch check: one training step per variant (batch 2, CPU)", title_justify="left")
     for col in ("sweep", "variant", "params", "GFLOPs", "Δ params vs baseline", "status"):
         # a label too long for its column folds onto more lines: cut to `attention.kind=so…`, it named nothing
-        table.add_column(col, justify="right" if col in ("params", "GFLOPs", "Δ params vs baseline") else "left",
+        view.add_column(col, justify="right" if col in ("params", "GFLOPs", "Δ params vs baseline") else "left",
                          overflow="fold")  # fmt: skip
     base = {p.sweep: next((c.params for c in results if c.sweep == p.sweep and c.variant == p.baseline), None)
             for p in plans}  # fmt: skip
@@ -120,8 +120,8 @@ def check(
         delta = "-" if c.params is None or ref is None else units.params(c.params - ref, sign=True)
         params, gflops = units.params(c.params), units.gflops(c.gflops)
         status = "ok" if c.ok else f"[red]error[/]: {c.error}"
-        table.add_row(c.sweep, labels.get((c.sweep, c.variant)) or c.variant[:10], params, gflops, delta, status)
-    out.print(table)
+        view.add_row(c.sweep, labels.get((c.sweep, c.variant)) or c.variant[:10], params, gflops, delta, status)
+    out.print(view)
     if not all(c.ok for c in results):
         raise typer.Exit(2)
 
@@ -161,11 +161,11 @@ def plugins(
     from ablate.registry import BACKBONES, DATASETS, MECHANISMS, TABLES, TASKS
 
     file_plugins(file)
-    table = Table(title="registered components", title_justify="left")
-    table.add_column("kind", no_wrap=True)
-    table.add_column("name", no_wrap=True)
-    table.add_column("source", overflow="fold")  # a plugin file's path wraps whole onto more lines, never cut
+    view = Table(title="registered components", title_justify="left")
+    view.add_column("kind", no_wrap=True)
+    view.add_column("name", no_wrap=True)
+    view.add_column("source", overflow="fold")  # a plugin file's path wraps whole onto more lines, never cut
     for registry in (MECHANISMS, BACKBONES, DATASETS, TASKS, TABLES):
         for entry in registry.entries():
-            table.add_row(registry.kind, entry.name, entry.source)
-    out.print(table)
+            view.add_row(registry.kind, entry.name, entry.source)
+    out.print(view)

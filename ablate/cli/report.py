@@ -69,7 +69,7 @@ def sync(
     was down during a launch). Safe to repeat: nothing is sent twice."""
     from ablate.tracking.mirror import ReportFailed, Synced, from_mlflow
     from ablate.tracking.mirror import sync as run_sync
-    from ablate.tracking.records import Tracker
+    from ablate.tracking.tracker import Tracker
 
     with existing_store(db) as store:
         tracker = Tracker(mlflow_uri)

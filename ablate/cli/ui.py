@@ -1,4 +1,4 @@
-"""`ablate ui`: the MLflow UI (`ablate.tracking.records.UiServer`) served on the MLflow store, opened on a
+"""`ablate ui`: the MLflow UI (`ablate.tracking.ui.UiServer`) served on the MLflow store, opened on a
 sweep's page."""
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ def ui(
     """Serve the MLflow UI on the MLflow store and print the sweep's page: a run per variant holding its report's
     numbers, best first, as bars and a table (the view the tracker keeps on its experiment); Ctrl-C or SIGTERM stops
     the server and waits for it."""
-    from ablate.tracking.records import DEFAULT_URI
+    from ablate.tracking.tracker import DEFAULT_URI
     from ablate.tracking.ui import UiServer, sweep_page
 
     uri = mlflow_uri or DEFAULT_URI

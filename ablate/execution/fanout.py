@@ -25,7 +25,7 @@ from ablate.execution.embedded import start_embedded
 from ablate.execution.gcs import Unanswered, answered
 from ablate.execution.gpu_shares import GPU_TASK_CALLS, out_of_memory
 from ablate.execution.heartbeat import Heartbeat
-from ablate.execution.progress import Progress
+from ablate.execution.progress import Display
 from ablate.execution.recorder import Recorder, start_inbox
 from ablate.execution.selection import Selection
 from ablate.execution.stopped import Stopped
@@ -36,13 +36,13 @@ from ablate.store import Owner, Store, divergence
 from ablate.store.faults import StoreUnavailable
 from ablate.store.schema import ENDED
 from ablate.store.writes import now
+from ablate.training.checkpoint_storage import Storage
 from ablate.training.checkpoints import Resume
 from ablate.training.messages import EpochEnd, Finished, PeerLost, Started, TrialResult
-from ablate.training.storage import Storage
 
 if TYPE_CHECKING:
     from ablate.execution.launcher import Cluster, LaunchResult, RunConfig, Stop
-    from ablate.tracking.records import Tracker
+    from ablate.tracking.tracker import Tracker
 
 T = TypeVar("T")
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
@@ -161,7 +161,7 @@ class Fanout:
         owner: Owner,
         heartbeat: Heartbeat,
         recorder: Recorder,
-        progress: Progress,
+        progress: Display,
         result: LaunchResult,
         run: RunConfig,
         plugins: Plugins,
@@ -328,8 +328,8 @@ class Fanout:
         """Submit the trial's task: a single-worker trial with SPREAD placement (the nodes with room in turn);
         Ray's default packs tasks onto the launcher's node until half of it is busy, and queued a trial behind
         a busy node while another sat idle (bench/cluster_overhead.py: p99 idle 5 s). The strategy picks a
-        node, not a device: a node still packs GPU shares onto its GPUs (tests/execution/test_packing.py). A gang places
-        its ranks in a placement group of its own (`ablate.execution.gangs`)."""
+        node, not a device: a node still packs GPU shares onto its GPUs (tests/execution/test_gpu_shares.py).
+        A gang places its ranks in a placement group of its own (`ablate.execution.gangs`)."""
         cfg = self.todo[key].config
         opts = {"num_cpus": self.worker_cpus(key), "num_gpus": self.gpus[key], "max_retries": 0,
                 "name": f"trial-{key[:10]}"}  # fmt: skip
@@ -453,7 +453,7 @@ def settle(
     gpus: float,
     recorder: Recorder,
     attempts: Attempts,
-    progress: Progress,
+    progress: Display,
     code: dict[str, Any] | None = None,
 ) -> str:
     """Record a finished task; return its state, "retry" for an application error with retries left, "oom"

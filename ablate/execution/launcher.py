@@ -3,10 +3,11 @@
 Plan, skip every key already `done` in the store (whatever sweep ran it), submit the rest as Ray tasks
 with the sweep's cpus/gpus, and record what they report through the one writer (`ablate.execution.recorder`).
 Worker or node death: the trial is submitted again (`ablate.execution.fanout.LOST_RETRIES` times) and resumes from its
-checkpoint under `storage/<key>` (a shared folder or a bucket, `ablate.training.storage`). Application errors are
-recorded as `failed`, retried only `resources.retries` times. Ctrl-C (or SIGTERM) asks the loop to stop: at its
-next poll it cancels running tasks and marks them `interrupted`, and the next launch resumes them; a
-second Ctrl-C stops at once. No address: an embedded local Ray for the launch; an address or RAY_ADDRESS: that cluster.
+checkpoint under `storage/<key>` (a shared folder or a bucket, `ablate.training.checkpoint_storage`).
+Application errors are recorded as `failed`, retried only `resources.retries` times. Ctrl-C (or SIGTERM) asks
+the loop to stop: at its next poll it cancels running tasks and marks them `interrupted`, and the next launch resumes
+them; a second Ctrl-C stops at once. No address: an embedded local Ray for the launch; an address or
+RAY_ADDRESS: that cluster.
 
 What touches Ray is in `ablate.execution.fanout`, imported in one place here, where a launch has trials to run: a launch
 with nothing to run starts no Ray and opens no MLflow client (ray, the worker and the trial loop are not imported;
@@ -30,10 +31,9 @@ from pathlib import Path
 from typing import Any
 
 from ablate.config import TrialConfig
-from ablate.execution import gpu_shares as packing
-from ablate.execution import journal, outside
+from ablate.execution import gpu_shares, journal, outside
 from ablate.execution.heartbeat import Heartbeat
-from ablate.execution.progress import Progress
+from ablate.execution.progress import Display
 from ablate.execution.recorder import Recorder
 from ablate.execution.selection import Select, select
 from ablate.planning.plan import Plan
@@ -41,9 +41,9 @@ from ablate.plugins import Plugins
 from ablate.store import Owner, Store
 from ablate.store.faults import StoreUnavailable
 from ablate.tracking.mirror import Mirror
-from ablate.tracking.records import Tracker
+from ablate.tracking.tracker import Tracker
+from ablate.training.checkpoint_storage import Storage
 from ablate.training.messages import Runner
-from ablate.training.storage import Storage
 
 DEFAULT_STORAGE = "db/checkpoints"
 
@@ -96,7 +96,7 @@ class RunConfig:
 
     storage: str | Path = DEFAULT_STORAGE
     """Checkpoint root, `<storage>/<trial key>`: a folder (on a cluster, one every node mounts) or an fsspec URL
-    such as `s3://bucket/prefix` (see `ablate.training.storage`)."""
+    such as `s3://bucket/prefix` (see `ablate.training.checkpoint_storage`)."""
     cpus: float | None = None
     """CPUs per trial, overriding each sweep's `resources.cpus`."""
     gpus: float | None = None
@@ -104,7 +104,7 @@ class RunConfig:
     on the CPU with none (`ablate.training.devices`)."""
     runner: Runner | None = None
     """What trains a trial (default `ablate.training.loop.run_trial`); tests and benchmarks pass lighter ones."""
-    probe: packing.Probe = packing.measure
+    probe: gpu_shares.Probe = gpu_shares.measure
     """What measures the GPU memory of a `gpus: auto` trial (see `ablate.execution.gpu_shares`); tests fake it on
     CPU."""
     poll: float = 0.2
@@ -168,7 +168,7 @@ def launch(
     *,
     cluster: Cluster = Cluster(),
     run: RunConfig = RunConfig(),
-    progress: Progress | None = None,
+    progress: Display | None = None,
     choice: Select = Select(),
 ) -> LaunchResult:
     """Run every unfinished trial of `plans` (one Plan or several; `choice` changes which, see
@@ -196,7 +196,7 @@ def launch(
             if not grown.new:
                 return result
             for line in grown.lines:
-                (progress or Progress()).message(line)
+                (progress or Display()).message(line)
             plans = grown.plans
             only = replace(choice, only=tuple(grown.new))
             result = result.then(_round(plans, store, tracker, cluster, run, progress, only, ray))
@@ -222,7 +222,7 @@ def _round(
     tracker: Tracker | None,
     cluster: Cluster,
     run: RunConfig,
-    progress: Progress | None,
+    progress: Display | None,
     choice: Select,
     ray: _Ray | None = None,
 ) -> LaunchResult:
@@ -258,7 +258,7 @@ def _round(
         handled.enter_context(stop.installed())
     try:
         auto = [t for t in todo.values() if isinstance(t.config.resources.gpus, str)] if run.gpus is None else []
-        admission = packing.admit(auto, run.probe, plugins) if auto else packing.Admission({}, [])
+        admission = gpu_shares.admit(auto, run.probe, plugins) if auto else gpu_shares.Admission({}, [])
         earlier = []  # what each sweep holds that its plan no longer makes, read before the flags change
         for plan in plans:  # each write waits out a database server that restarts meanwhile, as the launch's first look
             earlier += store.patiently(partial(outside.lines, plan, store))
@@ -271,7 +271,7 @@ def _round(
             store.patiently(partial(store.archive, keys, reason))
             for key in keys:
                 storage.discard(key)  # a new training starts from scratch
-        progress = progress or Progress()
+        progress = progress or Display()
         metrics = {t.key: plan.metric for plan in reversed(plans) for t in plan.trials}  # a shared trial: the first's
         progress.begin([plan.sweep for plan in plans], len(todo) + len(done), len(done), metrics)
         for line in chosen.lines({t.key: t for plan in plans for t in plan.trials}):
@@ -324,7 +324,7 @@ MIRROR_WAIT = 30.0
 """Seconds a launch waits at its end for the MLflow mirror to catch up (not at all while MLflow is down)."""
 
 
-def _close(mirror: Mirror | None, sweeps: list[str], status: str, progress: Progress) -> None:
+def _close(mirror: Mirror | None, sweeps: list[str], status: str, progress: Display) -> None:
     """Let the mirror catch up, then end the sweeps' MLflow parent runs; or say what MLflow still lacks."""
     if mirror is None:
         return

@@ -22,7 +22,7 @@ from ablate.planning.plan import Plan
 from ablate.provenance.cache import folder
 from ablate.spec.tune import companion
 from ablate.store import Store
-from ablate.training.storage import Storage, StorageError
+from ablate.training.checkpoint_storage import Storage, StorageError
 
 CHECKED = "checked.json"
 """The file beside the cost cache (`ablate.provenance.cache.folder()`) where passing model checks are remembered."""

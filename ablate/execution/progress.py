@@ -59,9 +59,10 @@ class _Running:
     metrics: dict[str, float] = field(default_factory=dict)
 
 
-class Progress:
-    """Tracks the trials of one launch; `live=None` picks the live view only when stdout is a terminal.
-    `clock` (seconds, monotonic) times trials, the rate and the plain output's throttle."""
+class Display:
+    """What a launch shows of its trials, live or plain (a trial's own position is `checkpoints.Progress`);
+    `live=None` picks the live view only when stdout is a terminal. `clock` (seconds, monotonic) times trials,
+    the rate and the plain output's throttle."""
 
     def __init__(
         self,
@@ -92,7 +93,7 @@ class Progress:
         self._moved = False
         self._live: Live | None = None
 
-    def __enter__(self) -> Progress:
+    def __enter__(self) -> Display:
         if self.live:
             self._live = Live(self.render(), console=self.console, refresh_per_second=4, transient=False)
             self._live.__enter__()

@@ -18,9 +18,9 @@ import ray
 from ablate.config import TrialConfig
 from ablate.plugins import Plugins
 from ablate.training import checkpoints, devices
+from ablate.training.checkpoint_storage import Storage
 from ablate.training.checkpoints import Resume
 from ablate.training.messages import RENDEZVOUS, EpochEnd, Reporter, Runner, Started, TrialResult
-from ablate.training.storage import Storage
 
 
 def run_trial(
@@ -68,7 +68,8 @@ class TaskArgs:
     """The trial's config as JSON data (validated again on the worker, after its plugins are imported)."""
     key: str
     storage: str
-    """Checkpoint root (a path or an fsspec URL, `ablate.training.storage`): the trial's folder is `<storage>/<key>`."""
+    """Checkpoint root (a path or an fsspec URL, `ablate.training.checkpoint_storage`): the trial's folder is
+    `<storage>/<key>`."""
     inbox: Any
     """The `recorder.Inbox` actor (None for ranks other than 0: only rank 0 reports)."""
     runner: Runner

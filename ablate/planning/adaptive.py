@@ -18,7 +18,7 @@ sign-flip test (`evidence.sign_flip`; none where its smallest p, 2 / 2^n, cannot
 the next look), never below EXACT_N pairs (the schema's `min` floor; a look below it, in a policy recorded before
 that floor, is not judged). The a_j sum to alpha, so (Bonferroni over the looks) every interval a cell ever shows
 holds at once with probability at least 1 - alpha: stopping when an interval clears the threshold keeps the
-error rate of each cell's decision at most alpha, however many looks it took (tests/planning/test_sequential.py
+error rate of each cell's decision at most alpha, however many looks it took (tests/planning/test_adaptive.py
 simulates it). The cells are not adjusted for one another: alpha is per cell, not per sweep.
 
 A cell is decided when its interval lies wholly above +threshold (higher), wholly below -threshold

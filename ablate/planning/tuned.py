@@ -100,10 +100,10 @@ class Rounds:
                 plan, searches = self._searched(plan, store)
                 lines += self._news(plan, searches)
             if adaptive and store is not None and plan.adaptive is not None:
-                from ablate.planning import adaptive as sequential  # scipy: only for adaptive seeds
+                import ablate.planning.adaptive  # scipy: only for adaptive seeds
 
                 before = len(plan.trials)
-                plan = sequential.grow(plan, store)
+                plan = ablate.planning.adaptive.grow(plan, store)
                 if len(plan.trials) > before:
                     lines.append(f"adaptive seeds: {len(plan.trials) - before} more trials for cells still undecided")
             self.plans[i] = plan

@@ -36,6 +36,7 @@ import pandas as pd
 
 from ablate.evidence.verdict import Verdict
 from ablate.reporting import (
+    adaptive,
     designed,
     effects,
     findings,
@@ -44,7 +45,6 @@ from ablate.reporting import (
     plots,
     render,
     sections,
-    seeding,
     tables,
     ties,
     tuned,
@@ -133,7 +133,7 @@ def _write_sweep(
         figures = _figures(store, data, table, eff, best) if formats & {"html", "md"} else {}
         contributed = sections.sections(sections.SweepResults(data, table, correction, store))
         title, meta, parts = _sections(data, table, fac, eff, figures, correction, contributed)
-        if (seeds := seeding.section(store, data)) is not None:
+        if (seeds := adaptive.section(store, data)) is not None:
             parts.insert(1, seeds)
         if tuning is not None:
             parts.insert(1, tuning.section)
@@ -141,8 +141,8 @@ def _write_sweep(
         if len(best):  # right after the variant table whose bold cell it explains
             shown = [Image("best", figures["best"], "each variant against the best")] if "best" in figures else []
             parts.insert(1, Section("Best or tied", [ties.table(best, data, correction), *shown]))
-        adaptive = seeding.verdicts(store, data)
-        found = [*undertrained.findings(store, data, table), *findings.findings(data, table, fac, eff, won, adaptive)]
+        judged = adaptive.verdicts(store, data)
+        found = [*undertrained.findings(store, data, table), *findings.findings(data, table, fac, eff, won, judged)]
         if chosen is not None and chosen.two_level and (words := designed.unseparated(chosen, data, eff)) is not None:
             found.append(findings.Finding(findings.CONFOUNDED, words))
         parts.insert(0, Section("Findings", [findings.block(found)], latex=False))  # the verdict first
@@ -238,7 +238,7 @@ def _daniel(eff: pd.DataFrame, data: SweepData, fig: Callable[[str, str], list[B
 
 
 def summary(data: SweepData, table: pd.DataFrame, won: dict[str, Verdict]) -> dict[str, Any]:
-    """What the overview page, MLflow's `report.best` and `ablate.tracking.records` show of a report: name, date, trial
+    """What the overview page, MLflow's `report.best` and `ablate.tracking.tracker` show of a report: name, date, trial
     counts, and per group the best variant or those tied with it (`verdict`, in words; `best`: the winner where
     the sweep has one group and it has one, else None), by the rule of the report's bold cells."""
     labels = {v: f"{table.loc[v, 'label']} ({table.loc[v, 'mean']:.4g})" for v in table.index[table["n"] > 0]}

@@ -22,7 +22,7 @@ import pandas as pd
 
 from ablate import evidence
 from ablate.evidence.verdict import Verdict
-from ablate.planning import adaptive as sequential
+from ablate.planning import adaptive
 from ablate.reporting import advice, frames, stats, tables
 from ablate.reporting.effects import Factorial
 from ablate.reporting.frames import SweepData
@@ -71,12 +71,12 @@ def findings(
     fac: Factorial | None,
     eff: pd.DataFrame | None,
     won: dict[str, Verdict],
-    adaptive: dict[str, sequential.Verdict] | None = None,
+    judged: dict[str, adaptive.Verdict] | None = None,
 ) -> list[Finding]:
     """The Findings of one sweep from its variant table, factorial parts and effects table (None without one:
     of one factor only, its effects are the variant table's comparisons and are left out; `fac` None with an
     effects table: a design's, `ablate.reporting.designed`), best-or-tied verdicts per group (`tables.verdicts`)
-    and adaptive seeding's verdicts per variant where the sweep had adaptive seeds (`seeding.verdicts`)."""
+    and adaptive seeding's verdicts per variant where the sweep had adaptive seeds (`adaptive.verdicts`)."""
     d, unit = tables.digits(data), " points" if tables.digits(data) == 2 and data.higher else ""
     compared = table[table["ref"].notna() & ~table["is_baseline"] & (table["pairs"] > 0)]
     labels = table["label"]
@@ -101,7 +101,7 @@ def findings(
         if v.p_adj:
             out.append(_verdict(group if several else "", v, labels))
     undecided = [x for x in rows if x.r["p_adj"] >= evidence.ALPHA]
-    out += [_open(x, data, d, unit, (adaptive or {}).get(x.variant)) for x in undecided[:SHOWN]]
+    out += [_open(x, data, d, unit, (judged or {}).get(x.variant)) for x in undecided[:SHOWN]]
     if len(undecided) > SHOWN:
         out.append(Finding(OPEN, f"and {len(undecided) - SHOWN} more not decided (tables below)."))
     if eff is not None and (eff["test"] == stats.LENTH).any():
@@ -190,12 +190,12 @@ def _verdict(group: str, v: Verdict, labels: pd.Series) -> Finding:
     )
 
 
-def _open(x: _Row, data: SweepData, d: int, unit: str, judged: sequential.Verdict | None) -> Finding:
+def _open(x: _Row, data: SweepData, d: int, unit: str, judged: adaptive.Verdict | None) -> Finding:
     """One comparison or effect not decided: its size and adjusted p; its MDD now and the seeds that would detect
     its |Δ|, both at the level that decides it in its family (`advice`), or what its interval established where
     no feasible count can; for a variant adaptive seeding decided against the baseline, that decision."""
     head = f"{_said(x, d, unit)}, {_adjusted(x)}"
-    if judged is not None and judged.decision in (sequential.HIGHER, sequential.LOWER, sequential.EQUIVALENT):
+    if judged is not None and judged.decision in (adaptive.HIGHER, adaptive.LOWER, adaptive.EQUIVALENT):
         return Finding(judged.decision, f"{head}: not significant after the table's adjustment, but adaptive "
                                         f"seeding found it {judged.reason} (Adaptive seeds, below).")  # fmt: skip
     design, word, target = data.design, data.design.unit, abs(x.size)

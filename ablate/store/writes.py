@@ -29,7 +29,7 @@ from sqlalchemy.exc import DatabaseError, DataError, IntegrityError, Programming
 from sqlalchemy.orm import Session
 
 from ablate.patience import patiently
-from ablate.store import engine as eng
+from ablate.store import engine
 from ablate.store.faults import StoreUnavailable, explain, restarting
 from ablate.store.listing import missing
 from ablate.store.queries import MEMBERS, METRICS, PREVIOUS, SWEEPS, TRIALS, Queries
@@ -130,15 +130,15 @@ class Store(Queries):
     def __init__(self, url: str | None = None, patience: float = 0.0) -> None:
         """`patience`: seconds to wait for a database server that does not answer yet (one restarting: a launch
         waits, as the launcher it replaces may be gone; a report or `status` says so at once)."""
-        self.url = eng.database_url(url)
+        self.url = engine.database_url(url)
         try:
-            self.engine = eng.make_engine(self.url)
+            self.engine = engine.make_engine(self.url)
         except OSError as e:  # the database's folder cannot be made
             raise explain(self.url, e) from e
         event.listen(self.engine, "handle_error", self._unavailable)
-        self._writer = self.engine.execution_options(**eng.WRITE)
+        self._writer = self.engine.execution_options(**engine.WRITE)
         self.patience = patience
-        self.patiently(lambda: eng.upgrade(self.engine))
+        self.patiently(lambda: engine.upgrade(self.engine))
 
     def patiently(self, call: Callable[[], T]) -> T:
         """`call` (this store's reads or writes), tried again while its database server restarts, for up to the
@@ -190,7 +190,7 @@ class Store(Queries):
         given = {k: v for k, v in given.items() if v is not None}
         t = now()
         with self._write() as conn:
-            eng.upsert(conn, SWEEPS, [{"name": name, "created_at": t, "updated_at": t, **given}], ["name"],
+            engine.upsert(conn, SWEEPS, [{"name": name, "created_at": t, "updated_at": t, **given}], ["name"],
                        ["updated_at", *given])  # fmt: skip
 
     def keep_sweep_mlflow(self, name: str, experiment_id: str, run_id: str, replacing: str | None) -> str:
@@ -223,15 +223,15 @@ class Store(Queries):
         later = [] if plan is None else list(set(plan) - {m["trial_key"] for m in members})
         mine = MEMBERS.c.sweep == sweep
         with self._write() as conn:
-            eng.upsert(conn, SWEEPS, [{"name": sweep, "created_at": t, "updated_at": t}], ["name"])
+            engine.upsert(conn, SWEEPS, [{"name": sweep, "created_at": t, "updated_at": t}], ["name"])
             # the variant is derived from the config: always current
-            eng.upsert(conn, TRIALS, new, ["key"], ["variant"], serialised=["config", "axes"])
+            engine.upsert(conn, TRIALS, new, ["key"], ["variant"], serialised=["config", "axes"])
             if plan is not None:  # one transaction: a reader sees the old plan's flags or the new one's
                 conn.execute(update(MEMBERS).where(mine, MEMBERS.c.planned).values(planned=False))
                 for i in range(0, len(later), CHUNK):  # a later round's trials added before: still planned
                     conn.execute(update(MEMBERS).where(mine, MEMBERS.c.trial_key.in_(later[i : i + CHUNK]))
                                  .values(planned=True))  # fmt: skip
-            eng.upsert(conn, MEMBERS, members, ["sweep", "trial_key"], ["axes", "position", "planned"],
+            engine.upsert(conn, MEMBERS, members, ["sweep", "trial_key"], ["axes", "position", "planned"],
                        serialised=["axes"])  # fmt: skip
 
     # ------------------------------------------------------------------------------------------ trials
@@ -325,7 +325,7 @@ class Store(Queries):
         cols = ("trial_key", "name", "step", "value", "wall_time")
         data = [dict(zip(cols, (k, n, int(s), float(v), w))) for k, n, s, v, w in rows]
         with self._write() as conn:
-            eng.upsert(conn, METRICS, data, ["trial_key", "name", "step"], ["value", "wall_time"])
+            engine.upsert(conn, METRICS, data, ["trial_key", "name", "step"], ["value", "wall_time"])
 
     def archive(self, keys: Iterable[str], reason: str) -> int:
         """Trials to train again (stale code, `--rerun`): each one's row and epoch metrics are kept in

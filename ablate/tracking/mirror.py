@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 from ablate.store import FINAL_STATES, Store
 from ablate.store.faults import StoreUnavailable
-from ablate.tracking.records import Tracker
+from ablate.tracking.tracker import Tracker
 
 BACKOFF = (1.0, 30.0)
 """First and longest wait after MLflow failed (seconds); the wait doubles in between."""

@@ -1,5 +1,5 @@
 """Names and values as MLflow takes them: a param or metric name it accepts (`mlflow_name`), values clipped to its
-limits (`clip`). Shared by the records (`ablate.tracking.records`) and the saved view (`ablate.tracking.view`),
+limits (`clip`). Shared by the MLflow tracker (`ablate.tracking.tracker`) and the saved view (`ablate.tracking.view`),
 whose columns name the same params."""
 
 from __future__ import annotations

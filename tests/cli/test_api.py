@@ -11,7 +11,7 @@ from conftest import ROOT, TINY, write_sweeps
 
 import ablate
 from ablate.store import Store
-from ablate.tracking.records import Tracker
+from ablate.tracking.tracker import Tracker
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -55,7 +55,7 @@ def test_the_readme_notebook_example_runs_and_records_to_the_store_mlflow_and_a_
 
 def test_the_api_exports_what_the_cli_composes():
     from ablate.api import launch, report
-    from ablate.tracking.records import Tracker as TrackerClass
+    from ablate.tracking.tracker import Tracker as TrackerClass
 
     assert ablate.launch is launch and ablate.report is report
     assert ablate.Tracker is TrackerClass and ablate.Store is Store

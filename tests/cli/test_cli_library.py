@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 from conftest import TINY, write_sweeps
 from test_cli import invoke, store_across_sweeps, store_with_trials
-from test_cli_tables import at, crowded, rows, truth
 from test_imports import PACKAGE, import_graph
+from test_tables import at, crowded, rows, truth
 from typer.testing import CliRunner
 
 from ablate import api

@@ -22,7 +22,7 @@ from procs import kill_tree
 from test_plugins import plugin_source
 
 from ablate.store import Store
-from ablate.tracking.records import Tracker
+from ablate.tracking.tracker import Tracker
 
 pytestmark = pytest.mark.timeout(420)
 RAY = str(Path(sys.executable).with_name("ray"))

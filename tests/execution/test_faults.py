@@ -28,7 +28,7 @@ from ablate.execution.fanout import Fanout
 from ablate.execution.heartbeat import Heartbeat
 from ablate.execution.journal import journals
 from ablate.execution.launcher import LaunchResult, RunConfig, launch
-from ablate.execution.progress import Progress
+from ablate.execution.progress import Display
 from ablate.execution.recorder import Recorder
 from ablate.execution.selection import Select, select
 from ablate.planning.plan import plan
@@ -287,7 +287,7 @@ def test_a_look_that_meets_an_outage_looks_again_from_the_same_moment_and_a_miss
     with Store(f"sqlite:///{folder}/r.sqlite") as store:
         store.add_trials("s", p.trials)
         chosen, owner = select([p], store, Select()), Owner.new(600)
-        fan = Fanout(chosen.run, store, owner, Heartbeat(store, owner), Recorder(store), Progress(live=False),
+        fan = Fanout(chosen.run, store, owner, Heartbeat(store, owner), Recorder(store), Display(live=False),
                      LaunchResult(), RunConfig(), Plugins(), str(tmp_path / "ck"), dict.fromkeys(chosen.run, 0.0),
                      chosen)  # fmt: skip
         fan.finished_elsewhere(whole=False)
@@ -338,7 +338,7 @@ def test_a_database_restart_during_the_launchs_set_up_is_waited_out(ray_local, t
     p = plan(write_sweeps(tmp_path / "e.yaml", {"s": {"base": {**TINY, "train": {**TINY["train"], "epochs": 1}}}}), "s")
     try:
         with RestartedStore(url, server) as store:
-            res = launch([p], store=store, run=RunConfig(storage=tmp_path / "ck"), progress=Progress(live=False))
+            res = launch([p], store=store, run=RunConfig(storage=tmp_path / "ck"), progress=Display(live=False))
             assert store.waited.is_set() and res.counts == {"done": 1}, res
             assert store.done_keys() == {p.trials[0].key}
     finally:

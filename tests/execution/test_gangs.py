@@ -19,7 +19,7 @@ from ablate.cli import app
 from ablate.config import Resources
 from ablate.execution.launcher import Cluster, RunConfig, launch
 from ablate.execution.preflight import Checks, PreflightError, preflight, refuse_split_gpus
-from ablate.execution.progress import Progress
+from ablate.execution.progress import Display
 from ablate.execution.selection import Select
 from ablate.planning.plan import Plan, plan
 from ablate.store import Store
@@ -120,7 +120,7 @@ def launched(p: Plan, store: Store, tmp_path: Path, runner: Any) -> Any:
     """Launch `p` in a thread; its result, or a failed test if it does not end within `SAFETY` seconds."""
     box: dict = {}
     run = RunConfig(storage=tmp_path / "ck", runner=runner)
-    quiet = Progress(live=False)
+    quiet = Display(live=False)
     th = threading.Thread(target=lambda: box.update(res=launch([p], store=store, run=run, progress=quiet)), daemon=True)
     th.start()
     th.join(timeout=SAFETY)

@@ -28,11 +28,11 @@ from typer.testing import CliRunner
 
 from ablate.cli import app
 from ablate.execution.launcher import RunConfig, launch
-from ablate.execution.progress import Progress
+from ablate.execution.progress import Display
 from ablate.planning.plan import Plan, plan, plan_all
 from ablate.store import Store
 from ablate.store.writes import now
-from ablate.tracking.records import Tracker
+from ablate.tracking.tracker import Tracker
 from ablate.training import checkpoints
 
 GATE_SCRIPT = Path(__file__).parents[1] / "gate.py"
@@ -40,8 +40,8 @@ GATE_SCRIPT = Path(__file__).parents[1] / "gate.py"
 pytestmark = pytest.mark.timeout(300)
 
 
-def quiet() -> Progress:
-    return Progress(live=False)
+def quiet() -> Display:
+    return Display(live=False)
 
 
 @pytest.mark.skipif(not Path("/proc/net/tcp").exists(), reason="reads listening sockets from Linux's /proc")
@@ -101,7 +101,7 @@ def test_a_copied_truncated_or_edited_checkpoint_is_refused_and_the_trial_retrai
         state["history"] = [(e, {**m, "val.top1": -1.0}) for e, m in state["history"]]
         torch.save(state, ck / edited / checkpoints.FILE)
         console = Console(record=True, width=400)
-        launch([p], store=store, run=RunConfig(storage=ck), progress=Progress(live=False, console=console))
+        launch([p], store=store, run=RunConfig(storage=ck), progress=Display(live=False, console=console))
         said = console.export_text()
         assert said.count("does not match the store's record") == 3, said
         t = store.trials_frame("s").set_index("key")
@@ -148,7 +148,7 @@ def test_failure_and_divergence_are_recorded(ray_local, tmp_path: Path) -> None:
     plans = plan_all(f)
     console = Console(record=True, width=400)
     with Store(f"sqlite:///{tmp_path}/r.sqlite") as store:
-        progress = Progress(live=False, console=console)
+        progress = Display(live=False, console=console)
         res = launch(plans, store=store, run=RunConfig(storage=tmp_path / "ck"), progress=progress)
         assert res.counts == {"failed": 1, "diverged": 1, "done": 1}
         t = store.trials_frame().set_index("sweep")
@@ -826,7 +826,7 @@ def test_a_launch_says_what_the_sweep_holds_that_its_plan_no_longer_makes(tmp_pa
 
     def relaunch(p: Plan) -> str:
         console = Console(record=True, width=2000)
-        launch(p, store, run=RunConfig(storage=tmp_path / "ck"), progress=Progress(live=False, console=console))
+        launch(p, store, run=RunConfig(storage=tmp_path / "ck"), progress=Display(live=False, console=console))
         return " ".join(console.export_text().split())
 
     two, three = at(2, ["softmax", "csan"]), at(3, ["softmax", "csan"])

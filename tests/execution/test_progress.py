@@ -9,7 +9,7 @@ from pathlib import Path
 from conftest import TINY, write_sweeps
 from rich.console import Console
 
-from ablate.execution.progress import PLAIN_EVERY, Progress
+from ablate.execution.progress import PLAIN_EVERY, Display
 from ablate.planning.keys import Trial
 from ablate.planning.plan import plan
 
@@ -32,10 +32,10 @@ def trials(tmp_path: Path) -> list[Trial]:
     return plan(f, "s").trials
 
 
-def progress(live: bool, clock: Clock) -> tuple[Progress, io.StringIO]:
+def progress(live: bool, clock: Clock) -> tuple[Display, io.StringIO]:
     buf = io.StringIO()
     console = Console(file=buf, force_terminal=live, width=160, color_system=None if not live else "standard")
-    return Progress(live=live, console=console, clock=clock), buf
+    return Display(live=live, console=console, clock=clock), buf
 
 
 def run_events(tmp_path: Path, live: bool) -> str:

@@ -31,7 +31,7 @@ from typer.testing import CliRunner
 from ablate.cli import app
 from ablate.execution.slurm import RAY_SOCKET, TEMP_MAX, SlurmJob, script
 from ablate.store import Store
-from ablate.training.storage import Storage
+from ablate.training.checkpoint_storage import Storage
 
 PAGE = ROOT / "docs" / "tutorials" / "slurm.md"
 MARKER = "<!-- tests/execution/test_slurm.py runs this block"

@@ -113,7 +113,7 @@ import sys; sys.path.insert(0, {str(Path(__file__).parents[1])!r})
 import chaos
 from ablate.config import TrialConfig
 from ablate.store import Store
-from ablate.training.storage import Storage
+from ablate.training.checkpoint_storage import Storage
 cfg = TrialConfig.model_validate({json.dumps({**TINY, "train": {**TINY["train"], "epochs": 1}})})
 run = chaos.witnessed({str(folder)!r})
 chaos.arm({str(folder)!r})
@@ -133,7 +133,7 @@ else:
     assert events[-1]["event"] == "killed" and events[-1]["where"] == ("save", "upload")[where]
     assert not list((folder / "kill").glob("*.save")) and not list((folder / "kill").glob("*.upload"))
     if where:
-        from ablate.training.storage import Storage
+        from ablate.training.checkpoint_storage import Storage
 
         assert Storage(tmp_path / "bucket").published("k1") is None
         assert (tmp_path / "bucket" / "k1" / "checkpoint-cut.pt").stat().st_size == 500

@@ -60,7 +60,7 @@ from team import (
 )
 
 from ablate.store import Store
-from ablate.training.storage import Storage
+from ablate.training.checkpoint_storage import Storage
 
 GATE_SCRIPT = Path(__file__).parents[1] / "gate.py"
 SWEEPS = {"alpha": [0, 1, 2, 3], "beta": [2, 3, 4, 5], "gamma": [4, 5, 0, 1]}

@@ -42,7 +42,7 @@ from ablate.provenance.fingerprint import (
 )
 from ablate.provenance.stale import StaleCode, stale_code
 from ablate.store import Store
-from ablate.tracking.records import Tracker
+from ablate.tracking.tracker import Tracker
 
 BACKBONE = '''
 from ablate.nn.vit import ViT

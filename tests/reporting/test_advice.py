@@ -19,7 +19,7 @@ from synthetic import fill
 
 from ablate.planning.keys import Trial
 from ablate.planning.plan import plan
-from ablate.reporting import advice, effects, findings, frames, report, seeding, stats, tables
+from ablate.reporting import adaptive, advice, effects, findings, frames, report, stats, tables
 from ablate.store import Store
 
 
@@ -52,7 +52,7 @@ def read(store: Store, name: str) -> tuple[list[findings.Finding], dict[str, flo
     table = frames.variant_table(data)
     fac = effects.factorial(data)
     eff = effects.effects(fac) if fac is not None else None
-    found = findings.findings(data, table, fac, eff, tables.verdicts(table, data), seeding.verdicts(store, data))
+    found = findings.findings(data, table, fac, eff, tables.verdicts(table, data), adaptive.verdicts(store, data))
     labels = table["label"]
     p = {f"{labels[v]} vs {labels[r['ref']]}": r["p_adj"] for v, r in table[table["ref"].notna()].iterrows()}
     if eff is not None:
@@ -179,7 +179,7 @@ def test_a_cell_adaptive_seeding_ruled_equivalent_is_not_listed_as_not_decided(s
     found, adjusted = read(store, "eq")
     (line,) = [f for f in found if f.kind not in (findings.TIED, findings.BEST)]
     data = frames.load(store, "eq")
-    verdict = (seeding.verdicts(store, data) or {})[p.variants[1]]
+    verdict = (adaptive.verdicts(store, data) or {})[p.variants[1]]
     assert (
         verdict.decision == line.kind == "equivalent" and min(x for x in adjusted.values() if not math.isnan(x)) >= 0.05
     )

@@ -644,12 +644,12 @@ def test_a_report_covers_the_current_plan_and_earlier_trials_only_when_asked(sto
 def test_report_of_a_real_launch(ray_local, store, tmp_path):
     """What the launcher really records (results, costs, per-epoch metrics, diagnostics) reports whole."""
     from ablate.execution.launcher import RunConfig, launch
-    from ablate.execution.progress import Progress
+    from ablate.execution.progress import Display
 
     base = {**TINY, "train": {**TINY["train"], "diagnostics": True}}
     p = planned(tmp_path, "real", base=base, grid={"attention.kind": ["softmax", "csan"]}, seeds=1,
                 baseline={"attention.kind": "softmax"})  # fmt: skip
-    launch([p], store, run=RunConfig(storage=tmp_path / "ck"), progress=Progress(live=False))
+    launch([p], store, run=RunConfig(storage=tmp_path / "ck"), progress=Display(live=False))
     files = {f.name: f for f in report("real", store=store, out=tmp_path / "reports")}
     assert {"curves.png", "diagnostics.png", "cost.png"} <= set(files)
     v = read_csv(files["variants.csv"])

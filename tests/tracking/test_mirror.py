@@ -18,7 +18,7 @@ from ablate.config import TrialConfig
 from ablate.planning.keys import Trial, trial_key, variant_key
 from ablate.store import Store
 from ablate.tracking.mirror import Mirror, Synced, sync
-from ablate.tracking.records import RUN_STATUS, Tracker, params_of
+from ablate.tracking.tracker import RUN_STATUS, Tracker, params_of
 
 pytestmark = pytest.mark.timeout(400)
 MLFLOW = str(Path(sys.executable).with_name("mlflow"))

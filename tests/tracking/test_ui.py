@@ -26,7 +26,7 @@ from ablate.config import TrialConfig
 from ablate.planning.keys import Trial, trial_key, variant_key
 from ablate.reporting import report
 from ablate.store import Store
-from ablate.tracking.records import Tracker
+from ablate.tracking.tracker import Tracker
 
 pytestmark = pytest.mark.timeout(300)
 CLI_ENV = {k: v for k, v in os.environ.items() if k not in ("DISPLAY", "WAYLAND_DISPLAY")}

@@ -16,7 +16,7 @@ from ablate.planning.keys import Trial, trial_key, variant_key
 from ablate.reporting import report
 from ablate.store import Store
 from ablate.tracking import records
-from ablate.tracking.records import Tracker, sweep_report
+from ablate.tracking.tracker import Tracker, sweep_report
 from ablate.tracking.variants import keep_variant_runs
 
 #: Scripted test.top1 per kind and seed: 6 seeds, so the report gives each difference an interval.

@@ -29,8 +29,8 @@ from ablate.planning.plan import plan
 from ablate.plugins import Plugins
 from ablate.store import Store
 from ablate.training import checkpoints
+from ablate.training.checkpoint_storage import MARKER, SCRATCH, Storage
 from ablate.training.messages import StopRequest, TrialResult
-from ablate.training.storage import MARKER, SCRATCH, Storage
 
 pytestmark = pytest.mark.timeout(300)
 

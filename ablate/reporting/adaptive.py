@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import ValidationError
 
-from ablate.planning import adaptive as sequential
+from ablate.planning.adaptive import Verdict, from_trials, procedure
 from ablate.reporting.frames import SweepData
 from ablate.reporting.render import Section, Table
 from ablate.spec.schema import AdaptiveSeeds
@@ -23,13 +23,13 @@ def policy_of(store: Store, sweep: str) -> AdaptiveSeeds | None:
         return AdaptiveSeeds.model_construct(**raw)
 
 
-def verdicts(store: Store, data: SweepData) -> dict[str, sequential.Verdict] | None:
+def verdicts(store: Store, data: SweepData) -> dict[str, Verdict] | None:
     """Each variant's adaptive-seeding verdict against the baseline (the Adaptive seeds table's and the Findings');
     None for a sweep with fixed seeds or without a baseline."""
     policy = policy_of(store, data.name)
     if policy is None or data.baseline is None:
         return None
-    return sequential.from_trials(data.trials, data.baseline, data.metric, policy)
+    return from_trials(data.trials, data.baseline, data.metric, policy)
 
 
 def section(store: Store, data: SweepData) -> Section | None:
@@ -50,4 +50,4 @@ def section(store: Store, data: SweepData) -> Section | None:
         rows,
         left=2,
     )
-    return Section("Adaptive seeds", [sequential.procedure(policy), table])
+    return Section("Adaptive seeds", [procedure(policy), table])

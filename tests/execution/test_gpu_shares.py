@@ -17,7 +17,7 @@ from conftest import TINY, scenario, write_sweeps
 from ablate.config import Resources, TrialConfig
 from ablate.execution.gpu_shares import Footprint, footprint_key, out_of_memory, train_steps
 from ablate.execution.launcher import RunConfig, launch
-from ablate.execution.progress import Progress
+from ablate.execution.progress import Display
 from ablate.planning.plan import plan
 from ablate.store import Store
 
@@ -88,7 +88,7 @@ def test_auto_on_a_cluster_without_gpus_is_an_error_before_anything_is_written(r
     f = write_sweeps(tmp_path / "e.yaml", {"s": {"base": {**TINY, "resources": {"gpus": "auto"}}}})
     with Store(f"sqlite:///{tmp_path}/r.sqlite") as store:
         with pytest.raises(RuntimeError, match=r"gpus: auto .* has none"):
-            launch([plan(f, "s")], store, run=RunConfig(storage=tmp_path / "ck"), progress=Progress(live=False))
+            launch([plan(f, "s")], store, run=RunConfig(storage=tmp_path / "ck"), progress=Display(live=False))
         assert store.trials_frame().empty
 
 

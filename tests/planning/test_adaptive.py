@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 from ablate.cli import app
 from ablate.errors import SpecError
 from ablate.execution.launcher import RunConfig, launch
-from ablate.planning import adaptive as sequential
+from ablate.planning import adaptive
 from ablate.planning.plan import plan
 from ablate.reporting import report
 from ablate.spec.schema import AdaptiveSeeds
@@ -27,9 +27,9 @@ def policy(**kw: object) -> AdaptiveSeeds:
 
 
 def test_looks_are_evenly_spaced_from_min_to_max() -> None:
-    assert sequential.schedule(policy()) == [6, 8, 10]
-    assert sequential.schedule(policy(looks=4)) == [6, 7, 9, 10]  # linspace 6, 7.33, 8.67, 10
-    assert sequential.schedule(policy(min=6, max=7, looks=5)) == [6, 7]  # no more looks than seed counts
+    assert adaptive.schedule(policy()) == [6, 8, 10]
+    assert adaptive.schedule(policy(looks=4)) == [6, 7, 9, 10]  # linspace 6, 7.33, 8.67, 10
+    assert adaptive.schedule(policy(min=6, max=7, looks=5)) == [6, 7]  # no more looks than seed counts
 
 
 @pytest.mark.parametrize("kind", ["pocock", "obrien-fleming"])
@@ -41,11 +41,11 @@ def test_spending_matches_the_lan_demets_functions_by_hand(kind: str) -> None:
     def by_hand(t: float) -> float:
         return 0.05 * math.log(1 + (math.e - 1) * t) if kind == "pocock" else math.erfc(z / math.sqrt(2 * t))
 
-    got = sequential.spending(policy(spending=kind))
+    got = adaptive.spending(policy(spending=kind))
     want = np.diff([0.0, by_hand(0.6), by_hand(0.8), by_hand(1.0)])
     np.testing.assert_allclose(got, want, rtol=1e-9)
     assert sum(got) == pytest.approx(0.05)
-    words = sequential.procedure(policy(spending=kind))
+    words = adaptive.procedure(policy(spending=kind))
     assert "(at 6, 8, 10 seeds)" in words and "The looks' alphas sum to 0.05, so each cell's decision errs" in words
     if kind == "obrien-fleming":
         assert got[0] == pytest.approx(0.0114, rel=0.01)  # 2 (1 - Phi(1.96 / sqrt(0.6))): little early
@@ -65,7 +65,7 @@ def test_judge_decides_by_where_the_repeated_interval_lies() -> None:
     rows[3, :6] = [1.0, -1.0, 0.5, 0.2, -0.3, 0.1]  # straddles
     rows[4, :5] = [1.0, 2.0, 1.5, 1.2, 1.1]  # before the first look
     rows[5] = [1.0, 1.2, 0.9, 1.1, 1.3, 0.8, 1.0, 1.2, 0.7, 1.4]  # the last look: a t interval
-    v = sequential.judge(rows, p)
+    v = adaptive.judge(rows, p)
     assert [x.decision for x in v] == ["higher", "lower", "equivalent", "undecided", "waiting", "higher"]
     assert (v[0].lo, v[0].hi, v[0].level) == pytest.approx((9.5, 10.5, 1 - a1))
     d = rows[5]
@@ -77,7 +77,7 @@ def test_judge_decides_by_where_the_repeated_interval_lies() -> None:
 def test_a_look_whose_alpha_the_sign_flip_test_cannot_reach_decides_nothing() -> None:
     """O'Brien-Fleming spends 0.0114 at 6 of 10 seeds: below the sign-flip test's smallest p at 6 pairs (2 / 64
     = 0.031), so even six differences of about 10 have no interval there and the cell waits for the next look."""
-    v = sequential.judge(np.array([[10.0, 10.5, 9.5, 10.2, 9.8, 10.1]]), policy(spending="obrien-fleming"))[0]
+    v = adaptive.judge(np.array([[10.0, 10.5, 9.5, 10.2, 9.8, 10.1]]), policy(spending="obrien-fleming"))[0]
     assert v.decision == "undecided" and math.isnan(v.lo)
     assert v.reason == "undecided: no interval (6 seeds: the sign-flip test's smallest p, 0.0312, cannot reach 0.0114)"
 
@@ -90,7 +90,7 @@ def test_a_pocock_first_look_decides_up_to_the_max_the_docs_give(least: int, mos
     rows[0, :least] = 10 + 0.1 * np.arange(least)
     for top, decision in ((most, "higher"), (most + 1, "undecided")):
         p = policy(min=least, max=top)
-        assert sequential.judge(rows[:, :top], p)[0].decision == decision, top
+        assert adaptive.judge(rows[:, :top], p)[0].decision == decision, top
 
 
 def test_no_judgement_below_six_pairs_even_from_a_policy_recorded_with_min_3() -> None:
@@ -100,11 +100,11 @@ def test_no_judgement_below_six_pairs_even_from_a_policy_recorded_with_min_3() -
     with pytest.raises(ValueError, match=r"min \(3\) must be at least 6: below 6 pairs no test"):
         policy(min=3)
     old = AdaptiveSeeds.model_construct(min=3, max=10, threshold=0.2)
-    assert sequential.schedule(old) == [3, 6, 10] and sequential.judged(old) == [6, 10]
+    assert adaptive.schedule(old) == [3, 6, 10] and adaptive.judged(old) == [6, 10]
     rows = np.full((2, 10), np.nan)
     rows[0, :3] = [10.0, 10.5, 9.5]
     rows[1] = [10.0, 10.5, 9.5, 10.2, 9.8, 10.1, 10.0, 9.9, 10.3, 10.4]
-    assert [x.decision for x in sequential.judge(rows, old)] == ["waiting", "higher"]
+    assert [x.decision for x in adaptive.judge(rows, old)] == ["waiting", "higher"]
 
 
 def test_no_decision_from_differences_without_a_spread() -> None:
@@ -117,7 +117,7 @@ def test_no_decision_from_differences_without_a_spread() -> None:
     rows[1, :6] = 0.0
     rows[2, :10] = 0.9
     rows[3, :6] = [10.0, 10.1, 10.2, 10.3, 10.4, 10.5]
-    v = sequential.judge(rows, p)
+    v = adaptive.judge(rows, p)
     assert [x.decision for x in v] == ["undecided"] * 3 + ["higher"]
     assert v[0].reason == "undecided: no interval (zero spread, 6 seeds)" and np.isnan(v[0].lo)
     assert v[2].seeds == 10 and v[2].reason == "undecided: no interval (zero spread, 10 seeds)"
@@ -129,11 +129,11 @@ def run_adaptive(effects: np.ndarray, p: AdaptiveSeeds, rng: np.random.Generator
     data = effects[:, None] + rng.standard_normal((len(effects), p.max))
     counts = np.full(len(effects), p.min)
     decisions = np.array(["undecided"] * len(effects), dtype=object)
-    for n in sequential.schedule(p):
+    for n in adaptive.schedule(p):
         live = (decisions == "undecided") & (counts <= n)
         counts[live] = n
         shown = np.where(np.arange(p.max)[None, :] < counts[live][:, None], data[live], np.nan)
-        decisions[live] = [v.decision for v in sequential.judge(shown, p)]
+        decisions[live] = [v.decision for v in adaptive.judge(shown, p)]
     return list(decisions), counts
 
 
@@ -199,7 +199,7 @@ def test_a_real_sweep_adds_seeds_only_where_undecided(ray_local, tmp_path: Path)
         frame = store.trials_frame("s")
         seeds = frame.groupby("variant")["seed"].apply(sorted).to_dict()
         assert [seeds[v] for v in p.variants] == [list(range(8)), list(range(6)), list(range(8))]  # plan order of lr
-        verdicts = sequential.from_trials(frame, p.baseline or "", p.metric, p.adaptive or policy())
+        verdicts = adaptive.from_trials(frame, p.baseline or "", p.metric, p.adaptive or policy())
         clear, near = p.variants[1], p.variants[2]
         assert verdicts[clear].decision == "lower" and verdicts[clear].seeds == 6
         assert verdicts[near].seeds == 8

@@ -24,7 +24,7 @@ from ablate.provenance.fingerprint import Fingerprint, fingerprint, record
 from ablate.provenance.stale import LISTED
 from ablate.store import STATES, Store
 from ablate.tracking.mirror import Mirror
-from ablate.tracking.records import Tracker
+from ablate.tracking.tracker import Tracker
 
 pytestmark = pytest.mark.timeout(300)
 

@@ -574,7 +574,7 @@ def test_a_value_from_an_environment_variable_is_recorded_as_its_placeholder(tmp
     """data.path written as ${SECRET_DIR}/cifar: the trial runs with the value, while the store's config and
     the MLflow run's params keep the text; the value appears in neither database file."""
     from ablate.store import Store
-    from ablate.tracking.records import Tracker
+    from ablate.tracking.tracker import Tracker
 
     secret = tmp_path / "s3cr3t-token-dir"
     (secret / "cifar").mkdir(parents=True)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -287,3 +288,23 @@ def test_without_a_store_record_only_a_checkpoint_of_this_trial_is_resumed(tmp_p
     refused = checkpoints.admit(tmp_path / "mine", checkpoints.Resume("other", None, None, "c"))
     assert refused is not None and "belongs to another trial" in refused
     assert not (tmp_path / "mine" / checkpoints.FILE).exists()
+
+
+@pytest.fixture
+def tf32_flags() -> Iterator[None]:
+    """torch's TF32 flags as they were, after the test."""
+    matmul, cudnn = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    yield
+    torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = matmul, cudnn
+
+
+@pytest.mark.parametrize("tf32", [False, True])
+def test_a_trial_sets_its_tf32_policy_and_records_it(tf32_flags: None, tf32: bool) -> None:
+    """The float32 policy on CUDA (`train.tf32`; that it keys a trial only when on is test_plan.py's). The CPU has no
+    TF32, but torch's flags are process-wide and set alike on any device: a trial here sets and reads back the very
+    flags a GPU trial's matmuls and convolutions obey. They start the other way (a worker's previous trial, or torch's
+    default of TF32 convolutions): the trial sets both and its environment record says what torch held."""
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = not tf32
+    res = run_trial(config(train={**TINY["train"], "epochs": 1, "tf32": tf32}))
+    assert torch.backends.cuda.matmul.allow_tf32 is tf32 and torch.backends.cudnn.allow_tf32 is tf32
+    assert res.environment is not None and res.environment["tf32"] == {"matmul": tf32, "cudnn": tf32}

@@ -13,7 +13,7 @@ from ablate.config import TrialConfig
 from ablate.planning.keys import Trial, trial_key, variant_key
 from ablate.store import Store
 from ablate.tracking.names import MAX_KEY, MAX_PARAM, mlflow_name
-from ablate.tracking.records import DIGEST_TAG, Tracker, params_of
+from ablate.tracking.tracker import DIGEST_TAG, Tracker, params_of
 from ablate.tracking.view import VIEW_TAG, sweep_view, view_state
 
 
