@@ -69,6 +69,6 @@ class _TorchvisionShim(MetaPathFinder):
 if "torchvision" not in sys.modules:
     sys.meta_path.insert(0, _TorchvisionShim())
 if not any(isinstance(f, MovedFinder) for f in sys.meta_path):
-    sys.meta_path.append(MovedFinder())
+    sys.meta_path.insert(0, MovedFinder())  # before the file system's: see ablate.moved.MOVED
 
 __all__ = list(_API)

@@ -349,7 +349,7 @@ class Table:
 class ReportSection:
     """A section of its own that a mechanism's module (or a plugin) adds to the report of every sweep one of
     whose variants uses the mechanism, computed from that sweep's results: a paper's own tables, say
-    (`ablate.registry.register_section`; Syn's are in `ablate.nn.syn.report`)."""
+    (`ablate.registry.register_section`; Syn's are in `ablate.nn.mechanisms.syn.report`)."""
 
     title: str
     """The section's heading, and its name in the registry."""

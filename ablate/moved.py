@@ -40,9 +40,24 @@ MOVED = {
     "ablate.units": "ablate.planning.units", "ablate.steptime": "ablate.planning.steptime",
     "ablate.training.storage": "ablate.training.checkpoint_storage",
     "ablate.tracking.records": "ablate.tracking.tracker", "ablate.reporting.seeding": "ablate.reporting.adaptive",
+    "ablate.nn.softmax": "ablate.nn.mechanisms.softmax",
+    "ablate.nn.softmax.layers": "ablate.nn.mechanisms.softmax.layers",
+    "ablate.nn.csan": "ablate.nn.mechanisms.csan", "ablate.nn.csan.layers": "ablate.nn.mechanisms.csan.layers",
+    "ablate.nn.syn": "ablate.nn.mechanisms.syn",
+    "ablate.nn.syn.layers": "ablate.nn.mechanisms.syn.layers",
+    "ablate.nn.syn.report": "ablate.nn.mechanisms.syn.report",
+    "ablate.nn.kernel": "ablate.nn.mechanisms.kernel", "ablate.nn.kernel.layers": "ablate.nn.mechanisms.kernel.layers",
+    "ablate.nn.nlm": "ablate.nn.mechanisms.nlm", "ablate.nn.nlm.layers": "ablate.nn.mechanisms.nlm.layers",
+    "ablate.nn.sparse": "ablate.nn.mechanisms.sparse", "ablate.nn.sparse.layers": "ablate.nn.mechanisms.sparse.layers",
+    "ablate.nn.vit": "ablate.nn.backbones.vit", "ablate.nn.vit.layers": "ablate.nn.backbones.vit.layers",
+    "ablate.nn.swin": "ablate.nn.backbones.swin", "ablate.nn.swin.layers": "ablate.nn.backbones.swin.layers",
+    "ablate.nn.hiera": "ablate.nn.backbones.hiera", "ablate.nn.hiera.layers": "ablate.nn.backbones.hiera.layers",
+    "ablate.nn.mil": "ablate.nn.backbones.mil", "ablate.nn.mil.layers": "ablate.nn.backbones.mil.layers",
 }  # fmt: skip
 """Old module name -> its module now. (`ablate.spec`, `ablate.tracking` and `ablate.cli` are packages now, at
-their old names.)"""
+their old names.) The mechanisms' and backbones' packages of `ablate.nn` moved into `ablate.nn.mechanisms` and
+`ablate.nn.backbones`, each submodule named too: the finder comes before the file system's, so an old package's
+submodule is the moved one, not a second copy found on the moved package's path."""
 
 
 class _Alias(Loader):

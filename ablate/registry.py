@@ -143,8 +143,9 @@ REGISTRIES: tuple[Registry[Any], ...] = (MECHANISMS, BACKBONES, DATASETS, TASKS,
 
 #: Modules of the built-in components, imported like plugins (see `ablate.plugins.load_builtins`).
 BUILTINS = (
-    "ablate.nn.softmax", "ablate.nn.csan", "ablate.nn.syn", "ablate.nn.kernel", "ablate.nn.nlm", "ablate.nn.sparse",
-    "ablate.nn.vit", "ablate.nn.swin", "ablate.nn.hiera", "ablate.nn.mil",
+    "ablate.nn.mechanisms.softmax", "ablate.nn.mechanisms.csan", "ablate.nn.mechanisms.syn",
+    "ablate.nn.mechanisms.kernel", "ablate.nn.mechanisms.nlm", "ablate.nn.mechanisms.sparse",
+    "ablate.nn.backbones.vit", "ablate.nn.backbones.swin", "ablate.nn.backbones.hiera", "ablate.nn.backbones.mil",
     "ablate.data.images", "ablate.data.mil", "ablate.training.tasks",
 )  # fmt: skip
 

@@ -2,7 +2,8 @@
 
     .venv/bin/python bench/attention.py [--device cpu|cuda] [--threads N] [--budget SECONDS] [--only LABEL ...]
 
-Each shape is a real timm attention layer patched by `ablate.nn.vit` / `ablate.nn.swin` (qkv projection, mixer, output
+Each shape is a real timm attention layer patched by `ablate.nn.backbones.vit` / `ablate.nn.backbones.swin`
+(qkv projection, mixer, output
 projection): ViT-S, timm `Attention` (384 wide, 6 heads) on 8 images of 197 tokens; Swin-T stage 1,
 timm `WindowAttention` (96 wide, 3 heads, 7 x 7 windows) on the 4 x 64 windows of four 56 x 56 maps, its
 learnt relative-position bias plus the -100 shift mask of timm's shifted block; a long sequence, ViT
@@ -46,9 +47,9 @@ from torch import Tensor, nn
 
 from ablate.config import AttentionConfig, TrialConfig
 from ablate.nn.accounting import flops, peak_bytes
+from ablate.nn.backbones.swin.layers import MixedWindowAttention
+from ablate.nn.backbones.vit.layers import MixedAttention
 from ablate.nn.factory import create_model
-from ablate.nn.swin.layers import MixedWindowAttention
-from ablate.nn.vit.layers import MixedAttention
 
 
 @dataclass(frozen=True)

@@ -39,7 +39,7 @@ GROUPS: dict[str, tuple[list[str], list[str]]] = {
         ["ablate/training/loop.py", "ablate/training/checkpoints.py", "ablate/training/parallel.py"],
         ["tests/training/test_loop.py", "tests/training/test_parallel.py"],
     ),
-    "csan": (["ablate/nn/csan/layers.py"], ["tests/nn/test_attention.py"]),
+    "csan": (["ablate/nn/mechanisms/csan/layers.py"], ["tests/nn/test_attention.py"]),
     "stats": (["ablate/reporting/stats.py"], ["tests/reporting/test_report.py", "-k", "not real_launch"]),
 }
 KILLED = ("killed", "timeout")

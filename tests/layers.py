@@ -46,7 +46,7 @@ LAYERS = (
 
 
 def unit(module: str) -> str:
-    """The unit of a dotted module name: `ablate.nn.syn.report` -> `nn`, `ablate.config` -> `config`."""
+    """The unit of a dotted module name: `ablate.nn.mechanisms.syn.report` -> `nn`, `ablate.config` -> `config`."""
     parts = module.split(".")
     return parts[1] if len(parts) > 1 else parts[0]
 

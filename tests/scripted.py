@@ -16,7 +16,7 @@ from torch.utils.data import TensorDataset
 from ablate.components import Dataset
 from ablate.config import TrialConfig
 from ablate.data import Splits
-from ablate.nn.vit import ViT
+from ablate.nn.backbones.vit import ViT
 from ablate.registry import register_backbone, register_dataset, register_task
 from ablate.training.tasks import Classify
 

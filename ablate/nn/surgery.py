@@ -1,6 +1,7 @@
 """Backbone surgery on timm models: every attention of a timm Swin, ViT or Hiera runs the trial's mixer.
 
-Shared by the timm backbone components (`ablate.nn.vit`, `ablate.nn.swin`, `ablate.nn.hiera`).
+Shared by the timm backbone components (`ablate.nn.backbones.vit`, `ablate.nn.backbones.swin`,
+`ablate.nn.backbones.hiera`).
 
 The models come from `timm.create_model` (never copied). Surgery re-classes timm's attention modules in
 place to `Mixed` subclasses (one per backbone, in its module): timm's parameters, names, buffers and helper

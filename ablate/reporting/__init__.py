@@ -61,6 +61,12 @@ __all__ = ["ALL_FORMATS", "FORMATS", "ReportError", "compare", "folder", "report
 
 FIGURES = ("variants", "best", "cost", "curves", "diagnostics", "effects", "halfnormal")
 SUMMARY = "summary.json"
+ORDER = ("findings", "variants", "best", "tuning", "seeds", "cost", "published", "effects", "contributed", "training",
+         "unfinished")  # fmt: skip
+"""The places of a sweep report's sections, in the order they are written: the verdict first, then the variant
+table with what explains its bold cells (best or tied) and how its variants were chosen (tuning, adaptive seeds),
+then cost, published numbers, effects, the sections mechanisms contribute (`sections`), training curves, and the
+trials not done last."""
 
 
 def report(
@@ -134,19 +140,19 @@ def _write_sweep(
         contributed = sections.sections(sections.SweepResults(data, table, correction, store))
         title, meta, parts = _sections(data, table, fac, eff, figures, correction, contributed)
         if (seeds := adaptive.section(store, data)) is not None:
-            parts.insert(1, seeds)
+            parts["seeds"] = [seeds]
         if tuning is not None:
-            parts.insert(1, tuning.section)
+            parts["tuning"] = [tuning.section]
             figures |= tuning.figures if formats & {"html", "md"} else {}
-        if len(best):  # right after the variant table whose bold cell it explains
+        if len(best):
             shown = [Image("best", figures["best"], "each variant against the best")] if "best" in figures else []
-            parts.insert(1, Section("Best or tied", [ties.table(best, data, correction), *shown]))
+            parts["best"] = [Section("Best or tied", [ties.table(best, data, correction), *shown])]
         judged = adaptive.verdicts(store, data)
         found = [*undertrained.findings(store, data, table), *findings.findings(data, table, fac, eff, won, judged)]
         if chosen is not None and chosen.two_level and (words := designed.unseparated(chosen, data, eff)) is not None:
             found.append(findings.Finding(findings.CONFOUNDED, words))
-        parts.insert(0, Section("Findings", [findings.block(found)], latex=False))  # the verdict first
-        written += write_pages(where, formats, title, meta, parts)
+        parts["findings"] = [Section("Findings", [findings.block(found)], latex=False)]
+        written += write_pages(where, formats, title, meta, ordered(parts))
         if "md" in formats:
             written += [write_file(where / f"{name}.png", png) for name, png in figures.items()]
             for stale in set(FIGURES) - set(figures):
@@ -185,8 +191,8 @@ def _sections(
     figures: dict[str, bytes],
     correction: str,
     contributed: list[Section],
-) -> tuple[str, list[str], list[Section]]:
-    """The report's own sections, with those its mechanisms contribute (`sections`) before the training curves."""
+) -> tuple[str, list[str], dict[str, list[Section]]]:
+    """The report's own sections and those its mechanisms contribute (`sections`), by their place in `ORDER`."""
 
     def fig(name: str, alt: str) -> list[Block]:
         return [Image(name, figures[name], alt)] if name in figures else []
@@ -200,34 +206,43 @@ def _sections(
         f"({int((table['n'] > 0).sum())} with results). Last change: {data.updated}.",
         *filter(None, [data.outside.words(data.name)]),
     ]
-    sections = [
-        Section("Variants", [tables.variants(table, data, correction), *fig("variants", f"{data.metric} per variant")]),
-        Section(
+    parts = {
+        "variants": [Section("Variants", [tables.variants(table, data, correction),
+                                          *fig("variants", f"{data.metric} per variant")])],
+        "cost": [Section(
             "Cost",
             [*(fig("cost", f"{data.metric} against params, GFLOPs{timed} with the Pareto front")
                or ["No cost on which the finished variants differ (params, GFLOPs, step time): no cost plot."]),
              tables.costs(table) or "No training was timed: no measured cost."],
-        ),
-    ]  # fmt: skip
+        )],
+        "contributed": contributed,
+    }  # fmt: skip
     if pub := tables.published_tables(table, data):  # only where a variant's mechanism has a published table
-        sections.append(Section("Published numbers", [*pub]))
+        parts["published"] = [Section("Published numbers", [*pub])]
     chosen = data.chosen
     if chosen is not None and not chosen.two_level:
-        sections.append(Section("Ablation, one axis at a time", [designed.ablation(table, chosen, data)]))
+        parts["effects"] = [Section("Ablation, one axis at a time", [designed.ablation(table, chosen, data)])]
     elif chosen is not None and eff is not None and len(eff):
         shown = [designed.table(eff, chosen, data, correction), *fig("effects", "effects"), *_daniel(eff, data, fig)]
-        sections.append(Section("Effects of each knob", shown))
+        parts["effects"] = [Section("Effects of each knob", shown)]
     elif fac is not None and eff is not None and len(eff):
         shown = [tables.effects(eff, fac, data, correction), *fig("effects", "effects"), *_daniel(eff, data, fig)]
-        sections.append(Section("Effects of each knob", shown))
+        parts["effects"] = [Section("Effects of each knob", shown)]
     else:
-        sections.append(Section("Effects of each knob", ["No axis with two measured levels: no factorial part."]))
-    sections += contributed
+        parts["effects"] = [Section("Effects of each knob", ["No axis with two measured levels: no factorial part."])]
     training = [*fig("curves", "training curves"), *fig("diagnostics", "attention diagnostics")]
-    sections.append(Section("Training", training or ["No per-epoch metrics recorded yet."]))
+    parts["training"] = [Section("Training", training or ["No per-epoch metrics recorded yet."])]
     if (t := tables.unfinished(data)) is not None:
-        sections.append(Section("Unfinished trials", [t]))
-    return f"ablate report: {data.name}", meta, sections
+        parts["unfinished"] = [Section("Unfinished trials", [t])]
+    return f"ablate report: {data.name}", meta, parts
+
+
+def ordered(parts: dict[str, list[Section]]) -> list[Section]:
+    """The sections of `parts` (place in `ORDER` -> its sections) in the report's order. A place missing from
+    `ORDER` is a bug of the caller's, raised rather than dropping a section."""
+    if unknown := set(parts) - set(ORDER):
+        raise ValueError(f"report sections placed outside ORDER: {sorted(unknown)}")
+    return [s for place in ORDER for s in parts.get(place, [])]
 
 
 def _daniel(eff: pd.DataFrame, data: SweepData, fig: Callable[[str, str], list[Block]]) -> list[Block]:

@@ -104,7 +104,8 @@ def cli(args: list[str], cwd: Path, env: dict | None = None) -> subprocess.Compl
 
 
 BROKEN = {
-    "duplicate": (plugin_source(kind="csan"), "mechanism 'csan' is registered twice: by ablate.nn.csan:CSaNAttention"),
+    "duplicate": (plugin_source(kind="csan"),
+                  "mechanism 'csan' is registered twice: by ablate.nn.mechanisms.csan:CSaNAttention"),
     "raises": (plugin_source(extra="raise RuntimeError('broken at import')"), "RuntimeError: broken at import"),
     "no-kind": (plugin_source().replace('kind: Literal["relu"] = "relu"', "tau: float = 1.0"),
                 "needs a field kind: Literal['<name>'] = '<name>'"),

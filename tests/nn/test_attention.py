@@ -13,11 +13,11 @@ from pydantic import TypeAdapter
 
 from ablate.config import AttentionConfig
 from ablate.nn.accounting import flops
-from ablate.nn.csan import CSaNAttention
-from ablate.nn.csan.layers import CSaN, _KneeLogits, _RowMeanPhi
+from ablate.nn.mechanisms.csan import CSaNAttention
+from ablate.nn.mechanisms.csan.layers import CSaN, _KneeLogits, _RowMeanPhi
+from ablate.nn.mechanisms.sparse import ISTAAttention
+from ablate.nn.mechanisms.sparse.layers import Entmax15, Sparsemax, ista_step_size
 from ablate.nn.mixer import create_mixer
-from ablate.nn.sparse import ISTAAttention
-from ablate.nn.sparse.layers import Entmax15, Sparsemax, ista_step_size
 
 B, H, N, D = 2, 3, 10, 8
 DIM = H * D
@@ -434,7 +434,7 @@ def test_csan_tau_stays_positive_and_starts_near_plain_attention() -> None:
 
 
 def csan_layer_params(cfg: CSaNAttention, dim: int, heads: int, in_dim: int | None = None) -> int:
-    """The per-layer formula of ablate.nn.csan's docstring."""
+    """The per-layer formula of ablate.nn.mechanisms.csan's docstring."""
     r, h = dim // cfg.reduction, max(dim // cfg.hidden_div, cfg.hidden_min)
     w = heads if cfg.kappa_pub == "head" else dim
     heads_on = (cfg.tau + cfg.mu) * (h * heads + heads) + ((cfg.kappa_pub != "off") + cfg.kappa_priv) * (h * w + w)

@@ -14,10 +14,10 @@ from timm.layers import Mlp
 from timm.models.swin_transformer import SwinTransformerBlock
 
 from ablate.config import TrialConfig
+from ablate.nn.backbones.swin.layers import DWConv, MixedSwinBlock
 from ablate.nn.factory import create_model
 from ablate.nn.mixer import TokenMixer
 from ablate.nn.surgery import Mixed
-from ablate.nn.swin.layers import DWConv, MixedSwinBlock
 from ablate.nn.widths import match_width, meta_params
 
 TINY = {

@@ -10,9 +10,9 @@ from conftest import KINDS
 
 import ablate.nn  # noqa: F401  (registers every variant)
 from ablate.config import TrialConfig
+from ablate.nn.backbones.mil.layers import SynPoolingNet
 from ablate.nn.diagnostics import argmax_keys, recording, summarize
 from ablate.nn.factory import create_model
-from ablate.nn.mil.layers import SynPoolingNet
 from ablate.registry import MECHANISMS
 
 F = 5

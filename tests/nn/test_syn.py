@@ -8,9 +8,9 @@ import math
 import pytest
 import torch
 
+from ablate.nn.mechanisms.syn import SynAttention
+from ablate.nn.mechanisms.syn.layers import concentrate, distract, syn_steps
 from ablate.nn.mixer import create_mixer
-from ablate.nn.syn import SynAttention
-from ablate.nn.syn.layers import concentrate, distract, syn_steps
 
 GAMMA = 0.5
 X_FWD = [0.1, 0.3, 0.25, 0.05, 0.299, 0.0]

@@ -187,9 +187,9 @@ def test_hiera_pooled_query_csan_reads_every_input_token_as_the_authors() -> Non
     and the private path is the group mean of v_j * kappa_priv_j. Both paths against the formulas, float64."""
     import math
 
-    from ablate.nn.csan import CSaNAttention
+    from ablate.nn.backbones.hiera.layers import MixedMaskUnitAttention
     from ablate.nn.factory import create_model
-    from ablate.nn.hiera.layers import MixedMaskUnitAttention
+    from ablate.nn.mechanisms.csan import CSaNAttention
     from ablate.nn.mixer import create_mixer
 
     seen: list[tuple[int, int, int]] = []

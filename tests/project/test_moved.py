@@ -23,8 +23,8 @@ def test_an_old_module_name_is_the_module_it_moved_to_with_a_warning(old: str) -
 
 
 def test_no_old_name_shadows_a_module_that_exists() -> None:
-    """An alias is found only where no module of that name is left (the finder comes last), so every target
-    exists and no old name is also a real module."""
+    """Every target exists and no old name is also a real module (the finder comes first, so an old name that
+    was still a module would be hidden by its alias)."""
     for old, new in MOVED.items():
         assert importlib.util.find_spec(new) is not None, new
         assert importlib.util.find_spec(old).loader.__class__.__name__ == "_Alias", old

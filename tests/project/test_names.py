@@ -28,7 +28,6 @@ NOT_A_MODULE = {
     "execution/test_soak.py": "the chaos soak's own parts (tests/chaos.py), not a module of ablate",
     "execution/test_team.py": "end to end: a team's set-up on loopback",
     "nn/test_attention.py": "every mechanism against the same checks (nn/'s mechanisms are one package each)",
-    "nn/test_backbones.py": "every backbone against the same checks (nn/'s backbones are one package each)",
     "nn/test_mil_model.py": "the MIL backbone (`ablate.nn.mil`) built as a model, with its dataset",
     "planning/test_recipes.py": "the papers' recipes as the shipped sweeps (experiments.yaml), planned",
     "planning/test_reference_seeds.py": "a design's replicated reference cell, through plan and designs",

@@ -13,7 +13,7 @@ OUTSIDE_NAMES = re.compile(r"\bREFERENCE\.md\b|\bDESIGN\.md\b")
 """Documents that live beside the repository, not in it: cite the papers by title instead."""
 TOP = "ablate|tests|bench|examples|workers|docs"
 NAMED = re.compile(rf"(?<![\w/.\-])(?:{TOP})/[\w/.\-]+\.(?:py|yaml|sbatch|md|json|toml)\b")
-"""A repository file named from its root (`ablate/nn/csan/layers.py`); an absolute path's tail is not one."""
+"""A repository file named from its root (`ablate/nn/mechanisms/csan/layers.py`); an absolute path's tail is not one."""
 HISTORY = ROOT / "docs" / "changelog.md"
 """Names the files of its time, moved or gone since."""
 
@@ -76,5 +76,5 @@ def test_every_repository_file_a_tracked_file_names_exists() -> None:
 
 
 def test_the_names_scan_sees_root_paths_only() -> None:
-    assert missing_files('["ablate/nn/csan.py", "ablate/nn/csan/layers.py"]') == ["ablate/nn/csan.py"]
+    assert missing_files('["ablate/nn/csan.py", "ablate/nn/mechanisms/csan/layers.py"]') == ["ablate/nn/csan.py"]
     assert missing_files("(/home/me/ablate/ablate/registry.py:61) site/ablate/gone.py") == []

@@ -45,7 +45,7 @@ from ablate.store import Store
 from ablate.tracking.tracker import Tracker
 
 BACKBONE = '''
-from ablate.nn.vit import ViT
+from ablate.nn.backbones.vit import ViT
 from ablate.registry import register_backbone
 
 
@@ -250,7 +250,7 @@ def test_a_mechanisms_report_section_is_not_part_of_its_digest() -> None:
     reports format results and compute none, so that module is left out and an edit to it leaves results
     current, while the mixer's module, imported the same way, is in."""
     modules = modules_of(plan_config({"attention": {"kind": "syn"}}))["mechanism syn"]
-    assert "ablate.nn.syn.layers" in modules and "ablate.nn.syn.report" not in modules
+    assert "ablate.nn.mechanisms.syn.layers" in modules and "ablate.nn.mechanisms.syn.report" not in modules
 
 
 @pytest.mark.parametrize("size", ["vit-tiny", "swin-min", "hiera-tiny", "synpool"])
@@ -484,7 +484,8 @@ def test_a_new_process_takes_a_kept_fingerprint_without_importing_any_component(
     assert computed["parsed"] and computed["components"] == here.components
     kept = in_new_process(tmp_path, names)
     assert (kept["components"], kept["versions"]) == (computed["components"], computed["versions"])
-    assert not kept["parsed"] and not {"ablate.nn.csan", "ablate.nn.vit", "ablate.registry"} & set(kept["modules"])
+    builtins = {"ablate.nn.mechanisms.csan", "ablate.nn.backbones.vit", "ablate.registry"}
+    assert not kept["parsed"] and not builtins & set(kept["modules"])
     file = tmp_path / "cache" / "fingerprints.json"
     entries = json.loads(file.read_text())
     older = {k: {**e, "fingerprint": {**e["fingerprint"], "versions": {"torch": "1.0"}}} for k, e in entries.items()}

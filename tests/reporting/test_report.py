@@ -28,8 +28,9 @@ from ablate.cli import app
 from ablate.config import TrialConfig
 from ablate.planning.plan import plan
 from ablate.registry import TABLES
-from ablate.reporting import ReportError, describe, effects, frames, output, published, report, stats
+from ablate.reporting import ReportError, describe, effects, frames, ordered, output, published, report, stats
 from ablate.reporting.plots import pareto
+from ablate.reporting.render import Section
 from ablate.spec.paths import set_path
 from ablate.store import Store
 
@@ -914,3 +915,13 @@ def test_a_plugin_knob_named_like_a_said_builtin_knob_still_labels_its_variants(
     c = plan(write_sweeps(tmp_path / "c.yaml", {"c": csan}), "c")
     fill(store, c, lambda t: 60.0 + t.axes["seed"])  # a CSaN sweep's words say tau: nothing appended
     assert not any("tau=" in label for label in frames.load(store, "c").variants["label"])
+
+
+def test_a_reports_sections_follow_the_declared_order_and_an_undeclared_place_is_refused(store, tmp_path):
+    pair_store(store, tmp_path, epochs=2)
+    (md,) = [f for f in report("pair", store=store, out=tmp_path / "rep", formats=["md"]) if f.suffix == ".md"]
+    headings = re.findall(r"^## (.+)$", md.read_text(), flags=re.M)
+    assert headings == ["Findings", "Variants", "Best or tied", "Cost", "Published numbers", "Effects of each knob",
+                        "Training", "Unfinished trials"]  # fmt: skip
+    with pytest.raises(ValueError, match=r"outside ORDER: \['appendix'\]"):
+        ordered({"variants": [], "appendix": [Section("Appendix", ["text"])]})

@@ -24,7 +24,7 @@ class SparsemaxAttention(Mechanism):
     kind: Literal["sparsemax"] = "sparsemax"
 
     def build(self, dim: int, num_heads: int, in_dim: int | None = None) -> TokenMixer:
-        from ablate.nn.sparse.layers import Sparsemax
+        from ablate.nn.mechanisms.sparse.layers import Sparsemax
 
         return Sparsemax(self, dim, num_heads, in_dim)
 
@@ -39,7 +39,7 @@ class Entmax15Attention(Mechanism):
     kind: Literal["entmax15"] = "entmax15"
 
     def build(self, dim: int, num_heads: int, in_dim: int | None = None) -> TokenMixer:
-        from ablate.nn.sparse.layers import Entmax15
+        from ablate.nn.mechanisms.sparse.layers import Entmax15
 
         return Entmax15(self, dim, num_heads, in_dim)
 
@@ -65,7 +65,7 @@ class ISTAAttention(Mechanism):
     """Forbid a token from coding itself (self-attention only)."""
 
     def build(self, dim: int, num_heads: int, in_dim: int | None = None) -> TokenMixer:
-        from ablate.nn.sparse.layers import ISTA
+        from ablate.nn.mechanisms.sparse.layers import ISTA
 
         return ISTA(self, dim, num_heads, in_dim)
 

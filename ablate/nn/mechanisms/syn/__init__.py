@@ -35,7 +35,7 @@ class SynAttention(Mechanism):
     """L2-normalise the rows after the last step as well (not in the paper, whose last step is unnormalised)."""
 
     def build(self, dim: int, num_heads: int, in_dim: int | None = None) -> TokenMixer:
-        from ablate.nn.syn.layers import Syn
+        from ablate.nn.mechanisms.syn.layers import Syn
 
         return Syn(self, dim, num_heads, in_dim)
 
@@ -47,7 +47,7 @@ class SynAttention(Mechanism):
 
 
 def _paper_tables(results: SweepResults) -> list[Block]:
-    from ablate.nn.syn.report import paper_tables
+    from ablate.nn.mechanisms.syn.report import paper_tables
 
     return paper_tables(results)
 

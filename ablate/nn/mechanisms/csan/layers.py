@@ -38,7 +38,7 @@ from torch import Tensor, nn
 from ablate.nn.mixer import TokenMixer, logits, normalize_rows
 
 if TYPE_CHECKING:
-    from ablate.nn.csan import CSaNAttention
+    from ablate.nn.mechanisms.csan import CSaNAttention
 
 
 def _knee_chunks(

@@ -59,7 +59,7 @@ class NonLocalMeansAttention(Mechanism):
                                      "tells its attentions none (vit and swin do): use patch 1")  # fmt: skip
 
     def build(self, dim: int, num_heads: int, in_dim: int | None = None) -> TokenMixer:
-        from ablate.nn.nlm.layers import NonLocalMeans
+        from ablate.nn.mechanisms.nlm.layers import NonLocalMeans
 
         return NonLocalMeans(self, dim, num_heads, in_dim)
 

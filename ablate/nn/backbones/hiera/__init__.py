@@ -68,7 +68,7 @@ class Hiera(Backbone):
         """timm Hiera (widths and heads doubling per stage; mask-unit attention in the first half of the
         stages, global after; patch embed kernel 2p-1, stride p, padding p-1, i.e. timm's 7/4/3 at p = 4)."""
         check_hiera(m)
-        from ablate.nn.hiera.layers import create
+        from ablate.nn.backbones.hiera.layers import create
 
         return create(m, attention, num_classes, in_chans)
 

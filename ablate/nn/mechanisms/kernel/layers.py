@@ -18,7 +18,7 @@ from torch import Tensor, nn
 from ablate.nn.mixer import RowsMixer, TokenMixer, logits, normalize_rows
 
 if TYPE_CHECKING:
-    from ablate.nn.kernel import GaussianAttention, LaplaceAttention
+    from ablate.nn.mechanisms.kernel import GaussianAttention, LaplaceAttention
 
 #: Floor of a squared distance before its square root (Laplace): a finite gradient when q_i == k_j.
 DIST_EPS = 1e-6

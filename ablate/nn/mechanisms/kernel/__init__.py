@@ -35,7 +35,7 @@ class GaussianAttention(_Kernel):
     kind: Literal["gaussian"] = "gaussian"
 
     def build(self, dim: int, num_heads: int, in_dim: int | None = None) -> TokenMixer:
-        from ablate.nn.kernel.layers import Gaussian
+        from ablate.nn.mechanisms.kernel.layers import Gaussian
 
         return Gaussian(self, dim, num_heads, in_dim)
 
@@ -47,6 +47,6 @@ class LaplaceAttention(_Kernel):
     kind: Literal["laplace"] = "laplace"
 
     def build(self, dim: int, num_heads: int, in_dim: int | None = None) -> TokenMixer:
-        from ablate.nn.kernel.layers import Laplace
+        from ablate.nn.mechanisms.kernel.layers import Laplace
 
         return Laplace(self, dim, num_heads, in_dim)

@@ -22,7 +22,7 @@ class SoftmaxAttention(Mechanism):
     kind: Literal["softmax"] = "softmax"
 
     def build(self, dim: int, num_heads: int, in_dim: int | None = None) -> TokenMixer:
-        from ablate.nn.softmax.layers import Softmax
+        from ablate.nn.mechanisms.softmax.layers import Softmax
 
         return Softmax(self, dim, num_heads, in_dim)
 

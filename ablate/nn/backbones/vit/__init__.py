@@ -55,7 +55,7 @@ class ViT(Backbone):
 
     def build(self, m: ModelConfig, attention: Mechanism, num_classes: int, in_chans: int) -> nn.Module:
         """timm VisionTransformer (class token, depth = depths[0]) with every attention mixed."""
-        from ablate.nn.vit.layers import create
+        from ablate.nn.backbones.vit.layers import create
 
         return create(m, attention, num_classes, in_chans)
 

@@ -55,7 +55,7 @@ class SynPool(Backbone):
         if m.depths[0] < 1:
             raise ValueError(f"synpool needs at least one embedding layer (depths [L], L >= 1); got {m.depths}")
         self.accepts(attention)
-        from ablate.nn.mil.layers import SynPoolingNet
+        from ablate.nn.backbones.mil.layers import SynPoolingNet
 
         return SynPoolingNet(m, attention, in_chans)
 

@@ -57,7 +57,7 @@ class CSaNAttention(Mechanism):
     memory only: both paths give the same results to float tolerance)."""
 
     def build(self, dim: int, num_heads: int, in_dim: int | None = None) -> TokenMixer:
-        from ablate.nn.csan.layers import CSaN
+        from ablate.nn.mechanisms.csan.layers import CSaN
 
         return CSaN(self, dim, num_heads, in_dim)
 

@@ -51,7 +51,7 @@ class Swin(Backbone):
 
     def build(self, m: ModelConfig, attention: Mechanism, num_classes: int, in_chans: int) -> nn.Module:
         """timm SwinTransformer (stage widths embed_dim * 2^i) with every window attention mixed."""
-        from ablate.nn.swin.layers import create
+        from ablate.nn.backbones.swin.layers import create
 
         return create(m, attention, num_classes, in_chans)
 

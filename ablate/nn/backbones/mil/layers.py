@@ -5,7 +5,7 @@ trainable query attends over the bag's instances, with the pooling's attention v
 mixer registry: softmax, syn, sparsemax, ...), Linear(D, 1). The loss applies the sigmoid. Linear weights
 and the query start Xavier-uniform with zero biases, as in the paper; mixers keep their own init.
 
-The network of the `synpool` backbone (declared in `ablate.nn.mil`).
+The network of the `synpool` backbone (declared in `ablate.nn.backbones.mil`).
 """
 
 from __future__ import annotations

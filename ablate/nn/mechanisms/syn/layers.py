@@ -20,7 +20,7 @@ from torch import Tensor
 from ablate.nn.mixer import TokenMixer, key_keep, logits, normalize_rows
 
 if TYPE_CHECKING:
-    from ablate.nn.syn import SynAttention
+    from ablate.nn.mechanisms.syn import SynAttention
 
 #: Floor of a row's L2 norm: an all-zero (fully masked) row stays zero instead of becoming NaN.
 NORM_EPS = 1e-12

@@ -19,7 +19,7 @@ from torch import Tensor
 from ablate.nn.mixer import RowsMixer, key_keep, logits, normalize_rows
 
 if TYPE_CHECKING:
-    from ablate.nn.sparse import ISTAAttention
+    from ablate.nn.mechanisms.sparse import ISTAAttention
 
 #: A given ISTA step is clipped to this fraction of 2 / L, strictly inside the convergent range.
 STEP_MARGIN = 0.99

@@ -1,4 +1,4 @@
-"""Non-local means as a token mixer: the Gaussian kernel of `ablate.nn.kernel` on the tokens themselves.
+"""Non-local means as a token mixer: the Gaussian kernel of `ablate.nn.mechanisms.kernel` on the tokens themselves.
 
 Its config forces identity projections, so the attention around it hands over q = k = v = each head's share
 of the token's channels. The weights are the Gaussian kernel's (`gaussian_mix`, the same SDPA rows as
@@ -16,11 +16,11 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ablate.nn.kernel.layers import gaussian_mix, log_sigma
+from ablate.nn.mechanisms.kernel.layers import gaussian_mix, log_sigma
 from ablate.nn.mixer import TokenGrid, TokenMixer
 
 if TYPE_CHECKING:
-    from ablate.nn.nlm import NonLocalMeansAttention
+    from ablate.nn.mechanisms.nlm import NonLocalMeansAttention
 
 
 def neighbourhoods(t: Tensor, grid: TokenGrid, patch: int) -> Tensor:

@@ -1,5 +1,5 @@
 """The Syn paper's own tables, computed from a sweep's trials: the section Syn adds to the report of every sweep
-that uses it (registered in `ablate.nn.syn`).
+that uses it (registered in `ablate.nn.mechanisms.syn`).
 
 A setting is what the paper holds fixed while it varies the iterations I: the variant's group (backbone and
 dataset) and every other axis of the sweep. Per setting: the Syn variants with the top and the bottom mean and
