@@ -89,3 +89,15 @@ def test_plan_json_lists_the_reference_seeds(tmp_path: Path) -> None:
     doc = json.loads(CliRunner().invoke(app, ["plan", str(path), "--no-costs", "-f", "json"]).output)
     design = doc["sweeps"][0]["design"]
     assert design["reference_seeds"] == [1, 2, 3] and design["trials"] == 8 + 3
+
+
+def test_a_replicated_screens_plan_says_its_error_is_the_references_seeds(tmp_path: Path) -> None:
+    """A screen of one seed reads its error from its dummy contrasts (Lenth's test); with `reference_seeds` the
+    report tests against the reference's runs instead, and the plan says that, not the dummies."""
+    one = planned(tmp_path, {"screening": {"method": "plackett-burman"}}, [0])
+    replicated = planned(tmp_path, {"screening": {"method": "plackett-burman", "reference_seeds": 4}}, [0])
+    assert one.design is not None and replicated.design is not None
+    assert "dummy contrast" in "\n".join(one.design.lines(one.seeds))
+    said = "\n".join(replicated.design.lines(replicated.seeds))
+    assert "the reference cell's seeds measure the error (pure error), not its unused columns" in said
+    assert "Lenth" not in said and "dummy contrast" not in said

@@ -72,6 +72,7 @@ def test_a_replicated_reference_tests_each_effect_against_the_spread_of_its_runs
     eff = designed.effects(frames.load(store, "replicated"), p.design).set_index("factor")
     mains = eff[eff["term"] == "main"]
     assert set(mains["test"]) == {stats.PURE}
+    assert set(mains["method"]) == {designed.PURE_ERROR}  # the effects CSV says which test read the row
     n = len(p.design.runs)
     se = SEED_NOISE * np.sqrt((n - 1) / (n / 2) ** 2 + 1 / (4 * (n / 2) ** 2))
     for factor, row in mains.iterrows():
