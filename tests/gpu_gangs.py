@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +38,14 @@ def placed(cfg: Any, report: Any, checkpoint_dir: Path) -> Any:
     seen = {"rank": rank, "share": ray.get_runtime_context().get_assigned_resources().get("GPU", 0.0),
             "visible": os.environ.get("CUDA_VISIBLE_DEVICES")}  # fmt: skip
     Path(checkpoint_dir, f"rank{rank}.json").write_text(json.dumps(seen))
+    # Every rank waits for the others' records, as a real gang's ranks meet in their collectives: rank 0's result
+    # ends the gang, which would otherwise stop a rank that a loaded machine started late, before it wrote its own.
+    world = int(os.environ["WORLD_SIZE"])
+    deadline = time.monotonic() + 120
+    while len(list(Path(checkpoint_dir).glob("rank*.json"))) < world:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"rank {rank}: the other ranks wrote no record in 120 s")
+        time.sleep(0.05)
     return TrialResult("done", 1, {"test.top1": 1.0})
 
 
