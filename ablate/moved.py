@@ -8,7 +8,7 @@ public names: `ablate.planner` at `ablate.planning.plan` (5 of its 8 exported na
 at `ablate.spec.tune` (13 of its 19 public names: the `tune:` block; the search, `Search`, `proposals`, `best`,
 `Failed`, `Result`, `STARTUP`, is `ablate.planning.search`). A module renamed inside its package after the move
 (one word per concept) is here too, under its previous dotted name: `ablate.training.storage` is
-`ablate.training.checkpoint_storage`."""
+`ablate.training.checkpoint_storage`, `ablate.training.checkpoints` is `ablate.training.checkpointer`."""
 
 from __future__ import annotations
 
@@ -34,11 +34,12 @@ MOVED = {
     "ablate.journal": "ablate.execution.journal", "ablate.progress": "ablate.execution.progress",
     "ablate.preflight": "ablate.execution.preflight", "ablate.gpucheck": "ablate.cli.gpucheck",
     "ablate.trial": "ablate.training.loop", "ablate.parallel": "ablate.training.parallel",
-    "ablate.messages": "ablate.training.messages", "ablate.checkpoints": "ablate.training.checkpoints",
+    "ablate.messages": "ablate.training.messages", "ablate.checkpoints": "ablate.training.checkpointer",
     "ablate.storage": "ablate.training.checkpoint_storage", "ablate.tasks": "ablate.training.tasks",
     "ablate.mirror": "ablate.tracking.mirror", "ablate.verdict": "ablate.evidence.verdict",
     "ablate.units": "ablate.planning.units", "ablate.steptime": "ablate.planning.steptime",
     "ablate.training.storage": "ablate.training.checkpoint_storage",
+    "ablate.training.checkpoints": "ablate.training.checkpointer",
     "ablate.tracking.records": "ablate.tracking.tracker", "ablate.reporting.seeding": "ablate.reporting.adaptive",
     "ablate.nn.softmax": "ablate.nn.mechanisms.softmax",
     "ablate.nn.softmax.layers": "ablate.nn.mechanisms.softmax.layers",

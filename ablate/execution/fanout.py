@@ -37,7 +37,7 @@ from ablate.store.faults import StoreUnavailable
 from ablate.store.schema import ENDED
 from ablate.store.writes import now
 from ablate.training.checkpoint_storage import Storage
-from ablate.training.checkpoints import Resume
+from ablate.training.checkpointer import Resume
 from ablate.training.messages import EpochEnd, Finished, PeerLost, Started, TrialResult
 
 if TYPE_CHECKING:
@@ -251,9 +251,8 @@ class Fanout:
         recorded = self.tolerant(lambda: self.store.checkpoints([key]), None)
         if recorded is None:
             return None
-        last = recorded.get(key, {})
         current = self.chosen.codes[key]["digest"] if key in self.chosen.codes else None
-        return Resume(key, last.get("sha"), last.get("code"), current, self.chosen.policy.get(key, "warn"))
+        return Resume.of(key, recorded.get(key), current, self.chosen.policy.get(key, "warn"))
 
     def worker_cpus(self, key: str) -> float:
         return self.run.cpus if self.run.cpus is not None else self.todo[key].config.resources.cpus

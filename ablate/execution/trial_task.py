@@ -17,9 +17,9 @@ import ray
 
 from ablate.config import TrialConfig
 from ablate.plugins import Plugins
-from ablate.training import checkpoints, devices
+from ablate.training import devices
 from ablate.training.checkpoint_storage import Storage
-from ablate.training.checkpoints import Resume
+from ablate.training.checkpointer import Checkpointer, Resume
 from ablate.training.messages import RENDEZVOUS, EpochEnd, Reporter, Runner, Started, TrialResult
 
 
@@ -75,7 +75,7 @@ class TaskArgs:
     runner: Runner
     plugins: Plugins
     resume: Resume | None = None
-    """What the trial's checkpoint must match to be resumed from (`checkpoints.admit`); None: not checked."""
+    """What the trial's checkpoint must match to be resumed from (`Checkpointer.admit`); None: not checked."""
 
     def follower(self) -> TaskArgs:
         return replace(self, inbox=None)
@@ -117,27 +117,19 @@ def _run(args: TaskArgs, place: Rank | None, device: str, node: str) -> TrialRes
         ray.get(inbox.put.remote(Started(args.key, socket.gethostname(), node, device)))
 
     storage = Storage(args.storage)
-    folder = storage.folder(args.key)
-    code = args.resume.current if args.resume else None
-
-    def saved() -> dict[str, Any] | None:
-        sha = checkpoints.saved_sha(folder)
-        return {"sha": sha, "code": code} if sha else None
+    checkpointer = Checkpointer(storage.folder(args.key), resume=args.resume)
 
     def report(epoch: int, metrics: dict[str, float]) -> None:
         if inbox is not None:  # the trial saved this epoch's checkpoint before it reports the epoch
-            last[:] = [inbox.put.remote(EpochEnd(args.key, epoch, metrics, time.time(), saved()))]
+            last[:] = [inbox.put.remote(EpochEnd(args.key, epoch, metrics, time.time(), checkpointer.saved()))]
 
     env = {} if place is None else place.environment()
     os.environ.update(env)
     try:
-        with storage.sync(args.key) as sync:
-            if inbox is not None:  # rank 0, which saves: only this attempt's saves are reported
-                (folder / checkpoints.DIGEST).unlink(missing_ok=True)
-            refused = checkpoints.admit(folder, args.resume)  # every rank reaches the same verdict
-            result = args.runner(cfg, report, folder)
-            result.checkpoint = saved()  # and in the bucket as the `with` ends, whatever the outcome
-        result.warnings.extend(sync.problems + ([refused] if refused else []))
+        with checkpointer.attempt(storage, reports=inbox is not None) as problems:
+            result = args.runner(cfg, report, checkpointer.folder)
+            result.checkpoint = checkpointer.saved()  # and in the bucket as the `with` ends, whatever the outcome
+        result.warnings.extend(problems)
         return result
     finally:
         for name in env:

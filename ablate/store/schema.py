@@ -115,7 +115,8 @@ class TrialRecord(Base):
     """`code["digest"]`, for comparisons: a done trial whose digest differs from the current code is stale."""
     checkpoint: Mapped[dict[str, Any] | None]
     """The trial's last checkpoint as its trial reported it: SHA-256 of the file and the code digest it was
-    written with. A checkpoint file that does not match is refused (`ablate.training.checkpoints.admit`)."""
+    written with. A checkpoint file that does not match is refused
+    (`ablate.training.checkpointer.Checkpointer.admit`)."""
 
 
 class Membership(Base):

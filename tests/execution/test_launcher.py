@@ -33,7 +33,7 @@ from ablate.planning.plan import Plan, plan, plan_all
 from ablate.store import Store
 from ablate.store.writes import now
 from ablate.tracking.tracker import Tracker
-from ablate.training import checkpoints
+from ablate.training.checkpointer import FILE, Checkpointer
 
 GATE_SCRIPT = Path(__file__).parents[1] / "gate.py"
 
@@ -94,12 +94,12 @@ def test_a_copied_truncated_or_edited_checkpoint_is_refused_and_the_trial_retrai
         honest = store.metrics_frame("s").set_index(["key", "name", "step"])["value"]
         with store.engine.begin() as conn:
             conn.execute(text("UPDATE trials SET state = 'interrupted'"))
-        shutil.copy(ck / intact / checkpoints.FILE, ck / copied / checkpoints.FILE)
-        data = (ck / cut / checkpoints.FILE).read_bytes()
-        (ck / cut / checkpoints.FILE).write_bytes(data[: len(data) // 2])
-        state = torch.load(ck / edited / checkpoints.FILE, weights_only=True)
+        shutil.copy(ck / intact / FILE, ck / copied / FILE)
+        data = (ck / cut / FILE).read_bytes()
+        (ck / cut / FILE).write_bytes(data[: len(data) // 2])
+        state = torch.load(ck / edited / FILE, weights_only=True)
         state["history"] = [(e, {**m, "val.top1": -1.0}) for e, m in state["history"]]
-        torch.save(state, ck / edited / checkpoints.FILE)
+        torch.save(state, ck / edited / FILE)
         console = Console(record=True, width=400)
         launch([p], store=store, run=RunConfig(storage=ck), progress=Display(live=False, console=console))
         said = console.export_text()
@@ -112,7 +112,7 @@ def test_a_copied_truncated_or_edited_checkpoint_is_refused_and_the_trial_retrai
         assert (after.xs(edited)["val.top1"] >= 0).all()  # a score no training gives is not kept
         assert after.xs(edited).xs("val.top1").tolist() == honest.xs(edited).xs("val.top1").tolist()  # retrained alike
         for key in (copied, cut, edited):
-            assert (ck / key / f"{checkpoints.FILE}.refused").exists()
+            assert (ck / key / f"{FILE}.refused").exists()
 
 
 def test_the_library_launches_one_plan_into_the_default_store(ray_local, tmp_path: Path, monkeypatch) -> None:
@@ -460,7 +460,7 @@ def test_sigterm_preempts_trials_at_a_step_boundary_and_the_next_launch_resumes(
     with Store(f"sqlite:///{tmp_path}/r.sqlite") as store:
         assert set(store.states().values()) == {"preempted"} and store.holders() == {}
         for k in keys:
-            state, _ = checkpoints.read(tmp_path / "ck" / k)
+            state, _ = Checkpointer(tmp_path / "ck" / k).read()
             assert state is not None and state["epoch"] == 1 and state["step"] >= 1  # stopped inside epoch 2
         res = subprocess.run(
             launch_cmd(f, tmp_path), cwd=tmp_path, env=CLI_ENV, capture_output=True, text=True, timeout=300

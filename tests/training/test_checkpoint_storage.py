@@ -28,8 +28,8 @@ from ablate.execution.trial_task import TaskArgs, trial_task
 from ablate.planning.plan import plan
 from ablate.plugins import Plugins
 from ablate.store import Store
-from ablate.training import checkpoints
 from ablate.training.checkpoint_storage import MARKER, SCRATCH, Storage
+from ablate.training.checkpointer import FILE, Checkpointer, Progress
 from ablate.training.messages import StopRequest, TrialResult
 
 pytestmark = pytest.mark.timeout(300)
@@ -43,7 +43,7 @@ def save(storage: Storage, key: str, epoch: int) -> None:
     """A real checkpoint of a tiny model at `epoch` in the trial's local folder."""
     model = torch.nn.Linear(4, 2)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-    checkpoints.save(storage.folder(key), model, optimizer, None, checkpoints.Progress(epoch=epoch))
+    Checkpointer(storage.folder(key)).save(model, optimizer, None, Progress(epoch=epoch))
 
 
 @pytest.fixture
@@ -63,22 +63,22 @@ def test_each_checkpoint_is_published_behind_a_marker_and_fetched_whole(bucket: 
     assert sorted(objects) == sorted([MARKER, second["object"]])  # the superseded object is gone
     shutil.rmtree(scratch)  # another machine: nothing local
     assert storage.fetch("k1") is None
-    state, problem = checkpoints.read(storage.folder("k1"))
+    state, problem = Checkpointer(storage.folder("k1")).read()
     assert problem is None and state is not None and state["epoch"] == 2
 
 
 def test_a_partial_or_mismatching_upload_is_never_read(bucket: str, scratch: Path) -> None:
     storage, fs, base = Storage(bucket), s3(), bucket.removeprefix("s3://")
     save(storage, "k2", 3)
-    data = (storage.folder("k2") / checkpoints.FILE).read_bytes()
+    data = (storage.folder("k2") / FILE).read_bytes()
     fs.pipe_file(f"{base}/k2/checkpoint-orphan.pt", data[: len(data) // 2])  # an upload the marker never named
     assert storage.fetch("k2") is None  # no marker: no checkpoint, and the local leftover is not trusted
-    assert not (storage.folder("k2") / checkpoints.FILE).exists()
+    assert not (storage.folder("k2") / FILE).exists()
     marker = {"object": "checkpoint-orphan.pt", "size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
     fs.pipe_file(f"{base}/k2/{MARKER}", json.dumps(marker).encode())  # names a truncated object
     problem = storage.fetch("k2")
     assert problem is not None and "does not match its marker" in problem
-    assert not (storage.folder("k2") / checkpoints.FILE).exists()
+    assert not (storage.folder("k2") / FILE).exists()
 
 
 def test_an_upload_cut_short_leaves_nothing_once_the_trial_publishes_again(bucket: str, scratch: Path) -> None:
@@ -86,11 +86,11 @@ def test_an_upload_cut_short_leaves_nothing_once_the_trial_publishes_again(bucke
     publish removes it with the superseded one, so its folder holds its marker and one checkpoint."""
     storage, fs, base = Storage(bucket), s3(), bucket.removeprefix("s3://")
     save(storage, "k3", 1)
-    with (storage.folder("k3") / checkpoints.FILE).open("rb") as f:
+    with (storage.folder("k3") / FILE).open("rb") as f:
         first = storage.publish("k3", f)
     fs.pipe_file(f"{base}/k3/checkpoint-cut.pt", b"half of an upload")
     save(storage, "k3", 2)
-    with (storage.folder("k3") / checkpoints.FILE).open("rb") as f:
+    with (storage.folder("k3") / FILE).open("rb") as f:
         second = storage.publish("k3", f)
     fs.invalidate_cache()
     objects = sorted(p.rsplit("/", 1)[1] for p in fs.ls(f"{base}/k3"))
@@ -234,7 +234,7 @@ def test_a_trial_waits_out_a_bucket_outage_at_its_start_and_at_its_end(
     wait_for(lambda: sync.waits or not starting.is_alive())
     unplugged.up()
     starting.join(timeout=120)
-    state, _ = checkpoints.read(storage.folder("k1"))
+    state, _ = Checkpointer(storage.folder("k1")).read()
     assert not starting.is_alive() and state is not None and state["epoch"] == 1 and sync.problems == []
     unplugged.down()
     seen = len(sync.waits)
@@ -246,5 +246,5 @@ def test_a_trial_waits_out_a_bucket_outage_at_its_start_and_at_its_end(
     ending.join(timeout=120)
     shutil.rmtree(scratch)
     assert not ending.is_alive() and sync.problems == [] and storage.fetch("k1") is None
-    state, _ = checkpoints.read(storage.folder("k1"))
+    state, _ = Checkpointer(storage.folder("k1")).read()
     assert state is not None and state["epoch"] == 2

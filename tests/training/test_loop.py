@@ -14,7 +14,7 @@ from conftest import TINY
 from ablate.config import TrialConfig
 from ablate.data import DataError
 from ablate.plugins import Plugins
-from ablate.training import checkpoints
+from ablate.training.checkpointer import FILE, Checkpointer
 from ablate.training.loop import best_epoch, run_trial
 from ablate.training.tasks import shift_images
 
@@ -137,7 +137,7 @@ def test_resume_equals_an_uninterrupted_run(tmp_path: Path) -> None:
     whole = run_trial(cfg, whole_report, tmp_path / "whole")
     with pytest.raises(Stop):
         run_trial(cfg, stop_after_two, tmp_path / "cut")
-    state, problem = checkpoints.read(tmp_path / "cut")
+    state, problem = Checkpointer(tmp_path / "cut").read()
     assert problem is None and state["epoch"] == 2
     seen, report = collect()
     resumed = run_trial(cfg, report, tmp_path / "cut")
@@ -176,7 +176,7 @@ def test_a_trial_stopped_mid_epoch_resumes_to_the_same_result(tmp_path: Path, mo
     monkeypatch.setattr(ablate.training.loop, "StopRequest", StopAtCall)
     cut = run_trial(cfg, None, tmp_path / "cut")
     assert cut.outcome == "preempted" and cut.epochs == 1
-    state, problem = checkpoints.read(tmp_path / "cut")
+    state, problem = Checkpointer(tmp_path / "cut").read()
     assert problem is None and (state["epoch"], state["step"]) == (1, 20) and state["partial"][1] == 20 * 16
     monkeypatch.undo()
     seen, report = collect()
@@ -188,7 +188,7 @@ def test_a_trial_stopped_mid_epoch_resumes_to_the_same_result(tmp_path: Path, mo
 
 
 def test_corrupt_checkpoint_is_reported_and_the_trial_restarts(tmp_path: Path) -> None:
-    (tmp_path / checkpoints.FILE).write_bytes(b"not a checkpoint")
+    (tmp_path / FILE).write_bytes(b"not a checkpoint")
     res = run_trial(config(), None, tmp_path)
     assert res.outcome == "done"
     (warning,) = res.warnings
@@ -198,7 +198,7 @@ def test_corrupt_checkpoint_is_reported_and_the_trial_restarts(tmp_path: Path) -
 
 def test_checkpoint_loads_with_weights_only(tmp_path: Path) -> None:
     run_trial(config(), None, tmp_path)
-    state = torch.load(tmp_path / checkpoints.FILE, weights_only=True)
+    state = torch.load(tmp_path / FILE, weights_only=True)
     assert {"model", "optimizer", "scheduler", "rng", "epoch", "history"} <= set(state)
     assert not list(tmp_path.glob("*.tmp"))
 
@@ -256,38 +256,6 @@ def test_shift_translates_each_image_by_its_own_offset_with_zero_fill(shift: int
     assert {dy for dy, _ in offsets} == {dx for _, dx in offsets} == set(range(-shift, shift + 1))
     assert len(set(offsets)) > (2 * shift + 1) ** 2 // 2, "offsets are not drawn per image"
     assert torch.equal(x, before), "the input batch was changed in place"
-
-
-@pytest.mark.parametrize(
-    ("policy", "kept", "said"),
-    [("rerun", False, "written by other code (stale: rerun)"), ("warn", True, "written by other code than now"),
-     ("reuse", True, None)],
-)  # fmt: skip
-def test_a_checkpoint_of_other_code_follows_the_staleness_policy(
-    tmp_path: Path, policy: str, kept: bool, said: str | None
-) -> None:
-    model = torch.nn.Linear(2, 2)
-    checkpoints.save(tmp_path / "k", model, torch.optim.SGD(model.parameters(), lr=0.1), None, checkpoints.Progress(1))
-    sha = checkpoints.saved_sha(tmp_path / "k")
-    assert sha == checkpoints.file_sha(tmp_path / "k" / checkpoints.FILE)
-    same = checkpoints.Resume("k", sha, "code-a", "code-a", policy)
-    assert checkpoints.admit(tmp_path / "k", same) is None  # the recorded checkpoint of this code: resumed
-    message = checkpoints.admit(tmp_path / "k", checkpoints.Resume("k", sha, "code-a", "code-b", policy))
-    assert (tmp_path / "k" / checkpoints.FILE).exists() == kept
-    assert (message is None) if said is None else (said in (message or ""))
-
-
-def test_without_a_store_record_only_a_checkpoint_of_this_trial_is_resumed(tmp_path: Path) -> None:
-    """A lost message leaves the store without the checkpoint's digest: the file is kept when it names the trial
-    (the trial resumes), refused when it names another."""
-    model = torch.nn.Linear(2, 2)
-    checkpoints.save(tmp_path / "mine", model, torch.optim.SGD(model.parameters(), lr=0.1), None,
-                     checkpoints.Progress(1))  # fmt: skip
-    assert checkpoints.admit(tmp_path / "mine", checkpoints.Resume("mine", None, None, "c")) is None
-    assert (tmp_path / "mine" / checkpoints.FILE).exists()
-    refused = checkpoints.admit(tmp_path / "mine", checkpoints.Resume("other", None, None, "c"))
-    assert refused is not None and "belongs to another trial" in refused
-    assert not (tmp_path / "mine" / checkpoints.FILE).exists()
 
 
 @pytest.fixture
