@@ -24,10 +24,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from rich.console import Console
+
     from ablate.execution.launcher import Cluster, LaunchResult, RunConfig
     from ablate.execution.preflight import Checks, Workload
     from ablate.execution.progress import Display
     from ablate.execution.selection import Select, Selection
+    from ablate.gpus.check import GpuCheck as GpuCheck
+    from ablate.gpus.figures import Figures as Figures
+    from ablate.gpus.sweep import PlannedCheck as PlannedCheck
     from ablate.planning.plan import Plan
     from ablate.provenance.environment import Arithmetic
     from ablate.provenance.stale import StaleCode
@@ -37,7 +42,8 @@ if TYPE_CHECKING:
     from ablate.tracking.tracker import Tracker
 
 __all__ = [
-    "dry_run", "forget", "grown", "launch", "matching", "report", "runs", "show", "status", "unfinished", "workload"
+    "dry_run", "forget", "gpu_check", "grown", "launch", "matching", "report", "runs", "show", "status", "unfinished",
+    "workload",
 ]  # fmt: skip
 
 
@@ -468,3 +474,24 @@ def _run_ids(store: Store, key: str) -> list[str]:
     trial = store.trial(key)
     ids = [trial.mlflow_run_id if trial else None] + [p.get("mlflow_run_id") for p in store.previous(key)]
     return [i for i in ids if i]
+
+
+def gpu_check(
+    seconds: float = 20.0,
+    seeds: int = 3,
+    compile: bool = True,
+    keep: Path | None = None,
+    dry_run: bool = False,
+    console: Console | None = None,
+) -> GpuCheck:
+    """What `ablate gpu-check` does: a short sweep on this machine's GPUs through `launch` (`seconds` of steady
+    training per trial, `seeds` per mechanism packed, the compile phase unless not `compile`, stores in `keep` or
+    a temporary folder), its figures in `GpuCheck.figures`; a dry run's listing instead where asked or without a
+    GPU; the reason where the driver lists GPUs this torch cannot use (`ablate.gpus.check`). Progress on
+    `console` (default: stdout)."""
+    from rich.console import Console
+
+    from ablate.gpus.check import check
+    from ablate.gpus.sweep import SweepSpec
+
+    return check(SweepSpec(seconds, seeds, compile), launch, console or Console(), keep, dry_run)

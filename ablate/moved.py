@@ -8,7 +8,10 @@ public names: `ablate.planner` at `ablate.planning.plan` (5 of its 8 exported na
 at `ablate.spec.tune` (13 of its 19 public names: the `tune:` block; the search, `Search`, `proposals`, `best`,
 `Failed`, `Result`, `STARTUP`, is `ablate.planning.search`). A module renamed inside its package after the move
 (one word per concept) is here too, under its previous dotted name: `ablate.training.storage` is
-`ablate.training.checkpoint_storage`, `ablate.training.checkpoints` is `ablate.training.checkpointer`."""
+`ablate.training.checkpoint_storage`, `ablate.training.checkpoints` is `ablate.training.checkpointer`. The GPU
+check's modules left the CLI for `ablate.gpus`: `ablate.gpucheck` and `ablate.cli.gpucheck` point at
+`ablate.gpus.figures` (14 of its 25 public names: the figures and the runs that measure them; the sweep,
+`SweepSpec`, `Phase`, `PHASES`, `plan_phases`, `dry_run`, ..., is `ablate.gpus.sweep`)."""
 
 from __future__ import annotations
 
@@ -32,7 +35,7 @@ MOVED = {
     "ablate.gangs": "ablate.execution.gangs", "ablate.packing": "ablate.execution.gpu_shares",
     "ablate.leases": "ablate.execution.heartbeat", "ablate.recorder": "ablate.execution.recorder",
     "ablate.journal": "ablate.execution.journal", "ablate.progress": "ablate.execution.progress",
-    "ablate.preflight": "ablate.execution.preflight", "ablate.gpucheck": "ablate.cli.gpucheck",
+    "ablate.preflight": "ablate.execution.preflight", "ablate.gpucheck": "ablate.gpus.figures",
     "ablate.trial": "ablate.training.loop", "ablate.parallel": "ablate.training.parallel",
     "ablate.messages": "ablate.training.messages", "ablate.checkpoints": "ablate.training.checkpointer",
     "ablate.storage": "ablate.training.checkpoint_storage", "ablate.tasks": "ablate.training.tasks",
@@ -54,6 +57,8 @@ MOVED = {
     "ablate.nn.swin": "ablate.nn.backbones.swin", "ablate.nn.swin.layers": "ablate.nn.backbones.swin.layers",
     "ablate.nn.hiera": "ablate.nn.backbones.hiera", "ablate.nn.hiera.layers": "ablate.nn.backbones.hiera.layers",
     "ablate.nn.mil": "ablate.nn.backbones.mil", "ablate.nn.mil.layers": "ablate.nn.backbones.mil.layers",
+    "ablate.cli.gpucheck": "ablate.gpus.figures", "ablate.cli.gpuhost": "ablate.gpus.host",
+    "ablate.cli.gpubusy": "ablate.gpus.busy",
 }  # fmt: skip
 """Old module name -> its module now. (`ablate.spec`, `ablate.tracking` and `ablate.cli` are packages now, at
 their old names.) The mechanisms' and backbones' packages of `ablate.nn` moved into `ablate.nn.mechanisms` and

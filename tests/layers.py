@@ -40,8 +40,13 @@ LAYERS = (
     Layer(("reporting",), "frames from the store, statistics, Findings, tables, plots, rendering, report sections"),
     Layer(("tracking",), "MLflow runs (a sweep's report among their artifacts); the mirror of the store"),
     Layer(("execution",), "the launch: pre-flight, selection, Ray fan-out, task body, recorder, progress, ..."),
+    Layer(
+        ("gpus",),
+        "the GPU check `ablate gpu-check` runs: what the driver lists and whether torch can use it, the check's "
+        "sweep, each phase launched through the API's `launch` and its figures, NVML's busy fraction per GPU",
+    ),
     Layer(("api", "ablate"), "the Python API (`ablate.launch`, `ablate.report`, ...); the package's facade over it"),
-    Layer(("cli",), "the typer commands and `ablate gpu-check`, over the Python API"),
+    Layer(("cli",), "the typer commands, over the Python API"),
 )
 
 

@@ -1,4 +1,4 @@
-"""`ablate gpu-check`: a short sweep on this machine's GPUs and its figures (`ablate.cli.gpucheck`)."""
+"""`ablate gpu-check`: a short sweep on this machine's GPUs and its figures (`ablate.api.gpu_check`)."""
 
 from __future__ import annotations
 
@@ -25,23 +25,22 @@ def gpu_check(
     fraction packed vs one per GPU, the probe's memory vs each trial's peak, bf16 and compile speed-ups. Without
     a GPU: a dry run that plans and checks the sweep and lists it. Exit 2 if the driver lists a GPU that torch
     cannot use (a CPU build, or a driver too old), exit 1 if a trial did not finish."""
-    from ablate.cli import gpucheck, gpuhost, gpuprint
+    from ablate.api import gpu_check as check
+    from ablate.cli import gpuprint
 
-    spec = gpucheck.SweepSpec(seconds, seeds, compile)
-    build = gpuhost.torch_build()
-    if not dry_run and not build.usable:
-        devices = gpuhost.nvidia_devices()
-        if (why := gpuhost.unusable(devices, build)) is not None:
-            fail(why)
-        found = f" ({devices.problem})" if devices.problem else ""
-        out.print(f"no GPU found{found}: dry run (planned and checked; nothing trains)", highlight=False)
-    if dry_run:
-        out.print("dry run (planned and checked; nothing trains)")
-    if dry_run or not build.usable:
-        out.print(gpuprint.plan_table(spec, gpucheck.dry_run(spec)))
+    done = check(seconds, seeds, compile, keep, dry_run, out)
+    if done.unusable is not None:
+        fail(done.unusable)
+    if done.planned is not None:
+        if done.devices is not None:
+            found = f" ({done.devices.problem})" if done.devices.problem else ""
+            out.print(f"no GPU found{found}: dry run (planned and checked; nothing trains)", highlight=False)
+        else:
+            out.print("dry run (planned and checked; nothing trains)")
+        out.print(gpuprint.plan_table(done.planned))
         return
-    figures = gpucheck.run(spec, out, keep)
-    for table in gpuprint.tables(figures):
+    assert done.figures is not None
+    for table in gpuprint.tables(done.figures):
         out.print(table)
-    if figures.unfinished:
-        fail(f"trials not done, their figures missing: {figures.unfinished}", code=1)
+    if done.figures.unfinished:
+        fail(f"trials not done, their figures missing: {done.figures.unfinished}", code=1)

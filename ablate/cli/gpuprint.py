@@ -1,14 +1,14 @@
-"""`ablate gpu-check`'s tables: what it plans (the dry run's listing) and what it measured (`ablate.cli.gpucheck`)."""
+"""`ablate gpu-check`'s tables: what it plans (the dry run's listing) and what it measured (`ablate.api.gpu_check`)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from rich.table import Table
 
-from ablate.cli.gpucheck import ESTIMATED, PLAIN_SECONDS, TRAIN_IMAGES, Figures, Phase, SweepSpec, speedups
-from ablate.execution import gpu_shares
-from ablate.planning.plan import Plan
+if TYPE_CHECKING:
+    from ablate.api import Figures, PlannedCheck
 
 
 def _x(value: float | None, digits: int = 2) -> str:
@@ -23,24 +23,22 @@ def _table(title: str, columns: Sequence[str], left: int) -> Table:
     return table
 
 
-def plan_table(spec: SweepSpec, planned: Sequence[tuple[Phase, Plan]]) -> Table:
+def plan_table(planned: PlannedCheck) -> Table:
     """What the check runs, phase by phase, and how long each trial is sized to train."""
-    rates = ", ".join(f"{setting} {ESTIMATED[setting]:,}" for setting in dict.fromkeys(ph.setting for ph, _ in planned))
+    rates = ", ".join(f"{setting} {rate:,}" for setting, rate in planned.estimated.items())
     table = _table(
-        f"gpu-check: the trials each phase launches, then a plain timm loop per setting ({PLAIN_SECONDS:g} s steady). "
-        f"Epochs: 1 to warm up, then {spec.seconds:g} s of steady training at an estimated images/s per trial "
-        f"({rates}; {TRAIN_IMAGES:,} images an epoch); the run prints what each trial measured",
+        f"gpu-check: the trials each phase launches, then a plain timm loop per setting ({planned.plain_seconds:g} s "
+        f"steady). Epochs: 1 to warm up, then {planned.seconds:g} s of steady training at an estimated images/s per "
+        f"trial ({rates}; {planned.images:,} images an epoch); the run prints what each trial measured",
         ("phase", "key", "attention", "seed", "amp", "compile", "GPUs per trial", "epochs", "steady s at the estimate"),
         7,
     )
-    for phase, p in planned:
-        probes = len({gpu_shares.footprint_key(t.config) for t in p.trials})
-        gpus = f"auto ({probes} probes)" if phase.gpus is None else f"{phase.gpus:g}"
-        for t in p.trials:
-            c = t.config
-            estimate = (c.train.epochs - 1) * TRAIN_IMAGES / ESTIMATED[phase.setting]
-            table.add_row(phase.name, t.key[:10], c.attention.kind, str(c.seed), str(c.train.amp),
-                          str(c.train.compile), gpus, str(c.train.epochs), f"{estimate:.0f}")  # fmt: skip
+    for row in planned.phases:
+        phase = row.phase
+        gpus = f"auto ({row.probes} probes)" if phase.gpus is None else f"{phase.gpus:g}"
+        for t in row.trials:
+            table.add_row(phase.name, t.key[:10], t.kind, str(t.seed), str(t.amp), str(t.compile), gpus,
+                          str(t.epochs), f"{t.steady:.0f}")  # fmt: skip
         table.add_section()
     return table
 
@@ -64,7 +62,7 @@ def tables(figures: Figures) -> list[Table]:
     for s in figures.throughput:
         speed.add_row(s.kind, s.setting, f"{s.launched:.0f}", _x(s.plain, 0), _x(s.ratio))
     ups = _table("speed-ups (launched images/s)", ("attention", "bf16 / fp32", "bf16+compile / bf16"), 1)
-    for u in speedups(figures.throughput):
+    for u in figures.speedups:
         ups.add_row(u.kind, _x(u.bf16), _x(u.compile))
     busy = _table("GPU busy fraction inside the steady epochs of the trials each GPU hosted (NVML; packed "
                   "target >= 0.9)", ("phase", "GPU (PCI bus id)", "trials", "busy", "readings", "why no figure"),

@@ -13,8 +13,19 @@ import pytest
 from conftest import needs
 from stub_nvml import stub_pynvml
 
-from ablate.cli import gpubusy
-from ablate.cli.gpubusy import NO_NVML, Busy, Nvml, Sample, Sampler, bus_id, busy, open_nvml, trained_on
+from ablate.gpus.busy import (
+    NO_NVML,
+    Busy,
+    Nvml,
+    Sample,
+    Sampler,
+    bus_id,
+    busy,
+    open_nvml,
+    steady_windows,
+    together,
+    trained_on,
+)
 
 A, B, IDLE = "00000000:3B:00.0", "00000000:5E:00.0", "00000000:86:00.0"
 
@@ -34,8 +45,8 @@ def test_bus_ids_read_as_nvml_writes_them() -> None:
 
 
 def test_steady_epochs_run_from_one_epoch_end_to_the_next() -> None:
-    assert gpubusy.steady_windows([10.0, 20.0, 35.0]) == [(10.0, 20.0), (20.0, 35.0)]
-    assert gpubusy.steady_windows([10.0]) == []
+    assert steady_windows([10.0, 20.0, 35.0]) == [(10.0, 20.0), (20.0, 35.0)]
+    assert steady_windows([10.0]) == []
 
 
 def test_busy_counts_only_hosting_gpus_inside_their_trials_steady_epochs() -> None:
@@ -60,7 +71,7 @@ def test_trials_that_trained_on_one_gpu_at_once_are_found() -> None:
     hosts = {"a1": A, "a2": A, "a3": A, "b1": B, "cpu": None, "once": A}
     ends = {"a1": [10.0, 20.0, 30.0], "a2": [25.0, 40.0], "a3": [40.0, 50.0], "b1": [10.0, 30.0], "cpu": [10.0, 30.0],
             "once": [15.0]}  # fmt: skip
-    assert gpubusy.together(hosts, ends) == {"a1": ["a2"], "a2": ["a1"]}  # a3 starts as a2 ends; b1 on another GPU
+    assert together(hosts, ends) == {"a1": ["a2"], "a2": ["a1"]}  # a3 starts as a2 ends; b1 on another GPU
 
 
 def test_a_gpu_without_readings_says_why() -> None:

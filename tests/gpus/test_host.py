@@ -13,7 +13,7 @@ import torch
 from typer.testing import CliRunner
 
 from ablate.cli import app
-from ablate.cli.gpuhost import Devices, TorchBuild, nvidia_devices, unusable
+from ablate.gpus.host import Devices, TorchBuild, nvidia_devices, unusable
 
 H200 = "GPU 0: NVIDIA H200 (UUID: GPU-5e1f0c7a-0000-0000-0000-000000000000)"
 CPU_TORCH = pytest.mark.skipif(torch.cuda.is_available(), reason="this machine's torch can use a GPU")

@@ -1,4 +1,4 @@
-"""The stub pynvml (tests/cli/nvml_stub/pynvml.py) as what `import pynvml` finds for one test, in place of any
+"""The stub pynvml (tests/gpus/nvml_stub/pynvml.py) as what `import pynvml` finds for one test, in place of any
 installed nvidia-ml-py."""
 
 from __future__ import annotations

