@@ -168,11 +168,11 @@ def report(
 
 def grown(plans: Sequence[Plan], store: Store | None = None) -> list[Plan]:
     """`plans` with each tuned sweep's searches as far as `store`'s results go (none: their first rounds), each
-    followed by its companion sweep of tuning trials (`ablate.planning.tuned`); untuned plans as they are, without
+    followed by its companion sweep of tuning trials (`ablate.planning.tuning`); untuned plans as they are, without
     importing the tuner (optuna)."""
     if not any(p.tuning for p in plans):
         return list(plans)
-    from ablate.planning.tuned import Rounds
+    from ablate.planning.tuning import Rounds
 
     return Rounds(plans).start(store).plans
 

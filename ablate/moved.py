@@ -5,10 +5,13 @@ An old name is an alias: `ablate.planner` is the very module object `ablate.plan
 imported through either is the same class. An old module split in two points at the part that holds most of its
 public names: `ablate.planner` at `ablate.planning.plan` (5 of its 8 exported names: `Plan`, `expand`, `load_plans`,
 `plan`, `plan_all`; trial identity, `Trial`, `trial_key`, `variant_key`, is `ablate.planning.keys`), `ablate.tuning`
-at `ablate.spec.tune` (13 of its 19 public names: the `tune:` block; the search, `Search`, `proposals`, `best`,
+at `ablate.spec.tuning` (13 of its 19 public names: the `tune:` block; the search, `Search`, `proposals`, `best`,
 `Failed`, `Result`, `STARTUP`, is `ablate.planning.search`). A module renamed inside its package after the move
 (one word per concept) is here too, under its previous dotted name: `ablate.training.storage` is
-`ablate.training.checkpoint_storage`."""
+`ablate.training.checkpoint_storage`. Tuning's modules are all called tuning now (`ablate.spec.tune`,
+`ablate.planning.tuned`, `ablate.reporting.tuned`); `ablate.reporting.tuning`, which held Dodge's expected best, is
+`ablate.reporting.expected_best`, its old name taken by the tuned sweep's report section (`ablate.reporting.tuned`'s
+new name), so that one old name cannot point at its old module."""
 
 from __future__ import annotations
 
@@ -20,10 +23,10 @@ from importlib.machinery import ModuleSpec
 from types import ModuleType
 
 MOVED = {
-    "ablate.paths": "ablate.spec.paths", "ablate.tuning": "ablate.spec.tune",
-    "ablate.tune_check": "ablate.spec.tune_check",
+    "ablate.paths": "ablate.spec.paths", "ablate.tuning": "ablate.spec.tuning",
+    "ablate.tune_check": "ablate.spec.tuning_check",
     "ablate.planner": "ablate.planning.plan", "ablate.sequential": "ablate.planning.adaptive",
-    "ablate.tuned": "ablate.planning.tuned", "ablate.plan_table": "ablate.planning.table",
+    "ablate.tuned": "ablate.planning.tuning", "ablate.plan_table": "ablate.planning.table",
     "ablate.check": "ablate.planning.check",
     "ablate.fingerprint": "ablate.provenance.fingerprint", "ablate.stale": "ablate.provenance.stale",
     "ablate.environment": "ablate.provenance.environment", "ablate.cache": "ablate.provenance.cache",
@@ -39,6 +42,8 @@ MOVED = {
     "ablate.mirror": "ablate.tracking.mirror", "ablate.verdict": "ablate.evidence.verdict",
     "ablate.units": "ablate.planning.units", "ablate.steptime": "ablate.planning.steptime",
     "ablate.training.storage": "ablate.training.checkpoint_storage",
+    "ablate.spec.tune": "ablate.spec.tuning", "ablate.spec.tune_check": "ablate.spec.tuning_check",
+    "ablate.planning.tuned": "ablate.planning.tuning", "ablate.reporting.tuned": "ablate.reporting.tuning",
     "ablate.tracking.records": "ablate.tracking.tracker", "ablate.reporting.seeding": "ablate.reporting.adaptive",
     "ablate.nn.softmax": "ablate.nn.mechanisms.softmax",
     "ablate.nn.softmax.layers": "ablate.nn.mechanisms.softmax.layers",

@@ -175,7 +175,7 @@ def launch(
     `ablate.execution.selection`), recording to `store` (default: the results database under db/, as the CLI) and to
     MLflow through `tracker`; return counts per outcome. Sweeps with adaptive seeds run in rounds: after each,
     the next look's seeds of their undecided cells (`ablate.planning.adaptive.grow`), and tuned sweeps their searches'
-    next configurations, then their seeds at each arm's best (`ablate.planning.tuned.Rounds`). See the module
+    next configurations, then their seeds at each arm's best (`ablate.planning.tuning.Rounds`). See the module
     docstring."""
     if isinstance(plans, Plan):
         plans = [plans]
@@ -185,7 +185,7 @@ def launch(
     plans = list(plans)
     if not any(plan.adaptive or plan.tuning for plan in plans):
         return _round(plans, store, tracker, cluster, run, progress, choice)
-    from ablate.planning.tuned import Rounds  # optuna and scipy: only for sweeps that grow in rounds
+    from ablate.planning.tuning import Rounds  # optuna and scipy: only for sweeps that grow in rounds
 
     rounds, ray = Rounds(plans), _Ray()
     plans = rounds.start(store).plans  # a tuned sweep's searches as far as the store's results go

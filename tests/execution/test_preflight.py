@@ -59,7 +59,7 @@ def test_the_workload_counts_the_later_rounds_of_adaptive_seeds_and_tuning(tmp_p
     a = plan(f, "a")
     assert workload([a], None, Select()) == Workload(12, 12 * epochs, 6, 6 * epochs)
     from ablate.cli import grown
-    from ablate.planning.tuned import most
+    from ablate.planning.tuning import most
 
     t = grown([plan(f, "t")])
     first = sum(len(p.trials) for p in t)

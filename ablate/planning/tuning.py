@@ -2,7 +2,7 @@
 
 An arm is a variant of the grid (a cell without its seeds). Each configuration it tries is an ordinary trial,
 stored under its own key: the arm's first trial (the sweep's first seed) with the proposal's values set. They
-belong to the sweep's companion `<sweep>/tuning` (`ablate.spec.tune.companion`), so they stay out of the sweep's
+belong to the sweep's companion `<sweep>/tuning` (`ablate.spec.tuning.companion`), so they stay out of the sweep's
 comparison while `status`, `runs` and MLflow show them. Nothing of a search is stored but its trials: every
 round replays each arm's search from the spec and the store's results (`ablate.planning.search.Search`), so a relaunch
 proposes what was proposed before and trains nothing again, a killed launch resumes in the round it was in, and
@@ -35,7 +35,7 @@ from ablate.planning.keys import Trial, trial_key, variant_key
 from ablate.planning.plan import Plan
 from ablate.planning.search import Failed, Result, Search, best
 from ablate.spec.paths import set_path
-from ablate.spec.tune import (
+from ablate.spec.tuning import (
     ArmSearch,
     IntDim,
     LogDim,

@@ -27,11 +27,11 @@ from ablate.errors import SpecError
 from ablate.planning.keys import Trial, trial_key
 from ablate.planning.plan import Plan, plan
 from ablate.planning.search import best, proposals
-from ablate.planning.tuned import Grown, Rounds
+from ablate.planning.tuning import Grown, Rounds
 from ablate.registry import TASKS
 from ablate.reporting import ReportError, report
 from ablate.spec.paths import set_path
-from ablate.spec.tune import Searches, TuneSpec
+from ablate.spec.tuning import Searches, TuneSpec
 from ablate.store import Store
 
 TUNE = {"space": {"train.lr": {"log": [1e-4, 3e-2]}}, "budget": 4, "batch": 2, "metric": "val.top1"}
