@@ -26,12 +26,12 @@ from ablate.planning.cells import (
     dead_values,
     given,
     groups,
-    grown,
     product,
     raw_config,
     taken,
     varied_twice,
     where,
+    with_whens,
 )
 from ablate.planning.designs import Cell, Chosen, DesignPlan, choose
 from ablate.planning.keys import Recording, Trial, seed_keys, variant_key
@@ -146,7 +146,7 @@ def expand(sweep: SweepSource, max_trials: int = MAX_TRIALS) -> Plan:
         raise SpecError([sweep.problem(("grid",), f"up to {bound * each:,} trials ({sizes} cells"
                                        f"{' and when: blocks' if whens else ''} x {per}) exceed "
                                        f"the limit of {max_trials:,} per sweep; --max-trials raises it")])  # fmt: skip
-    cells, dead = grown(sweep, chosen.cells if chosen is not None else list(product(top)), whens, kinds, defaults,
+    cells, dead = with_whens(sweep, chosen.cells if chosen is not None else list(product(top)), whens, kinds, defaults,
                         problems)  # fmt: skip
     for i, rule in enumerate(spec.exclude):
         for path in rule:

@@ -26,8 +26,8 @@ from ablate.config import TrialConfig
 from ablate.errors import SpecError
 from ablate.planning.keys import Trial, trial_key
 from ablate.planning.plan import Plan, plan
-from ablate.planning.search import Search, best, proposals
 from ablate.planning.rounds import Round, Rounds
+from ablate.planning.search import Search, best, proposals
 from ablate.registry import TASKS
 from ablate.reporting import ReportError, report
 from ablate.spec.paths import set_path
