@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from ablate.gpus.figures import Figures as Figures
     from ablate.gpus.sweep import PlannedCheck as PlannedCheck
     from ablate.planning.plan import Plan
+    from ablate.planning.rounds import Rounds
     from ablate.provenance.environment import Arithmetic
     from ablate.provenance.stale import StaleCode
     from ablate.store import Listing, Store
@@ -42,7 +43,7 @@ if TYPE_CHECKING:
     from ablate.tracking.tracker import Tracker
 
 __all__ = [
-    "dry_run", "forget", "gpu_check", "grown", "launch", "matching", "report", "runs", "show", "status", "unfinished",
+    "dry_run", "forget", "gpu_check", "launch", "matching", "report", "rounds", "runs", "show", "status", "unfinished",
     "workload",
 ]  # fmt: skip
 
@@ -73,7 +74,7 @@ def _tracker(tracker: Tracker | str | bool, lazy: bool = False) -> Tracker | Non
 
 
 def launch(
-    plans: Plan | Sequence[Plan],
+    plans: Plan | Sequence[Plan] | Rounds,
     store: Store | str | None = None,
     tracker: Tracker | str | bool = True,
     *,
@@ -89,20 +90,22 @@ def launch(
     `ablate.execution.launcher.launch` (default: an embedded local Ray, checkpoints in db/checkpoints, every unfinished
     trial). First the launch's pre-flight (`ablate.execution.preflight`, `checks`: by default every model and dataset to
     run): what it refuses is a PreflightError, raised before a store is created or anything is written. A SIGINT or
-    SIGTERM while Ray starts or is joined is `ablate.execution.stopped.Stopped`, also before anything is written."""
+    SIGTERM while Ray starts or is joined is `ablate.execution.stopped.Stopped`, also before anything is written.
+    `plans` may be the `Rounds` that chose them (`rounds`): a tuned sweep's searches then go on where they went."""
     from ablate.execution.launcher import Cluster, RunConfig
     from ablate.execution.launcher import launch as run_plans
     from ablate.execution.preflight import Checks, preflight
     from ablate.execution.selection import Select
     from ablate.planning.plan import Plan
+    from ablate.planning.rounds import Rounds
     from ablate.store import Store, database_exists
 
-    plans = [plans] if isinstance(plans, Plan) else list(plans)
+    chosen = plans if isinstance(plans, Rounds) else Rounds([plans] if isinstance(plans, Plan) else plans)
     cluster, run, choice = cluster or Cluster(), run or RunConfig(), choice or Select()
-    preflight(plans, _done_keys(store, STORE_PATIENCE), cluster, run, checks or Checks(), choice)
-    first = not isinstance(store, Store) and not database_exists(store) and any(p.trials for p in plans)
+    preflight(chosen.plans, _done_keys(store, STORE_PATIENCE), cluster, run, checks or Checks(), choice)
+    first = not isinstance(store, Store) and not database_exists(store) and any(p.trials for p in chosen.plans)
     with _ray_first(cluster) if first else nullcontext(), _opened(store, STORE_PATIENCE) as opened:
-        return run_plans(plans, opened, _tracker(tracker, lazy=True), cluster=cluster, run=run,
+        return run_plans(chosen, opened, _tracker(tracker, lazy=True), cluster=cluster, run=run,
                          progress=progress, choice=choice)  # fmt: skip
 
 
@@ -172,18 +175,22 @@ def report(
         return write(sweeps, store=opened, **options)
 
 
-def grown(plans: Sequence[Plan], store: Store | None = None) -> list[Plan]:
-    """`plans` with each tuned sweep's searches as far as `store`'s results go (none: their first rounds), each
-    followed by its companion sweep of tuning trials (`ablate.planning.tuned`); untuned plans as they are, without
-    importing the tuner (optuna)."""
-    if not any(p.tuning for p in plans):
-        return list(plans)
-    from ablate.planning.tuned import Rounds
+def rounds(plans: Sequence[Plan] | Rounds, store: Store | None = None) -> Rounds:
+    """The rounds that choose `plans`' trials (`ablate.planning.rounds.Rounds`; a Rounds given is itself, its
+    searches where they went), their first round chosen as far as `store`'s results go (none: the searches' first
+    configurations): `.plans` holds each tuned sweep followed by its companion sweep of tuning trials
+    (`ablate.planning.tuning`), other plans as they are; the tuner (optuna) is imported only for a tuned sweep.
+    Passed on to `workload`, `dry_run`, `launch` and `unfinished`, it lets a launch replay each search once."""
+    from ablate.planning.rounds import Rounds
 
-    return Rounds(plans).start(store).plans
+    chosen = plans if isinstance(plans, Rounds) else Rounds(plans)
+    chosen.first(store)
+    return chosen
 
 
-def workload(plans: Sequence[Plan], store: Store | str | None = None, choice: Select | None = None) -> Workload:
+def workload(
+    plans: Sequence[Plan] | Rounds, store: Store | str | None = None, choice: Select | None = None
+) -> Workload:
     """What launching `plans` would train, as far as `store`'s results grow them, its later rounds included
     (`ablate.execution.preflight.workload`): what `ablate launch --ask-above` weighs (`Workload.asks`), as a launch's
     first look at the store, so as patient with it. Reads the store where it exists, writes nothing; a choice that
@@ -192,7 +199,7 @@ def workload(plans: Sequence[Plan], store: Store | str | None = None, choice: Se
     from ablate.execution.selection import Select
 
     with _existing(store, STORE_PATIENCE) as opened:
-        return weigh(grown(plans, opened), opened, choice or Select())
+        return weigh(rounds(plans, opened).plans, opened, choice or Select())
 
 
 @dataclass(frozen=True)
@@ -214,24 +221,26 @@ class DryRun:
         return run, len(planned) - run, kept
 
 
-def dry_run(plans: Sequence[Plan], store: Store | str | None = None, choice: Select | None = None) -> DryRun:
+def dry_run(plans: Sequence[Plan] | Rounds, store: Store | str | None = None, choice: Select | None = None) -> DryRun:
     """What a launch of `plans` with `choice` would run and skip, writing nothing (`ablate launch --dry-run`)."""
     from ablate.execution import outside
     from ablate.execution.selection import Select, select
 
     with _existing(store) as opened:
-        grew = grown(plans, opened)  # a tuned sweep's searches as the store's results take them
+        grew = rounds(plans, opened).plans  # a tuned sweep's searches as the store's results take them
         earlier = [line for p in grew for line in outside.lines(p, opened)] if opened is not None else []
         return DryRun(grew, select(grew, opened, choice or Select()), earlier)
 
 
-def unfinished(plans: Sequence[Plan], store: Store) -> Listing:
+def unfinished(plans: Sequence[Plan] | Rounds, store: Store) -> Listing:
     """The trials of `plans` (a tuned sweep's as its searches went) that `store` says are not done, one row each:
     what a launch left, rather than what its launcher stopped (some never started)."""
+    from ablate.planning.rounds import Rounds
     from ablate.store import STATES
 
-    planned = {t.key for p in grown(plans, store) for t in p.trials}
-    rows = store.trial_rows([p.sweep for p in plans], states=[s for s in STATES if s != "done"]).first_of("key")
+    sweeps = [p.sweep for p in (plans.plans if isinstance(plans, Rounds) else plans)]
+    planned = {t.key for p in rounds(plans, store).plans for t in p.trials}
+    rows = store.trial_rows(sweeps, states=[s for s in STATES if s != "done"]).first_of("key")
     return rows.rows(k in planned for k in rows["key"])
 
 

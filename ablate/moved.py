@@ -5,13 +5,16 @@ An old name is an alias: `ablate.planner` is the very module object `ablate.plan
 imported through either is the same class. An old module split in two points at the part that holds most of its
 public names: `ablate.planner` at `ablate.planning.plan` (5 of its 8 exported names: `Plan`, `expand`, `load_plans`,
 `plan`, `plan_all`; trial identity, `Trial`, `trial_key`, `variant_key`, is `ablate.planning.keys`), `ablate.tuning`
-at `ablate.spec.tune` (13 of its 19 public names: the `tune:` block; the search, `Search`, `proposals`, `best`,
+at `ablate.spec.tuning` (13 of its 19 public names: the `tune:` block; the search, `Search`, `proposals`, `best`,
 `Failed`, `Result`, `STARTUP`, is `ablate.planning.search`). A module renamed inside its package after the move
 (one word per concept) is here too, under its previous dotted name: `ablate.training.storage` is
 `ablate.training.checkpoint_storage`, `ablate.training.checkpoints` is `ablate.training.checkpointer`. The GPU
 check's modules left the CLI for `ablate.gpus`: `ablate.gpucheck` and `ablate.cli.gpucheck` point at
 `ablate.gpus.figures` (14 of its 25 public names: the figures and the runs that measure them; the sweep,
-`SweepSpec`, `Phase`, `PHASES`, `plan_phases`, `dry_run`, ..., is `ablate.gpus.sweep`)."""
+`SweepSpec`, `Phase`, `PHASES`, `plan_phases`, `dry_run`, ..., is `ablate.gpus.sweep`). Tuning's modules are all
+called tuning now (`ablate.spec.tune`, `ablate.planning.tuned`, `ablate.reporting.tuned`); `ablate.reporting.tuning`,
+which held Dodge's expected best, is `ablate.reporting.expected_best`, its old name taken by the tuned sweep's
+report section (`ablate.reporting.tuned`'s new name), so that one old name cannot point at its old module."""
 
 from __future__ import annotations
 
@@ -23,10 +26,10 @@ from importlib.machinery import ModuleSpec
 from types import ModuleType
 
 MOVED = {
-    "ablate.paths": "ablate.spec.paths", "ablate.tuning": "ablate.spec.tune",
-    "ablate.tune_check": "ablate.spec.tune_check",
+    "ablate.paths": "ablate.spec.paths", "ablate.tuning": "ablate.spec.tuning",
+    "ablate.tune_check": "ablate.spec.tuning_check",
     "ablate.planner": "ablate.planning.plan", "ablate.sequential": "ablate.planning.adaptive",
-    "ablate.tuned": "ablate.planning.tuned", "ablate.plan_table": "ablate.planning.table",
+    "ablate.tuned": "ablate.planning.tuning", "ablate.plan_table": "ablate.planning.table",
     "ablate.check": "ablate.planning.check",
     "ablate.fingerprint": "ablate.provenance.fingerprint", "ablate.stale": "ablate.provenance.stale",
     "ablate.environment": "ablate.provenance.environment", "ablate.cache": "ablate.provenance.cache",
@@ -43,6 +46,8 @@ MOVED = {
     "ablate.units": "ablate.planning.units", "ablate.steptime": "ablate.planning.steptime",
     "ablate.training.storage": "ablate.training.checkpoint_storage",
     "ablate.training.checkpoints": "ablate.training.checkpointer",
+    "ablate.spec.tune": "ablate.spec.tuning", "ablate.spec.tune_check": "ablate.spec.tuning_check",
+    "ablate.planning.tuned": "ablate.planning.tuning", "ablate.reporting.tuned": "ablate.reporting.tuning",
     "ablate.tracking.records": "ablate.tracking.tracker", "ablate.reporting.seeding": "ablate.reporting.adaptive",
     "ablate.nn.softmax": "ablate.nn.mechanisms.softmax",
     "ablate.nn.softmax.layers": "ablate.nn.mechanisms.softmax.layers",

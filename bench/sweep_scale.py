@@ -86,7 +86,7 @@ def dress(db: Path, p: Plan) -> str:
 
 
 def first_launch(p: Plan, store: Store) -> None:
-    """A first launch's store work before its trials are submitted (`ablate.execution.launcher._round`, no Ray)."""
+    """A first launch's store work before its trials are submitted (`ablate.execution.launcher._record`, no Ray)."""
     chosen = select([p], store, Select())
     store.upsert_sweep(p.sweep, spec_path=p.file, metric=p.metric, baseline=p.baseline, description=p.description,
                        spec={"axes": p.axes, "plugins": p.plugins.to_json()})  # fmt: skip

@@ -29,7 +29,7 @@ from timing import alternate
 from ablate.planning.plan import plan, plan_all
 from ablate.planning.search import Search, proposals
 from ablate.spec.sweeps import read_sweeps
-from ablate.spec.tune import TuneSpec
+from ablate.spec.tuning import TuneSpec
 
 ROOT = Path(__file__).resolve().parents[1]
 SPACE = {"train.lr": {"log": [1e-4, 3e-3]}, "train.weight_decay": [0.01, 0.05]}

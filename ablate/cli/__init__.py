@@ -21,12 +21,11 @@ import sys
 
 from rich.markup import escape
 
-from ablate.api import grown
 from ablate.cli import gpu, inspect, launch, maintenance, plan, report, slurm, ui
 from ablate.cli.common import app, err
 from ablate.cli.inspect import ROWS
 
-__all__ = ["ROWS", "app", "grown", "main"]
+__all__ = ["ROWS", "app", "main"]
 
 for name, command in (
     ("plan", plan.plan),

@@ -18,6 +18,7 @@ from ablate.errors import SpecError
 
 if TYPE_CHECKING:
     from ablate.planning.plan import Plan
+    from ablate.planning.rounds import Rounds
     from ablate.store import Store
 
 app = typer.Typer(
@@ -122,13 +123,26 @@ def plans_of(
     overrides: list[str] | None = None,
 ) -> list[Plan]:
     """Load and plan the named sweeps of `file` (when none is named: all, or with `default` the file's default
-    sweep, its `default:` or its first), `overrides` set on them; exit 2 on any problem."""
-    from ablate.api import grown
+    sweep, its `default:` or its first), `overrides` set on them, a tuned sweep's first configurations chosen;
+    exit 2 on any problem."""
+    return rounds_of(file, sweeps, default, max_trials, overrides).plans
+
+
+def rounds_of(
+    file: Path,
+    sweeps: list[str] | None,
+    default: bool = False,
+    max_trials: int = 10_000,
+    overrides: list[str] | None = None,
+) -> Rounds:
+    """The rounds that choose the trials of `plans_of`'s plans (`ablate.api.rounds`): what one launch carries from
+    the file to what it left, so that it replays each tuned sweep's searches once."""
+    from ablate.api import rounds
     from ablate.planning.plan import load_plans, plan
 
     try:
         if default and not sweeps:
-            return grown([plan(file, None, max_trials, overrides or ())])
+            return rounds([plan(file, None, max_trials, overrides or ())])
         loaded = load_plans(file, max_trials, overrides or (), sweeps)
     except SpecError as e:
         err.print(f"[bold red]{file}: {len(e.problems)} problem(s)[/]")
@@ -140,7 +154,7 @@ def plans_of(
     unknown = [s for s in sweeps or [] if s not in loaded]
     if unknown:
         fail(f"{file}: no sweep named {', '.join(map(repr, unknown))}; the file has {', '.join(loaded)}")
-    return grown([loaded[s] for s in (sweeps or list(loaded))])
+    return rounds([loaded[s] for s in (sweeps or list(loaded))])
 
 
 def existing_store(db: str | None) -> Store:

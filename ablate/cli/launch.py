@@ -15,12 +15,12 @@ from typing import TYPE_CHECKING
 import typer
 from rich.table import Table
 
-from ablate.cli.common import DB, MAX_TRIALS, MLFLOW, SET, err, fail, out, plans_of
+from ablate.cli.common import DB, MAX_TRIALS, MLFLOW, SET, err, fail, out, rounds_of
 from ablate.cli.tables import cell, print_table
 
 if TYPE_CHECKING:
     from ablate.execution.selection import Select
-    from ablate.planning.plan import Plan
+    from ablate.planning.rounds import Rounds
 
 
 class StalePolicy(str, Enum):
@@ -93,9 +93,9 @@ def launch(
     ),
 ) -> None:
     """Run every unfinished trial of the sweeps on Ray; record to the store and MLflow."""
-    plans = plans_of(file, sweep, default=not every, max_trials=max_trials, overrides=overrides)
+    plans = rounds_of(file, sweep, default=not every, max_trials=max_trials, overrides=overrides)  # one per launch
     if not sweep and not every:
-        out.print(f"sweep {plans[0].sweep} (the file's default; name sweeps, or --all for every one)")
+        out.print(f"sweep {plans.plans[0].sweep} (the file's default; name sweeps, or --all for every one)")
     from ablate.execution.selection import Select, SelectionError
 
     choice = Select(rerun.value if rerun else None, tuple(only or ()), stale.value if stale else None)
@@ -144,7 +144,7 @@ def launch(
         raise typer.Exit(1)
 
 
-def _confirm_size(plans: list[Plan], db: str | None, above: int, choice: Select) -> None:
+def _confirm_size(plans: Rounds, db: str | None, above: int, choice: Select) -> None:
     """Ask before a launch of more than `above` trial-epochs, its later rounds included (`ablate.api.workload`);
     without a terminal, refuse it (exit 2) unless --yes was given."""
     from ablate.api import workload
@@ -162,7 +162,7 @@ def _confirm_size(plans: list[Plan], db: str | None, above: int, choice: Select)
     typer.confirm(f"launch {what}?", abort=True)
 
 
-def _dry_run(plans: list[Plan], db: str | None, choice: Select) -> None:
+def _dry_run(plans: Rounds, db: str | None, choice: Select) -> None:
     """Each planned trial's state (a done one with other code than now: stale) and what this launch would do
     with it (`ablate.api.dry_run`), then what changed in stale trials; writes nothing."""
     from ablate.api import dry_run

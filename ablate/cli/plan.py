@@ -52,7 +52,7 @@ def plan(
         return
     for p in plans:
         if p.tuning and not p.trials:
-            from ablate.planning.tuned import describe
+            from ablate.planning.tuning import describe
 
             out.print(f"{p.sweep}: {describe(p)}")
             continue

@@ -35,8 +35,10 @@ from ablate.execution import gpu_shares, journal, outside
 from ablate.execution.heartbeat import Heartbeat
 from ablate.execution.progress import Display
 from ablate.execution.recorder import Recorder
-from ablate.execution.selection import Select, select
+from ablate.execution.selection import Select, Selection, select
+from ablate.planning.keys import Trial
 from ablate.planning.plan import Plan
+from ablate.planning.rounds import Rounds
 from ablate.plugins import Plugins
 from ablate.store import Owner, Store
 from ablate.store.faults import StoreUnavailable
@@ -64,7 +66,8 @@ class LaunchResult:
     stale: dict[str, list[str]] = field(default_factory=dict)
     """Done trials whose code changed since they ran, with what changed (`ablate.execution.selection`)."""
     rounds: int = 1
-    """Rounds the launch ran: more than one when adaptive seeding added seeds (`ablate.planning.adaptive`)."""
+    """Rounds the launch ran: more than one when adaptive seeds or tuned arms chose more trials after a round
+    (`ablate.planning.rounds`)."""
 
     def then(self, later: LaunchResult) -> LaunchResult:
         """This result followed by a later round's: counts and time add up, the later round's faults win."""
@@ -162,7 +165,7 @@ def reachable(address: str, timeout: float = 10.0) -> None:
 
 
 def launch(
-    plans: Plan | Sequence[Plan],
+    plans: Plan | Sequence[Plan] | Rounds,
     store: Store | None = None,
     tracker: Tracker | None = None,
     *,
@@ -171,35 +174,28 @@ def launch(
     progress: Display | None = None,
     choice: Select = Select(),
 ) -> LaunchResult:
-    """Run every unfinished trial of `plans` (one Plan or several; `choice` changes which, see
-    `ablate.execution.selection`), recording to `store` (default: the results database under db/, as the CLI) and to
-    MLflow through `tracker`; return counts per outcome. Sweeps with adaptive seeds run in rounds: after each,
-    the next look's seeds of their undecided cells (`ablate.planning.adaptive.grow`), and tuned sweeps their searches'
-    next configurations, then their seeds at each arm's best (`ablate.planning.tuned.Rounds`). See the module
-    docstring."""
-    if isinstance(plans, Plan):
-        plans = [plans]
+    """Run every unfinished trial of `plans` (one Plan, several, or the `Rounds` a caller already chose them with,
+    whose searches go on where they went; `choice` changes which, see `ablate.execution.selection`), recording to
+    `store` (default: the results database under db/, as the CLI) and to MLflow through `tracker`; return counts per
+    outcome. The trials are chosen in rounds (`ablate.planning.rounds.Rounds`): after each, sweeps with adaptive seeds
+    add the next look's seeds of their undecided cells, and tuned sweeps their searches' next configurations, then
+    their seeds at each arm's best. See the module docstring."""
     if store is None:
         with Store() as default_store:
             return launch(plans, default_store, tracker, cluster=cluster, run=run, progress=progress, choice=choice)
-    plans = list(plans)
-    if not any(plan.adaptive or plan.tuning for plan in plans):
-        return _round(plans, store, tracker, cluster, run, progress, choice)
-    from ablate.planning.tuned import Rounds  # optuna and scipy: only for sweeps that grow in rounds
-
-    rounds, ray = Rounds(plans), _Ray()
-    plans = rounds.start(store).plans  # a tuned sweep's searches as far as the store's results go
+    rounds = plans if isinstance(plans, Rounds) else Rounds([plans] if isinstance(plans, Plan) else plans)
+    first = rounds.first(store)  # a tuned sweep's searches as far as the store's results go
+    ray = _Ray()
     try:
-        result = _round(plans, store, tracker, cluster, run, progress, choice, ray)
+        result = _round(first.plans, store, tracker, cluster, run, progress, choice, ray)
         while not result.interrupted and result.store_error is None:
             grown = rounds.grow(store)
             if not grown.new:
                 return result
             for line in grown.lines:
                 (progress or Display()).message(line)
-            plans = grown.plans
             only = replace(choice, only=tuple(grown.new))
-            result = result.then(_round(plans, store, tracker, cluster, run, progress, only, ray))
+            result = result.then(_round(grown.plans, store, tracker, cluster, run, progress, only, ray))
         return result
     finally:
         if ray.ours:
@@ -210,8 +206,8 @@ def launch(
 
 @dataclass
 class _Ray:
-    """Whether a launch of several rounds started Ray: it stays up from round to round (started again, it would
-    cost each round its start and its workers' imports) until the launch ends."""
+    """Whether a launch started Ray: it stays up from round to round (started again, it would cost each round its
+    start and its workers' imports) until the launch ends."""
 
     ours: bool = False
 
@@ -224,100 +220,154 @@ def _round(
     run: RunConfig,
     progress: Display | None,
     choice: Select,
-    ray: _Ray | None = None,
+    ray: _Ray,
 ) -> LaunchResult:
-    """One pass of `launch`: run the selected trials of `plans` until each has finished or the launch stops; the
-    Ray it starts is shut down at its end, unless `ray` keeps it for the launch's next round."""
+    """One round of `launch`: run the selected trials of `plans` until each has finished or the launch stops (Ray,
+    once started, stays up for the launch's next round)."""
     started = time.perf_counter()
     result = LaunchResult()
-    plugins = Plugins()
-    for plan in plans:
-        plugins = plugins.merged(plan.plugins)
     storage = Storage(run.storage)
     replayed = Recorder(store).replay(storage.root)  # what an earlier launch journaled while the store was down
     chosen = select(plans, store, choice)
-    todo, done = chosen.run, chosen.done
-    result.skipped, result.stale = len(done), chosen.stale
-    ours = False
-    if todo:  # a storage that cannot serve these trials is an error before Ray starts
-        storage.refuse_gangs(list(todo.values()))
-        storage.check()
-        from ablate.execution import (
-            fanout,  # Ray's side: imported here alone, so a launch with nothing to run imports no Ray
-        )
-
-        # Ray first: an unreachable cluster (or an MLflow that cannot be opened) is an error before anything is
-        # written to the store.
-        ours = fanout.start(cluster, tracker)
-        if ray is not None and ours:
-            ray.ours, ours = True, False  # the launch shuts it down after its last round
+    result.skipped, result.stale = len(chosen.done), chosen.stale
+    if chosen.run:  # a storage that cannot serve these trials is an error before Ray starts
+        _start_ray(list(chosen.run.values()), storage, cluster, tracker, ray)
     owner = Owner.new(run.lease)
     heartbeat = Heartbeat(store, owner)
     stop, handled = Stop(), ExitStack()
-    if todo:  # from Ray's start on: a signal during the set-up below stops the loop before it claims anything
+    if chosen.run:  # from Ray's start on: a signal during the set-up below stops the loop before it claims anything
         handled.enter_context(stop.installed())
     try:
-        auto = [t for t in todo.values() if isinstance(t.config.resources.gpus, str)] if run.gpus is None else []
-        admission = gpu_shares.admit(auto, run.probe, plugins) if auto else gpu_shares.Admission({}, [])
-        earlier = []  # what each sweep holds that its plan no longer makes, read before the flags change
-        for plan in plans:  # each write waits out a database server that restarts meanwhile, as the launch's first look
-            earlier += store.patiently(partial(outside.lines, plan, store))
-            store.patiently(partial(store.upsert_sweep, plan.sweep, spec_path=plan.file, metric=plan.metric,
-                                    baseline=plan.baseline, description=plan.description,
-                                    spec=plan.recorded_spec()))  # fmt: skip
-            store.patiently(partial(store.add_trials, plan.sweep, plan.trials, outside.plan_keys(plan)))
-        for reason in set(chosen.again.values()):
-            keys = [k for k, why in chosen.again.items() if why == reason]
-            store.patiently(partial(store.archive, keys, reason))
-            for key in keys:
-                storage.discard(key)  # a new training starts from scratch
+        plugins = _plugins(plans)
+        admission = _admission(list(chosen.run.values()), run, plugins)
+        earlier = _record(plans, store, chosen, storage)
         progress = progress or Display()
-        metrics = {t.key: plan.metric for plan in reversed(plans) for t in plan.trials}  # a shared trial: the first's
-        progress.begin([plan.sweep for plan in plans], len(todo) + len(done), len(done), metrics)
-        for line in chosen.lines({t.key: t for plan in plans for t in plan.trials}):
-            progress.message(line)
-        for line in [*admission.lines, *earlier]:
-            progress.message(line)
-        if replayed:
-            progress.message(f"wrote {replayed} records an earlier launch journaled while the store was unavailable")
+        _begin(progress, plans, chosen, [*admission.lines, *earlier], replayed)
         sweeps = [plan.sweep for plan in plans]
-        mirror = None
-        if tracker is not None:
-            backlog = store.unmirrored(sweeps)
-            if todo or backlog:  # opened while Ray started; MLflow's errors stop the launch here, as ever
-                tracker.open()
-            mirror = Mirror(store, tracker, progress.message).start(backlog)
-        if not todo:
-            progress.message(f"nothing to run: all {len(done)} trials are done; {progress.report_hint()}")
+        mirror = _mirror(store, tracker, sweeps, bool(chosen.run), progress)
+        if not chosen.run:
+            progress.message(f"nothing to run: all {len(chosen.done)} trials are done; {progress.report_hint()}")
             _close(mirror, sweeps, "FINISHED", progress)
-            result.seconds = time.perf_counter() - started
-            return result
-        if holders := store.holders(todo):
-            who = ", ".join(sorted(set(holders.values())))
-            progress.message(f"{len(holders)} trials are leased to other launchers ({who}): they run there; "
-                             "this launch takes over any whose lease lapses")  # fmt: skip
-        gpus = {k: _gpus(t.config, run.gpus) for k, t in todo.items()} | admission.shares
-        recorder = Recorder(store, mirror, storage.root / journal.FOLDER / f"{owner.id}.jsonl")
-        on_ray = fanout.Fanout(todo, store, owner, heartbeat, recorder, progress, result, run, plugins, storage.url,
-                               gpus, chosen)  # fmt: skip
-        try:
-            with progress:
-                heartbeat.start()
-                on_ray.loop(stop)
-        except KeyboardInterrupt:  # a second Ctrl-C, or one outside the main thread's handler
-            on_ray.interrupt()
-        finally:
-            handled.close()  # MLflow's last wait is Ray's to stop, as before the loop
-            _close(mirror, sweeps, "KILLED" if result.interrupted else "FINISHED", progress)
+        else:
+            fanned = _Fanned(store, owner, heartbeat, mirror, progress, result, run, plugins, storage, chosen)
+            fanned.run(admission.shares, stop, handled, sweeps)
     finally:
         handled.close()
         heartbeat.stop()
         with suppress(StoreUnavailable):  # a store that is down lets the leases lapse instead
             store.release(owner)  # interrupted trials are free for the next launcher at once
-        if ours:  # also when recording fails before the first task is submitted (ours: fanout was imported)
-            fanout.shutdown()
     result.seconds = time.perf_counter() - started
     return result
+
+
+def _start_ray(todo: list[Trial], storage: Storage, cluster: Cluster, tracker: Tracker | None, ray: _Ray) -> None:
+    """Check that `storage` can serve `todo`, then start (or join) Ray: an unreachable cluster (or an MLflow that
+    cannot be opened) is an error before anything is written to the store. A Ray this started is `ray`'s to stop
+    when the launch ends."""
+    storage.refuse_gangs(todo)
+    storage.check()
+    from ablate.execution import (
+        fanout,
+    )  # Ray's side: imported here alone, so a launch with nothing to run imports no Ray
+
+    if fanout.start(cluster, tracker):
+        ray.ours = True
+
+
+def _plugins(plans: list[Plan]) -> Plugins:
+    """What every process that runs the plans' trials must import first."""
+    plugins = Plugins()
+    for plan in plans:
+        plugins = plugins.merged(plan.plugins)
+    return plugins
+
+
+def _admission(todo: list[Trial], run: RunConfig, plugins: Plugins) -> gpu_shares.Admission:
+    """The GPU shares of the `gpus: auto` trials among `todo` (none where the run sets the GPUs per trial)."""
+    auto = [t for t in todo if isinstance(t.config.resources.gpus, str)] if run.gpus is None else []
+    return gpu_shares.admit(auto, run.probe, plugins) if auto else gpu_shares.Admission({}, [])
+
+
+def _record(plans: list[Plan], store: Store, chosen: Selection, storage: Storage) -> list[str]:
+    """Record the sweeps and their trials, and archive what the selection runs again (its checkpoints discarded: a
+    new training starts from scratch); what each sweep holds that its plan no longer makes, in words (read before
+    the flags change). Each write waits out a database server that restarts meanwhile, as the launch's first look."""
+    earlier = []
+    for plan in plans:
+        earlier += store.patiently(partial(outside.lines, plan, store))
+        store.patiently(partial(store.upsert_sweep, plan.sweep, spec_path=plan.file, metric=plan.metric,
+                                baseline=plan.baseline, description=plan.description,
+                                spec=plan.recorded_spec()))  # fmt: skip
+        store.patiently(partial(store.add_trials, plan.sweep, plan.trials, outside.plan_keys(plan)))
+    for reason in set(chosen.again.values()):
+        keys = [k for k, why in chosen.again.items() if why == reason]
+        store.patiently(partial(store.archive, keys, reason))
+        for key in keys:
+            storage.discard(key)
+    return earlier
+
+
+def _begin(progress: Display, plans: list[Plan], chosen: Selection, lines: list[str], replayed: int) -> None:
+    """Start the display with the round's trials, and say what the selection and the set-up found."""
+    done = len(chosen.done)
+    metrics = {t.key: plan.metric for plan in reversed(plans) for t in plan.trials}  # a shared trial: the first's
+    progress.begin([plan.sweep for plan in plans], len(chosen.run) + done, done, metrics)
+    for line in [*chosen.lines({t.key: t for plan in plans for t in plan.trials}), *lines]:
+        progress.message(line)
+    if replayed:
+        progress.message(f"wrote {replayed} records an earlier launch journaled while the store was unavailable")
+
+
+def _mirror(store: Store, tracker: Tracker | None, sweeps: list[str], todo: bool, progress: Display) -> Mirror | None:
+    """The MLflow mirror of the round (none without a tracker), started with what MLflow lacks of the sweeps; MLflow
+    is opened only where there is something to run or to bring over (it was opened while Ray started), and its
+    errors stop the launch here, as ever."""
+    if tracker is None:
+        return None
+    backlog = store.unmirrored(sweeps)
+    if todo or backlog:
+        tracker.open()
+    return Mirror(store, tracker, progress.message).start(backlog)
+
+
+@dataclass
+class _Fanned:
+    """What a round with trials to run hands Ray's side (`ablate.execution.fanout.Fanout`)."""
+
+    store: Store
+    owner: Owner
+    heartbeat: Heartbeat
+    mirror: Mirror | None
+    progress: Display
+    result: LaunchResult
+    settings: RunConfig
+    plugins: Plugins
+    storage: Storage
+    chosen: Selection
+
+    def run(self, shares: dict[str, float], stop: Stop, handled: ExitStack, sweeps: list[str]) -> None:
+        """Run the selected trials on Ray until each has finished or `stop` is set, then end the sweeps' MLflow
+        runs."""
+        from ablate.execution import fanout
+
+        todo, progress = self.chosen.run, self.progress
+        if holders := self.store.holders(todo):
+            who = ", ".join(sorted(set(holders.values())))
+            progress.message(f"{len(holders)} trials are leased to other launchers ({who}): they run there; "
+                             "this launch takes over any whose lease lapses")  # fmt: skip
+        gpus = {k: _gpus(t.config, self.settings.gpus) for k, t in todo.items()} | shares
+        recorder = Recorder(self.store, self.mirror, self.storage.root / journal.FOLDER / f"{self.owner.id}.jsonl")
+        on_ray = fanout.Fanout(todo, self.store, self.owner, self.heartbeat, recorder, progress, self.result,
+                               self.settings, self.plugins, self.storage.url, gpus, self.chosen)  # fmt: skip
+        try:
+            with progress:
+                self.heartbeat.start()
+                on_ray.loop(stop)
+        except KeyboardInterrupt:  # a second Ctrl-C, or one outside the main thread's handler
+            on_ray.interrupt()
+        finally:
+            handled.close()  # MLflow's last wait is Ray's to stop, as before the loop
+            _close(self.mirror, sweeps, "KILLED" if self.result.interrupted else "FINISHED", progress)
 
 
 MIRROR_WAIT = 30.0

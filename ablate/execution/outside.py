@@ -11,7 +11,7 @@ from typing import Any
 
 from ablate.planning.plan import Plan
 from ablate.spec.paths import beyond, get_path
-from ablate.spec.tune import tuned_of
+from ablate.spec.tuning import tuned_of
 from ablate.store import Store
 
 SAMPLE = 200

@@ -20,7 +20,7 @@ from ablate.execution.selection import Select, select
 from ablate.planning.check import Checked, check
 from ablate.planning.plan import Plan
 from ablate.provenance.cache import folder
-from ablate.spec.tune import companion
+from ablate.spec.tuning import companion
 from ablate.store import Store
 from ablate.training.checkpoint_storage import Storage, StorageError
 
@@ -142,7 +142,7 @@ def workload(plans: Sequence[Plan], store: Store | None, choice: Select) -> Work
     planned = {p.sweep: len(p.trials) + len(p.reserve) for p in plans}
     for p in plans:
         if p.tuning is not None and p.arms:
-            from ablate.planning.tuned import most  # optuna: only for tuned sweeps
+            from ablate.planning.tuning import most  # optuna: only for tuned sweeps
 
             more = max(0, most(p) - planned[p.sweep] - planned.get(companion(p.sweep), 0))
             later, epochs = later + more, epochs + more * p.arms[0].config.train.epochs

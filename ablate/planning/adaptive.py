@@ -39,6 +39,7 @@ import pandas as pd
 from scipy import stats
 
 from ablate import evidence
+from ablate.planning.chooser import Chosen
 from ablate.spec.schema import AdaptiveSeeds
 
 if TYPE_CHECKING:
@@ -202,7 +203,28 @@ def grow(plan: Plan, store: Store) -> Plan:
     return replace(plan, trials=plan.trials + new, reserve=[t for t in plan.reserve if t.key not in added])
 
 
+class Adaptive:
+    """A sweep with adaptive seeds as a chooser (`ablate.planning.chooser.Chooser`): first the seeds every cell
+    runs, then after each round the next look's seeds of the cells still undecided (`grow`)."""
+
+    def __init__(self, plan: Plan) -> None:
+        self.planned = plan
+        self.plan = plan
+        """The plan as far as it grew (a tuned sweep sets it to its arms at their best, `ablate.planning.tuning`)."""
+
+    def first(self, store: Store | None) -> Chosen:
+        self.plan = self.planned
+        return Chosen([self.plan])
+
+    def grow(self, store: Store) -> Chosen:
+        before = len(self.plan.trials)
+        self.plan = grow(self.plan, store)
+        more = len(self.plan.trials) - before
+        return Chosen([self.plan], [f"adaptive seeds: {more} more trials for cells still undecided"] if more else [])
+
+
 __all__ = [
+    "Adaptive",
     "Verdict",
     "from_trials",
     "grow",

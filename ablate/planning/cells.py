@@ -169,7 +169,7 @@ def data_path_problem(data: dict[str, Any]) -> str | None:
     return f"{path} does not exist on this machine (data.remote: true marks a path only the cluster's nodes have)"
 
 
-def grown(
+def with_whens(
     sweep: SweepSource,
     cells: list[Cell],
     whens: list[list[list[Cell]]],

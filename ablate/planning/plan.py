@@ -26,25 +26,25 @@ from ablate.planning.cells import (
     dead_values,
     given,
     groups,
-    grown,
     product,
     raw_config,
     taken,
     varied_twice,
     where,
+    with_whens,
 )
 from ablate.planning.designs import Cell, Chosen, DesignPlan, choose
 from ablate.planning.keys import Recording, Trial, seed_keys, variant_key
 from ablate.plugins import Plugins
 from ablate.registry import TASKS
-from ablate.spec import tune_check
+from ablate.spec import tuning_check
 from ablate.spec.overrides import with_overrides
 from ablate.spec.paths import get_path, matches
 from ablate.spec.problems import clean_loc, error_message
 from ablate.spec.registry_check import path_problem
 from ablate.spec.schema import AdaptiveSeeds
 from ablate.spec.sweeps import SweepFile, SweepSource, read_sweeps
-from ablate.spec.tune import Searches
+from ablate.spec.tuning import Searches
 
 Resolved = tuple[Cell, dict[str, Any]]
 """A cell with its validated config (as JSON data)."""
@@ -70,7 +70,7 @@ class Plan:
     reserve: list[Trial] = field(default_factory=list)
     """Trials of seeds an adaptive sweep may still add (min..max-1 of each cell), in seed order."""
     tuning: Searches | None = None
-    """A tuned sweep's `tune:` and each arm's search so far (`ablate.planning.tuned`): `trials` and `reserve` hold the
+    """A tuned sweep's `tune:` and each arm's search so far (`ablate.planning.tuning`): `trials` and `reserve` hold the
     arms' trials at their best configurations, added as their searches end, `arms` the grid as written."""
     arms: list[Trial] = field(default_factory=list)
     """A tuned sweep's grid at the base's values: each arm's trials, every seed (the adaptive reserve's too)."""
@@ -146,13 +146,13 @@ def expand(sweep: SweepSource, max_trials: int = MAX_TRIALS) -> Plan:
         raise SpecError([sweep.problem(("grid",), f"up to {bound * each:,} trials ({sizes} cells"
                                        f"{' and when: blocks' if whens else ''} x {per}) exceed "
                                        f"the limit of {max_trials:,} per sweep; --max-trials raises it")])  # fmt: skip
-    cells, dead = grown(sweep, chosen.cells if chosen is not None else list(product(top)), whens, kinds, defaults,
+    cells, dead = with_whens(sweep, chosen.cells if chosen is not None else list(product(top)), whens, kinds, defaults,
                         problems)  # fmt: skip
     for i, rule in enumerate(spec.exclude):
         for path in rule:
             if (msg := path_problem(path, kinds)) is not None:
                 problems.append(sweep.problem(("exclude", i, path), msg))
-    problems += [p for cell in cells for p in varied_twice(sweep, cell)] + tune_check.path_problems(sweep, kinds)
+    problems += [p for cell in cells for p in varied_twice(sweep, cell)] + tuning_check.path_problems(sweep, kinds)
     if problems:
         raise SpecError(problems + base_problems(sweep))
 
@@ -234,7 +234,7 @@ def expand(sweep: SweepSource, max_trials: int = MAX_TRIALS) -> Plan:
         for t in trials:
             arms.setdefault(t.variant, t)
         words = {", ".join(f"{a}={t.axes[a]}" for a in axes) or "the only one": t.config for t in arms.values()}
-        if bad := tune_check.cell_problems(sweep, words):
+        if bad := tuning_check.cell_problems(sweep, words):
             raise SpecError(bad)
         tuning = Searches(spec=spec.tune, baseline=list(arms).index(baseline) if baseline else None)
         return Plan(sweep.name, [], axes, baseline, metric, sweep.source, spec.description, sweep.plugins,

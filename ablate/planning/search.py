@@ -24,7 +24,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
-from ablate.spec.tune import IntDim, LogDim, RangeDim, TuneSpec
+from ablate.spec.tuning import IntDim, LogDim, RangeDim, TuneSpec
 
 if TYPE_CHECKING:
     import optuna

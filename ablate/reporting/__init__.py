@@ -47,14 +47,14 @@ from ablate.reporting import (
     sections,
     tables,
     ties,
-    tuned,
+    tuning,
     undertrained,
 )
 from ablate.reporting.compare import compare
 from ablate.reporting.frames import ReportError, SweepData
 from ablate.reporting.output import ALL_FORMATS, FORMATS, check, csv, folder, write_file, write_pages
 from ablate.reporting.render import Block, Image, Section, Table
-from ablate.spec.tune import tuned_of
+from ablate.spec.tuning import tuned_of
 from ablate.store import STATES, Store
 
 __all__ = ["ALL_FORMATS", "FORMATS", "ReportError", "compare", "folder", "report"]
@@ -102,7 +102,7 @@ def report(
         names = [n for n in names if counts.get(n, 0) > 0]
     if not names:
         raise ReportError("no sweeps in the store")
-    loaded = [tuned.current(store, frames.load(store, name, metric, baseline, all_trials)) for name in names]
+    loaded = [tuning.current(store, frames.load(store, name, metric, baseline, all_trials)) for name in names]
     out = Path(out)
     written: list[Path] = []
     for data in loaded:
@@ -124,9 +124,9 @@ def _write_sweep(
     won = tables.verdicts(table, data, correction)
     best = ties.against_best(data, won)
     written = []
-    tuning = tuned.report(store, data, table, correction)  # None unless the sweep is tuned
-    if "csv" in formats and tuning is not None:
-        written += [write_file(where / name, text) for name, text in tuning.files.items()]
+    tuned = tuning.report(store, data, table, correction)  # None unless the sweep is tuned
+    if "csv" in formats and tuned is not None:
+        written += [write_file(where / name, text) for name, text in tuned.files.items()]
     if "csv" in formats:
         label = data.trials["variant"].map(data.variants["label"])
         written.append(write_file(where / "trials.csv", csv(data.trials.assign(label=label), index=False)))
@@ -141,9 +141,9 @@ def _write_sweep(
         title, meta, parts = _sections(data, table, fac, eff, figures, correction, contributed)
         if (seeds := adaptive.section(store, data)) is not None:
             parts["seeds"] = [seeds]
-        if tuning is not None:
-            parts["tuning"] = [tuning.section]
-            figures |= tuning.figures if formats & {"html", "md"} else {}
+        if tuned is not None:
+            parts["tuning"] = [tuned.section]
+            figures |= tuned.figures if formats & {"html", "md"} else {}
         if len(best):
             shown = [Image("best", figures["best"], "each variant against the best")] if "best" in figures else []
             parts["best"] = [Section("Best or tied", [ties.table(best, data, correction), *shown])]

@@ -22,9 +22,9 @@ from matplotlib.ticker import MaxNLocator
 from scipy import special
 
 from ablate.evidence import lenth
+from ablate.reporting.expected_best import ExpectedBest
 from ablate.reporting.frames import DIAGNOSTICS, LOSSES, SweepData, val_metric
 from ablate.reporting.halfnormal import Screen
-from ablate.reporting.tuning import ExpectedBest
 
 MAX_ROWS = 40
 MAX_CURVES = 8
@@ -343,7 +343,7 @@ def best_figure(frame: pd.DataFrame, labels: pd.Series, metric: str) -> Figure |
 
 
 def tuning_plot(curves: Mapping[str, ExpectedBest], metric: str, baseline: str | None) -> bytes | None:
-    """A tuned sweep's arms (`ablate.reporting.tuned`): the expected best validation score against the number of
+    """A tuned sweep's arms (`ablate.reporting.tuning`): the expected best validation score against the number of
     configurations tried, one line per arm with a band of ± its std."""
     if not curves:
         return None

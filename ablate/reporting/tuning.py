@@ -1,70 +1,279 @@
-"""How good each arm gets with how much tuning: Dodge et al.'s expected best validation score as a function
-of the configurations tried ("Show Your Work", EMNLP 2019), and the budget past which the arms' ranking holds.
+"""The report's account of a tuned sweep (`tune:`, `ablate.planning.tuning`): how each arm was tuned, how good it gets
+with how much tuning, and whether its comparison with the baseline holds without its own tuning.
 
-An arm's N tuning results are a sample of what one configuration of its search gives. The best of n
-configurations drawn from them (with replacement) is v_(i), the i-th smallest, with probability
-(i/N)^n - ((i-1)/N)^n, so its expectation and variance are weighted sums over the sorted results. At n = 1 it
-is the mean of the results; as n grows it approaches their best. Comparing arms along these curves says
-whether a conclusion holds at every budget or only at the one the sweep happened to spend.
+Read from the sweep's record (`ablate.spec.tuning.Searches`: each arm's configurations by trial key, its best, its
+final trials and its trials at the baseline's configuration) and the store's trials. Per arm: the configuration
+chosen on the validation metric, and Dodge et al.'s expected best validation score against the number of
+configurations tried (`ablate.reporting.expected_best`), all arms on one plot; the comparison with the baseline at each
+arm's own best (the variant table's) beside the comparison at the baseline's configuration (the same seeds,
+paired, p adjusted over the arms); and the smallest budget from which the arms' ranking stops changing.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Literal
+import math
+from dataclasses import dataclass, field, replace
+from typing import Any
 
 import numpy as np
-from numpy.typing import ArrayLike
+import pandas as pd
+
+from ablate.planning.search import STARTUP, Failed
+from ablate.planning.tuning import AXIS, results, space_words
+from ablate.reporting import plots, stats, tables
+from ablate.reporting.expected_best import ExpectedBest, expected_best, stable_budget
+from ablate.reporting.frames import SweepData
+from ablate.reporting.output import csv
+from ablate.reporting.render import Block, Image, Section, Table
+from ablate.spec.paths import get_path
+from ablate.spec.tuning import ArmSearch, Searches, companion
+from ablate.store import Store
 
 
-@dataclass(frozen=True)
-class ExpectedBest:
-    """The expected best of n configurations and its variance, for n = 1..N (index n - 1)."""
+@dataclass
+class Tuned:
+    """What a tuned sweep adds to its report: the section, its CSV files and its figure (by file name)."""
 
-    mean: np.ndarray
-    var: np.ndarray
-
-    @property
-    def n(self) -> np.ndarray:
-        """The budgets: 1..N."""
-        return np.arange(1, len(self.mean) + 1)
-
-    @property
-    def std(self) -> np.ndarray:
-        """The spread of the best of n (the band a plot draws around the mean)."""
-        return np.asarray(np.sqrt(self.var))
+    section: Section
+    files: dict[str, str] = field(default_factory=dict)
+    figures: dict[str, bytes] = field(default_factory=dict)
 
 
-def expected_best(values: ArrayLike, direction: Literal["max", "min"] = "max") -> ExpectedBest:
-    """Dodge et al.'s expected maximum (minimum when lower is better) of n of `values`, n = 1..len(values).
-    `values` are the arm's finite tuning results (a failed configuration has none: leave it out and say so)."""
-    v = np.asarray(values, dtype=float)
-    if v.ndim != 1 or len(v) == 0 or not np.isfinite(v).all():
-        raise ValueError(f"expected a non-empty list of finite results, got {v.tolist()}")
-    sign = 1.0 if direction == "max" else -1.0
-    ordered = np.sort(sign * v)  # the minimum of n is minus the maximum of the negated results
-    big_n = len(ordered)
-    n = np.arange(1, big_n + 1)[:, None]
-    i = np.arange(1, big_n + 1)[None, :]
-    weights = (i / big_n) ** n - ((i - 1) / big_n) ** n  # [n, i]: P(the best of n is the i-th smallest)
-    mean = weights @ ordered
-    var = np.einsum("ni,ni->n", weights, (ordered[None, :] - mean[:, None]) ** 2)
-    return ExpectedBest(sign * mean, np.maximum(var, 0.0))
+@dataclass
+class _Arm:
+    """One arm as the report reads it."""
+
+    label: str
+    search: ArmSearch
+    values: list[float | None]
+    """Each configuration's validation score in the order tried: a number, NaN where it failed, None where it has
+    not run yet."""
+    variant: str | None
+    """The variant of its final trials (its best configuration), once they are planned."""
+    chosen: dict[str, Any] = field(default_factory=dict)
 
 
-def stable_budget(curves: Mapping[str, ExpectedBest]) -> int:
-    """The smallest budget n from which the arms' order by expected best stays the same up to the largest budget
-    all arms reached (their fewest configurations). Equal to that budget when the order still changed at its
-    last step, so a reader can tell a settled ranking from one that was still moving. The order is the same
-    whichever direction is better, so no direction is needed."""
-    if not curves:
-        raise ValueError("no arms to rank")
-    names = sorted(curves)
-    common = min(len(curves[a].mean) for a in names)
-    means = np.array([curves[a].mean[:common] for a in names])  # [arm, n]
-    orders = [tuple(np.lexsort((np.arange(len(names)), means[:, k]))) for k in range(common)]
-    n = common
-    while n > 1 and orders[n - 2] == orders[-1]:
-        n -= 1
-    return n
+def searches_of(store: Store, sweep: str) -> Searches | None:
+    """The sweep's searches as its last launch recorded them; None for a sweep without `tune:`."""
+    record = store.sweep(sweep)
+    raw = (record.spec or {}).get("tuning") if record is not None else None
+    return Searches.model_validate(raw) if raw else None
+
+
+def current(store: Store, data: SweepData) -> SweepData:
+    """A tuned sweep's data with only its arms' current final trials: a larger budget can move an arm's best,
+    and the sweep keeps the trials of the best it had before (done, not compared any more)."""
+    record = searches_of(store, data.name)
+    if record is None:
+        return data
+    keys = {k for arm in record.arms for k in arm.finals}
+    trials = data.trials[data.trials["key"].isin(keys)]
+    variants = data.variants[data.variants.index.isin(set(trials["variant"]))]
+    return replace(data, trials=trials, variants=variants)
+
+
+def report(store: Store, data: SweepData, table: pd.DataFrame, correction: str) -> Tuned | None:
+    """The tuning section of a tuned sweep's report (None for any other sweep)."""
+    record = searches_of(store, data.name)
+    if record is None:
+        return None
+    spec = record.spec
+    told = results(store, data.name, spec.metric)
+    tried = store.trials_frame(companion(data.name)).drop_duplicates("key").set_index("key")
+    variant_of = dict(zip(data.trials["key"], data.trials["variant"]))
+    configs = store.configs([k for a in record.arms if a.best is not None and (k := a.search[a.best])])
+    arms = []
+    for a in record.arms:
+        values = [_value(told, key) for key in a.search]
+        variant = next((variant_of[k] for k in a.finals if k in variant_of), None)
+        label = data.variants.loc[variant, "label"] if variant in data.variants.index else _words(a.axes)
+        key = a.search[a.best] if a.best is not None else None
+        chosen = {p: get_path(configs[key], p) for p in spec.space} if key in configs else {}
+        arms.append(_Arm(str(label), a, values, variant, chosen))
+    finite = {a.label: [v for v in a.values if v is not None and not math.isnan(v)] for a in arms}
+    curves = {label: expected_best(values, spec.direction) for label, values in finite.items() if values}
+    theirs = _at_baseline(store, data, record, arms, tried, correction)
+    summary = _summary(data, record, arms, table, theirs)
+    lead = arms[record.baseline].label if record.baseline is not None else None
+    png = plots.tuning_plot(curves, spec.metric, lead)
+    blocks: list[Block] = [_procedure(record, data), _table(data, record, summary, correction)]
+    blocks += [Image("tuning", png, f"expected best {spec.metric} against configurations tried")] if png else []
+    blocks.append(_stability(curves, spec.metric, spec.direction == "max"))
+    frames = {"tuning.csv": _configurations(record, arms, tried), "tuning_arms.csv": summary,
+              "tuning_curves.csv": _curves(curves)}  # fmt: skip
+    files = {name: csv(frame, index=False) for name, frame in frames.items()}
+    return Tuned(Section("Tuning", blocks), files, {"tuning": png} if png else {})
+
+
+def _value(told: dict[str, Any], key: str | None) -> float | None:
+    result = Failed() if key is None else told.get(key)
+    if result is None:
+        return None
+    return math.nan if isinstance(result, Failed) or not math.isfinite(result) else float(result)
+
+
+def _words(axes: dict[str, Any]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in axes.items()) or "the only arm"
+
+
+def _at_baseline(
+    store: Store, data: SweepData, record: Searches, arms: list[_Arm], tried: pd.DataFrame, correction: str
+) -> pd.DataFrame:
+    """Per non-baseline arm (index: its label): its trials at the baseline's best configuration against the
+    baseline's at the same, paired by replicate (seed, split seed, fold), as the variant table's columns
+    (pairs, delta, lo, hi, p, test, p_adj). Empty without a baseline or before its best is known."""
+    if record.baseline is None or not record.arms[record.baseline].finals:
+        return pd.DataFrame()
+    base = record.arms[record.baseline]
+    others = [a for i, a in enumerate(arms) if i != record.baseline and a.search.at_baseline]
+    keys = [*base.finals, *(k for a in others for k in a.search.at_baseline)]
+    configs = store.configs(keys)
+    rep = {k: (c["seed"], c["data"].get("split_seed"), c["data"].get("fold")) for k, c in configs.items()}
+    value = pd.Series(np.where(data.trials["state"] == "done", data.trials["value"], np.nan), index=data.trials["key"])
+    done = tried[tried["state"] == "done"]
+    theirs = pd.to_numeric(done[data.metric], errors="coerce") if data.metric in done else pd.Series(dtype=float)
+    reference = {rep[k]: value.get(k, np.nan) for k in base.finals if k in rep}
+    order = list(reference)
+    diffs = np.full((len(others), len(order)), np.nan)
+    for i, a in enumerate(others):
+        for k in a.search.at_baseline:
+            if k in rep and rep[k] in reference:
+                diffs[i, order.index(rep[k])] = theirs.get(k, np.nan) - reference[rep[k]]
+    out = stats.paired(diffs, design=data.design).rename(columns={"n": "pairs", "mean": "delta"})
+    out.index = pd.Index([a.label for a in others])
+    out["p_adj"] = stats.adjust(out["p"], correction)
+    return out
+
+
+def _verdict(r: pd.Series | None, higher: bool) -> str:
+    """A comparison in a word: better, worse (significant after adjustment, in the metric's direction) or
+    no clear difference; "-" where there is none to make."""
+    if r is None or not r["pairs"] > 1:
+        return "-"
+    if pd.isna(r["p_adj"]) or r["p_adj"] >= stats.ALPHA:
+        return "no clear difference"
+    return "better" if (r["delta"] > 0) == higher else "worse"
+
+
+COMPARED = ("pairs", "delta", "lo", "hi", "p", "p_adj", "why")
+"""A comparison's columns in the arms' frame, once for each (`own_*`, `theirs_*`)."""
+
+
+def _summary(
+    data: SweepData, record: Searches, arms: list[_Arm], table: pd.DataFrame, theirs: pd.DataFrame
+) -> pd.DataFrame:
+    """One row per arm (tuning_arms.csv): configurations tried and failed, its best validation score and chosen
+    values, both comparisons with the baseline and the conclusion."""
+    rows = []
+    for i, a in enumerate(arms):
+        ran = [v for v in a.values if v is not None]
+        row: dict[str, Any] = {"arm": a.label, "baseline": i == record.baseline, "tried": len(ran),
+                               "failed": sum(math.isnan(v) for v in ran),
+                               "best": a.values[a.search.best] if a.search.best is not None else math.nan}  # fmt: skip
+        row.update({p: a.chosen.get(p) for p in record.spec.space})
+        own = table.loc[a.variant] if i != record.baseline and a.variant in table.index else None
+        other = theirs.loc[a.label] if a.label in theirs.index else None
+        for name, r in (("own", own), ("theirs", other)):
+            row.update({f"{name}_{c}": r[c] if r is not None else math.nan for c in COMPARED})
+        words = [_verdict(own, data.higher), _verdict(other, data.higher)]
+        row["conclusion"] = "" if i == record.baseline else _conclusion(*words)
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def _conclusion(own: str, theirs: str) -> str:
+    """Whether an arm's comparison with the baseline holds at the baseline's configuration too."""
+    if "-" in (own, theirs):
+        return "-"
+    if own == theirs:
+        return f"{own} at both"
+    return f"depends on tuning: {own} at its own best, {theirs} at the baseline's"
+
+
+def _table(data: SweepData, record: Searches, summary: pd.DataFrame, correction: str) -> Table:
+    spec, d, unit = record.spec, tables.digits(data), data.design.unit
+    space = list(spec.space)
+    header = ["arm", "configurations", f"best {spec.metric}", *space, "Δ at its own best [95% CI]",
+              "Δ at the baseline's configuration [95% CI]", "conclusion"]  # fmt: skip
+    rows = []
+    for _, r in summary.iterrows():
+        count = str(spec.budget) if r["tried"] == spec.budget else f"{r['tried']} of {spec.budget}"
+        count += f" ({r['failed']} failed)" if r["failed"] else ""
+        chosen = [_shown(r[p]) for p in space]
+        if r["baseline"]:
+            rows.append([r["arm"], count, tables.num(r["best"], d), *chosen, "baseline", "baseline", ""])
+            continue
+        cells = []
+        for name in ("own", "theirs"):
+            c = pd.Series({**{k: r[f"{name}_{k}"] for k in COMPARED}, "below_floor": False})
+            cells.append(tables.difference(c, d) if c["pairs"] > 0 else "-")
+        rows.append([r["arm"], count, tables.num(r["best"], d), *chosen, *cells, r["conclusion"]])
+    k = int(summary["theirs_p_adj"].notna().sum())
+    caption = (
+        f"Each arm's configuration chosen on {spec.metric} (its best of the configurations tried, at its first "
+        f"seed), and its paired difference to the baseline in {data.metric} over the {unit}s both have: at its own "
+        f"best configuration (the variant table's comparison, p adjusted there), and at the baseline's best "
+        f"configuration (the same {unit}s). {stats.starred(k, correction, 'arms at the baseline configuration')} "
+        "Conclusion: better, worse or no clear "
+        "difference at each, and whether it depends on the arms' own tuning."
+    )
+    return Table(caption, header, rows, left=1)
+
+
+def _shown(v: Any) -> str:
+    return f"{v:.3g}" if isinstance(v, float) else str(v)
+
+
+def _procedure(record: Searches, data: SweepData) -> str:
+    spec = record.spec
+    startup = min(max(spec.batch, STARTUP), spec.budget)  # TPE's random start: the same draws in every arm
+    same = ("the same configurations" if spec.sampler in ("random", "grid")
+            else f"the same first {startup} configurations, then its own")  # fmt: skip
+    return (f"Each arm (a variant of the grid) tried {spec.budget} configurations of {space_words(spec)}, proposed by "
+            f"Optuna's {spec.sampler} sampler (seed {spec.seed}, the same for every arm: {same}) in rounds of "
+            f"{spec.batch}, each trained at the arm's first seed and chosen on {spec.metric} alone: the test split "
+            f"chose nothing. The sweep's seeds then ran at each arm's best configuration (the tables above compare "
+            f"the arms there; the best's first seed is its tuning trial, whose test score chose nothing either), "
+            f"and every other arm ran at the baseline's best configuration too, the same seeds, kept out of the "
+            f"comparison above (`ablate runs {companion(data.name)}` lists every trial of the search).")  # fmt: skip
+
+
+def _stability(curves: dict[str, ExpectedBest], metric: str, higher: bool) -> str:
+    """The smallest budget from which the arms' ranking by expected best stays as it is at the largest budget
+    every arm reached."""
+    if len(curves) < 2:
+        return "Expected best: fewer than two arms with results, no ranking to judge."
+    common = min(len(c.mean) for c in curves.values())
+    n = stable_budget(curves)
+    order = " > ".join(
+        sorted(curves, key=lambda a: -curves[a].mean[common - 1] if higher else curves[a].mean[common - 1])
+    )
+    how = (f"Curves: Dodge et al.'s expected best {metric} of n configurations drawn from each arm's results, "
+           "band ± its standard deviation.")  # fmt: skip
+    if n == common and common > 1:
+        return (f"The arms' ranking by expected best {metric} still changed at {common} configurations, the most "
+                f"every arm tried ({order}): a larger budget may change it. {how}")  # fmt: skip
+    return (f"The arms' ranking by expected best {metric} is the same from {n} configuration{'s' if n > 1 else ''} "
+            f"on, up to {common} (the most every arm tried): {order}. {how}")  # fmt: skip
+
+
+def _configurations(record: Searches, arms: list[_Arm], tried: pd.DataFrame) -> pd.DataFrame:
+    """One row per configuration tried: arm, its number, trial key, state, the values, the validation score."""
+    rows = []
+    for a in arms:
+        for n, (key, value) in enumerate(zip(a.search.search, a.values), 1):
+            row = {
+                "arm": a.label,
+                AXIS: n,
+                "key": key,
+                "state": tried["state"].get(key, "refused") if key else "refused",
+            }
+            row.update({p: tried[f"axis.{p}"].get(key) if key and f"axis.{p}" in tried else None
+                        for p in record.spec.space})  # fmt: skip
+            rows.append({**row, record.spec.metric: value, "chosen": n - 1 == a.search.best})
+    return pd.DataFrame(rows)
+
+
+def _curves(curves: dict[str, ExpectedBest]) -> pd.DataFrame:
+    return pd.DataFrame([{"arm": arm, "n": int(n), "expected_best": m, "std": s}
+                         for arm, c in curves.items() for n, m, s in zip(c.n, c.mean, c.std)])  # fmt: skip

@@ -2,7 +2,7 @@
 about what was expected (`error_message`), and for an unknown key the keys that section has (`expected_keys`).
 
 Shared by the file's structure (`ablate.spec.sweeps`), the cells a plan expands (`ablate.planning.plan`) and the
-`tune:` block's check (`ablate.spec.tune_check`), so every problem reads alike wherever it is found.
+`tune:` block's check (`ablate.spec.tuning_check`), so every problem reads alike wherever it is found.
 """
 
 from __future__ import annotations

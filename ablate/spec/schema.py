@@ -16,7 +16,7 @@ from ablate.components import Strict
 from ablate.config import TrialConfig
 from ablate.evidence import EXACT_N
 from ablate.spec.design import Design
-from ablate.spec.tune import TuneSpec
+from ablate.spec.tuning import TuneSpec
 
 Assignment = dict[str, Any]
 """A partial assignment of dotted config paths to values, e.g. {"model.stack": "pure"}."""
@@ -113,8 +113,8 @@ class SweepSpec(Strict):
     chosen by `ablate.planning.designs`)."""
     tune: TuneSpec | None = None
     """Tune every arm (variant) alike before its seeds run: `budget` configurations of `space` each, chosen on
-    the validation `metric` (`ablate.spec.tune`, `ablate.planning.tuned`; checked against the grid by
-    `ablate.spec.tune_check`)."""
+    the validation `metric` (`ablate.spec.tuning`, `ablate.planning.tuning`; checked against the grid by
+    `ablate.spec.tuning_check`)."""
 
     @field_validator("design", mode="before")
     @classmethod

@@ -58,10 +58,10 @@ def test_the_workload_counts_the_later_rounds_of_adaptive_seeds_and_tuning(tmp_p
     epochs = TINY["train"]["epochs"]
     a = plan(f, "a")
     assert workload([a], None, Select()) == Workload(12, 12 * epochs, 6, 6 * epochs)
-    from ablate.cli import grown
-    from ablate.planning.tuned import most
+    from ablate.api import rounds
+    from ablate.planning.tuning import most
 
-    t = grown([plan(f, "t")])
+    t = rounds([plan(f, "t")]).plans
     first = sum(len(p.trials) for p in t)
     work = workload(t, None, Select())
     assert work.trials == first and work.trials + work.later == most(t[0]) == 2 * 4

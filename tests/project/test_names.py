@@ -37,7 +37,6 @@ NOT_A_MODULE = {
     "reporting/test_screens.py": "a screen (`planning.screens`) as the report analyses it",
     "reporting/test_seed_noise.py": "what a design's report says measures seed noise (designed, evidence)",
     "spec/test_spec_fuzz.py": "a property over the whole spec check: mutated files fail as SpecError",
-    "spec/test_tuning.py": "tuning end to end: the `tune:` block, its search and the expected best",
 }
 """Test modules (or a whole folder) named for no module of their layer, each with what it tests instead: ends to ends
 and checks across modules. A test of one module is named after it; this list stays short."""

@@ -18,9 +18,9 @@ import pytest
 from pydantic import ValidationError
 
 from ablate.planning.search import Failed, Result, Search, best, proposals
-from ablate.reporting.tuning import ExpectedBest, expected_best, stable_budget
+from ablate.reporting.expected_best import ExpectedBest, expected_best, stable_budget
 from ablate.spec.problems import clean_loc
-from ablate.spec.tune import MAX_BUDGET, TuneSpec
+from ablate.spec.tuning import MAX_BUDGET, TuneSpec
 
 SPACE = {"train.lr": {"log": [1e-4, 3e-3]}, "train.weight_decay": [0.01, 0.05], "model.depths": [[2], [4]]}
 
@@ -136,7 +136,7 @@ def test_proposals_do_not_depend_on_the_process_or_the_order_the_space_is_writte
     space written in another order proposes them too."""
     configs, results = search(spec())
     code = (
-        "import json, sys; from ablate.planning.search import proposals; from ablate.spec.tune import TuneSpec; "
+        "import json, sys; from ablate.planning.search import proposals; from ablate.spec.tuning import TuneSpec; "
         "s, r = json.loads(sys.argv[1]); print(json.dumps(proposals(TuneSpec.model_validate(s), r)))"
     )
     arg = json.dumps([spec().model_dump(), results])

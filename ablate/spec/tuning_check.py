@@ -1,4 +1,4 @@
-"""A sweep's `tune:` block checked against the sweep (`ablate.spec.tune.TuneSpec` checks the block alone).
+"""A sweep's `tune:` block checked against the sweep (`ablate.spec.tuning.TuneSpec` checks the block alone).
 
 A searched path must name a config field that changes a trial's key, and no axis, `when:` condition,
 `exclude:` rule or baseline of the sweep may name it too (a searched path has no one value per cell, so
@@ -24,7 +24,7 @@ from ablate.spec.problems import error_message
 from ablate.spec.registry_check import path_problem
 from ablate.spec.schema import SweepSpec
 from ablate.spec.sweeps import SweepSource
-from ablate.spec.tune import IntDim, LogDim, RangeDim
+from ablate.spec.tuning import IntDim, LogDim, RangeDim
 from ablate.spec.yaml_doc import Loc
 
 FIXED = {

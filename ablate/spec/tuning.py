@@ -219,7 +219,7 @@ class ArmSearch(Strict):
 
 class Searches(Strict):
     """A tuned sweep's searches: its `tune:` block, and each arm's search as the last launch left it (the sweep's
-    record keeps it for reports, `ablate.reporting.tuned`)."""
+    record keeps it for reports, `ablate.reporting.tuning`)."""
 
     spec: TuneSpec
     arms: list[ArmSearch] = []

@@ -26,12 +26,12 @@ from ablate.config import TrialConfig
 from ablate.errors import SpecError
 from ablate.planning.keys import Trial, trial_key
 from ablate.planning.plan import Plan, plan
-from ablate.planning.search import best, proposals
-from ablate.planning.tuned import Grown, Rounds
+from ablate.planning.rounds import Round, Rounds
+from ablate.planning.search import Search, best, proposals
 from ablate.registry import TASKS
 from ablate.reporting import ReportError, report
 from ablate.spec.paths import set_path
-from ablate.spec.tune import Searches, TuneSpec
+from ablate.spec.tuning import Searches, TuneSpec
 from ablate.store import Store
 
 TUNE = {"space": {"train.lr": {"log": [1e-4, 3e-2]}}, "budget": 4, "batch": 2, "metric": "val.top1"}
@@ -140,6 +140,28 @@ def test_a_tuned_sweep_through_the_cli_relaunched_and_given_a_larger_budget(ray_
         assert arm.search[:4] == was.search
 
 
+def test_a_launch_replays_each_arm_search_once(ray_local, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """One `ablate launch` of a tuned sweep replays each arm's search from the spec once, however often it plans
+    (the file's plans, the size question, the launch's rounds, what it left): one set of searches per launch,
+    told only what is new. The count is of real searches started (Optuna studies) through a real launch."""
+    started: list[TuneSpec] = []
+    start = Search._start
+
+    def counted(self: Search) -> Any:
+        started.append(self.spec)
+        return start(self)
+
+    monkeypatch.setattr(Search, "_start", counted)
+    f, db = tuned(tmp_path, tune={**TUNE, "budget": 2}), f"sqlite:///{tmp_path}/r.sqlite"
+    out = invoke(
+        "launch", str(f), "--db", db, "--no-mlflow", "--plain", "--storage", str(tmp_path / "ck"), "--no-check"
+    )
+    assert "trials at the arms' best configurations" in out  # the launch went on to the arms' seeds at their best
+    with Store(db) as store:
+        assert all(arm.best is not None for arm in searches(store).arms)
+    assert len(started) == len(ARMS["attention.kind"])
+
+
 def test_a_launch_killed_mid_search_resumes_where_it_stopped(ray_local, tmp_path: Path) -> None:
     """SIGKILL of a real launcher process and its embedded Ray while two of the second round's trials provably
     run (held at epoch 1 of 2, their checkpoints written): the next launch replays the first round from the
@@ -200,11 +222,11 @@ def truth(t: Trial) -> float:
     return peak - 10 * abs(math.log10(t.config.train.lr / lr)) + noise
 
 
-def simulate(store: Store, p: Plan, score: Callable[[Trial], float] = truth) -> Grown:
+def simulate(store: Store, p: Plan, score: Callable[[Trial], float] = truth) -> Round:
     """Run `p`'s rounds as a launch would, with made-up results instead of training (recorded through the
     store's write API: the sweeps and their records, the trials, one epoch of val.top1 and the test score)."""
     rounds = Rounds([p])
-    grown = rounds.start(store)
+    grown = rounds.first(store)
     while True:
         for each in grown.plans:
             record = {"axes": each.axes, "tuning": each.tuning and each.tuning.model_dump(mode="json")}

@@ -2,7 +2,7 @@
 
 An arm is a variant of the grid (a cell without its seeds). Each configuration it tries is an ordinary trial,
 stored under its own key: the arm's first trial (the sweep's first seed) with the proposal's values set. They
-belong to the sweep's companion `<sweep>/tuning` (`ablate.spec.tune.companion`), so they stay out of the sweep's
+belong to the sweep's companion `<sweep>/tuning` (`ablate.spec.tuning.companion`), so they stay out of the sweep's
 comparison while `status`, `runs` and MLflow show them. Nothing of a search is stored but its trials: every
 round replays each arm's search from the spec and the store's results (`ablate.planning.search.Search`), so a relaunch
 proposes what was proposed before and trains nothing again, a killed launch resumes in the round it was in, and
@@ -15,27 +15,28 @@ runs at the baseline's configuration, the same seeds (in the companion): the rep
 holds without the arms' own tuning. A sweep with adaptive seeds (`ablate.planning.adaptive`) then adds seeds to the arms
 at their best, as it would to any cell.
 
-`Rounds` holds one launch's searches in memory; `ablate.execution.launcher.launch` grows its plans with it after every
-round until nothing new is planned. `Plan.tuning` carries each arm's search as far as it went (trial keys,
-best, final trials): the launcher keeps it in the sweep's record, where the report reads it.
+`Tuned` is a tuned sweep's chooser (`ablate.planning.chooser.Chooser`) and holds its searches in memory for one
+launch; `ablate.planning.rounds.Rounds` asks it after every round until nothing new is chosen. `Plan.tuning` carries
+each arm's search as far as it went (trial keys, best, final trials): the launcher keeps it in the sweep's record,
+where the report reads it.
 """
 
 from __future__ import annotations
 
 import json
 import math
-from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
 from ablate.config import TrialConfig
+from ablate.planning.chooser import Chosen
 from ablate.planning.keys import Trial, trial_key, variant_key
 from ablate.planning.plan import Plan
 from ablate.planning.search import Failed, Result, Search, best
 from ablate.spec.paths import set_path
-from ablate.spec.tune import (
+from ablate.spec.tuning import (
     ArmSearch,
     IntDim,
     LogDim,
@@ -43,7 +44,6 @@ from ablate.spec.tune import (
     Searches,
     TuneSpec,
     companion,
-    tuned_of,
 )
 
 if TYPE_CHECKING:
@@ -56,62 +56,44 @@ ENDED = ("done", "failed", "diverged")
 """States whose trial a search has a result of (the others run, or will)."""
 
 
-@dataclass
-class Grown:
-    """A round's plans: every sweep's (a tuned one's and its companion's), the keys new to them (a trial new to
-    a sweep: a tuned sweep's final trial may be a tuning trial already done, which the round records there), and
-    what is new in words."""
+class Tuned:
+    """A tuned sweep as a chooser (`ablate.planning.chooser.Chooser`): its arms' searches as far as the store's
+    results go, then their seeds at their best; with adaptive seeds, after each round also the next look's seeds
+    of the arms still undecided (`ablate.planning.adaptive.Adaptive`). One per launch
+    (`ablate.planning.rounds.Rounds`): its searches are replayed from the spec once, then told only what is new,
+    however often the launch asks."""
 
-    plans: list[Plan]
-    new: list[str] = field(default_factory=list)
-    lines: list[str] = field(default_factory=list)
-
-
-class Rounds:
-    """The plans of one launch, grown round by round: tuned sweeps from their searches, adaptive ones from their
-    decisions (`ablate.planning.adaptive.grow`); other plans stay as they are."""
-
-    def __init__(self, plans: Sequence[Plan]) -> None:
-        tuned = {p.sweep for p in plans if p.tuning is not None}
-        self.plans = [p for p in plans if tuned_of(p.sweep) not in tuned]  # a companion is remade from its sweep
-        self._searches: dict[tuple[str, str], Search] = {}
-        """Each arm's search (by sweep and arm variant), told and asked only what is new each round."""
+    def __init__(self, plan: Plan) -> None:
+        self.planned = plan
+        self.plan = plan
+        """The sweep as far as it grew (its companion is remade from its searches each time)."""
+        self._searches: dict[str, Search] = {}
+        """Each arm's search (by arm variant), told and asked only what is new each round."""
         self._made: dict[tuple[str, str], Trial | None] = {}
         """A trial with a configuration's values set (by its key and the values), made once; None where the
         config refuses them."""
         self._members: set[tuple[str, str]] = set()
-        """Every trial planned so far, by sweep and key (a tuned sweep's final trial may be a tuning trial)."""
+        """Every trial chosen so far, by sweep and key (a tuned sweep's final trial may be a tuning trial)."""
 
-    def start(self, store: Store | None) -> Grown:
-        """The plans as far as the store's results let the searches go (no store: their first rounds): what the
-        first round of a launch runs, and what `ablate plan` shows."""
-        return self._grow(store, adaptive=False)
+    def first(self, store: Store | None) -> Chosen:
+        plan, searches = self._searched(self.planned, store)
+        return self._chosen(plan, searches, self._news(plan, searches))
 
-    def grow(self, store: Store) -> Grown:
-        """The next round's plans, from the results the store has now."""
-        return self._grow(store, adaptive=True)
+    def grow(self, store: Store) -> Chosen:
+        plan, searches = self._searched(self.plan, store)
+        lines = self._news(plan, searches)
+        if plan.adaptive is not None:
+            from ablate.planning.adaptive import Adaptive  # scipy: only for adaptive seeds
 
-    def _grow(self, store: Store | None, adaptive: bool) -> Grown:
-        out: list[Plan] = []
-        lines: list[str] = []
-        for i, plan in enumerate(self.plans):
-            searches = None
-            if plan.tuning is not None:
-                plan, searches = self._searched(plan, store)
-                lines += self._news(plan, searches)
-            if adaptive and store is not None and plan.adaptive is not None:
-                import ablate.planning.adaptive  # scipy: only for adaptive seeds
+            seeds = Adaptive(plan).grow(store)
+            plan, lines = seeds.plans[0], lines + seeds.lines
+        return self._chosen(plan, searches, lines)
 
-                before = len(plan.trials)
-                plan = ablate.planning.adaptive.grow(plan, store)
-                if len(plan.trials) > before:
-                    lines.append(f"adaptive seeds: {len(plan.trials) - before} more trials for cells still undecided")
-            self.plans[i] = plan
-            out += [plan] if searches is None else [plan, searches]
-        planned = [(p.sweep, t.key) for p in out for t in p.trials]
-        new = list(dict.fromkeys(key for sweep, key in planned if (sweep, key) not in self._members))
-        self._members.update(planned)
-        return Grown(out, new, lines)
+    def _chosen(self, plan: Plan, searches: Plan, lines: list[str]) -> Chosen:
+        """The sweep and its companion as chosen now: what the next round grows from, and what is new to them."""
+        self.plan = plan
+        self._members.update((p.sweep, t.key) for p in (plan, searches) for t in p.trials)
+        return Chosen([plan, searches], lines)
 
     def _searched(self, plan: Plan, store: Store | None) -> tuple[Plan, Plan]:
         """`plan` with the final trials of every arm whose search has ended, and the record of every search
@@ -126,7 +108,7 @@ class Rounds:
         tried: dict[str, Trial] = {}
         for trials in arms:
             first = trials[0]
-            search = self._searches.setdefault((plan.sweep, first.variant), Search(spec))
+            search = self._searches.setdefault(first.variant, Search(spec))
             got: list[Result] = []
             while len(configs := search.advance(got)) > len(got):
                 made = [self._at(first, c) for c in configs[len(got) :]]
@@ -283,4 +265,4 @@ def _cell(trial: Trial) -> dict[str, Any]:
     return {a: v for a, v in trial.axes.items() if a != "seed"}
 
 
-__all__ = ["AXIS", "Grown", "Rounds", "describe", "most", "results", "space_words"]
+__all__ = ["AXIS", "Tuned", "describe", "most", "results", "space_words"]
