@@ -8,7 +8,8 @@ public names: `ablate.planner` at `ablate.planning.plan` (5 of its 8 exported na
 at `ablate.spec.tune` (13 of its 19 public names: the `tune:` block; the search, `Search`, `proposals`, `best`,
 `Failed`, `Result`, `STARTUP`, is `ablate.planning.search`). A module renamed inside its package after the move
 (one word per concept) is here too, under its previous dotted name: `ablate.training.storage` is
-`ablate.training.checkpoint_storage`."""
+`ablate.training.checkpoint_storage`, and `ablate.planning.table` (what `ablate plan` prints per trial) is
+`ablate.api.plan_rows`."""
 
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ MOVED = {
     "ablate.paths": "ablate.spec.paths", "ablate.tuning": "ablate.spec.tune",
     "ablate.tune_check": "ablate.spec.tune_check",
     "ablate.planner": "ablate.planning.plan", "ablate.sequential": "ablate.planning.adaptive",
-    "ablate.tuned": "ablate.planning.tuned", "ablate.plan_table": "ablate.planning.table",
+    "ablate.tuned": "ablate.planning.tuned", "ablate.plan_table": "ablate.api.plan_rows",
     "ablate.check": "ablate.planning.check",
     "ablate.fingerprint": "ablate.provenance.fingerprint", "ablate.stale": "ablate.provenance.stale",
     "ablate.environment": "ablate.provenance.environment", "ablate.cache": "ablate.provenance.cache",
@@ -40,6 +41,7 @@ MOVED = {
     "ablate.units": "ablate.planning.units", "ablate.steptime": "ablate.planning.steptime",
     "ablate.training.storage": "ablate.training.checkpoint_storage",
     "ablate.tracking.records": "ablate.tracking.tracker", "ablate.reporting.seeding": "ablate.reporting.adaptive",
+    "ablate.planning.table": "ablate.api.plan_rows",
     "ablate.nn.softmax": "ablate.nn.mechanisms.softmax",
     "ablate.nn.softmax.layers": "ablate.nn.mechanisms.softmax.layers",
     "ablate.nn.csan": "ablate.nn.mechanisms.csan", "ablate.nn.csan.layers": "ablate.nn.mechanisms.csan.layers",

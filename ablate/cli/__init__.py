@@ -55,7 +55,7 @@ def main() -> None:
     try:
         app()
     except RuntimeError as e:  # the store's module is imported only here: `ablate --help` never pays for it
-        from ablate.store.faults import EXIT_CODE, StoreUnavailable
+        from ablate.api import EXIT_CODE, StoreUnavailable
 
         if not isinstance(e, StoreUnavailable):
             raise

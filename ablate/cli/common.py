@@ -17,8 +17,7 @@ from rich.console import Console
 from ablate.errors import SpecError
 
 if TYPE_CHECKING:
-    from ablate.planning.plan import Plan
-    from ablate.store import Store
+    from ablate.api import Plan, Store
 
 app = typer.Typer(
     help="Ablation studies of attention mechanisms: plan a YAML grid, launch it on Ray, record to SQLite + "
@@ -66,7 +65,7 @@ _SHOW_WARNING = warnings.showwarning
 def _warned(message: Warning | str, category: type[Warning], *args: Any, **kwargs: Any) -> None:
     """A plugin that failed to load where results are only read (`ablate.plugins.PluginWarning`): one paragraph
     saying what is shown without it; any other warning as Python shows it."""
-    from ablate.plugins import PluginWarning
+    from ablate.api import PluginWarning
 
     if not issubclass(category, PluginWarning):
         _SHOW_WARNING(message, category, *args, **kwargs)
@@ -123,13 +122,12 @@ def plans_of(
 ) -> list[Plan]:
     """Load and plan the named sweeps of `file` (when none is named: all, or with `default` the file's default
     sweep, its `default:` or its first), `overrides` set on them; exit 2 on any problem."""
-    from ablate.api import grown
-    from ablate.planning.plan import load_plans, plan
+    from ablate.api import UnknownSweep, load
 
     try:
-        if default and not sweeps:
-            return grown([plan(file, None, max_trials, overrides or ())])
-        loaded = load_plans(file, max_trials, overrides or (), sweeps)
+        return load(file, sweeps, default=default, max_trials=max_trials, overrides=overrides or ())
+    except UnknownSweep as e:
+        fail(str(e))
     except SpecError as e:
         err.print(f"[bold red]{file}: {len(e.problems)} problem(s)[/]")
         for p in e.problems[:SHOWN_PROBLEMS]:
@@ -137,16 +135,14 @@ def plans_of(
         if len(e.problems) > SHOWN_PROBLEMS:
             err.print(f"... and {len(e.problems) - SHOWN_PROBLEMS} more", highlight=False)
         raise typer.Exit(2) from None
-    unknown = [s for s in sweeps or [] if s not in loaded]
-    if unknown:
-        fail(f"{file}: no sweep named {', '.join(map(repr, unknown))}; the file has {', '.join(loaded)}")
-    return grown([loaded[s] for s in (sweeps or list(loaded))])
 
 
 def existing_store(db: str | None) -> Store:
-    """The results store for reading; exit 2, creating nothing, when there is no database yet."""
-    from ablate.store import DEFAULT_URL, Store, database_exists
+    """The results store for reading (`ablate.api.existing`); exit 2, creating nothing, when there is no database
+    yet."""
+    from ablate.api import NoDatabase, existing
 
-    if not database_exists(db):
-        fail(f"no results database at {db or DEFAULT_URL}: run `ablate launch` first (or pass --db)")
-    return Store(db)
+    try:
+        return existing(db)
+    except NoDatabase as e:
+        fail(str(e))
