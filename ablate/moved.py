@@ -14,7 +14,8 @@ check's modules left the CLI for `ablate.gpus`: `ablate.gpucheck` and `ablate.cl
 `SweepSpec`, `Phase`, `PHASES`, `plan_phases`, `dry_run`, ..., is `ablate.gpus.sweep`). Tuning's modules are all
 called tuning now (`ablate.spec.tune`, `ablate.planning.tuned`, `ablate.reporting.tuned`); `ablate.reporting.tuning`,
 which held Dodge's expected best, is `ablate.reporting.expected_best`, its old name taken by the tuned sweep's
-report section (`ablate.reporting.tuned`'s new name), so that one old name cannot point at its old module."""
+report section (`ablate.reporting.tuned`'s new name), so that one old name cannot point at its old module.
+`ablate.planning.table` (what `ablate plan` prints per trial) is `ablate.api.plan_rows`."""
 
 from __future__ import annotations
 
@@ -29,7 +30,7 @@ MOVED = {
     "ablate.paths": "ablate.spec.paths", "ablate.tuning": "ablate.spec.tuning",
     "ablate.tune_check": "ablate.spec.tuning_check",
     "ablate.planner": "ablate.planning.plan", "ablate.sequential": "ablate.planning.adaptive",
-    "ablate.tuned": "ablate.planning.tuning", "ablate.plan_table": "ablate.planning.table",
+    "ablate.tuned": "ablate.planning.tuning", "ablate.plan_table": "ablate.api.plan_rows",
     "ablate.check": "ablate.planning.check",
     "ablate.fingerprint": "ablate.provenance.fingerprint", "ablate.stale": "ablate.provenance.stale",
     "ablate.environment": "ablate.provenance.environment", "ablate.cache": "ablate.provenance.cache",
@@ -49,6 +50,7 @@ MOVED = {
     "ablate.spec.tune": "ablate.spec.tuning", "ablate.spec.tune_check": "ablate.spec.tuning_check",
     "ablate.planning.tuned": "ablate.planning.tuning", "ablate.reporting.tuned": "ablate.reporting.tuning",
     "ablate.tracking.records": "ablate.tracking.tracker", "ablate.reporting.seeding": "ablate.reporting.adaptive",
+    "ablate.planning.table": "ablate.api.plan_rows",
     "ablate.nn.softmax": "ablate.nn.mechanisms.softmax",
     "ablate.nn.softmax.layers": "ablate.nn.mechanisms.softmax.layers",
     "ablate.nn.csan": "ablate.nn.mechanisms.csan", "ablate.nn.csan.layers": "ablate.nn.mechanisms.csan.layers",

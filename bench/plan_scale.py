@@ -14,7 +14,7 @@ cache, as any earlier plan of these models has):
   cli csv      `ablate plan FILE --format csv`: every trial's row, costs and config (about 180 MB)
   csv rows     in this process, the planned rows as the csv module writes whole rows, each trial's config text
                quoted (what `ablate plan -f csv` did), to /dev/null
-  write_csv    the same bytes by `ablate.planning.table.write_csv` (each cell's config quoted once)
+  write_csv    the same bytes by `ablate.api.plan_rows.write_csv` (each cell's config quoted once)
 
 `--csv` times the last two alone (their ratio is the CSV writer's saving; the rest takes minutes at load).
 
@@ -42,9 +42,9 @@ import yaml
 from report_scale import BASE, BASELINE, GRID
 from timing import alternate, medians
 
+from ablate.api.plan_rows import columns, rows, write_csv
 from ablate.config import TrialConfig
 from ablate.planning.plan import Plan, plan
-from ablate.planning.table import columns, rows, write_csv
 
 ABLATE = str(Path(sys.executable).parent / "ablate")
 MAX = str(10**8)

@@ -1,6 +1,7 @@
 """The `ablate` command: a thin typer layer over the library API (`ablate.api`). Each command parses its arguments,
 calls the library and formats what it returns; one module per group of commands, registered here in the order
-`ablate --help` lists them.
+`ablate --help` lists them. Of the library it imports `ablate.api` and `ablate.errors` alone (the GPU check aside)
+(tests/project/test_imports.py), so what a command does a notebook can do.
 
 - `ablate.cli.common`: the app, its consoles, the shared options, failing with an exit code
 - `ablate.cli.tables`: tables fitted to the terminal
@@ -54,7 +55,7 @@ def main() -> None:
     try:
         app()
     except RuntimeError as e:  # the store's module is imported only here: `ablate --help` never pays for it
-        from ablate.store.faults import EXIT_CODE, StoreUnavailable
+        from ablate.api import EXIT_CODE, StoreUnavailable
 
         if not isinstance(e, StoreUnavailable):
             raise

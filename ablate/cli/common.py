@@ -17,9 +17,7 @@ from rich.console import Console
 from ablate.errors import SpecError
 
 if TYPE_CHECKING:
-    from ablate.planning.plan import Plan
-    from ablate.planning.rounds import Rounds
-    from ablate.store import Store
+    from ablate.api import Plan, Rounds, Store
 
 app = typer.Typer(
     help="Ablation studies of attention mechanisms: plan a YAML grid, launch it on Ray, record to SQLite + "
@@ -67,7 +65,7 @@ _SHOW_WARNING = warnings.showwarning
 def _warned(message: Warning | str, category: type[Warning], *args: Any, **kwargs: Any) -> None:
     """A plugin that failed to load where results are only read (`ablate.plugins.PluginWarning`): one paragraph
     saying what is shown without it; any other warning as Python shows it."""
-    from ablate.plugins import PluginWarning
+    from ablate.api import PluginWarning
 
     if not issubclass(category, PluginWarning):
         _SHOW_WARNING(message, category, *args, **kwargs)
@@ -135,15 +133,14 @@ def rounds_of(
     max_trials: int = 10_000,
     overrides: list[str] | None = None,
 ) -> Rounds:
-    """The rounds that choose the trials of `plans_of`'s plans (`ablate.api.rounds`): what one launch carries from
+    """The rounds that choose the trials of `plans_of`'s plans (`ablate.api.load`): what one launch carries from
     the file to what it left, so that it replays each tuned sweep's searches once."""
-    from ablate.api import rounds
-    from ablate.planning.plan import load_plans, plan
+    from ablate.api import UnknownSweep, load
 
     try:
-        if default and not sweeps:
-            return rounds([plan(file, None, max_trials, overrides or ())])
-        loaded = load_plans(file, max_trials, overrides or (), sweeps)
+        return load(file, sweeps, default=default, max_trials=max_trials, overrides=overrides or ())
+    except UnknownSweep as e:
+        fail(str(e))
     except SpecError as e:
         err.print(f"[bold red]{file}: {len(e.problems)} problem(s)[/]")
         for p in e.problems[:SHOWN_PROBLEMS]:
@@ -151,16 +148,14 @@ def rounds_of(
         if len(e.problems) > SHOWN_PROBLEMS:
             err.print(f"... and {len(e.problems) - SHOWN_PROBLEMS} more", highlight=False)
         raise typer.Exit(2) from None
-    unknown = [s for s in sweeps or [] if s not in loaded]
-    if unknown:
-        fail(f"{file}: no sweep named {', '.join(map(repr, unknown))}; the file has {', '.join(loaded)}")
-    return rounds([loaded[s] for s in (sweeps or list(loaded))])
 
 
 def existing_store(db: str | None) -> Store:
-    """The results store for reading; exit 2, creating nothing, when there is no database yet."""
-    from ablate.store import DEFAULT_URL, Store, database_exists
+    """The results store for reading (`ablate.api.existing`); exit 2, creating nothing, when there is no database
+    yet."""
+    from ablate.api import NoDatabase, existing
 
-    if not database_exists(db):
-        fail(f"no results database at {db or DEFAULT_URL}: run `ablate launch` first (or pass --db)")
-    return Store(db)
+    try:
+        return existing(db)
+    except NoDatabase as e:
+        fail(str(e))

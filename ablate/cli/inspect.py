@@ -14,8 +14,7 @@ from ablate.cli.common import DB, MLFLOW, Format, existing_store, fail, out
 from ablate.cli.tables import markdown, more, print_table
 
 if TYPE_CHECKING:
-    from ablate.store import Listing, Store
-    from ablate.store.queries import Page
+    from ablate.api import Listing, Page, Store
 
 T = TypeVar("T")
 
@@ -27,8 +26,8 @@ def status(
     """Per sweep: trials per state, epochs left and the ETA at the pace of the unfinished trials; running
     trials, failures with the first line of their error (`ablate show KEY`: the whole traceback), stale results
     (a listing shows its first rows and counts the rest)."""
+    from ablate.api import STATES, Listing, divergence
     from ablate.api import status as read
-    from ablate.store import STATES, Listing, divergence
 
     with existing_store(db) as store:
         now = read(sweep, store)
@@ -73,7 +72,7 @@ WIDER = "`COLUMNS=200 ablate status` shows them"
 def _folded(counts: Listing) -> Listing:
     """`status`'s counts with the states in one column that wraps, `4/32 done, 1 running, 27 pending`: a
     narrow terminal fits that where it cannot fit a column per state. States no trial is in say nothing."""
-    from ablate.store import STATES, Listing
+    from ablate.api import STATES, Listing
 
     trials = [", ".join([f"{row['done']}/{row['total']} done",
                          *(f"{row[s]} {s}" for s in STATES if s != "done" and row[s])])
@@ -119,8 +118,8 @@ def runs(
     A table shows the first trials in plan order and says how many more there are; a table that does not fit
     the terminal leaves out replicate axes, then other axes, key and sweep, and says which; state, stale and
     the metrics stay."""
+    from ablate.api import REPLICATES
     from ablate.api import runs as read
-    from ablate.config import REPLICATES
 
     shown = None if every else limit if limit is not None or format is not Format.table else ROWS
     chosen = [c.strip() for c in columns.split(",") if c.strip()] if columns else None
@@ -171,9 +170,8 @@ def show(
 ) -> None:
     """One trial whole: config, code fingerprint and the modules it covers, attempts with what each ran with (CPU
     capability, threads, builds) and their tracebacks, metrics, MLflow run."""
+    from ablate.api import divergence, git_words
     from ablate.api import show as read
-    from ablate.provenance.fingerprint import git_words
-    from ablate.store import divergence
 
     with existing_store(db) as store:
         try:

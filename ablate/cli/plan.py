@@ -4,15 +4,19 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 import typer
 from rich.table import Table
 
+from ablate.api import units
 from ablate.cli.common import MAX_TRIALS, SET, Format, fail, out, plans_of
 from ablate.cli.tables import cell, markdown
 from ablate.errors import SpecError
-from ablate.planning import units
+
+T = TypeVar("T")
 
 
 def plan(
@@ -31,32 +35,29 @@ def plan(
     overrides: list[str] | None = SET,
 ) -> None:
     """Expand sweeps into trials: key, axis values, params and GFLOPs; counts per axis."""
-    from ablate.planning import table
-    from ablate.planning.check import ModelError
+    from ablate.api import ModelError, described, document, rows, variant_costs, write_csv
 
     plans = plans_of(file, sweep, max_trials=max_trials, overrides=overrides)
     try:
-        cost = table.variant_costs(plans) if costs else None
+        cost = variant_costs(plans) if costs else None
     except ModelError as e:
         fail(f"{e}\n(`ablate check` steps every variant; --no-costs plans without building models)")
     if format is Format.json:
-        sys.stdout.write(json.dumps(table.document(plans, cost), indent=1) + "\n")
+        sys.stdout.write(json.dumps(document(plans, cost), indent=1) + "\n")
         return
     if format is Format.markdown:
         import pandas as pd
 
-        sys.stdout.write(markdown(pd.DataFrame([r for p in plans for r in table.rows(p, cost)])))
+        sys.stdout.write(markdown(pd.DataFrame([r for p in plans for r in rows(p, cost)])))
         return
     if format is Format.csv:
-        table.write_csv(plans, cost, sys.stdout)
+        write_csv(plans, cost, sys.stdout)
         return
     for p in plans:
         if p.tuning and not p.trials:
-            from ablate.planning.tuning import describe
-
-            out.print(f"{p.sweep}: {describe(p)}")
+            out.print(f"{p.sweep}: {described(p)}")
             continue
-        prows = table.rows(p, cost, limit)
+        prows = rows(p, cost, limit)
         view = Table(title=f"{p.sweep}: {len(p.trials)} trials, {len(p.variants)} variants", title_justify="left")
         view.add_column("key")
         for a in p.axes:
@@ -98,8 +99,7 @@ def check(
 ) -> None:
     """Build every distinct model of the plan and run one forward and backward step on CPU, and a batch of each
     dataset through it (labels, shapes and classes as the dataset declared them); exit 2 on failure."""
-    from ablate.config import REPLICATES
-    from ablate.planning.check import check as run_check
+    from ablate.api import check as run_check
 
     plans = plans_of(file, sweep, max_trials=max_trials, overrides=overrides)
     results = run_check(plans, data=data)
@@ -108,36 +108,22 @@ def check(
         # a label too long for its column folds onto more lines: cut to `attention.kind=so…`, it named nothing
         view.add_column(col, justify="right" if col in ("params", "GFLOPs", "Δ params vs baseline") else "left",
                          overflow="fold")  # fmt: skip
-    base = {p.sweep: next((c.params for c in results if c.sweep == p.sweep and c.variant == p.baseline), None)
-            for p in plans}  # fmt: skip
-    labels: dict[tuple[str, str], str] = {}
-    for p in plans:  # a variant is a cell without its replicates
-        for t in p.trials:
-            words = ", ".join(f"{k}={cell(v)}" for k, v in t.axes.items() if k not in REPLICATES)
-            labels.setdefault((p.sweep, t.variant), words)
     for c in results:
-        ref = base.get(c.sweep)
-        delta = "-" if c.params is None or ref is None else units.params(c.params - ref, sign=True)
+        delta = "-" if c.delta is None else units.params(c.delta, sign=True)
         params, gflops = units.params(c.params), units.gflops(c.gflops)
         status = "ok" if c.ok else f"[red]error[/]: {c.error}"
-        view.add_row(c.sweep, labels.get((c.sweep, c.variant)) or c.variant[:10], params, gflops, delta, status)
+        label = ", ".join(f"{k}={cell(v)}" for k, v in c.axes.items()) or c.variant[:10]
+        view.add_row(c.sweep, label, params, gflops, delta, status)
     out.print(view)
     if not all(c.ok for c in results):
         raise typer.Exit(2)
 
 
-def file_plugins(file: Path | None) -> None:
-    """Load the built-ins, entry points and `file`'s plugins (exit 2 naming the plugin if one fails)."""
-    from ablate.plugins import load_builtins, load_entry_points
-    from ablate.spec.sweeps import load_plugins
-    from ablate.spec.yaml_doc import read_yaml
-
+def loaded(read: Callable[[], T]) -> T:
+    """What `read` returns after loading plugins (`ablate.api.load_plugins`); exit 2 naming the plugin if one
+    fails."""
     try:
-        load_builtins()
-        load_entry_points()
-        if file is not None:
-            doc = read_yaml(file)
-            load_plugins(doc.data.get("plugins") if isinstance(doc.data, dict) else None, file, doc.lines)
+        return read()
     except SpecError as e:
         fail("; ".join(str(p) for p in e.problems))
     except ValueError as e:  # PluginError from an entry point
@@ -148,24 +134,22 @@ def schema(
     file: Path | None = typer.Argument(None, help="An experiments file whose plugins' configs to include."),
 ) -> None:
     """Print the JSON schema of experiments.yaml (for editor completion and checking), plugins included."""
-    from ablate.spec.schema import json_schema
+    from ablate.api import schema as read
 
-    file_plugins(file)
-    sys.stdout.write(json.dumps(json_schema(), indent=2) + "\n")
+    sys.stdout.write(json.dumps(loaded(lambda: read(file)), indent=2) + "\n")
 
 
 def plugins(
     file: Path | None = typer.Argument(None, help="An experiments file whose `plugins:` to load too."),
 ) -> None:
     """Every registered component: kind, name and where it came from (built-in, entry point or plugin)."""
-    from ablate.registry import BACKBONES, DATASETS, MECHANISMS, TABLES, TASKS
+    from ablate.api import components
 
-    file_plugins(file)
+    found = loaded(lambda: components(file))
     view = Table(title="registered components", title_justify="left")
     view.add_column("kind", no_wrap=True)
     view.add_column("name", no_wrap=True)
     view.add_column("source", overflow="fold")  # a plugin file's path wraps whole onto more lines, never cut
-    for registry in (MECHANISMS, BACKBONES, DATASETS, TASKS, TABLES):
-        for entry in registry.entries():
-            view.add_row(registry.kind, entry.name, entry.source)
+    for c in found:
+        view.add_row(c.kind, c.name, c.source)
     out.print(view)

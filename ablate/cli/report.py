@@ -38,9 +38,8 @@ def report(
     db: str | None = DB,
 ) -> None:
     """Paper-style tables, design-aware statistics, effects of each knob and plots: HTML, Markdown, CSV, LaTeX."""
-    from ablate.reporting import FORMATS, ReportError
-    from ablate.reporting import compare as write_comparison
-    from ablate.reporting import report as write
+    from ablate.api import FORMATS, ReportError, compare_reports
+    from ablate.api import report as write
 
     formats = [f.strip() for item in format or FORMATS for f in item.split(",") if f.strip()] + ["tex"] * latex
     with existing_store(db) as store:
@@ -48,7 +47,7 @@ def report(
             if compare:
                 if sweep:
                     fail("--compare takes its two sweeps itself: give no SWEEP argument with it")
-                files = write_comparison(*compare, store=store, out=out_dir, metric=metric, formats=set(formats),
+                files = compare_reports(*compare, store=store, out=out_dir, metric=metric, formats=set(formats),
                                          correction=correction)  # fmt: skip
             else:
                 files = write(sweep or None, store=store, out=out_dir, metric=metric, baseline=baseline,
@@ -67,14 +66,13 @@ def sync(
 ) -> None:
     """Bring MLflow up to date with the store: runs, params, metric points and states it lacks (after MLflow
     was down during a launch). Safe to repeat: nothing is sent twice."""
-    from ablate.tracking.mirror import ReportFailed, Synced, from_mlflow
-    from ablate.tracking.mirror import sync as run_sync
-    from ablate.tracking.tracker import Tracker
+    from ablate.api import ReportFailed, Synced, Tracker, from_mlflow
+    from ablate.api import sync as run_sync
 
     with existing_store(db) as store:
         tracker = Tracker(mlflow_uri)
         try:
-            done = run_sync(store, tracker, sweep or None)
+            done = run_sync(sweep, store, tracker)
         except ReportFailed as e:  # MLflow answered: blaming it would send the user to wait for nothing
             synced = e.synced or Synced(0, 0)
             summaries = "the sweep's summary" if len(e.errors) == 1 else "the sweeps' summaries"

@@ -35,16 +35,18 @@ def slurm(
 ) -> None:
     """Write a Slurm batch script that starts Ray across its allocation and runs `ablate launch` on the sweeps;
     submit it with `sbatch`. A requeued or resubmitted job resumes the sweep."""
-    from ablate.execution.slurm import SlurmJob, refusal, script
+    from ablate.api import SlurmJob
+    from ablate.api import slurm as batch_script
 
     plans = plans_of(file, sweep, default=True)
     job = SlurmJob(str(file), tuple(sweep or [p.sweep for p in plans]), nodes, cpus_per_node, gpus_per_node, time,
                    partition, account, storage, db, mlflow_uri, signal, lease)  # fmt: skip
-    problem = refusal(job, plans)
-    if problem:
-        fail(problem)
+    try:
+        text = batch_script(job, plans)
+    except ValueError as e:
+        fail(str(e))
     if output is None:
-        out.print(script(job), end="", markup=False, highlight=False, soft_wrap=True)
+        out.print(text, end="", markup=False, highlight=False, soft_wrap=True)
         return
-    output.write_text(script(job))
+    output.write_text(text)
     out.print(f"wrote {output}: sbatch {output}", highlight=False)

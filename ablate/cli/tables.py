@@ -12,7 +12,7 @@ from rich.table import Table
 from ablate.cli.common import out
 
 if TYPE_CHECKING:
-    from ablate.store import Listing
+    from ablate.api import Listing
 
 
 def cell(value: Any) -> str:
@@ -114,7 +114,7 @@ def _axis_header(path: str, axes: list[str], taken: set[str]) -> str:
 
 def shown(value: Any) -> str:
     """A cell as tables print it: numbers to 4 significant digits, missing values as -."""
-    from ablate.store.listing import missing  # not at the top: `ablate --help` never imports the store
+    from ablate.api import missing  # asked for here: `ablate --help` never imports the store
 
     if missing(value):
         return "-"

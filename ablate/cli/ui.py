@@ -22,20 +22,13 @@ def ui(
     """Serve the MLflow UI on the MLflow store and print the sweep's page: a run per variant holding its report's
     numbers, best first, as bars and a table (the view the tracker keeps on its experiment); Ctrl-C or SIGTERM stops
     the server and waits for it."""
-    from ablate.tracking.tracker import DEFAULT_URI
-    from ablate.tracking.ui import UiServer, sweep_page
+    from ablate.api import DEFAULT_URI, UiServer, sweep_page
 
     uri = mlflow_uri or DEFAULT_URI
     base = f"http://{'127.0.0.1' if host in ('0.0.0.0', '::') else host}:{port}"
     with UiServer(uri, host, port) as server:  # first: reading the store overlaps the server's start-up
-        from ablate.store import Store, database_exists
-
         try:
-            if database_exists(db):
-                with Store(db) as store:
-                    page = sweep_page(base, store, sweep)
-            else:
-                page = sweep_page(base, None, sweep)
+            page = sweep_page(base, sweep, db)
         except LookupError as e:
             fail(str(e))
         out.print(f"MLflow UI on store {uri}: {page} (Ctrl-C stops it)", highlight=False)

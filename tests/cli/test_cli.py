@@ -499,7 +499,7 @@ def test_plan_counts_each_variants_cost_once_and_prints_each_trials_own_config(
     import csv
     import io
 
-    from ablate.planning import table
+    from ablate.api import plan_rows
     from ablate.planning.check import cost
     from ablate.planning.plan import plan
 
@@ -509,7 +509,7 @@ def test_plan_counts_each_variants_cost_once_and_prints_each_trials_own_config(
         counted.append(cfg.attention.kind)
         return cost(cfg)
 
-    monkeypatch.setattr(table, "cost", counting)
+    monkeypatch.setattr(plan_rows, "cost", counting)
     f = write_sweeps(
         tmp_path / "e.yaml",
         {"s": {"base": TINY, "grid": {"attention.kind": ["softmax", "csan"], "train.lr": [0.1, 0.2]}, "seeds": 3}},

@@ -49,11 +49,23 @@ def test_status_from_python_gives_the_facts_status_prints(tmp_path: Path) -> Non
 
 
 def test_status_and_show_from_python_create_no_database(tmp_path: Path) -> None:
-    """A database that is not there is a LookupError saying so, and is not created (as the CLI's exit 2)."""
+    """A database that is not there is a LookupError saying so, and is not created (as the CLI's exit 2): one
+    sentence, the same from every function and from every command that reads a store."""
     missing = f"sqlite:///{tmp_path}/none.sqlite"
-    for read in (lambda: api.status(store=missing), lambda: api.show("k", missing)):
-        with pytest.raises(LookupError, match="no results database at"):
+    said = set()
+    for read in (lambda: api.status(store=missing), lambda: api.show("k", missing), lambda: api.runs(store=missing),
+                 lambda: api.forget(["k"], missing, tracker=False)):  # fmt: skip
+        with pytest.raises(LookupError, match="no results database at") as e:
             read()
+        said.add(str(e.value))
+    with pytest.raises(api.ReportError) as e:
+        api.report(store=missing)
+    said.add(str(e.value))
+    for command in ("status", "runs", "show", "report", "forget", "sync"):
+        cli = CliRunner().invoke(app, [command, *(["k"] if command == "show" else []), "--db", missing])
+        assert cli.exit_code == 2
+        said.add(cli.output.removeprefix("error: ").strip())
+    assert said == {f"no results database at {missing}: run `ablate launch` first (or pass --db)"}
     assert not (tmp_path / "none.sqlite").exists()
 
 

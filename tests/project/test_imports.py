@@ -38,13 +38,13 @@ def imports(name: str, file: Path, known: dict[str, Path]) -> set[str]:
     return set(import_lines(name, file, known))
 
 
-def import_lines(name: str, file: Path, known: dict[str, Path]) -> dict[str, int]:
+def import_lines(name: str, file: Path, known: dict[str, Path], typing: bool = False) -> dict[str, int]:
     """The package's modules that `name` imports anywhere in its file, each with the line of its first import:
     `from a.b import c` is a.b.c where c is a module, else a.b; relative imports resolve against the module's
-    package."""
+    package. Imports under `if TYPE_CHECKING:` count only with `typing`."""
     tree = ast.parse(file.read_text())
     package = name if file.name == "__init__.py" else name.rpartition(".")[0]
-    skip = _type_checking_nodes(tree)
+    skip = set() if typing else _type_checking_nodes(tree)
     found: dict[str, int] = {}
     for node in sorted(ast.walk(tree), key=lambda n: getattr(n, "lineno", 0)):
         if id(node) in skip:
@@ -121,6 +121,44 @@ def upward(root: Path) -> list[str]:
                            f"{LAYER_OF[mine]}) may import only its own package and layers below it; "
                            f"`{theirs}` is layer {LAYER_OF[theirs]}")  # fmt: skip
     return out
+
+
+CLI_IMPORTS = ("api", "errors", "cli")
+"""The units `ablate.cli` may import: the commands parse, call the library's API and print what it returns, so a
+command's work is the API's for a notebook too. The package's facade itself (`ablate`, for `__version__`) too."""
+
+def past_the_api(root: Path) -> list[str]:
+    """Every import by a module of `root`'s cli of another unit than `CLI_IMPORTS`, anywhere in
+    its file (a function-local one or one for type checking included), by file and line."""
+    known = modules(root)
+    out = []
+    for name, file in known.items():
+        if unit(name) != "cli":
+            continue
+        for target, line in import_lines(name, file, known, typing=True).items():
+            if unit(target) not in CLI_IMPORTS and target != root.name:
+                out.append(f"{file.relative_to(root.parent)}:{line}: {name} imports {target}; the CLI imports only "
+                           f"{', '.join(f'{root.name}.{u}' for u in CLI_IMPORTS)}")  # fmt: skip
+    return out
+
+
+def test_the_cli_imports_only_the_api() -> None:
+    found = past_the_api(PACKAGE)
+    assert not found, "\n".join(found)
+
+
+def test_the_cli_rule_sees_local_and_typing_imports(tmp_path: Path) -> None:
+    """A function-local import of the store and one under TYPE_CHECKING break the rule; the API, the errors and
+    the facade do not."""
+    pkg = tmp_path / "ablate"
+    (pkg / "cli").mkdir(parents=True)
+    for module in ("__init__", "api", "errors", "store", "cli/__init__"):
+        (pkg / f"{module}.py").write_text("")
+    (pkg / "cli" / "ok.py").write_text("from ablate.api import x\nfrom ablate.errors import E\nfrom ablate import v\n")
+    (pkg / "cli" / "late.py").write_text("def f():\n    from ablate.store import Store\n")
+    typed = "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import ablate.store\n"
+    (pkg / "cli" / "typed.py").write_text(typed)
+    assert [f.split(":")[0] for f in past_the_api(pkg)] == ["ablate/cli/late.py", "ablate/cli/typed.py"]
 
 
 def test_the_package_import_graph_has_no_cycle() -> None:

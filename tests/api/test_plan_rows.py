@@ -1,4 +1,4 @@
-"""`ablate plan`'s rows as CSV (`ablate.planning.table.write_csv`): the bytes Python's csv module writes for them."""
+"""`ablate plan`'s rows as CSV (`ablate.api.plan_rows.write_csv`): the bytes Python's csv module writes for them."""
 
 from __future__ import annotations
 
@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 from conftest import TINY, write_sweeps
 
+from ablate.api.plan_rows import _ConfigFields, columns, rows, write_csv
 from ablate.config import TrialConfig
 from ablate.planning.keys import Trial
 from ablate.planning.plan import Plan, plan
-from ablate.planning.table import _ConfigFields, columns, rows, write_csv
 
 
 def written_by_csv(plans: list[Plan]) -> str:
