@@ -1,9 +1,10 @@
-"""Where launched trials train, run in its own process by tests/execution/test_placement.py (the session's Ray has no
-GPUs): `python tests/placed.py FOLDER` prints one JSON object of observations.
+"""Where launched trials train, run in its own processes by tests/execution/test_placement.py (the session's Ray has
+no GPUs): `python tests/placed.py FOLDER plain|fake` prints one JSON object of observations.
 
-Two real Rays with 2 logical GPUs (no CUDA here) in turn, real launches through `ablate.launch`: the first without the
-fake-GPU opt-in (a trial holding a GPU must fail), the second with it (such a trial trains on the CPU and says so).
-A tiny runner records, per task, what Ray gave it, CUDA_VISIBLE_DEVICES, and the device the trial resolved.
+A real Ray with 2 logical GPUs (no CUDA here), real launches through `ablate.launch`: `plain` without the fake-GPU
+opt-in (a trial holding a GPU must fail), `fake` with it (such a trial trains on the CPU and says so); the test runs
+the two at once, each a process and a Ray of its own (workers inherit the opt-in from the Ray they start in). A tiny
+runner records, per task, what Ray gave it, CUDA_VISIBLE_DEVICES, and the device the trial resolved.
 """
 
 from __future__ import annotations
@@ -40,13 +41,16 @@ def where(cfg: Any, report: Any, checkpoint_dir: Path) -> Any:
     return TrialResult("done", 1, {"test.top1": 1.0})
 
 
-def phase(root: Path, name: str, gpus: float, override: float | None = None, real: bool = False) -> dict[str, Any]:
-    """Launch two seeds of a sweep asking `gpus` (with `--gpus override`); what each task saw and the store's rows."""
+def phase(
+    root: Path, name: str, gpus: float, override: float | None = None, real: bool = False, seeds: int = 1
+) -> dict[str, Any]:
+    """Launch `seeds` seeds of a sweep asking `gpus` (with `--gpus override`); what each task saw and the store's
+    rows. One seed where every trial of the phase would show the same; two where they run at once on the two GPUs."""
     folder = root / name
     folder.mkdir(parents=True)
     f = folder / "e.yaml"
     base = {**TINY, "resources": {"cpus": 1, "gpus": gpus}}
-    f.write_text(yaml.safe_dump({"sweeps": {name: {"base": base, "seeds": 2}}}))
+    f.write_text(yaml.safe_dump({"sweeps": {name: {"base": base, "seeds": seeds}}}))
     run = RunConfig(storage=folder / "ck", gpus=override, runner=None if real else where)
     with Store(f"sqlite:///{folder}/r.sqlite") as store:
         result = launch([plan(f, name)], store, run=run, progress=Display(live=False))
@@ -71,15 +75,20 @@ def session(root: Path, fake: bool, phases: dict[str, dict[str, Any]]) -> dict[s
         ray.shutdown()
 
 
-def main(root: Path) -> None:
-    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-    out = session(root, False, {"gpu": {"gpus": 1}, "cpu_sweep_gpus_1": {"gpus": 0, "override": 1}})
-    out |= session(root, True, {
+PHASES: dict[str, dict[str, dict[str, Any]]] = {
+    "plain": {"gpu": {"gpus": 1}, "cpu_sweep_gpus_1": {"gpus": 0, "override": 1}},
+    "fake": {
         "fake": {"gpus": 0.5}, "fake_trained": {"gpus": 1, "real": True}, "cpu": {"gpus": 0},
-        "gpu_sweep_gpus_0": {"gpus": 1, "override": 0}, "fake_cpu_sweep_gpus_1": {"gpus": 0, "override": 1},
-    })  # fmt: skip
-    print(json.dumps(out))
+        "gpu_sweep_gpus_0": {"gpus": 1, "override": 0}, "fake_cpu_sweep_gpus_1": {"gpus": 0, "override": 1, "seeds": 2},
+    },
+}  # fmt: skip
+"""Each session's phases: `plain` without the fake-GPU opt-in, `fake` with it."""
+
+
+def main(root: Path, which: str) -> None:
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    print(json.dumps(session(root, which == "fake", PHASES[which])))
 
 
 if __name__ == "__main__":
-    main(Path(sys.argv[1]))
+    main(Path(sys.argv[1]), sys.argv[2])
