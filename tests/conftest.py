@@ -88,12 +88,12 @@ def write_sweeps(path: Path, sweeps: dict) -> Path:
     return path
 
 
-def scenario(script: str, root: Path, timeout: int = 600, args: tuple[str, ...] = ()) -> dict:
+def scenario(script: str, root: Path, timeout: int = 600) -> dict:
     """Run tests/<script> (a launch on a Ray of its own, e.g. logical GPUs) in a fresh process with `root` as its
-    folder (then `args`); what it printed last, as JSON."""
+    folder; what it printed last, as JSON."""
     here = Path(__file__).parent
-    out = subprocess.run([sys.executable, str(here / script), str(root), *args], cwd=here, capture_output=True,
-                         text=True, timeout=timeout)  # fmt: skip
+    out = subprocess.run([sys.executable, str(here / script), str(root)], cwd=here, capture_output=True, text=True,
+                         timeout=timeout)  # fmt: skip
     assert out.returncode == 0, out.stderr[-3000:]
     return json.loads(out.stdout.strip().splitlines()[-1])
 

@@ -1,10 +1,9 @@
-"""Where launched trials train, run in its own processes by tests/execution/test_placement.py (the session's Ray has
-no GPUs): `python tests/placed.py FOLDER plain|fake` prints one JSON object of observations.
+"""Where launched trials train, run in its own process by tests/execution/test_placement.py (the session's Ray has no
+GPUs): `python tests/placed.py FOLDER` prints one JSON object of observations.
 
-A real Ray with 2 logical GPUs (no CUDA here), real launches through `ablate.launch`: `plain` without the fake-GPU
-opt-in (a trial holding a GPU must fail), `fake` with it (such a trial trains on the CPU and says so); the test runs
-the two at once, each a process and a Ray of its own (workers inherit the opt-in from the Ray they start in). A tiny
-runner records, per task, what Ray gave it, CUDA_VISIBLE_DEVICES, and the device the trial resolved.
+Two real Rays with 2 logical GPUs (no CUDA here) in turn, real launches through `ablate.launch`: the first without the
+fake-GPU opt-in (a trial holding a GPU must fail), the second with it (such a trial trains on the CPU and says so).
+A tiny runner records, per task, what Ray gave it, CUDA_VISIBLE_DEVICES, and the device the trial resolved.
 """
 
 from __future__ import annotations
@@ -75,20 +74,15 @@ def session(root: Path, fake: bool, phases: dict[str, dict[str, Any]]) -> dict[s
         ray.shutdown()
 
 
-PHASES: dict[str, dict[str, dict[str, Any]]] = {
-    "plain": {"gpu": {"gpus": 1}, "cpu_sweep_gpus_1": {"gpus": 0, "override": 1}},
-    "fake": {
+def main(root: Path) -> None:
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    out = session(root, False, {"gpu": {"gpus": 1}, "cpu_sweep_gpus_1": {"gpus": 0, "override": 1}})
+    out |= session(root, True, {
         "fake": {"gpus": 0.5}, "fake_trained": {"gpus": 1, "real": True}, "cpu": {"gpus": 0},
         "gpu_sweep_gpus_0": {"gpus": 1, "override": 0}, "fake_cpu_sweep_gpus_1": {"gpus": 0, "override": 1, "seeds": 2},
-    },
-}  # fmt: skip
-"""Each session's phases: `plain` without the fake-GPU opt-in, `fake` with it."""
-
-
-def main(root: Path, which: str) -> None:
-    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-    print(json.dumps(session(root, which == "fake", PHASES[which])))
+    })  # fmt: skip
+    print(json.dumps(out))
 
 
 if __name__ == "__main__":
-    main(Path(sys.argv[1]), sys.argv[2])
+    main(Path(sys.argv[1]))

@@ -2,14 +2,11 @@
 the CPU with no GPU visible; a GPU torch cannot use fails the trial unless the tests' fake-GPU opt-in is set, and the
 store's `trials.device` says where each trained.
 
-The scenario runs in two processes at once (tests/placed.py), each on a real Ray of its own with 2 logical GPUs, one
-without the opt-in and one with it; a tiny runner records, per task, Ray's GPU ids, CUDA_VISIBLE_DEVICES and the
-device it resolved.
+The scenario runs in its own process (tests/placed.py) on two real Rays with 2 logical GPUs, one without the opt-in
+and one with it; a tiny runner records, per task, Ray's GPU ids, CUDA_VISIBLE_DEVICES and the device it resolved.
 """
 
 from __future__ import annotations
-
-from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from conftest import scenario
@@ -22,9 +19,7 @@ FAKE = f"cpu ({FAKE_GPU})"
 @pytest.fixture(scope="module")
 def placed(tmp_path_factory: pytest.TempPathFactory) -> dict:
     root = tmp_path_factory.mktemp("placed")
-    with ThreadPoolExecutor(2) as pool:  # the two sessions mostly wait on their workers' start: side by side
-        plain, fake = pool.map(lambda which: scenario("placed.py", root, args=(which,)), ("plain", "fake"))
-    return plain | fake
+    return scenario("placed.py", root)
 
 
 def refused(phase: dict) -> None:
