@@ -30,10 +30,11 @@ run: $(STAMP)
 
 # The suite in two pytest processes at once, as measured in a fresh clone: the quick tests (no Ray, process,
 # server or browser; a quick run refuses a process), then the other tests of tests/project and tests/tracking
-# (docs pages, MLflow servers, browsers: processes and ports of their own) and the Slurm jobs (a Slurm and a Ray of
-# their own), beside every other test, which mostly wait on the processes they start. The second's output follows;
-# both must pass.
-BESIDE = tests/project tests/tracking tests/execution/test_slurm.py
+# (docs pages, MLflow servers, browsers: processes and ports of their own), the Slurm jobs, the two-node cluster and
+# the logical-GPU placement scenario (each on a Ray of its own, none on the session's embedded Ray), beside every
+# other test, which mostly wait on the processes they start. The second's output follows; both must pass.
+BESIDE = tests/project tests/tracking tests/execution/test_slurm.py tests/execution/test_cluster.py \
+	tests/execution/test_placement.py
 test: lint docs $(STAMP)
 	@mkdir -p build; start=$$(date +%s); \
 	{ $(BIN)/python -m pytest -q -m quick -p no:cacheprovider; q=$$?; \

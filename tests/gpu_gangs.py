@@ -21,6 +21,8 @@ from ablate.planning.plan import plan
 from ablate.store import Store
 
 DEVICE = 80 * 2**30
+SAFETY = 240.0
+"""Seconds rank 0 waits for its peer's record: a safety net, never reached when placement works."""
 
 
 def small_probe(cfg: Any) -> Footprint:
@@ -29,7 +31,8 @@ def small_probe(cfg: Any) -> Footprint:
 
 
 def placed(cfg: Any, report: Any, checkpoint_dir: Path) -> Any:
-    """Record this rank's GPU share and visible devices; no training (there is no CUDA to train on)."""
+    """Record this rank's GPU share and visible devices; no training (there is no CUDA to train on). Rank 0 returns
+    once every rank recorded: its result ends the gang, stopping a rank that had not written yet (seen on main)."""
     import ray
 
     from ablate.training.messages import TrialResult
@@ -37,15 +40,15 @@ def placed(cfg: Any, report: Any, checkpoint_dir: Path) -> Any:
     rank = os.environ["RANK"]
     seen = {"rank": rank, "share": ray.get_runtime_context().get_assigned_resources().get("GPU", 0.0),
             "visible": os.environ.get("CUDA_VISIBLE_DEVICES")}  # fmt: skip
-    Path(checkpoint_dir, f"rank{rank}.json").write_text(json.dumps(seen))
-    # Every rank waits for the others' records, as a real gang's ranks meet in their collectives: rank 0's result
-    # ends the gang, which would otherwise stop a rank that a loaded machine started late, before it wrote its own.
-    world = int(os.environ["WORLD_SIZE"])
-    deadline = time.monotonic() + 120
-    while len(list(Path(checkpoint_dir).glob("rank*.json"))) < world:
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"rank {rank}: the other ranks wrote no record in 120 s")
-        time.sleep(0.05)
+    tmp = Path(checkpoint_dir, f"rank{rank}.tmp")
+    tmp.write_text(json.dumps(seen))
+    tmp.replace(Path(checkpoint_dir, f"rank{rank}.json"))  # whole, as rank 0 counts it
+    if rank == "0":
+        end = time.monotonic() + SAFETY
+        while len(list(Path(checkpoint_dir).glob("rank*.json"))) < int(os.environ["WORLD_SIZE"]):
+            if time.monotonic() > end:
+                raise TimeoutError("a rank never recorded what it was given")
+            time.sleep(0.02)
     return TrialResult("done", 1, {"test.top1": 1.0})
 
 

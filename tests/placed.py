@@ -40,13 +40,16 @@ def where(cfg: Any, report: Any, checkpoint_dir: Path) -> Any:
     return TrialResult("done", 1, {"test.top1": 1.0})
 
 
-def phase(root: Path, name: str, gpus: float, override: float | None = None, real: bool = False) -> dict[str, Any]:
-    """Launch two seeds of a sweep asking `gpus` (with `--gpus override`); what each task saw and the store's rows."""
+def phase(
+    root: Path, name: str, gpus: float, override: float | None = None, real: bool = False, seeds: int = 1
+) -> dict[str, Any]:
+    """Launch `seeds` seeds of a sweep asking `gpus` (with `--gpus override`); what each task saw and the store's
+    rows. One seed where every trial of the phase would show the same; two where they run at once on the two GPUs."""
     folder = root / name
     folder.mkdir(parents=True)
     f = folder / "e.yaml"
     base = {**TINY, "resources": {"cpus": 1, "gpus": gpus}}
-    f.write_text(yaml.safe_dump({"sweeps": {name: {"base": base, "seeds": 2}}}))
+    f.write_text(yaml.safe_dump({"sweeps": {name: {"base": base, "seeds": seeds}}}))
     run = RunConfig(storage=folder / "ck", gpus=override, runner=None if real else where)
     with Store(f"sqlite:///{folder}/r.sqlite") as store:
         result = launch([plan(f, name)], store, run=run, progress=Display(live=False))
@@ -76,7 +79,7 @@ def main(root: Path) -> None:
     out = session(root, False, {"gpu": {"gpus": 1}, "cpu_sweep_gpus_1": {"gpus": 0, "override": 1}})
     out |= session(root, True, {
         "fake": {"gpus": 0.5}, "fake_trained": {"gpus": 1, "real": True}, "cpu": {"gpus": 0},
-        "gpu_sweep_gpus_0": {"gpus": 1, "override": 0}, "fake_cpu_sweep_gpus_1": {"gpus": 0, "override": 1},
+        "gpu_sweep_gpus_0": {"gpus": 1, "override": 0}, "fake_cpu_sweep_gpus_1": {"gpus": 0, "override": 1, "seeds": 2},
     })  # fmt: skip
     print(json.dumps(out))
 
