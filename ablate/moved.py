@@ -8,7 +8,9 @@ public names: `ablate.planner` at `ablate.planning.plan` (5 of its 8 exported na
 at `ablate.spec.tune` (13 of its 19 public names: the `tune:` block; the search, `Search`, `proposals`, `best`,
 `Failed`, `Result`, `STARTUP`, is `ablate.planning.search`). A module renamed inside its package after the move
 (one word per concept) is here too, under its previous dotted name: `ablate.training.storage` is
-`ablate.training.checkpoint_storage`."""
+`ablate.training.checkpoint_storage`; model probing left the plan (`ablate.planning.check` is
+`ablate.probe.check`) and number formatting went to the bottom (`ablate.planning.units` is `ablate.units`, where
+ablate 0.1 had it)."""
 
 from __future__ import annotations
 
@@ -24,7 +26,7 @@ MOVED = {
     "ablate.tune_check": "ablate.spec.tune_check",
     "ablate.planner": "ablate.planning.plan", "ablate.sequential": "ablate.planning.adaptive",
     "ablate.tuned": "ablate.planning.tuned", "ablate.plan_table": "ablate.planning.table",
-    "ablate.check": "ablate.planning.check",
+    "ablate.check": "ablate.probe.check",
     "ablate.fingerprint": "ablate.provenance.fingerprint", "ablate.stale": "ablate.provenance.stale",
     "ablate.environment": "ablate.provenance.environment", "ablate.cache": "ablate.provenance.cache",
     "ablate.launcher": "ablate.execution.launcher", "ablate.selection": "ablate.execution.selection",
@@ -37,7 +39,9 @@ MOVED = {
     "ablate.messages": "ablate.training.messages", "ablate.checkpoints": "ablate.training.checkpoints",
     "ablate.storage": "ablate.training.checkpoint_storage", "ablate.tasks": "ablate.training.tasks",
     "ablate.mirror": "ablate.tracking.mirror", "ablate.verdict": "ablate.evidence.verdict",
-    "ablate.units": "ablate.planning.units", "ablate.steptime": "ablate.planning.steptime",
+    "ablate.steptime": "ablate.probe.steptime",
+    "ablate.planning.check": "ablate.probe.check", "ablate.planning.steptime": "ablate.probe.steptime",
+    "ablate.planning.units": "ablate.units",
     "ablate.training.storage": "ablate.training.checkpoint_storage",
     "ablate.tracking.records": "ablate.tracking.tracker", "ablate.reporting.seeding": "ablate.reporting.adaptive",
     "ablate.nn.softmax": "ablate.nn.mechanisms.softmax",

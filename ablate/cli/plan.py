@@ -9,10 +9,10 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
+from ablate import units
 from ablate.cli.common import MAX_TRIALS, SET, Format, fail, out, plans_of
 from ablate.cli.tables import cell, markdown
 from ablate.errors import SpecError
-from ablate.planning import units
 
 
 def plan(
@@ -32,7 +32,7 @@ def plan(
 ) -> None:
     """Expand sweeps into trials: key, axis values, params and GFLOPs; counts per axis."""
     from ablate.planning import table
-    from ablate.planning.check import ModelError
+    from ablate.probe.check import ModelError
 
     plans = plans_of(file, sweep, max_trials=max_trials, overrides=overrides)
     try:
@@ -99,7 +99,7 @@ def check(
     """Build every distinct model of the plan and run one forward and backward step on CPU, and a batch of each
     dataset through it (labels, shapes and classes as the dataset declared them); exit 2 on failure."""
     from ablate.config import REPLICATES
-    from ablate.planning.check import check as run_check
+    from ablate.probe.check import check as run_check
 
     plans = plans_of(file, sweep, max_trials=max_trials, overrides=overrides)
     results = run_check(plans, data=data)
