@@ -25,7 +25,6 @@ if TYPE_CHECKING:
     from ablate.config import ModelConfig, TrialConfig
     from ablate.data import Splits
     from ablate.nn.mixer import TokenMixer
-    from ablate.reporting.render import Block
     from ablate.reporting.sections import SweepResults
 
 
@@ -343,6 +342,21 @@ class Table:
     """Leading text columns (left-aligned); the rest are numbers (right-aligned)."""
     links: dict[tuple[int, int], str] = field(default_factory=dict)
     """(row, column) cells that link to a relative address."""
+
+
+@dataclass
+class Image:
+    """A figure a report section returns beside text and tables: PNG bytes, inline in HTML, a file beside the
+    Markdown."""
+
+    name: str
+    """File stem: the PNG written beside report.md is `<name>.png`."""
+    png: bytes
+    alt: str
+
+
+Block = str | Table | Image
+"""What a report section is made of: paragraphs, tables and figures, as every page renders them."""
 
 
 @dataclass(frozen=True)

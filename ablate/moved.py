@@ -15,7 +15,9 @@ check's modules left the CLI for `ablate.gpus`: `ablate.gpucheck` and `ablate.cl
 called tuning now (`ablate.spec.tune`, `ablate.planning.tuned`, `ablate.reporting.tuned`); `ablate.reporting.tuning`,
 which held Dodge's expected best, is `ablate.reporting.expected_best`, its old name taken by the tuned sweep's
 report section (`ablate.reporting.tuned`'s new name), so that one old name cannot point at its old module.
-`ablate.planning.table` (what `ablate plan` prints per trial) is `ablate.api.plan_rows`."""
+`ablate.planning.table` (what `ablate plan` prints per trial) is `ablate.api.plan_rows`. Model probing left the
+plan (`ablate.planning.check` is `ablate.probe.check`) and number formatting went to the bottom
+(`ablate.planning.units` is `ablate.units`, where ablate 0.1 had it)."""
 
 from __future__ import annotations
 
@@ -31,7 +33,7 @@ MOVED = {
     "ablate.tune_check": "ablate.spec.tuning_check",
     "ablate.planner": "ablate.planning.plan", "ablate.sequential": "ablate.planning.adaptive",
     "ablate.tuned": "ablate.planning.tuning", "ablate.plan_table": "ablate.api.plan_rows",
-    "ablate.check": "ablate.planning.check",
+    "ablate.check": "ablate.probe.check",
     "ablate.fingerprint": "ablate.provenance.fingerprint", "ablate.stale": "ablate.provenance.stale",
     "ablate.environment": "ablate.provenance.environment", "ablate.cache": "ablate.provenance.cache",
     "ablate.launcher": "ablate.execution.launcher", "ablate.selection": "ablate.execution.selection",
@@ -44,7 +46,9 @@ MOVED = {
     "ablate.messages": "ablate.training.messages", "ablate.checkpoints": "ablate.training.checkpointer",
     "ablate.storage": "ablate.training.checkpoint_storage", "ablate.tasks": "ablate.training.tasks",
     "ablate.mirror": "ablate.tracking.mirror", "ablate.verdict": "ablate.evidence.verdict",
-    "ablate.units": "ablate.planning.units", "ablate.steptime": "ablate.planning.steptime",
+    "ablate.steptime": "ablate.probe.steptime",
+    "ablate.planning.check": "ablate.probe.check", "ablate.planning.steptime": "ablate.probe.steptime",
+    "ablate.planning.units": "ablate.units",
     "ablate.training.storage": "ablate.training.checkpoint_storage",
     "ablate.training.checkpoints": "ablate.training.checkpointer",
     "ablate.spec.tune": "ablate.spec.tuning", "ablate.spec.tune_check": "ablate.spec.tuning_check",

@@ -30,7 +30,10 @@ GROUPS: dict[str, tuple[list[str], list[str]]] = {
         ["ablate/planning/plan.py", "ablate/planning/keys.py"],
         ["tests/planning/test_plan.py", "tests/spec/test_spec.py"],
     ),
-    "store": (["ablate/store/writes.py", "ablate/store/queries.py"], ["tests/store/test_store.py"]),
+    "store": (
+        ["ablate/store/writes.py", "ablate/store/leases.py", "ablate/store/database.py", "ablate/store/queries.py"],
+        ["tests/store/test_store.py"],
+    ),
     "launcher": (
         ["ablate/execution/launcher.py", "ablate/execution/fanout.py", "ablate/execution/gangs.py"],
         ["tests/execution/test_launcher.py", "tests/cli/test_cli.py"],

@@ -32,8 +32,8 @@ from conftest import free_port, fresh_database, postgres_binary
 from procs import Postgres
 
 from ablate.store import Store
+from ablate.store.database import now
 from ablate.store.queries import TRIALS
-from ablate.store.writes import now
 
 LEASE = 60.0
 """The launcher's default lease (`RunConfig.lease`): how far before its last look it looks."""

@@ -1,4 +1,4 @@
-"""How stable `report --time`'s relative step time is: the side-by-side timing (`ablate.planning.steptime`) of a
+"""How stable `report --time`'s relative step time is: the side-by-side timing (`ablate.probe.steptime`) of a
 shipped sweep's architectures, repeated, at the trials' own batch and at others, with several round counts.
 
     .venv/bin/python bench/steptime.py [--sweep cpu] [--runs 3] [--rounds 5 15] [--batch 4]
@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import argparse
 
-from ablate.planning import steptime
 from ablate.planning.plan import plan
+from ablate.probe import steptime
 
 
 def main() -> None:

@@ -17,9 +17,9 @@ class Layer(NamedTuple):
 
 LAYERS = (
     Layer(
-        ("errors", "patience", "moved", "_tv_compat"),
+        ("errors", "patience", "moved", "_tv_compat", "units"),
         "errors as one paragraph; waiting out a service that restarts; old module names, for one release; the "
-        "torchvision shim",
+        "torchvision shim; numbers in significant digits, as every table prints them",
     ),
     Layer(("components",), "the plugin contract's bases: `Mechanism`, `Backbone`, `Dataset`, `ReportSection`, ..."),
     Layer(("registry",), "the registries (refuse duplicates); `BUILTINS`, the built-in components' modules"),
@@ -35,7 +35,11 @@ LAYERS = (
     Layer(("store",), "the source of truth (SQLite/PostgreSQL): schema, migrations, writes, leases, queries"),
     Layer(("provenance",), "code fingerprints; which stored trials are stale; the environment; the disk cache"),
     Layer(("nn", "data"), "built-in networks (costs and widths cached per code fingerprint) and datasets"),
-    Layer(("planning",), "keys and grid expansion, adaptive seeds, tuned rounds, the plan table, the model check"),
+    Layer(("probe",), "model probing: a training step per model and a batch per dataset on CPU, step times"),
+    Layer(
+        ("planning",),
+        "keys, grid cells and designs; how a sweep chooses its trials (adaptive seeds, tuned arms), round by round",
+    ),
     Layer(("training",), "the training loop, data parallelism, messages, checkpoints and their storage, tasks"),
     Layer(("reporting",), "frames from the store, statistics, Findings, tables, plots, rendering, report sections"),
     Layer(("tracking",), "MLflow runs (a sweep's report among their artifacts); the mirror of the store"),

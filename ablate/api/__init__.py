@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ablate import units
 from ablate.api.experiments import CheckedVariant, Component, check, components, load_plugins, schema
 from ablate.api.stores import NoDatabase, absent, existing, existing_or_none, open_store, reading
 from ablate.api.tracking import sweep_page, sync, tracker_of
@@ -48,7 +49,6 @@ from ablate.api.trials import (
     show,
     status,
 )  # fmt: skip
-from ablate.planning import units
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -64,10 +64,10 @@ if TYPE_CHECKING:
     from ablate.gpus.check import GpuCheck
     from ablate.gpus.figures import Figures
     from ablate.gpus.sweep import PlannedCheck
-    from ablate.planning.check import ModelError
     from ablate.planning.plan import Plan
     from ablate.planning.rounds import Rounds
     from ablate.plugins import PluginWarning
+    from ablate.probe.check import ModelError
     from ablate.provenance.fingerprint import git_words
     from ablate.reporting import FORMATS, ReportError
     from ablate.store import STATES, Listing, Store, divergence
@@ -80,7 +80,7 @@ if TYPE_CHECKING:
 
 _LAZY = {
     **dict.fromkeys(("Costs", "document", "rows", "variant_costs", "write_csv"), "ablate.api.plan_rows"),
-    "REPLICATES": "ablate.config", "ModelError": "ablate.planning.check", "git_words": "ablate.provenance.fingerprint",
+    "REPLICATES": "ablate.config", "ModelError": "ablate.probe.check", "git_words": "ablate.provenance.fingerprint",
     **dict.fromkeys(("Cluster", "LaunchResult", "RunConfig"), "ablate.execution.launcher"),
     **dict.fromkeys(("Checks", "PreflightError", "Workload"), "ablate.execution.preflight"),
     "Display": "ablate.execution.progress", "Stopped": "ablate.execution.stopped",

@@ -74,9 +74,9 @@ class CheckedVariant:
 
 def check(plans: list[Plan], data: bool = True) -> list[CheckedVariant]:
     """Build every distinct model of `plans`, step it once on CPU and, with `data`, run a batch of each dataset
-    through it (`ablate.planning.check.check`): what `ablate check` prints, a row per variant."""
+    through it (`ablate.probe.check.check`): what `ablate check` prints, a row per variant."""
     from ablate.config import REPLICATES
-    from ablate.planning.check import check as step
+    from ablate.probe.check import check as step
 
     results = step(plans, data=data)
     base = {p.sweep: next((c.params for c in results if c.sweep == p.sweep and c.variant == p.baseline), None)

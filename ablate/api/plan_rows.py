@@ -15,9 +15,9 @@ from dataclasses import dataclass
 from typing import Any, TextIO
 
 from ablate.config import TrialConfig, identity
-from ablate.planning.check import cost
 from ablate.planning.keys import Trial
 from ablate.planning.plan import Plan
+from ablate.probe.check import cost
 
 COSTS = ("params", "gflops", "gflops_no_attn")
 """The cost columns, in `Costs`' order."""

@@ -33,9 +33,9 @@ from ablate.execution.trial_task import TaskArgs, run_trial, trial_task
 from ablate.planning.keys import Trial
 from ablate.plugins import Plugins
 from ablate.store import Owner, Store, divergence
+from ablate.store.database import now
 from ablate.store.faults import StoreUnavailable
 from ablate.store.schema import ENDED
-from ablate.store.writes import now
 from ablate.training.checkpoint_storage import Storage
 from ablate.training.checkpointer import Resume
 from ablate.training.messages import EpochEnd, Finished, PeerLost, Started, TrialResult

@@ -2,8 +2,8 @@
 
 `ablate launch` and `ablate.launch()` from Python run the same one (`preflight`), so a launch from a notebook
 refuses what the CLI refuses: an unreachable cluster, `--gpus` a fraction for multi-worker trials, a checkpoint
-storage that cannot serve the trials, a model that cannot take a training step (`ablate.planning.check.check`), a
-dataset whose labels, classes or widths do not fit its model (`ablate.planning.check.check_data`). The checks run on
+storage that cannot serve the trials, a model that cannot take a training step (`ablate.probe.check.check`), a
+dataset whose labels, classes or widths do not fit its model (`ablate.probe.check.check_data`). The checks run on
 the variants this launch would train: an idle relaunch (every trial done) checks nothing and imports no torch.
 """
 
@@ -17,8 +17,8 @@ from pathlib import Path
 from ablate.config import SPLIT_GPU, splits_a_gpu
 from ablate.execution.launcher import Cluster, RunConfig
 from ablate.execution.selection import Select, select
-from ablate.planning.check import Checked, check
 from ablate.planning.plan import Plan
+from ablate.probe.check import Checked, check
 from ablate.provenance.cache import folder
 from ablate.spec.tuning import companion
 from ablate.store import Store
@@ -42,10 +42,10 @@ class Checks:
 
     models: bool = True
     """One training step of every architecture to run, on CPU, every mixer's output and the configured mechanism's
-    use checked (`ablate.planning.check.check`)."""
+    use checked (`ablate.probe.check.check`)."""
     data: bool = True
     """A sample of every dataset to run through its model and loss: labels are class indices, classes and widths
-    as the dataset declares (`ablate.planning.check.check_data`); skipped for a dataset whose path is the cluster's
+    as the dataset declares (`ablate.probe.check.check_data`); skipped for a dataset whose path is the cluster's
     (`data.remote`). Never remembered: the data may change under its path."""
     remember: Path | None = field(default_factory=_remembered_checks)
     """The file of passing model checks (architecture, code fingerprint, checks' source), shared by every

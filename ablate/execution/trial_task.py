@@ -49,7 +49,7 @@ def misfit(cfg: TrialConfig) -> Exception | None:
     dataset only the cluster has, meets it in the trial, where the model's error named neither the dataset nor the
     shapes. Run only once the trial failed: a training step and a batch of each split."""
     from ablate.data import DataError
-    from ablate.planning.check import batches, check_config
+    from ablate.probe.check import batches, check_config
 
     if check_config(cfg) is not None:
         return None  # the model fails its own input: its error is the trial's

@@ -1,2 +1,2 @@
-"""Step 2, the plan: trial keys, grid expansion, adaptive seeds, tuned rounds, the model check, what `ablate plan`
+"""Step 2, the plan: trial keys, grid expansion, designs, adaptive seeds, tuned rounds, what `ablate plan`
 prints."""

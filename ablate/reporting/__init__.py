@@ -85,7 +85,7 @@ def report(
     `out/index.html`; return the files written. `metric` and `baseline` (a variant key or prefix, or
     PATH=VALUE[,PATH=VALUE] on axis values) override the sweep's; `correction` (holm or bh) adjusts each
     table's p-values; `time` times every architecture's training step side by side on this machine's CPU (the
-    report's relative step time, `ablate.planning.steptime`; the report then differs from run to run). A report
+    report's relative step time, `ablate.probe.steptime`; the report then differs from run to run). A report
     covers the trials each sweep's current plan makes; `all_trials` adds those launched before under other
     settings, labelled by the config paths they differ in. Every sweep is
     read before anything is written, so an unknown sweep, metric or baseline

@@ -22,9 +22,9 @@ import pandas as pd
 import yaml
 
 from ablate.config import REPLICATES, TrialConfig
-from ablate.planning import steptime
 from ablate.planning.designs import DesignPlan
 from ablate.plugins import Plugins
+from ablate.probe import steptime
 from ablate.provenance.stale import stale_in_store
 from ablate.registry import TASKS
 from ablate.reporting import describe, stats
@@ -333,7 +333,7 @@ def throughput(store: Store, data: SweepData, side_by_side: bool = False) -> pd.
     where the worker warms up), the median over `timed` finished trials (up to THROUGHPUT_TRIALS: reading every
     trial's epochs would dominate a large sweep's report) on `device`. These still carry the machine's load when
     they ran; `side_by_side` adds `step_rel`, every architecture's training step timed in turn in this process
-    (`ablate.planning.steptime`), a ratio the load cannot tilt, at `step_batch` examples (the trials' own)."""
+    (`ablate.probe.steptime`), a ratio the load cannot tilt, at `step_batch` examples (the trials' own)."""
     done = data.trials[data.trials["state"] == "done"]
     trials = done.groupby("variant", sort=False).head(THROUGHPUT_TRIALS).set_index("key")
     m = metrics(store, ["samples_per_s", "epoch_s"], trials.index.tolist()).astype({"key": str, "name": str})
@@ -352,7 +352,7 @@ def throughput(store: Store, data: SweepData, side_by_side: bool = False) -> pd.
 
 
 def step_times(data: SweepData) -> steptime.StepTimes:
-    """Every variant's architecture timed side by side in this process (`ablate.planning.steptime.side_by_side`)."""
+    """Every variant's architecture timed side by side in this process (`ablate.probe.steptime.side_by_side`)."""
     configs = {str(v): TrialConfig.model_validate(own_config(data, str(v))) for v in data.variants.index}
     return steptime.side_by_side(configs)
 

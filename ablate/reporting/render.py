@@ -15,18 +15,9 @@ import html
 import re
 from dataclasses import dataclass
 
-from ablate.components import Table as Table  # re-exported: the report's own tables build it from here
-
-
-@dataclass
-class Image:
-    name: str
-    """File stem: the PNG written beside report.md is `<name>.png`."""
-    png: bytes
-    alt: str
-
-
-Block = str | Table | Image
+from ablate.components import Block as Block  # re-exported: the report's own sections build them from here
+from ablate.components import Image as Image
+from ablate.components import Table as Table
 
 
 @dataclass

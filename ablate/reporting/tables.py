@@ -8,10 +8,10 @@ import math
 
 import pandas as pd
 
-from ablate import evidence
+from ablate import evidence, units
 from ablate.config import REPLICATES
 from ablate.evidence.verdict import Verdict, decide
-from ablate.planning import steptime, units
+from ablate.probe import steptime
 from ablate.reporting import frames, published, stats
 from ablate.reporting.effects import LENTH_PSE, PAIRED, Factorial
 from ablate.reporting.frames import SweepData

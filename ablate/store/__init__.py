@@ -25,10 +25,11 @@ Modules: `schema` (ORM models), `engine` (SQLite WAL + busy timeout, Alembic upg
 
 from ablate.spec.paths import flatten
 from ablate.store.engine import DEFAULT_URL, database_exists, sqlite_file
+from ablate.store.leases import Owner
 from ablate.store.listing import Listing
 from ablate.store.queries import TRIAL_COLUMNS
 from ablate.store.schema import ENDED, FINAL_STATES, STATES
-from ablate.store.writes import MetricRow, Owner, Store, divergence, error_line
+from ablate.store.writes import MetricRow, Store, divergence, error_line
 
 __all__ = [
     "DEFAULT_URL",

@@ -2,38 +2,27 @@
 
 Every write is one short transaction and idempotent: sweeps and trials are upserts, metrics overwrite
 their (trial, name, step) row, state changes set absolute values. Opening a Store migrates the database
-to the newest schema first.
-
-Long because `Store` is one class: every write of the store's one writer, each its own short transaction.
+to the newest schema first. `Store` is in three parts: its connection (`ablate.store.database`), its leases
+(`ablate.store.leases`) and, here, the rest of what its writer writes and reads.
 """
 
 from __future__ import annotations
 
-import getpass
 import json
 import math
-import os
-import socket
-import sys
-import uuid
-from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
-from contextlib import contextmanager
-from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
-from typing import Any, TypeVar
+from collections.abc import Iterable, Mapping
+from datetime import datetime, timezone
+from typing import Any
 
 from pydantic import BaseModel
-from sqlalchemy import Connection, event, func, or_, select, update
-from sqlalchemy.engine import ExceptionContext
-from sqlalchemy.exc import DatabaseError, DataError, IntegrityError, ProgrammingError
-from sqlalchemy.orm import Session
+from sqlalchemy import func, or_, select, update
 
-from ablate.patience import patiently
 from ablate.store import engine
-from ablate.store.faults import StoreUnavailable, explain, restarting
+from ablate.store.database import CHUNK, now
+from ablate.store.leases import Leases
 from ablate.store.listing import missing
-from ablate.store.queries import MEMBERS, METRICS, PREVIOUS, SWEEPS, TRIALS, Queries
-from ablate.store.schema import ENDED, FINAL_STATES, Base, Membership, SweepRecord, TrialRecord
+from ablate.store.queries import MEMBERS, METRICS, PREVIOUS, SWEEPS, TRIALS
+from ablate.store.schema import ENDED, FINAL_STATES, Membership, SweepRecord, TrialRecord
 
 #: Facts about a run that `finish` accepts (known once a trial has built its model).
 INFO_FIELDS = frozenset({"params", "flops", "peak_memory", "environment", "host", "node_id", "device",
@@ -46,18 +35,8 @@ _RESET = {"state": "pending", "started_at": None, "finished_at": None, "error": 
 #: The columns a previous result keeps.
 _KEPT = ("state", "attempts", "started_at", "finished_at", "error", "traceback", "result", "params", "flops",
          "peak_memory", "environment", "resumed_from", "code", "mlflow_run_id")  # fmt: skip
-#: Bound parameters per IN (...) query; below every backend's limit.
-CHUNK = 500
-
-R = TypeVar("R", bound=Base)
-T = TypeVar("T")
-
 MetricRow = tuple[str, str, int, float, float | None]
 """(trial key, metric name, step, value, wall time in unix seconds or None)."""
-
-
-def now() -> datetime:
-    return datetime.now(timezone.utc)
 
 
 def error_line(text: str | None) -> str | None:
@@ -74,21 +53,6 @@ def divergence(epoch: Any, step: Any) -> str | None:
     if missing(epoch):
         return None
     return f"diverged at epoch {int(epoch)}" + ("" if missing(step) else f", step {int(step)}")
-
-
-@dataclass(frozen=True)
-class Owner:
-    """A launcher as the holder of trial leases."""
-
-    id: str
-    host: str
-    """user@host:pid, shown by `ablate status`."""
-    seconds: float
-    """Lease length: a lease its owner has not renewed for this long may be taken over."""
-
-    @classmethod
-    def new(cls, seconds: float) -> Owner:
-        return cls(uuid.uuid4().hex, f"{getpass.getuser()}@{socket.gethostname()}:{os.getpid()}", seconds)
 
 
 def _field(trial: Any, name: str) -> Any:
@@ -123,55 +87,11 @@ def _json(value: Any) -> Any:
     return value.model_dump(mode="json") if isinstance(value, BaseModel) else value
 
 
-class Store(Queries):
+class Store(Leases):
     """The results database at `url` (default `sqlite:///db/ablate.sqlite` under the cwd; any SQLAlchemy
-    URL, e.g. postgresql+psycopg://..., or a SQLite file's path). Use as a context manager or call `close()`."""
-
-    def __init__(self, url: str | None = None, patience: float = 0.0) -> None:
-        """`patience`: seconds to wait for a database server that does not answer yet (one restarting: a launch
-        waits, as the launcher it replaces may be gone; a report or `status` says so at once)."""
-        self.url = engine.database_url(url)
-        try:
-            self.engine = engine.make_engine(self.url)
-        except OSError as e:  # the database's folder cannot be made
-            raise explain(self.url, e) from e
-        event.listen(self.engine, "handle_error", self._unavailable)
-        self._writer = self.engine.execution_options(**engine.WRITE)
-        self.patience = patience
-        self.patiently(lambda: engine.upgrade(self.engine))
-
-    def patiently(self, call: Callable[[], T]) -> T:
-        """`call` (this store's reads or writes), tried again while its database server restarts, for up to the
-        `patience` this store was opened with: a launch's set-up writes it between Ray's start and its loop."""
-        return patiently(call, restarting, self._waiting, self.patience)
-
-    def _waiting(self, error: Exception, pause: float) -> None:
-        print(f"ablate: {error} Trying again in {pause:.1f} s.", file=sys.stderr, flush=True)
-
-    def _unavailable(self, context: ExceptionContext) -> StoreUnavailable | None:
-        """A database fault (full disk, read-only, locked or corrupt file, a server that is down or restarting)
-        as StoreUnavailable (`ablate.store.faults`), from every statement and connection, reads as much as writes:
-        a launch goes on without the store and journals what it refuses, whichever call met the fault first.
-        Constraint and programming errors stay themselves; a failed pre-ping is the pool's to mend (it reconnects)."""
-        error = context.sqlalchemy_exception
-        if context.is_pre_ping or not isinstance(error, DatabaseError):
-            return None
-        return None if isinstance(error, (IntegrityError, ProgrammingError, DataError)) else explain(self.url, error)
-
-    def close(self) -> None:
-        self.engine.dispose()
-
-    def __enter__(self) -> Store:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    @contextmanager
-    def _write(self) -> Iterator[Connection]:
-        """One write transaction (a database fault raises StoreUnavailable: `_unavailable`)."""
-        with self._writer.begin() as conn:
-            yield conn
+    URL, e.g. postgresql+psycopg://..., or a SQLite file's path). Use as a context manager or call `close()`.
+    Opening it migrates the database (`Database`); leases are `Leases`; here are the writer's other writes and
+    the reads it makes between them."""
 
     # ------------------------------------------------------------------------------------------ sweeps
     def upsert_sweep(
@@ -357,82 +277,6 @@ class Store(Queries):
                 n += conn.execute(TRIALS.delete().where(where)).rowcount
         return n
 
-    # ------------------------------------------------------------------------------------------ leases
-    def claim(
-        self,
-        keys: Iterable[str],
-        owner: Owner,
-        limit: int | None = None,
-        chosen_at: datetime | None = None,
-        retry: Collection[str] = (),
-    ) -> set[str]:
-        """Lease to `owner`, for `owner.seconds`, the unfinished trials of `keys` that are free, already its,
-        or whose lease lapsed: the first `limit` of them in the order of `keys` (all when None). Returns the
-        keys of those it now holds. One transaction (SQLite's write lock; on PostgreSQL the update re-checks
-        each row under its lock), so two launchers never both win a trial.
-
-        `chosen_at`: when the launch read the states it chose `keys` by. A failed or diverged trial is then
-        claimed only if it is one of `retry` (chosen in that state, to train again) and ended before that
-        moment: one that ended since, another launcher ran after this launch chose it, and training it again
-        would repeat that launcher's work (by the recording launcher's clock, as leases assume clocks agree)."""
-        order = list(keys)
-        t = now()
-        lease = {
-            "lease_owner": owner.id,
-            "lease_host": owner.host,
-            "lease_expires": t + timedelta(seconds=owner.seconds),
-        }
-        claimable = (
-            TRIALS.c.state != "done",
-            or_(TRIALS.c.lease_owner.is_(None), TRIALS.c.lease_owner == owner.id, TRIALS.c.lease_expires < t),
-        )
-
-        def unchanged(part: list[str]) -> tuple[Any, ...]:
-            """Of `part`, those that did not fail or diverge since the launch chose them (no test without
-            `chosen_at`)."""
-            if chosen_at is None:
-                return ()
-            again = TRIALS.c.key.in_([k for k in part if k in retry]) & (TRIALS.c.finished_at < chosen_at)
-            return (or_(TRIALS.c.state.not_in([s for s in ENDED if s != "done"]), again),)
-
-        held = set[str]()
-        with self._write() as conn:
-            chosen: list[str] = []
-            for i in range(0, len(order), CHUNK):  # in queue order, reading no further than `limit` needs
-                part = order[i : i + CHUNK]
-                where = (TRIALS.c.key.in_(part), *unchanged(part), *claimable)
-                found = set(conn.execute(select(TRIALS.c.key).where(*where)).scalars())
-                chosen += [k for k in part if k in found]
-                if limit is not None and len(chosen) >= limit:
-                    break
-            chosen = chosen[:limit]
-            for i in range(0, len(chosen), CHUNK):
-                part = chosen[i : i + CHUNK]
-                conn.execute(update(TRIALS).where(TRIALS.c.key.in_(part), *unchanged(part), *claimable).values(**lease))
-                mine = select(TRIALS.c.key).where(TRIALS.c.key.in_(part), TRIALS.c.lease_owner == owner.id)
-                held.update(conn.execute(mine).scalars())
-        return held
-
-    def renew(self, owner: Owner) -> set[str]:
-        """Extend every lease `owner` holds by `owner.seconds` from now (its heartbeat); return their keys
-        (a lease that lapsed and was taken over is gone from them)."""
-        expires = now() + timedelta(seconds=owner.seconds)
-        with self._write() as conn:
-            conn.execute(update(TRIALS).where(TRIALS.c.lease_owner == owner.id).values(lease_expires=expires))
-            return set(conn.execute(select(TRIALS.c.key).where(TRIALS.c.lease_owner == owner.id)).scalars())
-
-    def release(self, owner: Owner, keys: Iterable[str] | None = None) -> None:
-        """Give up `owner`'s leases (on `keys`, or all): another launcher may claim them at once."""
-        with self._write() as conn:
-            for where in self._key_filters(keys):
-                stmt = update(TRIALS).where(where, TRIALS.c.lease_owner == owner.id)
-                conn.execute(stmt.values(lease_owner=None, lease_host=None, lease_expires=None))
-
-    def _update(self, table: Any, where: Any, key: str, **values: Any) -> None:
-        with self._write() as conn:
-            if conn.execute(update(table).where(where).values(**values)).rowcount == 0:
-                raise KeyError(f"no {table.name[:-1]} {key!r} in the store")
-
     # ------------------------------------------------------------------------------------------- reads
     def done_keys(self, keys: Iterable[str] | None = None) -> set[str]:
         """Keys (of `keys`, or all) whose trial is done, whatever sweep ran it."""
@@ -539,16 +383,3 @@ class Store(Queries):
     def membership(self, sweep: str, key: str) -> Membership | None:
         """The trial's place in the sweep (axes, position), or None."""
         return self._get(Membership, (sweep, key))
-
-    def _get(self, model: type[R], ident: Any) -> R | None:
-        with Session(self.engine, expire_on_commit=False) as session:
-            return session.get(model, ident)
-
-    @staticmethod
-    def _key_filters(keys: Iterable[str] | None) -> Iterator[Any]:
-        if keys is None:
-            yield TRIALS.c.key.is_not(None)
-            return
-        keys = list(keys)
-        for i in range(0, len(keys), CHUNK):
-            yield TRIALS.c.key.in_(keys[i : i + CHUNK])

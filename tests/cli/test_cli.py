@@ -500,8 +500,8 @@ def test_plan_counts_each_variants_cost_once_and_prints_each_trials_own_config(
     import io
 
     from ablate.api import plan_rows
-    from ablate.planning.check import cost
     from ablate.planning.plan import plan
+    from ablate.probe.check import cost
 
     counted: list[str] = []
 

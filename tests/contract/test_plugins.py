@@ -15,12 +15,12 @@ import yaml
 from conftest import KINDS, TINY
 from typer.testing import CliRunner
 
-import ablate.planning.check
+import ablate.probe.check
 from ablate.cli import app
 from ablate.config import TrialConfig
 from ablate.errors import SpecError
-from ablate.planning.check import check, check_config, fingerprint
 from ablate.planning.plan import Plan, load_plans, plan
+from ablate.probe.check import check, check_config, fingerprint
 from ablate.registry import BACKBONES, Registry, RegistryError
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -267,7 +267,7 @@ def steps_of_a_fresh_check(p: Plan, remember: Path | None, module: str) -> int:
     def forwards() -> int:
         return len(getattr(sys.modules.get(module), "FORWARDS", []))
 
-    ablate.planning.check._CACHE.clear()
+    ablate.probe.check._CACHE.clear()
     before = forwards()
     assert all(c.ok for c in check([p], remember=remember))
     return forwards() - before

@@ -31,7 +31,7 @@ from ablate.execution.launcher import RunConfig, launch
 from ablate.execution.progress import Display
 from ablate.planning.plan import Plan, plan, plan_all
 from ablate.store import Store
-from ablate.store.writes import now
+from ablate.store.database import now
 from ablate.tracking.tracker import Tracker
 from ablate.training.checkpointer import FILE, Checkpointer
 
@@ -789,7 +789,7 @@ from ablate.execution.launcher import RunConfig
 from ablate.planning.plan import plan
 from ablate.store import Owner, Store
 from ablate.store.queries import TRIALS
-from ablate.store.writes import now
+from ablate.store.database import now
 try:
     launch(plan(sys.argv[1], "s"), sys.argv[2], sys.argv[3], run=RunConfig(storage=sys.argv[4]))
 except Exception as e:

@@ -1,6 +1,7 @@
 """The package's modules import each other as a DAG, and only down the layers of tests/layers.py (`LAYERS`, which
 docs/architecture.md shows): every import counts, a function-local one included (it runs as surely as a top-level
-one, only later); only imports under `if TYPE_CHECKING:` do not, as they never run."""
+one, only later); imports under `if TYPE_CHECKING:` never run, so they make no cycle, but they obey the layers too
+(a type the plugin contract names belongs below it), but for the few `CLIMBING` lists."""
 
 from __future__ import annotations
 
@@ -31,6 +32,23 @@ def _type_checking_nodes(tree: ast.Module) -> set[int]:
         for stmt in node.body
         for sub in ast.walk(stmt)
     }
+
+
+def type_only_lines(name: str, file: Path, known: dict[str, Path]) -> dict[str, int]:
+    """The package's modules that `name` imports under `if TYPE_CHECKING:`, each with the line of its first such
+    import (absolute imports: the package's own never import relatively under it)."""
+    tree = ast.parse(file.read_text())
+    only = _type_checking_nodes(tree)
+    found: dict[str, int] = {}
+    for node in sorted(ast.walk(tree), key=lambda n: getattr(n, "lineno", 0)):
+        if id(node) not in only or not isinstance(node, ast.ImportFrom):
+            continue
+        target = node.module or ""
+        while target and target not in known:
+            target = target.rpartition(".")[0]
+        if target and target != name:
+            found.setdefault(target, node.lineno)
+    return found
 
 
 def imports(name: str, file: Path, known: dict[str, Path]) -> set[str]:
@@ -127,6 +145,7 @@ CLI_IMPORTS = ("api", "errors", "cli")
 """The units `ablate.cli` may import: the commands parse, call the library's API and print what it returns, so a
 command's work is the API's for a notebook too. The package's facade itself (`ablate`, for `__version__`) too."""
 
+
 def past_the_api(root: Path) -> list[str]:
     """Every import by a module of `root`'s cli of another unit than `CLI_IMPORTS`, anywhere in
     its file (a function-local one or one for type checking included), by file and line."""
@@ -159,6 +178,59 @@ def test_the_cli_rule_sees_local_and_typing_imports(tmp_path: Path) -> None:
     typed = "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import ablate.store\n"
     (pkg / "cli" / "typed.py").write_text(typed)
     assert [f.split(":")[0] for f in past_the_api(pkg)] == ["ablate/cli/late.py", "ablate/cli/typed.py"]
+
+
+CLIMBING = {
+    ("ablate.components", "ablate.config"): "ModelConfig, TrialConfig: config validates against the registry, "
+    "which holds the contract's classes",
+    ("ablate.components", "ablate.data"): "Splits: defined in data/__init__, which every dataset's fingerprint covers",
+    ("ablate.components", "ablate.nn.mixer"): "TokenMixer: defined in nn/mixer.py, which every mechanism's "
+    "fingerprint covers",
+    ("ablate.components", "ablate.reporting.sections"): "SweepResults: the report's frames and statistics",
+    ("ablate.nn.mechanisms.syn", "ablate.reporting.sections"): "SweepResults, as the contract's ReportSection",
+    ("ablate.nn.mechanisms.syn.report", "ablate.reporting.sections"): "SweepResults, as the contract's ReportSection",
+    ("ablate.registry", "ablate.training.tasks"): "Task: defined in training/tasks.py, which every task's "
+    "fingerprint covers",
+}
+"""Type-only imports that still climb (module, the module it imports), each with what keeps its type up there:
+this list only shrinks (issue 54 counted 11 such names; `Block` and `Image` moved down into the contract)."""
+
+
+def climbing(root: Path) -> dict[tuple[str, str], str]:
+    """Every type-only import of a unit of the same or a higher layer, as (module, imported) -> `file:line`."""
+    known = modules(root)
+    out = {}
+    for name, file in known.items():
+        for target, line in type_only_lines(name, file, known).items():
+            if unit(name) != unit(target) and LAYER_OF[unit(target)] >= LAYER_OF[unit(name)]:
+                out[(name, target)] = f"{file.relative_to(root.parent)}:{line}"
+    return out
+
+
+def test_type_only_imports_point_down_the_layers_but_for_those_listed() -> None:
+    """A new type-only import up the layers fails, naming its file and line; one listed that no longer climbs
+    leaves `CLIMBING`."""
+    found = climbing(PACKAGE)
+    new = [f"{where}: {name} imports {target} under TYPE_CHECKING" for (name, target), where in found.items()
+           if (name, target) not in CLIMBING]  # fmt: skip
+    assert not new, "\n".join(new)
+    assert sorted(set(CLIMBING) - set(found)) == []
+
+
+def test_the_type_only_walk_sees_a_climbing_import(tmp_path: Path) -> None:
+    """`climbing` reads the layers of tests/layers.py: components (layer 1) naming a config type climbs."""
+    pkg = tmp_path / "ablate"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "config.py").write_text("class TrialConfig: ...\n")
+    only = "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from ablate.{} import {}\n"
+    (pkg / "errors.py").write_text(only.format("units", "x"))
+    (pkg / "units.py").write_text("x = 1\n")
+    (pkg / "components.py").write_text(only.format("config", "TrialConfig"))
+    assert climbing(pkg) == {
+        ("ablate.components", "ablate.config"): "ablate/components.py:3",
+        ("ablate.errors", "ablate.units"): "ablate/errors.py:3",
+    }
 
 
 def test_the_package_import_graph_has_no_cycle() -> None:

@@ -15,10 +15,11 @@ from conftest import TINY, write_sweeps
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from synthetic import fill
 
+from ablate import units
 from ablate.config import TrialConfig
-from ablate.planning import steptime, units
 from ablate.planning.keys import Trial
 from ablate.planning.plan import Plan, plan
+from ablate.probe import steptime
 from ablate.registry import TABLES
 from ablate.reporting import frames, plots, report, tables
 from ablate.store import Store

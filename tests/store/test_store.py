@@ -27,10 +27,10 @@ from sqlalchemy.exc import IntegrityError
 from ablate.config import TrialConfig
 from ablate.planning.keys import Trial, trial_key, variant_key
 from ablate.store import STATES, TRIAL_COLUMNS, Owner, Store, flatten
+from ablate.store.database import CHUNK, now
 from ablate.store.engine import make_engine, revision_number, upgrade, upsert_stmt
 from ablate.store.queries import METRICS, Condition
 from ablate.store.schema import Base
-from ablate.store.writes import CHUNK, now
 
 
 def trial(seed: int, kind: str = "softmax", **axes: object) -> Trial:

@@ -14,8 +14,8 @@ from ablate.components import Mechanism, ReportSection
 from ablate.registry import register_mechanism, register_section
 
 if TYPE_CHECKING:
+    from ablate.components import Block
     from ablate.nn.mixer import TokenMixer
-    from ablate.reporting.render import Block
     from ablate.reporting.sections import SweepResults
 
 

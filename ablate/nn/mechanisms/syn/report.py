@@ -21,7 +21,7 @@ import pandas as pd
 from ablate.components import Table
 
 if TYPE_CHECKING:
-    from ablate.reporting.render import Block
+    from ablate.components import Block
     from ablate.reporting.sections import SweepResults
 
 STEPS, KIND, POOL = "attention.steps", "attention.kind", "model.pool"

@@ -21,16 +21,15 @@ from __future__ import annotations
 import hashlib
 import json
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from ablate.components import Mechanism
 from ablate.config import TrialConfig
 from ablate.nn.costs import Cost, data_dims, model_cost
 from ablate.nn.widths import model_key
-from ablate.planning.plan import Plan
 from ablate.provenance import cache
 from ablate.provenance.fingerprint import fingerprint as code_fingerprint
 from ablate.registry import BACKBONES, DATASETS, MECHANISMS
@@ -42,6 +41,26 @@ swapped ((B, N, H, d) for (B, H, N, d)) returns another shape, whatever sizes th
 SAMPLE = 32
 """Items of each split that the data check collates, spread over the split (a split sorted by class shows its
 last class too)."""
+
+
+class Planned(Protocol):
+    """A planned trial as the check reads it (`ablate.planning.keys.Trial`): the plan sits above this unit."""
+
+    @property
+    def key(self) -> str: ...
+    @property
+    def variant(self) -> str: ...
+    @property
+    def config(self) -> TrialConfig: ...
+
+
+class Sweep(Protocol):
+    """A sweep's plan as the check reads it (`ablate.planning.plan.Plan`): its name and trials."""
+
+    @property
+    def sweep(self) -> str: ...
+    @property
+    def trials(self) -> Sequence[Planned]: ...
 
 
 class ModelError(ValueError):
@@ -141,7 +160,7 @@ def step(cfg: TrialConfig) -> None:
 
 def trainable(cfg: TrialConfig, batch: int) -> tuple[Any, Any]:
     """The trial's model in training mode on CPU and a random batch of `batch` inputs of the shape it takes: what
-    the check steps and `ablate.planning.steptime` times."""
+    the check steps and `ablate.probe.steptime` times."""
     from ablate.nn.accounting import example_input
     from ablate.nn.factory import create_model
 
@@ -252,7 +271,7 @@ def fingerprint(cfg: TrialConfig) -> str:
 
 
 def check(
-    plans: list[Plan],
+    plans: Sequence[Sweep],
     skip: set[str] | None = None,
     remember: Path | None = None,
     data: bool = False,

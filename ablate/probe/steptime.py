@@ -72,7 +72,7 @@ def side_by_side(configs: Mapping[str, TrialConfig], rounds: int = ROUNDS, batch
     process on CPU, at `batch` examples (default: the trials' own, `batch_of`) (`StepTimes`)."""
     import torch
 
-    from ablate.planning.check import trainable
+    from ablate.probe.check import trainable
 
     batch = batch_of(configs) if batch is None else batch
     variants = architectures(configs)
