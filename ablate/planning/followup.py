@@ -44,7 +44,7 @@ def extend(
     """The design's cells (`coded`: cells x factors, -1 the reference) and its follow-up's, each cell once, with
     the follow-up in words for the design's title; `index` is its place in the list of follow-ups, `names` the
     factors' axis paths (a linked group's joined by +), `fraction` another fraction's coded cells (signed so that
-    the reference is a cell)."""
+    the reference is a cell); SweepError naming a fold-over axis the design does not vary."""
     if follow.fractional is not None:
         return union(
             coded, fraction(follow.fractional)

@@ -2,7 +2,9 @@
 
 The cells of a sweep's grid, linked groups and when blocks (`ablate.planning.cells`, or those a `design:` chose)
 are validated and keyed (the keys are `ablate.planning.keys`'s), less its exclusions; a `Plan` holds the trials
-with the sweep's baseline and metric.
+with the sweep's baseline and metric. `expand` is a function of the sweep's data (`Sweep`): its problems are key
+paths in the sweep (`SweepProblem`), placed on the file's lines once (`load_plans`, `plan`) through the sweep's
+`SweepSource`.
 """
 
 from __future__ import annotations

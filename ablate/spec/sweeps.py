@@ -4,8 +4,10 @@ A file holds named sweeps. Each sweep is a base config (a partial `TrialConfig`,
 `defaults`) and a grid over dotted config paths: cartesian `grid` axes, `linked` axes that move together,
 `when` blocks whose axes apply only where a condition holds, `exclude` rules, `seeds` and a `baseline`.
 Everything wrong in a file is collected and raised as one `SpecError` whose problems name the file, the
-key path and the YAML line. This module reads and checks the file's structure (`read_sweeps`); expanding
-a sweep into trials, which finds the errors inside cells, is `ablate.planning.plan`'s job (`load_plans` does both).
+key path and the YAML line. This module reads and checks the file's structure (`read_sweeps`) into each sweep's
+data (`Sweep`) and where it is written (`SweepSource`); expanding a sweep into trials, which finds the errors
+inside cells, is `ablate.planning.plan`'s job (`load_plans` does both): a function of the `Sweep` whose problems
+are key paths in it (`SweepProblem`), which its `SweepSource` places on their lines.
 """
 
 from __future__ import annotations
