@@ -147,10 +147,11 @@ class Grid:
     """The attention kinds its cells may have (a bad path is named among their knobs)."""
     dead: list[SweepProblem]
     """`when:` conditions that can never hold: named with the cells' problems."""
+    axes: list[str] = field(init=False)
+    """The paths its cells vary."""
 
-    @property
-    def axes(self) -> list[str]:
-        return list(dict.fromkeys(p for cell in self.cells for p, _, _ in cell))
+    def __post_init__(self) -> None:
+        self.axes = list(dict.fromkeys(p for cell in self.cells for p, _, _ in cell))
 
 
 def expand(sweep: Sweep, max_trials: int = MAX_TRIALS) -> Expanded:
