@@ -43,7 +43,7 @@ def made_up(i: int) -> float:
 def plain_files(folder: Path) -> tuple[str, Path, Path, int]:
     """experiments.yaml's smallest untuned sweep alone in a file, and one trial of it alone in another."""
     smallest = min((p for p in plan_all(ROOT / "experiments.yaml") if p.tuning is None), key=lambda p: len(p.trials))
-    source = read_sweeps(ROOT / "experiments.yaml").sweeps[smallest.sweep]
+    source = read_sweeps(ROOT / "experiments.yaml").sweeps[smallest.sweep].sweep
     body = {**source.spec.model_dump(exclude_defaults=True), "base": source.base}
     sweep, one = folder / "sweep.yaml", folder / "one.yaml"
     sweep.write_text(yaml.safe_dump({"sweeps": {smallest.sweep: body}}))

@@ -1,6 +1,7 @@
 """The cells of a sweep's grid: axis groups (grid axes, linked rows, `when:` blocks) and their products, each
-cell's raw config, and what is wrong in them named where the user wrote it (`ablate.planning.plan` validates and
-keys the cells into trials).
+cell's raw config, and what is wrong in them named by the key path where the user wrote it (`SweepProblem`:
+functions of the sweep's data, placed in its file by its `SweepSource`; `ablate.planning.plan` validates and keys
+the cells into trials).
 """
 
 from __future__ import annotations
@@ -8,20 +9,20 @@ from __future__ import annotations
 import difflib
 import itertools
 import json
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
 
 from ablate.config import TrialConfig
-from ablate.errors import Problem, format_path
+from ablate.errors import format_path
 from ablate.planning.designs import Cell
 from ablate.spec.paths import get_path, matches, overlaps, set_path
-from ablate.spec.problems import clean_loc, error_message
+from ablate.spec.problems import SweepProblem, clean_loc, error_message
 from ablate.spec.registry_check import path_problem
 from ablate.spec.schema import Linked, axis_paths
-from ablate.spec.sweeps import SweepSource
+from ablate.spec.sweeps import Sweep
 from ablate.spec.yaml_doc import Loc
 
 
@@ -29,18 +30,18 @@ def groups(
     grid: dict[str, list[Any]],
     linked: list[Linked],
     at: Loc,
-    sweep: SweepSource,
-    problems: list[Problem],
+    problems: list[SweepProblem],
     kinds: list[str],
 ) -> list[list[Cell]]:
-    """Each axis group as its list of rows (a row is a partial cell); `kinds`: the attention kinds they apply to."""
+    """Each axis group as its list of rows (a row is a partial cell), its problems added to `problems`; `kinds`: the
+    attention kinds they apply to."""
     groups: list[list[Cell]] = []
     for path, values in grid.items():
         loc = at + ("grid", path)
         if (msg := path_problem(path, kinds)) is not None:
-            problems.append(sweep.problem(loc, msg))
+            problems.append(SweepProblem(loc, msg))
         elif not values:
-            problems.append(sweep.problem(loc, "empty axis: expected a list of at least one value"))
+            problems.append(SweepProblem(loc, "empty axis: expected a list of at least one value"))
         groups.append([((path, v, loc + (i,)),) for i, v in enumerate(values)])
     for g, group in enumerate(linked):
         loc = at + ("linked", g)
@@ -48,7 +49,7 @@ def groups(
             lengths = {len(v) for v in group.values()}
             if len(lengths) > 1:
                 problems.append(
-                    sweep.problem(loc, f"linked axes need lists of one length, got lengths {sorted(lengths)}")
+                    SweepProblem(loc, f"linked axes need lists of one length, got lengths {sorted(lengths)}")
                 )
                 continue
             rows = [{p: vals[i] for p, vals in group.items()} for i in range(lengths.pop() if lengths else 0)]
@@ -57,10 +58,10 @@ def groups(
             rows = group
             locs = [{p: loc + (i, p) for p in row} for i, row in enumerate(rows)]
         if not rows:
-            problems.append(sweep.problem(loc, "empty linked group: expected at least one row"))
+            problems.append(SweepProblem(loc, "empty linked group: expected at least one row"))
         for p in {p for row in rows for p in row}:
             if (msg := path_problem(p, kinds)) is not None:
-                problems.append(sweep.problem(loc, msg))
+                problems.append(SweepProblem(loc, msg))
         groups.append([tuple((p, v, locs[i][p]) for p, v in row.items()) for i, row in enumerate(rows)])
     return groups
 
@@ -76,7 +77,7 @@ def declared(loc: Loc) -> Loc:
     return loc[: at + 2]
 
 
-def varied_twice(sweep: SweepSource, cell: Cell) -> list[Problem]:
+def varied_twice(cell: Cell) -> list[SweepProblem]:
     """An axis a cell takes from two places (grid and linked, two linked groups, a when block and the grid):
     one value would silently win, so each path is varied in one place."""
     first: dict[str, Loc] = {}
@@ -84,7 +85,7 @@ def varied_twice(sweep: SweepSource, cell: Cell) -> list[Problem]:
     for path, _, loc in cell:
         where = declared(loc)
         if first.setdefault(path, where) != where:
-            problems.append(sweep.problem(where, f"{path} is also varied at {format_path(first[path])}: vary each "
+            problems.append(SweepProblem(where, f"{path} is also varied at {format_path(first[path])}: vary each "
                                           "path in one place (a linked group, or the grid)"))  # fmt: skip
     return problems
 
@@ -110,10 +111,10 @@ def dead_values(rule: dict[str, Any], haves: dict[str, list[Any]]) -> Iterable[t
             yield path, f"{', '.join(map(repr, dead))} matches no value {path} takes in this sweep ({shown}){mean}"
 
 
-def where(sweep: SweepSource, cell: Cell, err_path: str, msg: str) -> list[Problem]:
-    """Place a cell's validation error at the axes that set the offending path, else in the base."""
+def where(cell: Cell, err_path: str, msg: str) -> list[SweepProblem]:
+    """A cell's validation error at the key paths of the axes that set the offending path, else in the base."""
     hits = [
-        sweep.problem(loc, msg if "(got " in msg or ", got " in msg else f"{msg} (value {value!r})")
+        SweepProblem(loc, msg if "(got " in msg or ", got " in msg else f"{msg} (value {value!r})")
         for path, value, loc in cell
         if err_path and overlaps(path, err_path)
     ]
@@ -121,11 +122,11 @@ def where(sweep: SweepSource, cell: Cell, err_path: str, msg: str) -> list[Probl
         return hits
     if not err_path:
         desc = ", ".join(f"{p}={v!r}" for p, v, _ in cell)
-        return [sweep.problem(("base",), f"{msg} (in the cell {desc})" if desc else msg)]
-    return [sweep.problem(("base", *err_path.split(".")), msg)]
+        return [SweepProblem(("base",), f"{msg} (in the cell {desc})" if desc else msg)]
+    return [SweepProblem(("base", *err_path.split(".")), msg)]
 
 
-def base_problems(sweep: SweepSource) -> list[Problem]:
+def base_problems(sweep: Sweep) -> list[SweepProblem]:
     """What is wrong in the base where no axis could mend it: named beside a grid's own problems, which stop
     the cells from being checked, so a file's problems are named at once."""
     varied = axis_paths(sweep.spec)
@@ -134,16 +135,26 @@ def base_problems(sweep: SweepSource) -> list[Problem]:
         return bool(path) and not any(overlaps(path, v) for v in varied)
 
     base = raw_config(sweep, ())
-    found = []
     try:
         TrialConfig.model_validate(base)
     except ValidationError as err:
-        for e in err.errors():
-            path = ".".join(str(p) for p in clean_loc(tuple(e["loc"]), base))
-            found += where(sweep, (), path, error_message(e, TrialConfig)) if fixed(path) else []
-    if fixed("data.path") and isinstance(base.get("data"), dict) and (msg := data_path_problem(base["data"])):
-        found += where(sweep, (), "data.path", msg)
-    return found
+        return refused((), base, err, fixed)
+    return refused((), base, None, fixed)
+
+
+def refused(
+    cell: Cell, raw: dict[str, Any], err: ValidationError | None, kept: Callable[[str], bool] = lambda _: True
+) -> list[SweepProblem]:
+    """What is wrong in a cell's raw config, at the axes that set each path (`where`): each error of its validation
+    (`err`), then a data path this machine lacks (read from the raw section, so a cell that fails validation
+    elsewhere has it named too); those at a path `kept` keeps."""
+    found = [
+        (".".join(str(p) for p in clean_loc(tuple(e["loc"]), raw)), error_message(e, TrialConfig))
+        for e in (err.errors() if err is not None else [])
+    ]
+    if isinstance(raw.get("data"), dict) and (msg := data_path_problem(raw["data"])) is not None:
+        found.append(("data.path", msg))
+    return [p for path, msg in found if kept(path) for p in where(cell, path, msg)]
 
 
 def given(raw: dict[str, Any], paths: Iterable[str], defaults: dict[str, Any]) -> dict[str, Any]:
@@ -155,7 +166,7 @@ def given(raw: dict[str, Any], paths: Iterable[str], defaults: dict[str, Any]) -
     return out
 
 
-def raw_config(sweep: SweepSource, cell: Cell) -> dict[str, Any]:
+def raw_config(sweep: Sweep, cell: Cell) -> dict[str, Any]:
     return sweep.config((path, value) for path, value, _ in cell)
 
 
@@ -170,21 +181,21 @@ def data_path_problem(data: dict[str, Any]) -> str | None:
 
 
 def with_whens(
-    sweep: SweepSource,
+    sweep: Sweep,
     cells: list[Cell],
     whens: list[list[list[Cell]]],
     kinds: list[str],
     defaults: dict[str, Any],
-    problems: list[Problem],
-) -> tuple[list[Cell], list[Problem]]:
+    problems: list[SweepProblem],
+) -> tuple[list[Cell], list[SweepProblem]]:
     """`cells` with each `when:` block's axes added to the cells its condition matches (`whens`: each block's axis
     groups; a condition tests a cell's raw config, else `defaults`, a default config as JSON data), and the problems
     of conditions that can never hold (a value no cell takes); a condition's bad path is added to `problems`."""
-    dead: list[Problem] = []
+    dead: list[SweepProblem] = []
     for w, block in enumerate(sweep.spec.when):
         for path in block.when:
             if (msg := path_problem(path, kinds)) is not None:
-                problems.append(sweep.problem(("when", w, "when", path), msg))
+                problems.append(SweepProblem(("when", w, "when", path), msg))
         more: list[Cell] = []
         conditions = [given(raw_config(sweep, cell), block.when, defaults) for cell in cells]
         for cell, values in zip(cells, conditions, strict=True):
@@ -194,6 +205,6 @@ def with_whens(
                 more.append(cell)
         if not problems:  # a condition that can never hold leaves the cells as they are: named with theirs
             haves = {p: taken(get_path(v, p) for v in conditions) for p in block.when}
-            dead += [sweep.problem(("when", w, "when", p), m) for p, m in dead_values(block.when, haves)]
+            dead += [SweepProblem(("when", w, "when", p), m) for p, m in dead_values(block.when, haves)]
         cells = more
     return cells, dead

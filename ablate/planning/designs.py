@@ -22,14 +22,14 @@ from typing import Any
 
 import numpy as np
 
-from ablate.errors import SpecError
 from ablate.evidence.aliasing import Structure, Term, structure
 from ablate.evidence.lenth import MIN_TERMS
 from ablate.planning import followup, fractions, screens
 from ablate.planning.fractions import ROMAN
 from ablate.spec.design import Design, FollowUp, Fractional, OneAtATime, Screening
 from ablate.spec.paths import get_path, matches
-from ablate.spec.sweeps import SweepSource
+from ablate.spec.problems import SweepError, SweepProblem
+from ablate.spec.sweeps import Sweep
 from ablate.spec.yaml_doc import Loc
 
 Cell = tuple[tuple[str, Any, Loc], ...]
@@ -238,20 +238,21 @@ class Chosen:
     plan: DesignPlan
 
 
-def choose(sweep: SweepSource, groups: list[list[Cell]], design: Design) -> Chosen:
-    """The cells of `groups`' product that `design` runs; SpecError naming each problem."""
+def choose(sweep: Sweep, groups: list[list[Cell]], design: Design) -> Chosen:
+    """The cells of `groups`' product that `design` runs, from the sweep's data alone; SweepError naming each
+    problem by its key path."""
     spec, kind, how = sweep.spec, design.kind, design.chosen
     at: Loc = ("design", kind)
     problems = []
     if spec.when:
-        problems.append(sweep.problem(("design",), "a design chooses among the cells of the grid, and `when:` "
+        problems.append(SweepProblem(("design",), "a design chooses among the cells of the grid, and `when:` "
                                       "blocks add axes to some cells only: move their axes into the grid, or use "
                                       "`design: full`"))  # fmt: skip
     if kind != "one-at-a-time" and not isinstance(spec.seeds, list):
-        problems.append(sweep.problem(("seeds",), f"adaptive seeds decide each cell against the baseline; a {kind} "
+        problems.append(SweepProblem(("seeds",), f"adaptive seeds decide each cell against the baseline; a {kind} "
                                       "design is read through its effects: give a fixed number of seeds"))  # fmt: skip
     if spec.tune is not None:
-        problems.append(sweep.problem(("tune",), "a design's report reads its cells by their keys, and a tuned arm's "
+        problems.append(SweepProblem(("tune",), "a design's report reads its cells by their keys, and a tuned arm's "
                                       "trials move to its best recipe: tune with `design: full`, or set the tuned "
                                       "recipe in the base"))  # fmt: skip
     names = [_name(g) for g in groups]
@@ -259,17 +260,17 @@ def choose(sweep: SweepSource, groups: list[list[Cell]], design: Design) -> Chos
     for i, axis in enumerate(how.crossed):
         hit = next((g for g, group in enumerate(groups) if axis in _paths(group)), None)
         if hit is None:
-            problems.append(sweep.problem((*at, "crossed", i), f"{axis} is no axis of the grid (its axes: "
+            problems.append(SweepProblem((*at, "crossed", i), f"{axis} is no axis of the grid (its axes: "
                                           f"{', '.join(names) or 'none'})"))  # fmt: skip
         else:
             crossed.append(hit)
     varied = [g for g, group in enumerate(groups) if len(group) > 1 and g not in crossed]
     if kind != "one-at-a-time":
-        problems += [sweep.problem(at, f"{names[g]} has {len(groups[g])} values: a {kind} design varies two-level "
+        problems += [SweepProblem(at, f"{names[g]} has {len(groups[g])} values: a {kind} design varies two-level "
                                    f"axes; list it under design.{kind}.crossed to run the design at each of its "
                                    "values") for g in varied if len(groups[g]) > 2]  # fmt: skip
     if problems:
-        raise SpecError(problems)
+        raise SweepError(problems)
     lay = (
         _one_at_a_time(sweep, groups, varied, how)
         if isinstance(how, OneAtATime)
@@ -316,7 +317,7 @@ class Layout:
     """A screen's rows over all its columns, 0/1 (`DesignPlan.screen`)."""
 
 
-def _one_at_a_time(sweep: SweepSource, groups: list[list[Cell]], varied: list[int], how: OneAtATime) -> Layout:
+def _one_at_a_time(sweep: Sweep, groups: list[list[Cell]], varied: list[int], how: OneAtATime) -> Layout:
     """The reference cell, then each varied group moved alone to each of its other rows."""
     ref = _reference(sweep, groups, varied, how)
     moved = [(h, r) for h in varied for r in range(len(groups[h])) if r != ref[h]]
@@ -328,7 +329,7 @@ def _one_at_a_time(sweep: SweepSource, groups: list[list[Cell]], varied: list[in
 
 
 def _fraction(
-    sweep: SweepSource,
+    sweep: Sweep,
     groups: list[list[Cell]],
     varied: list[int],
     how: Fractional | Screening,
@@ -340,7 +341,7 @@ def _fraction(
 
     def signed(how: Fractional | Screening) -> np.ndarray:
         """The first cell is the reference: every factor at its reference level."""
-        coded = _two_level(sweep, len(varied), how)
+        coded = _two_level(len(varied), how)
         return np.asarray(coded * -coded[0], dtype=float)
 
     k = len(varied)
@@ -349,7 +350,7 @@ def _fraction(
     if follows:  # a screen's dummy contrasts are read on its own cells only
         coded = coded[:, :k]
     for i, follow in enumerate(follows):
-        coded, more = followup.extend(sweep, coded, follow, i, [_name(groups[g]) for g in varied], signed)
+        coded, more = followup.extend(coded, follow, i, [_name(groups[g]) for g in varied], signed)
         title += more
     every = [[int(x > 0) for x in row] for row in sorted(coded.tolist())]
     levels = [row[:k] for row in every]
@@ -376,23 +377,23 @@ def candidates(k: int) -> dict[int, np.ndarray]:
     return out
 
 
-def _two_level(sweep: SweepSource, k: int, how: Fractional | Screening) -> np.ndarray:
+def _two_level(k: int, how: Fractional | Screening) -> np.ndarray:
     """The design for k two-level factors (cells x k, -1/+1): the best fraction for the budget
     (`ablate.planning.fractions`), or pyDOE's Plackett-Burman with its dummy columns after the factors'
-    (`ablate.planning.screens`); a SpecError where it would be the full grid."""
+    (`ablate.planning.screens`); a SweepError where it would be the full grid."""
     at: Loc = ("design", "fractional" if isinstance(how, Fractional) else "screening")
     if isinstance(how, Fractional):
         try:
             coded = fractions.best(k, how.resolution, how.cells).coded
         except ValueError as e:
-            raise SpecError([sweep.problem((*at, "cells" if how.cells else "resolution"), str(e))]) from None
+            raise SweepError([SweepProblem((*at, "cells" if how.cells else "resolution"), str(e))]) from None
     else:
         try:
             coded = screens.plackett_burman(k)
         except ValueError as e:
-            raise SpecError([sweep.problem(at, f"no design for {k} two-level axes: {e}")]) from None
+            raise SweepError([SweepProblem(at, f"no design for {k} two-level axes: {e}")]) from None
     if k < 2 or len(np.unique(coded[:, :k], axis=0)) >= 2**k:
-        raise SpecError([sweep.problem(at, f"screening with {k} two-level ax{'is' if k == 1 else 'es'} is reached only "
+        raise SweepError([SweepProblem(at, f"screening with {k} two-level ax{'is' if k == 1 else 'es'} is reached only "
                                        f"by the full grid ({2**k} cells): use `design: full`")])  # fmt: skip
     if isinstance(how, Fractional) and how.foldover:
         coded = np.vstack([coded, -coded])  # the mirror image
@@ -408,7 +409,7 @@ def _title(how: Fractional | Screening, k: int, cells: int) -> str:
     return f"Plackett-Burman screening, {k} axes in {cells} cells"
 
 
-def _replicated(sweep: SweepSource, how: Fractional | OneAtATime | Screening) -> list[int]:
+def _replicated(sweep: Sweep, how: Fractional | OneAtATime | Screening) -> list[int]:
     """The seeds the reference cell runs at beyond the sweep's (`reference_seeds`): the first unused ones."""
     wanted = getattr(how, "reference_seeds", None)
     seeds = sweep.spec.seeds
@@ -416,7 +417,7 @@ def _replicated(sweep: SweepSource, how: Fractional | OneAtATime | Screening) ->
         return []
     if len(seeds) > 1:
         at: Loc = ("design", "fractional" if isinstance(how, Fractional) else "screening", "reference_seeds")
-        raise SpecError([sweep.problem(at, f"replicates the reference cell of a one-seed design; this sweep runs every "
+        raise SweepError([SweepProblem(at, f"replicates the reference cell of a one-seed design; this sweep runs every "
                                        f"cell at {len(seeds)} seeds ({seeds}), and the report compares each effect "
                                        "over them: drop reference_seeds, or give one seed")])  # fmt: skip
     free = (s for s in itertools.count() if s not in seeds)
@@ -433,9 +434,7 @@ def _full(group: list[Cell]) -> int:
     return len(group) - 1
 
 
-def _reference(
-    sweep: SweepSource, groups: list[list[Cell]], varied: list[int], how: OneAtATime | None
-) -> dict[int, int]:
+def _reference(sweep: Sweep, groups: list[list[Cell]], varied: list[int], how: OneAtATime | None) -> dict[int, int]:
     """Each group's reference row: the baseline's (or, one at a time, the `from` cell's). For a two-level design,
     a group the baseline leaves open takes its first row; one at a time, the reference must be one cell."""
     source = how.reference if how is not None else "baseline"
@@ -445,7 +444,7 @@ def _reference(
     rule = sweep.spec.baseline if source == "baseline" else source
     if rule is None:
         if how is not None:
-            raise SpecError([sweep.problem(at, "from: baseline needs the sweep's `baseline:`")])
+            raise SweepError([SweepProblem(at, "from: baseline needs the sweep's `baseline:`")])
         return {}
     ref: dict[int, int] = {}
     problems = []
@@ -462,7 +461,7 @@ def _reference(
     problems += [f"{p} is not an axis of the grid, and the base has {get_path(sweep.base, p)!r}, not {v!r}"
                  for p, v in rule.items() if p not in grid and not matches({p: v}, sweep.base)]  # fmt: skip
     if problems and how is not None:
-        raise SpecError([sweep.problem(at, m) for m in problems])
+        raise SweepError([SweepProblem(at, m) for m in problems])
     return ref
 
 

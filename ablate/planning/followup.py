@@ -23,10 +23,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ablate.errors import SpecError
 from ablate.evidence.aliasing import Structure, Term, columns, structure
 from ablate.spec.design import FollowUp, Fractional
-from ablate.spec.sweeps import SweepSource
+from ablate.spec.problems import SweepError, SweepProblem
 from ablate.spec.yaml_doc import Loc
 
 FULL = "full"
@@ -36,7 +35,6 @@ FULL_MAX = 12
 
 
 def extend(
-    sweep: SweepSource,
     coded: np.ndarray,
     follow: FollowUp,
     index: int,
@@ -46,7 +44,7 @@ def extend(
     """The design's cells (`coded`: cells x factors, -1 the reference) and its follow-up's, each cell once, with
     the follow-up in words for the design's title; `index` is its place in the list of follow-ups, `names` the
     factors' axis paths (a linked group's joined by +), `fraction` another fraction's coded cells (signed so that
-    the reference is a cell)."""
+    the reference is a cell); SweepError naming a fold-over axis the design does not vary."""
     if follow.fractional is not None:
         return union(
             coded, fraction(follow.fractional)
@@ -58,7 +56,7 @@ def extend(
     hits = {i: next((j for j, n in enumerate(names) if axis in (n, *n.split("+"))), None)
             for i, axis in enumerate(follow.foldover)}  # fmt: skip
     if missing := [i for i, hit in hits.items() if hit is None]:
-        raise SpecError([sweep.problem((*at, i), f"{follow.foldover[i]} is no axis the design varies (those: "
+        raise SweepError([SweepProblem((*at, i), f"{follow.foldover[i]} is no axis the design varies (those: "
                                        f"{', '.join(names)})") for i in missing])  # fmt: skip
     flipped = fold(coded, [h for h in hits.values() if h is not None])
     return union(coded, flipped), f" and its fold-over on {', '.join(follow.foldover)}"

@@ -2,24 +2,25 @@
 
 The cells of a sweep's grid, linked groups and when blocks (`ablate.planning.cells`, or those a `design:` chose)
 are validated and keyed (the keys are `ablate.planning.keys`'s), less its exclusions; a `Plan` holds the trials
-with the sweep's baseline and metric.
+with the sweep's baseline and metric. `expand` is a function of the sweep's data (`Sweep`): its problems are key
+paths in the sweep (`SweepProblem`), placed on the file's lines once (`load_plans`, `plan`) through the sweep's
+`SweepSource`.
 """
 
 from __future__ import annotations
 
 import json
 import math
-import typing
 from collections import Counter
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
 
 from ablate.config import TrialConfig, identity
-from ablate.errors import Problem, SpecError, format_path
+from ablate.errors import SpecError, format_path
 from ablate.planning.cells import (
     base_problems,
     data_path_problem,
@@ -28,6 +29,7 @@ from ablate.planning.cells import (
     groups,
     product,
     raw_config,
+    refused,
     taken,
     varied_twice,
     where,
@@ -40,10 +42,10 @@ from ablate.registry import TASKS
 from ablate.spec import tuning_check
 from ablate.spec.overrides import with_overrides
 from ablate.spec.paths import get_path, matches
-from ablate.spec.problems import clean_loc, error_message
+from ablate.spec.problems import SweepError, SweepProblem
 from ablate.spec.registry_check import path_problem
-from ablate.spec.schema import AdaptiveSeeds
-from ablate.spec.sweeps import SweepFile, SweepSource, read_sweeps
+from ablate.spec.schema import AdaptiveSeeds, SweepSpec
+from ablate.spec.sweeps import Sweep, SweepFile, read_sweeps
 from ablate.spec.tuning import Searches
 
 Resolved = tuple[Cell, dict[str, Any]]
@@ -126,142 +128,210 @@ MAX_TRIALS = 10_000
 """Trials a sweep may plan unless raised (`--max-trials`): checked by arithmetic before anything expands."""
 
 
-def expand(sweep: SweepSource, max_trials: int = MAX_TRIALS) -> Plan:
-    """Expand a sweep into trials; raise SpecError naming every bad axis value, or a grid over `max_trials`."""
-    spec, problems = sweep.spec, list[Problem]()
-    defaults = TrialConfig().model_dump()
+@dataclass
+class Expanded:
+    """A sweep expanded: its plan, or the problems that stop it (by key path in the sweep, for its `SweepSource`
+    to place in the file)."""
+
+    plan: Plan | None
+    problems: list[SweepProblem]
+
+
+@dataclass
+class Grid:
+    """A sweep's cells, checked and ready to validate: a design's, or the grid's with its when blocks' axes."""
+
+    cells: list[Cell]
+    chosen: Chosen | None
+    kinds: list[str]
+    """The attention kinds its cells may have (a bad path is named among their knobs)."""
+    dead: list[SweepProblem]
+    """`when:` conditions that can never hold: named with the cells' problems."""
+    axes: list[str] = field(init=False)
+    """The paths its cells vary."""
+
+    def __post_init__(self) -> None:
+        self.axes = list(dict.fromkeys(p for cell in self.cells for p, _, _ in cell))
+
+
+def expand(sweep: Sweep, max_trials: int = MAX_TRIALS) -> Expanded:
+    """Expand a sweep's data into trials, or name every bad axis value (a grid over `max_trials` alone): its
+    cells, their trials, its baseline, then its plan, each step stopping at the problems it finds."""
+    try:
+        grid = _grid(sweep, max_trials)
+        trials = _trials(sweep, grid)
+        return Expanded(_plan(sweep, grid, trials, _baseline(sweep, grid, trials)), [])
+    except SweepError as err:
+        return Expanded(None, err.problems)
+
+
+def _seeds(spec: SweepSpec) -> list[int]:
+    """The seeds every cell may run at (an adaptive sweep's up to its maximum)."""
+    return spec.seeds.seeds if isinstance(spec.seeds, AdaptiveSeeds) else spec.seeds
+
+
+def _grid(sweep: Sweep, max_trials: int) -> Grid:
+    """The sweep's cells; SweepError naming every bad axis, condition, exclude path or searched path (with the
+    base's own problems), or a grid whose trials could exceed `max_trials`, counted before any cell is built."""
+    spec, problems = sweep.spec, list[SweepProblem]()
     kinds = sweep.kinds()
-    top = groups(spec.grid, spec.linked, (), sweep, problems, kinds)
-    whens = [groups(b.grid, b.linked, ("when", w), sweep, problems, sweep.kinds(b)) for w, b in enumerate(spec.when)]
+    top = groups(spec.grid, spec.linked, (), problems, kinds)
+    whens = [groups(b.grid, b.linked, ("when", w), problems, sweep.kinds(b)) for w, b in enumerate(spec.when)]
     chosen = None if spec.design == "full" or problems else choose(sweep, top, spec.design)
     bound = math.prod(len(g) for g in top) * math.prod(max(1, math.prod(len(g) for g in w)) for w in whens)
     bound = len(chosen.cells) if chosen is not None else bound
-    adaptive = spec.seeds if isinstance(spec.seeds, AdaptiveSeeds) else None
-    seeds = adaptive.seeds if adaptive else typing.cast(list[int], spec.seeds)
-    each = len(seeds) + (spec.tune.budget + len(seeds) if spec.tune else 0)  # a tuned arm: its search, 2 x seeds
+    seeds = len(_seeds(spec))
+    each = seeds + (spec.tune.budget + seeds if spec.tune else 0)  # a tuned arm: its search, 2 x seeds
     if bound * each > max_trials:
         sizes = " x ".join(str(len(g)) for g in top) or "1"
-        per = f"{len(seeds)} seeds"
-        per = f"({spec.tune.budget} configurations + 2 x {per})" if spec.tune else per
-        raise SpecError([sweep.problem(("grid",), f"up to {bound * each:,} trials ({sizes} cells"
+        per = f"({spec.tune.budget} configurations + 2 x {seeds} seeds)" if spec.tune else f"{seeds} seeds"
+        raise SweepError([SweepProblem(("grid",), f"up to {bound * each:,} trials ({sizes} cells"
                                        f"{' and when: blocks' if whens else ''} x {per}) exceed "
                                        f"the limit of {max_trials:,} per sweep; --max-trials raises it")])  # fmt: skip
-    cells, dead = with_whens(sweep, chosen.cells if chosen is not None else list(product(top)), whens, kinds, defaults,
-                        problems)  # fmt: skip
-    for i, rule in enumerate(spec.exclude):
-        for path in rule:
-            if (msg := path_problem(path, kinds)) is not None:
-                problems.append(sweep.problem(("exclude", i, path), msg))
-    problems += [p for cell in cells for p in varied_twice(sweep, cell)] + tuning_check.path_problems(sweep, kinds)
+    cells, dead = with_whens(sweep, chosen.cells if chosen is not None else list(product(top)), whens, kinds,
+                            TrialConfig().model_dump(), problems)  # fmt: skip
+    problems += [SweepProblem(("exclude", i, path), msg) for i, rule in enumerate(spec.exclude) for path in rule
+                 if (msg := path_problem(path, kinds)) is not None]  # fmt: skip
+    problems += [p for cell in cells for p in varied_twice(cell)] + tuning_check.path_problems(sweep, kinds)
     if problems:
-        raise SpecError(problems + base_problems(sweep))
+        raise SweepError(problems + base_problems(sweep))
+    return Grid(cells, chosen, kinds, dead)
 
-    axes = list(dict.fromkeys(p for cell in cells for p, _, _ in cell))
-    trials: list[Trial] = []
-    planned: list[Resolved] = []
-    """Each cell that makes trials."""
-    owner: dict[str, int] = {}
-    """Trial key -> the index in `planned` of the cell that makes it."""
+
+def _trials(sweep: Sweep, grid: Grid) -> list[Trial]:
+    """Each cell validated and keyed into its trials, less those `exclude:` removes; SweepError naming every
+    cell's problem, each `exclude:` rule that matches no cell, or a grid with no cell left."""
+    spec, chosen, seeds = sweep.spec, grid.chosen, _seeds(sweep.spec)
+    defaults = TrialConfig().model_dump()
+    problems, trials = list[SweepProblem](), list[Trial]()
+    owner: dict[str, Resolved] = {}
+    """Trial key -> the cell that makes it."""
     seen: list[dict[str, Any]] = []
     """What `exclude:` rules can match in each cell, excluded or not: its resolved config, or where it does not
     validate, the values its raw config gives the rules' paths."""
-    for c, cell in enumerate(cells):
+    for c, cell in enumerate(grid.cells):
         raw = raw_config(sweep, cell)
         try:
             cfg = TrialConfig.model_validate(raw)
         except ValidationError as err:
             seen.append(given(raw, {p: None for rule in spec.exclude for p in rule}, defaults))
-            if any(matches(rule, seen[-1]) for rule in spec.exclude):
-                problems += _design_cell(sweep, chosen, cell)
-                continue  # a cell the sweep excludes (one a knob refuses, say) is no problem of the sweep
-            for e in err.errors():
-                err_path = ".".join(str(p) for p in clean_loc(tuple(e["loc"]), raw))
-                problems.extend(where(sweep, cell, err_path, error_message(e, TrialConfig)))
-            if isinstance(raw.get("data"), dict) and (msg := data_path_problem(raw["data"])) is not None:
-                problems.extend(where(sweep, cell, "data.path", msg))
+            # a cell the sweep excludes (one a knob refuses, say) is no problem of the sweep
+            excluded = any(matches(rule, seen[-1]) for rule in spec.exclude)
+            problems += _design_cell(chosen, cell) if excluded else refused(cell, raw, err)
             continue
-        resolved = cfg.model_dump(mode="json")
-        seen.append(resolved)
+        seen.append(resolved := cfg.model_dump(mode="json"))
         if any(matches(rule, resolved) for rule in spec.exclude):
-            problems += _design_cell(sweep, chosen, cell)
+            problems += _design_cell(chosen, cell)
             continue
         runs = seeds + chosen.plan.replicated if chosen is not None and not any(chosen.levels[c]) else seeds
         keys = seed_keys(identity(cfg), runs)
         if (twin := next((owner[k] for k in keys if k in owner), None)) is not None:
-            problems.extend(_same_trials(sweep, planned[twin], (cell, resolved)))
+            problems += _same_trials(sweep, twin, (cell, resolved))
             continue
-        owner.update(dict.fromkeys(keys, len(planned)))
-        planned.append((cell, resolved))
-        if (msg := match_problem(cfg)) is not None:
-            problems.extend(where(sweep, cell, "model.match_params", msg))
+        owner.update(dict.fromkeys(keys, (cell, resolved)))
+        if unmet := _unmet(cell, cfg, resolved):
+            problems += unmet
             continue
-        if (msg := data_path_problem(resolved["data"])) is not None:
-            problems.extend(where(sweep, cell, "data.path", msg))
-            continue
-        variant = variant_key(cfg)
-        if chosen is not None:
-            chosen.plan.add(variant, chosen.levels[c], chosen.strata[c], resolved)
-        cell_axes = {a: get_path(resolved, a) for a in axes}
-        secret = {p: text for p, (value, text) in sweep.placeholders.items() if get_path(resolved, p) == value}
-        recording = Recording(cfg, secret, cell_axes)
-        for seed, key in zip(runs, keys, strict=True):
-            trials.append(Trial(key, variant, cfg, {**cell_axes, "seed": seed}, secret, seed, recording))
-    problems += dead + _dead_exclusions(sweep, seen)
+        trials += _cell_trials(sweep, grid, c, cfg, resolved, runs, keys)
+    problems += grid.dead + _dead_exclusions(sweep, seen)
+    if not problems and not trials:
+        problems = [SweepProblem(("exclude",) if spec.exclude else ("grid",), "empty grid: no cell remains")]
     if problems:
-        raise SpecError(problems)
-    if not trials:
-        raise SpecError([sweep.problem(("exclude",) if spec.exclude else ("grid",), "empty grid: no cell remains")])
-    baseline = _reference(sweep, chosen, trials)
+        raise SweepError(problems)
+    return trials
+
+
+def _unmet(cell: Cell, cfg: TrialConfig, resolved: dict[str, Any]) -> list[SweepProblem]:
+    """What a valid cell's config asks that cannot be met here: a `match_params` no width reaches, or a data
+    path this machine lacks."""
+    if (msg := match_problem(cfg)) is not None:
+        return where(cell, "model.match_params", msg)
+    if (msg := data_path_problem(resolved["data"])) is not None:
+        return where(cell, "data.path", msg)
+    return []
+
+
+def _cell_trials(
+    sweep: Sweep, grid: Grid, c: int, cfg: TrialConfig, resolved: dict[str, Any], runs: list[int], keys: list[str]
+) -> list[Trial]:
+    """The trials of the grid's cell `c` (its config, validated and `resolved`), one per seed of `runs` with its
+    key, the cell recorded in the design if there is one."""
+    variant = variant_key(cfg)
+    if grid.chosen is not None:
+        grid.chosen.plan.add(variant, grid.chosen.levels[c], grid.chosen.strata[c], resolved)
+    cell_axes = {a: get_path(resolved, a) for a in grid.axes}
+    secret = {p: text for p, (value, text) in sweep.placeholders.items() if get_path(resolved, p) == value}
+    recording = Recording(cfg, secret, cell_axes)
+    return [
+        Trial(key, variant, cfg, {**cell_axes, "seed": seed}, secret, seed, recording)
+        for seed, key in zip(runs, keys, strict=True)
+    ]
+
+
+def _baseline(sweep: Sweep, grid: Grid, trials: list[Trial]) -> str | None:
+    """The baseline variant: the one `baseline:` matches, or a one-at-a-time design's reference; SweepError where
+    it matches none, names no config path, or is not that reference, or adaptive seeds have none."""
+    spec, baseline = sweep.spec, _reference(grid.chosen, trials)
     if spec.baseline is not None:
-        bad = [sweep.problem(("baseline", p), m) for p in spec.baseline if (m := path_problem(p, kinds)) is not None]
+        bad = [
+            SweepProblem(("baseline", p), m) for p in spec.baseline if (m := path_problem(p, grid.kinds)) is not None
+        ]
         if bad:
-            raise SpecError(bad)
+            raise SweepError(bad)
         hit = next((t for t in trials if matches(spec.baseline, t.resolved())), None)
         if baseline not in (None, hit and hit.variant):
-            raise SpecError([sweep.problem(("baseline",), "a one-at-a-time design compares each cell with its "
+            raise SweepError([SweepProblem(("baseline",), "a one-at-a-time design compares each cell with its "
                                            "reference (`from:`), and this baseline is another cell: drop `baseline:`, "
                                            "or write `from: baseline`")])  # fmt: skip
         if hit is None:
-            raise SpecError([sweep.problem(("baseline",), _no_baseline(spec.baseline, trials))])
+            raise SweepError([SweepProblem(("baseline",), _no_baseline(spec.baseline, trials))])
         baseline = hit.variant
-    if adaptive and baseline is None:
-        raise SpecError([sweep.problem(("seeds",), "adaptive seeds compare every cell with the baseline: give the "
+    if isinstance(spec.seeds, AdaptiveSeeds) and baseline is None:
+        raise SweepError([SweepProblem(("seeds",), "adaptive seeds compare every cell with the baseline: give the "
                                        "sweep a `baseline:`")])  # fmt: skip
+    return baseline
+
+
+def _plan(sweep: Sweep, grid: Grid, trials: list[Trial], baseline: str | None) -> Plan:
+    """The plan of a sweep's trials: an adaptive sweep's first seeds planned and the rest in reserve, a tuned
+    sweep's trials its arms (SweepError where the search cannot run in one)."""
+    spec = sweep.spec
+    adaptive = spec.seeds if isinstance(spec.seeds, AdaptiveSeeds) else None
     metric = spec.metric or TASKS.get(trials[0].config.task).default_metric()
-    design = chosen.plan if chosen is not None else None
+    plan = Plan(sweep.name, trials, grid.axes, baseline, metric, "", spec.description, sweep.plugins, spec.stale,
+                adaptive, design=grid.chosen.plan if grid.chosen is not None else None)  # fmt: skip
     if spec.tune is not None:
         arms: dict[str, Trial] = {}  # each arm's first trial (its tuning seed), by variant
         for t in trials:
             arms.setdefault(t.variant, t)
-        words = {", ".join(f"{a}={t.axes[a]}" for a in axes) or "the only one": t.config for t in arms.values()}
+        words = {", ".join(f"{a}={t.axes[a]}" for a in grid.axes) or "the only one": t.config for t in arms.values()}
         if bad := tuning_check.cell_problems(sweep, words):
-            raise SpecError(bad)
+            raise SweepError(bad)
         tuning = Searches(spec=spec.tune, baseline=list(arms).index(baseline) if baseline else None)
-        return Plan(sweep.name, [], axes, baseline, metric, sweep.source, spec.description, sweep.plugins,
-                    spec.stale, adaptive, tuning=tuning, arms=trials, design=design)  # fmt: skip
-    first = [t for t in trials if adaptive is None or t.config.seed < adaptive.min]
-    reserve = [t for t in trials if adaptive is not None and t.config.seed >= adaptive.min]
-    return Plan(sweep.name, first, axes, baseline, metric, sweep.source, spec.description, sweep.plugins,
-                spec.stale, adaptive, sorted(reserve, key=lambda t: t.config.seed), design=design)  # fmt: skip
+        return replace(plan, trials=[], tuning=tuning, arms=trials)
+    if adaptive is None:
+        return plan
+    reserve = sorted((t for t in trials if t.config.seed >= adaptive.min), key=lambda t: t.config.seed)
+    return replace(plan, trials=[t for t in trials if t.config.seed < adaptive.min], reserve=reserve)
 
 
-def _design_cell(sweep: SweepSource, chosen: Chosen | None, cell: Cell) -> list[Problem]:
+def _design_cell(chosen: Chosen | None, cell: Cell) -> list[SweepProblem]:
     """An `exclude:` rule that removes a cell a design chose: the design's analysis needs each of its cells."""
     if chosen is None:
         return []
     desc = ", ".join(f"{p}={v!r}" for p, v, _ in cell)
-    return [sweep.problem(("exclude",), f"removes the design's cell {desc}: a {chosen.plan.kind} design needs each "
+    return [SweepProblem(("exclude",), f"removes the design's cell {desc}: a {chosen.plan.kind} design needs each "
                           "of its cells (exclude cells from `design: full` only)")]  # fmt: skip
 
 
-def _reference(sweep: SweepSource, chosen: Chosen | None, trials: list[Trial]) -> str | None:
+def _reference(chosen: Chosen | None, trials: list[Trial]) -> str | None:
     """A one-at-a-time design's reference variant (its first cell), which is the sweep's baseline; else None."""
     if chosen is None or chosen.plan.two_level or not trials:
         return None
     return next(v for v, levels in chosen.plan.runs.items() if not any(levels))
 
 
-def _same_trials(sweep: SweepSource, first: Resolved, cell: Resolved) -> list[Problem]:
+def _same_trials(sweep: Sweep, first: Resolved, cell: Resolved) -> list[SweepProblem]:
     """A cell that makes the trials an earlier cell made: the axis values where the two differ collapse once
     validated (2.0 and 2 for an integer, a repeated value, a field the key leaves out), so the sweep would run
     fewer variants than its grid says. Named at each of this cell's values that differ from the earlier one's."""
@@ -280,7 +350,7 @@ def _same_trials(sweep: SweepSource, first: Resolved, cell: Resolved) -> list[Pr
         else:
             why = f"{path} is not part of a trial's key (it changes how a trial runs, not its result)"
         source = format_path(at) if at else "the base"
-        problems.append(sweep.problem(loc, f"{value!r} makes the same trials as {other!r} ({source}): {why}; each "
+        problems.append(SweepProblem(loc, f"{value!r} makes the same trials as {other!r} ({source}): {why}; each "
                                       "value of an axis must make trials of its own"))  # fmt: skip
     return problems
 
@@ -294,15 +364,15 @@ def _no_baseline(baseline: dict[str, Any], trials: list[Trial]) -> str:
     return "; ".join([f"matches no cell of the grid: {baseline}", *(m for _, m in dead_values(values, haves))])
 
 
-def _dead_exclusions(sweep: SweepSource, seen: list[dict[str, Any]]) -> list[Problem]:
+def _dead_exclusions(sweep: Sweep, seen: list[dict[str, Any]]) -> list[SweepProblem]:
     """`exclude:` rules that match no cell of the grid (`seen`, valid or not): a value no cell takes, or values
     that no one cell takes together."""
     problems = []
     for i, rule in enumerate(sweep.spec.exclude):
         haves = {p: taken(get_path(r, p) for r in seen) for p in rule}
-        dead = [sweep.problem(("exclude", i, p), m) for p, m in dead_values(rule, haves)]
+        dead = [SweepProblem(("exclude", i, p), m) for p, m in dead_values(rule, haves)]
         if not dead and seen and not any(matches(rule, r) for r in seen):
-            dead = [sweep.problem(("exclude", i), f"matches no cell: no cell has all of {rule}")]
+            dead = [SweepProblem(("exclude", i), f"matches no cell: no cell has all of {rule}")]
         problems += dead
     return problems
 
@@ -316,13 +386,15 @@ def load_plans(
 
 
 def _expand_all(file: SweepFile, max_trials: int = MAX_TRIALS) -> dict[str, Plan]:
+    """Expand each sweep of `file`, placing each's problems in the file: the one place planning's problems meet
+    their lines."""
     problems = list(file.problems)
     plans: dict[str, Plan] = {}
-    for name, sweep in file.sweeps.items():
-        try:
-            plans[name] = expand(sweep, max_trials)
-        except SpecError as err:
-            problems.extend(err.problems)
+    for name, source in file.sweeps.items():
+        expanded = expand(source.sweep, max_trials)
+        problems += source.place(expanded.problems)
+        if expanded.plan is not None:
+            plans[name] = replace(expanded.plan, file=source.source)
     if problems:
         raise SpecError(problems)
     return plans

@@ -60,17 +60,17 @@ def parse_override(text: str) -> Override:
 
 def with_overrides(file: SweepFile, texts: Sequence[str], names: Iterable[str] | None = None) -> SweepFile:
     """`file` with each override `PATH=VALUE` set on the base of the sweeps `names` (default: every sweep); a knob
-    that only some of a sweep's mechanisms have is set on their cells only (`SweepSource.knobs`). An override
+    that only some of a sweep's mechanisms have is set on their cells only (`Sweep.knobs`). An override
     that is not PATH=VALUE, names no config field or registered component, sets a path the sweep's grid varies
     or a knob none of its mechanisms has is a problem of the file; a value the config refuses is found when the
-    sweep is planned, and named as the override's (`SweepSource.problem`)."""
+    sweep is planned, and named as the override's (`SweepSource.place`)."""
     if not texts:
         return file
     problems: list[Problem] = []
     overrides: list[Override] = []
     sweeps = dict(file.sweeps)
     chosen = list(sweeps) if names is None else [n for n in names if n in sweeps]
-    kinds = {k for name in chosen for k in sweeps[name].kinds()}
+    kinds = {k for name in chosen for k in sweeps[name].sweep.kinds()}
     for text in texts:
         try:
             o = parse_override(text)
@@ -88,16 +88,17 @@ def with_overrides(file: SweepFile, texts: Sequence[str], names: Iterable[str] |
             overrides.remove(o)
     for name in chosen:
         source = sweeps[name]
-        base = copy.deepcopy(source.base)
+        sweep = source.sweep
+        base = copy.deepcopy(sweep.base)
         # an override refused here is not set: its value reached the grid's cells, whose problems were then
         # charged to the file's lines (a wrong type on a `when:` axis: two more errors at the axis's line)
         applied = []
         for o in overrides:
-            varied = [p for p in axis_paths(source.spec) if o.overlaps(p)]
+            varied = [p for p in axis_paths(sweep.spec) if o.overlaps(p)]
             if varied:
                 problems.append(o.problem(f"sweep {name} varies {', '.join(varied)} in its grid; an override sets "
                                           "one value for every trial, so set it in the file instead"))  # fmt: skip
-            if searched := [p for p in (source.spec.tune.space if source.spec.tune else {}) if o.overlaps(p)]:
+            if searched := [p for p in (sweep.spec.tune.space if sweep.spec.tune else {}) if o.overlaps(p)]:
                 problems.append(o.problem(f"sweep {name} searches {', '.join(searched)} in its tune: space; an "
                                           "override sets one value for every trial"))  # fmt: skip
             if varied or searched:
@@ -108,7 +109,7 @@ def with_overrides(file: SweepFile, texts: Sequence[str], names: Iterable[str] |
         if any(o.overlaps("data.path") for o in applied):  # a relative path typed here is relative to here
             base = absolute_data_path(base, Path.cwd())[0]
         knobs = []
-        mechanisms = [k for k in replace(source, base=base).kinds() if k in MECHANISMS]
+        mechanisms = [k for k in replace(sweep, base=base).kinds() if k in MECHANISMS]
         for o in (o for o in applied if knob_owners(o.path)):
             having = [k for k in mechanisms if k in knob_owners(o.path)]
             if len(having) == len(mechanisms):
@@ -119,5 +120,5 @@ def with_overrides(file: SweepFile, texts: Sequence[str], names: Iterable[str] |
                 problems.append(o.problem(f"no cell of sweep {name} has a mechanism with this knob (its attention "
                                           f"kinds: {', '.join(mechanisms)}); {o.path} is a knob of "
                                           f"{', '.join(knob_owners(o.path))}"))  # fmt: skip
-        sweeps[name] = replace(source, base=base, overrides=tuple(applied), knobs=tuple(knobs))
+        sweeps[name] = replace(source, sweep=replace(sweep, base=base, knobs=tuple(knobs)), overrides=tuple(applied))
     return replace(file, sweeps=sweeps, problems=[*file.problems, *problems])

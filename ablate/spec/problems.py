@@ -1,5 +1,7 @@
-"""A pydantic error as a problem a person can act on: the key path as they wrote it (`clean_loc`), a sentence
-about what was expected (`error_message`), and for an unknown key the keys that section has (`expected_keys`).
+"""Problems as values: a problem inside a sweep is its key path and a message (`SweepProblem`), found by pure
+functions of the sweep's data and placed on its line of the file once, by the sweep's `SweepSource`. A pydantic
+error becomes a problem a person can act on: the key path as they wrote it (`clean_loc`), a sentence about what
+was expected (`error_message`), and for an unknown key the keys that section has (`expected_keys`).
 
 Shared by the file's structure (`ablate.spec.sweeps`), the cells a plan expands (`ablate.planning.plan`) and the
 `tune:` block's check (`ablate.spec.tuning_check`), so every problem reads alike wherever it is found.
@@ -10,14 +12,36 @@ from __future__ import annotations
 import difflib
 import typing
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
 from ablate.config import AnyMechanism
-from ablate.errors import Problem
+from ablate.errors import Problem, format_path
 from ablate.registry import MECHANISMS
 from ablate.spec.yaml_doc import Loc
+
+
+@dataclass(frozen=True)
+class SweepProblem:
+    """Something wrong at a key path inside one sweep (`("grid", "model.stack", 1)`), as planning finds it from the
+    sweep's data alone: its `SweepSource` names the file and line (or the override that set the path)."""
+
+    path: Loc
+    message: str
+
+    def __str__(self) -> str:
+        return f"{format_path(self.path)}: {self.message}"
+
+
+class SweepError(Exception):
+    """Problems that stop a sweep's planning where they are found (a design that cannot be laid out, say): raised
+    inside planning's steps, and returned as values by `ablate.planning.plan.expand`."""
+
+    def __init__(self, problems: Sequence[SweepProblem]) -> None:
+        self.problems = list(problems)
+        super().__init__("\n".join(str(p) for p in self.problems))
 
 
 def clean_loc(loc: Loc, data: Any) -> Loc:

@@ -16,13 +16,12 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel
 
 from ablate.config import NAMED, TrialConfig, unregistered
-from ablate.errors import Problem
 from ablate.plugins import load_builtins
 from ablate.registry import MECHANISMS, TASKS
-from ablate.spec.problems import expected_keys, models_in
+from ablate.spec.problems import SweepProblem, expected_keys, models_in
 
 if TYPE_CHECKING:
-    from ablate.spec.sweeps import SweepSource
+    from ablate.spec.sweeps import Sweep
 
 
 def _takes_dict(annotation: Any) -> bool:
@@ -65,11 +64,11 @@ def knob_owners(path: str) -> list[str]:
     return [] if len(owners) == len(MECHANISMS) else owners
 
 
-def unregistered_names(sweep: SweepSource) -> list[Problem]:
+def unregistered_names(sweep: Sweep) -> list[SweepProblem]:
     """Each value that names a component (`config.NAMED`: a mechanism, backbone, dataset or task) no registered
     one answers to, where it is written: a sweep's first problem, as its knobs cannot be checked without it."""
     return [
-        sweep.problem(at, unregistered(registry, value))
+        SweepProblem(at, unregistered(registry, value))
         for path, registry in NAMED.items()
         for value, at in sweep.written(path)
         if is_unregistered(value, registry)
@@ -80,7 +79,7 @@ def is_unregistered(value: Any, registry: Collection[str]) -> bool:
     return isinstance(value, str) and value not in registry
 
 
-def metric_problems(sweep: SweepSource) -> list[Problem]:
+def metric_problems(sweep: Sweep) -> list[SweepProblem]:
     """A `metric:` that the sweep's task records no final result of (`Task.results`): found by `plan`, not by
     the report that compares trials on it after they ran."""
     metric = sweep.spec.metric
@@ -95,4 +94,4 @@ def metric_problems(sweep: SweepSource) -> list[Problem]:
     hint = f"; did you mean {close[0]!r}?" if close else ""
     names = " and ".join(dict.fromkeys(t.name for t in tasks))
     expected = f"expected one of {', '.join(results) or 'none'} (the test scores reports compare trials on)"
-    return [sweep.problem(("metric",), f"{names} records no final result {metric!r}: {expected}{hint}")]
+    return [SweepProblem(("metric",), f"{names} records no final result {metric!r}: {expected}{hint}")]

@@ -4,8 +4,10 @@ A file holds named sweeps. Each sweep is a base config (a partial `TrialConfig`,
 `defaults`) and a grid over dotted config paths: cartesian `grid` axes, `linked` axes that move together,
 `when` blocks whose axes apply only where a condition holds, `exclude` rules, `seeds` and a `baseline`.
 Everything wrong in a file is collected and raised as one `SpecError` whose problems name the file, the
-key path and the YAML line. This module reads and checks the file's structure (`read_sweeps`); expanding
-a sweep into trials, which finds the errors inside cells, is `ablate.planning.plan`'s job (`load_plans` does both).
+key path and the YAML line. This module reads and checks the file's structure (`read_sweeps`) into each sweep's
+data (`Sweep`) and where it is written (`SweepSource`); expanding a sweep into trials, which finds the errors
+inside cells, is `ablate.planning.plan`'s job (`load_plans` does both): a function of the `Sweep` whose problems
+are key paths in it (`SweepProblem`), which its `SweepSource` places on their lines.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from ablate.errors import Problem, SpecError
 from ablate.plugins import PluginError, Plugins
 from ablate.registry import MECHANISMS
 from ablate.spec.paths import get_path, set_path
-from ablate.spec.problems import validation_problems
+from ablate.spec.problems import SweepProblem, validation_problems
 from ablate.spec.registry_check import knob_owners, metric_problems, unregistered_names
 from ablate.spec.schema import Linked, SpecFile, SweepSpec, When
 from ablate.spec.yaml_doc import Loc, absolute_data_path, nearest_line, read_yaml
@@ -33,29 +35,22 @@ if TYPE_CHECKING:
 
 
 @dataclass
-class SweepSource:
-    """A sweep as its file gives it, ready to plan: its spec, merged base, YAML lines and the file's plugins."""
+class Sweep:
+    """A sweep's plain data, ready to plan: its spec and merged base, without its file: planning is a function of
+    this, and names each problem by its key path in the sweep (`SweepProblem`), which `SweepSource` places."""
 
     name: str
     spec: SweepSpec
-    file: Path
     base: dict[str, Any]
     """defaults merged with the sweep's base, relative data paths made absolute."""
-    lines: dict[tuple[str | int, ...], int] = field(default_factory=dict, repr=False)
     plugins: Plugins = field(default_factory=Plugins)
     """The file's plugins: loaded here, and by every process that runs or reports this sweep's trials."""
     placeholders: dict[str, tuple[str, str]] = field(default_factory=dict)
     """Dotted path -> (value, text as written) where the base's value came from environment variables
     (`${TOKEN}`): records keep the text, the trial runs with the value."""
-    overrides: tuple[Override, ...] = ()
-    """Command-line overrides (`with_overrides`): a problem at their path is theirs."""
     knobs: tuple[Override, ...] = ()
     """The overrides of a knob that only some of the sweep's mechanisms have: set on each cell whose mechanism
     has it (`config`), not on `base`, so the other cells keep their keys."""
-
-    @property
-    def source(self) -> str:
-        return str(self.file)
 
     def taken(self, path: str, default: Any = None) -> list[Any]:
         """The values cells may take at `path`: those the sweep's axes give it (its when blocks' included), or
@@ -94,23 +89,42 @@ class SweepSource:
                 set_path(raw, o.path, o.value)
         return raw
 
-    def problem(self, path: tuple[str | int, ...], message: str) -> Problem:
-        """A problem at `path` inside this sweep's YAML, with the nearest known line; a problem in the base
-        at a path an override set is the override's."""
-        full: Loc = ("sweeps", self.name, *path)
+
+@dataclass
+class SweepSource:
+    """A sweep as its file gives it: its data (`Sweep`) and where it is written, the one place a sweep's problems
+    (key paths in it) become the file's (file, key path from the top, YAML line)."""
+
+    sweep: Sweep
+    file: Path
+    lines: dict[tuple[str | int, ...], int] = field(default_factory=dict, repr=False)
+    overrides: tuple[Override, ...] = ()
+    """Command-line overrides (`with_overrides`): a problem at their path is theirs."""
+
+    @property
+    def source(self) -> str:
+        return str(self.file)
+
+    def place(self, problems: Iterable[SweepProblem]) -> list[Problem]:
+        """Each problem at its path inside this sweep's YAML, with the nearest known line; a problem in the base
+        at a path an override set is the override's, one at a path the file's `defaults:` give is named there."""
+        return [self._placed(p.path, p.message) for p in problems]
+
+    def _placed(self, path: Loc, message: str) -> Problem:
+        full: Loc = ("sweeps", self.sweep.name, *path)
         if path[:1] == ("base",) and len(path) > 1:
             dotted = ".".join(str(p) for p in path[1:])
             if (o := next((o for o in self.overrides if o.overlaps(dotted)), None)) is not None:
                 return o.problem(message)
             if self._inherited(path[1:]):
                 full = ("defaults", *path[1:])
-        return Problem(self.source, full, message, nearest_line(self.lines, full))
+        return located(self.source, self.lines, full, message)
 
     def _inherited(self, keys: Loc) -> bool:
         """Whether the base's value at `keys` is the file's `defaults:` (the sweep's own base leaves it out),
         so a problem there is named once, where it is written, not once per sweep."""
-        own: Any = self.spec.base
-        merged: Any = self.base
+        own: Any = self.sweep.spec.base
+        merged: Any = self.sweep.base
         for k in keys:
             if not isinstance(merged, dict) or k not in merged:
                 return False
@@ -119,6 +133,11 @@ class SweepSource:
                 return True
             own = own[k]
         return False
+
+
+def located(file: str, lines: dict[tuple[str | int, ...], int], path: Loc, message: str) -> Problem:
+    """A problem at `path` (from the top of the file) with the nearest line written there (`nearest_line`)."""
+    return Problem(file, path, message, nearest_line(lines, path))
 
 
 def deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
@@ -136,15 +155,14 @@ def load_plugins(entries: Any, path: Path, lines: dict[tuple[str | int, ...], in
     if entries is None:
         entries = []
     if not isinstance(entries, list) or not all(isinstance(e, str) and e for e in entries):
-        raise SpecError([Problem(src, ("plugins",), "expected a list of module names or .py paths",
-                                 nearest_line(lines, ("plugins",)))])  # fmt: skip
+        raise SpecError([located(src, lines, ("plugins",), "expected a list of module names or .py paths")])
     try:
         plugins = Plugins.from_list(entries, path.resolve().parent)
         plugins.load()
     except PluginError as e:
         at = next((i for i, entry in enumerate(entries) if entry in str(e) or Path(entry).name in str(e)), None)
         where = ("plugins",) if at is None else ("plugins", at)
-        raise SpecError([Problem(src, where, str(e), nearest_line(lines, where))]) from None
+        raise SpecError([located(src, lines, where, str(e))]) from None
     return plugins
 
 
@@ -208,10 +226,10 @@ def read_sweeps(path: str | Path) -> SweepFile:
         defaults, specs, default = spec.defaults, spec.sweeps, spec.default
     except ValidationError as err:
         # Keep going with the sweeps that are well-formed, so one run reports every problem of the file.
-        problems += validation_problems(err, data, lambda p, m: Problem(src, p, m, nearest_line(lines, p)), SpecFile)
+        problems += validation_problems(err, data, lambda p, m: located(src, lines, p, m), SpecFile)
         defaults = data["defaults"] if isinstance(data.get("defaults"), dict) else {}
         raw = data["sweeps"] if isinstance(data.get("sweeps"), dict) else {}
-        specs = {name: sweep for name, body in raw.items() if (sweep := _checkable(body)) is not None}
+        specs = {name: checked for name, body in raw.items() if (checked := _checkable(body)) is not None}
         default = data.get("default") if data.get("default") in specs else None
     folder = path.resolve().parent
     sweeps = {}
@@ -221,12 +239,13 @@ def read_sweeps(path: str | Path) -> SweepFile:
             where: tuple[str, ...] = ("sweeps", name, "base", "data", "path")
             if get_path(defaults, "data.path") is not None and get_path(body.base, "data.path") is None:
                 where = ("defaults", "data", "path")
-            problems.append(Problem(src, where, f"environment variable {', '.join(missing)} is not set (give a "
-                                    "default with ${VAR:-value})", nearest_line(lines, where)))  # fmt: skip
+            problems.append(located(src, lines, where, f"environment variable {', '.join(missing)} is not set (give "
+                                    "a default with ${VAR:-value})"))  # fmt: skip
             continue
         secret = {"data.path": (base["data"]["path"], written)} if written else {}
-        sweeps[name] = SweepSource(name, body, path, base, lines, plugins, secret)
-        problems += unregistered_names(sweeps[name]) + metric_problems(sweeps[name])
+        sweep = Sweep(name, body, base, plugins, secret)
+        sweeps[name] = SweepSource(sweep, path, lines)
+        problems += sweeps[name].place(unregistered_names(sweep) + metric_problems(sweep))
     return SweepFile(path, sweeps, default or next(iter(sweeps), None), problems)
 
 

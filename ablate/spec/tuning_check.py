@@ -5,7 +5,7 @@ A searched path must name a config field that changes a trial's key, and no axis
 they would mean nothing); seeds, the data and the task are not searched (the search compares configurations on
 one validation split). Every arm's config must take the values at the ends of each range and every listed
 value, and its task must report the metric on a validation split it has. Problems name the file and key path
-(`SweepSource.problem`); the planner raises them with the sweep's other problems.
+(`SweepProblem`, placed by `SweepSource.place`); the planner returns them with the sweep's other problems.
 """
 
 from __future__ import annotations
@@ -17,13 +17,13 @@ from typing import Any
 from pydantic import ValidationError
 
 from ablate.config import TrialConfig, identity
-from ablate.errors import Problem, format_path
+from ablate.errors import format_path
 from ablate.registry import TASKS
 from ablate.spec.paths import overlaps, set_path
-from ablate.spec.problems import error_message
+from ablate.spec.problems import SweepProblem, error_message
 from ablate.spec.registry_check import path_problem
 from ablate.spec.schema import SweepSpec
-from ablate.spec.sweeps import SweepSource
+from ablate.spec.sweeps import Sweep
 from ablate.spec.tuning import IntDim, LogDim, RangeDim
 from ablate.spec.yaml_doc import Loc
 
@@ -36,7 +36,7 @@ FIXED = {
 """Paths no search may take, and why."""
 
 
-def path_problems(sweep: SweepSource, kinds: list[str]) -> list[Problem]:
+def path_problems(sweep: Sweep, kinds: list[str]) -> list[SweepProblem]:
     """What is wrong with the searched paths themselves (named with the sweep's axis problems, before any cell
     is built): a path no config has, a fixed one (`FIXED`), or one the sweep also names elsewhere."""
     if sweep.spec.tune is None:
@@ -45,12 +45,12 @@ def path_problems(sweep: SweepSource, kinds: list[str]) -> list[Problem]:
     for path in sweep.spec.tune.space:
         at: Loc = ("tune", "space", path)
         if (msg := path_problem(path, kinds)) is not None:
-            problems.append(sweep.problem(at, msg))
+            problems.append(SweepProblem(at, msg))
             continue
-        problems += [sweep.problem(at, why) for fixed, why in FIXED.items() if overlaps(path, fixed)]
+        problems += [SweepProblem(at, why) for fixed, why in FIXED.items() if overlaps(path, fixed)]
         for other, where in _named(sweep.spec):
             if overlaps(path, other):
-                problems.append(sweep.problem(at, f"{other} is also at {format_path(where)}: a path is either "
+                problems.append(SweepProblem(at, f"{other} is also at {format_path(where)}: a path is either "
                                               "searched (each arm tries values of it) or the grid's (an axis, a "
                                               "when: condition, an exclude: rule or the baseline give it one value "
                                               "per cell)"))  # fmt: skip
@@ -73,7 +73,7 @@ def _named(spec: SweepSpec) -> Iterator[tuple[str, Loc]]:
     yield from ((path, ("baseline", path)) for path in spec.baseline or {})
 
 
-def cell_problems(sweep: SweepSource, arms: Mapping[str, TrialConfig]) -> list[Problem]:
+def cell_problems(sweep: Sweep, arms: Mapping[str, TrialConfig]) -> list[SweepProblem]:
     """What is wrong with the search in the sweep's arms (`arms`: each arm's config at the base's values, by
     its axis values in words): a value an arm's config refuses, a path outside the trial key, a metric the
     task does not report on validation data, or no validation split."""
@@ -108,7 +108,7 @@ def cell_problems(sweep: SweepSource, arms: Mapping[str, TrialConfig]) -> list[P
         some = (
             f" (in the arm{'s' if len(holding) > 1 else ''} {'; '.join(holding)})" if len(holding) < len(arms) else ""
         )
-        problems.append(sweep.problem(at, what + some))
+        problems.append(SweepProblem(at, what + some))
     return problems
 
 

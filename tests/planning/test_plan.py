@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import json
 import re
 import types
@@ -17,10 +18,14 @@ from pydantic import BaseModel, ValidationError
 
 from ablate.config import AnyMechanism, TrialConfig, identity
 from ablate.errors import SpecError
+from ablate.planning.cells import groups
 from ablate.planning.keys import trial_key, variant_key
-from ablate.planning.plan import Plan, plan, plan_all
+from ablate.planning.plan import Plan, expand, plan, plan_all
 from ablate.plugins import load_builtins
 from ablate.registry import MECHANISMS
+from ablate.spec.problems import SweepProblem
+from ablate.spec.schema import SweepSpec
+from ablate.spec.sweeps import Sweep
 
 BASE = {
     "data": {"name": "mnist5k"},
@@ -34,6 +39,38 @@ def plan_of(tmp_path: Path, sweep: dict, name: str = "s", max_trials: int = 10_0
     result = plan(f, name, max_trials)
     assert isinstance(result, Plan)
     return result
+
+
+def sweep_of(body: dict[str, typing.Any]) -> Sweep:
+    """A sweep from its YAML as data, with no file: what planning's functions take."""
+    spec = SweepSpec.model_validate({"base": BASE, **body})
+    return Sweep("s", spec, copy.deepcopy(spec.base))
+
+
+def test_planning_is_a_function_of_the_sweeps_data_and_names_problems_by_key_path() -> None:
+    """Planning reads no file: `expand` makes a plan of a sweep's dicts, or returns its problems as values, each a
+    key path in the sweep (where the value is written) and a message; placing them on a file's line is the
+    file's (`SweepSource.place`), not planning's."""
+    ok = expand(sweep_of({"grid": {"train.lr": [1e-3, 3e-3]}, "seeds": [0, 1]}))
+    assert ok.problems == [] and ok.plan is not None and len(ok.plan.trials) == 4 and ok.plan.file == ""
+    axes = expand(
+        sweep_of({"grid": {"model.nope": [1]}, "linked": [{"train.epochs": [1, 2], "train.batch_size": [8]}]})
+    )
+    assert axes.plan is None and [p.path for p in axes.problems] == [("grid", "model.nope"), ("linked", 0)]
+    assert axes.problems[1].message == "linked axes need lists of one length, got lengths [1, 2]"
+    cells = expand(sweep_of({"grid": {"train.lr": [1e-3, -1.0]}, "exclude": [{"train.epochs": 99}]}))
+    assert cells.problems == [
+        SweepProblem(("grid", "train.lr", 1), "Input should be greater than 0 (value -1.0)"),
+        SweepProblem(("exclude", 0, "train.epochs"), "99 matches no value train.epochs takes in this sweep (10)"),
+    ]
+    three = {"train.lr": [1e-3, 2e-3, 3e-3], "train.epochs": [1, 2], "train.batch_size": [8, 16]}
+    design = expand(sweep_of({"grid": three, "design": {"fractional": {"resolution": 3}}}))
+    assert [p.path for p in design.problems] == [("design", "fractional")]
+    assert design.problems[0].message.startswith("train.lr has 3 values: a fractional design varies two-level axes")
+    found: list[SweepProblem] = []
+    rows = groups({"train.lr": []}, [], ("when", 0), found, ["softmax"])
+    assert rows == [[]] and found == [SweepProblem(("when", 0, "grid", "train.lr"), "empty axis: expected a list "
+                                                   "of at least one value")]  # fmt: skip
 
 
 def test_cartesian_with_seeds(tmp_path: Path) -> None:
