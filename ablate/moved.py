@@ -1,23 +1,22 @@
-"""Where the modules of ablate 0.1's flat layout live now, so `import ablate.planner` (a user's script, a
-pickle naming a class by its old module) keeps working for one release, with a DeprecationWarning.
+"""Where the modules of ablate 0.1's flat layout live now, so `import ablate.planner` (a user's script, a pickle naming
+a class by its old module) keeps working for one release, with a DeprecationWarning.
 
-An old name is an alias: `ablate.planner` is the very module object `ablate.planning.plan`, so a class
-imported through either is the same class. An old module split in two points at the part that holds most of its
-public names: `ablate.planner` at `ablate.planning.plan` (5 of its 8 exported names: `Plan`, `expand`, `load_plans`,
-`plan`, `plan_all`; trial identity, `Trial`, `trial_key`, `variant_key`, is `ablate.planning.keys`), `ablate.tuning`
-at `ablate.spec.tuning` (13 of its 19 public names: the `tune:` block; the search, `Search`, `proposals`, `best`,
-`Failed`, `Result`, `STARTUP`, is `ablate.planning.search`). A module renamed inside its package after the move
-(one word per concept) is here too, under its previous dotted name: `ablate.training.storage` is
-`ablate.training.checkpoint_storage`, `ablate.training.checkpoints` is `ablate.training.checkpointer`. The GPU
-check's modules left the CLI for `ablate.gpus`: `ablate.gpucheck` and `ablate.cli.gpucheck` point at
-`ablate.gpus.figures` (14 of its 25 public names: the figures and the runs that measure them; the sweep,
-`SweepSpec`, `Phase`, `PHASES`, `plan_phases`, `dry_run`, ..., is `ablate.gpus.sweep`). Tuning's modules are all
-called tuning now (`ablate.spec.tune`, `ablate.planning.tuned`, `ablate.reporting.tuned`); `ablate.reporting.tuning`,
-which held Dodge's expected best, is `ablate.reporting.expected_best`, its old name taken by the tuned sweep's
-report section (`ablate.reporting.tuned`'s new name), so that one old name cannot point at its old module.
-`ablate.planning.table` (what `ablate plan` prints per trial) is `ablate.api.plan_rows`. Model probing left the
-plan (`ablate.planning.check` is `ablate.probe.check`) and number formatting went to the bottom
-(`ablate.planning.units` is `ablate.units`, where ablate 0.1 had it)."""
+An old name is an alias: `ablate.planner` is the very module object `ablate.planning.plan`, so a class imported through
+either is the same class. An old module split in two points at the part that holds most of its public names:
+`ablate.planner` at `ablate.planning.plan` (5 of its 8 exported names: `Plan`, `expand`, `load_plans`, `plan`,
+`plan_all`; trial identity, `Trial`, `trial_key`, `variant_key`, is `ablate.planning.keys`), `ablate.tuning` at
+`ablate.spec.tuning` (13 of its 19 public names: the `tune:` block; the search, `Search`, `proposals`, `best`, `Failed`,
+`Result`, `STARTUP`, is `ablate.planning.search`). A module renamed inside its package after the move (one word per
+concept) is here too, under its previous dotted name: `ablate.training.storage` is `ablate.training.checkpoint_storage`.
+The GPU check's modules left the CLI for `ablate.gpus`: `ablate.gpucheck` and `ablate.cli.gpucheck` point at
+`ablate.gpus.figures` (14 of its 25 public names: the figures and the runs that measure them; the sweep, `SweepSpec`,
+`Phase`, `PHASES`, `plan_phases`, `dry_run`, ..., is `ablate.gpus.sweep`). Tuning's modules are all called tuning now
+(`ablate.spec.tune`, `ablate.planning.tuned`, `ablate.reporting.tuned`); `ablate.reporting.tuning`, which held Dodge's
+expected best, is `ablate.reporting.expected_best`, its old name taken by the tuned sweep's report section
+(`ablate.reporting.tuned`'s new name), so that one old name cannot point at its old module. `ablate.planning.table`
+(what `ablate plan` prints per trial) is `ablate.api.plan_rows`. Model probing left the plan (`ablate.planning.check` is
+`ablate.probe.check`) and number formatting went to the bottom (`ablate.planning.units` is `ablate.units`, where ablate
+0.1 had it)."""
 
 from __future__ import annotations
 
@@ -43,14 +42,13 @@ MOVED = {
     "ablate.journal": "ablate.execution.journal", "ablate.progress": "ablate.execution.progress",
     "ablate.preflight": "ablate.execution.preflight", "ablate.gpucheck": "ablate.gpus.figures",
     "ablate.trial": "ablate.training.loop", "ablate.parallel": "ablate.training.parallel",
-    "ablate.messages": "ablate.training.messages", "ablate.checkpoints": "ablate.training.checkpointer",
+    "ablate.messages": "ablate.training.messages", "ablate.checkpoints": "ablate.training.checkpoints",
     "ablate.storage": "ablate.training.checkpoint_storage", "ablate.tasks": "ablate.training.tasks",
     "ablate.mirror": "ablate.tracking.mirror", "ablate.verdict": "ablate.evidence.verdict",
     "ablate.steptime": "ablate.probe.steptime",
     "ablate.planning.check": "ablate.probe.check", "ablate.planning.steptime": "ablate.probe.steptime",
     "ablate.planning.units": "ablate.units",
     "ablate.training.storage": "ablate.training.checkpoint_storage",
-    "ablate.training.checkpoints": "ablate.training.checkpointer",
     "ablate.spec.tune": "ablate.spec.tuning", "ablate.spec.tune_check": "ablate.spec.tuning_check",
     "ablate.planning.tuned": "ablate.planning.tuning", "ablate.reporting.tuned": "ablate.reporting.tuning",
     "ablate.tracking.records": "ablate.tracking.tracker", "ablate.reporting.seeding": "ablate.reporting.adaptive",

@@ -39,7 +39,7 @@ GROUPS: dict[str, tuple[list[str], list[str]]] = {
         ["tests/execution/test_launcher.py", "tests/cli/test_cli.py"],
     ),
     "trial": (
-        ["ablate/training/loop.py", "ablate/training/checkpointer.py", "ablate/training/parallel.py"],
+        ["ablate/training/loop.py", "ablate/training/checkpoints.py", "ablate/training/parallel.py"],
         ["tests/training/test_loop.py", "tests/training/test_parallel.py"],
     ),
     "csan": (["ablate/nn/mechanisms/csan/layers.py"], ["tests/nn/test_attention.py"]),

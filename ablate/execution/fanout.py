@@ -37,7 +37,7 @@ from ablate.store.database import now
 from ablate.store.faults import StoreUnavailable
 from ablate.store.schema import ENDED
 from ablate.training.checkpoint_storage import Storage
-from ablate.training.checkpointer import Resume
+from ablate.training.checkpoints import Resume
 from ablate.training.messages import EpochEnd, Finished, PeerLost, Started, TrialResult
 
 if TYPE_CHECKING:

@@ -60,7 +60,7 @@ class _Running:
 
 
 class Display:
-    """What a launch shows of its trials, live or plain (a trial's own position is `checkpointer.Progress`);
+    """What a launch shows of its trials, live or plain (a trial's own position is `checkpoints.Progress`);
     `live=None` picks the live view only when stdout is a terminal. `clock` (seconds, monotonic) times trials,
     the rate and the plain output's throttle."""
 

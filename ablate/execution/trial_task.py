@@ -19,7 +19,7 @@ from ablate.config import TrialConfig
 from ablate.plugins import Plugins
 from ablate.training import devices
 from ablate.training.checkpoint_storage import Storage
-from ablate.training.checkpointer import Checkpointer, Resume
+from ablate.training.checkpoints import Checkpointer, Resume
 from ablate.training.messages import RENDEZVOUS, EpochEnd, Reporter, Runner, Started, TrialResult
 
 

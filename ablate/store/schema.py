@@ -116,7 +116,7 @@ class TrialRecord(Base):
     checkpoint: Mapped[dict[str, Any] | None]
     """The trial's last checkpoint as its trial reported it: SHA-256 of the file and the code digest it was
     written with. A checkpoint file that does not match is refused
-    (`ablate.training.checkpointer.Checkpointer.admit`)."""
+    (`ablate.training.checkpoints.Checkpointer.admit`)."""
 
 
 class Membership(Base):

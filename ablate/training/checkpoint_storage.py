@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
 from ablate.patience import patiently
-from ablate.training.checkpointer import FILE
+from ablate.training.checkpoints import FILE
 from ablate.training.messages import PREEMPT, clear_stop, request_stop
 
 if TYPE_CHECKING:

@@ -1,8 +1,8 @@
 """One trial: build, train, evaluate, checkpoint, resume. A plain function, usable without Ray.
 
 `run_trial(config, report, checkpoint_dir)` trains `config` for its epochs, calls `report(epoch, metrics)`
-after every epoch, checkpoints after every epoch and resumes from the checkpoint it finds (both asked of its
-`ablate.training.checkpointer.Checkpointer`).
+after every epoch, checkpoints after every epoch and resumes from the checkpoint it finds (both asked of the
+trial's `ablate.training.checkpoints.Checkpointer`, through `checkpoints.restore` and `checkpoints.save`).
 A NaN/inf loss ends the trial as `diverged` (epoch and step recorded); any other error propagates with
 its traceback for the launcher to record. The test split is evaluated once, at the end, on the final
 model (`train.select: final`), or every epoch with the result taken from the epoch of the best validation
@@ -32,8 +32,7 @@ from ablate.nn.diagnostics import argmax_keys, recording, summarize, winner_tran
 from ablate.nn.factory import create_model
 from ablate.provenance.environment import environment
 from ablate.registry import TASKS
-from ablate.training import devices, parallel
-from ablate.training.checkpointer import Checkpointer, Progress
+from ablate.training import checkpoints, devices, parallel
 from ablate.training.messages import Divergence, Reporter, StopRequest, TrialResult
 from ablate.training.parallel import Group
 from ablate.training.tasks import Task
@@ -145,8 +144,7 @@ def _train(
     optimizer = create_optimizer_v2(model, opt=t.opt, lr=t.lr, weight_decay=t.weight_decay)
     scheduler = make_scheduler(cfg, optimizer, len(task.train_steps(0)))
     folder = Path(checkpoint_dir) if checkpoint_dir else None
-    checkpointer = Checkpointer(folder, device) if folder else None
-    progress = checkpointer.restore(model, optimizer, scheduler) if checkpointer else Progress()
+    progress = checkpoints.restore(folder, model, optimizer, scheduler, device) if folder else checkpoints.Progress()
     if progress.problem:
         result.warnings.append(progress.problem)
     if not group.main:  # augmentation streams of their own (rank 0 keeps the single-process stream)
@@ -165,8 +163,8 @@ def _train(
             return result
         except Preempted as p:
             progress.step, progress.partial = p.step, p.partial
-            if group.main and checkpointer is not None:
-                checkpointer.save(model, optimizer, scheduler, progress)
+            if group.main and folder is not None:
+                checkpoints.save(folder, model, optimizer, scheduler, progress, device)
             group.barrier()
             result.outcome, result.epochs = "preempted", epoch
             return result
@@ -183,8 +181,8 @@ def _train(
         metrics["peak_mem_mb"] = peak_memory_mb(device)
         progress.epoch = epoch + 1
         progress.history.append((epoch + 1, metrics))
-        if checkpointer is not None:
-            checkpointer.save(model, optimizer, scheduler, progress)
+        if folder is not None:
+            checkpoints.save(folder, model, optimizer, scheduler, progress, device)
         report(epoch + 1, reported(metrics))
     if group.main and t.select == "best":
         result.metrics = best_epoch(progress.history, f"val.{task.headline}")
@@ -242,7 +240,7 @@ def train_epoch(
     scheduler: Any,
     epoch: int,
     group: Group,
-    resume: Progress | None = None,
+    resume: checkpoints.Progress | None = None,
     stop: Callable[[], bool] = lambda: False,
 ) -> dict[str, float]:
     """One epoch of optimizer steps; each step accumulates this worker's micro-batches (loss weighted by their

@@ -33,7 +33,7 @@ from ablate.planning.plan import Plan, plan, plan_all
 from ablate.store import Store
 from ablate.store.database import now
 from ablate.tracking.tracker import Tracker
-from ablate.training.checkpointer import FILE, Checkpointer
+from ablate.training.checkpoints import FILE, Checkpointer
 
 GATE_SCRIPT = Path(__file__).parents[1] / "gate.py"
 

@@ -24,7 +24,7 @@ from team import Service
 
 from ablate.config import TrialConfig
 from ablate.store import Store
-from ablate.training.checkpointer import FILE
+from ablate.training.checkpoints import FILE
 
 
 def test_a_seed_draws_one_schedule_within_what_leases_tolerate() -> None:

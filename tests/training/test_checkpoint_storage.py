@@ -29,7 +29,7 @@ from ablate.planning.plan import plan
 from ablate.plugins import Plugins
 from ablate.store import Store
 from ablate.training.checkpoint_storage import MARKER, SCRATCH, Storage
-from ablate.training.checkpointer import FILE, Checkpointer, Progress
+from ablate.training.checkpoints import FILE, Checkpointer, Progress
 from ablate.training.messages import StopRequest, TrialResult
 
 pytestmark = pytest.mark.timeout(300)

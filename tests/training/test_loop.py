@@ -14,7 +14,7 @@ from conftest import TINY
 from ablate.config import TrialConfig
 from ablate.data import DataError
 from ablate.plugins import Plugins
-from ablate.training.checkpointer import FILE, Checkpointer
+from ablate.training.checkpoints import FILE, Checkpointer
 from ablate.training.loop import best_epoch, run_trial
 from ablate.training.tasks import shift_images
 

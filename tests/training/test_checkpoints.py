@@ -18,7 +18,7 @@ import torch
 from torch import nn
 
 from ablate.training.checkpoint_storage import Storage
-from ablate.training.checkpointer import FILE, Checkpointer, Progress, Resume, file_sha
+from ablate.training.checkpoints import FILE, Checkpointer, Progress, Resume, file_sha
 
 
 class Tiny:
