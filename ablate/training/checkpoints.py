@@ -240,7 +240,6 @@ class Checkpointer:
                         history=state.get("history", []), winners=state.get("winners"))  # fmt: skip
 
 
-
 def restore(folder: Path, model: nn.Module, optimizer: Any, scheduler: Any, device: torch.device | None) -> Progress:
     """The training loop's restore (`Checkpointer.restore` of `folder`): the loop's calls keep the form its code
     digest was pinned with (tests/golden_fingerprints.json), since another call there would make every stored
@@ -253,6 +252,7 @@ def save(
 ) -> None:
     """The training loop's save (`Checkpointer.save` into `folder`), in the form `restore` keeps."""
     Checkpointer(folder, device).save(model, optimizer, scheduler, progress)
+
 
 def file_sha(path: Path) -> str:
     """A file's SHA-256, read in blocks."""
