@@ -6,6 +6,7 @@ the cells into trials).
 
 from __future__ import annotations
 
+import copy
 import difflib
 import itertools
 import json
@@ -20,7 +21,7 @@ from ablate.errors import format_path
 from ablate.planning.designs import Cell
 from ablate.spec.paths import get_path, matches, overlaps, set_path
 from ablate.spec.problems import SweepProblem, clean_loc, error_message
-from ablate.spec.registry_check import path_problem
+from ablate.spec.registry_check import knob_owners, path_problem
 from ablate.spec.schema import Linked, axis_paths
 from ablate.spec.sweeps import Sweep
 from ablate.spec.yaml_doc import Loc
@@ -167,7 +168,16 @@ def given(raw: dict[str, Any], paths: Iterable[str], defaults: dict[str, Any]) -
 
 
 def raw_config(sweep: Sweep, cell: Cell) -> dict[str, Any]:
-    return sweep.config((path, value) for path, value, _ in cell)
+    """A cell's raw config: the sweep's base with the cell's values set, then each of the sweep's knobs (`-s`
+    overrides of a mechanism's own fields) if the cell's mechanism has that knob."""
+    raw = copy.deepcopy(sweep.base)
+    for path, value, _ in cell:
+        set_path(raw, path, value)
+    kind = get_path(raw, "attention.kind", "softmax")
+    for o in sweep.knobs:
+        if isinstance(kind, str) and kind in knob_owners(o.path):
+            set_path(raw, o.path, o.value)
+    return raw
 
 
 def data_path_problem(data: dict[str, Any]) -> str | None:

@@ -24,9 +24,9 @@ from pydantic import ValidationError
 from ablate.errors import Problem, SpecError
 from ablate.plugins import PluginError, Plugins
 from ablate.registry import MECHANISMS
-from ablate.spec.paths import get_path, set_path
+from ablate.spec.paths import get_path
 from ablate.spec.problems import SweepProblem, validation_problems
-from ablate.spec.registry_check import knob_owners, metric_problems, unregistered_names
+from ablate.spec.registry_check import metric_problems, unregistered_names
 from ablate.spec.schema import Linked, SpecFile, SweepSpec, When
 from ablate.spec.yaml_doc import Loc, absolute_data_path, nearest_line, read_yaml
 
@@ -50,7 +50,7 @@ class Sweep:
     (`${TOKEN}`): records keep the text, the trial runs with the value."""
     knobs: tuple[Override, ...] = ()
     """The overrides of a knob that only some of the sweep's mechanisms have: set on each cell whose mechanism
-    has it (`config`), not on `base`, so the other cells keep their keys."""
+    has it (`ablate.planning.cells.raw_config`), not on `base`, so the other cells keep their keys."""
 
     def taken(self, path: str, default: Any = None) -> list[Any]:
         """The values cells may take at `path`: those the sweep's axes give it (its when blocks' included), or
@@ -76,18 +76,6 @@ class Sweep:
         if named is None:
             return sorted(set(taken))
         return sorted({k for k in _listed(named) if isinstance(k, str) and (k in MECHANISMS or k in taken)})
-
-    def config(self, assigned: Iterable[tuple[str, Any]]) -> dict[str, Any]:
-        """A cell's raw config: the base with the cell's `assigned` (path, value) pairs set, then each of `knobs`
-        if the cell's mechanism has that knob."""
-        raw = copy.deepcopy(self.base)
-        for path, value in assigned:
-            set_path(raw, path, value)
-        kind = get_path(raw, "attention.kind", "softmax")
-        for o in self.knobs:
-            if isinstance(kind, str) and kind in knob_owners(o.path):
-                set_path(raw, o.path, o.value)
-        return raw
 
 
 @dataclass
