@@ -51,8 +51,8 @@ class Analysis:
 
 def analysed(name: str, data: SweepData) -> Analysis:
     """The main effects of `data`: a design's (`designed`) or the full grid's (`effects`)."""
-    if data.chosen is not None:
-        eff = designed.effects(data, data.chosen)
+    if data.design is not None:
+        eff = designed.effects(data, data.design)
     else:
         fac = effects.factorial(data)
         assert fac is not None

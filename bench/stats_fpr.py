@@ -38,7 +38,7 @@ def main() -> None:
     for n, repeats, folds in DESIGNS:
         d = cv_differences(rng, args.sweeps, n=n, repeats=repeats, folds=folds)
         before = rate(stats.paired(d, effect=False)["p"].to_numpy())
-        after = rate(stats.paired(d, design=stats.Design(folds), effect=False)["p"].to_numpy())
+        after = rate(stats.paired(d, replicates=stats.Replicates(folds), effect=False)["p"].to_numpy())
         print(f"{n:7d} {repeats:7d} {folds:5d}   {before:28.3f}   {after:29.3f}")
     p = stats.paired(null_tables(rng, args.sweeps, 8, 10).reshape(-1, 10), effect=False)["p"].to_numpy()
     p = p.reshape(args.sweeps, 8)

@@ -116,7 +116,7 @@ def _write_sweep(
     store: Store, data: SweepData, where: Path, formats: set[str], correction: str, time: bool
 ) -> list[Path]:
     table = frames.variant_table(data, frames.throughput(store, data, side_by_side=time), correction)
-    chosen = data.chosen
+    chosen = data.design
     fac = effects.factorial(data) if chosen is None else None
     eff = effects.effects(fac, correction) if fac is not None else None
     if chosen is not None and chosen.two_level:
@@ -201,7 +201,7 @@ def _sections(
     timed = " and the side-by-side step time" if "step_rel" in table else ""
     meta = [
         *([data.description] if data.description else []),
-        f"Metric: {tables.metric_words(data)} Baseline: {base}. Replicates: {data.design.words}.",
+        f"Metric: {tables.metric_words(data)} Baseline: {base}. Replicates: {data.replicates.words}.",
         f"Trials: {len(data.trials)} ({_counts(data.trials['state'])}); variants: {len(table)} "
         f"({int((table['n'] > 0).sum())} with results). Last change: {data.updated}.",
         *filter(None, [data.outside.words(data.name)]),
@@ -219,7 +219,7 @@ def _sections(
     }  # fmt: skip
     if pub := tables.published_tables(table, data):  # only where a variant's mechanism has a published table
         parts["published"] = [Section("Published numbers", [*pub])]
-    chosen = data.chosen
+    chosen = data.design
     if chosen is not None and not chosen.two_level:
         parts["effects"] = [Section("Ablation, one axis at a time", [designed.ablation(table, chosen, data)])]
     elif chosen is not None and eff is not None and len(eff):

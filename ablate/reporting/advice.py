@@ -27,7 +27,7 @@ import numpy as np
 from scipy import stats as sps
 
 from ablate import evidence
-from ablate.reporting.stats import Design
+from ablate.reporting.stats import Replicates
 from ablate.spec.schema import MAX_SEEDS
 
 POWER = 0.8
@@ -39,32 +39,32 @@ def level(k: int) -> float:
     return evidence.ALPHA / max(k, 1)
 
 
-def fewest(a: float, design: Design) -> int:
+def fewest(a: float, replicates: Replicates) -> int:
     """The fewest paired differences at which the policy's test can reach p < a: the sign-flip test's n where
     the replicates are exchangeable and that is under SMALL_N, else the t's SMALL_N."""
-    return min(evidence.exact_n(a), evidence.SMALL_N) if design.exchangeable else evidence.SMALL_N
+    return min(evidence.exact_n(a), evidence.SMALL_N) if replicates.exchangeable else evidence.SMALL_N
 
 
-def mdds(sd: float, n: np.ndarray, a: float, design: Design) -> np.ndarray:
+def mdds(sd: float, n: np.ndarray, a: float, replicates: Replicates) -> np.ndarray:
     """The MDD (module docstring) at level `a` of n paired differences with SD `sd`, for each n of `n`; infinite
     where the policy's test cannot reach `a` at n."""
     n = np.asarray(n, dtype=float)
-    ok = n >= max(fewest(a, design), 2)
+    ok = n >= max(fewest(a, replicates), 2)
     m = np.where(ok, n, 2.0)
     q = sps.t.ppf(1 - a / 2, m - 1) + sps.t.ppf(POWER, m - 1)
-    out: np.ndarray = np.where(ok, q * sd * np.sqrt(1 / m + design.ratio), np.inf)
+    out: np.ndarray = np.where(ok, q * sd * np.sqrt(1 / m + replicates.ratio), np.inf)
     return out
 
 
-def mdd(sd: float, n: int, a: float, design: Design) -> float:
+def mdd(sd: float, n: int, a: float, replicates: Replicates) -> float:
     """`mdds` of one n."""
-    return float(mdds(sd, np.array([n]), a, design)[0])
+    return float(mdds(sd, np.array([n]), a, replicates)[0])
 
 
-def floor(sd: float, a: float, design: Design) -> float:
+def floor(sd: float, a: float, replicates: Replicates) -> float:
     """What the MDD tends to as the replicates grow: 0 for seeds, (z_{1-a/2} + z_{power}) SD sqrt(ratio) under
     cross-validation."""
-    return float((sps.norm.ppf(1 - a / 2) + sps.norm.ppf(POWER)) * sd * np.sqrt(design.ratio))
+    return float((sps.norm.ppf(1 - a / 2) + sps.norm.ppf(POWER)) * sd * np.sqrt(replicates.ratio))
 
 
 @dataclass(frozen=True)
@@ -76,14 +76,14 @@ class Need:
     n: int
 
 
-def needed(sd: float, target: float, k: int, have: int, design: Design) -> Need | None:
-    """The fewest seeds (repeats under cross-validation, each `design.folds` differences) above `have` paired
+def needed(sd: float, target: float, k: int, have: int, replicates: Replicates) -> Need | None:
+    """The fewest seeds (repeats under cross-validation, each `replicates.folds` differences) above `have` paired
     differences whose MDD at `level(k)` reaches `target`; None beyond MAX_SEEDS or under the cross-validation
     floor."""
-    step = design.folds or 1
+    step = replicates.folds or 1
     runs = np.arange(1, MAX_SEEDS + 1)
     n = runs * step
-    reach = np.flatnonzero((n > have) & (mdds(sd, n, level(k), design) <= target))
+    reach = np.flatnonzero((n > have) & (mdds(sd, n, level(k), replicates) <= target))
     return Need(int(runs[reach[0]]), int(n[reach[0]])) if len(reach) else None
 
 

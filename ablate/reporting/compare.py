@@ -39,7 +39,7 @@ class Comparison:
     """The axes both sweeps have: what a shared variant agrees on."""
     ambiguous: int
     """Variants left out because another variant of their own sweep agrees on the same axes."""
-    design: stats.Design
+    replicates: stats.Replicates
 
 
 def pairs(a: SweepData, b: SweepData) -> tuple[list[tuple[str, str]], list[str], int]:
@@ -67,7 +67,7 @@ def comparison(a: SweepData, b: SweepData, correction: str = "holm") -> Comparis
         raise ReportError(
             f"sweeps {a.name!r} and {b.name!r} share no variant (axes both have: {', '.join(axes) or 'none'})"
         )
-    design = a.design if a.design == b.design else stats.Design()
+    shared = a.replicates if a.replicates == b.replicates else stats.Replicates()
     va, vb = frames.replicates(a), frames.replicates(b)
     reps = sorted(set(va.columns) | set(vb.columns))
     left = va.reindex(index=[m[0] for m in matched], columns=reps).to_numpy()
@@ -75,7 +75,7 @@ def comparison(a: SweepData, b: SweepData, correction: str = "holm") -> Comparis
     own = [stats.interval(frames.replicates(d, "repeat").reindex(index=[m[i] for m in matched]).to_numpy())
            for i, d in enumerate((a, b))]  # fmt: skip
     spread = [stats.interval(x) for x in (left, right)]
-    test = stats.paired(right - left, design=design)
+    test = stats.paired(right - left, replicates=shared)
     out = pd.DataFrame({"variant_a": [m[0] for m in matched], "variant_b": [m[1] for m in matched],
                         "label": a.variants.loc[[m[0] for m in matched], "label"].to_numpy()})  # fmt: skip
     for side, s, o in zip("ab", spread, own):
@@ -86,7 +86,7 @@ def comparison(a: SweepData, b: SweepData, correction: str = "holm") -> Comparis
     out["p_adj"] = stats.adjust(out["p"].where(out["pairs"] > 1), correction)
     floor = _floor(a)
     out["below_floor"] = (out["pairs"] > 1) & (out["delta"].abs() < floor)
-    return Comparison(a, b, out, axes, ambiguous, design)
+    return Comparison(a, b, out, axes, ambiguous, shared)
 
 
 def _floor(data: SweepData) -> float:
@@ -99,7 +99,7 @@ def _floor(data: SweepData) -> float:
 
 def table(c: Comparison, correction: str) -> Table:
     """The side-by-side table with its caption (tests, family, noise floor)."""
-    d, unit = tables.digits(c.a), c.design.unit
+    d, unit = tables.digits(c.a), c.replicates.unit
     rows = []
     for _, r in c.frame.iterrows():
         sides = [f"{tables.num(r[f'{s}_mean'], d)} ± {tables.num(r[f'{s}_std'], d)}" for s in "ab"]
@@ -122,7 +122,7 @@ def table(c: Comparison, correction: str) -> Table:
         f"sweeps have ({', '.join(c.axes) or 'none'}); mean ± std over every finished trial, n = independent "
         f"replicates (seeds or CV repeats). Δ = B - A over the replicates both sweeps ran (same seed, split and "
         f"fold: 'pairs'), with a 95% interval; d: Δ in standard deviations of the paired differences. "
-        f"p: {tables.test_words(c.a) if c.design == c.a.design else 'paired t-test'}. "
+        f"p: {tables.test_words(c.a) if c.replicates == c.a.replicates else 'paired t-test'}. "
         f"{stats.starred(k, correction, 'shared variants')} {floor_words}"
         + tables.na_words([row[6] for row in rows], unit)
         + (
@@ -158,7 +158,9 @@ def compare(
     c = comparison(frames.load(store, a, metric), frames.load(store, b, metric), correction)
     where = Path(out) / folder(a, b)
     title = f"ablate compare: {a} vs {b}"
-    meta = [f"Metric: {c.a.metric}. Replicates: {c.design.words}. Last changes: {c.a.updated} (A), {c.b.updated} (B)."]
+    meta = [
+        f"Metric: {c.a.metric}. Replicates: {c.replicates.words}. Last changes: {c.a.updated} (A), {c.b.updated} (B)."
+    ]
     sections = [Section("Shared variants", [table(c, correction)])]
     written = []
     if "csv" in wanted:

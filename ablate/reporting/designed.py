@@ -77,7 +77,7 @@ def _fit(data: SweepData, plan: DesignPlan, cells: pd.DataFrame, stratum: str) -
                       for t in s.model]  # fmt: skip
     if len(complete) >= 2:
         per = np.linalg.lstsq(x, cells[complete].to_numpy(), rcond=None)[0][1:] * scale
-        est = stats.paired(per, design=data.design, effect=False)
+        est = stats.paired(per, replicates=data.replicates, effect=False)
         for col in ("lo", "hi", "p", "test", "why"):
             out[col] = est[col]
         out["effect"], out["n"], out["df"], out["sd"] = est["mean"], len(complete), len(complete) - 1, est["std"]
@@ -90,7 +90,7 @@ def _fit(data: SweepData, plan: DesignPlan, cells: pd.DataFrame, stratum: str) -
         every = weights @ cells.mean(axis=1).to_numpy()
         counts = cells.notna().sum(axis=1).to_numpy()
         error = pure_error.pooled(cells.to_numpy())
-        est = stats.unreplicated(every, weights, counts, data.design.unit, stratum or "every cell", error)
+        est = stats.unreplicated(every, weights, counts, data.replicates.unit, stratum or "every cell", error)
         out["effect"] = every[: len(s.model)]
         for col in ("lo", "hi", "p", "test", "why", "t", "screen", "terms"):
             out[col] = est[col].to_numpy()[: len(s.model)]

@@ -59,7 +59,7 @@ class Factorial:
     levels: list[list[str]]
     values: np.ndarray
     """(replicates, level_1, ..., level_k): the metric per replicate and cell, NaN where missing."""
-    design: stats.Design = field(default_factory=stats.Design)
+    replicates: stats.Replicates = field(default_factory=stats.Replicates)
     repeats: tuple[str, ...] = ()
     """The independent replicate (seed[/split seed]) of each replicate of `values` (its folds share one)."""
     knobs: tuple[str, ...] = ()
@@ -157,7 +157,7 @@ def _part(
     shared = {a: grid[a].iloc[0] for a in data.axes if grid[a].nunique() == 1 and told[a] != NA}
     within = {a: shown[a][v] for a, v in shared.items() if v not in (told[a], NA)}
     kept = {a: shown[a][held[a]] for a in candidates if a not in factors and held[a] not in (told[a], NA)}
-    return Factorial(factors, [[shown[f][v] for v in lv] for f, lv in zip(factors, levels)], values, data.design,
+    return Factorial(factors, [[shown[f][v] for v in lv] for f, lv in zip(factors, levels)], values, data.replicates,
                      tuple(repeat.reindex(table.columns).astype(str)), tuple(factors), within, kept)  # fmt: skip
 
 
@@ -230,13 +230,13 @@ def _estimate(f: Factorial) -> pd.DataFrame:
     if f.method == PAIRED:
         cells = f.values[f.complete]
         contrasts = np.stack([_contrast(cells, at) for *_, at in terms])
-        est = stats.paired(contrasts, design=f.design, effect=False)  # the table shows no d
+        est = stats.paired(contrasts, replicates=f.replicates, effect=False)  # the table shows no d
         for col in ("lo", "hi", "p", "test", "why"):
             out[col] = est[col]
         out["effect"], out["n"], out["df"], out["sd"] = est["mean"], len(cells), len(cells) - 1, est["std"]
     else:
         out["sd"] = np.nan
-        values = _repeat_means(f) if f.design.folds is not None else f.values
+        values = _repeat_means(f) if f.replicates.folds is not None else f.values
         count = (~np.isnan(values)).sum(axis=0)
         # a cell none of whose trials finished (all failed or diverged): its mean and the effects through it are
         # NaN, which the table shows as such; numpy's warnings about it would only be noise under the report
@@ -257,7 +257,7 @@ def _estimate(f: Factorial) -> pd.DataFrame:
         out["lo"], out["hi"], out["p"] = (np.where(tested, x, np.nan) for x in (lo, hi, p))
         out["n"], out["df"] = n, max(df, 0)
         out["test"] = "t (pooled variance)" if tested else ""
-        unit = "trial" if f.design.folds is None else "repeat"
+        unit = "trial" if f.replicates.folds is None else "repeat"
         out["why"] = evidence.why(n, df, pooled > 0, False, unit)
         if df == 0:  # one value per cell: an unreplicated factorial
             screen = ", ".join(map(describe.short, f.factors))

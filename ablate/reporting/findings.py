@@ -122,12 +122,12 @@ def _sparsity(data: SweepData) -> str:
     it (a design's reference cell at more seeds, `ablate.evidence.pure_error`; a full grid's more seeds)."""
     if data.trials["seed"].nunique() > 1:
         how = "the trials not done at the other seeds would measure it"
-    elif data.chosen is not None and data.chosen.two_level:
-        how = (f"`reference_seeds: 4` under design.{data.chosen.kind} runs the reference cell at 3 more seeds and "
+    elif data.design is not None and data.design.two_level:
+        how = (f"`reference_seeds: 4` under design.{data.design.kind} runs the reference cell at 3 more seeds and "
                "tests each effect against their spread")  # fmt: skip
     else:
         how = "more seeds measure it: the effects table then compares each effect over them (the paired test)"
-    return (f"No seed variation measured: p assumes effect sparsity. With one {data.design.unit} per cell, Lenth's "
+    return (f"No seed variation measured: p assumes effect sparsity. With one {data.replicates.unit} per cell, Lenth's "
             f"test takes the smaller effects for noise; {how}.")  # fmt: skip
 
 
@@ -198,7 +198,7 @@ def _open(x: _Row, data: SweepData, d: int, unit: str, judged: adaptive.Verdict 
     if judged is not None and judged.decision in (adaptive.HIGHER, adaptive.LOWER, adaptive.EQUIVALENT):
         return Finding(judged.decision, f"{head}: not significant after the table's adjustment, but adaptive "
                                         f"seeding found it {judged.reason} (Adaptive seeds, below).")  # fmt: skip
-    design, word, target = data.design, data.design.unit, abs(x.size)
+    replicates, word, target = data.replicates, data.replicates.unit, abs(x.size)
     a = advice.level(x.k)
     at = f"α/{x.k} = {a:.3g}" if x.k > 1 else f"α = {a:.3g}"
     bound = max(abs(x.r["lo"]), abs(x.r["hi"]))
@@ -206,23 +206,24 @@ def _open(x: _Row, data: SweepData, d: int, unit: str, judged: adaptive.Verdict 
                    if not math.isnan(bound) else "")  # fmt: skip
     if math.isnan(x.sd):
         return Finding(OPEN, f"{head}; {established}." if established else f"{head}.")
-    now = advice.mdd(x.sd, x.n, a, design)
+    now = advice.mdd(x.sd, x.n, a, replicates)
     if math.isinf(now):
         said = (f"{x.n} {word}s can decide nothing at {at} (the sign-flip test's smallest p is "
                 f"{2 / 2**x.n:.3g})")  # fmt: skip
     else:
         said = f"MDD {tables.num(now, d)}{unit} at {at} ({x.n} {word}s, SD {tables.num(x.sd, d + 1)})"
-    need = advice.needed(x.sd, target, x.k, x.n, design)
+    need = advice.needed(x.sd, target, x.k, x.n, replicates)
     if need is not None:
-        runs = f"{need.runs} seeds" if design.folds is None else f"{need.runs} repeats of the {design.folds}-fold split"
+        seeds = replicates.folds is None
+        runs = f"{need.runs} seeds" if seeds else f"{need.runs} repeats of the {replicates.folds}-fold split"
         return Finding(OPEN, f"{head}. {said}; about {runs} would detect |Δ| = {tables.num(target, d)}"
-                             f"{' (`seeds: ' + str(need.runs) + '`)' if design.folds is None else ''}.")  # fmt: skip
-    least = advice.floor(x.sd, a, design)
-    if design.folds is not None and least >= target:
+                             f"{' (`seeds: ' + str(need.runs) + '`)' if seeds else ''}.")  # fmt: skip
+    least = advice.floor(x.sd, a, replicates)
+    if replicates.folds is not None and least >= target:
         why = (f"more repeats cannot detect |Δ| = {tables.num(target, d)}: at this SD the MDD never falls below "
                f"{tables.num(least, d)}{unit}, only less noisy folds (more data per fold) lower it")  # fmt: skip
     else:
-        runs = "seeds" if design.folds is None else "repeats"
+        runs = "seeds" if replicates.folds is None else "repeats"
         why = f"no feasible number of {runs} (up to {MAX_SEEDS}) detects |Δ| = {tables.num(target, d)}"
     return Finding(OPEN, f"{head}. {said}; {why}" + (f"; {established}." if established else "."))
 
@@ -231,15 +232,15 @@ def _no_test(untested: pd.DataFrame, labels: pd.Series, data: SweepData, k: int)
     """Comparisons the small-sample policy gives no test, why (`evidence.why`), and, where they are too few, the
     replicates that could decide one in the table's family of k comparisons (all tested then): the sign-flip test
     needs 2 / 2^n below α/m (6 seeds alone, 7 in a family of 2 or 3)."""
-    word = data.design.unit
+    word = data.replicates.unit
     listed = "; ".join(f"{labels[v]} vs {labels[r['ref']]} ({r['why']})" for v, r in untested.head(SHOWN).iterrows())
     more = f"; and {len(untested) - SHOWN} more" if len(untested) > SHOWN else ""
     if not untested["why"].str.contains("needs").any():
         return f"{listed}{more}: no spread to test."
     head = f"{listed}{more}: too few for any test of the small-sample policy."
-    if not data.design.exchangeable:
+    if not data.replicates.exchangeable:
         return f"{head} A t-test needs {evidence.SMALL_N} {word} differences."
-    n = advice.fewest(advice.level(k), data.design)
+    n = advice.fewest(advice.level(k), data.replicates)
     if n >= evidence.SMALL_N:
         return f"{head} Deciding one takes at least {n} {word}s (`seeds: {n}`), for a t-test."
     family = f"α/{k}" if k > 1 else "α"

@@ -4,7 +4,7 @@ replicate, variants in words, per-variant statistics against the baseline, curve
 A variant is a grid cell without its replicates (seed, and the CV fold for MIL); replicate r of a variant
 is paired with replicate r of its reference (only replicates both have: cells may hold different seeds).
 The independent replicates are seeds (and CV repeats, seed x split seed); the folds of one repeat are not
-independent, which the sweep's `stats.Design` tells the tests. The reference is the sweep's baseline
+independent, which the sweep's `stats.Replicates` tells the tests. The reference is the sweep's baseline
 variant, moved to the variant's own dataset when a sweep spans several (comparing musk2 with musk1 is no
 ablation).
 Reads only through the store's query API.
@@ -74,9 +74,9 @@ class SweepData:
     """When the sweep last changed (latest trial event, UTC): the report's date, stable across re-runs."""
     stale: dict[str, list[str]] = field(default_factory=dict)
     """Done trials computed by other code than now, with what changed (`ablate.provenance.stale.stale_in_store`)."""
-    design: stats.Design = field(default_factory=stats.Design)
+    replicates: stats.Replicates = field(default_factory=stats.Replicates)
     """Independent seeds, or folds of k-fold cross-validation (which test the comparisons use)."""
-    chosen: DesignPlan | None = None
+    design: DesignPlan | None = None
     """The cells the sweep's `design:` chose and their factors' levels (`ablate.planning.designs`); None: the
     full grid, analysed by `ablate.reporting.effects`."""
     outside: Outside = field(default_factory=lambda: Outside(0, False, []))
@@ -145,7 +145,7 @@ def load(
     latest = trials[["created_at", "started_at", "finished_at"]].max().max()
     updated = latest.strftime("%Y-%m-%d %H:%M UTC") if pd.notna(latest) else ""
     return SweepData(name, record.description or "", metric, higher_is_better(metric), axes, trials, variants, ref,
-                     updated, stale_in_store(store, [name]), design(trials, variants), chosen,
+                     updated, stale_in_store(store, [name]), how_replicated(trials, variants), chosen,
                      Outside(len(outside), all_trials, list(differ)))  # fmt: skip
 
 
@@ -166,13 +166,13 @@ def _cell(value: Any) -> Any:
     return json.dumps(value, sort_keys=True) if isinstance(value, (list, dict)) else value
 
 
-def design(trials: pd.DataFrame, variants: pd.DataFrame) -> stats.Design:
+def how_replicated(trials: pd.DataFrame, variants: pd.DataFrame) -> stats.Replicates:
     """Cross-validation when the sweep varies the test fold (`data.fold`), with k = the config's `data.folds`;
     otherwise independent seeds."""
     if "axis.data.fold" not in trials or trials["axis.data.fold"].nunique() < 2:
-        return stats.Design()
+        return stats.Replicates()
     folds = {int(c.get("data", {}).get("folds", 0)) for c in variants["config"]}
-    return stats.Design(max(folds)) if max(folds) > 1 else stats.Design()
+    return stats.Replicates(max(folds)) if max(folds) > 1 else stats.Replicates()
 
 
 def _default_metric(variants: pd.DataFrame) -> str:
@@ -388,7 +388,8 @@ def variant_table(data: SweepData, speed: pd.DataFrame | None = None, correction
     seeds = stats.interval(replicates(data, "repeat").to_numpy())
     out["n"], out["seed_std"] = seeds["n"].to_numpy(), seeds["std"].to_numpy()
     refs = values.reindex(index=out["ref"].fillna("")).to_numpy()
-    test = stats.paired(values.to_numpy() - refs, design=data.design).rename(columns={"n": "pairs", "mean": "delta"})
+    test = stats.paired(values.to_numpy() - refs, replicates=data.replicates)
+    test = test.rename(columns={"n": "pairs", "mean": "delta"})
     for col in ("pairs", "delta", "lo", "hi", "p", "why", "test", "d", "d_lo", "d_hi"):
         out[col] = test[col].to_numpy()
     compared = out["ref"].notna() & (out.index != out["ref"]) & (out["pairs"] > 1)

@@ -76,7 +76,7 @@ class SweepResults:
         """Paired comparisons, one per row of differences (variant - other per replicate), as the sweep's design
         and the small-sample policy give them, their p-values adjusted together (`p_adj`, the report's
         correction)."""
-        test = stats.paired(diffs, design=self.data.design)
+        test = stats.paired(diffs, replicates=self.data.replicates)
         test["p_adj"] = stats.adjust(test["p"], self.correction)
         return test
 
@@ -95,7 +95,7 @@ class SweepResults:
 
     def na_words(self, cells: list[str]) -> str:
         """The caption's footnote for the n/a intervals among `cells`, where there are any."""
-        return tables.na_words(cells, self.data.design.unit)
+        return tables.na_words(cells, self.data.replicates.unit)
 
 
 def mechanisms(data: SweepData) -> set[str]:

@@ -6,7 +6,7 @@ and one column per replicate (seed, or seed x fold), NaN where a replicate is mi
 hundreds of variants is one vectorised call. Paired differences are what the tests see: replicate r of a
 variant is compared with replicate r of its baseline (same seed, same fold), which removes the variance the
 two share (data order, initialisation stream, fold difficulty). Which test, if any, follows the small-sample
-policy (`ablate.evidence`: by the number of pairs, one rule for every table) and the `Design`:
+policy (`ablate.evidence`: by the number of pairs, one rule for every table) and the `Replicates`:
 
 - independent replicates (seeds): the paired t-test over the differences from SMALL_N pairs, the exact
   sign-flip test with its inverted interval from EXACT_N, none below;
@@ -62,7 +62,7 @@ bisection's last interval."""
 
 
 @dataclass(frozen=True)
-class Design:
+class Replicates:
     """How a sweep's replicates relate: independent seeds (folds None), or the folds of k-fold
     cross-validation, repeated over seeds and split seeds."""
 
@@ -209,7 +209,9 @@ def nct_cdf(t: np.ndarray, df: np.ndarray, ncp: np.ndarray) -> np.ndarray:
     return c
 
 
-def paired(diffs: np.ndarray, level: float = LEVEL, design: Design = Design(), effect: bool = True) -> pd.DataFrame:
+def paired(
+    diffs: np.ndarray, level: float = LEVEL, replicates: Replicates = Replicates(), effect: bool = True
+) -> pd.DataFrame:
     """Paired comparison per row of differences (variant - baseline per replicate): n, mean and std
     (`interval`'s), the test the small-sample policy gives the row's pairs (`test`: T_TEST or CORRECTED,
     SIGN_FLIP, or "" with `why` in words: `ablate.evidence`), its p-value (`p`) and the interval that agrees
@@ -219,20 +221,20 @@ def paired(diffs: np.ndarray, level: float = LEVEL, design: Design = Design(), e
     with its noncentral t interval (`d_lo`, `d_hi`: beside a t-test only, and unless `effect` is False: the
     interval is the costly part, which simulations of thousands of comparisons leave out)."""
     d = np.atleast_2d(np.asarray(diffs, dtype=float))
-    out = interval(d, level, design.ratio)
+    out = interval(d, level, replicates.ratio)
     n, std = out["n"].to_numpy(), out["std"].to_numpy()
-    rows = [(int(k), int(k) - 1, bool(s > 0), design.exchangeable) for k, s in zip(n, std)]
+    rows = [(int(k), int(k) - 1, bool(s > 0), replicates.exchangeable) for k, s in zip(n, std)]
     kind = np.array([evidence.family(*r) for r in rows])
-    out["why"] = [evidence.why(*r, design.unit) for r in rows]
+    out["why"] = [evidence.why(*r, replicates.unit) for r in rows]
     t = kind == evidence.T
     out["p"] = np.where(t, out["p_t"], np.nan)
     out["lo"], out["hi"] = np.where(t, out["lo"], np.nan), np.where(t, out["hi"], np.nan)
     for i in np.flatnonzero(kind == evidence.EXACT):
         out.loc[i, ["p", "lo", "hi"]] = evidence.sign_flip(d[i][~np.isnan(d[i])], level)
-    t_name = T_TEST if design.exchangeable else CORRECTED
+    t_name = T_TEST if replicates.exchangeable else CORRECTED
     out["test"] = np.select([t, kind == evidence.EXACT], [t_name, SIGN_FLIP], "")
     with np.errstate(invalid="ignore", divide="ignore"):
-        scale = np.sqrt(1 / np.maximum(n, 1) + design.ratio)
+        scale = np.sqrt(1 / np.maximum(n, 1) + replicates.ratio)
         d_z = np.where(out["test"] != "", out["mean"].to_numpy() / std, np.nan)
         out["d"] = d_z
         out["d_lo"] = out["d_hi"] = np.nan

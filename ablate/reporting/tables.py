@@ -108,7 +108,7 @@ def variants(table: pd.DataFrame, data: SweepData, correction: str = "holm") -> 
         f"{winner_words(data, correction)} #Params and GFLOPs are exact: bold = the smallest of "
         f"the group. GFLOPs = stored FLOPs / 2e9: multiply-accumulates per example, as the papers count FLOPs. "
         "Measured training speed: Cost (apart: it depends on the machine's load as much as on the architecture)."
-        + na_words([row[6] for row in rows], data.design.unit)
+        + na_words([row[6] for row in rows], data.replicates.unit)
         + stale_note(data)
     )
     return Table(caption, header, rows, groups=list(table["group"]), bold=bold)
@@ -156,7 +156,7 @@ def marks(r: pd.Series) -> str:
 def replicates(r: pd.Series, data: SweepData) -> str:
     """Independent replicates of a variant; under cross-validation with its fold count."""
     n = str(int(r["n"]))
-    return n if data.design.folds is None else f"{n} ({int(r['values'])} folds)"
+    return n if data.replicates.folds is None else f"{n} ({int(r['values'])} folds)"
 
 
 def metric_words(data: SweepData) -> str:
@@ -173,21 +173,21 @@ def metric_words(data: SweepData) -> str:
 
 
 def spread_words(data: SweepData) -> str:
-    if data.design.folds is None:
+    if data.replicates.folds is None:
         return f"replicates ({' x '.join(_replicate_words(data))})"
     return f"every fold of every repeat ({' x '.join(_replicate_words(data))})"
 
 
 def replicate_words(data: SweepData) -> str:
     """What n counts: seeds, or CV repeats (seed x split seed), which are the independent replicates."""
-    return "seeds" if data.design.folds is None else "independent repeats of the cross-validation (seed x split)"
+    return "seeds" if data.replicates.folds is None else "independent repeats of the cross-validation (seed x split)"
 
 
 def test_words(data: SweepData) -> str:
     """Which test a p comes from, under the sweep's design."""
-    if data.design.folds is not None:
+    if data.replicates.folds is not None:
         return (f"c = corrected resampled t-test (Nadeau & Bengio 2003) over the fold differences of "
-                f"{data.design.words}: variance (1/n + 1/(k-1)) s², df n - 1")  # fmt: skip
+                f"{data.replicates.words}: variance (1/n + 1/(k-1)) s², df n - 1")  # fmt: skip
     return (f"t = paired t-test over seeds (n ≥ {stats.SMALL_N} pairs), e = exact sign-flip test ({stats.EXACT_N} ≤ "
             f"n < {stats.SMALL_N}; its interval inverts it, coverage ≥ 95%), none below {stats.EXACT_N} pairs (the "
             "smallest p, 2/2^n, is 0.5 with 2 pairs): see docs/concepts/statistics.md")  # fmt: skip
@@ -212,7 +212,9 @@ def verdicts(table: pd.DataFrame, data: SweepData, correction: str = "holm") -> 
     values = frames.replicates(data)
     out = {}
     for group, g in table[table["n"] > 0].groupby("group", sort=False):
-        found = decide({str(v): values.loc[v].to_dict() for v in g.index}, data.higher, correction, data.design.ratio)
+        found = decide(
+            {str(v): values.loc[v].to_dict() for v in g.index}, data.higher, correction, data.replicates.ratio
+        )
         if found is not None:
             out[str(group)] = found
     return out
@@ -317,7 +319,7 @@ def effects(eff: pd.DataFrame, f: Factorial, data: SweepData, correction: str = 
             "of one token mixer: that mixer's variants; reference = the one nearest the baseline), with the terms "
             "that involve it; its rows name the values that part's variants share: factor (axis=value)."
             if len(parts) > 1 else "")  # fmt: skip
-    how = "; ".join(_how(m, f.design, eff["test"][eff["method"] == m]) for m in dict.fromkeys(eff["method"]))
+    how = "; ".join(_how(m, f.replicates, eff["test"][eff["method"] == m]) for m in dict.fromkeys(eff["method"]))
     caption = (f"Factorial part{'s' if len(parts) > 1 else ''}: {'; '.join(parts)} (first level = reference, the "
                "baseline's; other axes at the baseline's values, or in parentheses where the baseline lacks them)."
                f" Main effect = mean {data.metric} at the level minus at the reference, averaged over the other "
@@ -339,15 +341,15 @@ PAIRED_TESTS = {stats.T_TEST: "paired t-test", stats.CORRECTED: "corrected resam
 """The paired effects' tests in the caption's words, as the rows' `test` names them."""
 
 
-def _how(method: str, design: stats.Design, tests: pd.Series) -> str:
+def _how(method: str, replicates: stats.Replicates, tests: pd.Series) -> str:
     """How the effects of a part are estimated, in the caption's words: the paired rows' own tests (`tests`),
     the sign-flip test where they had too few replicates for the t."""
     if method == PAIRED:
-        default = stats.CORRECTED if design.folds is not None else stats.T_TEST
+        default = stats.CORRECTED if replicates.folds is not None else stats.T_TEST
         used = [PAIRED_TESTS[t] for t in dict.fromkeys(tests) if t in PAIRED_TESTS] or [PAIRED_TESTS[default]]
         return (f"per complete replicate (every cell has the seed/fold); 95% interval and {' or '.join(used)} p "
                 "over replicates; n = replicates")  # fmt: skip
-    unit = "repeat means (folds averaged)" if design.folds is not None else "trials"
+    unit = "repeat means (folds averaged)" if replicates.folds is not None else "trials"
     if method == LENTH_PSE:
         return ("on cell means, one value per cell: 95% interval and p from Lenth's test (the terms' pseudo standard "
                 f"error, which assumes most terms are null; two-level factors only); n = {unit}")  # fmt: skip

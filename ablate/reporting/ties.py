@@ -40,7 +40,7 @@ def against_best(data: SweepData, won: dict[str, Verdict]) -> pd.DataFrame:
             continue
         others = list(v.p_adj)
         test = stats.paired(values.loc[[v.best] * len(others)].to_numpy() - values.loc[others].to_numpy(),
-                            design=data.design, effect=False)  # fmt: skip
+                            replicates=data.replicates, effect=False)  # fmt: skip
         k = sum(not math.isnan(p) for p in v.p_adj.values())
         level = advice.level(k)
         part = pd.DataFrame({"group": group, "best": v.best, "variant": others, "mean": [v.means[o] for o in others],
@@ -48,24 +48,24 @@ def against_best(data: SweepData, won: dict[str, Verdict]) -> pd.DataFrame:
                              "p": test["p"], "test": test["test"], "why": test["why"],
                              "p_adj": [v.p_adj[o] for o in others], "sd": test["std"], "k": k,
                              "level": level})  # fmt: skip
-        part["mdd"] = [_mdd(r, data.design) for _, r in part.iterrows()]
+        part["mdd"] = [_mdd(r, data.replicates) for _, r in part.iterrows()]
         part["verdict"] = [TIED if o in v.tied else WORSE for o in others]
         head = {"group": group, "best": v.best, "variant": v.best, "mean": v.means[v.best], "verdict": ""}
         parts.append(pd.concat([pd.DataFrame([head]), part], ignore_index=True))
     return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
 
 
-def _mdd(r: pd.Series, design: stats.Design) -> float:
+def _mdd(r: pd.Series, replicates: stats.Replicates) -> float:
     """The row's MDD at its level (module docstring); NaN without a test, inf where the exact test cannot reach the
     level at these pairs."""
     if r["test"] == "":
         return math.nan
-    return advice.mdd(r["sd"], int(r["pairs"]), r["level"], design)
+    return advice.mdd(r["sd"], int(r["pairs"]), r["level"], replicates)
 
 
 def table(frame: pd.DataFrame, data: SweepData, correction: str) -> Table:
     """The best-against-others rows as the report's table, grouped like the variant table."""
-    d, labels, unit = tables.digits(data), data.variants["label"], data.design.unit
+    d, labels, unit = tables.digits(data), data.variants["label"], data.replicates.unit
     rows = []
     for _, r in frame.iterrows():
         name = labels.get(r["variant"], r["variant"])

@@ -139,7 +139,7 @@ def _at_baseline(
         for k in a.search.at_baseline:
             if k in rep and rep[k] in reference:
                 diffs[i, order.index(rep[k])] = theirs.get(k, np.nan) - reference[rep[k]]
-    out = stats.paired(diffs, design=data.design).rename(columns={"n": "pairs", "mean": "delta"})
+    out = stats.paired(diffs, replicates=data.replicates).rename(columns={"n": "pairs", "mean": "delta"})
     out.index = pd.Index([a.label for a in others])
     out["p_adj"] = stats.adjust(out["p"], correction)
     return out
@@ -191,7 +191,7 @@ def _conclusion(own: str, theirs: str) -> str:
 
 
 def _table(data: SweepData, record: Searches, summary: pd.DataFrame, correction: str) -> Table:
-    spec, d, unit = record.spec, tables.digits(data), data.design.unit
+    spec, d, unit = record.spec, tables.digits(data), data.replicates.unit
     space = list(spec.space)
     header = ["arm", "configurations", f"best {spec.metric}", *space, "Δ at its own best [95% CI]",
               "Δ at the baseline's configuration [95% CI]", "conclusion"]  # fmt: skip

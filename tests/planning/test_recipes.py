@@ -257,6 +257,6 @@ def test_the_default_sweep_can_decide() -> None:
     assert cpu.baseline is not None and not any(a.startswith("data.") for a in cpu.axes)  # independent seeds
     seeds = {v: sum(t.variant == v for t in cpu.trials) for v in cpu.variants}
     n, k = min(seeds.values()), len(seeds) - 1
-    row = stats.paired(np.arange(1.0, n + 1), design=stats.Design()).iloc[0]
+    row = stats.paired(np.arange(1.0, n + 1), replicates=stats.Replicates()).iloc[0]
     adjusted = stats.adjust([row["p"]] * k)
     assert adjusted.max() < stats.ALPHA, (n, k, row["test"], row["p"], adjusted)

@@ -162,8 +162,8 @@ def test_a_cross_validated_difference_under_the_floor_says_more_repeats_cannot_d
     assert line.endswith("p adj = 0.368. MDD 0.0896 at α = 0.05 (10 folds, SD 0.06200); more repeats cannot detect "
                          "|Δ| = 0.0270: at this SD the MDD never falls below 0.0579, only less noisy folds (more data "
                          "per fold) lower it; at 10 folds its 95% interval bounds |Δ| by 0.0914.")  # fmt: skip
-    assert advice.mdd(0.062, 10 * 10_000, 0.05, stats.Design(10)) > 0.027
-    assert advice.needed(0.062, 0.027, 1, 10, stats.Design(10)) is None
+    assert advice.mdd(0.062, 10 * 10_000, 0.05, stats.Replicates(10)) > 0.027
+    assert advice.needed(0.062, 0.027, 1, 10, stats.Replicates(10)) is None
 
 
 def test_a_cell_adaptive_seeding_ruled_equivalent_is_not_listed_as_not_decided(store, tmp_path):
@@ -200,7 +200,7 @@ def test_where_no_feasible_seed_count_decides_the_line_says_what_the_seeds_estab
           lambda t: 80 + (0.01 + z[t.axes["seed"]] if t.axes["attention.kind"] == "csan" else 0.0))  # fmt: skip
     (line,) = [f.text for f in read(store, "tiny")[0] if f.kind == findings.OPEN]
     bound = 0.01 + sps.t.ppf(0.975, 9) / math.sqrt(10)
-    assert advice.needed(1.0, 0.01, 1, 10, stats.Design()) is None and f"{bound:.2f}" == "0.73"
+    assert advice.needed(1.0, 0.01, 1, 10, stats.Replicates()) is None and f"{bound:.2f}" == "0.73"
     assert line.endswith("MDD 0.99 points at α = 0.05 (10 seeds, SD 1.000); no feasible number of seeds (up to 10000) "
                          "detects |Δ| = 0.01; at 10 seeds its 95% interval bounds |Δ| by 0.73 points.")  # fmt: skip
 

@@ -105,7 +105,7 @@ def test_the_report_names_the_confounding_and_the_design_that_separates_it(tmp_p
 
 
 def _design(store: Store):
-    chosen = frames.load(store, "quarter").chosen
+    chosen = frames.load(store, "quarter").design
     assert chosen is not None
     return chosen
 
@@ -191,8 +191,8 @@ def test_a_report_from_another_baseline_reads_the_fractions_effects_from_it(tmp_
     assert p.design is not None
     moved = next(v for v, levels in p.design.runs.items() if levels == [1, 0, 0, 0, 1, 1])
     data = frames.load(store, "quarter", baseline=moved[:12])
-    assert data.baseline == moved and data.chosen is not None
-    eff = designed.effects(data, data.chosen)
+    assert data.baseline == moved and data.design is not None
+    eff = designed.effects(data, data.design)
     got = rows(eff)
     for name, truth in MAIN.items():
         assert got[name] == pytest.approx(-truth if name in ("tau", "kappa_pub", "stack") else truth, abs=1e-9), name

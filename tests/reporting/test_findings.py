@@ -81,7 +81,7 @@ def test_a_tie_says_tied_with_the_smallest_detectable_difference_and_the_seeds_t
     d = np.array([0.08 + (-1) ** s for s in range(10)])
     sd = float(np.std(d, ddof=1))
     q = lambda n: sps.t.ppf(0.975, n - 1) + sps.t.ppf(0.8, n - 1)  # noqa: E731
-    seeds = stats.Design()
+    seeds = stats.Replicates()
     assert (
         advice.mdd(sd, 10, 0.05, seeds) == pytest.approx(q(10) * sd / math.sqrt(10)) == pytest.approx(1.0485, abs=1e-4)
     )
@@ -135,8 +135,8 @@ def test_the_verdicts_p_values_and_corrections_are_the_tables(store, tmp_path):
     rng = np.random.default_rng(3)
     for n in (3, 6, 8, 10, 25):
         d = rng.normal(0.4, 1.0, (5, n))
-        for ratio, design in ((0.0, stats.Design()), (1 / 9, stats.Design(10))):
-            want = stats.paired(d, design=design, effect=False)["p"].to_numpy()
+        for ratio, design in ((0.0, stats.Replicates()), (1 / 9, stats.Replicates(10))):
+            want = stats.paired(d, replicates=design, effect=False)["p"].to_numpy()
             got = np.array([verdict.p_value(row, ratio) for row in d])
             assert np.allclose(got, want, equal_nan=True)
     p = [0.01, math.nan, 0.04, 0.03, 0.2]

@@ -131,8 +131,8 @@ def test_the_follow_up_the_findings_name_for_an_active_confounded_effect_trains_
             assert followup.confounded(coded, terms, names, order) == [], term
         fill(store, replace(after, trials=[t for t in after.trials if t.key in new]), value)
         data = frames.load(store, "s")
-        assert data.chosen is not None and len(data.chosen.runs) == len(after.trials)  # both parts, one design
-        eff = designed.effects(data, data.chosen)
+        assert data.design is not None and len(data.design.runs) == len(after.trials)  # both parts, one design
+        eff = designed.effects(data, data.design)
         for term in active(line):  # a resolution IV main effect's three-factor aliases are listed as assumed zero
             said = eff.loc[eff["factor"] == term, "aliases"].iloc[0].split("; ")
             kept = [a for a in said if a and not (order == 2 and a.endswith("(three-factor, assumed zero)"))]

@@ -732,7 +732,7 @@ def test_cross_validation_sweeps_use_the_corrected_resampled_t(store, tmp_path):
     fold_noise = {t.key: rng.normal(0, 0.02) for t in p.trials}
     fill(store, p, lambda t: 0.8 + 0.01 * t.axes["attention.steps"] + fold_noise[t.key])
     data = frames.load(store, "cv")
-    assert data.design == stats.Design(folds=3)
+    assert data.replicates == stats.Replicates(folds=3)
     table = frames.variant_table(data)
     row = table[~table["is_baseline"]].iloc[0]
     values = data.trials.pivot_table(index="rep", columns="variant", values="value")

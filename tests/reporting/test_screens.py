@@ -198,8 +198,8 @@ def test_a_one_seed_screen_read_from_another_baseline_keeps_its_dummy_contrasts(
     planned_eff = designed.effects(frames.load(store, "screen"), p.design)
     moved = next(v for v, levels in p.design.runs.items() if sum(levels) >= 3)
     data = frames.load(store, "screen", baseline=moved)
-    assert data.chosen is not None
-    eff = designed.effects(data, data.chosen)
+    assert data.design is not None
+    eff = designed.effects(data, data.design)
     sign = np.where(p.design.runs[moved], -1.0, 1.0)
     assert eff["effect"].to_numpy() == pytest.approx(sign * planned_eff["effect"].to_numpy(), abs=1e-9)
     assert eff["p"].to_numpy() == pytest.approx(planned_eff["p"].to_numpy(), abs=1e-12)

@@ -25,7 +25,7 @@ def test_corrected_resampled_t_matches_hand_computation():
     se = math.sqrt((1 / n + 1 / 2) * var)
     t = mean / se
     half = sps.t.ppf(0.975, n - 1) * se
-    row = stats.paired(np.array([d]), design=stats.Design(folds=3)).iloc[0]
+    row = stats.paired(np.array([d]), replicates=stats.Replicates(folds=3)).iloc[0]
     assert row["test"] == stats.CORRECTED and not math.isnan(row["p"])
     assert row["p"] == pytest.approx(2 * sps.t.sf(t, n - 1))
     assert (row["lo"], row["hi"]) == pytest.approx((mean - half, mean + half))
@@ -33,7 +33,7 @@ def test_corrected_resampled_t_matches_hand_computation():
     plain = stats.interval(np.array([d])).iloc[0]
     assert plain["p_t"] == pytest.approx(sps.ttest_1samp(d, 0).pvalue) and plain["p_t"] < row["p"]
     # fold differences are not exchangeable (no exact test): below 10 of them, none
-    few = stats.paired(np.array([d[:9]]), design=stats.Design(folds=3)).iloc[0]
+    few = stats.paired(np.array([d[:9]]), replicates=stats.Replicates(folds=3)).iloc[0]
     assert few["test"] == "" and np.isnan(few[["p", "lo", "hi", "d"]].astype(float)).all()
     assert few["why"] == "9 folds, df 8; a t-test needs df 9"
 
@@ -181,8 +181,8 @@ def test_false_positive_rate_of_cv_comparisons_is_at_most_nominal():
     were replicates claims a difference in about a third of the sweeps; the corrected resampled t stays
     below 5% (bench/stats_fpr.py measures more sweeps and designs)."""
     diffs = cv_differences(np.random.default_rng(0), SWEEPS)
-    before = (stats.paired(diffs, design=stats.Design(), effect=False)["p"] < stats.ALPHA).mean()
-    after = (stats.paired(diffs, design=stats.Design(folds=10), effect=False)["p"] < stats.ALPHA).mean()
+    before = (stats.paired(diffs, replicates=stats.Replicates(), effect=False)["p"] < stats.ALPHA).mean()
+    after = (stats.paired(diffs, replicates=stats.Replicates(folds=10), effect=False)["p"] < stats.ALPHA).mean()
     assert before > 0.2
     assert after <= stats.ALPHA
 

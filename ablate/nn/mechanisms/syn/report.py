@@ -129,7 +129,7 @@ def ablation(cells: pd.DataFrame, top: pd.DataFrame, results: SweepResults) -> T
     diffs = np.stack([values.loc[a].to_numpy() - values.loc[b].to_numpy() for _, _, a, b in pairs])
     test = results.paired(diffs).rename(columns={"n": "pairs", "mean": "delta"})
     test["below_floor"] = False
-    d, unit = results.digits(), results.data.design.unit
+    d, unit = results.digits(), results.data.replicates.unit
     rows = [[setting, what, f"I = {int(cells.loc[a, STEPS])}", results.difference(test.iloc[i], d),
              results.pvalue(test.iloc[i]["p_adj"])] for i, (setting, what, a, _) in enumerate(pairs)]  # fmt: skip
     caption = (
