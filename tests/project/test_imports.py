@@ -177,7 +177,7 @@ def test_the_cli_rule_sees_local_and_typing_imports(tmp_path: Path) -> None:
     (pkg / "cli" / "late.py").write_text("def f():\n    from ablate.store import Store\n")
     typed = "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import ablate.store\n"
     (pkg / "cli" / "typed.py").write_text(typed)
-    assert [f.split(":")[0] for f in past_the_api(pkg)] == ["ablate/cli/late.py", "ablate/cli/typed.py"]
+    assert [f.split(":")[0].removeprefix("ablate/cli/") for f in past_the_api(pkg)] == ["late.py", "typed.py"]
 
 
 CLIMBING = {
