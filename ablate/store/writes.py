@@ -208,9 +208,13 @@ class Store(Leases):
                 n += conn.execute(stmt.values(state=state, finished_at=now())).rowcount
         return n
 
-    def set_mirrored(self, key: str, step: int, state: str) -> None:
-        """MLflow now has the trial's metrics up to `step` and shows `state` (see `ablate.tracking.mirror`)."""
-        self._update(TRIALS, TRIALS.c.key == key, key, mlflow_step=step, mlflow_state=state)
+    def set_mirrored(self, key: str, step: int, state: str) -> bool:
+        """MLflow now has the trial's metrics up to `step` and shows `state` (see `ablate.tracking.mirror`): kept
+        only while the trial is in `state`, so a mirror that read the trial before it changed never marks MLflow
+        in step with a state the trial has left (the trial stays unmirrored). Returns whether it was kept."""
+        with self._write() as conn:
+            stmt = update(TRIALS).where(TRIALS.c.key == key, TRIALS.c.state == state)
+            return bool(conn.execute(stmt.values(mlflow_step=step, mlflow_state=state)).rowcount)
 
     def set_checkpoint(self, key: str, checkpoint: Mapping[str, Any]) -> None:
         """The trial's newest checkpoint: its SHA-256 and the code digest it was written with."""

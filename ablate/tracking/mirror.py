@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from ablate.store import FINAL_STATES, Store
+from ablate.store import Store
 from ablate.store.faults import StoreUnavailable
 from ablate.tracking.tracker import Tracker
 
@@ -83,13 +83,24 @@ def sync_trial(store: Store, tracker: Tracker, key: str) -> int:
         return 0
     home = max(sweeps, key=lambda s: _launched(store, s)) if trial.mlflow_run_id is None else sweeps[0]
     with _report_of(home):  # the run's name is its variant's label in the report
-        run = tracker.start_trial(store, home, key)
+        run = tracker.start_trial(store, home, key, running=False)
     tracker.log_metric_rows(run, [(name, step, value, wall) for name, step, value, wall in rows])
     step = max([trial.mlflow_step or 0, *(step for _, step, _, _ in rows)])
-    if trial.state in FINAL_STATES and trial.mlflow_state != trial.state:
-        tracker.end_trial(run, trial.state, result=trial.result, error=trial.traceback, step=step)
-    store.set_mirrored(key, step, trial.state)
+    if shown := _show(store, tracker, run, key, trial.mlflow_state, step):
+        store.set_mirrored(key, step, shown)
     return len(rows)
+
+
+def _show(store: Store, tracker: Tracker, run: str, key: str, shown: str | None, step: int) -> str | None:
+    """Set the run's status to the trial's state as the store has it now, then read the state again, and
+    again after each change: the launchers sharing a store mirror each other's trials, and a status written
+    from a read that another launcher's mirror (or the recorder) has since overtaken (RUNNING over FINISHED)
+    is then written over, by the writer that read it stale. Returns the state MLflow shows (`shown`: what the
+    store says it showed before, so an unchanged state costs no write; None: not known)."""
+    while (now := store.trial(key)) is not None and now.state != shown and now.state != "pending":
+        tracker.show(run, now.state, result=now.result, error=now.traceback, step=step)
+        shown = now.state
+    return shown
 
 
 def _launched(store: Store, sweep: str) -> str:

@@ -357,27 +357,28 @@ class Tracker:
         self.client.set_tag(parent, "mlflow.note.content", clip(note.strip(), MAX_TAG))
 
     # ------------------------------------------------------------------------------------------ trials
-    def start_trial(self, store: Store, sweep: str, key: str) -> str:
-        """The trial's run id, nested under the sweep's parent run: reused (set RUNNING again) when the store
-        or the experiment knows one, else created with its tags and params and kept in the store. The run is
-        named by its variant's label and replicate (`run_name`) in the sweep whose experiment holds it."""
+    def start_trial(self, store: Store, sweep: str, key: str, running: bool = True) -> str:
+        """The trial's run id, nested under the sweep's parent run: reused (set RUNNING again, unless `running`
+        is False: the mirror sets the status itself, `show`) when the store or the experiment knows one, else
+        created with its tags and params and kept in the store. The run is named by its variant's label and
+        replicate (`run_name`) in the sweep whose experiment holds it."""
         trial, member = store.trial(key), store.membership(sweep, key)
         if trial is None or member is None:
             raise KeyError(f"trial {key!r} is not in sweep {sweep!r}")
-        run = self._resume(trial.mlflow_run_id) if trial.mlflow_run_id else None
+        run = self._resume(trial.mlflow_run_id, running) if trial.mlflow_run_id else None
         if run is None:
             exp, parent = self._sweep_run(store, sweep)
             retrained = len(store.previous(key))  # a trial trained again gets a run of its own each time
             query = f"tags.trial_key = '{key}'" + (f" and tags.retrained = '{retrained}'" if retrained else "")
             experiments = self._experiments(store, key, exp)
             found = self.client.search_runs(experiments, query, max_results=1)
-            run = self._resume(found[0].info.run_id) if found else None
+            run = self._resume(found[0].info.run_id, running) if found else None
             if run is None:
                 tags = {"mlflow.parentRunId": parent, "sweep": sweep, "trial_key": key, "variant": trial.variant or "",
                         "retrained": str(retrained)}  # fmt: skip
                 run = self.client.create_run(exp, tags=tags, run_name=self.run_name(store, sweep, key))
             kept = store.keep_mlflow_run(key, run.info.run_id, trial.mlflow_run_id)
-            if kept != run.info.run_id and (theirs := self._resume(kept)) is not None:
+            if kept != run.info.run_id and (theirs := self._resume(kept, running)) is not None:
                 run = theirs  # another launcher's mirror made the trial's run meanwhile
             same = f"tags.trial_key = '{key}' and tags.retrained = '{retrained}'"  # not its earlier trainings' runs
             for copy in self.client.search_runs(experiments, same, max_results=MAX_COPIES):
@@ -446,6 +447,16 @@ class Tracker:
         if line := error_line(error):
             self.client.set_tag(run_id, "error", clip(line, MAX_TAG))
         self.client.set_terminated(run_id, RUN_STATUS[state])
+
+    def show(
+        self, run_id: str, state: str, result: Mapping[str, Any] | None = None, error: str | None = None, step: int = 0
+    ) -> None:
+        """Set the run's status to that of the trial's `state`: ended with its result (`end_trial`) for a final
+        state, else RUNNING or SCHEDULED."""
+        if RUN_STATUS[state] in ("RUNNING", "SCHEDULED"):
+            self.client.update_run(run_id, status=RUN_STATUS[state])
+        else:
+            self.end_trial(run_id, state, result=result, error=error, step=step)
 
     # ----------------------------------------------------------------------------------------- helpers
     def _resume(self, run_id: str, running: bool = True) -> Run | None:

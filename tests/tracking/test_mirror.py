@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import urllib.request
 from pathlib import Path
 
@@ -17,7 +18,7 @@ from gate import Gate, wait_for
 from ablate.config import TrialConfig
 from ablate.planning.keys import Trial, trial_key, variant_key
 from ablate.store import Store
-from ablate.tracking.mirror import Mirror, Synced, sync
+from ablate.tracking.mirror import Mirror, Synced, sync, sync_trial
 from ablate.tracking.tracker import RUN_STATUS, Tracker, params_of
 
 pytestmark = pytest.mark.timeout(400)
@@ -56,6 +57,60 @@ def test_a_resumed_trial_replaying_its_history_sends_each_point_once(tmp_path: P
         run = tracker.client.get_run(run_id)
         assert run.info.status == "FINISHED" and run.data.metrics["test.top1"] == 0.5
         assert sync(store, tracker).trials == 0 and store.unmirrored() == []
+
+
+class Held(Tracker):
+    """A tracker whose first write of `hold` waits until the test lets it go: a mirror that read the trial
+    before it changed, caught between its read and its write."""
+
+    def __init__(self, uri: str, hold: str) -> None:
+        super().__init__(uri)
+        self.hold, self.reached, self.go = hold, threading.Event(), threading.Event()
+
+    def show(self, run_id: str, state: str, **kw: object) -> None:
+        if state == self.hold and not self.reached.is_set():
+            self.reached.set()
+            assert self.go.wait(120)
+        super().show(run_id, state, **kw)  # type: ignore[arg-type]
+
+
+def test_a_mirror_that_read_the_trial_before_it_ended_never_leaves_its_run_running(tmp_path: Path) -> None:
+    """Two launchers' mirrors on one trial (the chaos soak's 'MLflow run RUNNING, the store's done'): one read
+    it running and is held before writing RUNNING; the trial ends and the other mirror writes FINISHED and marks
+    it mirrored; the first then writes its stale RUNNING. It reads the state again after writing, so the run
+    ends FINISHED with its result, and the store has nothing left to mirror."""
+    t = trial(0)
+    with Store(f"sqlite:///{tmp_path / 'r.sqlite'}") as store:
+        uri = f"sqlite:///{tmp_path / 'm.sqlite'}"
+        store.add_trials("s", [t])
+        store.mark_running(t.key)
+        store.log_metrics(t.key, 1, {"train.loss": 1.0}, wall_time=1000.0)
+        stale = Held(uri, "running")
+        behind = threading.Thread(target=sync_trial, args=(store, stale, t.key))
+        behind.start()
+        assert stale.reached.wait(120)
+        store.finish(t.key, "done", result={"test": {"top1": 0.5}})
+        tracker = Tracker(uri)
+        sync_trial(store, tracker, t.key)
+        assert store.unmirrored() == []
+        stale.go.set()
+        behind.join(120)
+        run = tracker.client.get_run(store.trial(t.key).mlflow_run_id)
+        assert (run.info.status, run.data.metrics["test.top1"]) == ("FINISHED", 0.5)
+        assert store.unmirrored() == []
+
+
+def test_a_stale_mark_of_what_mlflow_shows_is_not_kept(tmp_path: Path) -> None:
+    """`set_mirrored` of a state the trial has left (a mirror's read overtaken) keeps nothing: the trial stays
+    unmirrored for the next sync rather than marked in step with a state MLflow should no longer show."""
+    t = trial(0)
+    with Store(f"sqlite:///{tmp_path / 'r.sqlite'}") as store:
+        store.add_trials("s", [t])
+        store.mark_running(t.key)
+        store.finish(t.key, "done", result={"test": {"top1": 0.5}})
+        assert not store.set_mirrored(t.key, 0, "running")
+        assert store.unmirrored() == [t.key]
+        assert store.set_mirrored(t.key, 0, "done") and store.unmirrored() == []
 
 
 def test_the_mirror_warns_once_and_never_holds_the_launch_while_mlflow_is_down(tmp_path: Path) -> None:
