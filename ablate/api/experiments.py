@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from ablate.planning.plan import Plan
+    from ablate.probe.check import Checked
 
 
 def load_plugins(file: Path | None) -> None:
@@ -55,21 +56,13 @@ def components(file: Path | None = None) -> list[Component]:
 
 @dataclass(frozen=True)
 class CheckedVariant:
-    """One variant's training step in `ablate check`: its sweep and key, its axis values but the replicates, its
-    size, its params against its sweep's baseline, and its error (None: it ran)."""
+    """One variant's training step in `ablate check`: the probe's check of it (sweep, key, size, error), with its
+    axis values but the replicates and its params against its sweep's baseline."""
 
-    sweep: str
-    variant: str
+    checked: Checked
     axes: dict[str, Any]
-    params: int | None
-    gflops: float | None
     delta: int | None
     """Params minus the baseline variant's (None where either is unknown)."""
-    error: str | None
-
-    @property
-    def ok(self) -> bool:
-        return self.error is None
 
 
 def check(plans: list[Plan], data: bool = True) -> list[CheckedVariant]:
@@ -89,6 +82,5 @@ def check(plans: list[Plan], data: bool = True) -> list[CheckedVariant]:
     for c in results:
         ref = base.get(c.sweep)
         delta = None if c.params is None or ref is None else c.params - ref
-        out.append(CheckedVariant(c.sweep, c.variant, axes.get((c.sweep, c.variant), {}), c.params, c.gflops, delta,
-                                  c.error))  # fmt: skip
+        out.append(CheckedVariant(c, axes.get((c.sweep, c.variant), {}), delta))
     return out

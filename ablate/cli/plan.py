@@ -108,14 +108,15 @@ def check(
         # a label too long for its column folds onto more lines: cut to `attention.kind=so…`, it named nothing
         view.add_column(col, justify="right" if col in ("params", "GFLOPs", "Δ params vs baseline") else "left",
                          overflow="fold")  # fmt: skip
-    for c in results:
-        delta = "-" if c.delta is None else units.params(c.delta, sign=True)
+    for r in results:
+        c = r.checked
+        delta = "-" if r.delta is None else units.params(r.delta, sign=True)
         params, gflops = units.params(c.params), units.gflops(c.gflops)
         status = "ok" if c.ok else f"[red]error[/]: {c.error}"
-        label = ", ".join(f"{k}={cell(v)}" for k, v in c.axes.items()) or c.variant[:10]
+        label = ", ".join(f"{k}={cell(v)}" for k, v in r.axes.items()) or c.variant[:10]
         view.add_row(c.sweep, label, params, gflops, delta, status)
     out.print(view)
-    if not all(c.ok for c in results):
+    if not all(r.checked.ok for r in results):
         raise typer.Exit(2)
 
 
