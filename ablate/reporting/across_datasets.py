@@ -63,10 +63,10 @@ class Across:
 
 def datasets(data: SweepData) -> Datasets | None:
     """The sweep's arms over its datasets; None where the sweep has fewer than two datasets."""
-    cells = frames.axis_cells(data.variants, data.axes)
-    strata = [a for a in data.axes if a in STRATA and cells[a].nunique() > 1]
-    if not strata:
+    strata = [a for a in data.axes if a in STRATA and data.variants[f"axis.{a}"].nunique() > 1]
+    if not strata:  # read before any cell: a sweep on one dataset pays nothing
         return None
+    cells = frames.axis_cells(data.variants, data.axes)
     others = [a for a in data.axes if a not in strata]
     of_dataset = [" / ".join(r) for r in cells[strata].itertuples(index=False, name=None)]
     words = dict(zip(of_dataset, data.variants["dataset"]))
