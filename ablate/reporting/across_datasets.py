@@ -48,9 +48,9 @@ class Datasets:
 
     names: list[str]
     arms: list[Arm]
-    low: np.ndarray
-    high: np.ndarray
-    """Per dataset, the worst and best run (in the metric's own direction: low is the worst)."""
+    worst: np.ndarray
+    best: np.ndarray
+    """Per dataset, the worst and the best run (the lowest and highest, or where lower is better the reverse)."""
 
 
 @dataclass
@@ -74,14 +74,14 @@ def datasets(data: SweepData) -> Datasets | None:
     said = names if len(set(words.values())) < len(names) else [words[n] for n in names]
     of_arm = list(cells[others].itertuples(index=False, name=None))
     several = data.variants["architecture"].nunique() > 1
-    runs = frames.replicates(data, "repeat")
+    runs = frames.replicates(data, "repeat").to_numpy(dtype=float)  # a row per variant, in the variants' order
     found: dict[tuple[str, ...], dict[str, np.ndarray]] = {}
     labels: dict[tuple[str, ...], str] = {}
     base = None
-    for variant, arm, ds, (architecture, mixer) in zip(
-        data.variants.index, of_arm, of_dataset, data.variants[["architecture", "mixer"]].itertuples(index=False)
+    described = data.variants[["architecture", "mixer"]].itertuples(index=False)
+    for variant, values, arm, ds, (architecture, mixer) in zip(
+        data.variants.index, runs, of_arm, of_dataset, described
     ):
-        values = runs.loc[variant].to_numpy(dtype=float)
         found.setdefault(arm, {})[ds] = values[~np.isnan(values)]
         labels.setdefault(arm, f"{architecture}: {mixer}" if several else str(mixer))
         base = arm if variant == data.baseline else base
@@ -165,7 +165,7 @@ def _per_dataset(found: Datasets, data: SweepData) -> Table:
     rows = [[arm.label, *(f"{tables.num(np.mean(r), digits)} ({len(r)})" if len(r) else "-" for r in arm.raw)]
             for arm in found.arms]  # fmt: skip
     ranges = "; ".join(f"{n} {tables.num(lo, digits)} to {tables.num(hi, digits)}"
-                       for n, lo, hi in zip(found.names, found.low, found.high))  # fmt: skip
+                       for n, lo, hi in zip(found.names, found.worst, found.best))  # fmt: skip
     caption = (f"{data.metric} per dataset: the mean of each arm's runs (how many). Each dataset's scale, worst run "
                f"to best (0 to 1 normalised): {ranges}.")  # fmt: skip
     return Table(caption, ["arm", *found.names], rows, left=1)
