@@ -20,6 +20,7 @@ from ablate.planning.plan import plan
 from ablate.reporting import across_datasets, frames, report
 from ablate.store import Store
 
+ROOT = Path(__file__).resolve().parents[2]
 LEVEL = {"musk1": 0.85, "musk2": 0.80, "elephant": 0.90}
 
 
@@ -116,3 +117,15 @@ def test_a_sweep_on_one_dataset_has_no_section(tmp_path: Path) -> None:
     assert "## Across datasets" not in md and not (folder / "profile.png").exists()
     with Store(f"sqlite:///{tmp_path / 'r.sqlite'}") as store:
         assert across_datasets.datasets(frames.load(store, "mil")) is None
+
+
+def test_the_shipped_syn_mil_sweep_is_five_arms_over_five_datasets(tmp_path: Path) -> None:
+    # experiments.yaml's syn-mil: I in -3, -1, 0, 1, 3 on five MIL sets, 5 repeats of 10-fold CV each
+    p = plan(ROOT / "experiments.yaml", "syn-mil")
+    with Store(f"sqlite:///{tmp_path / 'r.sqlite'}") as store:
+        fill(store, p, lambda t: 0.8 + 0.01 * t.config.attention.steps + 0.001 * t.config.data.split_seed)
+        found = across_datasets.datasets(frames.load(store, "syn-mil"))
+    assert found is not None and found.names == ["musk1", "musk2", "elephant", "fox", "tiger"]
+    assert [a.label.split(":")[0] for a in found.arms] == [f"Syn (I={i}" for i in (-3, -1, 0, 1, 3)]
+    assert [a.baseline for a in found.arms] == [False, False, True, False, False]
+    assert all([len(r) for r in a.raw] == [5] * 5 for a in found.arms), "a run is a repeat: its 10 folds averaged"
