@@ -36,6 +36,7 @@ import pandas as pd
 
 from ablate.evidence.verdict import Verdict
 from ablate.reporting import (
+    across_datasets,
     adaptive,
     designed,
     effects,
@@ -61,8 +62,8 @@ __all__ = ["ALL_FORMATS", "FORMATS", "ReportError", "compare", "folder", "report
 
 FIGURES = ("variants", "best", "cost", "curves", "diagnostics", "effects", "halfnormal")
 SUMMARY = "summary.json"
-ORDER = ("findings", "variants", "best", "tuning", "seeds", "cost", "published", "effects", "contributed", "training",
-         "unfinished")  # fmt: skip
+ORDER = ("findings", "variants", "best", "datasets", "tuning", "seeds", "cost", "published", "effects", "contributed",
+         "training", "unfinished")  # fmt: skip
 """The places of a sweep report's sections, in the order they are written: the verdict first, then the variant
 table with what explains its bold cells (best or tied) and how its variants were chosen (tuning, adaptive seeds),
 then cost, published numbers, effects, the sections mechanisms contribute (`sections`), training curves, and the
@@ -141,6 +142,8 @@ def _write_sweep(
         title, meta, parts = _sections(data, table, fac, eff, figures, correction, contributed)
         if (seeds := adaptive.section(store, data)) is not None:
             parts["seeds"] = [seeds]
+        if (across := across_datasets.report(data, draw=bool(formats & {"html", "md"}))) is not None:
+            parts["datasets"], figures = [across.section], figures | across.figures
         if tuned is not None:
             parts["tuning"] = [tuned.section]
             figures |= tuned.figures if formats & {"html", "md"} else {}
