@@ -13,6 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 import pytest
 import torch
@@ -29,7 +30,7 @@ from ablate.planning.plan import Plan, plan
 from ablate.planning.rounds import Round, Rounds
 from ablate.planning.search import Search, best, proposals
 from ablate.registry import TASKS
-from ablate.reporting import ReportError, report
+from ablate.reporting import ReportError, bands, report
 from ablate.spec.paths import set_path
 from ablate.spec.tuning import Searches, TuneSpec
 from ablate.store import Store
@@ -272,6 +273,13 @@ def test_an_arm_better_only_at_its_own_learning_rate_is_reported_as_such(tmp_pat
     assert len(configs) == 8 and sorted(configs["train.lr"].unique()) == LRS and configs["chosen"].sum() == 2
     curves = pd.read_csv(tmp_path / "rep" / "t" / "tuning_curves.csv")
     assert list(curves.groupby("arm")["n"].max()) == [4, 4]
+    for arm, tried in configs.groupby("arm"):  # each arm's band is that of its four validation scores
+        band = bands.band(list(tried["val.top1"]), "max", (0.0, 100.0), 0.975)
+        mine = curves[curves["arm"] == arm]
+        assert np.allclose(mine["lo"], band.lo, rtol=0, atol=1e-9) and np.allclose(
+            mine["hi"], band.hi, rtol=0, atol=1e-9
+        )
+    assert "| not decided | Tuned alike, CSaN" in md and "bands overlap at every n from 1 to 4" in md
 
 
 def test_adaptive_seeds_grow_the_arms_at_their_best_configurations(tmp_path: Path) -> None:
