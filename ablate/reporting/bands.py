@@ -22,13 +22,13 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
 from opda.nonparametric import EmpiricalDistribution
-from scipy.stats import kstwo
+from scipy.stats import kstwo, kstwobign
 
 from ablate import evidence
 from ablate.spec.tuning import MAX_BUDGET
@@ -50,7 +50,18 @@ def bounds(metric: str) -> tuple[float, float]:
 @functools.cache
 def half_width(n: int, confidence: float) -> float:
     """The KS band's half-width for n results: the `confidence` quantile of the two-sided KS statistic."""
-    return float(kstwo(n).ppf(confidence))
+    return float(kstwo.ppf(confidence, n))
+
+
+def stephens(n: int, confidence: float) -> float:
+    """Stephens' approximation to `half_width` (within 0.3% for n >= 8 at the levels used)."""
+    return _limit(confidence) / (math.sqrt(n) + 0.12 + 0.11 / math.sqrt(n))
+
+
+@functools.cache
+def _limit(confidence: float) -> float:
+    """The `confidence` quantile of Kolmogorov's limiting distribution."""
+    return float(kstwobign.ppf(confidence))
 
 
 @dataclass(frozen=True)
@@ -69,6 +80,7 @@ def band(
     ends: tuple[float, float],
     confidence: float,
     size: int | None = None,
+    width: Callable[[int, float], float] = half_width,
 ) -> Band:
     """The band of an arm's finite `values` on the metric's range `ends`, for n = 1..len(values); its width is
     that of `size` results (default: as many as there are), which projects a larger search with the same
@@ -77,7 +89,7 @@ def band(
     n = len(ys)
     if n == 0 or not np.isfinite(ys).all():
         raise ValueError(f"expected a non-empty list of finite results, got {list(values)}")
-    eps = half_width(size or n, confidence)
+    eps = width(size or n, confidence)
     cdf = np.arange(n + 1) / n
     ns = np.arange(1, n + 1)
 
@@ -104,7 +116,8 @@ def bands(
 
 @dataclass(frozen=True)
 class Projection:
-    """The smallest search whose bands would separate two arms, at the scores seen so far."""
+    """The smallest search whose bands would separate two arms, at the scores seen so far (an estimate: the
+    widths are Stephens' approximation, `stephens`)."""
 
     size: int
     """Configurations per arm."""
@@ -162,12 +175,13 @@ def _projection(
     ends: tuple[float, float],
 ) -> Projection | None:
     """The fewest configurations per arm, more than either tried and up to the largest budget allowed, whose
-    bands around the two empirical distributions seen so far are apart at some budget up to the most both tried.
-    Bands narrow as the size grows, so the first such size is found by bisection."""
+    bands around the two empirical distributions seen so far are apart at some budget up to the most both tried,
+    by bisection (bands narrow as the size grows). The widths are Stephens': an estimate of a search not run
+    needs no exact quantile, which costs milliseconds to tens of them per size."""
     budget = min(len(mine), len(theirs))
 
     def at(size: int) -> int | None:
-        a, b = (band(v, direction, ends, confidence, size) for v in (mine, theirs))
+        a, b = (band(v, direction, ends, confidence, size, stephens) for v in (mine, theirs))
         better, worse = apart(a, b, budget, direction == "max")
         return min(better + worse, default=None)
 
@@ -175,7 +189,7 @@ def _projection(
     first = at(hi) if hi > lo else None
     if first is None:
         return None
-    while hi - lo > 1:  # apart at hi; lo is what the sweep ran, or a size found too small
+    while hi - lo > 1:  # apart at hi (at budget `first`); lo is what the sweep ran, or a size found too small
         mid = (lo + hi) // 2
         n = at(mid)
         lo, hi, first = (lo, mid, n) if n is not None else (mid, hi, first)

@@ -271,7 +271,7 @@ def tuned(compared: list[Comparison], metric: str, d: int, higher: bool) -> list
             more = f"no search of up to {MAX_BUDGET} configurations per arm would separate them at the scores seen"
         else:
             p = c.projection
-            more = (f"at the scores seen so far, bands from {p.size} configurations per arm would be apart at "
+            more = (f"at the scores seen so far, bands from about {p.size} configurations per arm would be apart at "
                     f"n = {p.at}")  # fmt: skip
         out.append(Finding(OPEN, f"{head}: the bands overlap at every n from 1 to {c.budget}, so neither is shown "
                                  f"better once tuned ({both}); {more}."))  # fmt: skip

@@ -92,21 +92,23 @@ def test_where_lower_is_better_the_lower_band_wins() -> None:
 
 def test_overlapping_bands_name_the_smallest_search_that_would_separate_them() -> None:
     """Arms 10 points apart on a 10-point spread: apart nowhere at 20 configurations; the projection is the
-    fewest configurations per arm whose bands, around the same scores, are apart at some n <= 20 (99, at n = 2);
-    3 points apart, no search up to the largest budget allowed separates them."""
-    values = {"a": [80.0 + 0.5 * i for i in range(20)], "b": [70.0 + 0.5 * i for i in range(20)]}
-    found = bands.bands(values, "max", (0.0, 100.0))
-    c = bands.compare("a", "b", values, found, "max", (0.0, 100.0))
-    assert c.better == c.worse == () and c.projection is not None
-    p = c.projection
+    fewest configurations per arm whose bands (Stephens' widths, within 0.3% of the exact ones), around the same
+    scores, are apart at some n <= 20 (99, at n = 2); 3 points apart, no search up to the largest budget allowed
+    separates them."""
+    ten = {"a": [80.0 + 0.5 * i for i in range(20)], "b": [70.0 + 0.5 * i for i in range(20)]}
+    three = {"a": ten["a"], "b": [77.0 + 0.5 * i for i in range(20)]}
 
-    def apart(size: int) -> tuple[int, ...]:
-        a, b = (bands.band(values[k], "max", (0.0, 100.0), 0.975, size) for k in "ab")
+    def apart(values: dict[str, list[float]], size: int) -> tuple[int, ...]:
+        a, b = (bands.band(values[k], "max", (0.0, 100.0), 0.975, size, bands.stephens) for k in "ab")
         return bands.apart(a, b, 20, True)[0]
 
-    assert 20 < p.size <= MAX_BUDGET and apart(p.size) and not apart(p.size - 1) and min(apart(p.size)) == p.at
+    def compared(values: dict[str, list[float]]) -> bands.Comparison:
+        return bands.compare("a", "b", values, bands.bands(values, "max", (0.0, 100.0)), "max", (0.0, 100.0))
+
+    c = compared(ten)
+    assert c.better == c.worse == () and c.projection is not None
+    p = c.projection
+    assert apart(ten, p.size) and not apart(ten, p.size - 1) and min(apart(ten, p.size)) == p.at
     assert (p.size, p.at) == (99, 2)
-    close = {"a": values["a"], "b": [77.0 + 0.5 * i for i in range(20)]}
-    found = bands.bands(close, "max", (0.0, 100.0))
-    assert bands.compare("a", "b", close, found, "max", (0.0, 100.0)).projection is None
-    assert not bands.apart(*(bands.band(close[k], "max", (0, 100), 0.975, MAX_BUDGET) for k in "ab"), 20, True)[0]
+    assert compared(three).projection is None and not apart(three, MAX_BUDGET)
+    assert abs(bands.stephens(99, 0.975) / bands.half_width(99, 0.975) - 1) < 0.003
