@@ -358,9 +358,10 @@ def tuning_plot(
     for i, (arm, c) in enumerate(curves.items()):
         color = BASE if arm == baseline else colors[i % len(colors)]
         ax.plot(c.n, c.mean, color=color, lw=1.4, marker="o", ms=3, label=_clip(arm))
-        lo, hi = found[arm].lo, found[arm].hi
-        ax.fill_between(c.n, np.where(np.isfinite(lo), lo, c.mean), np.where(np.isfinite(hi), hi, c.mean),
-                        color=color, alpha=0.15, lw=0)  # fmt: skip
+        lo, hi = (np.where(np.isfinite(edge), edge, c.mean) for edge in (found[arm].lo, found[arm].hi))
+        ax.fill_between(c.n, lo, hi, color=color, alpha=0.1, lw=0)
+        for edge in (lo, hi):  # overlapping bands stay told apart by their edges
+            ax.plot(c.n, edge, color=color, lw=0.8, ls="--")
     ax.set_xlabel("configurations tried")
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_ylabel(f"expected best {metric}{_unit(metric)}")
