@@ -7,7 +7,9 @@ best variant or the variants it ties with (`ablate.evidence.verdict`, the rule s
 follow too); then one line per comparison or effect the sweep could not decide: its minimum detectable difference
 and the seed count that would detect its |Δ|, both at the level that decides it in its table's family
 (`ablate.reporting.advice`), or, where no feasible count can, what the seeds did establish; a comparison that
-adaptive seeding decided says so instead; and where the policy has no test, the seeds it needs.
+adaptive seeding decided says so instead; and where the policy has no test, the seeds it needs. A tuned sweep's
+report adds, per pair of tuned arms, where their bands on the expected best of n configurations are apart or
+that they overlap (`tuned`, from `ablate.reporting.bands`).
 """
 
 from __future__ import annotations
