@@ -252,14 +252,13 @@ def _no_test(untested: pd.DataFrame, labels: pd.Series, data: SweepData, k: int)
             f"p, 2/2^{n} = {2 / 2**n:.3g}, is then below {family}; a t-test needs {evidence.SMALL_N}.")  # fmt: skip
 
 
-def tuned(compared: list[Comparison], metric: str, d: int, higher: bool) -> list[Finding]:
+def tuned(compared: list[Comparison], metric: str, d: int) -> list[Finding]:
     """Per pair of tuned arms (`ablate.reporting.bands`): at which budgets n, up to the most configurations both
     tried, one is better in expected best validation score than the other once both are tuned, its band wholly
     above (below, where lower is better) the other's; or that the bands overlap at every budget, with the search
     that would separate them at the scores seen so far, where one up to the largest budget allowed would."""
-    out = []
+    out, level = [], 1 - evidence.ALPHA
     for c in compared[:SHOWN]:
-        level = 1 - evidence.ALPHA
         both = (f"at {c.budget}: {c.arm} {_band(c.mine, c.budget, d)}, {c.other} {_band(c.theirs, c.budget, d)}; "
                 f"{level:.0%} bands, simultaneous over arms and budgets")  # fmt: skip
         head = f"Tuned alike, {c.arm} vs {c.other} in expected best {metric} of n configurations"

@@ -109,7 +109,7 @@ def report(store: Store, data: SweepData, table: pd.DataFrame, correction: str) 
     files = {name: csv(frame, index=False) for name, frame in frames.items()}
     pairs = _pairs([a.label for a in arms if a.label in found], lead)
     compared = [bands.compare(a, b, finite, found, spec.direction, ends) for a, b in pairs]
-    lines = findings.tuned(compared, spec.metric, tables.digits(data), spec.direction == "max")
+    lines = findings.tuned(compared, spec.metric, tables.digits(data))
     return Tuned(Section("Tuning", blocks), files, {"tuning": png} if png else {}, lines)
 
 

@@ -242,7 +242,7 @@ def test_tuned_arms_better_where_their_bands_are_apart_and_overlapping_elsewhere
 
     def line(values: dict[str, list[float]]) -> tuple[str, str]:
         found = bands.bands(values, "max", (0.0, 100.0))
-        [f] = findings.tuned([bands.compare("a", "b", values, found, "max", (0.0, 100.0))], "val.top1", 2, True)
+        [f] = findings.tuned([bands.compare("a", "b", values, found, "max", (0.0, 100.0))], "val.top1", 2)
         return f.kind, f.text
 
     def at(values: list[float]) -> str:
