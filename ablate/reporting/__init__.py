@@ -152,6 +152,7 @@ def _write_sweep(
             parts["best"] = [Section("Best or tied", [ties.table(best, data, correction), *shown])]
         judged = adaptive.verdicts(store, data)
         found = [*undertrained.findings(store, data, table), *findings.findings(data, table, fac, eff, won, judged)]
+        found += tuned.found if tuned is not None else []
         if chosen is not None and chosen.two_level and (words := designed.unseparated(chosen, data, eff)) is not None:
             found.append(findings.Finding(findings.CONFOUNDED, words))
         parts["findings"] = [Section("Findings", [findings.block(found)], latex=False)]

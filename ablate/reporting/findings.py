@@ -7,7 +7,9 @@ best variant or the variants it ties with (`ablate.evidence.verdict`, the rule s
 follow too); then one line per comparison or effect the sweep could not decide: its minimum detectable difference
 and the seed count that would detect its |Δ|, both at the level that decides it in its table's family
 (`ablate.reporting.advice`), or, where no feasible count can, what the seeds did establish; a comparison that
-adaptive seeding decided says so instead; and where the policy has no test, the seeds it needs.
+adaptive seeding decided says so instead; and where the policy has no test, the seeds it needs. A tuned sweep's
+report adds, per pair of tuned arms, where their bands on the expected best of n configurations are apart or
+that they overlap (`tuned`, from `ablate.reporting.bands`).
 """
 
 from __future__ import annotations
@@ -24,10 +26,12 @@ from ablate import evidence
 from ablate.evidence.verdict import Verdict
 from ablate.planning import adaptive
 from ablate.reporting import advice, frames, stats, tables
+from ablate.reporting.bands import Band, Comparison
 from ablate.reporting.effects import Factorial
 from ablate.reporting.frames import SweepData
 from ablate.reporting.render import Table
 from ablate.spec.schema import MAX_SEEDS
+from ablate.spec.tuning import MAX_BUDGET
 
 SHOWN = 6
 """Decided comparisons and effects listed by name; the rest are counted (the tables list them all)."""
@@ -246,3 +250,47 @@ def _no_test(untested: pd.DataFrame, labels: pd.Series, data: SweepData, k: int)
     family = f"α/{k}" if k > 1 else "α"
     return (f"{head} Deciding one takes at least {n} {word}s (`seeds: {n}`): the exact sign-flip test's smallest "
             f"p, 2/2^{n} = {2 / 2**n:.3g}, is then below {family}; a t-test needs {evidence.SMALL_N}.")  # fmt: skip
+
+
+def tuned(compared: list[Comparison], metric: str, d: int) -> list[Finding]:
+    """Per pair of tuned arms (`ablate.reporting.bands`): at which budgets n, up to the most configurations both
+    tried, one is better in expected best validation score than the other once both are tuned, its band wholly
+    above (below, where lower is better) the other's; or that the bands overlap at every budget, with the search
+    that would separate them at the scores seen so far, where one up to the largest budget allowed would."""
+    out, level = [], 1 - evidence.ALPHA
+    for c in compared[:SHOWN]:
+        both = (f"at {c.budget}: {c.arm} {_band(c.mine, c.budget, d)}, {c.other} {_band(c.theirs, c.budget, d)}; "
+                f"{level:.0%} bands, simultaneous over arms and budgets")  # fmt: skip
+        head = f"Tuned alike, {c.arm} vs {c.other} in expected best {metric} of n configurations"
+        if c.better or c.worse:
+            said = [f"{word} at n = {_budgets(ns)}" for word, ns in (("better", c.better), ("worse", c.worse)) if ns]
+            rest = sorted(set(range(1, c.budget + 1)) - {*c.better, *c.worse})
+            overlap = f"; the bands overlap at n = {_budgets(rest)}" if rest else ""
+            out.append(Finding(DECIDED, f"{head}: {' and '.join(said)}{overlap} ({both})."))
+            continue
+        if c.projection is None:
+            more = f"no search of up to {MAX_BUDGET} configurations per arm would separate them at the scores seen"
+        else:
+            p = c.projection
+            more = (f"at the scores seen so far, bands from about {p.size} configurations per arm would be apart at "
+                    f"n = {p.at}")  # fmt: skip
+        out.append(Finding(OPEN, f"{head}: the bands overlap at every n from 1 to {c.budget}, so neither is shown "
+                                 f"better once tuned ({both}); {more}."))  # fmt: skip
+    if len(compared) > SHOWN:
+        out.append(Finding(OPEN, f"and {len(compared) - SHOWN} more pairs of tuned arms (Tuning, below)."))
+    return out
+
+
+def _band(b: Band, n: int, d: int) -> str:
+    return f"[{tables.num(b.lo[n - 1], d)}, {tables.num(b.hi[n - 1], d)}]"
+
+
+def _budgets(ns: list[int] | tuple[int, ...]) -> str:
+    """Budgets as runs: 1-3, 7, 9-20."""
+    runs: list[list[int]] = []
+    for n in ns:
+        if runs and n == runs[-1][-1] + 1:
+            runs[-1].append(n)
+        else:
+            runs.append([n])
+    return ", ".join(str(r[0]) if len(r) == 1 else f"{r[0]}-{r[-1]}" for r in runs)

@@ -21,7 +21,8 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 from scipy import special
 
-from ablate.evidence import lenth
+from ablate.evidence import ALPHA, lenth
+from ablate.reporting.bands import Band
 from ablate.reporting.expected_best import ExpectedBest
 from ablate.reporting.frames import DIAGNOSTICS, LOSSES, SweepData, val_metric
 from ablate.reporting.halfnormal import Screen
@@ -342,9 +343,12 @@ def best_figure(frame: pd.DataFrame, labels: pd.Series, metric: str) -> Figure |
     return fig
 
 
-def tuning_plot(curves: Mapping[str, ExpectedBest], metric: str, baseline: str | None) -> bytes | None:
+def tuning_plot(
+    curves: Mapping[str, ExpectedBest], found: Mapping[str, Band], metric: str, baseline: str | None
+) -> bytes | None:
     """A tuned sweep's arms (`ablate.reporting.tuning`): the expected best validation score against the number of
-    configurations tried, one line per arm with a band of ± its std."""
+    configurations tried, one line per arm with its simultaneous band (`ablate.reporting.bands`; a side that is
+    infinite, for a metric without that end, is not drawn)."""
     if not curves:
         return None
     rows = -(-len(curves) // 2)
@@ -354,13 +358,18 @@ def tuning_plot(curves: Mapping[str, ExpectedBest], metric: str, baseline: str |
     for i, (arm, c) in enumerate(curves.items()):
         color = BASE if arm == baseline else colors[i % len(colors)]
         ax.plot(c.n, c.mean, color=color, lw=1.4, marker="o", ms=3, label=_clip(arm))
-        ax.fill_between(c.n, c.mean - c.std, c.mean + c.std, color=color, alpha=0.15, lw=0)
+        lo, hi = (np.where(np.isfinite(edge), edge, c.mean) for edge in (found[arm].lo, found[arm].hi))
+        ax.fill_between(c.n, lo, hi, color=color, alpha=0.1, lw=0)
+        for edge in (lo, hi):  # overlapping bands stay told apart by their edges
+            ax.plot(c.n, edge, color=color, lw=0.8, ls="--")
     ax.set_xlabel("configurations tried")
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_ylabel(f"expected best {metric}{_unit(metric)}")
     ax.grid(alpha=0.3)
     fig.legend(*ax.get_legend_handles_labels(), loc="lower center", ncol=2, fontsize=8, frameon=False)
-    fig.suptitle("expected best validation score of n configurations (Dodge et al.), band = ± std", fontsize=10)
+    level = 1 - ALPHA
+    fig.suptitle(f"expected best validation score of n configurations (Dodge et al.), band = simultaneous {level:.0%} "
+                 "over arms and n (Lourie et al.)", fontsize=10)  # fmt: skip
     return _png(fig)
 
 

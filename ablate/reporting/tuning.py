@@ -4,9 +4,10 @@ with how much tuning, and whether its comparison with the baseline holds without
 Read from the sweep's record (`ablate.spec.tuning.Searches`: each arm's configurations by trial key, its best, its
 final trials and its trials at the baseline's configuration) and the store's trials. Per arm: the configuration
 chosen on the validation metric, and Dodge et al.'s expected best validation score against the number of
-configurations tried (`ablate.reporting.expected_best`), all arms on one plot; the comparison with the baseline at each
-arm's own best (the variant table's) beside the comparison at the baseline's configuration (the same seeds,
-paired, p adjusted over the arms); and the smallest budget from which the arms' ranking stops changing.
+configurations tried (`ablate.reporting.expected_best`) with its simultaneous band (`ablate.reporting.bands`), all
+arms on one plot, and the Findings' lines on which arm is better once both are tuned; the comparison with the
+baseline at each arm's own best (the variant table's) beside the comparison at the baseline's configuration (the
+same seeds, paired, p adjusted over the arms); and the smallest budget from which the arms' ranking stops changing.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import pandas as pd
 
 from ablate.planning.search import STARTUP, Failed
 from ablate.planning.tuning import AXIS, results, space_words
-from ablate.reporting import plots, stats, tables
+from ablate.reporting import bands, findings, plots, stats, tables
 from ablate.reporting.expected_best import ExpectedBest, expected_best, stable_budget
 from ablate.reporting.frames import SweepData
 from ablate.reporting.output import csv
@@ -32,11 +33,13 @@ from ablate.store import Store
 
 @dataclass
 class Tuned:
-    """What a tuned sweep adds to its report: the section, its CSV files and its figure (by file name)."""
+    """What a tuned sweep adds to its report: the section, its CSV files, its figure (by file name) and its lines
+    of the Findings."""
 
     section: Section
     files: dict[str, str] = field(default_factory=dict)
     figures: dict[str, bytes] = field(default_factory=dict)
+    found: list[findings.Finding] = field(default_factory=list)
 
 
 @dataclass
@@ -92,17 +95,29 @@ def report(store: Store, data: SweepData, table: pd.DataFrame, correction: str) 
         arms.append(_Arm(str(label), a, values, variant, chosen))
     finite = {a.label: [v for v in a.values if v is not None and not math.isnan(v)] for a in arms}
     curves = {label: expected_best(values, spec.direction) for label, values in finite.items() if values}
+    ends = bands.bounds(spec.metric)
+    found = bands.bands(finite, spec.direction, ends)
     theirs = _at_baseline(store, data, record, arms, tried, correction)
     summary = _summary(data, record, arms, table, theirs)
     lead = arms[record.baseline].label if record.baseline is not None else None
-    png = plots.tuning_plot(curves, spec.metric, lead)
+    png = plots.tuning_plot(curves, found, spec.metric, lead)
     blocks: list[Block] = [_procedure(record, data), _table(data, record, summary, correction)]
     blocks += [Image("tuning", png, f"expected best {spec.metric} against configurations tried")] if png else []
-    blocks.append(_stability(curves, spec.metric, spec.direction == "max"))
+    blocks.append(_stability(curves, spec.metric, spec.direction == "max", ends))
     frames = {"tuning.csv": _configurations(record, arms, tried), "tuning_arms.csv": summary,
-              "tuning_curves.csv": _curves(curves)}  # fmt: skip
+              "tuning_curves.csv": _curves(curves, found)}  # fmt: skip
     files = {name: csv(frame, index=False) for name, frame in frames.items()}
-    return Tuned(Section("Tuning", blocks), files, {"tuning": png} if png else {})
+    pairs = _pairs([a.label for a in arms if a.label in found], lead)
+    compared = [bands.compare(a, b, finite, found, spec.direction, ends) for a, b in pairs]
+    lines = findings.tuned(compared, spec.metric, tables.digits(data))
+    return Tuned(Section("Tuning", blocks), files, {"tuning": png} if png else {}, lines)
+
+
+def _pairs(labels: list[str], lead: str | None) -> list[tuple[str, str]]:
+    """The pairs of arms the Findings compare once tuned: each arm with the baseline, or every pair without one."""
+    if lead in labels:
+        return [(a, lead) for a in labels if a != lead]
+    return [(a, b) for i, a in enumerate(labels) for b in labels[i + 1 :]]
 
 
 def _value(told: dict[str, Any], key: str | None) -> float | None:
@@ -238,7 +253,7 @@ def _procedure(record: Searches, data: SweepData) -> str:
             f"comparison above (`ablate runs {companion(data.name)}` lists every trial of the search).")  # fmt: skip
 
 
-def _stability(curves: dict[str, ExpectedBest], metric: str, higher: bool) -> str:
+def _stability(curves: dict[str, ExpectedBest], metric: str, higher: bool, ends: tuple[float, float]) -> str:
     """The smallest budget from which the arms' ranking by expected best stays as it is at the largest budget
     every arm reached."""
     if len(curves) < 2:
@@ -248,8 +263,8 @@ def _stability(curves: dict[str, ExpectedBest], metric: str, higher: bool) -> st
     order = " > ".join(
         sorted(curves, key=lambda a: -curves[a].mean[common - 1] if higher else curves[a].mean[common - 1])
     )
-    how = (f"Curves: Dodge et al.'s expected best {metric} of n configurations drawn from each arm's results, "
-           "band ± its standard deviation.")  # fmt: skip
+    how = (f"Curves: Dodge et al.'s expected best {metric} of n configurations drawn from each arm's results; "
+           f"bands: {_band_words(len(curves), ends)}")  # fmt: skip
     if n == common and common > 1:
         return (f"The arms' ranking by expected best {metric} still changed at {common} configurations, the most "
                 f"every arm tried ({order}): a larger budget may change it. {how}")  # fmt: skip
@@ -274,6 +289,22 @@ def _configurations(record: Searches, arms: list[_Arm], tried: pd.DataFrame) -> 
     return pd.DataFrame(rows)
 
 
-def _curves(curves: dict[str, ExpectedBest]) -> pd.DataFrame:
-    return pd.DataFrame([{"arm": arm, "n": int(n), "expected_best": m, "std": s}
-                         for arm, c in curves.items() for n, m, s in zip(c.n, c.mean, c.std)])  # fmt: skip
+def _band_words(arms: int, ends: tuple[float, float]) -> str:
+    """How the plot's bands were made, and what they cover."""
+    level, each = 1 - stats.ALPHA, 1 - stats.ALPHA / arms
+    missing = [side for side, end in zip(("lower", "upper"), ends) if math.isinf(end)]
+    unbounded = (
+        f" The metric's range has no {' or '.join(missing)} end, so that side of every band is infinite "
+        "(not drawn): no distribution-free band bounds an expectation there."
+        if missing
+        else ""
+    )
+    return (f"Lourie et al.'s distribution-free bands (Kolmogorov-Smirnov, exact, opda), each arm's at "
+            f"{each:.2%} so that all hold at once, at every n, with {level:.0%}; they assume scores within "
+            f"[{ends[0]:g}, {ends[1]:g}] and are wide where few configurations ran.{unbounded}")  # fmt: skip
+
+
+def _curves(curves: dict[str, ExpectedBest], found: dict[str, bands.Band]) -> pd.DataFrame:
+    return pd.DataFrame([{"arm": arm, "n": int(n), "expected_best": m, "std": s, "lo": lo, "hi": hi}
+                         for arm, c in curves.items()
+                         for n, m, s, lo, hi in zip(c.n, c.mean, c.std, found[arm].lo, found[arm].hi)])  # fmt: skip

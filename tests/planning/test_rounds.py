@@ -13,6 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 import pytest
 import torch
@@ -29,7 +30,7 @@ from ablate.planning.plan import Plan, plan
 from ablate.planning.rounds import Round, Rounds
 from ablate.planning.search import Search, best, proposals
 from ablate.registry import TASKS
-from ablate.reporting import ReportError, report
+from ablate.reporting import ReportError, bands, report
 from ablate.spec.paths import set_path
 from ablate.spec.tuning import Searches, TuneSpec
 from ablate.store import Store
@@ -235,7 +236,7 @@ def simulate(store: Store, p: Plan, score: Callable[[Trial], float] = truth) -> 
         done = store.done_keys()
         for t in {t.key: t for each in grown.plans for t in each.trials if t.key not in done}.values():
             store.mark_running(t.key, host="simulated")
-            store.log_metrics(t.key, 1, {"val.top1": score(t)})
+            store.log_metrics(t.key, 1, {"val.top1": score(t), "val.loss": (100 - score(t)) / 50})
             store.finish(t.key, "done", result={"test": {"top1": score(t)}})
         grown = rounds.grow(store)
         if not grown.new:
@@ -272,6 +273,33 @@ def test_an_arm_better_only_at_its_own_learning_rate_is_reported_as_such(tmp_pat
     assert len(configs) == 8 and sorted(configs["train.lr"].unique()) == LRS and configs["chosen"].sum() == 2
     curves = pd.read_csv(tmp_path / "rep" / "t" / "tuning_curves.csv")
     assert list(curves.groupby("arm")["n"].max()) == [4, 4]
+    for arm, tried in configs.groupby("arm"):  # each arm's band is that of its four validation scores
+        band = bands.band(list(tried["val.top1"]), "max", (0.0, 100.0), 0.975)
+        mine = curves[curves["arm"] == arm]
+        assert np.allclose(mine["lo"], band.lo, rtol=0, atol=1e-9) and np.allclose(
+            mine["hi"], band.hi, rtol=0, atol=1e-9
+        )
+    assert "| not decided | Tuned alike, CSaN" in md and "bands overlap at every n from 1 to 4" in md
+
+
+def test_a_search_on_a_loss_has_bands_on_its_expected_least_loss_open_above(tmp_path: Path) -> None:
+    """Tuned on val.loss (lower is better, no top): each arm's band is on the expected least loss of n
+    configurations, its lower edge that of its four losses on [0, inf), its upper edge infinite, so the bands
+    always overlap and the Findings say no search would separate them."""
+    tune = {"space": {"train.lr": LRS}, "sampler": "grid", "budget": 4, "batch": 2, "metric": "val.loss"}
+    f = tuned(tmp_path, tune=tune, grid={"attention.kind": ["softmax", "csan"]}, seeds=1)
+    with Store(f"sqlite:///{tmp_path}/r.sqlite") as store:
+        simulate(store, plan(f))
+        report("t", store=store, out=tmp_path / "rep", formats=["md", "csv"])
+    configs = pd.read_csv(tmp_path / "rep" / "t" / "tuning.csv")
+    curves = pd.read_csv(tmp_path / "rep" / "t" / "tuning_curves.csv")
+    for arm, tried in configs.groupby("arm"):
+        band = bands.band(list(tried["val.loss"]), "min", (0.0, math.inf), 0.975)
+        assert np.allclose(curves[curves["arm"] == arm]["lo"], band.lo, rtol=0, atol=1e-12)
+        assert np.isinf(curves["hi"]).all()
+    md = (tmp_path / "rep" / "t" / "report.md").read_text()
+    assert "the bands overlap at every n from 1 to 4" in md and "no search of up to 512 configurations" in md
+    assert "The metric's range has no upper end, so that side of every band is infinite" in md
 
 
 def test_adaptive_seeds_grow_the_arms_at_their_best_configurations(tmp_path: Path) -> None:

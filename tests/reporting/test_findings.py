@@ -228,3 +228,38 @@ def test_variants_that_diverged_are_said_with_where_instead_of_no_baseline(store
                         "with nothing. `ablate report` lists the trials under Unfinished trials.")  # fmt: skip
     assert found[-1] == (findings.NO_TEST, "Nothing compared: no variant but the baseline has results, and fewer "
                          "than two measured variants per group.")  # fmt: skip
+
+
+def test_tuned_arms_better_where_their_bands_are_apart_and_overlapping_elsewhere() -> None:
+    """Scripted tuning results (tests/reporting/test_bands.py): thirty configurations each, 30 points apart, whose
+    bands are apart at n = 2-4 only; ten points apart over twenty, apart nowhere, and bands from 99 configurations
+    per arm would be apart at n = 2; three points apart, no search up to 512 would separate them. Every number
+    of each line is opda's band at the budget both ran."""
+    from opda.nonparametric import EmpiricalDistribution
+    from test_bands import LOSE, WIN
+
+    from ablate.reporting import bands
+
+    def line(values: dict[str, list[float]]) -> tuple[str, str]:
+        found = bands.bands(values, "max", (0.0, 100.0))
+        [f] = findings.tuned([bands.compare("a", "b", values, found, "max", (0.0, 100.0))], "val.top1", 2)
+        return f.kind, f.text
+
+    def at(values: list[float]) -> str:
+        low, _, high = EmpiricalDistribution.confidence_bands(values, 0.975, 0.0, 100.0, method="ks")
+        n = len(values)
+        return f"[{high.average_tuning_curve(n):.2f}, {low.average_tuning_curve(n):.2f}]"
+
+    head = "Tuned alike, a vs b in expected best val.top1 of n configurations: "
+    both = "; 95% bands, simultaneous over arms and budgets)"
+    won = f"{head}better at n = 2-4; the bands overlap at n = 1, 5-30 (at 30: a {at(WIN)}, b {at(LOSE)}{both}."
+    assert line({"a": WIN, "b": LOSE}) == (findings.DECIDED, won)
+    assert line({"a": LOSE, "b": WIN})[1].startswith(f"{head}worse at n = 2-4; the bands overlap at n = 1, 5-30 (")
+    ten = [80.0 + 0.5 * i for i in range(20)], [70.0 + 0.5 * i for i in range(20)]
+    overlap = f"{head}the bands overlap at every n from 1 to 20, so neither is shown better once tuned (at 20: a "
+    projected = "at the scores seen so far, bands from about 99 configurations per arm would be apart at n = 2."
+    assert line(dict(zip("ab", ten))) == (findings.OPEN, f"{overlap}{at(ten[0])}, b {at(ten[1])}{both}; {projected}")
+    three = ten[0], [77.0 + 0.5 * i for i in range(20)]
+    assert line(dict(zip("ab", three))) == (findings.OPEN, f"{overlap}{at(three[0])}, b {at(three[1])}{both}; no "
+                                                           "search of up to 512 configurations per arm would "
+                                                           "separate them at the scores seen.")  # fmt: skip
