@@ -12,6 +12,7 @@ with their captions, as tables.tex has them.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from operator import attrgetter
@@ -163,7 +164,7 @@ def recipe(f: Facts) -> str | None:
         if path in OPTIONAL and set(values) <= {"none", "0", "0.0"}:
             continue
         said.append(words.format(_and(values) if len(values) == 1 else f"{_and(values)} (by variant)"))
-    return f"Training: {', '.join(said)}." if said else None
+    return re.sub(r"(?<![\d.])1 (epoch|warm-up epoch)s", r"1 \1", f"Training: {', '.join(said)}.") if said else None
 
 
 def tuning(f: Facts) -> str | None:
