@@ -27,7 +27,7 @@ from ablate.reporting import render, stats
 from ablate.reporting.frames import SweepData, own_config
 from ablate.reporting.render import Section, Table
 from ablate.reporting.tuning import searches_of
-from ablate.spec.paths import get_path
+from ablate.spec.paths import get_path, overlaps
 from ablate.spec.tuning import Searches
 from ablate.store import Store
 from ablate.store.queries import Provenance
@@ -155,7 +155,11 @@ def recipe(f: Facts) -> str | None:
     """The training recipe: each path of `RECIPE` the variants share, or its value per variant where they differ
     (a grid axis, say), less what the tuning searched."""
     searched = set(f.searches.spec.space) if f.searches is not None else set()
-    configs = [own_config(f.data, str(v)) for v in f.table.index]
+    rows = f.data.variants.loc[f.table.index]
+    axes = [f"axis.{a}" for a in f.data.axes if any(overlaps(a, p) for p in RECIPE)]
+    cells = zip(map(id, rows["config"]), rows[axes].astype(str).itertuples(index=False, name=None))
+    picked = dict(zip(cells, rows.index)).values()  # a variant per config read and recipe axes' values
+    configs = [own_config(f.data, str(v)) for v in picked]
     said = []
     for path, words in RECIPE.items():
         if path in searched:
@@ -293,19 +297,19 @@ def paragraph(f: Facts) -> str:
     return " ".join(s for make in SENTENCES if (s := make(f)) is not None)
 
 
-def markdown(f: Facts, sections: list[Section]) -> str:
+def markdown(name: str, text: str, sections: list[Section]) -> str:
     """methods.md: the paragraph under a heading, then the report's tables with their captions."""
     tables = [Section(s.title, [b for b in s.blocks if isinstance(b, Table)]) for s in sections if s.latex]
-    return render.markdown(f"Methods: {f.data.name}", [paragraph(f)], [s for s in tables if s.blocks])
+    return render.markdown(f"Methods: {name}", [text], [s for s in tables if s.blocks])
 
 
-def latex(f: Facts, sections: list[Section]) -> str:
+def latex(name: str, text: str, sections: list[Section]) -> str:
     """methods.tex: a fragment to `\\input` into a paper that loads booktabs: the paragraph, then the tables."""
-    head = [f"% ablate report: the methods of sweep {f.data.name} (needs \\usepackage{{booktabs}})", "",
-            render.tex(paragraph(f)), ""]  # fmt: skip
+    head = [f"% ablate report: the methods of sweep {name} (needs \\usepackage{{booktabs}})", "", render.tex(text), ""]
     return "\n".join(head + render.latex_tables(sections)) + "\n"
 
 
 def files(f: Facts, sections: list[Section]) -> dict[str, str]:
-    """The methods files by name."""
-    return dict(zip(FILES, (markdown(f, sections), latex(f, sections))))
+    """The methods files by name: the paragraph of `f`, and the tables of the report's `sections`."""
+    text = paragraph(f)
+    return dict(zip(FILES, (markdown(f.data.name, text, sections), latex(f.data.name, text, sections))))
