@@ -14,13 +14,14 @@ two-way interactions of the factorial part, plots (metric per variant, metric vs
 front, training curves, attention diagnostics), and the trials that are not done. `reports/index.html`
 lists every report under the output folder. Re-running on an unchanged store rewrites identical files
 (the date shown is the sweep's last change, not the time of writing). Format "tex" adds `tables.tex`
-(booktabs); `compare` puts two sweeps side by side (`ablate.reporting.compare`).
+(booktabs); every page format writes `methods.md` and `methods.tex` too, a methods paragraph from the store and
+the tables (`methods`); `compare` puts two sweeps side by side (`ablate.reporting.compare`).
 
 Modules: `frames` (store -> frames, per-variant statistics), `stats` (design-aware tests, corrections),
 `effects` (factorial effects), `ties` (each variant against its group's best: the tests behind best or tied),
 `describe` (variants in words), `published` (the tables mechanisms declare), `halfnormal` (the half-normal
 reading of a one-seed design's terms), `plots` (matplotlib), `tables` (formatted cells), `render` (HTML, Markdown,
-LaTeX), `compare` (two sweeps),
+LaTeX), `methods` (the methods paragraph), `compare` (two sweeps),
 `findings` and `advice` (the Findings and what more seeds could decide), `undertrained` (the Findings on scores
 near chance and curves still rising, said first).
 """
