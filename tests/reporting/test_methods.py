@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 import math
 import re
+import shutil
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -144,6 +146,13 @@ def test_two_sweeps_give_two_paragraphs_each_number_read_from_the_store(store, t
     tables = (out / "fraction" / "tables.tex").read_text()
     body = tables[tables.index("\\subsection*") : tables.index("\\end{document}")]
     assert first_tex.endswith(body)  # the report's tables, with their captions
+    assert first_tex.isascii() and first_tex.count("{") == first_tex.count("}")
+    if engine := shutil.which("pdflatex") or shutil.which("lualatex"):  # as a paper would \input it
+        paper = "\\documentclass{article}\\usepackage{booktabs}\\begin{document}\\input{methods}\\end{document}\n"
+        (out / "fraction" / "paper.tex").write_text(paper)
+        done = subprocess.run([engine, "-interaction=nonstopmode", "-halt-on-error", "paper.tex"],
+                              cwd=out / "fraction", capture_output=True, text=True, timeout=120)  # fmt: skip
+        assert done.returncode == 0, done.stdout[-2000:]
 
     # the tuned sweep: its budget, space, sampler and rule; t-tests; BH; no environment or code: no sentence
     searches = Searches.model_validate(store.sweep("t").spec["tuning"])
