@@ -127,28 +127,27 @@ def _seeds(seeds: list[int]) -> str:
 
 
 def design(f: Facts) -> str | None:
-    """The variants, how they were chosen, their replicates and the metric."""
+    """The variants, how they were chosen, the seeds they ran at, the replicates each mean is over, and the metric."""
     data, t = f.data, f.table
-    done = data.trials[data.trials["state"] == "done"]
-    if done.empty:
-        return None
     counts = t.loc[t["n"] > 0, "n"].astype(int)
+    if counts.empty:
+        return None
     lo, hi = int(counts.min()), int(counts.max())
-    each = str(lo) if lo == hi else f"{lo} to {hi}"
     unit = "seed" if data.replicates.folds is None else "repeat"
+    folds = f" (each a {data.replicates.folds}-fold cross-validation)" if data.replicates.folds is not None else ""
     grid = f" over {_and([f'`{a}`' for a in data.axes])}" if data.axes else ""
     chosen = data.design
     how = (f", the cells of a {chosen.title} ({len(chosen.runs)} of the full grid's {chosen.full})"
            if chosen is not None else "")  # fmt: skip
-    folds = f", each by {data.replicates.folds}-fold cross-validation" if data.replicates.folds is not None else ""
     base = f"; the baseline is {t.loc[data.baseline, 'label']}" if data.baseline in t.index else ""
-    seeds = sorted(int(s) for s in done["seed"].unique())
-    ran = (f"all {len(data.trials)} trials finished" if len(done) == len(data.trials)
-           else f"{len(done)} of {len(data.trials)} trials finished, and only those enter the statistics")  # fmt: skip
-    better = "higher" if data.higher else "lower"
-    return (f"We compare {len(t)} variants{grid}{how}{base}. Each variant with results was trained with {each} "
-            f"independent {unit}{'s' if hi > 1 else ''}{folds} ({_seeds(seeds)}; {ran}), and is reported as the "
-            f"mean and standard deviation of `{data.metric}` ({better} is better) over them.")  # fmt: skip
+    done = int((data.trials["state"] == "done").sum())
+    ran = (f"all {done} finished" if done == len(data.trials)
+           else f"{done} of {len(data.trials)} finished, and only those enter the statistics")  # fmt: skip
+    seeds = _seeds(sorted(int(s) for s in data.trials["seed"].unique()))
+    return (f"We compare {len(t)} variants{grid}{how}{base}. The trials ran at {seeds} ({ran}); each variant's mean "
+            f"and standard deviation of `{data.metric}` ({'higher' if data.higher else 'lower'} is better) are over "
+            f"its {lo if lo == hi else f'{lo} to {hi}'} independent {unit}{'s' if hi > 1 else ''} with a result"
+            f"{folds}.")  # fmt: skip
 
 
 def recipe(f: Facts) -> str | None:
@@ -244,9 +243,9 @@ def hardware(f: Facts) -> str | None:
     if not devices and not versions:
         return None
     known = sum(p.trials for p in f.provenance if _device(p) is not None or any(map(p.__getattribute__, SOFTWARE)))
-    some = f" (recorded for {known} of the {total} finished trials)" if known < total else ""
+    some = f" (as {known} of the {total} recorded it)" if known < total else ""
     said = [*([f"on {devices}"] if devices else []), *([f"with {_and(versions)}"] if versions else [])]
-    return f"The trials ran{some} {', '.join(said)}."
+    return f"The finished trials ran {', '.join(said)}{some}."
 
 
 def _device(p: Provenance) -> str | None:

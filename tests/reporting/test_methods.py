@@ -118,8 +118,8 @@ def test_two_sweeps_give_two_paragraphs_each_number_read_from_the_store(store, t
     per_variant = trials[trials["state"] == "done"].groupby("variant").size()
     assert f"We compare {trials['variant'].nunique()} variants" in first
     assert f"{chosen.title} ({len(chosen.runs)} of the full grid's {chosen.full})" in first
-    assert f"trained with {per_variant.min()} to {per_variant.max()} independent seeds" in first
-    assert f"(seeds {seeds[0]} to {seeds[-1]}; {len(done)} of {len(trials)} trials finished" in first
+    assert f"The trials ran at seeds {seeds[0]} to {seeds[-1]} ({len(done)} of {len(trials)} finished" in first
+    assert f"are over its {per_variant.min()} to {per_variant.max()} independent seeds with a result" in first
     assert (f"{config['train']['epochs']} epochs, optimizer {config['train']['opt']}, learning rate "
             f"{config['train']['lr']}, weight decay {config['train']['weight_decay']}, batch size "
             f"{config['train']['batch_size']}") in first  # fmt: skip
@@ -129,10 +129,10 @@ def test_two_sweeps_give_two_paragraphs_each_number_read_from_the_store(store, t
     envs = {k: store.trial(k).environment for k in done}
     gpu = sum(e is not None and e["arithmetic"]["device"] == "NVIDIA H200" for e in envs.values())
     cpu = sum(e is not None and e["arithmetic"]["device"] == "cpu" for e in envs.values())
-    assert (f"The trials ran (recorded for {gpu + cpu} of the {len(done)} finished trials) on NVIDIA H200 ({gpu} "
-            f"trials) and a CPU ({CPU['arithmetic']['cpu']}) ({cpu} trials), with Python {GPU['python']}, PyTorch "
-            f"{GPU['packages']['torch']} ({gpu} trials) and {CPU['packages']['torch']} ({cpu} trials) and ablate "
-            f"{GPU['packages']['ablate']}.") in first  # fmt: skip
+    assert (f"The finished trials ran on NVIDIA H200 ({gpu} trials) and a CPU ({CPU['arithmetic']['cpu']}) ({cpu} "
+            f"trials), with Python {GPU['python']}, PyTorch {GPU['packages']['torch']} ({gpu} trials) and "
+            f"{CPU['packages']['torch']} ({cpu} trials) and ablate {GPU['packages']['ablate']} (as {gpu + cpu} of the "
+            f"{len(done)} recorded it).") in first  # fmt: skip
     codes = {store.trial(k).code["digest"] for k in done}
     sha = {store.trial(k).code["git"]["sha"] for k in done}
     assert f"fingerprint `{codes.pop()}`" in first and f"from git commit {sha.pop()}." in first
@@ -168,11 +168,12 @@ def test_two_sweeps_give_two_paragraphs_each_number_read_from_the_store(store, t
     assert (
         f"{config['train']['epochs']} epoch, " in second and "learning rate" not in second
     )  # searched: each arm's own, not the recipe's
-    assert f"trained with {trials.groupby('variant').size().max()} independent seeds" in second
+    assert f"(all {len(trials)} finished)" in second
+    assert f"are over its {trials.groupby('variant').size().max()} independent seeds with a result" in second
     assert f"the paired t-test (from {SMALL_N} pairs) for {len(tested)} comparison" in second
     assert "With one test in the variant table, no p-value needed adjusting" in second
     assert "Intervals are 95%: the t interval of the mean paired difference and standardised effects" in second
-    assert "The trials ran" not in second and "fingerprint" not in second  # nothing recorded, nothing said
+    assert "finished trials ran" not in second and "fingerprint" not in second  # nothing recorded, nothing said
     numbers = {str(len(searches.arms)), str(spec.budget), str(spec.seed), str(spec.batch), str(len(trials)),
                str(trials["variant"].nunique()), *map(str, trials["seed"]), *map(str, LRS),
                *config_numbers(config), *policy()}  # fmt: skip
