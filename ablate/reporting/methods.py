@@ -48,8 +48,8 @@ TESTS = {
     stats.T_TEST: Method("the paired t-test", f"from {SMALL_N} pairs", "the t interval of the mean paired difference"),
     stats.SIGN_FLIP: Method("the exact sign-flip (randomisation) test of the mean paired difference",
                             f"from {EXACT_N} to {SMALL_N - 1} pairs", "the interval that inverts the sign-flip test"),
-    stats.CORRECTED: Method("the corrected resampled t-test over the folds (Nadeau and Bengio, 2003)",
-                            f"from {SMALL_N} fold differences", "its corrected t interval"),
+    stats.CORRECTED: Method("the corrected resampled t-test of Nadeau and Bengio (2003) over the folds",
+                            f"from {SMALL_N} fold differences", "the corrected resampled t interval"),
 }  # fmt: skip
 """The variant table's `test` names -> the paragraph's words. A new test adds its line."""
 
@@ -129,12 +129,13 @@ def _seeds(seeds: list[int]) -> str:
 def design(f: Facts) -> str | None:
     """The variants, how they were chosen, the seeds they ran at, the replicates each mean is over, and the metric."""
     data, t = f.data, f.table
-    counts = t.loc[t["n"] > 0, "n"].astype(int)
-    if counts.empty:
+    shown = t[t["n"] > 0]
+    if shown.empty:
         return None
-    lo, hi = int(counts.min()), int(counts.max())
-    unit = "seed" if data.replicates.folds is None else "repeat"
-    folds = f" (each a {data.replicates.folds}-fold cross-validation)" if data.replicates.folds is not None else ""
+    over = f"{_range(shown['n'], 'independent seed')} with a result"
+    if data.replicates.folds is not None:  # the table's mean is over every fold's result, n counts the repeats
+        over = (f"{_range(shown['values'], 'fold result')}, from {_range(shown['n'], 'independent repeat')} of a "
+                f"{data.replicates.folds}-fold cross-validation")  # fmt: skip
     grid = f" over {_and([f'`{a}`' for a in data.axes])}" if data.axes else ""
     chosen = data.design
     how = (f", the cells of a {chosen.title} ({len(chosen.runs)} of the full grid's {chosen.full})"
@@ -146,8 +147,7 @@ def design(f: Facts) -> str | None:
     seeds = _seeds(sorted(int(s) for s in data.trials["seed"].unique()))
     return (f"We compare {len(t)} variants{grid}{how}{base}. The trials ran at {seeds} ({ran}); each variant's mean "
             f"and standard deviation of `{data.metric}` ({'higher' if data.higher else 'lower'} is better) are over "
-            f"its {lo if lo == hi else f'{lo} to {hi}'} independent {unit}{'s' if hi > 1 else ''} with a result"
-            f"{folds}.")  # fmt: skip
+            f"its {over}.")  # fmt: skip
 
 
 def recipe(f: Facts) -> str | None:
@@ -208,6 +208,12 @@ def tests(f: Facts) -> str | None:
 
 def _count(n: int, noun: str) -> str:
     return f"{n} {noun}{'s' if n != 1 else ''}"
+
+
+def _range(counts: pd.Series, noun: str) -> str:
+    """`lo to hi nouns`, or `n noun(s)` where every count is n."""
+    lo, hi = int(counts.min()), int(counts.max())
+    return _count(lo, noun) if lo == hi else f"{lo} to {hi} {noun}s"
 
 
 def correction(f: Facts) -> str | None:

@@ -178,3 +178,28 @@ def test_two_sweeps_give_two_paragraphs_each_number_read_from_the_store(store, t
                str(trials["variant"].nunique()), *map(str, trials["seed"]), *map(str, LRS),
                *config_numbers(config), *policy()}  # fmt: skip
     assert traced(second, numbers) == []
+
+
+def test_a_cross_validated_sweep_says_its_folds_repeats_and_the_corrected_test(store, tmp_path) -> None:
+    """Under k-fold cross-validation the means are over every fold's result and n counts the repeats: the paragraph
+    says both, k as the trials' configs hold it, and the corrected resampled t the table used."""
+    body = {"base": {**TINY, "data": {"name": "digits", "folds": 5}}, "seeds": 2,
+            "baseline": {"attention.kind": "softmax"},
+            "grid": {"attention.kind": ["softmax", "csan"], "data.fold": [0, 1, 2, 3, 4]}}  # fmt: skip
+    p = plan(write_sweeps(tmp_path / "cv.yaml", {"cv": body}), "cv")
+    fill(
+        store,
+        p,
+        lambda t: 70 + math.sin(3 * t.axes["seed"] + 1.7 * t.axes["data.fold"] + (t.config.attention.kind == "csan")),
+    )
+    report("cv", store=store, out=tmp_path / "rep", formats=["md"])
+    paragraph, _ = methods(tmp_path / "rep", "cv")
+    trials = store.trials_frame("cv")
+    k = store.trial(trials["key"].iloc[0]).config["data"]["folds"]
+    per_variant = trials.groupby("variant").size().iloc[0]
+    assert (f"are over its {per_variant} fold results, from {trials['seed'].nunique()} independent repeats of a "
+            f"{k}-fold cross-validation.") in paragraph  # fmt: skip
+    assert (
+        f"the corrected resampled t-test of Nadeau and Bengio (2003) over the folds (from {SMALL_N} fold" in paragraph
+    )
+    assert "Intervals are 95%: the corrected resampled t interval" in paragraph
