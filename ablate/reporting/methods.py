@@ -255,9 +255,11 @@ def hardware(f: Facts) -> str | None:
 
 
 def _device(p: Provenance) -> str | None:
-    if p.device is not None:
-        return f"a CPU ({p.cpu})" if p.device == "cpu" and p.cpu else p.device
-    return p.host_device
+    """The device in words: a GPU's name, or a CPU with its model (an older record's `cpu:x86_64`: its machine)."""
+    kind, name = (p.device, p.cpu) if p.device is not None else (p.host_device or "").partition(":")[::2]
+    if kind == "cpu":
+        return f"a CPU ({name})" if name else "a CPU"
+    return (name if kind == "cuda" else kind) or None
 
 
 def _shares(rows: Iterable[Provenance], of: Callable[[Provenance], str | None]) -> str:
