@@ -14,13 +14,14 @@ two-way interactions of the factorial part, plots (metric per variant, metric vs
 front, training curves, attention diagnostics), and the trials that are not done. `reports/index.html`
 lists every report under the output folder. Re-running on an unchanged store rewrites identical files
 (the date shown is the sweep's last change, not the time of writing). Format "tex" adds `tables.tex`
-(booktabs); `compare` puts two sweeps side by side (`ablate.reporting.compare`).
+(booktabs); every page format writes `methods.md` and `methods.tex` too, a methods paragraph from the store and
+the tables (`methods`); `compare` puts two sweeps side by side (`ablate.reporting.compare`).
 
 Modules: `frames` (store -> frames, per-variant statistics), `stats` (design-aware tests, corrections),
 `effects` (factorial effects), `ties` (each variant against its group's best: the tests behind best or tied),
 `describe` (variants in words), `published` (the tables mechanisms declare), `halfnormal` (the half-normal
 reading of a one-seed design's terms), `plots` (matplotlib), `tables` (formatted cells), `render` (HTML, Markdown,
-LaTeX), `compare` (two sweeps),
+LaTeX), `methods` (the methods paragraph), `compare` (two sweeps),
 `findings` and `advice` (the Findings and what more seeds could decide), `undertrained` (the Findings on scores
 near chance and curves still rising, said first).
 """
@@ -43,6 +44,7 @@ from ablate.reporting import (
     findings,
     frames,
     halfnormal,
+    methods,
     plots,
     render,
     sections,
@@ -157,6 +159,8 @@ def _write_sweep(
             found.append(findings.Finding(findings.CONFOUNDED, words))
         parts["findings"] = [Section("Findings", [findings.block(found)], latex=False)]
         written += write_pages(where, formats, title, meta, ordered(parts))
+        said = methods.files(methods.facts(store, data, table, correction), ordered(parts))
+        written += [write_file(where / name, text) for name, text in said.items()]
         if "md" in formats:
             written += [write_file(where / f"{name}.png", png) for name, png in figures.items()]
             for stale in set(FIGURES) - set(figures):

@@ -179,11 +179,18 @@ def latex(title: str, meta: list[str], sections: list[Section]) -> str:
     """The report's tables as a LaTeX document (booktabs; figures stay in the PNGs): each table is a
     `table` environment to paste into a paper, the document around them compiles on its own."""
     parts = [r"\documentclass{article}", r"\usepackage[margin=1.5cm,landscape]{geometry}", r"\usepackage{booktabs}",
-             r"\begin{document}", rf"\section*{{{tex(title)}}}", *(tex(m) + "\n" for m in meta)]  # fmt: skip
+             r"\begin{document}", rf"\section*{{{tex(title)}}}", *(tex(m) + "\n" for m in meta),
+             *latex_tables(sections), r"\end{document}"]  # fmt: skip
+    return "\n".join(parts) + "\n"
+
+
+def latex_tables(sections: list[Section]) -> list[str]:
+    """The tables of `sections` (those whose `latex` holds) as LaTeX, each section's under its title: the body of
+    tables.tex, and of methods.tex (`ablate.reporting.methods`) after its paragraph."""
+    parts = []
     for s in sections:
         tables = [b for b in s.blocks if isinstance(b, Table) and s.latex]
         if tables:
             parts.append(rf"\subsection*{{{tex(s.title)}}}")
             parts += [_tex_table(b) for b in tables]
-    parts.append(r"\end{document}")
-    return "\n".join(parts) + "\n"
+    return parts

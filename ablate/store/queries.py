@@ -64,6 +64,11 @@ def as_list(items: str | Iterable[str] | None) -> list[str] | None:
     return None if items is None else [items] if isinstance(items, str) else list(items)
 
 
+def _flag(text: Any) -> bool | None:
+    """A JSON boolean as a database's JSON path reads it as text (SQLite: 1 or 0; PostgreSQL: true or false)."""
+    return None if text is None else str(text).lower() in ("1", "true")
+
+
 def _cell(value: Any) -> Any:
     return json.dumps(value, sort_keys=True) if isinstance(value, (list, tuple, dict)) else value
 
@@ -297,6 +302,25 @@ class Queries:
             rows = conn.execute(stmt.group_by(TRIALS.c.code_digest).order_by(TRIALS.c.code_digest)).all()
         return {digest: CodeDigest(trials, sample) for digest, trials, sample in rows}
 
+    def provenance(self, keys: Iterable[str]) -> list[Provenance]:
+        """What the trials `keys` were computed with, as recorded at their end: one row per distinct code digest, git
+        state, device, CPU and versions (`Provenance`), with how many of them share it. Grouped in SQL, so a sweep
+        of thousands of trials reads a few rows, not each trial's environment."""
+        env, code = TRIALS.c.environment, TRIALS.c.code
+        fields = [TRIALS.c.code_digest, code[("git", "sha")].as_string(), code[("git", "dirty")].as_string(),
+                  env[("arithmetic", "device")].as_string(), env[("arithmetic", "cpu")].as_string(),
+                  env["device"].as_string(), env["python"].as_string(), env[("packages", "torch")].as_string(),
+                  env[("packages", "ablate")].as_string()]  # fmt: skip
+        keys, counts = list(keys), dict[tuple[Any, ...], int]()
+        with self.engine.connect() as conn:
+            for i in range(0, len(keys), PROVENANCE_CHUNK):
+                stmt = select(*fields, func.count()).where(TRIALS.c.key.in_(keys[i : i + PROVENANCE_CHUNK]))
+                for *row, n in conn.execute(stmt.group_by(*fields)):
+                    counts[tuple(row)] = counts.get(tuple(row), 0) + n
+        rows = sorted(counts.items(), key=lambda kv: (-kv[1], repr(kv[0])))  # the most trials first
+        return [Provenance(d, sha, _flag(dirty), device, cpu, host, python, torch, ablate, n)
+                for (d, sha, dirty, device, cpu, host, python, torch, ablate), n in rows]  # fmt: skip
+
     def with_code(
         self, digests: Iterable[str], sweeps: str | Iterable[str] | None = None, limit: int | None = None
     ) -> Listing:
@@ -444,6 +468,33 @@ class CodeDigest:
     trials: int
     sample: str
     """One of them: its code record is that digest's (read once, not per trial)."""
+
+
+PROVENANCE_CHUNK = 500
+"""Keys per query of `Queries.provenance`: below SQLite's limit of bound parameters."""
+
+
+@dataclass(frozen=True)
+class Provenance:
+    """Trials that share what they were computed with (`Queries.provenance`); None where not recorded (a trial
+    recorded before ablate kept it, or by other means)."""
+
+    digest: str | None
+    """The code fingerprint's digest (`ablate.provenance.fingerprint`)."""
+    git_sha: str | None
+    """The commit of the experiments file's repository."""
+    git_dirty: bool | None
+    """Whether that checkout had uncommitted changes."""
+    device: str | None
+    """`cpu` or the GPU's name (the environment's `arithmetic`)."""
+    cpu: str | None
+    """The processor's model name."""
+    host_device: str | None
+    """The environment's `device` (`cpu:x86_64`, `cuda:NAME`): what a record without `arithmetic` says."""
+    python: str | None
+    torch: str | None
+    ablate: str | None
+    trials: int = 0
 
 
 OPERATORS = ("!=", "<=", ">=", "==", "=", "<", ">", " in ")

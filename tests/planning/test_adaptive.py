@@ -206,7 +206,7 @@ def test_a_real_sweep_adds_seeds_only_where_undecided(ray_local, tmp_path: Path)
         again = launch(plan(f), store, run=RunConfig(storage=tmp_path / "ck"))
         assert sum(again.counts.values()) == 0 and again.rounds == 2
         assert store.outside_plan("s") == []  # the seeds later looks added are the plan's: its reserve
-        (md,) = [f for f in report("s", store=store, out=tmp_path / "rep", formats=["md"]) if f.suffix == ".md"]
+        (md,) = [f for f in report("s", store=store, out=tmp_path / "rep", formats=["md"]) if f.name == "report.md"]
     section = md.read_text().split("## Adaptive seeds", 1)[1].split("\n## ", 1)[0]
     assert "Pocock-type Lan-DeMets alpha spending" in section
     rows = [[c.strip() for c in line.split("|")[1:-1]] for line in section.splitlines() if line.startswith("| ")]

@@ -186,7 +186,7 @@ def test_a_cell_adaptive_seeding_ruled_equivalent_is_not_listed_as_not_decided(s
     assert line.text.endswith(f"not significant after the table's adjustment, but adaptive seeding found it "
                               f"{verdict.reason} (Adaptive seeds, below).")  # fmt: skip
     assert "inside the threshold" in verdict.reason and "seeds:" not in line.text
-    (md,) = [f for f in report("eq", store=store, out=tmp_path / "rep", formats=["md"]) if f.suffix == ".md"]
+    (md,) = [f for f in report("eq", store=store, out=tmp_path / "rep", formats=["md"]) if f.name == "report.md"]
     text = md.read_text()
     assert f"| equivalent | {line.text.replace('|', chr(92) + '|')} |" in text.split("## Findings")[1].split("## ")[0]
     assert "| equivalent | 6 | equivalent: [" in text.split("## Adaptive seeds")[1]

@@ -919,7 +919,7 @@ def test_a_plugin_knob_named_like_a_said_builtin_knob_still_labels_its_variants(
 
 def test_a_reports_sections_follow_the_declared_order_and_an_undeclared_place_is_refused(store, tmp_path):
     pair_store(store, tmp_path, epochs=2)
-    (md,) = [f for f in report("pair", store=store, out=tmp_path / "rep", formats=["md"]) if f.suffix == ".md"]
+    (md,) = [f for f in report("pair", store=store, out=tmp_path / "rep", formats=["md"]) if f.name == "report.md"]
     headings = re.findall(r"^## (.+)$", md.read_text(), flags=re.M)
     assert headings == ["Findings", "Variants", "Best or tied", "Cost", "Published numbers", "Effects of each knob",
                         "Training", "Unfinished trials"]  # fmt: skip

@@ -26,10 +26,10 @@ from sqlalchemy.exc import IntegrityError
 
 from ablate.config import TrialConfig
 from ablate.planning.keys import Trial, trial_key, variant_key
-from ablate.store import STATES, TRIAL_COLUMNS, Owner, Store, flatten
+from ablate.store import STATES, TRIAL_COLUMNS, Owner, Store, flatten, queries
 from ablate.store.database import CHUNK, now
 from ablate.store.engine import make_engine, revision_number, upgrade, upsert_stmt
-from ablate.store.queries import METRICS, Condition
+from ablate.store.queries import METRICS, Condition, Provenance
 from ablate.store.schema import Base
 
 
@@ -627,3 +627,22 @@ def test_code_digests_count_each_done_trial_of_the_sweeps_once(store):
     assert digests["old"].sample == min(a.key, b.key)
     assert {k: v.trials for k, v in store.code_digests("two").items()} == {"new": 1, "old": 1}
     assert {k: v.trials for k, v in store.code_digests().items()} == {"new": 2, "old": 2}
+
+
+def test_provenance_groups_the_trials_by_their_recorded_code_and_environment(store, monkeypatch):
+    """The trials asked for, grouped by code digest, git state, device, CPU and versions (read from the JSON records
+    in SQL, on SQLite and PostgreSQL alike), the most trials first; keys read in chunks add up; a trial recorded
+    without them is a group of Nones."""
+    monkeypatch.setattr(queries, "PROVENANCE_CHUNK", 2)
+    ts = [trial(s) for s in range(6)]
+    store.add_trials("one", ts)
+    env = {"python": "3.12.7", "packages": {"torch": "2.5.1", "ablate": "0.9"}, "device": "cuda:NVIDIA H200",
+           "arithmetic": {"device": "NVIDIA H200", "cpu": "Xeon"}}  # fmt: skip
+    for i, t in enumerate(ts):
+        store.mark_running(t.key)
+        recorded = {"code": {"digest": "abc", "git": {"sha": "f00", "dirty": i == 0}}, "environment": env}
+        store.finish(t.key, "done", **(recorded if i < 4 else {}))
+    got = store.provenance([t.key for t in ts[:5]])
+    known = ("abc", "f00", False, "NVIDIA H200", "Xeon", "cuda:NVIDIA H200", "3.12.7", "2.5.1", "0.9")
+    assert got == [Provenance(*known, trials=3), Provenance("abc", "f00", True, *known[3:], trials=1),
+                   Provenance(*(None,) * 9, trials=1)]  # fmt: skip
