@@ -25,6 +25,7 @@ from ablate.evidence import lenth
 from ablate.reporting.expected_best import ExpectedBest
 from ablate.reporting.frames import DIAGNOSTICS, LOSSES, SweepData, val_metric
 from ablate.reporting.halfnormal import Screen
+from ablate.reporting.pairing import Pairs
 
 MAX_ROWS = 40
 MAX_CURVES = 8
@@ -374,3 +375,34 @@ def _unit(metric: str, difference: bool = False) -> str:
     if metric.rsplit(".", 1)[-1] not in ("top1", "top5", "acc"):
         return ""
     return " (pp)" if difference else " (%)"
+
+
+def pairing_plot(found: list[Pairs], metric: str) -> bytes | None:
+    """Per variant, each replicate's difference from the same replicate of its reference (grey dots), their mean
+    with the variant table's 95% interval, zero; where the replicates disagree (`Pairs.split`), the worst replicate
+    (red cross) and the worse quartile (bar) beside the mean, in words at the right."""
+    if not found:
+        return None
+    shown = found[:MAX_ROWS]
+    labels = [_clip(p.label) for p in shown]
+    fig = _figure(11, 1.4 + 0.3 * len(shown), labels=max(map(len, labels)))
+    ax = fig.add_subplot()
+    y = np.arange(len(shown))[::-1]
+    for p, at in zip(shown, y):
+        ax.scatter(p.differences, np.full(len(p.differences), at), s=9, color="0.55", zorder=2)
+        err = np.nan_to_num([[p.mean - p.lo], [p.hi - p.mean]])
+        ax.errorbar([p.mean], [at], xerr=err, fmt="o", color=MAIN, ms=5, capsize=3, zorder=4)
+        if p.split:
+            ax.scatter([p.differences[p.worst]], [at], marker="x", color=BASE, s=30, zorder=5)
+            ax.scatter([p.quartile], [at], marker="|", color=BASE, s=120, zorder=5)
+            ax.annotate(f"worst {p.worst}: {p.differences[p.worst]:+.3g}; quartile {p.quartile:+.3g}", (0.995, at),
+                        xycoords=("axes fraction", "data"), xytext=(0, 4), textcoords="offset points",
+                        fontsize=7, ha="right", va="bottom", color=BASE)  # fmt: skip
+    ax.axvline(0, color="k", lw=0.8)
+    ax.set_yticks(y, labels, fontsize=8)
+    ax.set_xlabel(f"difference from the same replicate of the baseline, {metric}{_unit(metric, difference=True)}")
+    ax.grid(axis="x", alpha=0.3)
+    left = f" (first {len(shown)} of {len(found)})" if len(shown) < len(found) else ""
+    ax.set_title(f"paired differences per replicate, mean and 95% CI{left}; red: worst and worse quartile where "
+                 "replicates disagree", fontsize=9)  # fmt: skip
+    return _png(fig)
