@@ -32,6 +32,8 @@ class Pairs:
     """The variant table's interval of the mean difference (NaN where the policy gives none)."""
     higher: bool
     """Whether a larger metric is better: which end of the differences is the worst."""
+    unit: str
+    """What a replicate is: a seed, or under cross-validation a fold."""
 
     @property
     def worst(self) -> str:
@@ -63,5 +65,5 @@ def pairs(table: pd.DataFrame, data: SweepData) -> list[Pairs]:
             continue
         d = (values.loc[variant] - values.loc[ref]).dropna()
         out.append(Pairs(str(variant), str(r["label"]), d, float(r["delta"]), float(r["lo"]), float(r["hi"]),
-                         data.higher))  # fmt: skip
+                         data.higher, data.replicates.unit))  # fmt: skip
     return out

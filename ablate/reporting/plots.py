@@ -385,7 +385,7 @@ def pairing_plot(found: list[Pairs], metric: str) -> bytes | None:
         return None
     shown = found[:MAX_ROWS]
     labels = [_clip(p.label) for p in shown]
-    fig = _figure(11, 1.4 + 0.3 * len(shown), labels=max(map(len, labels)))
+    fig = _figure(11, 1.6 + 0.45 * len(shown), labels=max(map(len, labels)))
     ax = fig.add_subplot()
     y = np.arange(len(shown))[::-1]
     for p, at in zip(shown, y):
@@ -395,10 +395,12 @@ def pairing_plot(found: list[Pairs], metric: str) -> bytes | None:
         if p.split:
             ax.scatter([p.differences[p.worst]], [at], marker="x", color=BASE, s=30, zorder=5)
             ax.scatter([p.quartile], [at], marker="|", color=BASE, s=120, zorder=5)
-            ax.annotate(f"worst {p.worst}: {p.differences[p.worst]:+.3g}; quartile {p.quartile:+.3g}", (0.995, at),
+            words = f"worst: {p.unit} {p.worst} {p.differences[p.worst]:+.3g}; worse quartile {p.quartile:+.3g}"
+            ax.annotate(words, (0.995, at),
                         xycoords=("axes fraction", "data"), xytext=(0, 4), textcoords="offset points",
                         fontsize=7, ha="right", va="bottom", color=BASE)  # fmt: skip
     ax.axvline(0, color="k", lw=0.8)
+    ax.set_ylim(-0.6, len(shown) - 0.2)
     ax.set_yticks(y, labels, fontsize=8)
     ax.set_xlabel(f"difference from the same replicate of the baseline, {metric}{_unit(metric, difference=True)}")
     ax.grid(axis="x", alpha=0.3)
