@@ -251,9 +251,11 @@ def paired(
             lo, hi = standardised(d_z[t] / scale[t], n[t] - 1, scale[t], level)
             out.loc[t, "d_lo"], out.loc[t, "d_hi"] = lo, hi
     if resampled:
-        ok = [bootstrap.allowed(*r) for r in rows]
-        ends = [bootstrap.bca(x[~np.isnan(x)], level) if o else (np.nan, np.nan) for x, o in zip(d, ok)]
-        out["b_lo"], out["b_hi"] = [e[0] for e in ends], [e[1] for e in ends]
+        ok = np.array([bootstrap.allowed(*r) for r in rows], dtype=bool)
+        out["b_lo"] = out["b_hi"] = np.nan
+        for k in np.unique(n[ok]):  # rows of one length together: scipy resamples them in one call
+            at = np.flatnonzero(ok & (n == k))
+            out.loc[at, "b_lo"], out.loc[at, "b_hi"] = bootstrap.bca(np.array([x[~np.isnan(x)] for x in d[at]]), level)
         out["b_why"] = ["" if o or k == evidence.NONE else bootstrap.why(r[0], r[3], replicates.unit)
                         for r, k, o in zip(rows, kind, ok)]  # fmt: skip
     return out.drop(columns="p_t")

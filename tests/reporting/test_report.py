@@ -925,3 +925,27 @@ def test_a_reports_sections_follow_the_declared_order_and_an_undeclared_place_is
                         "Training", "Unfinished trials"]  # fmt: skip
     with pytest.raises(ValueError, match=r"outside ORDER: \['appendix'\]"):
         ordered({"variants": [], "appendix": [Section("Appendix", ["text"])]})
+
+
+def test_the_bca_option_adds_its_interval_and_a_bad_interval_is_named(store, tmp_path):
+    p = planned(tmp_path, "twelve", grid={"attention.kind": ["softmax", "csan"]}, seeds=12,
+                baseline={"attention.kind": "softmax"})  # fmt: skip
+    fill(
+        store, p, lambda t: 70 + (t.axes["seed"] * 7 % 5) + (t.axes["seed"] % 3) * (t.axes["attention.kind"] == "csan")
+    )
+    report("twelve", store=store, out=tmp_path / "plain", formats=["csv", "md"])
+    report("twelve", store=store, out=tmp_path / "bca", formats=["csv", "md"], interval="bca")
+    plain, bca = (read_csv(tmp_path / f / "twelve" / "variants.csv") for f in ("plain", "bca"))
+    assert "b_lo" not in plain and {"rho", "removed", "better"} <= set(plain)
+    csan = bca[~bca["is_baseline"]].iloc[0]
+    assert csan["test"] == stats.T_TEST and csan["b_lo"] < csan["delta"] < csan["b_hi"]
+    assert "Δ [95% BCa]" in (tmp_path / "bca" / "twelve" / "report.md").read_text()
+    assert "BCa" not in (tmp_path / "plain" / "twelve" / "report.md").read_text()
+    with pytest.raises(ReportError, match="interval must be one of policy, bca, not 'bc'"):
+        report("twelve", store=store, out=tmp_path / "no", interval="bc")
+    runner, db = CliRunner(), ["--db", store.url]
+    bad = runner.invoke(app, ["report", "twelve", "--interval", "bootstrap", "--out", str(tmp_path / "no"), *db])
+    assert bad.exit_code == 2 and "interval must be one of policy, bca, not 'bootstrap'" in bad.output
+    both = runner.invoke(app, ["report", "--compare", "twelve", "twelve", "--interval", "bca", *db])
+    assert both.exit_code == 2 and "--interval" in both.output
+    assert not (tmp_path / "no").exists()
