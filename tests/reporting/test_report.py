@@ -28,7 +28,7 @@ from ablate.cli import app
 from ablate.config import TrialConfig
 from ablate.planning.plan import plan
 from ablate.registry import TABLES
-from ablate.reporting import ReportError, describe, effects, frames, ordered, output, published, report, stats
+from ablate.reporting import ReportError, describe, effects, frames, ordered, output, published, report, stats, tables
 from ablate.reporting.plots import pareto
 from ablate.reporting.render import Section
 from ablate.spec.paths import set_path
@@ -941,6 +941,10 @@ def test_the_bca_option_adds_its_interval_and_a_bad_interval_is_named(store, tmp
     assert csan["test"] == stats.T_TEST and csan["b_lo"] < csan["delta"] < csan["b_hi"]
     assert "Δ [95% BCa]" in (tmp_path / "bca" / "twelve" / "report.md").read_text()
     assert "BCa" not in (tmp_path / "plain" / "twelve" / "report.md").read_text()
+    shown = tables.variants(frames.variant_table(frames.load(store, "twelve")), frames.load(store, "twelve"))
+    cells = dict(zip(shown.header, shown.rows[1]))  # the csan row, after the baseline
+    assert cells["P(seed better)"] == f"{csan['better']:.2f}" and csan["better"] == pytest.approx((8 + 4 / 2) / 12)  # 4 ties
+    assert cells["ρ (var. removed)"] == f"{csan['rho']:+.2f} ({csan['removed']:.0%})"
     with pytest.raises(ReportError, match="interval must be one of policy, bca, not 'bc'"):
         report("twelve", store=store, out=tmp_path / "no", interval="bc")
     runner, db = CliRunner(), ["--db", store.url]
