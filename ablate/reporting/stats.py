@@ -275,8 +275,8 @@ def pairing(values: np.ndarray, refs: np.ndarray, higher: bool = True) -> pd.Dat
     n = both.sum(axis=1)
     magnitude = np.fmax(np.nanmax(np.abs(v), axis=1, initial=0.0), np.nanmax(np.abs(r), axis=1, initial=0.0))
     with np.errstate(invalid="ignore", divide="ignore"):
-        dv = np.where(both, v - np.nanmean(v, axis=1, keepdims=True), 0.0)
-        dr = np.where(both, r - np.nanmean(r, axis=1, keepdims=True), 0.0)
+        dv, dr = (np.where(both, a - np.nansum(a, axis=1, keepdims=True) / np.maximum(n, 1)[:, None], 0.0)
+                  for a in (v, r))  # fmt: skip
         var_v, var_r, cov = ((a * b).sum(axis=1) / (n - 1) for a, b in ((dv, dv), (dr, dr), (dv, dr)))
         flat_v, flat_r = zero_spread(np.sqrt(var_v), magnitude), zero_spread(np.sqrt(var_r), magnitude)
         rho = np.where((n > 1) & ~flat_v & ~flat_r, cov / np.sqrt(var_v * var_r), np.nan)

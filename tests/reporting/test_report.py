@@ -491,7 +491,7 @@ def test_report_files_formats_and_unfinished_trials(store, tmp_path):
     folder = out / "u"
     names = {f.name for f in files}
     assert {"index.html", "report.md", "trials.csv", "variants.csv", "effects.csv", "summary.json"} <= names
-    assert {"variants.png", "cost.png", "curves.png", "diagnostics.png", "effects.png"} <= names
+    assert {"variants.png", "pairing.png", "cost.png", "curves.png", "diagnostics.png", "effects.png"} <= names
     assert out / "index.html" in files
 
     trials = pd.read_csv(folder / "trials.csv")
@@ -522,7 +522,7 @@ def test_report_files_formats_and_unfinished_trials(store, tmp_path):
     page = Page()
     page.feed((folder / "index.html").read_text())
     imgs = [a["src"] for t, a in page.tags if t == "img"]
-    assert len(imgs) == 6  # variants, best or tied, cost, effects, curves, diagnostics
+    assert len(imgs) == 7  # variants, pairing, best or tied, cost, effects, curves, diagnostics
     for src in imgs:
         assert src.startswith("data:image/png;base64,")
         assert base64.b64decode(src.split(",", 1)[1])[:8] == b"\x89PNG\r\n\x1a\n"
