@@ -397,8 +397,6 @@ def variant_table(
     test = test.rename(columns={"n": "pairs", "mean": "delta"})
     for col in ("pairs", "delta", "lo", "hi", "p", "why", "test", "d", "d_lo", "d_hi", *(BCA if resampled else ())):
         out[col] = test[col].to_numpy()
-    for col, column in stats.pairing(values.to_numpy(), refs, data.higher).items():
-        out[col] = column.to_numpy()
     compared = out["ref"].notna() & (out.index != out["ref"]) & (out["pairs"] > 1)
     out["p_adj"] = stats.adjust(out["p"].where(compared), correction)
     out["floor"] = out["ref"].map(out["seed_std"]).astype(float)
@@ -411,6 +409,9 @@ def variant_table(
     stale = t[t["key"].isin(data.stale) & (t["state"] == "done")]
     out["stale"] = stale.groupby("variant").size().reindex(v.index, fill_value=0)
     out["is_baseline"] = out.index == data.baseline
+    pairs = stats.pairing(values.to_numpy(), refs, data.higher)
+    for col, column in pairs.items():  # last: the earlier columns keep their places
+        out[col] = column.to_numpy()
     return out
 
 
