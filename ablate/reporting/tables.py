@@ -141,8 +141,8 @@ def pairing_words(data: SweepData, resampled: bool) -> str:
         return words
     return (f"{words} Δ [95% BCa]: the paired bootstrap's bias-corrected and accelerated interval of Δ (scipy, "
             f"{bootstrap.RESAMPLES} resamples of the {unit} differences, seed {bootstrap.SEED}), only where the "
-            f"policy gives a t-test over independent {unit}s (n ≥ {stats.SMALL_N}): on fewer pairs, or on folds "
-            "of one repeat, it would not keep its level.")  # fmt: skip
+            f"policy gives a t-test over independent {unit}s (n ≥ {stats.SMALL_N}); on few pairs it holds the mean "
+            "less often than its level says (docs/concepts/statistics.md), so p and * go by Δ's interval.")  # fmt: skip
 
 
 def costs(table: pd.DataFrame) -> Table | None:
