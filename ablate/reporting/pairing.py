@@ -58,12 +58,14 @@ def pairs(table: pd.DataFrame, data: SweepData) -> list[Pairs]:
     """Every variant with paired replicates, less the references themselves, in table order: the differences
     `frames.variant_table` tested and the interval it gave them."""
     values = frames.replicates(data)
+    diffs = values.to_numpy() - values.reindex(index=table["ref"].fillna("")).to_numpy()
+    reps = values.columns.astype(str)
     out = []
-    for variant, r in table.iterrows():
-        ref = r["ref"]
-        if pd.isna(ref) or ref == variant or r["pairs"] < 1:
+    for i, (variant, r) in enumerate(table.iterrows()):
+        if pd.isna(r["ref"]) or r["ref"] == variant or r["pairs"] < 1:
             continue
-        d = (values.loc[variant] - values.loc[ref]).dropna()
+        paired = ~np.isnan(diffs[i])
+        d = pd.Series(diffs[i][paired], index=reps[paired])
         out.append(Pairs(str(variant), str(r["label"]), d, float(r["delta"]), float(r["lo"]), float(r["hi"]),
                          data.higher, data.replicates.unit))  # fmt: skip
     return out

@@ -388,17 +388,19 @@ def pairing_plot(found: list[Pairs], metric: str) -> bytes | None:
     fig = _figure(11, 1.6 + 0.45 * len(shown), labels=max(map(len, labels)))
     ax = fig.add_subplot()
     y = np.arange(len(shown))[::-1]
-    for p, at in zip(shown, y):
-        ax.scatter(p.differences, np.full(len(p.differences), at), s=9, color="0.55", zorder=2)
-        err = np.nan_to_num([[p.mean - p.lo], [p.hi - p.mean]])
-        ax.errorbar([p.mean], [at], xerr=err, fmt="o", color=MAIN, ms=5, capsize=3, zorder=4)
-        if p.split:
-            ax.scatter([p.differences[p.worst]], [at], marker="x", color=BASE, s=30, zorder=5)
-            ax.scatter([p.quartile], [at], marker="|", color=BASE, s=120, zorder=5)
-            words = f"worst: {p.unit} {p.worst} {p.differences[p.worst]:+.3g}; worse quartile {p.quartile:+.3g}"
-            ax.annotate(words, (0.995, at),
-                        xycoords=("axes fraction", "data"), xytext=(0, 4), textcoords="offset points",
-                        fontsize=7, ha="right", va="bottom", color=BASE)  # fmt: skip
+    dots = np.concatenate([p.differences.to_numpy() for p in shown])
+    ax.scatter(dots, np.repeat(y, [len(p.differences) for p in shown]), s=9, color="0.55", zorder=2)
+    mean, lo, hi = (np.array([getattr(p, k) for p in shown]) for k in ("mean", "lo", "hi"))
+    ax.errorbar(mean, y, xerr=np.nan_to_num([mean - lo, hi - mean]), fmt="o", color=MAIN, ms=5, capsize=3, zorder=4)
+    split = [(p, at) for p, at in zip(shown, y) if p.split]
+    if split:
+        rows = np.array([a for _, a in split])
+        ax.scatter([p.differences[p.worst] for p, _ in split], rows, marker="x", color=BASE, s=30, zorder=5)
+        ax.scatter([p.quartile for p, _ in split], rows, marker="|", color=BASE, s=120, zorder=5)
+    for p, at in split:
+        words = f"worst: {p.unit} {p.worst} {p.differences[p.worst]:+.3g}; worse quartile {p.quartile:+.3g}"
+        ax.annotate(words, (0.995, at), xycoords=("axes fraction", "data"), xytext=(0, 4), textcoords="offset points",
+                    fontsize=7, ha="right", va="bottom", color=BASE)  # fmt: skip
     ax.axvline(0, color="k", lw=0.8)
     ax.set_ylim(-0.6, len(shown) - 0.2)
     ax.set_yticks(y, labels, fontsize=8)
