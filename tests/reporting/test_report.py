@@ -946,6 +946,10 @@ def test_the_bca_option_adds_its_interval_and_a_bad_interval_is_named(store, tmp
     assert csan["better"] == pytest.approx((8 + 4 / 2) / 12)  # seeds 0, 3, 6 and 9 tie: half each
     assert cells["P(seed better)"] == f"{csan['better']:.2f}"
     assert cells["ρ (var. removed)"] == f"{csan['rho']:+.2f} ({csan['removed']:.0%})"
+    swept = frames.load(store, "twelve")
+    resampled = tables.variants(frames.variant_table(swept, resampled=True), swept)
+    cells = dict(zip(resampled.header, resampled.rows[1]))
+    assert cells["Δ [95% BCa]"] == f"[{csan['b_lo']:+.2f}, {csan['b_hi']:+.2f}]" != cells["Δ vs baseline [95% CI]"]
     with pytest.raises(ReportError, match="interval must be one of policy, bca, not 'bc'"):
         report("twelve", store=store, out=tmp_path / "no", interval="bc")
     runner, db = CliRunner(), ["--db", store.url]
