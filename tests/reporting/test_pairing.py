@@ -67,7 +67,7 @@ def test_worst_and_worse_quartile_follow_the_metrics_direction():
     d = pd.Series([1.0, -2.0, 0.5, 3.0], index=["0", "1", "2", "3"])
     lower = pairing.Pairs("v", "v", d, float(d.mean()), math.nan, math.nan, higher=False, unit="fold")
     assert lower.worst == "3" and lower.quartile == pytest.approx(np.quantile(d, 0.75)) and lower.split
-    tiny = pairing.Pairs("v", "v", pd.Series([1.0, 1e-13, 2.0]), 1.0, math.nan, math.nan, higher=True, unit="seed")
+    tiny = pairing.Pairs("v", "v", pd.Series([1.0, -1e-13, 2.0]), 1.0, math.nan, math.nan, higher=True, unit="seed")
     assert not tiny.split  # a difference of rounding is no seed going the other way
 
 
