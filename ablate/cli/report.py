@@ -26,6 +26,11 @@ def report(
         None, "--compare", help="SWEEP_A SWEEP_B: their shared variants side by side, paired B - A differences."
     ),
     correction: str = typer.Option("holm", help="Multiple-comparison correction of each table: holm or bh."),
+    interval: str = typer.Option(
+        "policy",
+        help="Intervals beside the variant table's tests: policy (t or exact sign-flip, by the number of pairs) or "
+        "bca (also scipy's paired bootstrap BCa interval, where the policy gives a t-test over seeds).",
+    ),
     time: bool = typer.Option(
         False,
         "--time",
@@ -47,11 +52,14 @@ def report(
             if compare:
                 if sweep:
                     fail("--compare takes its two sweeps itself: give no SWEEP argument with it")
+                if interval != "policy":
+                    fail("--interval is the variant table's: --compare's tables give the policy's intervals")
                 files = compare_reports(*compare, store=store, out=out_dir, metric=metric, formats=set(formats),
                                          correction=correction)  # fmt: skip
             else:
                 files = write(sweep or None, store=store, out=out_dir, metric=metric, baseline=baseline,
-                              formats=formats, correction=correction, time=time, all_trials=all_trials)  # fmt: skip
+                              formats=formats, correction=correction, time=time, all_trials=all_trials,
+                              interval=interval)  # fmt: skip
         except ReportError as e:
             fail(str(e))
     pages = [f for f in files if f.name == "index.html"]

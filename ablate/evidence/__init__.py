@@ -18,7 +18,8 @@ By n and the design (`family`):
   call a difference significant, and no interval beside such a p is evidence.
 
 The standardised effect (Cohen's d_z) is shown where there is a test, and its interval (noncentral t) only
-beside a t-test, whose inversion it is. Adaptive seeding (`ablate.planning.adaptive`) judges a cell only where the
+beside a t-test, whose inversion it is; so is the paired bootstrap's BCa interval (`bootstrap`, `report --interval
+bca`), and only over independent pairs. Adaptive seeding (`ablate.planning.adaptive`) judges a cell only where the
 spread can be estimated (`estimable`): it never decides from a zero-width interval.
 """
 

@@ -19,7 +19,8 @@ the tables (`methods`); `compare` puts two sweeps side by side (`ablate.reportin
 
 Modules: `frames` (store -> frames, per-variant statistics), `stats` (design-aware tests, corrections),
 `effects` (factorial effects), `ties` (each variant against its group's best: the tests behind best or tied),
-`describe` (variants in words), `published` (the tables mechanisms declare), `halfnormal` (the half-normal
+`describe` (variants in words), `pairing` (each replicate's paired difference, as the pairing plot shows it),
+`published` (the tables mechanisms declare), `halfnormal` (the half-normal
 reading of a one-seed design's terms), `plots` (matplotlib), `tables` (formatted cells), `render` (HTML, Markdown,
 LaTeX), `methods` (the methods paragraph), `compare` (two sweeps),
 `findings` and `advice` (the Findings and what more seeds could decide), `undertrained` (the Findings on scores
@@ -45,6 +46,7 @@ from ablate.reporting import (
     frames,
     halfnormal,
     methods,
+    pairing,
     plots,
     render,
     sections,
@@ -62,7 +64,7 @@ from ablate.store import STATES, Store
 
 __all__ = ["ALL_FORMATS", "FORMATS", "ReportError", "compare", "folder", "report"]
 
-FIGURES = ("variants", "best", "cost", "curves", "diagnostics", "effects", "halfnormal")
+FIGURES = ("variants", "pairing", "best", "profile", "tuning", "cost", "curves", "diagnostics", "effects", "halfnormal")
 SUMMARY = "summary.json"
 ORDER = ("findings", "variants", "best", "datasets", "tuning", "seeds", "cost", "published", "effects", "contributed",
          "training", "unfinished")  # fmt: skip
@@ -83,17 +85,19 @@ def report(
     correction: str = "holm",
     time: bool = False,
     all_trials: bool = False,
+    interval: str = "policy",
 ) -> list[Path]:
     """Write the report of each sweep (default: every sweep in the store) to `out/<sweep>/`, then
     `out/index.html`; return the files written. `metric` and `baseline` (a variant key or prefix, or
     PATH=VALUE[,PATH=VALUE] on axis values) override the sweep's; `correction` (holm or bh) adjusts each
-    table's p-values; `time` times every architecture's training step side by side on this machine's CPU (the
+    table's p-values; `interval` (policy or bca, `stats.INTERVALS`) adds the paired bootstrap's BCa interval beside
+    the variant table's tests; `time` times every architecture's training step side by side on this machine's CPU (the
     report's relative step time, `ablate.probe.steptime`; the report then differs from run to run). A report
     covers the trials each sweep's current plan makes; `all_trials` adds those launched before under other
     settings, labelled by the config paths they differ in. Every sweep is
     read before anything is written, so an unknown sweep, metric or baseline
     (ReportError) leaves the folder as it was."""
-    wanted = check(formats, correction)
+    wanted = check(formats, correction, interval)
     counts = store.sweeps_frame().set_index("name")["trials"]
     names = [sweeps] if isinstance(sweeps, str) else list(sweeps or counts.index)
     searches = {n: of for n in names if (of := tuned_of(n)) in counts.index}  # a tuned sweep's search
@@ -109,16 +113,16 @@ def report(
     out = Path(out)
     written: list[Path] = []
     for data in loaded:
-        written += _write_sweep(store, data, out / folder(data.name), wanted, correction, time)
+        written += _write_sweep(store, data, out / folder(data.name), wanted, correction, time, interval == "bca")
     if "html" in wanted:
         written.append(write_file(out / "index.html", index_page(out)))
     return written
 
 
 def _write_sweep(
-    store: Store, data: SweepData, where: Path, formats: set[str], correction: str, time: bool
+    store: Store, data: SweepData, where: Path, formats: set[str], correction: str, time: bool, resampled: bool
 ) -> list[Path]:
-    table = frames.variant_table(data, frames.throughput(store, data, side_by_side=time), correction)
+    table = frames.variant_table(data, frames.throughput(store, data, side_by_side=time), correction, resampled)
     chosen = data.design
     fac = effects.factorial(data) if chosen is None else None
     eff = effects.effects(fac, correction) if fac is not None else None
@@ -176,6 +180,7 @@ def _figures(
     curves = frames.curves(store, data, list(shown.index))
     made = {
         "variants": plots.variants_plot(table, data),
+        "pairing": plots.pairing_plot(pairing.pairs(table, data), data.metric),
         "best": plots.best_plot(best, data.variants["label"], data.metric) if len(best) else None,
         "cost": plots.cost_plot(table, data),
         "curves": plots.curves_plot(curves, table, data),
@@ -216,7 +221,8 @@ def _sections(
     ]
     parts = {
         "variants": [Section("Variants", [tables.variants(table, data, correction),
-                                          *fig("variants", f"{data.metric} per variant")])],
+                                          *fig("variants", f"{data.metric} per variant"),
+                                          *fig("pairing", "each replicate's difference from the baseline's")])],
         "cost": [Section(
             "Cost",
             [*(fig("cost", f"{data.metric} against params, GFLOPs{timed} with the Pareto front")

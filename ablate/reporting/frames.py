@@ -48,6 +48,8 @@ SPEED = ("samples_s", "epoch_s", "timed", "device")
 NA = "n/a"
 """An axis value that does not apply to a variant (a knob of another attention kind)."""
 CHUNK = 500
+BCA = ("b_lo", "b_hi", "b_why")
+"""The variant table's columns of the paired bootstrap's interval (`stats.paired`'s, with `resampled`)."""
 
 
 class ReportError(ValueError):
@@ -364,13 +366,16 @@ def replicates(data: SweepData, by: str = "rep") -> pd.DataFrame:
     return values.reindex(index=data.variants.index)
 
 
-def variant_table(data: SweepData, speed: pd.DataFrame | None = None, correction: str = "holm") -> pd.DataFrame:
+def variant_table(
+    data: SweepData, speed: pd.DataFrame | None = None, correction: str = "holm", resampled: bool = False
+) -> pd.DataFrame:
     """Per variant: cost, measured speed (`speed`: `throughput`'s columns; None: not read), the metric's
     mean/std over every finished trial, `n` independent replicates (seeds or CV repeats) and their std
     (`seed_std`), the paired delta against its reference with a 95% interval, the test and its p-value
     (stats.paired under the sweep's design), the standardised effect `d` with its interval, `p_adj` (adjusted
     over every comparison of the table, `correction`), the reference's seed std (`floor`) and whether |delta| is
-    below it, trials per state."""
+    below it, trials per state; what the pairing bought (`stats.pairing`: rho, removed, better) and, with
+    `resampled`, the paired bootstrap's BCa interval (b_lo, b_hi, b_why)."""
     t, v = data.trials, data.variants
     by = t.groupby("variant", sort=False)
     out = v[["group", "architecture", "dataset", "mixer", "label", "ref", *(f"axis.{a}" for a in data.axes)]].copy()
@@ -388,9 +393,9 @@ def variant_table(data: SweepData, speed: pd.DataFrame | None = None, correction
     seeds = stats.interval(replicates(data, "repeat").to_numpy())
     out["n"], out["seed_std"] = seeds["n"].to_numpy(), seeds["std"].to_numpy()
     refs = values.reindex(index=out["ref"].fillna("")).to_numpy()
-    test = stats.paired(values.to_numpy() - refs, replicates=data.replicates)
+    test = stats.paired(values.to_numpy() - refs, replicates=data.replicates, resampled=resampled)
     test = test.rename(columns={"n": "pairs", "mean": "delta"})
-    for col in ("pairs", "delta", "lo", "hi", "p", "why", "test", "d", "d_lo", "d_hi"):
+    for col in ("pairs", "delta", "lo", "hi", "p", "why", "test", "d", "d_lo", "d_hi", *(BCA if resampled else ())):
         out[col] = test[col].to_numpy()
     compared = out["ref"].notna() & (out.index != out["ref"]) & (out["pairs"] > 1)
     out["p_adj"] = stats.adjust(out["p"].where(compared), correction)
@@ -404,6 +409,9 @@ def variant_table(data: SweepData, speed: pd.DataFrame | None = None, correction
     stale = t[t["key"].isin(data.stale) & (t["state"] == "done")]
     out["stale"] = stale.groupby("variant").size().reindex(v.index, fill_value=0)
     out["is_baseline"] = out.index == data.baseline
+    pairs = stats.pairing(values.to_numpy(), refs, data.higher)
+    for col, column in pairs.items():  # last: the earlier columns keep their places
+        out[col] = column.to_numpy()
     return out
 
 

@@ -23,8 +23,8 @@ FORMATS = ("html", "md", "csv")
 ALL_FORMATS = (*FORMATS, "tex")
 
 
-def check(formats: Iterable[str], correction: str) -> set[str]:
-    """The formats asked for, as a set; ReportError for an unknown format or correction."""
+def check(formats: Iterable[str], correction: str, interval: str = "policy") -> set[str]:
+    """The formats asked for, as a set; ReportError for an unknown format, correction or interval."""
     wanted = set(formats)
     if not wanted or wanted - set(ALL_FORMATS):
         raise ReportError(
@@ -32,6 +32,8 @@ def check(formats: Iterable[str], correction: str) -> set[str]:
         )
     if correction not in stats.CORRECTIONS:
         raise ReportError(f"correction must be one of {', '.join(stats.CORRECTIONS)}, not {correction!r}")
+    if interval not in stats.INTERVALS:
+        raise ReportError(f"interval must be one of {', '.join(stats.INTERVALS)}, not {interval!r}")
     return wanted
 
 

@@ -26,6 +26,7 @@ from ablate.reporting.bands import Band
 from ablate.reporting.expected_best import ExpectedBest
 from ablate.reporting.frames import DIAGNOSTICS, LOSSES, SweepData, val_metric
 from ablate.reporting.halfnormal import Screen
+from ablate.reporting.pairing import Pairs
 
 MAX_ROWS = 40
 MAX_CURVES = 8
@@ -383,3 +384,38 @@ def _unit(metric: str, difference: bool = False) -> str:
     if metric.rsplit(".", 1)[-1] not in ("top1", "top5", "acc"):
         return ""
     return " (pp)" if difference else " (%)"
+
+
+def pairing_plot(found: list[Pairs], metric: str) -> bytes | None:
+    """Per variant, each replicate's difference from the same replicate of its reference (grey dots), their mean
+    with the variant table's 95% interval, zero; where the replicates disagree (`Pairs.split`), the worst replicate
+    (red cross) and the worse quartile (bar) beside the mean, in words at the right."""
+    if not found:
+        return None
+    shown = found[:MAX_ROWS]
+    labels = [_clip(p.label) for p in shown]
+    fig = _figure(11, 1.6 + 0.45 * len(shown), labels=max(map(len, labels)))
+    ax = fig.add_subplot()
+    y = np.arange(len(shown))[::-1]
+    dots = np.concatenate([p.differences.to_numpy() for p in shown])
+    ax.scatter(dots, np.repeat(y, [len(p.differences) for p in shown]), s=9, color="0.55", zorder=2)
+    mean, lo, hi = (np.array([getattr(p, k) for p in shown]) for k in ("mean", "lo", "hi"))
+    ax.errorbar(mean, y, xerr=np.nan_to_num([mean - lo, hi - mean]), fmt="o", color=MAIN, ms=5, capsize=3, zorder=4)
+    split = [(p, at) for p, at in zip(shown, y) if p.split]
+    if split:
+        rows = np.array([a for _, a in split])
+        ax.scatter([p.differences[p.worst] for p, _ in split], rows, marker="x", color=BASE, s=30, zorder=5)
+        ax.scatter([p.quartile for p, _ in split], rows, marker="|", color=BASE, s=120, zorder=5)
+    for p, at in split:
+        words = f"worst: {p.unit} {p.worst} {p.differences[p.worst]:+.3g}; worse quartile {p.quartile:+.3g}"
+        ax.annotate(words, (0.995, at), xycoords=("axes fraction", "data"), xytext=(0, 4), textcoords="offset points",
+                    fontsize=7, ha="right", va="bottom", color=BASE)  # fmt: skip
+    ax.axvline(0, color="k", lw=0.8)
+    ax.set_ylim(-0.6, len(shown) - 0.2)
+    ax.set_yticks(y, labels, fontsize=8)
+    ax.set_xlabel(f"difference from the same replicate of the baseline, {metric}{_unit(metric, difference=True)}")
+    ax.grid(axis="x", alpha=0.3)
+    left = f" (first {len(shown)} of {len(found)})" if len(shown) < len(found) else ""
+    ax.set_title(f"paired differences per replicate, mean and 95% CI{left}; red: worst and worse quartile where "
+                 "replicates disagree", fontsize=9)  # fmt: skip
+    return _png(fig)

@@ -36,7 +36,7 @@ from ablate.evidence import ALPHA as ALPHA
 from ablate.evidence import EXACT_N as EXACT_N
 from ablate.evidence import LEVEL as LEVEL
 from ablate.evidence import SMALL_N as SMALL_N
-from ablate.evidence import lenth, pure_error, verdict
+from ablate.evidence import bootstrap, lenth, pure_error, verdict
 from ablate.evidence import zero_spread as zero_spread
 from ablate.evidence.pure_error import PureError
 
@@ -51,6 +51,9 @@ SIGN_FLIP = "sign-flip"
 CORRECTED = "corrected resampled t"
 #: Corrections `adjust` offers: name -> the words a caption uses.
 CORRECTIONS = {"holm": "Holm", "bh": "Benjamini-Hochberg"}
+#: Intervals a report may give beside each test: name -> what it adds to the policy's.
+INTERVALS = {"policy": "the policy's alone (t or exact sign-flip, by the number of pairs)",
+             "bca": "also the paired bootstrap's BCa interval (scipy), from SMALL_N independent pairs"}  # fmt: skip
 BISECTIONS = 40
 """Halvings of the standardised effect's search interval (width < 30 + 6|t|): below 1e-10."""
 SECANTS = 8
@@ -210,7 +213,11 @@ def nct_cdf(t: np.ndarray, df: np.ndarray, ncp: np.ndarray) -> np.ndarray:
 
 
 def paired(
-    diffs: np.ndarray, level: float = LEVEL, replicates: Replicates = Replicates(), effect: bool = True
+    diffs: np.ndarray,
+    level: float = LEVEL,
+    replicates: Replicates = Replicates(),
+    effect: bool = True,
+    resampled: bool = False,
 ) -> pd.DataFrame:
     """Paired comparison per row of differences (variant - baseline per replicate): n, mean and std
     (`interval`'s), the test the small-sample policy gives the row's pairs (`test`: T_TEST or CORRECTED,
@@ -219,7 +226,9 @@ def paired(
     sign-flip test's inversion; NaN without a test), and the standardised effect d = mean / std of the
     differences (Cohen's d_z; under resampling the same ratio over the fold differences; NaN without a test)
     with its noncentral t interval (`d_lo`, `d_hi`: beside a t-test only, and unless `effect` is False: the
-    interval is the costly part, which simulations of thousands of comparisons leave out)."""
+    interval is the costly part, which simulations of thousands of comparisons leave out). With `resampled`, also
+    the paired bootstrap's BCa interval (`b_lo`, `b_hi`; `ablate.evidence.bootstrap`) where its rule allows one,
+    and `b_why` where the row has a test but no such interval."""
     d = np.atleast_2d(np.asarray(diffs, dtype=float))
     out = interval(d, level, replicates.ratio)
     n, std = out["n"].to_numpy(), out["std"].to_numpy()
@@ -241,7 +250,39 @@ def paired(
         if effect and t.any():
             lo, hi = standardised(d_z[t] / scale[t], n[t] - 1, scale[t], level)
             out.loc[t, "d_lo"], out.loc[t, "d_hi"] = lo, hi
+    if resampled:
+        ok = np.array([bootstrap.allowed(*r) for r in rows], dtype=bool)
+        out["b_lo"] = out["b_hi"] = np.nan
+        for k in np.unique(n[ok]):  # rows of one length together: scipy resamples them in one call
+            at = np.flatnonzero(ok & (n == k))
+            out.loc[at, "b_lo"], out.loc[at, "b_hi"] = bootstrap.bca(np.array([x[~np.isnan(x)] for x in d[at]]), level)
+        out["b_why"] = ["" if o or k == evidence.NONE else bootstrap.why(r[0], r[3], replicates.unit)
+                        for r, k, o in zip(rows, kind, ok)]  # fmt: skip
     return out.drop(columns="p_t")
+
+
+def pairing(values: np.ndarray, refs: np.ndarray, higher: bool = True) -> pd.DataFrame:
+    """What pairing bought, per row of `values` (a variant's replicates) and `refs` (the same replicates of its
+    reference; NaN = missing), over the replicates both have: the correlation `rho` of the two arms across
+    replicates; `removed`, the share of the unpaired difference's variance that pairing removes, 1 - var(v - r) /
+    (var(v) + var(r)) = 2 cov / (var(v) + var(r)) (rho itself where both arms spread alike; negative where pairing
+    adds variance); and `better`, the probability that a replicate of the variant beats the same replicate of the
+    reference (`ablate.evidence.bootstrap.improvement`). rho and removed are NaN below 2 pairs or where an arm (for
+    removed: both) has no spread."""
+    v, r = (np.atleast_2d(np.asarray(a, dtype=float)) for a in (values, refs))
+    both = ~np.isnan(v) & ~np.isnan(r)
+    v, r = np.where(both, v, np.nan), np.where(both, r, np.nan)
+    n = both.sum(axis=1)
+    magnitude = np.fmax(np.nanmax(np.abs(v), axis=1, initial=0.0), np.nanmax(np.abs(r), axis=1, initial=0.0))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        dv, dr = (np.where(both, a - np.nansum(a, axis=1, keepdims=True) / np.maximum(n, 1)[:, None], 0.0)
+                  for a in (v, r))  # fmt: skip
+        var_v, var_r, cov = ((a * b).sum(axis=1) / (n - 1) for a, b in ((dv, dv), (dr, dr), (dv, dr)))
+        flat_v, flat_r = zero_spread(np.sqrt(var_v), magnitude), zero_spread(np.sqrt(var_r), magnitude)
+        rho = np.where((n > 1) & ~flat_v & ~flat_r, cov / np.sqrt(var_v * var_r), np.nan)
+        removed = np.where((n > 1) & ~(flat_v & flat_r), 2 * cov / (var_v + var_r), np.nan)
+    better = bootstrap.improvement(v - r, magnitude, higher)
+    return pd.DataFrame({"rho": rho, "removed": removed, "better": better})
 
 
 def unreplicated(

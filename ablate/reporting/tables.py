@@ -10,6 +10,7 @@ import pandas as pd
 
 from ablate import evidence, units
 from ablate.config import REPLICATES
+from ablate.evidence import bootstrap
 from ablate.evidence.verdict import Verdict, decide
 from ablate.probe import steptime
 from ablate.reporting import frames, published, stats
@@ -76,24 +77,29 @@ def variants(table: pd.DataFrame, data: SweepData, correction: str = "holm") -> 
     where its variant is significantly better than every other of its group. Measured speed is not a column: a
     trial's throughput ranks the machine's load as much as the architecture (`costs` shows it apart)."""
     d = digits(data)
+    resampled = "b_lo" in table
+    unit = data.replicates.unit
     header = ["Architecture", "Token mixer", "#Params", "GFLOPs", f"{data.metric} (mean ± std)", "n",
-              "Δ vs baseline [95% CI]", "d [95% CI]", "p (test)", "p adj.", "trials"]  # fmt: skip
+              "Δ vs baseline [95% CI]", *["Δ [95% BCa]"] * resampled, "d [95% CI]", "p (test)", "p adj.",
+              f"P({unit} better)", "ρ (var. removed)", "trials"]  # fmt: skip
     rows = []
     for _, r in table.iterrows():
         if r["is_baseline"]:
-            delta, eff, p, adj = "baseline", "", "", ""
+            delta, eff, p, adj, boot, better, rho = "baseline", "", "", "", "", "", ""
         elif r["pairs"] > 0:
             delta = difference(r, d)
+            boot = ci(r["b_lo"], r["b_hi"], d, r["b_why"] or r["why"]) if resampled else ""
             eff = standardised(r)
             p, adj = f"{pvalue(r['p'])} {TESTS.get(r['test'], '')}".strip(), pvalue(r["p_adj"])
+            better, rho = num(r["better"]), correlation(r)
         else:
-            delta, eff, p, adj = "-", "-", "-", "-"
+            delta, eff, p, adj, boot, better, rho = "-", "-", "-", "-", "-", "-", "-"
         metric = f"{num(r['mean'], d)} ± {num(r['std'], d)}" if r["values"] > 1 else num(r["mean"], d)
         trials = f"{r['done']}/{r['trials']} done" + (f"; {r['unfinished']}" if r["unfinished"] else "")
         if r["stale"]:
             trials += f"; {r['stale']} stale†" + (" (mixed with current)" if r["stale"] < r["done"] else "")
         rows.append([r["architecture"], r["mixer"], units.params(r["params"]), units.gflops(r["gflops"]), metric,
-                     replicates(r, data), delta, eff, p, adj, trials])  # fmt: skip
+                     replicates(r, data), delta, *[boot] * resampled, eff, p, adj, better, rho, trials])  # fmt: skip
     order = {v: i for i, v in enumerate(table.index)}
     bold = _cheapest(table) | {(order[w.best], 4) for w in verdicts(table, data, correction).values() if w.significant}
     ref = table.loc[data.baseline, "label"] if data.baseline in table.index else "none"
@@ -105,13 +111,38 @@ def variants(table: pd.DataFrame, data: SweepData, correction: str = "holm") -> 
         f"interval; d: Δ in standard deviations of the paired differences (Cohen's d_z) with its 95% interval "
         f"(noncentral t). p: {test_words(data)}. {stats.starred(k, correction, 'comparisons with the baseline')} "
         f"{floor_words(table, data)} "
-        f"{winner_words(data, correction)} #Params and GFLOPs are exact: bold = the smallest of "
+        f"{winner_words(data, correction)} {pairing_words(data, resampled)} #Params and GFLOPs are exact: bold = "
+        "the smallest of "
         f"the group. GFLOPs = stored FLOPs / 2e9: multiply-accumulates per example, as the papers count FLOPs. "
         "Measured training speed: Cost (apart: it depends on the machine's load as much as on the architecture)."
         + na_words([row[6] for row in rows], data.replicates.unit)
         + stale_note(data)
     )
     return Table(caption, header, rows, groups=list(table["group"]), bold=bold)
+
+
+def correlation(r: pd.Series) -> str:
+    """The seed correlation of a variant's pairs and the share of variance the pairing removed, beside a test only
+    ("-" elsewhere: a correlation of a few pairs can take any value)."""
+    if not r["test"] or pd.isna(r["rho"]) or pd.isna(r["removed"]):
+        return "-"
+    return f"{num(r['rho'], 2, True)} ({r['removed']:.0%})"
+
+
+def pairing_words(data: SweepData, resampled: bool) -> str:
+    """The caption's words on what the pairing bought and, with `resampled`, on the BCa interval."""
+    unit = data.replicates.unit
+    words = (f"P({unit} better): the share of {unit}s at which the variant beats the same {unit} of the baseline "
+             f"(ties count half; the probability of improvement). ρ: the correlation of the variant's and the "
+             f"baseline's {unit}s over their pairs, with the share of the unpaired difference's variance the pairing "
+             f"removed, 1 - var(Δ) / (var(variant) + var(baseline)) (ρ itself where both arms spread alike; "
+             f"negative: pairing added variance), beside a test only.")  # fmt: skip
+    if not resampled:
+        return words
+    return (f"{words} Δ [95% BCa]: the paired bootstrap's bias-corrected and accelerated interval of Δ (scipy, "
+            f"{bootstrap.RESAMPLES} resamples of the {unit} differences, seed {bootstrap.SEED}), only where the "
+            f"policy gives a t-test over independent {unit}s (n ≥ {stats.SMALL_N}); on few pairs it holds the mean "
+            "less often than its level says (docs/concepts/statistics.md), so p and * go by Δ's interval.")  # fmt: skip
 
 
 def costs(table: pd.DataFrame) -> Table | None:

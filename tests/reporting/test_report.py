@@ -28,7 +28,7 @@ from ablate.cli import app
 from ablate.config import TrialConfig
 from ablate.planning.plan import plan
 from ablate.registry import TABLES
-from ablate.reporting import ReportError, describe, effects, frames, ordered, output, published, report, stats
+from ablate.reporting import ReportError, describe, effects, frames, ordered, output, published, report, stats, tables
 from ablate.reporting.plots import pareto
 from ablate.reporting.render import Section
 from ablate.spec.paths import set_path
@@ -491,7 +491,7 @@ def test_report_files_formats_and_unfinished_trials(store, tmp_path):
     folder = out / "u"
     names = {f.name for f in files}
     assert {"index.html", "report.md", "trials.csv", "variants.csv", "effects.csv", "summary.json"} <= names
-    assert {"variants.png", "cost.png", "curves.png", "diagnostics.png", "effects.png"} <= names
+    assert {"variants.png", "pairing.png", "cost.png", "curves.png", "diagnostics.png", "effects.png"} <= names
     assert out / "index.html" in files
 
     trials = pd.read_csv(folder / "trials.csv")
@@ -522,7 +522,7 @@ def test_report_files_formats_and_unfinished_trials(store, tmp_path):
     page = Page()
     page.feed((folder / "index.html").read_text())
     imgs = [a["src"] for t, a in page.tags if t == "img"]
-    assert len(imgs) == 6  # variants, best or tied, cost, effects, curves, diagnostics
+    assert len(imgs) == 7  # variants, pairing, best or tied, cost, effects, curves, diagnostics
     for src in imgs:
         assert src.startswith("data:image/png;base64,")
         assert base64.b64decode(src.split(",", 1)[1])[:8] == b"\x89PNG\r\n\x1a\n"
@@ -925,3 +925,36 @@ def test_a_reports_sections_follow_the_declared_order_and_an_undeclared_place_is
                         "Training", "Unfinished trials"]  # fmt: skip
     with pytest.raises(ValueError, match=r"outside ORDER: \['appendix'\]"):
         ordered({"variants": [], "appendix": [Section("Appendix", ["text"])]})
+
+
+def test_the_bca_option_adds_its_interval_and_a_bad_interval_is_named(store, tmp_path):
+    p = planned(tmp_path, "twelve", grid={"attention.kind": ["softmax", "csan"]}, seeds=12,
+                baseline={"attention.kind": "softmax"})  # fmt: skip
+    fill(
+        store, p, lambda t: 70 + (t.axes["seed"] * 7 % 5) + (t.axes["seed"] % 3) * (t.axes["attention.kind"] == "csan")
+    )
+    report("twelve", store=store, out=tmp_path / "plain", formats=["csv", "md"])
+    report("twelve", store=store, out=tmp_path / "bca", formats=["csv", "md"], interval="bca")
+    plain, bca = (read_csv(tmp_path / f / "twelve" / "variants.csv") for f in ("plain", "bca"))
+    assert "b_lo" not in plain and {"rho", "removed", "better"} <= set(plain)
+    csan = bca[~bca["is_baseline"]].iloc[0]
+    assert csan["test"] == stats.T_TEST and csan["b_lo"] < csan["delta"] < csan["b_hi"]
+    assert "Δ [95% BCa]" in (tmp_path / "bca" / "twelve" / "report.md").read_text()
+    assert "BCa" not in (tmp_path / "plain" / "twelve" / "report.md").read_text()
+    shown = tables.variants(frames.variant_table(frames.load(store, "twelve")), frames.load(store, "twelve"))
+    cells = dict(zip(shown.header, shown.rows[1]))  # the csan row, after the baseline
+    assert csan["better"] == pytest.approx((8 + 4 / 2) / 12)  # seeds 0, 3, 6 and 9 tie: half each
+    assert cells["P(seed better)"] == f"{csan['better']:.2f}"
+    assert cells["ρ (var. removed)"] == f"{csan['rho']:+.2f} ({csan['removed']:.0%})"
+    swept = frames.load(store, "twelve")
+    resampled = tables.variants(frames.variant_table(swept, resampled=True), swept)
+    cells = dict(zip(resampled.header, resampled.rows[1]))
+    assert cells["Δ [95% BCa]"] == f"[{csan['b_lo']:+.2f}, {csan['b_hi']:+.2f}]" != cells["Δ vs baseline [95% CI]"]
+    with pytest.raises(ReportError, match="interval must be one of policy, bca, not 'bc'"):
+        report("twelve", store=store, out=tmp_path / "no", interval="bc")
+    runner, db = CliRunner(), ["--db", store.url]
+    bad = runner.invoke(app, ["report", "twelve", "--interval", "bootstrap", "--out", str(tmp_path / "no"), *db])
+    assert bad.exit_code == 2 and "interval must be one of policy, bca, not 'bootstrap'" in bad.output
+    both = runner.invoke(app, ["report", "--compare", "twelve", "twelve", "--interval", "bca", *db])
+    assert both.exit_code == 2 and "--interval" in both.output
+    assert not (tmp_path / "no").exists()

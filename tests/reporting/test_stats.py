@@ -245,3 +245,27 @@ def test_lenths_test_scales_by_each_terms_standard_error_and_declines_where_it_d
     assert tied["p"].isna().all() and tied["why"][0] == "1 trial per cell; terms not orthogonal: no Lenth's test"
     missing = stats.unreplicated(np.r_[c[:14], np.nan], np.eye(15), np.ones(15), "seed")
     assert missing["p"].isna().all() and missing["why"][0] == "1 seed per cell, a cell missing"
+
+
+def test_what_the_pairing_bought_matches_numpy():
+    rng = np.random.default_rng(11)
+    seed = rng.normal(0, 2, (4, 12))  # what both arms share, per seed
+    refs = 70 + seed + rng.normal(0, 1, (4, 12))
+    values = 71 + seed * np.array([[1], [1], [-1], [1]]) + rng.normal(0, 1, (4, 12))
+    values[1, [2, 7]], refs[1, 5] = np.nan, np.nan  # row 1: 9 pairs, each arm missing its own seeds
+    values[3, :11] = np.nan  # row 3: one pair
+    found = stats.pairing(values, refs)
+    for i in range(3):
+        both = ~np.isnan(values[i]) & ~np.isnan(refs[i])
+        v, r = values[i, both], refs[i, both]
+        assert found.loc[i, "rho"] == pytest.approx(np.corrcoef(v, r)[0, 1], abs=1e-12)
+        removed = 1 - np.var(v - r, ddof=1) / (np.var(v, ddof=1) + np.var(r, ddof=1))
+        assert found.loc[i, "removed"] == pytest.approx(removed, abs=1e-12)
+        assert found.loc[i, "better"] == pytest.approx(np.mean(v > r))
+    assert found.loc[0, "rho"] > 0.8 and found.loc[0, "removed"] > 0.5  # a shared seed effect: pairing removes it
+    assert found.loc[2, "rho"] < -0.5 and found.loc[2, "removed"] < -0.5  # opposite: pairing adds variance
+    assert found.loc[3, ["rho", "removed"]].isna().all() and found.loc[3, "better"] in (0.0, 1.0)
+    lower = stats.pairing(values, refs, higher=False)
+    assert lower.loc[0, "better"] == pytest.approx(1 - found.loc[0, "better"])
+    flat = stats.pairing(np.array([[1.0, 2.0, 3.0]]), np.array([[5.0, 5.0, 5.0]]))
+    assert np.isnan(flat.loc[0, "rho"]) and flat.loc[0, "removed"] == pytest.approx(0.0)  # no spread: no correlation
