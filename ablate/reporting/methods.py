@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ablate.evidence import EXACT_N, LEVEL, SMALL_N
+from ablate.evidence import EXACT_N, LEVEL, SMALL_N, bootstrap
 from ablate.planning.tuning import space_words
 from ablate.reporting import render, stats
 from ablate.reporting.frames import SweepData, own_config
@@ -56,6 +56,8 @@ TESTS = {
 INTERVALS = {
     "d_lo": "standardised effects (Cohen's d_z, the mean paired difference over its standard deviation) with "
     "noncentral-t intervals beside the t-tests",
+    "b_lo": f"paired bootstrap intervals beside the t-tests (BCa, {bootstrap.RESAMPLES:,} resamples of the seed "
+    "differences, scipy)",
 }
 """Intervals the variant table holds beyond each test's own: a column (its lower bound) -> the words of how they were
 computed, said where a row has one. A new interval method adds its line."""

@@ -941,6 +941,11 @@ def test_the_bca_option_adds_its_interval_and_a_bad_interval_is_named(store, tmp
     assert csan["test"] == stats.T_TEST and csan["b_lo"] < csan["delta"] < csan["b_hi"]
     assert "Δ [95% BCa]" in (tmp_path / "bca" / "twelve" / "report.md").read_text()
     assert "BCa" not in (tmp_path / "plain" / "twelve" / "report.md").read_text()
+    assert (
+        "paired bootstrap intervals beside the t-tests (BCa, 9,999 resamples"
+        in (tmp_path / "bca" / "twelve" / "methods.md").read_text()
+    )  # the methods paragraph says how the intervals it shows were computed
+    assert "BCa" not in (tmp_path / "plain" / "twelve" / "methods.md").read_text()
     shown = tables.variants(frames.variant_table(frames.load(store, "twelve")), frames.load(store, "twelve"))
     cells = dict(zip(shown.header, shown.rows[1]))  # the csan row, after the baseline
     assert csan["better"] == pytest.approx((8 + 4 / 2) / 12)  # seeds 0, 3, 6 and 9 tie: half each
