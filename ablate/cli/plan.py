@@ -35,7 +35,7 @@ def plan(
     overrides: list[str] | None = SET,
 ) -> None:
     """Expand sweeps into trials: key, axis values, params and GFLOPs; counts per axis."""
-    from ablate.api import ModelError, described, document, rows, variant_costs, write_csv
+    from ablate.api import Listing, ModelError, described, document, rows, variant_costs, write_csv
 
     plans = plans_of(file, sweep, max_trials=max_trials, overrides=overrides)
     try:
@@ -46,9 +46,7 @@ def plan(
         sys.stdout.write(json.dumps(document(plans, cost), indent=1) + "\n")
         return
     if format is Format.markdown:
-        import pandas as pd
-
-        sys.stdout.write(markdown(pd.DataFrame([r for p in plans for r in rows(p, cost)])))
+        sys.stdout.write(markdown(Listing.of_records([r for p in plans for r in rows(p, cost)])))
         return
     if format is Format.csv:
         write_csv(plans, cost, sys.stdout)
