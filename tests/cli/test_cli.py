@@ -517,9 +517,9 @@ def test_plan_counts_each_variants_cost_once_and_prints_each_trials_own_config(
 
     counted: list[str] = []
 
-    def counting(cfg):  # the real count, its calls noted
+    def counting(cfg, code=None):  # the real count, its calls noted
         counted.append(cfg.attention.kind)
-        return cost(cfg)
+        return cost(cfg, code)
 
     monkeypatch.setattr(plan_rows, "cost", counting)
     f = write_sweeps(
