@@ -53,7 +53,7 @@ from ablate.api.trials import (
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from ablate.api.plan_rows import Costs, document, rows, variant_costs, write_csv
+    from ablate.api.plan_rows import Costs, document, rows, variant_costs, write_csv, write_json
     from ablate.config import REPLICATES
     from ablate.execution.launcher import Cluster, LaunchResult, RunConfig
     from ablate.execution.preflight import Checks, PreflightError, Workload
@@ -79,7 +79,7 @@ if TYPE_CHECKING:
     from ablate.tracking.ui import UiServer
 
 _LAZY = {
-    **dict.fromkeys(("Costs", "document", "rows", "variant_costs", "write_csv"), "ablate.api.plan_rows"),
+    **dict.fromkeys(("Costs", "document", "rows", "variant_costs", "write_csv", "write_json"), "ablate.api.plan_rows"),
     "REPLICATES": "ablate.config", "ModelError": "ablate.probe.check", "git_words": "ablate.provenance.fingerprint",
     **dict.fromkeys(("Cluster", "LaunchResult", "RunConfig"), "ablate.execution.launcher"),
     **dict.fromkeys(("Checks", "PreflightError", "Workload"), "ablate.execution.preflight"),
@@ -185,7 +185,8 @@ __all__ = [
     "units",
     "variant_costs",
     "workload",
-    "write_csv"
+    "write_csv",
+    "write_json",
 ]  # fmt: skip
 
 

@@ -35,7 +35,7 @@ def plan(
     overrides: list[str] | None = SET,
 ) -> None:
     """Expand sweeps into trials: key, axis values, params and GFLOPs; counts per axis."""
-    from ablate.api import ModelError, described, document, rows, variant_costs, write_csv
+    from ablate.api import ModelError, described, rows, variant_costs, write_csv, write_json
 
     plans = plans_of(file, sweep, max_trials=max_trials, overrides=overrides)
     try:
@@ -43,12 +43,12 @@ def plan(
     except ModelError as e:
         fail(f"{e}\n(`ablate check` steps every variant; --no-costs plans without building models)")
     if format is Format.json:
-        sys.stdout.write(json.dumps(document(plans, cost), indent=1) + "\n")
+        write_json(plans, cost, sys.stdout)
         return
     if format is Format.markdown:
-        import pandas as pd
+        from ablate.api import Listing  # here: it imports the store, which the other formats do without
 
-        sys.stdout.write(markdown(pd.DataFrame([r for p in plans for r in rows(p, cost)])))
+        sys.stdout.write(markdown(Listing.of_records([r for p in plans for r in rows(p, cost)])))
         return
     if format is Format.csv:
         write_csv(plans, cost, sys.stdout)

@@ -123,10 +123,35 @@ def shown(value: Any) -> str:
 
 def markdown(rows: Listing) -> str:
     """A listing as a Markdown table (cells as the rich table prints them, `|` escaped)."""
-    cells = [[shown(v).replace("|", "\\|").replace("\n", " ") for v in row] for row in zip(*rows.columns.values())]
+    cells = zip(*(_markdown_cells(values) for values in rows.columns.values()))
     lines = ["| " + " | ".join(rows.names) + " |", "|" + "---|" * len(rows.names)]
     lines += ["| " + " | ".join(row) + " |" for row in cells]
     return "\n".join(lines) + "\n"
+
+
+def _markdown_cells(values: list[Any]) -> list[str]:
+    """A column's cells for `markdown`: each distinct value's made once (a plan's columns repeat theirs over
+    100,000 rows), a text as itself (`shown` gives it as it is)."""
+    made: dict[tuple[type, Any], str] = {}
+    out = []
+    for v in values:
+        if type(v) is str:
+            out.append(_escaped(v))
+            continue
+        key = (type(v), v)
+        try:
+            text = made.get(key)
+        except TypeError:  # a list or a mapping: as it is, each time
+            out.append(_escaped(shown(v)))
+            continue
+        if text is None:
+            text = made[key] = _escaped(shown(v))
+        out.append(text)
+    return out
+
+
+def _escaped(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
 
 
 def more(shown: int, total: int, what: str, how: str) -> None:

@@ -35,16 +35,20 @@ def data_dims(cfg: TrialConfig) -> tuple[int, int]:
     return DATASETS.get(cfg.data.name).dims(cfg)
 
 
-def model_cost(cfg: TrialConfig, in_chans: int | None = None, num_classes: int | None = None) -> Cost:
+def model_cost(
+    cfg: TrialConfig, in_chans: int | None = None, num_classes: int | None = None, code: str | None = None
+) -> Cost:
     """Parameters and forward GFLOPs per example (MIL: per bag of MIL_BAG instances) of the trial's model.
 
     The data widths default to `data_dims(cfg)`. Built and counted on the meta device; cached by
     `model_key` and the code fingerprint, so trials that differ only in data split, recipe or seed share one
-    entry, and a component edited in a long-lived process (a notebook) is counted again.
+    entry, and a component edited in a long-lived process (a notebook) is counted again. `code` is the digest of
+    `cfg`'s fingerprint where the caller has it (a plan's costs take each set of components' once: looking at
+    their files again per architecture was most of `ablate plan`'s costs).
     """
     if in_chans is None or num_classes is None:
         in_chans, num_classes = data_dims(cfg)
-    key, code = model_key(cfg, num_classes, in_chans), fingerprint(cfg).digest
+    key, code = model_key(cfg, num_classes, in_chans), code or fingerprint(cfg).digest
     if (key, code) not in _COSTS:
         dims = (num_classes, in_chans)
 

@@ -120,15 +120,16 @@ def data_failure(cfg: TrialConfig, e: Exception) -> str:
     return f"data.name {cfg.data.name!r} ({DATASETS.entry(cfg.data.name).source}){at}: {problem}{where}"
 
 
-def cost(cfg: TrialConfig) -> Cost:
-    """`model_cost`, a failure of the model (or of its dataset's declared widths) raised as a ModelError that
-    names the mechanism, backbone or dataset: what `ablate plan` reports with exit 2 instead of a traceback."""
+def cost(cfg: TrialConfig, code: str | None = None) -> Cost:
+    """`model_cost` (`code`: the digest of `cfg`'s fingerprint, where the caller has it), a failure of the model
+    (or of its dataset's declared widths) raised as a ModelError that names the mechanism, backbone or dataset:
+    what `ablate plan` reports with exit 2 instead of a traceback."""
     try:
         dims = data_dims(cfg)
     except Exception as e:  # a dataset's `dims`, a plugin's included
         raise ModelError(data_failure(cfg, e)) from e
     try:
-        return model_cost(cfg, *dims)
+        return model_cost(cfg, *dims, code=code)
     except Exception as e:  # anything a component raises while the model is built and counted
         raise ModelError(failure(cfg, e)) from e
 

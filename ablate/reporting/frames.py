@@ -338,19 +338,33 @@ def throughput(store: Store, data: SweepData, side_by_side: bool = False) -> pd.
     (`ablate.probe.steptime`), a ratio the load cannot tilt, at `step_batch` examples (the trials' own)."""
     done = data.trials[data.trials["state"] == "done"]
     trials = done.groupby("variant", sort=False).head(THROUGHPUT_TRIALS).set_index("key")
-    m = metrics(store, ["samples_per_s", "epoch_s"], trials.index.tolist()).astype({"key": str, "name": str})
-    restarted = m["key"].map(trials["resumed_from"].fillna(0).astype(int) + 1)
-    steady = m[(m["step"] > 1) & (m["step"] != restarted)]
-    per_trial = steady.pivot_table(index="key", columns="name", values="value", aggfunc="median")
+    m = metrics(store, ["samples_per_s", "epoch_s"], trials.index.tolist())
+    key, name, step = m["key"].cat, m["name"].cat, m["step"].to_numpy()
+    restarted = (trials["resumed_from"].fillna(0).astype(int) + 1).reindex(key.categories).to_numpy()
+    steady = (step > 1) & (step != restarted[key.codes.to_numpy()])  # through the codes: no text per row
+    per_trial = m["value"][steady].groupby([key.codes[steady], name.codes[steady]]).median().unstack()
+    per_trial.index, per_trial.columns = key.categories[per_trial.index], name.categories[per_trial.columns]
     per_trial = per_trial.reindex(columns=["samples_per_s", "epoch_s"]).dropna(how="all")
     by = per_trial.groupby(trials["variant"].reindex(per_trial.index))
     out = pd.DataFrame({"samples_s": by["samples_per_s"].median(), "epoch_s": by["epoch_s"].median(),
                         "timed": by["samples_per_s"].count()}).reindex(data.variants.index)  # fmt: skip
-    out["device"] = trials.groupby("variant")["device"].agg(lambda d: ", ".join(sorted(set(d.dropna().map(hardware)))))
+    out["device"] = _kinds(trials)
     if side_by_side:
         times = step_times(data)
         out["step_rel"], out["step_batch"] = pd.Series(times.relative()), times.batch
     return out
+
+
+def _kinds(trials: pd.DataFrame) -> pd.Series:
+    """Per variant of `trials`, the kinds of device its trials ran on (`hardware`), sorted and joined; "" where
+    none was recorded. Collected in one pass (a pandas aggregation per variant was a large sweep's cost)."""
+    seen: dict[str, set[str]] = {}
+    for variant, device in zip(trials["variant"], trials["device"]):
+        kinds = seen.setdefault(variant, set())
+        if pd.notna(device):
+            kinds.add(device)
+    named = {device: hardware(device) for kinds in seen.values() for device in kinds}
+    return pd.Series({v: ", ".join(sorted({named[d] for d in kinds})) for v, kinds in seen.items()}, dtype="str")
 
 
 def step_times(data: SweepData) -> steptime.StepTimes:

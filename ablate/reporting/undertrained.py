@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pandas as pd
 
 from ablate.config import TrialConfig
@@ -48,12 +49,14 @@ def _diverged(data: SweepData, table: pd.DataFrame) -> Finding | None:
     t = data.trials[data.trials["state"] == "diverged"]
     if t.empty:
         return None
+    # each variant's first divergence: one stable sort of them all (a sort per variant took a large sweep's time)
+    first = t.sort_values(["diverged_epoch", "diverged_step"]).drop_duplicates("variant")
+    where = {v: divergence(e, s) for v, e, s in zip(first["variant"], first["diverged_epoch"], first["diverged_step"])}
+    counts, labels, trials = t["variant"].value_counts(), table["label"], table["trials"]
     parts = []
-    for v, rows in t.groupby("variant", sort=False):
-        first = rows.sort_values(["diverged_epoch", "diverged_step"]).iloc[0]
-        where = divergence(first["diverged_epoch"], first["diverged_step"])
-        at = f", first {where.removeprefix('diverged ')}" if where else ""
-        parts.append(f"{table.loc[v, 'label']} in {len(rows)} of {int(table.loc[v, 'trials'])} trials{at}")
+    for v in t["variant"].unique():  # in the order the diverged trials come
+        at = f", first {said.removeprefix('diverged ')}" if (said := where[v]) else ""
+        parts.append(f"{labels[v]} in {counts[v]} of {int(trials[v])} trials{at}")
     named = "; ".join(parts[:LISTED]) + (f"; and {len(parts) - LISTED} more variants" if len(parts) > LISTED else "")
     lost = [v for v in t["variant"].unique() if table.loc[v, "n"] == 0]
     none = f" {len(lost)} of them with no trial done: compared with nothing." if lost else ""
@@ -102,22 +105,31 @@ def _still_rising(store: Store, data: SweepData, table: pd.DataFrame) -> Finding
     done = data.trials[data.trials["state"] == "done"]
     chosen = done.groupby("variant", sort=False).head(TRIALS)
     twin = frames.val_metric(data.metric)
-    m = frames.metrics(store, [twin], chosen["key"].tolist()).astype({"key": str})
+    m = frames.metrics(store, [twin], chosen["key"].tolist())
     if m.empty:
         return None
-    m["variant"] = m["key"].map(dict(zip(chosen["key"], chosen["variant"])))
+    # each row's variant through its key's categorical code (no text per row)
+    owner, names = pd.factorize(chosen["variant"])
+    keys = m["key"].cat
+    variant = owner[pd.Index(chosen["key"]).get_indexer(keys.categories)][keys.codes.to_numpy()]
+    means = m.groupby([variant, m["step"].to_numpy()])["value"].mean()  # sorted by variant, then step
+    codes, steps, values = (means.index.get_level_values(0).to_numpy(), means.index.get_level_values(1).to_numpy(),
+                            means.to_numpy())  # fmt: skip
+    starts = np.searchsorted(codes, np.arange(len(names) + 1))
     scale = 1.0 if tables.digits(data) == 4 else 100.0
     sign = 1 if data.higher else -1
     rising = []
-    for v, curve in m.groupby("variant", sort=False):
-        mean = curve.groupby("step")["value"].mean().sort_index()
+    for code in pd.unique(variant):  # in the order the variants' rows come, as the Findings list them
+        step, mean = steps[starts[code] : starts[code + 1]], values[starts[code] : starts[code + 1]]
         if len(mean) < 2:
             continue
-        last, at = int(mean.index[-1]), int(mean.index[max(math.ceil(0.75 * len(mean)) - 1, 0)])
-        at = at if at < last else int(mean.index[-2])
-        gain = sign * (mean[last] - mean[at])
-        if mean[last] == (mean.max() if data.higher else mean.min()) and gain > RISE * scale:
-            rising.append((str(v), gain, at, last))
+        at = max(math.ceil(0.75 * len(mean)) - 1, 0)
+        at = at if at < len(mean) - 1 else len(mean) - 2
+        gain = sign * (mean[-1] - mean[at])
+        finite = mean[~np.isnan(mean)]
+        top = (finite.max() if data.higher else finite.min()) if len(finite) else np.nan
+        if mean[-1] == top and gain > RISE * scale:
+            rising.append((str(names[code]), gain, int(step[at]), int(step[-1])))
     if not rising:
         return None
     d = tables.digits(data)

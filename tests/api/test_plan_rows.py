@@ -1,4 +1,5 @@
-"""`ablate plan`'s rows as CSV (`ablate.api.plan_rows.write_csv`): the bytes Python's csv module writes for them."""
+"""`ablate plan`'s rows as CSV and JSON (`ablate.api.plan_rows.write_csv`, `write_json`): the bytes Python's csv
+and json modules write for them."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from pathlib import Path
 import pytest
 from conftest import TINY, write_sweeps
 
-from ablate.api.plan_rows import _ConfigFields, columns, rows, write_csv
+from ablate.api.plan_rows import SEED, _CsvLines, columns, document, rows, variant_costs, write_csv, write_json
 from ablate.config import TrialConfig
 from ablate.planning.keys import Trial
 from ablate.planning.plan import Plan, plan
@@ -29,18 +30,22 @@ def written_by_csv(plans: list[Plan]) -> str:
     return text.getvalue()
 
 
-def test_the_csv_is_what_the_csv_module_writes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def two_sweeps(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, path: str = "${H6_DATA}/x") -> list[Plan]:
     """Two sweeps with other axes (the second's columns come after the config, some of its cells empty in the
-    first's rows, a list-valued axis), a value from the environment holding quotes and a comma: the same text,
-    byte for byte, as csv.writer given each whole row."""
+    first's rows, a list-valued axis), a value from the environment holding quotes and a comma."""
     monkeypatch.setenv("H6_DATA", 'a "quoted", dir')
     sweeps = {
-        "a": {"base": {**TINY, "data": {"name": "digits", "path": "${H6_DATA}/x", "remote": True}}, "seeds": 3,
+        "a": {"base": {**TINY, "data": {"name": "digits", "path": path, "remote": True}}, "seeds": 3,
               "grid": {"attention.kind": ["softmax", "csan"]}},
         "b": {"base": TINY, "seeds": 2, "grid": {"train.lr": [0.1, 0.2], "model.depths": [[2], [3]]}},
     }  # fmt: skip
     f = write_sweeps(tmp_path / "e.yaml", sweeps)
-    plans = [plan(f, "a"), plan(f, "b")]
+    return [plan(f, "a"), plan(f, "b")]
+
+
+def test_the_csv_is_what_the_csv_module_writes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same text, byte for byte, as csv.writer given each whole row."""
+    plans = two_sweeps(tmp_path, monkeypatch)
     out = io.StringIO()
     write_csv(plans, None, out)
     assert out.getvalue() == written_by_csv(plans)
@@ -49,8 +54,22 @@ def test_the_csv_is_what_the_csv_module_writes(tmp_path: Path, monkeypatch: pyte
     assert '\\""quoted\\""' in out.getvalue() and len(out.getvalue().splitlines()) == 1 + 6 + 8
 
 
+def test_the_json_is_what_the_json_module_writes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`write_json` streams `document` as json.dumps(indent=1) writes it, byte for byte, costs included; a cell
+    whose config holds a mark's text itself (where each trial's seed would go) is written whole, as the rest."""
+    for path in ("${H6_DATA}/x", SEED):
+        plans = two_sweeps(tmp_path, monkeypatch, path)
+        costs = variant_costs(plans)
+        out = io.StringIO()
+        write_json(plans, costs, out)
+        assert out.getvalue() == json.dumps(document(plans, costs), indent=1) + "\n"
+        out = io.StringIO()
+        write_csv(plans, None, out)
+        assert out.getvalue() == written_by_csv(plans)
+
+
 def test_a_config_without_a_cell_is_quoted_as_the_csv_module_quotes_it() -> None:
     t = Trial("k", "v", TrialConfig.model_validate({**TINY, "data": {"name": "digits", "path": 'say "hi", go'}}), {})
     text = io.StringIO()
-    csv.writer(text, lineterminator="").writerow(["", t.resolved_text()])
-    assert "," + _ConfigFields().field(t) == text.getvalue()
+    csv.writer(text, lineterminator="\n").writerow(["k", t.resolved_text()])
+    assert _CsvLines(["key", "config"]).text({"key": "k"}, t) == text.getvalue()

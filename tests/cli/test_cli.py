@@ -144,6 +144,18 @@ def test_plan_json_rows_carry_key_axes_cost_and_config(tmp_path: Path) -> None:
     assert header.startswith("sweep,key,variant,attention.kind,seed,params,gflops")
 
 
+def test_plan_markdown_has_a_row_per_trial_of_every_sweep_without_the_config(tmp_path: Path) -> None:
+    """`plan -f markdown` (it raised TypeError once `markdown` took a listing and plan still gave it a frame):
+    the columns of every sweep in order of first use, a sweep's cell of another's axis `-`."""
+    f = write_sweeps(tmp_path / "e.yaml", {"s": {"base": TINY, "grid": {"attention.kind": ["softmax", "csan"]}},
+                                           "t": {"base": TINY, "grid": {"train.lr": [0.1, 0.2]}}})  # fmt: skip
+    trials = json.loads(invoke("plan", str(f), "--no-costs", "--format", "json"))["trials"]
+    lines = invoke("plan", str(f), "--no-costs", "--format", "markdown").splitlines()
+    assert lines[:2] == ["| sweep | key | variant | attention.kind | seed | train.lr |", "|---|---|---|---|---|---|"]
+    assert lines[2:] == [f"| {r['sweep']} | {r['key']} | {r['variant']} | {r.get('attention.kind', '-')} | "
+                         f"{r['seed']} | {r.get('train.lr', '-')} |" for r in trials]  # fmt: skip
+
+
 def test_launch_runs_the_default_sweep_unless_told_otherwise(tmp_path: Path) -> None:
     """No sweep named: the file's default only (its `default:`, else its first), and the output says which;
     `--all` every sweep; named sweeps those (dry runs: nothing is trained or written)."""
@@ -505,9 +517,9 @@ def test_plan_counts_each_variants_cost_once_and_prints_each_trials_own_config(
 
     counted: list[str] = []
 
-    def counting(cfg):  # the real count, its calls noted
+    def counting(cfg, code=None):  # the real count, its calls noted
         counted.append(cfg.attention.kind)
-        return cost(cfg)
+        return cost(cfg, code)
 
     monkeypatch.setattr(plan_rows, "cost", counting)
     f = write_sweeps(

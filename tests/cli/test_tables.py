@@ -18,11 +18,12 @@ from test_cli import table
 from typer.testing import CliRunner
 
 from ablate.cli import ROWS, app
+from ablate.cli.tables import markdown
 from ablate.config import TrialConfig
 from ablate.planning.plan import load_plans
 from ablate.provenance.fingerprint import Fingerprint, fingerprint, record
 from ablate.provenance.stale import LISTED
-from ablate.store import STATES, Store
+from ablate.store import STATES, Listing, Store
 from ablate.tracking.mirror import Mirror
 from ablate.tracking.tracker import Tracker
 
@@ -327,3 +328,11 @@ def test_the_launchs_mirror_says_once_that_a_report_fails_and_holds_nothing_up(t
         assert mirror.down is None and len(heard) == 1, heard
         assert "writing the report of sweep 's'" in heard[0] and "MLflow is not at fault" in heard[0]
         assert store.unmirrored() == ["k0", "k1"]
+
+
+def test_markdown_shows_each_value_as_its_type_shows_it() -> None:
+    """`markdown` makes each distinct value's cell once per column: 1, 1.0 and True are equal keys of a dict, yet
+    shown as 1, 1 and True; a NaN, None and a list as `-`, `-` and JSON; `|` escaped and a newline a space."""
+    rows = Listing({"v": [1, 1.0, True, 1.23456, float("nan"), None, [1, 2], "a|b\nc", 1, True]})
+    cells = [line.split(" | ")[0].removeprefix("| ").removesuffix(" |") for line in markdown(rows).splitlines()[2:]]
+    assert cells == ["1", "1", "True", "1.235", "-", "-", "[1, 2]", "a\\|b c", "1", "True"]
