@@ -8,16 +8,23 @@ not collide, and the folder is under the job's $TMPDIR (node-local on many clust
 (a shell runs no trap while a foreground command runs, so the launcher runs in the background and the shell waits),
 and the launcher checkpoints its trials and records them `preempted`; `--requeue` lets Slurm run the job again after
 a preemption, and a rerun of the same launch trains only what is unfinished.
+
+`ablate slurm submit` hands the script to `sbatch` and records the job (`Submitted`, a line of `JOBS` beside the
+store) so that `ablate status` can say what Slurm says of it (`JobState`) while it waits, runs, is requeued and after.
 """
 
 from __future__ import annotations
 
+import json
 import re
 import shlex
+import subprocess
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
+from pathlib import Path
 
 from ablate.planning.plan import Plan
+from ablate.store.engine import database_url, sqlite_file
 
 DEFAULT_SIGNAL = 300
 """Seconds before the time limit at which Slurm sends SIGTERM (the launcher waits 25 s for a step boundary; a
@@ -67,6 +74,105 @@ class SlurmJob:
             if value is not None:
                 argv += [flag, f"{value:g}" if isinstance(value, float) else value]
         return argv
+
+
+JOBS = "slurm-jobs.jsonl"
+"""The submitted jobs of a store, one JSON line each: beside its SQLite file (where every node and the login node
+look), or in the folder `submit` ran in for a server's store."""
+SHOWN = 5
+"""The latest submitted jobs `ablate status` asks Slurm about."""
+ENDED = ("COMPLETED", "FAILED", "TIMEOUT", "CANCELLED", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED", "BOOT_FAIL",
+         "DEADLINE")  # fmt: skip
+"""Slurm's states of a job that has ended (a requeued one is PENDING again)."""
+
+
+@dataclass(frozen=True)
+class Submitted:
+    """A job `ablate slurm submit` handed to sbatch."""
+
+    job: str
+    sweeps: tuple[str, ...]
+    script: str
+    folder: str
+    """Where it was submitted from: its output file (`%x-%j.out`) and the launch's relative paths are there."""
+
+
+@dataclass(frozen=True)
+class JobState:
+    """What Slurm says of a submitted job now: `scontrol show job` while Slurm holds it, `sacct` after."""
+
+    job: Submitted
+    state: str
+    """Slurm's JobState (PENDING, RUNNING, COMPLETED, ...), or `unknown` (`reason` says why)."""
+    restarts: int | None
+    """Times it was requeued (None: accounting, which does not say)."""
+    nodes: str
+    reason: str
+
+    @property
+    def ended(self) -> bool:
+        return self.state in ENDED
+
+
+def jobs_file(db: str | None) -> Path:
+    """Where the jobs submitted for the store `db` (a URL; None: the default) are recorded."""
+    path = sqlite_file(database_url(db))
+    return (path.parent if path is not None else Path.cwd()) / JOBS
+
+
+def submit(job: SlurmJob, script_file: Path, sbatch: Sequence[str] = ()) -> Submitted:
+    """`sbatch` the script (`sbatch`: options before it, which win over its #SBATCH lines) from the current
+    folder and record the job; a RuntimeError with sbatch's words where it refused."""
+    argv = ["sbatch", "--parsable", *sbatch, str(script_file)]
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+    except FileNotFoundError as e:
+        raise RuntimeError("sbatch is not on the PATH: submit from a node of the Slurm cluster (a login node)") from e
+    if done.returncode != 0:
+        raise RuntimeError(f"sbatch refused the job (exit {done.returncode}): {done.stderr.strip()}")
+    record = Submitted(done.stdout.strip().split(";")[0], job.sweeps, str(script_file.resolve()), str(Path.cwd()))
+    file = jobs_file(job.db)
+    file.parent.mkdir(parents=True, exist_ok=True)
+    with file.open("a") as f:
+        f.write(json.dumps(asdict(record)) + "\n")
+    return record
+
+
+def submitted(db: str | None, sweeps: Sequence[str] | None = None) -> list[Submitted]:
+    """The latest `SHOWN` jobs recorded for the store `db` that run any of `sweeps` (None: any), oldest first."""
+    file = jobs_file(db)
+    if not file.exists():
+        return []
+    records = [json.loads(line) for line in file.read_text().splitlines() if line.strip()]
+    jobs = [Submitted(r["job"], tuple(r["sweeps"]), r["script"], r["folder"]) for r in records]
+    return [j for j in jobs if sweeps is None or set(j.sweeps) & set(sweeps)][-SHOWN:]
+
+
+def state(job: Submitted) -> JobState:
+    """What Slurm says of `job`: its controller while it holds the job (until MinJobAge after its end), then its
+    accounting (where the cluster keeps one)."""
+    shown = _ask("scontrol", "show", "job", "--oneliner", job.job)
+    if shown is not None:
+        fields = dict(word.split("=", 1) for word in shown.split() if "=" in word)
+        return JobState(job, fields.get("JobState", "unknown"), int(fields.get("Restarts", "0")),
+                        fields.get("NodeList", "").replace("(null)", ""),
+                        fields.get("Reason", "").replace("None", ""))  # fmt: skip
+    lines = (_ask("sacct", "--noheader", "--allocations", "--parsable2", "--jobs", job.job,
+                  "--format", "State,NodeList") or "").splitlines()  # fmt: skip
+    if lines and "|" in lines[-1]:
+        said, nodes = lines[-1].split("|", 1)
+        return JobState(job, said.split()[0] if said.strip() else "unknown", None, nodes, "")
+    return JobState(job, "unknown", None, "", "neither Slurm's controller (scontrol) nor its accounting (sacct) "
+                    "knows the job any more")  # fmt: skip
+
+
+def _ask(*argv: str) -> str | None:
+    """A Slurm command's output, None where it failed or is not there."""
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+    except (FileNotFoundError, subprocess.TimeoutExpired):
+        return None
+    return done.stdout if done.returncode == 0 else None
 
 
 def refusal(job: SlurmJob, plans: Sequence[Plan]) -> str | None:

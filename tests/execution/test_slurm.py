@@ -304,3 +304,62 @@ def test_a_job_killed_by_its_time_limit_leaves_what_the_next_job_finishes(sweep:
     again = s.sbatch()
     assert s.ended(again) == "COMPLETED", s.logs()
     s.check_done_once(attempts=2)
+
+
+@SLOW
+def test_submit_and_walk_away_status_follows_the_job_and_scancel_leaves_it_resumable(
+    sweep: Callable[..., Sweep],
+) -> None:
+    """`ablate slurm submit` returns with the job id once sbatch took the job; `ablate status` shows the job's Slurm
+    state beside the store's progress while it waits or runs and after it ended; a plain `scancel` of a job whose
+    trials are mid-run leaves them to the next submit, which resumes them: every trial done once."""
+    s = sweep(seeds=2, gated=True)
+    ablate = str(Path(sys.executable).parent / "ablate")  # the real command (the gate's shim is the job's)
+    f = s.folder
+    where = ["--storage", f"{f}/checkpoints", "--db", f"sqlite:///{f}/ablate.sqlite",
+             "--mlflow-uri", f"sqlite:///{f}/mlflow.sqlite", "--lease", "3"]  # fmt: skip
+
+    def cli(*argv: str) -> subprocess.CompletedProcess[str]:
+        env = {**s.env, "COLUMNS": "200"}
+        return subprocess.run([ablate, *argv], cwd=f, env=env, capture_output=True, text=True, timeout=120)
+
+    def submit() -> str:
+        done = cli("slurm", "submit", "experiments.yaml", "tiny", "--cpus-per-node", "2", *where,
+                   "--", "--job-name=walked-away")  # fmt: skip
+        assert done.returncode == 0 and re.fullmatch(r"\d+\n", done.stdout), done.stdout + done.stderr
+        s.jobs.append(done.stdout.strip())
+        return s.jobs[-1]
+
+    def status() -> str:
+        done = cli("status", "tiny", "--db", f"sqlite:///{f}/ablate.sqlite")
+        return done.stdout + done.stderr
+
+    refused = cli("slurm", "submit", "experiments.yaml", "tiny", "--cpus-per-node", "2", *where, "--", "--bogus")
+    assert refused.returncode == 2 and "sbatch refused the job" in refused.stderr, refused.stderr
+    job = submit()
+    assert s.slurm.job(job)["JobName"] == "walked-away"  # sbatch's option won over the script's #SBATCH line
+    assert (f / "ablate-tiny.sbatch").read_text() == script(
+        SlurmJob(
+            "experiments.yaml",
+            ("tiny",),
+            cpus_per_node=2,
+            storage=f"{f}/checkpoints",
+            db=f"sqlite:///{f}/ablate.sqlite",
+            mlflow_uri=f"sqlite:///{f}/mlflow.sqlite",
+            lease=3.0,
+        )
+    )
+    held = s.until(lambda: len(s.gate.reached()) == 2 and s.gate.reached(), "both trials at the gate")
+    now = status()
+    assert re.search(rf"{job}\W+tiny\W+RUNNING", now) and "running" in now, now
+    s.slurm.run("scancel", job)
+    assert s.ended(job) == "CANCELLED", s.logs()
+    left = s.store.states(held)
+    assert set(left.values()) <= {"preempted", "running"}, left
+    assert re.search(rf"{job}\W+tiny\W+CANCELLED", status())
+    s.gate.open()
+    again = submit()
+    assert s.ended(again) == "COMPLETED", s.logs()
+    now = status()
+    assert re.search(rf"{job}\W+tiny\W+CANCELLED", now) and re.search(rf"{again}\W+tiny\W+COMPLETED", now), now
+    s.check_done_once(attempts=2)
