@@ -252,15 +252,17 @@ node=(--block --temp-dir="$temp" --num-cpus="$SLURM_CPUS_PER_TASK" --disable-usa
 ray start --head --node-ip-address="$head_ip" --port=$port --ray-client-server-port=$((port + 1)) \\
     --dashboard-port=$((port + 2)) "${{node[@]}}" &
 head=$!
-if (( SLURM_JOB_NUM_NODES > 1 )); then
-    srun --nodes=$((SLURM_JOB_NUM_NODES - 1)) --ntasks-per-node=1 --exclude="$SLURMD_NODENAME" \\
-        ray start --address="$head_ip:$port" "${{node[@]}}" &
-    others=$!
-fi
 until [[ -e $temp/ray_current_cluster ]]; do  # the head writes it once it serves
     kill -0 $head 2>/dev/null || {{ echo "the Ray head did not start" >&2; exit 1; }}
     sleep 1
 done
+# The workers once the head serves (a worker's Ray gives up 30 s after it starts if the head does not answer).
+# --ntasks too: srun would take the job's (one per node, SLURM_NTASKS) and ask for more CPUs than it may use.
+if (( SLURM_JOB_NUM_NODES > 1 )); then
+    srun --nodes=$((SLURM_JOB_NUM_NODES - 1)) --ntasks=$((SLURM_JOB_NUM_NODES - 1)) --ntasks-per-node=1 \\
+        --exclude="$SLURMD_NODENAME" ray start --address="$head_ip:$port" "${{node[@]}}" &
+    others=$!
+fi
 
 # SIGTERM (the time limit's warning, a preemption, scancel --signal=TERM --batch) goes on to the launcher, which
 # checkpoints its running trials at their next step and records them preempted; a rerun resumes them.

@@ -16,14 +16,16 @@ import shlex
 import shutil
 import subprocess
 import sys
+import tempfile
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import ROOT, TINY, write_sweeps
+from conftest import ROOT, TINY, free_port, needs, write_sweeps
 from gate import Gate, wait_for
+from netns import Network
 from procs import leftovers
 from slurm import Slurm
 from typer.testing import CliRunner
@@ -59,9 +61,9 @@ def page_commands() -> list[list[str]]:
     return argv
 
 
-def fill(argv: list[str], experiments: Path, folder: Path, cpus: int) -> list[str]:
-    """`argv` for this machine: the shared folder, the file and the sweep replaced, one node of `cpus` CPUs."""
-    shape = dict(zip(SHAPE, ("1", str(cpus), "0"), strict=True))
+def fill(argv: list[str], experiments: Path, folder: Path, cpus: int, nodes: int = 1) -> list[str]:
+    """`argv` for this machine: the shared folder, the file and the sweep replaced, `nodes` nodes of `cpus` CPUs."""
+    shape = dict(zip(SHAPE, (str(nodes), str(cpus), "0"), strict=True))
     out = [shape.get(prev, a) for prev, a in zip(["", *argv], argv, strict=False)]
     out = [a.replace(SHARED, str(folder)).replace(SWEEP, "tiny") for a in out]
     return [str(experiments) if a == "experiments.yaml" else a for a in out]
@@ -139,11 +141,19 @@ class Sweep:
     $TMPDIR is `tmpdir` (None: unset, so /tmp, whatever the test's own environment says)."""
 
     def __init__(
-        self, slurm: Slurm, folder: Path, seeds: int, cpus: int, gated: bool, *extra: str, tmpdir: Path | None = None
+        self,
+        slurm: Slurm,
+        folder: Path,
+        seeds: int,
+        cpus: int,
+        gated: bool,
+        *extra: str,
+        tmpdir: Path | None = None,
+        nodes: int = 1,
     ) -> None:
         self.slurm, self.folder, self.tmp = slurm, folder, tmpdir or Path("/tmp")
         experiments = write_sweeps(folder / "experiments.yaml", {"tiny": {"base": TINY, "seeds": seeds}})
-        make, self.submit_argv = (fill(a, experiments, folder, cpus) for a in page_commands())
+        make, self.submit_argv = (fill(a, experiments, folder, cpus, nodes) for a in page_commands())
         here = Path.cwd()
         os.chdir(folder)  # where the page's reader runs it: `-o` and the job's relative paths are in the folder
         try:
@@ -363,3 +373,81 @@ def test_submit_and_walk_away_status_follows_the_job_and_scancel_leaves_it_resum
     now = status()
     assert re.search(rf"{job}\W+tiny\W+CANCELLED", now) and re.search(rf"{again}\W+tiny\W+COMPLETED", now), now
     s.check_done_once(attempts=2)
+
+
+# ------------------------------------------------------------------------------------------ across nodes
+HOSTS = ("node1", "node2", "node3")
+MEASURES = ("epoch_s", "samples_per_s", "peak_mem_mb")
+"""Metrics of the machine's state, not of the training: a node's equal a one-node run's in everything else."""
+
+
+@pytest.fixture
+def nodes() -> Iterator[tuple[Slurm, Network]]:
+    """A Slurm of three 1-CPU nodes, each a host of its own on one machine (tests/netns.py: a network namespace and
+    hostname each, on a bridge the fixture makes), the controller on the bridge; all removed after, by pid."""
+    import netns
+    from slurm import available
+
+    needs(available() and netns.available(), "multi-node Slurm tests need root, iproute2 and Slurm's programs")
+    net = Network(HOSTS).create()
+    root = Path(tempfile.mkdtemp(prefix="ablate-slurm-"))
+    try:
+        first = int.from_bytes(os.urandom(2), "big") * 10 + 10_000
+        server = Slurm(root, cpus=1, network=net)
+        try:
+            server.start(free_port(), free_port(), first_job=first)
+            try:
+                wait_for(server.idle, timeout=60)
+            except TimeoutError:
+                pytest.fail(f"the three nodes never went idle\n{server.logs()}", pytrace=False)
+            yield server, net
+        finally:
+            server.stop()
+            for folder in [server.local, *(server.node_tmp(h.name) for h in net.hosts)]:
+                leftovers(folder)  # what a killed job's Ray may have left in a node's $TMPDIR
+                shutil.rmtree(folder, ignore_errors=True)
+    finally:
+        net.remove()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.mark.team
+@pytest.mark.timeout(900)
+def test_a_three_node_job_runs_trials_on_every_node_as_one_node_would(
+    nodes: tuple[Slurm, Network], tmp_path: Path
+) -> None:
+    """`sbatch --nodes=3` of the page's script: the Ray head on the first node, a Ray worker on each other (srun),
+    the driver on the head; each node has 1 CPU, so the three gated trials wait at the gate one on each node (the
+    store's host column names all three); the job completes, and every trial's metrics equal a one-node launch's."""
+    slurm, _ = nodes
+    (tmp_path / "shared").mkdir()
+    s = Sweep(slurm, tmp_path / "shared", 3, 1, True, nodes=3)
+    try:
+        job = s.sbatch()
+        s.until(lambda: len(s.gate.reached()) == 3, "a trial at the gate on each node")
+        hosts = s.store.trial_rows("tiny")["host"]
+        assert sorted(hosts) == list(HOSTS), (hosts, s.logs())
+        s.gate.open()
+        assert s.ended(job) == "COMPLETED", s.logs()
+        s.check_done_once(attempts=1)
+        out = next(s.folder.glob(f"*-{job}.out")).read_text()
+        assert f"Ray's folder (its logs: session_latest/logs): {slurm.local}/ray-{job}\n" in out
+        alone = tmp_path / "alone"
+        launch = [str(Path(sys.executable).parent / "ablate"), "launch", str(s.folder / "experiments.yaml"), "tiny",
+                  "--plain", "--yes", "--no-mlflow", "--db", f"sqlite:///{alone}/ablate.sqlite",
+                  "--storage", str(alone / "checkpoints")]  # fmt: skip
+        done = subprocess.run(launch, env={**os.environ, "RAY_ADDRESS": ""}, capture_output=True, text=True,
+                              timeout=600)  # fmt: skip
+        assert done.returncode == 0, done.stdout + done.stderr
+        one = Store(f"sqlite:///{alone}/ablate.sqlite")
+        try:
+            for k in s.gate.reached():  # to the last bit, all but the machine's measures (times, peak memory)
+                assert [r[:3] for r in s.store.metric_rows(k) if r[0] not in MEASURES] == [
+                    r[:3] for r in one.metric_rows(k) if r[0] not in MEASURES
+                ], k
+        finally:
+            one.close()
+    finally:
+        for j in s.jobs:
+            slurm.run("scancel", j)
+        s.close()
