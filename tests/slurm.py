@@ -119,8 +119,9 @@ class Slurm:
         self._spawn([program("slurmctld"), "-D", "-i", "-f", str(r / "slurm.conf")])
         for h in hosts:
             argv = [str(program("slurmd")), "-D", "-N", h.name, "-f", str(r / "slurm.conf")]
-            mount = f"mount --bind {self.node_tmp(h.name)} {self.local}"
-            self.slurmd[h.name] = self._spawn(self.network.on(h, argv, mount) if self.network else argv)
+            if self.network:
+                argv = self.network.on(h, argv, f"mount --bind {self.node_tmp(h.name)} {self.local}")
+            self.slurmd[h.name] = self._spawn(argv)
         return self
 
     @property

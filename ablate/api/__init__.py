@@ -59,7 +59,7 @@ if TYPE_CHECKING:
     from ablate.execution.preflight import Checks, PreflightError, Workload
     from ablate.execution.progress import Display
     from ablate.execution.selection import Select, Selection, SelectionError
-    from ablate.execution.slurm import JobState, SlurmJob, Submitted
+    from ablate.execution.slurm import JobState, SlurmJob, Submission, Submitted
     from ablate.execution.stopped import Stopped
     from ablate.gpus.check import GpuCheck
     from ablate.gpus.figures import Figures
@@ -85,7 +85,7 @@ _LAZY = {
     **dict.fromkeys(("Checks", "PreflightError", "Workload"), "ablate.execution.preflight"),
     "Display": "ablate.execution.progress", "Stopped": "ablate.execution.stopped",
     **dict.fromkeys(("Select", "Selection", "SelectionError"), "ablate.execution.selection"),
-    **dict.fromkeys(("JobState", "SlurmJob", "Submitted"), "ablate.execution.slurm"),
+    **dict.fromkeys(("JobState", "SlurmJob", "Submission", "Submitted"), "ablate.execution.slurm"),
     "FORMATS": "ablate.reporting", "ReportError": "ablate.reporting",
     **dict.fromkeys(("STATES", "Listing", "Store", "divergence"), "ablate.store"), "missing": "ablate.store.listing",
     "EXIT_CODE": "ablate.store.faults", "StoreUnavailable": "ablate.store.faults",
@@ -150,6 +150,7 @@ __all__ = [
     "Stopped",
     "Store",
     "StoreUnavailable",
+    "Submission",
     "Submitted",
     "Synced",
     "Tracker",
@@ -398,10 +399,11 @@ def slurm(job: SlurmJob, plans: Sequence[Plan]) -> str:
     return script(job)
 
 
-def slurm_submit(job: SlurmJob, script_file: Path, sbatch: Sequence[str] = ()) -> Submitted:
+def slurm_submit(job: SlurmJob, script_file: Path, sbatch: Sequence[str] = ()) -> Submission:
     """`sbatch` the script written to `script_file` (`sbatch`: options before it, which win over its #SBATCH lines)
     from the current folder, and record the job beside the store, where `status` finds it
-    (`ablate.execution.slurm.submit`); a RuntimeError with sbatch's words where it refused."""
+    (`ablate.execution.slurm.submit`); a RuntimeError with sbatch's words where it refused. `warning`: why the job
+    may break a SQLite store another job of it is using."""
     from ablate.execution.slurm import submit
 
     return submit(job, script_file, sbatch)

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 import typer
 from typer.core import TyperGroup
 
-from ablate.cli.common import DB, MLFLOW, fail, out, plans_of
+from ablate.cli.common import DB, MLFLOW, err, fail, out, plans_of
 
 if TYPE_CHECKING:
     from ablate.api import SlurmJob
@@ -119,7 +119,8 @@ def submit(
 ) -> None:
     """Write the batch script (as `ablate slurm write`), submit it with `sbatch` from this folder, print the job id
     and return: the job runs without you. It is recorded beside the store, where `ablate status` finds it and asks
-    Slurm how it is doing."""
+    Slurm how it is doing. A job of a SQLite store that another job has not finished with is submitted with a
+    warning: SQLite over a shared filesystem takes one job at a time."""
     from ablate.api import slurm_submit
 
     words = sweep or []
@@ -133,4 +134,6 @@ def submit(
         done = slurm_submit(job, path, words[cut:])
     except RuntimeError as e:
         fail(str(e))
-    out.print(done.job, highlight=False)
+    if done.warning:
+        err.print(f"warning: {done.warning}", markup=False, highlight=False)
+    out.print(done.job.job, highlight=False)

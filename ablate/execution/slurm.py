@@ -22,9 +22,10 @@ import subprocess
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from ablate.planning.plan import Plan
-from ablate.store.engine import database_url, sqlite_file
+if TYPE_CHECKING:
+    from ablate.planning.plan import Plan
 
 DEFAULT_SIGNAL = 300
 """Seconds before the time limit at which Slurm sends SIGTERM (the launcher waits 25 s for a step boundary; a
@@ -114,15 +115,42 @@ class JobState:
         return self.state in ENDED
 
 
+@dataclass(frozen=True)
+class Submission:
+    """What `submit` did: the job, and the jobs of the same SQLite store that were waiting or running then."""
+
+    job: Submitted
+    alongside: tuple[JobState, ...]
+
+    @property
+    def warning(self) -> str | None:
+        """Why a job beside another one on one SQLite store may break it, or None."""
+        if not self.alongside:
+            return None
+        others = ", ".join(f"{j.job.job} ({j.state.lower()})" for j in self.alongside)
+        return (f"job {others} of this SQLite store has not ended: SQLite over a shared filesystem takes one job at "
+                "a time (its WAL, which the store uses, wants all its writers on one machine: jobs on two nodes "
+                "may corrupt it, or wait on locks a network filesystem does not keep). Use PostgreSQL (--db "
+                "postgresql+psycopg://...) for jobs that run at once, or submit this one with "
+                f"-- --dependency=afterany:{self.alongside[-1].job.job}.")  # fmt: skip
+
+
 def jobs_file(db: str | None) -> Path:
     """Where the jobs submitted for the store `db` (a URL; None: the default) are recorded."""
+    from ablate.store.engine import database_url, sqlite_file
+
     path = sqlite_file(database_url(db))
     return (path.parent if path is not None else Path.cwd()) / JOBS
 
 
-def submit(job: SlurmJob, script_file: Path, sbatch: Sequence[str] = ()) -> Submitted:
+def submit(job: SlurmJob, script_file: Path, sbatch: Sequence[str] = ()) -> Submission:
     """`sbatch` the script (`sbatch`: options before it, which win over its #SBATCH lines) from the current
-    folder and record the job; a RuntimeError with sbatch's words where it refused."""
+    folder and record the job; a RuntimeError with sbatch's words where it refused. The jobs of the same SQLite
+    store that have not ended come with it (a server's store takes several jobs at once)."""
+    from ablate.store.engine import database_url, sqlite_file
+
+    sqlite = sqlite_file(database_url(job.db)) is not None
+    alongside = tuple(s for s in map(state, submitted(job.db)) if sqlite and not s.ended and s.state != "unknown")
     argv = ["sbatch", "--parsable", *sbatch, str(script_file)]
     try:
         done = subprocess.run(argv, capture_output=True, text=True, timeout=120)
@@ -135,7 +163,7 @@ def submit(job: SlurmJob, script_file: Path, sbatch: Sequence[str] = ()) -> Subm
     file.parent.mkdir(parents=True, exist_ok=True)
     with file.open("a") as f:
         f.write(json.dumps(asdict(record)) + "\n")
-    return record
+    return Submission(record, alongside)
 
 
 def submitted(db: str | None, sweeps: Sequence[str] | None = None) -> list[Submitted]:

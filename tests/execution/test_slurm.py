@@ -37,6 +37,7 @@ from ablate.training.checkpoint_storage import Storage
 
 PAGE = ROOT / "docs" / "tutorials" / "slurm.md"
 MARKER = "<!-- tests/execution/test_slurm.py runs this block"
+SUBMIT = "<!-- tests/execution/test_slurm.py runs this block too"
 SHARED, SWEEP = "/shared/ablate", "csan-paper"
 SHAPE = ("--nodes", "--cpus-per-node", "--gpus-per-node")
 """The options whose values the test replaces: this machine's node."""
@@ -49,14 +50,19 @@ SLOW = pytest.mark.timeout(420)
 3 min), 2 to 4.5 min each at a load average of 20 (the file in 12 min)."""
 
 
-def page_commands() -> list[list[str]]:
-    """The tutorial's block: `ablate slurm ...` then `sbatch ...` (continuation lines joined, comments dropped)."""
+def page_block(marker: str) -> list[list[str]]:
+    """The commands of the tutorial's bash block after `marker` (continuation lines joined, comments dropped)."""
     text = PAGE.read_text()
-    assert MARKER in text, f"{PAGE.name} lost the marker comment above its commands"
-    block = re.search(r"```bash\n(.*?)```", text[text.index(MARKER) :], re.S)
+    assert marker in text, f"{PAGE.name} lost the marker comment above its commands: {marker}"
+    block = re.search(r"```bash\n(.*?)```", text[text.index(marker) :], re.S)
     assert block is not None
     argv = [shlex.split(line, comments=True) for line in block.group(1).replace("\\\n", " ").splitlines()]
-    argv = [a for a in argv if a]
+    return [a for a in argv if a]
+
+
+def page_commands() -> list[list[str]]:
+    """The tutorial's first block: `ablate slurm ...` then `sbatch ...`."""
+    argv = page_block(MARKER)
     assert [a[:2] for a in argv] == [["ablate", "slurm"], ["sbatch", argv[0][argv[0].index("-o") + 1]]], argv
     return argv
 
@@ -326,49 +332,50 @@ def test_submit_and_walk_away_status_follows_the_job_and_scancel_leaves_it_resum
     s = sweep(seeds=2, gated=True)
     ablate = str(Path(sys.executable).parent / "ablate")  # the real command (the gate's shim is the job's)
     f = s.folder
-    where = ["--storage", f"{f}/checkpoints", "--db", f"sqlite:///{f}/ablate.sqlite",
-             "--mlflow-uri", f"sqlite:///{f}/mlflow.sqlite", "--lease", "3"]  # fmt: skip
+    submitting, watching = (fill(a, f / "experiments.yaml", f, 2) for a in page_block(SUBMIT))
+    assert [submitting[:3], watching[:2]] == [["ablate", "slurm", "submit"], ["ablate", "status"]], submitting
+    cut = submitting.index("--")  # the page's sbatch options follow
+    submitting[cut:cut] = ["--lease", "3"]  # trials a plain scancel leaves running: taken over in 3 s, not 60
 
     def cli(*argv: str) -> subprocess.CompletedProcess[str]:
         env = {**s.env, "COLUMNS": "200"}
         return subprocess.run([ablate, *argv], cwd=f, env=env, capture_output=True, text=True, timeout=120)
 
-    def submit() -> str:
-        done = cli("slurm", "submit", "experiments.yaml", "tiny", "--cpus-per-node", "2", *where,
-                   "--", "--job-name=walked-away")  # fmt: skip
+    def submit(*sbatch: str) -> tuple[str, str]:
+        """The job's id, and what was said on stderr."""
+        done = cli(*submitting[1:], "--job-name=walked-away", *sbatch)
         assert done.returncode == 0 and re.fullmatch(r"\d+\n", done.stdout), done.stdout + done.stderr
         s.jobs.append(done.stdout.strip())
-        return s.jobs[-1]
+        return s.jobs[-1], done.stderr
 
     def status() -> str:
-        done = cli("status", "tiny", "--db", f"sqlite:///{f}/ablate.sqlite")
+        done = cli(*watching[1:])
         return done.stdout + done.stderr
 
-    refused = cli("slurm", "submit", "experiments.yaml", "tiny", "--cpus-per-node", "2", *where, "--", "--bogus")
+    refused = cli(*submitting[1:], "--bogus")
     assert refused.returncode == 2 and "sbatch refused the job" in refused.stderr, refused.stderr
-    job = submit()
+    job, said = submit()
+    assert said == ""
     assert s.slurm.job(job)["JobName"] == "walked-away"  # sbatch's option won over the script's #SBATCH line
-    assert (f / "ablate-tiny.sbatch").read_text() == script(
-        SlurmJob(
-            "experiments.yaml",
-            ("tiny",),
-            cpus_per_node=2,
-            storage=f"{f}/checkpoints",
-            db=f"sqlite:///{f}/ablate.sqlite",
-            mlflow_uri=f"sqlite:///{f}/mlflow.sqlite",
-            lease=3.0,
-        )
-    )
+    assert (f / "ablate-tiny.sbatch").read_text() == script(SlurmJob(
+        str(f / "experiments.yaml"), ("tiny",), cpus_per_node=2, storage=f"{f}/checkpoints",
+        db=f"sqlite:///{f}/ablate.sqlite", mlflow_uri=f"sqlite:///{f}/mlflow.sqlite", lease=3.0,
+    ))  # fmt: skip
     held = s.until(lambda: len(s.gate.reached()) == 2 and s.gate.reached(), "both trials at the gate")
     now = status()
     assert re.search(rf"{job}\W+tiny\W+RUNNING", now) and "running" in now, now
+    second, said = submit("--hold")  # a second job on this SQLite store while the first runs: warned, held
+    assert said.startswith(f"warning: job {job} (running) of this SQLite store has not ended: SQLite over a shared "
+                           "filesystem takes one job at a time"), said  # fmt: skip
+    s.slurm.run("scancel", second)
     s.slurm.run("scancel", job)
     assert s.ended(job) == "CANCELLED", s.logs()
     left = s.store.states(held)
     assert set(left.values()) <= {"preempted", "running"}, left
     assert re.search(rf"{job}\W+tiny\W+CANCELLED", status())
     s.gate.open()
-    again = submit()
+    again, said = submit()
+    assert said == "", said  # the jobs before it have ended
     assert s.ended(again) == "COMPLETED", s.logs()
     now = status()
     assert re.search(rf"{job}\W+tiny\W+CANCELLED", now) and re.search(rf"{again}\W+tiny\W+COMPLETED", now), now
