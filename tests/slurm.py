@@ -26,6 +26,8 @@ from procs import listening
 
 PROGRAMS = ("munged", "slurmctld", "slurmd", "sbatch", "squeue", "scontrol", "scancel")
 """What the tests need of Slurm and munge (Debian: slurmctld slurmd slurm-client munge)."""
+NODE_TIMEOUT = 15
+"""Seconds after which the controller takes a network node that does not answer for lost (Slurm's default: 300)."""
 KILL_WAIT = 5
 """Seconds between the SIGTERM and the SIGKILL of a job's processes at its end (Slurm's default is 30)."""
 
@@ -97,7 +99,7 @@ class Slurm:
             prolog = self.root / "task-prolog"
             prolog.write_text(f'#!/bin/sh\necho "export TMPDIR={self.local}"\n')
             prolog.chmod(0o755)
-            extra = f"TaskProlog={prolog}\n"
+            extra = f"TaskProlog={prolog}\nSlurmdTimeout={NODE_TIMEOUT}\n"
             self.local.mkdir()
             for h in hosts:
                 self.node_tmp(h.name).mkdir()

@@ -252,6 +252,7 @@ TEMPLATE = """\
 #SBATCH --time={time}
 {optional}#SBATCH --signal=B:TERM@{signal}
 #SBATCH --requeue
+#SBATCH --no-kill
 #SBATCH --open-mode=append
 #SBATCH --output=%x-%j.out
 set -uo pipefail
@@ -286,8 +287,10 @@ until [[ -e $temp/ray_current_cluster ]]; do  # the head writes it once it serve
 done
 # The workers once the head serves (a worker's Ray gives up 30 s after it starts if the head does not answer).
 # --ntasks too: srun would take the job's (one per node, SLURM_NTASKS) and ask for more CPUs than it may use.
+# --no-kill, here and above: a worker node lost ends neither the job nor the other workers; Ray starts its trials
+# again on the nodes left, from their checkpoints.
 if (( SLURM_JOB_NUM_NODES > 1 )); then
-    srun --nodes=$((SLURM_JOB_NUM_NODES - 1)) --ntasks=$((SLURM_JOB_NUM_NODES - 1)) --ntasks-per-node=1 \\
+    srun --nodes=$((SLURM_JOB_NUM_NODES - 1)) --ntasks=$((SLURM_JOB_NUM_NODES - 1)) --ntasks-per-node=1 --no-kill \\
         --exclude="$SLURMD_NODENAME" ray start --address="$head_ip:$port" "${{node[@]}}" &
     others=$!
 fi

@@ -458,3 +458,39 @@ def test_a_three_node_job_runs_trials_on_every_node_as_one_node_would(
         for j in s.jobs:
             slurm.run("scancel", j)
         s.close()
+
+
+@pytest.mark.team
+@pytest.mark.timeout(900)
+def test_a_worker_node_lost_mid_sweep_its_trial_resumes_on_another_and_every_trial_is_done_once(
+    nodes: tuple[Slurm, Network], tmp_path: Path
+) -> None:
+    """node3's processes (its slurmd, its Ray, its trial) SIGKILLed while a trial of each node waits at the gate:
+    once the controller has taken node3 for lost, the job goes on (`--no-kill`), node3's trial starts again on node1
+    or node2 from its epoch-1 checkpoint, and the job completes with every trial done once, no epoch twice."""
+    slurm, net = nodes
+    (tmp_path / "shared").mkdir()
+    s = Sweep(slurm, tmp_path / "shared", 3, 1, True, nodes=3)
+    try:
+        job = s.sbatch()
+        s.until(lambda: len(s.gate.reached()) == 3, "a trial at the gate on each node")
+        rows = s.store.trial_rows("tiny")
+        (lost,) = [k for k, h in zip(rows["key"], rows["host"], strict=True) if h == "node3"]
+        killed = net.kill(net.hosts[2])
+        assert slurm.slurmd["node3"].pid in killed and s.gate.reached()[lost] in killed
+        down = lambda: slurm.run("sinfo", "-h", "-n", "node3", "-o", "%t").strip().startswith("down")  # noqa: E731
+        s.until(down, "the controller to take node3 for lost (SlurmdTimeout): a job without --no-kill ends there")
+        assert s.slurm.job(job)["JobState"] == "RUNNING"
+        s.gate.open()
+        assert s.ended(job) == "COMPLETED", s.logs()
+        trials = {k: s.store.trial(k) for k in rows["key"]}
+        assert {k: t.state for k, t in trials.items()} == dict.fromkeys(trials, "done"), s.logs()
+        assert trials[lost].attempts == 2 and (trials[lost].resumed_from or 0) >= 1, trials[lost]
+        assert trials[lost].host in ("node1", "node2") and all(t.attempts == 1 for k, t in trials.items() if k != lost)
+        for k in trials:
+            steps = [(name, step) for name, step, *_ in s.store.metric_rows(k)]
+            assert len(steps) == len(set(steps)) and {st for _, st in steps} == {1, 2}, (k, steps)
+    finally:
+        for j in s.jobs:
+            slurm.run("scancel", j)
+        s.close()
