@@ -101,9 +101,11 @@ gpu-check: $(GPU_STAMP)
 	$(BIN)/ablate gpu-check
 
 # The team set-up end to end (tests/execution/test_team.py, marker `team`: PostgreSQL, an MLflow server, a bucket, three Ray
-# nodes, three launchers, and the faults it injects; minutes of its own); not part of `make test`, CI runs both.
+# nodes, three launchers, and the faults it injects; minutes of its own), and a Slurm of three nodes, each a network
+# namespace of its own on this machine (tests/execution/test_slurm.py's `team` tests: root; about 3 minutes at a load
+# of 20 on 2 cores); not part of `make test`, CI runs both.
 team: $(STAMP)
-	$(BIN)/python -m pytest -q -m team tests/execution/test_team.py
+	$(BIN)/python -m pytest -q -m team tests/execution/test_team.py tests/execution/test_slurm.py
 
 # The chaos soak (bench/soak.py): the team set-up under random faults drawn from SEED for SECONDS (nodes, launchers,
 # PostgreSQL, the MLflow server, the bucket, clock skews, trials killed mid-checkpoint), then every invariant checked;

@@ -3,7 +3,12 @@ the test and run in the foreground as child processes, each in a session of its 
 (a machine's own Slurm, if it has one, is left alone: its config, ports and munge socket are not these).
 
 The node is this machine on 127.0.0.1 with 2 CPUs, no cgroups (processes tracked by parentage), one partition; the
-client commands (`sbatch`, `squeue`, `scontrol`, ...) reach it through `SLURM_CONF` in `env`.
+client commands (`sbatch`, `squeue`, `scontrol`, ...) reach it through `SLURM_CONF` in `env`. Given a network of hosts
+(tests/netns.py), the nodes are those hosts instead, a slurmd on each in its network namespace under its hostname,
+and the controller is on the bridge's address; munge's socket is a file, which every namespace reaches. Each such
+node's jobs have a node-local $TMPDIR, as on a cluster: one path (`local`, set by a TaskProlog) where each node
+mounts a folder of its own (`node_tmp`); the job's script gives every node the head's Ray folder, which one /tmp
+shared by the nodes' Rays would make one folder, where they race for their sockets.
 """
 
 from __future__ import annotations
@@ -16,10 +21,13 @@ import socket
 import subprocess
 from pathlib import Path
 
+from netns import Host, Network
 from procs import listening
 
 PROGRAMS = ("munged", "slurmctld", "slurmd", "sbatch", "squeue", "scontrol", "scancel")
 """What the tests need of Slurm and munge (Debian: slurmctld slurmd slurm-client munge)."""
+NODE_TIMEOUT = 15
+"""Seconds after which the controller takes a network node that does not answer for lost (Slurm's default: 300)."""
 KILL_WAIT = 5
 """Seconds between the SIGTERM and the SIGKILL of a job's processes at its end (Slurm's default is 30)."""
 
@@ -35,7 +43,7 @@ def available() -> bool:
 
 CONF = """\
 ClusterName=ablate-test
-SlurmctldHost={host}(127.0.0.1)
+SlurmctldHost={host}({ctld_addr})
 SlurmctldPort={ctld_port}
 SlurmdPort={d_port}
 SlurmUser=root
@@ -44,11 +52,11 @@ AuthType=auth/munge
 CredType=cred/munge
 AuthInfo=socket={root}/munge.sock,cred_expire=5
 StateSaveLocation={root}/state
-SlurmdSpoolDir={root}/spool
+SlurmdSpoolDir={root}/spool-%n
 SlurmctldPidFile={root}/slurmctld.pid
-SlurmdPidFile={root}/slurmd.pid
+SlurmdPidFile={root}/slurmd-%n.pid
 SlurmctldLogFile={root}/slurmctld.log
-SlurmdLogFile={root}/slurmd.log
+SlurmdLogFile={root}/slurmd-%n.log
 ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
 SelectType=select/cons_tres
@@ -64,42 +72,76 @@ OverTimeLimit=0
 MinJobAge=600
 FirstJobId={first_job}
 SchedulerParameters=sched_min_interval=0
-NodeName=localhost NodeAddr=127.0.0.1 CPUs={cpus} State=UNKNOWN
-PartitionName=debug Nodes=localhost Default=YES MaxTime=INFINITE State=UP
+{extra}{nodes}PartitionName=debug Nodes={names} Default=YES MaxTime=INFINITE State=UP
 """
 
 
 class Slurm:
-    """The three daemons of a Slurm in `root`; `env`: what a client command needs to reach it."""
+    """The daemons of a Slurm in `root` (a slurmd per host of `network`, else one on 127.0.0.1); `env`: what a
+    client command needs to reach it."""
 
-    def __init__(self, root: Path, cpus: int = 2) -> None:
-        self.root, self.cpus = root, cpus
+    def __init__(self, root: Path, cpus: int = 2, network: Network | None = None) -> None:
+        self.root, self.cpus, self.network = root, cpus, network
         self.procs: list[subprocess.Popen[bytes]] = []
+        self.slurmd: dict[str, subprocess.Popen[bytes]] = {}
+        """Node name -> its slurmd."""
         self.env = {**os.environ, "SLURM_CONF": str(root / "slurm.conf")}
+        self.controller = network.gateway if network else "127.0.0.1"
+        """slurmctld's address."""
 
     def start(self, ctld_port: int, d_port: int, first_job: int = 1) -> Slurm:
         """Writes the munge key and slurm.conf and starts the daemons. `first_job`: the first job id (a job's Ray
         folder, /tmp/ray-JOBID, must not be another Slurm's job's on this machine)."""
-        for folder in ("state", "spool"):
-            (self.root / folder).mkdir()
+        (self.root / "state").mkdir()
+        hosts = self.network.hosts if self.network else [Host("localhost", "", "127.0.0.1")]
+        extra = ""
+        if self.network:
+            prolog = self.root / "task-prolog"
+            prolog.write_text(f'#!/bin/sh\necho "export TMPDIR={self.local}"\n')
+            prolog.chmod(0o755)
+            extra = f"TaskProlog={prolog}\nSlurmdTimeout={NODE_TIMEOUT}\n"
+            self.local.mkdir()
+            for h in hosts:
+                self.node_tmp(h.name).mkdir()
+        nodes = "".join(f"NodeName={h.name} NodeAddr={h.addr} CPUs={self.cpus} State=UNKNOWN\n" for h in hosts)
+        for h in hosts:
+            (self.root / f"spool-{h.name}").mkdir()
         key = self.root / "munge.key"
         key.write_bytes(os.urandom(1024))
         key.chmod(0o400)
         (self.root / "slurm.conf").write_text(CONF.format(host=socket.gethostname().split(".")[0], root=self.root,
-                                                          ctld_port=ctld_port, d_port=d_port, cpus=self.cpus,
-                                                          kill_wait=KILL_WAIT, first_job=first_job))  # fmt: skip
+                                                          ctld_addr=self.controller, ctld_port=ctld_port,
+                                                          d_port=d_port, nodes=nodes, extra=extra,
+                                                          names=",".join(h.name for h in hosts), kill_wait=KILL_WAIT,
+                                                          first_job=first_job))  # fmt: skip
         r = self.root
         self._spawn([program("munged"), "--foreground", "--force", f"--key-file={key}", f"--socket={r}/munge.sock",
                      f"--pid-file={r}/munged.pid", f"--log-file={r}/munged.log",
                      f"--seed-file={r}/munged.seed"])  # fmt: skip
         self._spawn([program("slurmctld"), "-D", "-i", "-f", str(r / "slurm.conf")])
-        self._spawn([program("slurmd"), "-D", "-N", "localhost", "-f", str(r / "slurm.conf")])
+        for h in hosts:
+            argv = [str(program("slurmd")), "-D", "-N", h.name, "-f", str(r / "slurm.conf")]
+            if self.network:
+                argv = self.network.on(h, argv, f"mount --bind {self.node_tmp(h.name)} {self.local}")
+            self.slurmd[h.name] = self._spawn(argv)
         return self
 
-    def _spawn(self, argv: list[str | None]) -> None:
+    @property
+    def local(self) -> Path:
+        """The path of every network node's $TMPDIR (short: Ray's socket paths under it are limited)."""
+        assert self.network is not None
+        return Path("/tmp", f"{self.network.bridge}-tmp")
+
+    def node_tmp(self, name: str) -> Path:
+        """What the network's node `name` sees at `local`."""
+        assert self.network is not None
+        return Path("/tmp", f"{self.network.bridge}-{name}")
+
+    def _spawn(self, argv: list[str | None]) -> subprocess.Popen[bytes]:
         with (self.root / "daemons.log").open("ab") as out:
             self.procs.append(subprocess.Popen([str(a) for a in argv], env=self.env, start_new_session=True,
                                                stdout=out, stderr=subprocess.STDOUT))  # fmt: skip
+        return self.procs[-1]
 
     def run(self, *argv: str, cwd: Path | None = None, env: dict[str, str] | None = None) -> str:
         """A client command against this Slurm (in `cwd`, with `env`, which must hold `SLURM_CONF`); its output
@@ -110,11 +152,11 @@ class Slurm:
         return done.stdout
 
     def idle(self) -> bool:
-        """Whether the node is up and takes jobs (what the fixture waits for)."""
-        if not listening("127.0.0.1", int(self.conf("SlurmctldPort"))):
+        """Whether every node is up and takes jobs (what the fixture waits for)."""
+        if not listening(self.controller, int(self.conf("SlurmctldPort"))):
             return False
         with contextlib.suppress(RuntimeError):
-            return self.run("sinfo", "-h", "-N", "-o", "%t").strip() == "idle"
+            return set(self.run("sinfo", "-h", "-N", "-o", "%t").split()) == {"idle"}
         return False
 
     def conf(self, name: str) -> str:
@@ -139,6 +181,6 @@ class Slurm:
 
     def logs(self) -> str:
         """The daemons' logs, for a failure's message."""
-        names = ("daemons.log", "slurmctld.log", "slurmd.log")
+        names = ("daemons.log", "slurmctld.log", *(f"slurmd-{n}.log" for n in self.slurmd))
         return "\n".join(f"==== {n}\n{(self.root / n).read_text(errors='replace')[-3000:]}" for n in names
                          if (self.root / n).exists())  # fmt: skip

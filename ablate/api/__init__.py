@@ -59,7 +59,7 @@ if TYPE_CHECKING:
     from ablate.execution.preflight import Checks, PreflightError, Workload
     from ablate.execution.progress import Display
     from ablate.execution.selection import Select, Selection, SelectionError
-    from ablate.execution.slurm import SlurmJob
+    from ablate.execution.slurm import JobState, SlurmJob, Submission, Submitted
     from ablate.execution.stopped import Stopped
     from ablate.gpus.check import GpuCheck
     from ablate.gpus.figures import Figures
@@ -85,7 +85,8 @@ _LAZY = {
     **dict.fromkeys(("Checks", "PreflightError", "Workload"), "ablate.execution.preflight"),
     "Display": "ablate.execution.progress", "Stopped": "ablate.execution.stopped",
     **dict.fromkeys(("Select", "Selection", "SelectionError"), "ablate.execution.selection"),
-    "SlurmJob": "ablate.execution.slurm", "FORMATS": "ablate.reporting", "ReportError": "ablate.reporting",
+    **dict.fromkeys(("JobState", "SlurmJob", "Submission", "Submitted"), "ablate.execution.slurm"),
+    "FORMATS": "ablate.reporting", "ReportError": "ablate.reporting",
     **dict.fromkeys(("STATES", "Listing", "Store", "divergence"), "ablate.store"), "missing": "ablate.store.listing",
     "EXIT_CODE": "ablate.store.faults", "StoreUnavailable": "ablate.store.faults",
     **dict.fromkeys(("ReportFailed", "Synced", "from_mlflow"), "ablate.tracking.mirror"),
@@ -124,6 +125,7 @@ __all__ = [
     "Figures",
     "Forgotten",
     "GpuCheck",
+    "JobState",
     "LaunchResult",
     "Listing",
     "MlflowRun",
@@ -148,6 +150,8 @@ __all__ = [
     "Stopped",
     "Store",
     "StoreUnavailable",
+    "Submission",
+    "Submitted",
     "Synced",
     "Tracker",
     "UiServer",
@@ -178,6 +182,7 @@ __all__ = [
     "schema",
     "show",
     "slurm",
+    "slurm_submit",
     "status",
     "sweep_page",
     "sync",
@@ -393,6 +398,16 @@ def slurm(job: SlurmJob, plans: Sequence[Plan]) -> str:
     if problem := refusal(job, list(plans)):
         raise ValueError(problem)
     return script(job)
+
+
+def slurm_submit(job: SlurmJob, script_file: Path, sbatch: Sequence[str] = ()) -> Submission:
+    """`sbatch` the script written to `script_file` (`sbatch`: options before it, which win over its #SBATCH lines)
+    from the current folder, and record the job beside the store, where `status` finds it
+    (`ablate.execution.slurm.submit`); a RuntimeError with sbatch's words where it refused. `warning`: why the job
+    may break a SQLite store another job of it is using."""
+    from ablate.execution.slurm import submit
+
+    return submit(job, script_file, sbatch)
 
 
 def gpu_check(

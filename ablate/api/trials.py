@@ -11,6 +11,7 @@ from ablate.api.stores import reading
 from ablate.api.tracking import tracker_of
 
 if TYPE_CHECKING:
+    from ablate.execution.slurm import JobState
     from ablate.provenance.environment import Arithmetic
     from ablate.provenance.stale import StaleCode
     from ablate.store import Listing, Store
@@ -36,6 +37,8 @@ class Status:
     """Stale trials: sweep, key, and what `changed` since they ran (component names, `torch 2.4 -> 2.5`)."""
     code: StaleCode
     """The stale digests and how many trials they hold; `code.unchecked()`: the line on unchecked ones."""
+    jobs: tuple[JobState, ...] = ()
+    """The latest Slurm jobs `ablate slurm submit` recorded for the sweeps, and what Slurm says of each now."""
 
     def total(self, *states: str) -> int:
         """Trials in any of `states` across the sweeps (a listing shows only its first rows)."""
@@ -44,16 +47,22 @@ class Status:
 
 def status(sweeps: Sequence[str] | None = None, store: Store | str | None = None) -> Status:
     """The state of `sweeps` (default: every sweep in the store) as `ablate status` prints it, from `store` (a
-    Store, a database URL, or None: the CLI's db/ablate.sqlite); a LookupError where that database does not exist
-    (none is created)."""
+    Store, a database URL, or None: the CLI's db/ablate.sqlite), with the Slurm jobs submitted for them; a
+    LookupError where that database does not exist (none is created) and no job was submitted."""
+    from ablate.api.stores import absent
+    from ablate.execution.slurm import state, submitted
     from ablate.provenance.stale import LISTED, StaleCode, stale_code
-    from ablate.store import Listing
+    from ablate.store import Listing, Store
 
     chosen = list(sweeps) if sweeps else None
+    jobs = tuple(map(state, submitted(store.url if isinstance(store, Store) else store, chosen)))
+    nothing = Status({}, {}, Listing({}), Listing({}), Listing({}), StaleCode({}, 0), jobs)
+    if jobs and absent(store):  # a job still waiting to start its launch
+        return nothing
     with reading(store) as opened:
         counts = opened.state_counts(chosen)
         if not counts:
-            return Status({}, {}, Listing({}), Listing({}), Listing({}), StaleCode({}, 0))
+            return nothing
         pace = opened.progress(chosen)
         running = opened.trial_rows(chosen, states=("running",), limit=LISTED)
         failed = opened.trial_rows(chosen, states=("failed", "diverged"), limit=LISTED)
@@ -64,7 +73,7 @@ def status(sweeps: Sequence[str] | None = None, store: Store | str | None = None
         stale = Listing(
             {"sweep": rows["sweep"], "key": rows["key"], "changed": [code.changed[d] for d in rows["digest"]]}
         )
-    return Status(counts, pace, running, failed, stale, code)
+    return Status(counts, pace, running, failed, stale, code, jobs)
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ calls the library and formats what it returns; one module per group of commands,
 - `ablate.cli.tables`: tables fitted to the terminal
 - `ablate.cli.plan`: plan, check, schema, plugins (the file, before anything runs)
 - `ablate.cli.launch`: launch (and its dry run)
-- `ablate.cli.slurm`: slurm (a sweep's batch script)
+- `ablate.cli.slurm`: slurm write, slurm submit (a sweep's batch script; submitted)
 - `ablate.cli.inspect`: status, runs, show (the store, read)
 - `ablate.cli.report`: report, sync
 - `ablate.cli.maintenance`: forget
@@ -31,7 +31,6 @@ __all__ = ["ROWS", "app", "main"]
 for name, command in (
     ("plan", plan.plan),
     ("launch", launch.launch),
-    ("slurm", slurm.slurm),
     ("sync", report.sync),
     ("check", plan.check),
     ("gpu-check", gpu.gpu_check),
@@ -45,6 +44,7 @@ for name, command in (
     ("plugins", plan.plugins),
 ):
     app.command(name)(command)
+app.add_typer(slurm.slurm, name="slurm")
 
 
 def main() -> None:

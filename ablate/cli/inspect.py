@@ -25,14 +25,23 @@ def status(
 ) -> None:
     """Per sweep: trials per state, epochs left and the ETA at the pace of the unfinished trials; running
     trials, failures with the first line of their error (`ablate show KEY`: the whole traceback), stale results
-    (a listing shows its first rows and counts the rest)."""
-    from ablate.api import STATES, Listing, divergence
+    (a listing shows its first rows and counts the rest); the Slurm jobs `ablate slurm submit` sent, and their
+    state in Slurm."""
+    from ablate.api import STATES, Listing, NoDatabase, divergence
     from ablate.api import status as read
 
-    with existing_store(db) as store:
-        now = read(sweep, store)
+    try:
+        now = read(sweep, db)
+    except NoDatabase as e:
+        fail(str(e))
+    if now.jobs:
+        print_table(Listing({"job": [j.job.job for j in now.jobs], "sweeps": [" ".join(j.job.sweeps) for j in now.jobs],
+                             "Slurm state": [j.state for j in now.jobs], "restarts": [j.restarts for j in now.jobs],
+                             "nodes": [j.nodes for j in now.jobs], "reason": [j.reason for j in now.jobs]}),
+                    "Slurm jobs (`ablate slurm submit`)", drop=("reason", "nodes", "restarts"),
+                    wrap=("reason",), hint=WIDER)  # fmt: skip
     if not now.counts:
-        out.print("no sweeps in the store")
+        out.print("no results of these sweeps in the store yet" if now.jobs else "no sweeps in the store")
         return
     paces = [now.pace.get(s) for s in now.counts]
     table = Listing({"sweep": list(now.counts), **{c: [n[c] for n in now.counts.values()] for c in [*STATES, "total"]},

@@ -8,16 +8,24 @@ not collide, and the folder is under the job's $TMPDIR (node-local on many clust
 (a shell runs no trap while a foreground command runs, so the launcher runs in the background and the shell waits),
 and the launcher checkpoints its trials and records them `preempted`; `--requeue` lets Slurm run the job again after
 a preemption, and a rerun of the same launch trains only what is unfinished.
+
+`ablate slurm submit` hands the script to `sbatch` and records the job (`Submitted`, a line of `JOBS` beside the
+store) so that `ablate status` can say what Slurm says of it (`JobState`) while it waits, runs, is requeued and after.
 """
 
 from __future__ import annotations
 
+import json
 import re
 import shlex
+import subprocess
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
 
-from ablate.planning.plan import Plan
+if TYPE_CHECKING:
+    from ablate.planning.plan import Plan
 
 DEFAULT_SIGNAL = 300
 """Seconds before the time limit at which Slurm sends SIGTERM (the launcher waits 25 s for a step boundary; a
@@ -69,6 +77,132 @@ class SlurmJob:
         return argv
 
 
+JOBS = "slurm-jobs.jsonl"
+"""The submitted jobs of a store, one JSON line each: beside its SQLite file (where every node and the login node
+look), or in the folder `submit` ran in for a server's store."""
+SHOWN = 5
+"""The latest submitted jobs `ablate status` asks Slurm about."""
+ENDED = ("COMPLETED", "FAILED", "TIMEOUT", "CANCELLED", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED", "BOOT_FAIL",
+         "DEADLINE")  # fmt: skip
+"""Slurm's states of a job that has ended (a requeued one is PENDING again)."""
+
+
+@dataclass(frozen=True)
+class Submitted:
+    """A job `ablate slurm submit` handed to sbatch."""
+
+    job: str
+    sweeps: tuple[str, ...]
+    script: str
+    folder: str
+    """Where it was submitted from: its output file (`%x-%j.out`) and the launch's relative paths are there."""
+
+
+@dataclass(frozen=True)
+class JobState:
+    """What Slurm says of a submitted job now: `scontrol show job` while Slurm holds it, `sacct` after."""
+
+    job: Submitted
+    state: str
+    """Slurm's JobState (PENDING, RUNNING, COMPLETED, ...), or `unknown` (`reason` says why)."""
+    restarts: int | None
+    """Times it was requeued (None: accounting, which does not say)."""
+    nodes: str
+    reason: str
+
+    @property
+    def ended(self) -> bool:
+        return self.state in ENDED
+
+
+@dataclass(frozen=True)
+class Submission:
+    """What `submit` did: the job, and the jobs of the same SQLite store that were waiting or running then."""
+
+    job: Submitted
+    alongside: tuple[JobState, ...]
+
+    @property
+    def warning(self) -> str | None:
+        """Why a job beside another one on one SQLite store may break it, or None."""
+        if not self.alongside:
+            return None
+        others = ", ".join(f"{j.job.job} ({j.state.lower()})" for j in self.alongside)
+        return (f"job {others} of this SQLite store has not ended: SQLite over a shared filesystem takes one job at "
+                "a time (its WAL, which the store uses, wants all its writers on one machine: jobs on two nodes "
+                "may corrupt it, or wait on locks a network filesystem does not keep). Use PostgreSQL (--db "
+                "postgresql+psycopg://...) for jobs that run at once, or submit this one with "
+                f"-- --dependency=afterany:{self.alongside[-1].job.job}.")  # fmt: skip
+
+
+def jobs_file(db: str | None) -> Path:
+    """Where the jobs submitted for the store `db` (a URL; None: the default) are recorded."""
+    from ablate.store.engine import database_url, sqlite_file
+
+    path = sqlite_file(database_url(db))
+    return (path.parent if path is not None else Path.cwd()) / JOBS
+
+
+def submit(job: SlurmJob, script_file: Path, sbatch: Sequence[str] = ()) -> Submission:
+    """`sbatch` the script (`sbatch`: options before it, which win over its #SBATCH lines) from the current
+    folder and record the job; a RuntimeError with sbatch's words where it refused. The jobs of the same SQLite
+    store that have not ended come with it (a server's store takes several jobs at once)."""
+    from ablate.store.engine import database_url, sqlite_file
+
+    sqlite = sqlite_file(database_url(job.db)) is not None
+    alongside = tuple(s for s in map(state, submitted(job.db)) if sqlite and not s.ended and s.state != "unknown")
+    argv = ["sbatch", "--parsable", *sbatch, str(script_file)]
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+    except FileNotFoundError as e:
+        raise RuntimeError("sbatch is not on the PATH: submit from a node of the Slurm cluster (a login node)") from e
+    if done.returncode != 0:
+        raise RuntimeError(f"sbatch refused the job (exit {done.returncode}): {done.stderr.strip()}")
+    record = Submitted(done.stdout.strip().split(";")[0], job.sweeps, str(script_file.resolve()), str(Path.cwd()))
+    file = jobs_file(job.db)
+    file.parent.mkdir(parents=True, exist_ok=True)
+    with file.open("a") as f:
+        f.write(json.dumps(asdict(record)) + "\n")
+    return Submission(record, alongside)
+
+
+def submitted(db: str | None, sweeps: Sequence[str] | None = None) -> list[Submitted]:
+    """The latest `SHOWN` jobs recorded for the store `db` that run any of `sweeps` (None: any), oldest first."""
+    file = jobs_file(db)
+    if not file.exists():
+        return []
+    records = [json.loads(line) for line in file.read_text().splitlines() if line.strip()]
+    jobs = [Submitted(r["job"], tuple(r["sweeps"]), r["script"], r["folder"]) for r in records]
+    return [j for j in jobs if sweeps is None or set(j.sweeps) & set(sweeps)][-SHOWN:]
+
+
+def state(job: Submitted) -> JobState:
+    """What Slurm says of `job`: its controller while it holds the job (until MinJobAge after its end), then its
+    accounting (where the cluster keeps one)."""
+    shown = _ask("scontrol", "show", "job", "--oneliner", job.job)
+    if shown is not None:
+        fields = dict(word.split("=", 1) for word in shown.split() if "=" in word)
+        return JobState(job, fields.get("JobState", "unknown"), int(fields.get("Restarts", "0")),
+                        fields.get("NodeList", "").replace("(null)", ""),
+                        fields.get("Reason", "").replace("None", ""))  # fmt: skip
+    lines = (_ask("sacct", "--noheader", "--allocations", "--parsable2", "--jobs", job.job,
+                  "--format", "State,NodeList") or "").splitlines()  # fmt: skip
+    if lines and "|" in lines[-1]:
+        said, nodes = lines[-1].split("|", 1)
+        return JobState(job, said.split()[0] if said.strip() else "unknown", None, nodes, "")
+    return JobState(job, "unknown", None, "", "neither Slurm's controller (scontrol) nor its accounting (sacct) "
+                    "knows the job any more")  # fmt: skip
+
+
+def _ask(*argv: str) -> str | None:
+    """A Slurm command's output, None where it failed or is not there."""
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+    except (FileNotFoundError, subprocess.TimeoutExpired):
+        return None
+    return done.stdout if done.returncode == 0 else None
+
+
 def refusal(job: SlurmJob, plans: Sequence[Plan]) -> str | None:
     """Why the job could not run a sweep's trials, or None: a trial worker must fit one node's allocation (Ray
     places a worker on one node), and a GPU sweep needs GPUs."""
@@ -118,6 +252,7 @@ TEMPLATE = """\
 #SBATCH --time={time}
 {optional}#SBATCH --signal=B:TERM@{signal}
 #SBATCH --requeue
+#SBATCH --no-kill
 #SBATCH --open-mode=append
 #SBATCH --output=%x-%j.out
 set -uo pipefail
@@ -146,15 +281,19 @@ node=(--block --temp-dir="$temp" --num-cpus="$SLURM_CPUS_PER_TASK" --disable-usa
 ray start --head --node-ip-address="$head_ip" --port=$port --ray-client-server-port=$((port + 1)) \\
     --dashboard-port=$((port + 2)) "${{node[@]}}" &
 head=$!
-if (( SLURM_JOB_NUM_NODES > 1 )); then
-    srun --nodes=$((SLURM_JOB_NUM_NODES - 1)) --ntasks-per-node=1 --exclude="$SLURMD_NODENAME" \\
-        ray start --address="$head_ip:$port" "${{node[@]}}" &
-    others=$!
-fi
 until [[ -e $temp/ray_current_cluster ]]; do  # the head writes it once it serves
     kill -0 $head 2>/dev/null || {{ echo "the Ray head did not start" >&2; exit 1; }}
     sleep 1
 done
+# The workers once the head serves (a worker's Ray gives up 30 s after it starts if the head does not answer).
+# --ntasks too: srun would take the job's (one per node, SLURM_NTASKS) and ask for more CPUs than it may use.
+# --no-kill, here and above: a worker node lost ends neither the job nor the other workers; Ray starts its trials
+# again on the nodes left, from their checkpoints.
+if (( SLURM_JOB_NUM_NODES > 1 )); then
+    srun --nodes=$((SLURM_JOB_NUM_NODES - 1)) --ntasks=$((SLURM_JOB_NUM_NODES - 1)) --ntasks-per-node=1 --no-kill \\
+        --exclude="$SLURMD_NODENAME" ray start --address="$head_ip:$port" "${{node[@]}}" &
+    others=$!
+fi
 
 # SIGTERM (the time limit's warning, a preemption, scancel --signal=TERM --batch) goes on to the launcher, which
 # checkpoints its running trials at their next step and records them preempted; a rerun resumes them.

@@ -16,14 +16,16 @@ import shlex
 import shutil
 import subprocess
 import sys
+import tempfile
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import ROOT, TINY, write_sweeps
+from conftest import ROOT, TINY, free_port, needs, write_sweeps
 from gate import Gate, wait_for
+from netns import Network
 from procs import leftovers
 from slurm import Slurm
 from typer.testing import CliRunner
@@ -35,6 +37,7 @@ from ablate.training.checkpoint_storage import Storage
 
 PAGE = ROOT / "docs" / "tutorials" / "slurm.md"
 MARKER = "<!-- tests/execution/test_slurm.py runs this block"
+SUBMIT = "<!-- tests/execution/test_slurm.py runs this block too"
 SHARED, SWEEP = "/shared/ablate", "csan-paper"
 SHAPE = ("--nodes", "--cpus-per-node", "--gpus-per-node")
 """The options whose values the test replaces: this machine's node."""
@@ -47,21 +50,26 @@ SLOW = pytest.mark.timeout(420)
 3 min), 2 to 4.5 min each at a load average of 20 (the file in 12 min)."""
 
 
-def page_commands() -> list[list[str]]:
-    """The tutorial's block: `ablate slurm ...` then `sbatch ...` (continuation lines joined, comments dropped)."""
+def page_block(marker: str) -> list[list[str]]:
+    """The commands of the tutorial's bash block after `marker` (continuation lines joined, comments dropped)."""
     text = PAGE.read_text()
-    assert MARKER in text, f"{PAGE.name} lost the marker comment above its commands"
-    block = re.search(r"```bash\n(.*?)```", text[text.index(MARKER) :], re.S)
+    assert marker in text, f"{PAGE.name} lost the marker comment above its commands: {marker}"
+    block = re.search(r"```bash\n(.*?)```", text[text.index(marker) :], re.S)
     assert block is not None
     argv = [shlex.split(line, comments=True) for line in block.group(1).replace("\\\n", " ").splitlines()]
-    argv = [a for a in argv if a]
+    return [a for a in argv if a]
+
+
+def page_commands() -> list[list[str]]:
+    """The tutorial's first block: `ablate slurm ...` then `sbatch ...`."""
+    argv = page_block(MARKER)
     assert [a[:2] for a in argv] == [["ablate", "slurm"], ["sbatch", argv[0][argv[0].index("-o") + 1]]], argv
     return argv
 
 
-def fill(argv: list[str], experiments: Path, folder: Path, cpus: int) -> list[str]:
-    """`argv` for this machine: the shared folder, the file and the sweep replaced, one node of `cpus` CPUs."""
-    shape = dict(zip(SHAPE, ("1", str(cpus), "0"), strict=True))
+def fill(argv: list[str], experiments: Path, folder: Path, cpus: int, nodes: int = 1) -> list[str]:
+    """`argv` for this machine: the shared folder, the file and the sweep replaced, `nodes` nodes of `cpus` CPUs."""
+    shape = dict(zip(SHAPE, (str(nodes), str(cpus), "0"), strict=True))
     out = [shape.get(prev, a) for prev, a in zip(["", *argv], argv, strict=False)]
     out = [a.replace(SHARED, str(folder)).replace(SWEEP, "tiny") for a in out]
     return [str(experiments) if a == "experiments.yaml" else a for a in out]
@@ -139,11 +147,19 @@ class Sweep:
     $TMPDIR is `tmpdir` (None: unset, so /tmp, whatever the test's own environment says)."""
 
     def __init__(
-        self, slurm: Slurm, folder: Path, seeds: int, cpus: int, gated: bool, *extra: str, tmpdir: Path | None = None
+        self,
+        slurm: Slurm,
+        folder: Path,
+        seeds: int,
+        cpus: int,
+        gated: bool,
+        *extra: str,
+        tmpdir: Path | None = None,
+        nodes: int = 1,
     ) -> None:
         self.slurm, self.folder, self.tmp = slurm, folder, tmpdir or Path("/tmp")
         experiments = write_sweeps(folder / "experiments.yaml", {"tiny": {"base": TINY, "seeds": seeds}})
-        make, self.submit_argv = (fill(a, experiments, folder, cpus) for a in page_commands())
+        make, self.submit_argv = (fill(a, experiments, folder, cpus, nodes) for a in page_commands())
         here = Path.cwd()
         os.chdir(folder)  # where the page's reader runs it: `-o` and the job's relative paths are in the folder
         try:
@@ -304,3 +320,177 @@ def test_a_job_killed_by_its_time_limit_leaves_what_the_next_job_finishes(sweep:
     again = s.sbatch()
     assert s.ended(again) == "COMPLETED", s.logs()
     s.check_done_once(attempts=2)
+
+
+@SLOW
+def test_submit_and_walk_away_status_follows_the_job_and_scancel_leaves_it_resumable(
+    sweep: Callable[..., Sweep],
+) -> None:
+    """`ablate slurm submit` returns with the job id once sbatch took the job; `ablate status` shows the job's Slurm
+    state beside the store's progress while it waits or runs and after it ended; a plain `scancel` of a job whose
+    trials are mid-run leaves them to the next submit, which resumes them: every trial done once."""
+    s = sweep(seeds=2, gated=True)
+    ablate = str(Path(sys.executable).parent / "ablate")  # the real command (the gate's shim is the job's)
+    f = s.folder
+    submitting, watching = (fill(a, f / "experiments.yaml", f, 2) for a in page_block(SUBMIT))
+    assert [submitting[:3], watching[:2]] == [["ablate", "slurm", "submit"], ["ablate", "status"]], submitting
+    cut = submitting.index("--")  # the page's sbatch options follow
+    submitting[cut:cut] = ["--lease", "3"]  # trials a plain scancel leaves running: taken over in 3 s, not 60
+
+    def cli(*argv: str) -> subprocess.CompletedProcess[str]:
+        env = {**s.env, "COLUMNS": "200"}
+        return subprocess.run([ablate, *argv], cwd=f, env=env, capture_output=True, text=True, timeout=120)
+
+    def submit(*sbatch: str) -> tuple[str, str]:
+        """The job's id, and what was said on stderr."""
+        done = cli(*submitting[1:], "--job-name=walked-away", *sbatch)
+        assert done.returncode == 0 and re.fullmatch(r"\d+\n", done.stdout), done.stdout + done.stderr
+        s.jobs.append(done.stdout.strip())
+        return s.jobs[-1], done.stderr
+
+    def status() -> str:
+        done = cli(*watching[1:])
+        return done.stdout + done.stderr
+
+    refused = cli(*submitting[1:], "--bogus")
+    assert refused.returncode == 2 and "sbatch refused the job" in refused.stderr, refused.stderr
+    job, said = submit()
+    assert said == ""
+    assert s.slurm.job(job)["JobName"] == "walked-away"  # sbatch's option won over the script's #SBATCH line
+    assert (f / "ablate-tiny.sbatch").read_text() == script(SlurmJob(
+        str(f / "experiments.yaml"), ("tiny",), cpus_per_node=2, storage=f"{f}/checkpoints",
+        db=f"sqlite:///{f}/ablate.sqlite", mlflow_uri=f"sqlite:///{f}/mlflow.sqlite", lease=3.0,
+    ))  # fmt: skip
+    held = s.until(lambda: len(s.gate.reached()) == 2 and s.gate.reached(), "both trials at the gate")
+    now = status()
+    assert re.search(rf"{job}\W+tiny\W+RUNNING", now) and "running" in now, now
+    second, said = submit("--hold")  # a second job on this SQLite store while the first runs: warned, held
+    assert said.startswith(f"warning: job {job} (running) of this SQLite store has not ended: SQLite over a shared "
+                           "filesystem takes one job at a time"), said  # fmt: skip
+    s.slurm.run("scancel", second)
+    s.slurm.run("scancel", job)
+    assert s.ended(job) == "CANCELLED", s.logs()
+    left = s.store.states(held)
+    assert set(left.values()) <= {"preempted", "running"}, left
+    assert re.search(rf"{job}\W+tiny\W+CANCELLED", status())
+    s.gate.open()
+    again, said = submit()
+    assert said == "", said  # the jobs before it have ended
+    assert s.ended(again) == "COMPLETED", s.logs()
+    now = status()
+    assert re.search(rf"{job}\W+tiny\W+CANCELLED", now) and re.search(rf"{again}\W+tiny\W+COMPLETED", now), now
+    s.check_done_once(attempts=2)
+
+
+# ------------------------------------------------------------------------------------------ across nodes
+HOSTS = ("node1", "node2", "node3")
+MEASURES = ("epoch_s", "samples_per_s", "peak_mem_mb")
+"""Metrics of the machine's state, not of the training: a node's equal a one-node run's in everything else."""
+
+
+@pytest.fixture
+def nodes() -> Iterator[tuple[Slurm, Network]]:
+    """A Slurm of three 1-CPU nodes, each a host of its own on one machine (tests/netns.py: a network namespace and
+    hostname each, on a bridge the fixture makes), the controller on the bridge; all removed after, by pid."""
+    import netns
+    from slurm import available
+
+    needs(available() and netns.available(), "multi-node Slurm tests need root, iproute2 and Slurm's programs")
+    net = Network(HOSTS).create()
+    root = Path(tempfile.mkdtemp(prefix="ablate-slurm-"))
+    try:
+        first = int.from_bytes(os.urandom(2), "big") * 10 + 10_000
+        server = Slurm(root, cpus=1, network=net)
+        try:
+            server.start(free_port(), free_port(), first_job=first)
+            try:
+                wait_for(server.idle, timeout=60)
+            except TimeoutError:
+                pytest.fail(f"the three nodes never went idle\n{server.logs()}", pytrace=False)
+            yield server, net
+        finally:
+            server.stop()
+            for folder in [server.local, *(server.node_tmp(h.name) for h in net.hosts)]:
+                leftovers(folder)  # what a killed job's Ray may have left in a node's $TMPDIR
+                shutil.rmtree(folder, ignore_errors=True)
+    finally:
+        net.remove()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.mark.team
+@pytest.mark.timeout(900)
+def test_a_three_node_job_runs_trials_on_every_node_as_one_node_would(
+    nodes: tuple[Slurm, Network], tmp_path: Path
+) -> None:
+    """`sbatch --nodes=3` of the page's script: the Ray head on the first node, a Ray worker on each other (srun),
+    the driver on the head; each node has 1 CPU, so the three gated trials wait at the gate one on each node (the
+    store's host column names all three); the job completes, and every trial's metrics equal a one-node launch's."""
+    slurm, _ = nodes
+    (tmp_path / "shared").mkdir()
+    s = Sweep(slurm, tmp_path / "shared", 3, 1, True, nodes=3)
+    try:
+        job = s.sbatch()
+        s.until(lambda: len(s.gate.reached()) == 3, "a trial at the gate on each node")
+        hosts = s.store.trial_rows("tiny")["host"]
+        assert sorted(hosts) == list(HOSTS), (hosts, s.logs())
+        s.gate.open()
+        assert s.ended(job) == "COMPLETED", s.logs()
+        s.check_done_once(attempts=1)
+        out = next(s.folder.glob(f"*-{job}.out")).read_text()
+        assert f"Ray's folder (its logs: session_latest/logs): {slurm.local}/ray-{job}\n" in out
+        alone = tmp_path / "alone"
+        launch = [str(Path(sys.executable).parent / "ablate"), "launch", str(s.folder / "experiments.yaml"), "tiny",
+                  "--plain", "--yes", "--no-mlflow", "--db", f"sqlite:///{alone}/ablate.sqlite",
+                  "--storage", str(alone / "checkpoints")]  # fmt: skip
+        done = subprocess.run(launch, env={**os.environ, "RAY_ADDRESS": ""}, capture_output=True, text=True,
+                              timeout=600)  # fmt: skip
+        assert done.returncode == 0, done.stdout + done.stderr
+        one = Store(f"sqlite:///{alone}/ablate.sqlite")
+        try:
+            for k in s.gate.reached():  # to the last bit, all but the machine's measures (times, peak memory)
+                assert [r[:3] for r in s.store.metric_rows(k) if r[0] not in MEASURES] == [
+                    r[:3] for r in one.metric_rows(k) if r[0] not in MEASURES
+                ], k
+        finally:
+            one.close()
+    finally:
+        for j in s.jobs:
+            slurm.run("scancel", j)
+        s.close()
+
+
+@pytest.mark.team
+@pytest.mark.timeout(900)
+def test_a_worker_node_lost_mid_sweep_its_trial_resumes_on_another_and_every_trial_is_done_once(
+    nodes: tuple[Slurm, Network], tmp_path: Path
+) -> None:
+    """node3's processes (its slurmd, its Ray, its trial) SIGKILLed while a trial of each node waits at the gate:
+    once the controller has taken node3 for lost, the job goes on (`--no-kill`), node3's trial starts again on node1
+    or node2 from its epoch-1 checkpoint, and the job completes with every trial done once, no epoch twice."""
+    slurm, net = nodes
+    (tmp_path / "shared").mkdir()
+    s = Sweep(slurm, tmp_path / "shared", 3, 1, True, nodes=3)
+    try:
+        job = s.sbatch()
+        s.until(lambda: len(s.gate.reached()) == 3, "a trial at the gate on each node")
+        rows = s.store.trial_rows("tiny")
+        (lost,) = [k for k, h in zip(rows["key"], rows["host"], strict=True) if h == "node3"]
+        killed = net.kill(net.hosts[2])
+        assert slurm.slurmd["node3"].pid in killed and s.gate.reached()[lost] in killed
+        down = lambda: slurm.run("sinfo", "-h", "-n", "node3", "-o", "%t").strip().startswith("down")  # noqa: E731
+        s.until(down, "the controller to take node3 for lost (SlurmdTimeout): a job without --no-kill ends there")
+        assert s.slurm.job(job)["JobState"] == "RUNNING"
+        s.gate.open()
+        assert s.ended(job) == "COMPLETED", s.logs()
+        trials = {k: s.store.trial(k) for k in rows["key"]}
+        assert {k: t.state for k, t in trials.items()} == dict.fromkeys(trials, "done"), s.logs()
+        assert trials[lost].attempts == 2 and (trials[lost].resumed_from or 0) >= 1, trials[lost]
+        assert trials[lost].host in ("node1", "node2") and all(t.attempts == 1 for k, t in trials.items() if k != lost)
+        for k in trials:
+            steps = [(name, step) for name, step, *_ in s.store.metric_rows(k)]
+            assert len(steps) == len(set(steps)) and {st for _, st in steps} == {1, 2}, (k, steps)
+    finally:
+        for j in s.jobs:
+            slurm.run("scancel", j)
+        s.close()
