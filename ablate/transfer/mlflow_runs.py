@@ -3,11 +3,14 @@ experiment by name or id, read through MLflow's own client.
 
 Parameters are MLflow's text, read as YAML values (`0.01` a number, `resnet18` text); every metric's history is
 read whole (its steps are the epochs); a FINISHED run is done, a FAILED or KILLED one failed, and a run still
-RUNNING or SCHEDULED is left out (said in a note: an import once it ended adds it).
+RUNNING or SCHEDULED is left out (said in a note: an import once it ended adds it). A `mlruns` folder is read with
+MLFLOW_ALLOW_FILE_STORE set: MLflow 3 refuses its file store otherwise, and reading a folder of old runs is what it
+is for here.
 """
 
 from __future__ import annotations
 
+import os
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -48,6 +51,8 @@ def runs(where: str, experiment: str) -> tuple[list[Run], Source, list[str]]:
     from mlflow.tracking import MlflowClient
 
     uri = tracking_uri(where)
+    if uri.startswith("file:"):
+        os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
     client = MlflowClient(tracking_uri=uri)
     try:
         found = client.get_experiment_by_name(experiment)

@@ -53,8 +53,21 @@ def _native(value: Any) -> Any:
     return value.item() if hasattr(value, "item") else value
 
 
+def _number(value: Any) -> bool:
+    """Whether a cell of a text column is a number all the same (a CSV column that holds one word among numbers)."""
+    if isinstance(value, bool):
+        return False
+    try:
+        float(value)
+    except (TypeError, ValueError):
+        return False
+    return True
+
+
 def runs(path: Path, columns: Columns) -> tuple[list[Run], Source, tuple[str, ...]]:
     """The runs of the table at `path`, its source, and its axis columns."""
+    from pandas.api.types import is_bool_dtype, is_numeric_dtype
+
     frame = read_frame(path)
     names = [str(c) for c in frame.columns]
     roles = [c for c in (columns.seed, columns.run_id, columns.epoch, columns.status) if c]
@@ -72,10 +85,8 @@ def runs(path: Path, columns: Columns) -> tuple[list[Run], Source, tuple[str, ..
     metrics = tuple(columns.metrics) if columns.metrics is not None else tuple(c for c in rest if c not in axes)
     bad = []
     for m in metrics:
-        if frame[m].dtype == object:
-            text = [
-                (i, v) for i, v in enumerate(frame[m]) if _native(v) is not None and not isinstance(v, (int, float))
-            ]
+        if not is_numeric_dtype(frame[m]) or is_bool_dtype(frame[m]):
+            text = [(i, v) for i, v in enumerate(frame[m]) if _native(v) is not None and not _number(v)]
             if text:
                 i, v = text[0]
                 bad.append(f"{path}: metric column {m!r} holds text ({v!r} in row {i + 1}, and "
