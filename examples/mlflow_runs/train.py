@@ -18,6 +18,7 @@ try:
     import timm
 except RuntimeError:  # this repository's CPU-only torch beside a CUDA torchvision (ablate/_tv_compat.py says why)
     import ablate._tv_compat  # noqa: F401
+
     import timm
 
 

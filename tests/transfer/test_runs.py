@@ -76,6 +76,6 @@ def test_two_runs_in_one_cell_with_one_seed_are_named_and_kept_only_as_told() ->
 
 def test_a_run_without_the_headline_metric_is_imported_failed_and_said() -> None:
     got = to_dump([run("a", 0.1, 0, [0.5]), run("b", 0.1, 1, [])], Mapping("s", "seed"), SOURCE)
-    assert [(t["state"], t["error"]) for t in got.dump.trials] == [("done", None),
-                                                                   ("failed", "no value of val_acc recorded")]  # fmt: skip
+    ended = [(t["state"], t["error"]) for t in got.dump.trials]
+    assert ended == [("done", None), ("failed", "no value of val_acc recorded")]
     assert got.notes == ["run b: finished without a value of val_acc: imported as failed"]

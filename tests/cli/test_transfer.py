@@ -1,0 +1,48 @@
+"""`ablate export` and `ablate import` on the command line (issue 57): a table imported, exported and imported into
+another store; an unknown column exits 2 naming it with nothing written; two runs in one cell and seed exit 2
+naming both, and `--duplicates last` keeps one."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+from typer.testing import CliRunner
+
+from ablate.cli import app
+
+ROWS = [{"model": m, "seed": s, "acc": 0.7 + 0.1 * (m == "vit") + s / 100} for m in ("resnet", "vit") for s in range(3)]
+
+
+def invoke(*args: str, code: int = 0) -> str:
+    result = CliRunner().invoke(app, list(args), env={"COLUMNS": "200"})
+    assert result.exit_code == code, result.output
+    return result.output
+
+
+def test_a_table_imported_exported_and_imported_elsewhere(tmp_path: Path) -> None:
+    table, a, b = tmp_path / "grid.csv", str(tmp_path / "a.sqlite"), str(tmp_path / "b.sqlite")
+    pd.DataFrame(ROWS).to_csv(table, index=False)
+    assert "imported 6 trials into grid" in invoke("import", str(table), "--axis", "model", "--db", a)
+    assert "imported 0 trials into grid; 6 already in the store" in invoke("import", str(table), "--axis", "model",
+                                                                           "--db", a)  # fmt: skip
+    out = invoke("export", str(tmp_path / "out"), "grid", "--format", "csv", "--db", a)
+    assert "exported 1 sweeps, 6 trials, 6 members, 6 metrics, 0 previous" in out
+    assert "imported 6 trials into grid" in invoke("import", str(tmp_path / "out"), "--db", b)
+    assert "vit" in invoke("runs", "grid", "--db", b)
+
+
+def test_an_unknown_column_exits_2_and_writes_nothing(tmp_path: Path) -> None:
+    table, db = tmp_path / "grid.csv", tmp_path / "a.sqlite"
+    pd.DataFrame(ROWS).to_csv(table, index=False)
+    out = invoke("import", str(table), "--axis", "model,optimizer", "--db", str(db), code=2)
+    assert "no column 'optimizer' (columns: model, seed, acc)" in out and not db.exists()
+
+
+def test_two_runs_in_one_cell_and_seed_are_named_and_kept_only_as_told(tmp_path: Path) -> None:
+    table, db = tmp_path / "grid.csv", str(tmp_path / "a.sqlite")
+    pd.DataFrame([*ROWS, {**ROWS[0], "acc": 0.5}]).to_csv(table, index=False)
+    out = invoke("import", str(table), "--axis", "model", "--db", db, code=2)
+    assert 'runs row 1, row 7 claim the same cell {"model": "resnet"} and seed 0' in out
+    out = invoke("import", str(table), "--axis", "model", "--db", db, "--duplicates", "last")
+    assert "imported 6 trials" in out and "note: runs row 1, row 7 claim" in out
