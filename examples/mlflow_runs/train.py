@@ -1,8 +1,9 @@
 """A plain training script that logs to MLflow the way people do, nothing of ablate in it: parameters once, a metric
 per epoch, the seed as a parameter. `ablate import` then reads its experiment (docs/tutorials/existing-runs.md).
 
-    python examples/mlflow_runs/train.py --lr 0.003 --depth 2 --seed 0          # logs to ./mlruns
-    ablate import mlruns --experiment digits --seed seed --metric val_acc
+    export MLFLOW_TRACKING_URI=sqlite:///mlflow.db
+    python examples/mlflow_runs/train.py --lr 0.003 --depth 2 --seed 0
+    ablate import mlflow.db --experiment digits --seed seed --metric val_acc --ignore epochs
     ablate report digits
 """
 
@@ -22,7 +23,7 @@ except RuntimeError:  # this repository's CPU-only torch beside a CUDA torchvisi
     import timm
 
 
-def train(lr: float, depth: int, seed: int, epochs: int = 3, experiment: str = "digits") -> float:
+def train(lr: float, depth: int, seed: int, epochs: int = 10, experiment: str = "digits") -> float:
     """Train a tiny timm ViT on scikit-learn's 8x8 digits and log it to MLflow; the last validation accuracy."""
     torch.manual_seed(seed)
     x, y = load_digits(return_X_y=True)
@@ -38,7 +39,7 @@ def train(lr: float, depth: int, seed: int, epochs: int = 3, experiment: str = "
         mlflow.log_params({"lr": lr, "depth": depth, "seed": seed, "epochs": epochs})
         for epoch in range(1, epochs + 1):
             model.train()
-            for batch in train_idx.split(64):
+            for batch in train_idx.split(32):
                 loss = torch.nn.functional.cross_entropy(model(x[batch]), y[batch])
                 optimizer.zero_grad()
                 loss.backward()
@@ -56,6 +57,6 @@ if __name__ == "__main__":
     parser.add_argument("--lr", type=float, default=3e-3)
     parser.add_argument("--depth", type=int, default=2)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--epochs", type=int, default=3)
+    parser.add_argument("--epochs", type=int, default=10)
     args = parser.parse_args()
     print(train(args.lr, args.depth, args.seed, args.epochs))

@@ -5,6 +5,9 @@ themselves; an unknown experiment names those there are."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -74,3 +77,32 @@ def test_an_unknown_experiment_names_those_there_are(tmp_path: Path) -> None:
     with pytest.raises(ImportProblem, match="no runs to import"):
         import_runs(tmp_path / "m.sqlite", experiment="cifar", store=str(tmp_path / "a.sqlite"))
     assert not (tmp_path / "a.sqlite").exists()
+
+
+EXAMPLE = Path(__file__).parents[2] / "examples" / "mlflow_runs"
+GRID = """
+import sys
+sys.path.insert(0, {folder!r})
+import train
+for lr in (0.001, 0.003):
+    for seed in (0, 1):
+        train.train(lr, depth=1, seed=seed, epochs=2)
+"""
+
+
+@pytest.mark.timeout(900)
+def test_the_plain_training_scripts_experiment_imports_and_reports(tmp_path: Path) -> None:
+    """examples/mlflow_runs/train.py, run over a grid of two learning rates and two seeds as its user would (a
+    process of its own, MLflow's tracking URI from the environment), then imported and reported."""
+    env = {**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path / 'mlflow.db'}", "OMP_NUM_THREADS": "1"}
+    subprocess.run([sys.executable, "-c", GRID.format(folder=str(EXAMPLE))], cwd=tmp_path, env=env, check=True,
+                   capture_output=True, timeout=900)  # fmt: skip
+    db = str(tmp_path / "a.sqlite")
+    got = import_runs(tmp_path / "mlflow.db", experiment="digits", store=db, metric="val_acc", ignore=["epochs"],
+                      baseline={"lr": 0.001})  # fmt: skip
+    assert got.sweeps == ["digits"] and len(got.added) == 4
+    report("digits", store=db, out=tmp_path / "r", formats=["md"])
+    text = (tmp_path / "r" / "digits" / "report.md").read_text()
+    assert "Trials: 4 (4 done); variants: 2" in text and "Baseline: run; lr=0.001" in text
+    with Store(db) as store:
+        assert sorted(store.metrics_frame("digits", names="val_acc")["step"].unique()) == [1, 2]
