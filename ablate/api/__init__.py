@@ -21,7 +21,7 @@ from here (`_LAZY`).
 - `ablate.api.tracking`: the tracker a function is given, `sync`, the MLflow UI's `sweep_page`
 - `ablate.api.experiments`: `check`, `schema`, `components` (the file, before anything runs)
 - `ablate.api.plan_rows`: what `ablate plan` prints per trial
-- `ablate.api.transfer`: `export`, `import_runs` (runs ablate did not train)
+- `ablate.api.transfer`: `export`, `import_runs`, `import_file` (runs ablate did not train)
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ from ablate import units
 from ablate.api.experiments import CheckedVariant, Component, check, components, load_plugins, schema
 from ablate.api.stores import NoDatabase, absent, existing, existing_or_none, open_store, reading
 from ablate.api.tracking import sweep_page, sync, tracker_of
-from ablate.api.transfer import Imported, export, import_runs
+from ablate.api.transfer import Imported, export, import_file, import_runs
 from ablate.api.trials import (
     Attempt,
     Forgotten,
@@ -176,6 +176,7 @@ __all__ = [
     "from_mlflow",
     "git_words",
     "gpu_check",
+    "import_file",
     "import_runs",
     "launch",
     "load",

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from ablate.api.stores import open_store, reading
 
 if TYPE_CHECKING:
+    from ablate.spec.imports import ImportSpec
     from ablate.store import Store
     from ablate.store.dump import Dump
     from ablate.transfer.export import Exported
@@ -82,24 +83,77 @@ def import_runs(
     Trials already in the store are left as they are. ImportProblem, with nothing written, where a column or
     parameter is unknown, a seed is missing or not an integer, or two runs claim one cell and seed (unless
     `duplicates` is first or last)."""
-    from ablate.transfer import export, mlflow_runs, tables
-    from ablate.transfer.runs import Mapping, to_dump
+    from pydantic import ValidationError
+
+    from ablate.spec.imports import ImportSpec
+    from ablate.transfer import export
+    from ablate.transfer.runs import ImportProblem
 
     path = Path(source)
     if experiment is None and path.is_dir() and export.is_export(path):
         return _add(export.read(path), store, [])
-    if experiment is not None:
-        found, origin, notes = mlflow_runs.runs(str(source), experiment)
-        chosen = tuple(axes) if axes else None
+    try:
+        spec = ImportSpec(source=str(source), experiment=experiment, seed=seed, axes=_listed(axes),
+                          metrics=_listed(metrics), metric=metric, select=select, baseline=baseline,
+                          ignore=list(ignore), run_id=run_id, epoch=epoch, status=status,
+                          duplicates=duplicates)  # fmt: skip
+    except ValidationError as e:
+        raise ImportProblem([f"{'.'.join(map(str, x['loc']))}: {x['msg']}" for x in e.errors()]) from None
+    rows, notes, name = _converted(spec, sweep)
+    return _add(rows, store, notes, name)
+
+
+def import_file(
+    file: Path | str, sweeps: Sequence[str] | None = None, *, store: Store | str | None = None
+) -> list[Imported]:
+    """The `import:` block of an experiments file (`ablate.spec.imports`), each entry's runs added as the trials of
+    the sweep it names (`sweeps`: only these): what `import_runs` does with its flags. Every entry is read and
+    checked before anything is written; a bad block is a SpecError, an entry whose runs cannot be imported an
+    ImportProblem naming the file and the entry."""
+    from ablate.spec.imports import read_imports
+    from ablate.transfer.runs import ImportProblem
+
+    path = Path(file)
+    blocks = read_imports(path)
+    unknown = [s for s in sweeps or [] if s not in blocks]
+    if unknown or not blocks:
+        there = ", ".join(blocks) or "none"
+        raise ImportProblem([f"{path}: no import entry {', '.join(map(repr, unknown))} (entries: {there})" if unknown
+                             else f"{path}: no `import:` block"])  # fmt: skip
+    chosen = {n: b for n, b in blocks.items() if not sweeps or n in sweeps}
+    converted = []
+    for name, block in chosen.items():
+        spec = block.model_copy(update={"source": block.source_at(path.resolve().parent)})
+        try:
+            converted.append(_converted(spec, name))
+        except ImportProblem as e:
+            raise ImportProblem([f"{path}: import.{name}: {p}" for p in e.problems]) from None
+    return [_add(rows, store, notes, sweep) for rows, notes, sweep in converted]
+
+
+def _listed(names: Sequence[str] | None) -> list[str] | None:
+    return list(names) if names else None
+
+
+def _converted(spec: ImportSpec, sweep: str | None) -> tuple[Dump, list[str], str]:
+    """The rows of the runs `spec` names, notes on those left out or changed, and the sweep they go to (default:
+    the experiment's or the table's name)."""
+    from ablate.transfer import mlflow_runs, tables
+    from ablate.transfer.runs import Mapping, to_dump
+
+    if spec.experiment is not None:
+        found, origin, notes = mlflow_runs.runs(spec.source, spec.experiment)
+        axes = tuple(spec.axes) if spec.axes else None
     else:
-        cols = tables.Columns(seed, tuple(axes) if axes else None, tuple(metrics) if metrics else None, run_id, epoch,
-                              status)  # fmt: skip
-        found, origin, chosen = tables.runs(path, cols)
+        named = (tuple(spec.axes) if spec.axes else None, tuple(spec.metrics) if spec.metrics else None)
+        columns = tables.Columns(spec.seed, *named, spec.run_id, spec.epoch, spec.status)
+        found, origin, axes = tables.runs(Path(spec.source), columns)
         notes = []
     name = sweep or _sweep_name(origin.experiment)
-    mapping = Mapping(name, seed, chosen, metric, select, baseline, tuple(ignore), duplicates)
+    mapping = Mapping(name, spec.seed, axes, spec.metric, spec.select, spec.baseline, tuple(spec.ignore),
+                      spec.duplicates)  # fmt: skip
     converted = to_dump(found, mapping, origin)
-    return _add(converted.dump, store, notes + converted.notes, name)
+    return converted.dump, notes + converted.notes, name
 
 
 def _sweep_name(text: str) -> str:

@@ -4,10 +4,15 @@ in, from an MLflow experiment, a table or an export (`ablate.api.export`, `ablat
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
-from ablate.cli.common import DB, existing_store, fail, out
+from ablate.cli.common import DB, existing_store, fail, out, problems
+from ablate.errors import SpecError
+
+if TYPE_CHECKING:
+    from ablate.api import Imported
 
 
 def export(
@@ -32,10 +37,17 @@ def export(
 
 
 def import_runs(
-    source: str = typer.Argument(
-        ...,
+    source: str | None = typer.Argument(
+        None,
         help="An MLflow tracking URI, mlruns folder or SQLite file (with "
         "--experiment), a CSV or Parquet table, or a folder `ablate export` wrote.",
+    ),
+    file: Path | None = typer.Option(
+        None,
+        "--file",
+        "-f",
+        help="An experiments file whose `import:` block says what to import, instead of a SOURCE and flags "
+        "(--sweep: only that entry).",
     ),
     experiment: str | None = typer.Option(None, "--experiment", "-e", help="MLflow experiment, by name or id."),
     sweep: str | None = typer.Option(None, help="Sweep to import into [default: the experiment's or file's name]."),
@@ -68,9 +80,20 @@ def import_runs(
     them as any sweep. Parameters become axes, the seed parameter the replicate, metric histories the epochs.
     Imported trials are never trained again nor stale, and a second import of the same runs adds nothing. A
     column or parameter it lacks, a missing seed or two runs in one cell and seed: exit 2, nothing written."""
-    from ablate.api import ExportError, ImportProblem
+    from ablate.api import ExportError, ImportProblem, import_file
     from ablate.api import import_runs as add
 
+    if (file is None) == (source is None):
+        fail("give a SOURCE or --file FILE (an experiments file with an `import:` block)")
+    if file is not None:
+        try:
+            for done in import_file(file, [sweep] if sweep else None, store=db):
+                _said(done)
+        except SpecError as e:
+            problems(file, e)
+        except ImportProblem as e:
+            fail(str(e).replace("\n", "\n  "))
+        return
     chosen = {}
     for item in baseline or []:
         name, eq, value = item.partition("=")
@@ -78,12 +101,17 @@ def import_runs(
             fail(f"--baseline {item!r}: expected PARAM=VALUE")
         chosen[name.strip()] = _typed(value.strip())
     try:
-        done = add(source, store=db, experiment=experiment, sweep=sweep, seed=seed, axes=_listed(axis),
+        done = add(str(source), store=db, experiment=experiment, sweep=sweep, seed=seed, axes=_listed(axis),
                    metrics=_listed(metrics), metric=metric, select=select, baseline=chosen or None,
                    ignore=_listed(ignore) or (), run_id=run_id, epoch=epoch, status=status,
                    duplicates=duplicates)  # fmt: skip
     except (ImportProblem, ExportError) as e:
         fail(str(e).replace("\n", "\n  "))
+    _said(done)
+
+
+def _said(done: Imported) -> None:
+    """What an import did: its notes, the trials added and those the store held already."""
     for note in done.notes:
         out.print(f"note: {note}", highlight=False)
     known = f"; {len(done.known)} already in the store" if done.known else ""

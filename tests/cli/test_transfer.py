@@ -46,3 +46,18 @@ def test_two_runs_in_one_cell_and_seed_are_named_and_kept_only_as_told(tmp_path:
     assert 'runs row 1, row 7 claim the same cell {"model": "resnet"} and seed 0' in out
     out = invoke("import", str(table), "--axis", "model", "--db", db, "--duplicates", "last")
     assert "imported 6 trials" in out and "note: runs row 1, row 7 claim" in out
+
+
+def test_an_import_block_is_checked_like_every_block_and_imports_as_the_flags_do(tmp_path: Path) -> None:
+    pd.DataFrame(ROWS).to_csv(tmp_path / "grid.csv", index=False)
+    file, db = tmp_path / "experiments.yaml", tmp_path / "a.sqlite"
+    file.write_text("sweeps:\n  a:\n    base: {data: {name: digits}}\nimport:\n  grid:\n    source: grid.csv\n"
+                    "    axes: [model]\n    metric: acc\n    baseline: {model: resnet}\n    seeds: 3\n")  # fmt: skip
+    out = invoke("import", "--file", str(file), "--db", str(db), code=2)
+    assert f"{file}:10: import.grid.seeds: unknown key; did you mean 'seed'?" in out and not db.exists()
+    file.write_text(file.read_text().replace("    seeds: 3\n", "    status: state\n"))
+    out = invoke("import", "--file", str(file), "--db", str(db), code=2)
+    assert f"{file}: import.grid: {tmp_path / 'grid.csv'}: no column 'state'" in out and not db.exists()
+    file.write_text(file.read_text().replace("    status: state\n", ""))
+    assert "imported 6 trials into grid" in invoke("import", "--file", str(file), "--db", str(db))
+    assert "problem" not in invoke("check", str(file))
