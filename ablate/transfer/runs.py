@@ -174,9 +174,10 @@ def to_dump(runs: Sequence[Run], mapping: Mapping, source: Source, *, now: datet
     if problems:
         raise ImportProblem(problems)
     cells: dict[tuple[str, int], list[Run]] = {}
+    labels = {}  # each run's cell, as text: what groups runs into cells and cells into variants
     for r in runs:
-        label = json.dumps({a: r.params.get(a) for a in axes}, sort_keys=True, default=str)
-        cells.setdefault((label, int(seeds[r.run_id])), []).append(r)
+        labels[r.run_id] = json.dumps({a: r.params.get(a) for a in axes}, sort_keys=True, default=str)
+        cells.setdefault((labels[r.run_id], int(seeds[r.run_id])), []).append(r)
     kept, notes = _one_per_cell(cells, mapping.duplicates)
     if notes and mapping.duplicates == "refuse":
         raise ImportProblem([*notes, "pass --duplicates first or last to keep one of each (by start time)"])
@@ -190,7 +191,8 @@ def to_dump(runs: Sequence[Run], mapping: Mapping, source: Source, *, now: datet
         cell = {f"{PARAMS}.{a}": run.params.get(a) for a in axes}
         key = digest(source.kind, run.run_id) if source.kind == "mlflow" else digest(source.kind, mapping.sweep,
                                                                                     cell, seed)  # fmt: skip
-        variant = variants.setdefault(json.dumps(cell, sort_keys=True, default=str), digest(mapping.sweep, cell))
+        label = labels[run.run_id]
+        variant = variants.get(label) or variants.setdefault(label, digest(mapping.sweep, cell))
         result, _ = _result(run, metric, mapping.select)
         state, error = run.state, run.error
         if state == "done" and not (metric in result and math.isfinite(result[metric])):
