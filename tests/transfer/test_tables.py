@@ -9,7 +9,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from ablate.api import import_runs, report, runs
+from ablate.api import compare_reports, import_runs, report, runs
 from ablate.transfer.runs import ImportProblem
 
 ROWS = [{"model": m, "lr": lr, "seed": s, "val_acc": 0.7 + 0.05 * (m == "vit") + 0.01 * s + lr, "val_loss": 1 - s / 10}
@@ -70,3 +70,14 @@ def test_text_in_a_metric_column_is_named_with_its_row(tmp_path: Path) -> None:
     with pytest.raises(ImportProblem, match=r"metric column 'val_acc' holds text \('lost' in row 3, and 0 more\)"):
         import_runs(table, store=str(tmp_path / "a.sqlite"), axes=["model", "lr"])
     assert not (tmp_path / "a.sqlite").exists()
+
+
+def test_two_imported_sweeps_compare(tmp_path: Path) -> None:
+    db = str(tmp_path / "a.sqlite")
+    for name, shift in (("before", 0.0), ("after", 0.02)):
+        pd.DataFrame([{**r, "val_acc": r["val_acc"] + shift} for r in ROWS]).to_csv(
+            tmp_path / f"{name}.csv", index=False
+        )
+        import_runs(tmp_path / f"{name}.csv", store=db, axes=["model", "lr"], metrics=["val_acc"])
+    written = compare_reports("before", "after", store=db, out=tmp_path / "c", formats=["md"])
+    assert [p.name for p in written] == ["report.md"] and "model=vit, lr=0.1" in written[0].read_text()
