@@ -1,6 +1,7 @@
 """`ablate export` and `ablate import` on the command line (issue 57): a table imported, exported and imported into
 another store; an unknown column exits 2 naming it with nothing written; two runs in one cell and seed exit 2
-naming both, and `--duplicates last` keeps one."""
+naming both, and `--duplicates last` keeps one; an experiments file's `import:` block checked like every block;
+`ablate show` says where an imported trial came from."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import pandas as pd
 from typer.testing import CliRunner
 
 from ablate.cli import app
+from ablate.store import Store
 
 ROWS = [{"model": m, "seed": s, "acc": 0.7 + 0.1 * (m == "vit") + s / 100} for m in ("resnet", "vit") for s in range(3)]
 
@@ -60,4 +62,8 @@ def test_an_import_block_is_checked_like_every_block_and_imports_as_the_flags_do
     assert f"{file}: import.grid: {tmp_path / 'grid.csv'}: no column 'state'" in out and not db.exists()
     file.write_text(file.read_text().replace("    status: state\n", ""))
     assert "imported 6 trials into grid" in invoke("import", "--file", str(file), "--db", str(db))
+    with Store(str(db)) as store:
+        key = store.member_keys(["grid"])[0]
+    shown = invoke("show", key, "--db", str(db), "--mlflow-uri", "")
+    assert f"imported from table grid.csv ({tmp_path / 'grid.csv'}), run row " in shown
     assert "problem" not in invoke("check", str(file))
