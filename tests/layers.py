@@ -43,6 +43,11 @@ LAYERS = (
     Layer(("training",), "the training loop, data parallelism, messages, checkpoints and their storage, tasks"),
     Layer(("reporting",), "frames from the store, statistics, Findings, tables, plots, rendering, report sections"),
     Layer(("tracking",), "MLflow runs (a sweep's report among their artifacts); the mirror of the store"),
+    Layer(
+        ("transfer",),
+        "runs in and out of the store: `ablate export` to Parquet or CSV and back; `ablate import` of MLflow "
+        "experiments and tables, mapped to a sweep's axes, seed and result",
+    ),
     Layer(("execution",), "the launch: pre-flight, selection, Ray fan-out, task body, recorder, progress, ..."),
     Layer(
         ("gpus",),

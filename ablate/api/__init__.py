@@ -21,6 +21,7 @@ from here (`_LAZY`).
 - `ablate.api.tracking`: the tracker a function is given, `sync`, the MLflow UI's `sweep_page`
 - `ablate.api.experiments`: `check`, `schema`, `components` (the file, before anything runs)
 - `ablate.api.plan_rows`: what `ablate plan` prints per trial
+- `ablate.api.transfer`: `export`, `import_runs`, `import_file` (runs ablate did not train)
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from ablate import units
 from ablate.api.experiments import CheckedVariant, Component, check, components, load_plugins, schema
 from ablate.api.stores import NoDatabase, absent, existing, existing_or_none, open_store, reading
 from ablate.api.tracking import sweep_page, sync, tracker_of
+from ablate.api.transfer import Imported, export, import_file, import_runs
 from ablate.api.trials import (
     Attempt,
     Forgotten,
@@ -77,6 +79,8 @@ if TYPE_CHECKING:
     from ablate.tracking.mirror import ReportFailed, Synced, from_mlflow
     from ablate.tracking.tracker import DEFAULT_URI, Tracker
     from ablate.tracking.ui import UiServer
+    from ablate.transfer.export import Exported, ExportError
+    from ablate.transfer.runs import ImportProblem
 
 _LAZY = {
     **dict.fromkeys(("Costs", "document", "rows", "variant_costs", "write_csv", "write_json"), "ablate.api.plan_rows"),
@@ -93,7 +97,8 @@ _LAZY = {
     "DEFAULT_URI": "ablate.tracking.tracker", "Tracker": "ablate.tracking.tracker", "UiServer": "ablate.tracking.ui",
     "PluginWarning": "ablate.plugins", "Plan": "ablate.planning.plan", "Page": "ablate.store.queries",
     "Rounds": "ablate.planning.rounds", "GpuCheck": "ablate.gpus.check", "Figures": "ablate.gpus.figures",
-    "PlannedCheck": "ablate.gpus.sweep",
+    "PlannedCheck": "ablate.gpus.sweep", "ExportError": "ablate.transfer.export", "Exported": "ablate.transfer.export",
+    "ImportProblem": "ablate.transfer.runs",
 }  # fmt: skip
 """The library's names that the API's callers (the CLI) use as they are, imported where first asked for (as the
 package's facade does): `ablate --help` imports this module, and pays for none of them."""
@@ -122,9 +127,13 @@ __all__ = [
     "Costs",
     "Display",
     "DryRun",
+    "ExportError",
+    "Exported",
     "Figures",
     "Forgotten",
     "GpuCheck",
+    "ImportProblem",
+    "Imported",
     "JobState",
     "LaunchResult",
     "Listing",
@@ -166,10 +175,13 @@ __all__ = [
     "document",
     "dry_run",
     "existing",
+    "export",
     "forget",
     "from_mlflow",
     "git_words",
     "gpu_check",
+    "import_file",
+    "import_runs",
     "launch",
     "load",
     "load_plugins",

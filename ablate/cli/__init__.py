@@ -11,6 +11,7 @@ calls the library and formats what it returns; one module per group of commands,
 - `ablate.cli.inspect`: status, runs, show (the store, read)
 - `ablate.cli.report`: report, sync
 - `ablate.cli.maintenance`: forget
+- `ablate.cli.transfer`: import, export
 - `ablate.cli.ui`: ui
 - `ablate.cli.gpu`: gpu-check
 """
@@ -22,7 +23,7 @@ import sys
 
 from rich.markup import escape
 
-from ablate.cli import gpu, inspect, launch, maintenance, plan, report, slurm, ui
+from ablate.cli import gpu, inspect, launch, maintenance, plan, report, slurm, transfer, ui
 from ablate.cli.common import app, err
 from ablate.cli.inspect import ROWS
 
@@ -38,6 +39,8 @@ for name, command in (
     ("runs", inspect.runs),
     ("show", inspect.show),
     ("forget", maintenance.forget),
+    ("import", transfer.import_runs),
+    ("export", transfer.export),
     ("ui", ui.ui),
     ("report", report.report),
     ("schema", plan.schema),

@@ -142,12 +142,17 @@ def rounds_of(
     except UnknownSweep as e:
         fail(str(e))
     except SpecError as e:
-        err.print(f"[bold red]{file}: {len(e.problems)} problem(s)[/]")
-        for p in e.problems[:SHOWN_PROBLEMS]:
-            err.print(str(p), markup=False, highlight=False)
-        if len(e.problems) > SHOWN_PROBLEMS:
-            err.print(f"... and {len(e.problems) - SHOWN_PROBLEMS} more", highlight=False)
-        raise typer.Exit(2) from None
+        problems(file, e)
+
+
+def problems(file: Path, error: SpecError) -> NoReturn:
+    """Every problem of a bad experiments file, one per line (the first SHOWN_PROBLEMS), and exit code 2."""
+    err.print(f"[bold red]{file}: {len(error.problems)} problem(s)[/]")
+    for p in error.problems[:SHOWN_PROBLEMS]:
+        err.print(str(p), markup=False, highlight=False)
+    if len(error.problems) > SHOWN_PROBLEMS:
+        err.print(f"... and {len(error.problems) - SHOWN_PROBLEMS} more", highlight=False)
+    raise typer.Exit(2) from None
 
 
 def existing_store(db: str | None) -> Store:

@@ -192,6 +192,10 @@ def show(
     state = diverged or trial.state
     out.print(f"[bold]trial {trial.key}[/]  sweeps: {', '.join(shown.sweeps)}  state: {state}  "
               f"attempts: {trial.attempts}  resumed from epoch {trial.resumed_from or 0}")  # fmt: skip
+    if trial.source:  # a run ablate did not train (`ablate import`)
+        src = trial.source
+        out.print(f"[bold]imported[/] from {src.get('kind')} {src.get('experiment')} ({src.get('uri')}), run "
+                  f"{src.get('run_id')}: never trained again nor stale", highlight=False)  # fmt: skip
     out.print("[bold]config[/]")
     out.print_json(json.dumps(trial.config))
     code = trial.code or {}

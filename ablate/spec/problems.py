@@ -85,7 +85,7 @@ def _section(root: type[BaseModel], loc: Loc) -> list[type[BaseModel]]:
     time (a dict key or list index keeps the models; the attention union's tag picks that mechanism)."""
     models = [root]
     for part in loc[:-1]:
-        fields = {n: f for m in models for n, f in m.model_fields.items()}
+        fields = {f.alias or n: f for m in models for n, f in m.model_fields.items()}  # as written: `import`
         if isinstance(part, str) and part in fields:
             models = models_in(fields[part].annotation, fields[part].metadata)
         elif isinstance(part, str) and part in MECHANISMS and MECHANISMS.get(part) in models:
@@ -96,7 +96,7 @@ def _section(root: type[BaseModel], loc: Loc) -> list[type[BaseModel]]:
 def expected_keys(name: str, models: Sequence[type[BaseModel]]) -> str:
     """What to say of an unknown key `name` among the keys of `models`: the nearest one, then every one (a
     mechanism's keys are its knobs, named by its kind)."""
-    keys = sorted({n for m in models for n in m.model_fields})
+    keys = sorted({f.alias or n for m in models for n, f in m.model_fields.items()})
     close = difflib.get_close_matches(name, keys, n=1)
     text = f"did you mean {close[0]!r}? " if close else ""
     kinds = [kind for kind, cls in MECHANISMS.items() if cls in models]

@@ -16,6 +16,7 @@ from ablate.components import Strict
 from ablate.config import TrialConfig
 from ablate.evidence import EXACT_N
 from ablate.spec.design import Design
+from ablate.spec.imports import ImportSpec
 from ablate.spec.tuning import TuneSpec
 
 Assignment = dict[str, Any]
@@ -162,6 +163,9 @@ class SpecFile(Strict):
     """Named sweeps."""
     default: str | None = None
     """The sweep that runs when none is named (default: the first one)."""
+    imports: dict[str, ImportSpec] = Field(default_factory=dict, alias="import")
+    """Runs ablate did not train, each entry a sweep's (`ablate import --file`): from an MLflow experiment or a
+    table, which parameters are axes, the seed, the headline metric."""
 
     @field_validator("sweeps", mode="before")
     @classmethod

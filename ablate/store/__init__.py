@@ -19,7 +19,8 @@ metrics_frame, status, runs (the only way reports read the store).
 PostgreSQL needs its driver (`pip install "ablate[postgres]"`, psycopg 3); concurrent first opens of a new
 database migrate it once on both backends (SQLite's write lock, PostgreSQL's advisory lock).
 Modules: `schema` (ORM models), `engine` (SQLite WAL + busy timeout, Alembic upgrade, upserts),
-`queries` (frames and listings), `listing` (rows without pandas), `writes` (the write side), `migrations/`
+`queries` (frames and listings), `listing` (rows without pandas), `writes` (the write side), `dump` (rows out and in,
+for export and import), `migrations/`
 (Alembic scripts).
 """
 

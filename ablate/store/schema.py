@@ -117,6 +117,9 @@ class TrialRecord(Base):
     """The trial's last checkpoint as its trial reported it: SHA-256 of the file and the code digest it was
     written with. A checkpoint file that does not match is refused
     (`ablate.training.checkpoints.Checkpointer.admit`)."""
+    source: Mapped[dict[str, Any] | None]
+    """Where a trial ablate did not train came from (`ablate import`: kind, uri, experiment, run id); None for the
+    trials ablate trained. An imported trial is never trained again nor stale (it has no code record)."""
 
 
 class Membership(Base):

@@ -17,8 +17,9 @@ from typing import Any
 from pydantic import BaseModel
 from sqlalchemy import func, or_, select, update
 
-from ablate.store import engine
+from ablate.store import dump, engine
 from ablate.store.database import CHUNK, now
+from ablate.store.dump import Added, Dump
 from ablate.store.leases import Leases
 from ablate.store.listing import missing
 from ablate.store.queries import MEMBERS, METRICS, PREVIOUS, SWEEPS, TRIALS
@@ -383,6 +384,18 @@ class Store(Leases):
     def sweep(self, name: str) -> SweepRecord | None:
         """The sweep's record (a detached ORM object), or None."""
         return self._get(SweepRecord, name)
+
+    def dump(self, sweeps: str | Iterable[str] | None = None) -> Dump:
+        """The rows of `sweeps` (None: every sweep) as they are, read in one snapshot (`ablate.store.dump`): what
+        `ablate export` writes."""
+        with self.engine.connect() as conn, conn.begin():
+            return dump.read(conn, sweeps)
+
+    def add_dump(self, rows: Dump) -> Added:
+        """Add `rows` in one transaction: sweeps the store lacks and the trials it does not hold yet, with their
+        memberships, metrics and previous results (`ablate.store.dump.write`); what `ablate import` writes."""
+        with self._write() as conn:
+            return dump.write(conn, rows)
 
     def membership(self, sweep: str, key: str) -> Membership | None:
         """The trial's place in the sweep (axes, position), or None."""

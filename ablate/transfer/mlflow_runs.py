@@ -1,0 +1,87 @@
+"""Runs from an MLflow experiment: a tracking URI (a local `mlruns` folder, an SQLite file or a server) and an
+experiment by name or id, read through MLflow's own client.
+
+Parameters are MLflow's text, read as YAML values (`0.01` a number, `resnet18` text); every metric's history is
+read whole (its steps are the epochs); a FINISHED run is done, a FAILED or KILLED one failed, and a run still
+RUNNING or SCHEDULED is left out (said in a note: an import once it ended adds it). A `mlruns` folder is read with
+MLFLOW_ALLOW_FILE_STORE set: MLflow 3 refuses its file store otherwise, and reading a folder of old runs is what it
+is for here.
+"""
+
+from __future__ import annotations
+
+import os
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from ablate.spec.paths import typed_value
+from ablate.transfer.runs import ImportProblem, Point, Run, Source
+
+STATES = {"FINISHED": "done", "FAILED": "failed", "KILLED": "failed"}
+PAGE = 10_000
+
+
+def tracking_uri(where: str) -> str:
+    """A tracking URI from what a user gives: a URI as it is, a folder (`mlruns`) as a file URI, a file as SQLite."""
+    if "://" in where or where.startswith("file:"):
+        return where
+    path = Path(where).expanduser().resolve()
+    if path.is_file():
+        return f"sqlite:///{path}"
+    if path.is_dir():
+        return path.as_uri()
+    raise ImportProblem([f"{where}: no such folder or file (an MLflow tracking URI, `mlruns` folder or SQLite file)"])
+
+
+def _typed(text: str) -> Any:
+    try:
+        return typed_value(text)
+    except Exception:  # not YAML: the text itself
+        return text
+
+
+def _time(ms: int | None) -> datetime | None:
+    return None if ms is None else datetime.fromtimestamp(ms / 1000, timezone.utc)
+
+
+def runs(where: str, experiment: str) -> tuple[list[Run], Source, list[str]]:
+    """The ended runs of `experiment` (a name or an id) at `where`, their source, and notes on runs left out."""
+    from mlflow.exceptions import MlflowException
+    from mlflow.tracking import MlflowClient
+
+    uri = tracking_uri(where)
+    if uri.startswith("file:"):
+        os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
+    client = MlflowClient(tracking_uri=uri)
+    try:
+        found = client.get_experiment_by_name(experiment)
+        if found is None and experiment.isdigit():
+            found = client.get_experiment(experiment)
+    except MlflowException as e:
+        raise ImportProblem([f"{uri}: experiment {experiment!r}: {e.message}"]) from None
+    if found is None:
+        names = [e.name for e in client.search_experiments()]
+        raise ImportProblem([f"{uri}: no experiment named {experiment!r} (experiments: {', '.join(names) or 'none'})"])
+    listed, token = [], None
+    while True:
+        page = client.search_runs([found.experiment_id], max_results=PAGE, page_token=token)
+        listed += list(page)
+        token = page.token
+        if not token:
+            break
+    out, notes = [], []
+    for r in listed:
+        state = STATES.get(r.info.status)
+        if state is None:
+            notes.append(f"run {r.info.run_id} is {r.info.status}: left out (import again once it ends)")
+            continue
+        histories = {name: [Point(int(m.step), float(m.value), m.timestamp / 1000)
+                            for m in sorted(client.get_metric_history(r.info.run_id, name),
+                                            key=lambda m: (m.step, m.timestamp))]
+                     for name in sorted(r.data.metrics)}  # fmt: skip
+        out.append(Run(r.info.run_id, {k: _typed(v) for k, v in r.data.params.items()}, histories,
+                       {k: _typed(v) for k, v in r.data.tags.items() if not k.startswith("mlflow.")}, state,
+                       _time(r.info.start_time), _time(r.info.end_time),
+                       None if state == "done" else f"MLflow run {r.info.status}"))  # fmt: skip
+    return out, Source("mlflow", uri, found.name), notes

@@ -1,0 +1,108 @@
+"""Runs from a real MLflow experiment (issue 57), logged the usual way (log_params, log_metric per epoch, a seed
+param), in an SQLite tracking store and a local `mlruns` folder: parameters become axes, histories epochs, FINISHED
+done and FAILED failed, a RUNNING run left out until it ends; a second import adds nothing, new runs only
+themselves; an unknown experiment names those there are."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from mlflow.tracking import MlflowClient
+
+from ablate.api import import_runs, report, runs
+from ablate.store import Store
+from ablate.transfer.mlflow_runs import tracking_uri
+from ablate.transfer.runs import ImportProblem
+
+
+def log(client: MlflowClient, experiment: str, lr: float, seed: int, status: str = "FINISHED") -> str:
+    """One run as a training script logs it: its parameters once, two metrics per epoch, how it ended."""
+    found = client.get_experiment_by_name(experiment)
+    ident = found.experiment_id if found else client.create_experiment(experiment)
+    run = client.create_run(ident)
+    for name, value in {"lr": lr, "seed": seed, "epochs": 3}.items():
+        client.log_param(run.info.run_id, name, value)
+    for epoch in range(1, 4 if status != "FAILED" else 2):
+        client.log_metric(run.info.run_id, "val_acc", 0.5 + lr + epoch / 10 + seed / 100, step=epoch)
+        client.log_metric(run.info.run_id, "train_loss", 1 / epoch, step=epoch)
+    if status != "RUNNING":
+        client.set_terminated(run.info.run_id, status)
+    return str(run.info.run_id)
+
+
+@pytest.mark.parametrize("where", ["sqlite", "mlruns"])
+def test_an_experiment_is_a_sweep_and_importing_it_again_adds_only_new_runs(
+    tmp_path: Path, where: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
+    source = str(tmp_path / "m.sqlite") if where == "sqlite" else str(tmp_path / "mlruns")
+    if where == "mlruns":
+        (tmp_path / "mlruns").mkdir()
+    client = MlflowClient(tracking_uri(source) if where == "mlruns" else f"sqlite:///{source}")
+    ids = [log(client, "cifar", lr, seed) for lr in (0.1, 0.2) for seed in (0, 1)]
+    failed = log(client, "cifar", 0.3, 0, "FAILED")
+    running = log(client, "cifar", 0.3, 1, "RUNNING")
+    db = str(tmp_path / "a.sqlite")
+    got = import_runs(source, experiment="cifar", store=db, ignore=["epochs"], metric="val_acc")
+    assert got.sweeps == ["cifar"] and len(got.added) == 5
+    assert got.notes == [f"run {running} is RUNNING: left out (import again once it ends)"]
+    with Store(db) as store:
+        rows = store.trials_frame("cifar")
+        states = {store.trial(k).source["run_id"]: s for k, s in zip(rows["key"], rows["state"])}  # type: ignore[union-attr]
+        assert states == {**dict.fromkeys(ids, "done"), failed: "failed"}
+        assert sorted(store.metrics_frame("cifar", names="val_acc")["step"].unique()) == [1, 2, 3]
+        assert store.code_digests("cifar") == {}  # no code record: never stale
+    client.set_terminated(running, "FINISHED")
+    new = log(client, "cifar", 0.2, 2)
+    again = import_runs(source, experiment=client.get_experiment_by_name("cifar").experiment_id, store=db,
+                        ignore=["epochs"], metric="val_acc")  # fmt: skip
+    assert (len(again.added), len(again.known)) == (2, 5) and again.notes == []
+    listed = runs(["cifar"], store=db, where=["params.lr=0.2"]).rows
+    assert sorted(listed["axis.seed"]) == [0, 1, 2] and sorted(listed["val_acc"]) == pytest.approx([1.0, 1.01, 1.02])
+    with Store(db) as store:
+        assert new in {store.trial(k).source["run_id"] for k in again.added}  # type: ignore[union-attr]
+    report("cifar", store=db, out=tmp_path / "r", formats=["md"])
+    assert "Trials: 7 (6 done, 1 failed)" in (tmp_path / "r" / "cifar" / "report.md").read_text()
+
+
+def test_an_unknown_experiment_names_those_there_are(tmp_path: Path) -> None:
+    client = MlflowClient(f"sqlite:///{tmp_path / 'm.sqlite'}")
+    client.create_experiment("cifar")
+    with pytest.raises(ImportProblem, match=r"no experiment named 'imagenet' \(experiments: .*cifar"):
+        import_runs(tmp_path / "m.sqlite", experiment="imagenet", store=str(tmp_path / "a.sqlite"))
+    with pytest.raises(ImportProblem, match="no runs to import"):
+        import_runs(tmp_path / "m.sqlite", experiment="cifar", store=str(tmp_path / "a.sqlite"))
+    assert not (tmp_path / "a.sqlite").exists()
+
+
+EXAMPLE = Path(__file__).parents[2] / "examples" / "mlflow_runs"
+GRID = """
+import sys
+sys.path.insert(0, {folder!r})
+import train
+for lr in (0.001, 0.003):
+    for seed in (0, 1):
+        train.train(lr, depth=1, seed=seed, epochs=2)
+"""
+
+
+@pytest.mark.timeout(900)
+def test_the_plain_training_scripts_experiment_imports_and_reports(tmp_path: Path) -> None:
+    """examples/mlflow_runs/train.py, run over a grid of two learning rates and two seeds as its user would (a
+    process of its own, MLflow's tracking URI from the environment), then imported and reported."""
+    env = {**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path / 'mlflow.db'}", "OMP_NUM_THREADS": "1"}
+    subprocess.run([sys.executable, "-c", GRID.format(folder=str(EXAMPLE))], cwd=tmp_path, env=env, check=True,
+                   capture_output=True, timeout=900)  # fmt: skip
+    db = str(tmp_path / "a.sqlite")
+    got = import_runs(tmp_path / "mlflow.db", experiment="digits", store=db, metric="val_acc", ignore=["epochs"],
+                      baseline={"lr": 0.001})  # fmt: skip
+    assert got.sweeps == ["digits"] and len(got.added) == 4
+    report("digits", store=db, out=tmp_path / "r", formats=["md"])
+    text = (tmp_path / "r" / "digits" / "report.md").read_text()
+    assert "Trials: 4 (4 done); variants: 2" in text and "Baseline: run; lr=0.001" in text
+    with Store(db) as store:
+        assert sorted(store.metrics_frame("digits", names="val_acc")["step"].unique()) == [1, 2]
