@@ -29,7 +29,9 @@ LAYERS = (
         ("evidence",),
         "the small-sample policy; best or tied (`verdict`); what a two-level design confounds (`aliasing`); "
         "Lenth's test of a one-seed screen, Dong's PSE beside it, their ME and SME (`lenth`); "
-        "Box-Meyer posterior probabilities of activity (`boxmeyer`)",
+        "Box-Meyer posterior probabilities of activity (`boxmeyer`); the paired bootstrap's BCa intervals and the "
+        "probability of improvement (`bootstrap`); IQM, stratified bootstrap intervals and performance profiles "
+        "over datasets (`aggregates`)",
     ),
     Layer(("spec",), "reading and checking `experiments.yaml`; dotted paths; the `tune:` block; metric direction"),
     Layer(("store",), "the source of truth (SQLite/PostgreSQL): schema, migrations, writes, leases, queries"),
