@@ -379,12 +379,12 @@ class Fanout:
             self.gangs.pop(key).stop()
 
     def wave(self, ready: list[Any], resubmit: bool = True) -> None:
-        """Settle the tasks that returned, as one wave: their outcomes, the messages they sent (drained by a call made
-        after they returned, so it holds every one) and the releases of their leases are two transactions, not
-        several per trial; the freed slots' next trials are claimed and submitted (`fill`) while the drain comes
-        back. Nothing is released or counted before its outcome is in the store. A retry, an OOM requeue or a lost
-        worker is submitted again after its records (when `resubmit`; else, while stopping, it is left
-        `preempted` for the next launch)."""
+        """Settle the tasks that returned, as one wave: their outcomes and the messages they sent (drained by a call
+        made after they returned, so it holds every one) are one transaction, not several per trial, which frees a
+        done trial's lease too (`Store.finish`; the others' leases are released in one more); the freed slots' next
+        trials are claimed and submitted (`fill`) while the drain comes back. Nothing is released or counted before
+        its outcome is in the store. A retry, an OOM requeue or a lost worker is submitted again after its records
+        (when `resubmit`; else, while stopping, it is left `preempted` for the next launch)."""
         keys = [self.pending.pop(ref) for ref in ready]
         # a gang: the rank whose outcome is the trial's, every rank stopped before the drain
         refs = [self.gangs.pop(k).end() if k in self.gangs else ref for ref, k in zip(ready, keys)]
@@ -413,8 +413,8 @@ class Fanout:
                 self.submit(key)
             else:
                 ended.append((key, state))
-        if ended:
-            self.tolerant(lambda: self.store.release(self.owner, [k for k, _ in ended]), None)
+        if held := [k for k, state in ended if state != "done"]:  # a done trial's record freed its lease
+            self.tolerant(lambda: self.store.release(self.owner, held), None)
         for key, state in ended:
             self.result.counts[state] += 1
             self.ended(key, state)
