@@ -6,9 +6,10 @@ The baseline commit's tree is exported (`git archive`) to a temporary folder; ea
 process (`bench/launch_overhead.py --once`, this tree's script, on a fresh Ray) that imports ablate from one tree or
 the other (PYTHONPATH), the two sides alternating (ABAB, BABA, ...). Units: a launch of --trials no-op trials (store
 and MLflow, as `ablate launch`: its wall time, and the CPU time of the launching process, every thread, which others'
-load changes less), then `ablate launch` of that finished sweep (nothing to run, a fresh CLI process);
-8 trials of --work CPU seconds on 1 and on 2 CPUs (parallel efficiency t(1) / (2 t(2))). Prints medians and the
-ratios after/before: on a machine others load, the ratios within a run are the figures to compare, not the seconds.
+load changes less), then `ablate launch` of that finished sweep (nothing to run, a fresh CLI process); the same
+launch without MLflow on warm workers (the loop alone); 8 trials of --work CPU seconds on 1 and on 2 CPUs (parallel
+efficiency t(1) / (2 t(2))). Prints medians and the ratios after/before: on a machine others load, the ratios within
+a run are the figures to compare, not the seconds.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ def unit(tree: Path, what: str, trials: int, work: float) -> list[float]:
     out = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=tree, check=False)
     if out.returncode:
         raise RuntimeError(f"{what} in {tree} failed:\n{out.stdout}\n{out.stderr}")
-    return [float(x) for x in out.stdout.strip().splitlines()[-1].split()]
+    return [float(x) for x in out.stdout.strip().splitlines()[-1].split()]  # seconds, CPU seconds[, relaunch]
 
 
 def main() -> None:
@@ -48,7 +49,7 @@ def main() -> None:
         archive = subprocess.run(["git", "archive", args.baseline], cwd=ROOT, capture_output=True, check=True)
         subprocess.run(["tar", "-x", "-C", str(before)], input=archive.stdout, check=True)
         trees = {"before": before, "after": ROOT}
-        units = ["noop"] + ([] if args.skip_efficiency else ["busy1", "busy2"])
+        units = ["noop", "loop"] + ([] if args.skip_efficiency else ["busy1", "busy2"])
         times: dict[tuple[str, str], list[list[float]]] = {(s, u): [] for s in trees for u in units}
         for r in range(args.repeats):
             for side in list(trees) if r % 2 == 0 else list(trees)[::-1]:
@@ -70,6 +71,14 @@ def main() -> None:
     print(
         f"  CPU of the launching process in it: before {cpu['before'] / n * 1e3:.1f} ms/trial, after "
         f"{cpu['after'] / n * 1e3:.1f} ms/trial, ratio after/before {cpu['after'] / cpu['before']:.2f}"
+    )
+    loop = {s: med(s, "loop") for s in trees}
+    loop_cpu = {s: med(s, "loop", 1) for s in trees}
+    print(
+        f"  the loop alone (no MLflow, warm workers): before {loop['before'] / n * 1e3:.1f} ms/trial "
+        f"({loop_cpu['before'] / n * 1e3:.1f} ms CPU), after {loop['after'] / n * 1e3:.1f} ms/trial "
+        f"({loop_cpu['after'] / n * 1e3:.1f} ms CPU), ratios {loop['after'] / loop['before']:.2f} "
+        f"({loop_cpu['after'] / loop_cpu['before']:.2f} CPU)"
     )
     print(f"  ablate launch of the finished sweep: before {again['before']:.2f} s, after {again['after']:.2f} s, "
           f"ratio {again['after'] / again['before']:.2f}")  # fmt: skip

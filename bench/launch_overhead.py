@@ -88,13 +88,14 @@ def sweep_file(folder: Path, n: int, lr: float = 1e-3) -> Path:
     return f
 
 
-def run_ablate(folder: Path, n: int, runner: Callable = noop, lr: float = 1e-3) -> float:
-    """What `ablate launch bench.yaml bench --plain` does, with the store and MLflow in `folder`."""
+def run_ablate(folder: Path, n: int, runner: Callable = noop, lr: float = 1e-3, with_mlflow: bool = True) -> float:
+    """What `ablate launch bench.yaml bench --plain` does, with the store and MLflow in `folder` (`with_mlflow=False`:
+    `--no-mlflow`)."""
     f = sweep_file(folder, n, lr)
     t0 = time.perf_counter()
     p = plan(f, "bench")
     with Store(f"sqlite:///{folder}/r.sqlite") as store:
-        tracker = Tracker(f"sqlite:///{folder}/m.sqlite", str(folder / "art"))
+        tracker = Tracker(f"sqlite:///{folder}/m.sqlite", str(folder / "art")) if with_mlflow else None
         res = launch([p], store, tracker, run=RunConfig(folder / "ck", runner=runner, poll=POLL),
                      progress=Display(live=False, console=Console(quiet=True)))  # fmt: skip
     seconds = time.perf_counter() - t0
@@ -159,16 +160,22 @@ def relaunch(folder: Path) -> float:
 def once(what: str, n: int, work: float) -> None:
     """One timed unit on a fresh Ray, its seconds printed alone (what bench/launch_ab.py runs in each tree):
     `noop` (a launch of `n` no-op trials: its wall seconds, the CPU seconds of this process, every thread, in it,
-    then `ablate launch` of the finished sweep), `busy1` or `busy2` (the efficiency part on 1 or 2 CPUs)."""
+    then `ablate launch` of the finished sweep), `loop` (the same without MLflow, on warm workers: the loop alone),
+    `busy1` or `busy2` (the efficiency part on 1 or 2 CPUs)."""
     with tempfile.TemporaryDirectory() as d:
         fresh_ray(1 if what == "busy1" else 2)
+        if what == "loop":  # untimed: a worker per CPU started, as in the efficiency part
+            run_ablate(Path(d) / "warm", 2, with_mlflow=False)
         cpu = time.process_time()
         try:
-            seconds = run_ablate(Path(d), n) if what == "noop" else scaled(Path(d), work)
+            if what in ("noop", "loop"):
+                seconds = run_ablate(Path(d), n, with_mlflow=what == "noop")
+            else:
+                seconds = scaled(Path(d), work)
         finally:
             ray.shutdown()
         cpu = time.process_time() - cpu
-        print(seconds, cpu, relaunch(Path(d))) if what == "noop" else print(seconds)
+        print(seconds, cpu, relaunch(Path(d)) if what == "noop" else "")
 
 
 def main() -> None:
@@ -176,7 +183,7 @@ def main() -> None:
     ap.add_argument("--trials", type=int, default=64)
     ap.add_argument("--work", type=float, default=2.0, help="CPU seconds per trial of the efficiency part")
     ap.add_argument("--repeats", type=int, default=3, help="runs of each side; the median is reported")
-    ap.add_argument("--once", choices=("noop", "busy1", "busy2"), help="one timed unit alone (bench/launch_ab.py)")
+    ap.add_argument("--once", choices=("noop", "loop", "busy1", "busy2"), help="one unit alone (bench/launch_ab.py)")
     args = ap.parse_args()
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     n = args.trials
