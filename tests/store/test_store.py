@@ -627,3 +627,22 @@ def test_code_digests_count_each_done_trial_of_the_sweeps_once(store):
     assert digests["old"].sample == min(a.key, b.key)
     assert {k: v.trials for k, v in store.code_digests("two").items()} == {"new": 1, "old": 1}
     assert {k: v.trials for k, v in store.code_digests().items()} == {"new": 2, "old": 2}
+
+
+def test_a_batch_is_one_transaction_of_this_threads_writes(tmp_path: Path) -> None:
+    """Writes inside `Store.batch` commit together at its end, or none if it raises; another thread's writes
+    meanwhile are their own (the heartbeat's renewals do not wait for, or join, the launch loop's batch)."""
+    with Store(f"sqlite:///{tmp_path / 'r.sqlite'}") as store:
+        store.add_trials("s", [trial(0), trial(1)])
+        a, b = (t.key for t in (trial(0), trial(1)))
+        with pytest.raises(RuntimeError), store.batch():
+            store.mark_running(a)
+            store.finish(b, "failed", error="boom")
+            raise RuntimeError("the launcher fails mid-wave")
+        assert store.states() == {a: "pending", b: "pending"}
+        with store.batch():
+            store.mark_running(a)
+            with store.batch():  # inside a batch: the outer one
+                store.finish(b, "done", result={"test": {"top1": 1.0}})
+            assert store.states() == {a: "pending", b: "pending"}  # read apart: not committed before the end
+        assert store.states() == {a: "running", b: "done"}
