@@ -30,9 +30,12 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 import mlflow  # noqa: F401  (imported once here, not inside a timed run; a Tracker imports it)
@@ -85,13 +88,14 @@ def sweep_file(folder: Path, n: int, lr: float = 1e-3) -> Path:
     return f
 
 
-def run_ablate(folder: Path, n: int, runner: Callable = noop, lr: float = 1e-3) -> float:
-    """What `ablate launch bench.yaml bench --plain` does, with the store and MLflow in `folder`."""
+def run_ablate(folder: Path, n: int, runner: Callable = noop, lr: float = 1e-3, with_mlflow: bool = True) -> float:
+    """What `ablate launch bench.yaml bench --plain` does, with the store and MLflow in `folder` (`with_mlflow=False`:
+    `--no-mlflow`)."""
     f = sweep_file(folder, n, lr)
     t0 = time.perf_counter()
     p = plan(f, "bench")
     with Store(f"sqlite:///{folder}/r.sqlite") as store:
-        tracker = Tracker(f"sqlite:///{folder}/m.sqlite", str(folder / "art"))
+        tracker = Tracker(f"sqlite:///{folder}/m.sqlite", str(folder / "art")) if with_mlflow else None
         res = launch([p], store, tracker, run=RunConfig(folder / "ck", runner=runner, poll=POLL),
                      progress=Display(live=False, console=Console(quiet=True)))  # fmt: skip
     seconds = time.perf_counter() - t0
@@ -133,14 +137,59 @@ def alternate(sides: dict[str, tuple[int, Callable[[Path], float]]], repeats: in
     return {name: statistics.median(ts) for name, ts in times.items()}
 
 
+def scaled(folder: Path, work: float) -> float:
+    """The efficiency part's timed launch: 8 trials of `work` CPU seconds, after the untimed warm-up."""
+    cpus = int(ray.cluster_resources()["CPU"])
+    run_ablate(folder / "warm", cpus, busy, lr=0.2)  # untimed: one worker started per CPU, alike on both sides
+    return run_ablate(folder, 8, busy, lr=work)
+
+
+def relaunch(folder: Path) -> float:
+    """Seconds of `ablate launch` (a fresh process, as a person runs it) of the sweep `run_ablate` ran in `folder`:
+    nothing to run."""
+    cmd = [sys.executable, "-m", "ablate.cli", "launch", str(folder / "bench.yaml"), "bench", "--plain",
+           "--db", f"sqlite:///{folder}/r.sqlite", "--mlflow-uri", f"sqlite:///{folder}/m.sqlite",
+           "--storage", str(folder / "ck")]  # fmt: skip
+    t0 = time.perf_counter()
+    out = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "RAY_ADDRESS": ""})
+    seconds = time.perf_counter() - t0
+    assert out.returncode == 0 and "nothing to run" in out.stdout, out.stdout + out.stderr
+    return seconds
+
+
+def once(what: str, n: int, work: float) -> None:
+    """One timed unit on a fresh Ray, its seconds printed alone (what bench/launch_ab.py runs in each tree):
+    `noop` (a launch of `n` no-op trials: its wall seconds, the CPU seconds of this process, every thread, in it,
+    then `ablate launch` of the finished sweep), `loop` (the same without MLflow, on warm workers: the loop alone),
+    `busy1` or `busy2` (the efficiency part on 1 or 2 CPUs)."""
+    with tempfile.TemporaryDirectory() as d:
+        fresh_ray(1 if what == "busy1" else 2)
+        if what == "loop":  # untimed: a worker per CPU started, as in the efficiency part
+            run_ablate(Path(d) / "warm", 2, with_mlflow=False)
+        cpu = time.process_time()
+        try:
+            if what in ("noop", "loop"):
+                seconds = run_ablate(Path(d), n, with_mlflow=what == "noop")
+            else:
+                seconds = scaled(Path(d), work)
+        finally:
+            ray.shutdown()
+        cpu = time.process_time() - cpu
+        print(seconds, cpu, relaunch(Path(d)) if what == "noop" else "")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--trials", type=int, default=64)
     ap.add_argument("--work", type=float, default=2.0, help="CPU seconds per trial of the efficiency part")
     ap.add_argument("--repeats", type=int, default=3, help="runs of each side; the median is reported")
+    ap.add_argument("--once", choices=("noop", "loop", "busy1", "busy2"), help="one unit alone (bench/launch_ab.py)")
     args = ap.parse_args()
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     n = args.trials
+    if args.once:
+        once(args.once, n, args.work)
+        return
     with tempfile.TemporaryDirectory() as d:
         root = Path(d)
         t = alternate(
@@ -155,12 +204,8 @@ def main() -> None:
         print(f"  Ray Tune Tuner.fit (with its logs)          {ms(t['tune']):7.1f} ms")
         print(f"  ratio ablate/Tune: {t['ablate'] / t['tune']:.3f} (target <= 0.2)")
 
-        def scaled(folder: Path) -> float:
-            cpus = int(ray.cluster_resources()["CPU"])
-            run_ablate(folder / "warm", cpus, busy, lr=0.2)  # untimed: one worker started per CPU, alike on both sides
-            return run_ablate(folder, 8, busy, lr=args.work)
-
-        t = alternate({"1 worker": (1, scaled), "2 workers": (2, scaled)}, args.repeats, root)
+        work = partial(scaled, work=args.work)
+        t = alternate({"1 worker": (1, work), "2 workers": (2, work)}, args.repeats, root)
         eff = t["1 worker"] / (2 * t["2 workers"])
         print(f"parallel efficiency, 8 trials x {args.work:.1f} CPU s, median of {args.repeats}: "
               f"1 worker {t['1 worker']:.1f} s, 2 workers {t['2 workers']:.1f} s, "

@@ -6,25 +6,23 @@ launch has trials to run: a launch with nothing to run imports no Ray.
 from __future__ import annotations
 
 import os
-import re
 import signal
 import tempfile
 import threading
 import time
-from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import ray
 
-from ablate.config import TrialConfig
 from ablate.execution import gangs
 from ablate.execution.embedded import start_embedded
 from ablate.execution.gcs import Unanswered, answered
-from ablate.execution.gpu_shares import GPU_TASK_CALLS, out_of_memory
+from ablate.execution.gpu_shares import GPU_TASK_CALLS
 from ablate.execution.heartbeat import Heartbeat
+from ablate.execution.outcomes import Attempts, settle
 from ablate.execution.progress import Display
 from ablate.execution.recorder import Recorder, start_inbox
 from ablate.execution.selection import Selection
@@ -38,17 +36,13 @@ from ablate.store.faults import StoreUnavailable
 from ablate.store.schema import ENDED
 from ablate.training.checkpoint_storage import Storage
 from ablate.training.checkpoints import Resume
-from ablate.training.messages import EpochEnd, Finished, PeerLost, Started, TrialResult
+from ablate.training.messages import EpochEnd, Finished, Message, Started
 
 if TYPE_CHECKING:
     from ablate.execution.launcher import Cluster, LaunchResult, RunConfig, Stop
     from ablate.tracking.tracker import Tracker
 
 T = TypeVar("T")
-_ANSI = re.compile(r"\x1b\[[0-9;]*m")
-LOST_RETRIES = 10
-"""Times a trial is started again after its worker process or node was lost (each attempt resumes from the
-checkpoint, and the trial is `preempted` in between): a long trial on spot instances may be reclaimed often."""
 
 
 def connect(cluster: Cluster) -> bool:
@@ -201,17 +195,18 @@ class Fanout:
         while (self.pending or self.queue) and not stop:
             ready: list[Any] = []
             if self.pending:
-                ready = self.finished()
+                ready = self.drop_lost(self.finished())
             else:
                 time.sleep(self.run.poll)
-            self.drain()
-            ready = self.drop_lost(ready)
-            for ref in ready:
-                self.settle(ref)
-            if ready or time.monotonic() - looked > self.owner.seconds / 4:
-                self.finished_elsewhere(whole=not ready)
-                self.fill()
+            if ready:
+                self.wave(ready)
                 looked = time.monotonic()
+            else:
+                self.drain()
+                if time.monotonic() - looked > self.owner.seconds / 4:
+                    self.finished_elsewhere(whole=True)
+                    self.fill()
+                    looked = time.monotonic()
             self.progress.refresh()
         if stop.signal == signal.SIGTERM:
             self.preempt()
@@ -246,9 +241,11 @@ class Fanout:
             self.recorder.failure = e
             return default
 
-    def resume(self, key: str) -> Resume | None:
-        """What the trial's checkpoint must match (the store's record of it; None while the store is down)."""
-        recorded = self.tolerant(lambda: self.store.checkpoints([key]), None)
+    def resume(self, key: str, recorded: dict[str, dict[str, Any]] | None = None) -> Resume | None:
+        """What the trial's checkpoint must match: the store's record of it (`recorded`, the wave's checkpoints, or
+        else read here); None while the store is down."""
+        if recorded is None:
+            recorded = self.tolerant(lambda: self.store.checkpoints([key]), None)
         if recorded is None:
             return None
         current = self.chosen.codes[key]["digest"] if key in self.chosen.codes else None
@@ -276,17 +273,25 @@ class Fanout:
             if (cpu > free_cpu + 1e-9 or gpu > free_gpu + 1e-9) and (running or room):
                 break
             free_cpu, free_gpu, room = free_cpu - cpu, free_gpu - gpu, room + 1
-        claim = self.store.claim
-        won = self.tolerant(lambda: claim(self.queue, self.owner, room, self.chosen_at, self.retry), set[str]())
+        won = self.tolerant(lambda: self.take(room), set[str]())
         if not won:
             return
         self.retry -= won  # an end from now on is this launch's or another's, not the one it was chosen after
-        self.tolerant(lambda: self.store.interrupt(won), 0)  # left `running` by a launcher that died: resume
         ordered = [k for k in self.queue if k in won]  # the queue is in plan order
         self.queue = [k for k in self.queue if k not in won]
+        recorded = self.tolerant(lambda: self.store.checkpoints(ordered), None)  # one read for the wave
         for key in ordered:
             self.claimed[key] = time.monotonic()
-            self.submit(key)
+            self.submit(key, recorded)
+
+    def take(self, room: int) -> set[str]:
+        """Claim up to `room` queued trials, and mark those a launcher that died left `running` interrupted (to
+        resume): one transaction."""
+        with self.store.batch():
+            won = self.store.claim(self.queue, self.owner, room, self.chosen_at, self.retry)
+            if won:
+                self.store.interrupt(won)
+        return won
 
     def finished_elsewhere(self, whole: bool) -> None:
         """Count the queued trials another launcher finished, and forget them.
@@ -323,7 +328,7 @@ class Fanout:
             self.result.counts[states[key]] += 1
             self.ended(key, states[key])
 
-    def submit(self, key: str) -> None:
+    def submit(self, key: str, recorded: dict[str, dict[str, Any]] | None = None) -> None:
         """Submit the trial's task: a single-worker trial with SPREAD placement (the nodes with room in turn);
         Ray's default packs tasks onto the launcher's node until half of it is busy, and queued a trial behind
         a busy node while another sat idle (bench/cluster_overhead.py: p99 idle 5 s). The strategy picks a
@@ -333,7 +338,7 @@ class Fanout:
         opts = {"num_cpus": self.worker_cpus(key), "num_gpus": self.gpus[key], "max_retries": 0,
                 "name": f"trial-{key[:10]}"}  # fmt: skip
         args = replace(self.template, config=cfg.model_dump(mode="json"), key=key, inbox=self.inbox,
-                       resume=self.resume(key))  # fmt: skip
+                       resume=self.resume(key, recorded))  # fmt: skip
         self.storage.clear_stop(key)  # a request a preempted attempt already answered
         task = self.gpu_task if self.gpus[key] else self.task
         if cfg.resources.workers > 1:
@@ -345,8 +350,12 @@ class Fanout:
         self.progress.submitted(self.todo[key])
 
     def drain(self) -> None:
-        messages = ray.get(self.inbox.drain.remote())
-        self.recorder.handle(messages)
+        """Record what the trials sent since the last look."""
+        self.told(ray.get(self.inbox.drain.remote()))
+
+    def told(self, messages: list[Message], outcomes: list[Finished] | None = None) -> None:
+        """Record `messages`, then `outcomes`, in one transaction (`Recorder.record`), and show them."""
+        self.recorder.record(messages, outcomes)
         for m in messages:
             if isinstance(m, Started):
                 self.progress.started(m.key)
@@ -369,35 +378,46 @@ class Fanout:
         if key in self.gangs:
             self.gangs.pop(key).stop()
 
-    def settle(self, ref: Any, resubmit: bool = True) -> None:
-        """Record a finished task; submit it again for a retry, an OOM requeue or a lost worker (when
-        `resubmit`: not while stopping, when the trial is left `preempted` for the next launch)."""
-        key = self.pending.pop(ref)
-        if key in self.gangs:
-            ref = self.gangs.pop(key).end()  # the rank whose outcome is the trial's; every rank stopped
-            self.drain()  # what rank 0 sent before it stopped comes before the outcome
-        state = settle(ref, key, self.todo[key].config, self.gpus[key], self.recorder, self.attempts, self.progress,
-                        self.chosen.codes.get(key))  # fmt: skip
-        if state in ("retry", "oom", "lost") and not resubmit:
-            self.recorder.finish(Finished(key, "preempted"))
-            state = "preempted"
-        elif state == "lost":
-            self.recorder.finish(Finished(key, "preempted"))
-            self.progress.message(f"{key[:10]}: its worker or node was lost; resuming from its checkpoint")
-            self.submit(key)
-            return
-        elif state == "retry":
-            self.submit(key)
-            return
-        elif state == "oom":
-            self.progress.message(f"{key[:10]}: CUDA out of memory on {self.gpus[key]:.2f} of a GPU; "
-                                  "requeued once on a whole GPU")  # fmt: skip
-            self.gpus[key] = 1.0
-            self.submit(key)
-            return
-        self.tolerant(lambda: self.store.release(self.owner, [key]), None)
-        self.result.counts[state] += 1
-        self.ended(key, state)
+    def wave(self, ready: list[Any], resubmit: bool = True) -> None:
+        """Settle the tasks that returned, as one wave: their outcomes and the messages they sent (drained by a call
+        made after they returned, so it holds every one) are one transaction, not several per trial, which frees a
+        done trial's lease too (`Store.finish`; the others' leases are released in one more); the freed slots' next
+        trials are claimed and submitted (`fill`) while the drain comes back. Nothing is released or counted before
+        its outcome is in the store. A retry, an OOM requeue or a lost worker is submitted again after its records
+        (when `resubmit`; else, while stopping, it is left `preempted` for the next launch)."""
+        keys = [self.pending.pop(ref) for ref in ready]
+        # a gang: the rank whose outcome is the trial's, every rank stopped before the drain
+        refs = [self.gangs.pop(k).end() if k in self.gangs else ref for ref, k in zip(ready, keys)]
+        draining = self.inbox.drain.remote()  # made after the tasks returned: it holds every message they sent
+        states = [settle(ref, key, self.todo[key].config, self.gpus[key], self.attempts, self.progress,
+                         self.chosen.codes.get(key)) for ref, key in zip(refs, keys)]  # fmt: skip
+        if resubmit:
+            self.finished_elsewhere(whole=False)
+            self.fill()
+        again = ("retry", "oom", "lost")
+        outcomes = [s.record or Finished(k, "preempted") for k, s in zip(keys, states)
+                    if s.record or s.state == "lost" or (s.state in again and not resubmit)]  # fmt: skip
+        self.told(ray.get(draining), outcomes)
+        ended: list[tuple[str, str]] = []
+        for key, settled in zip(keys, states):
+            state = settled.state
+            if state in again and not resubmit:
+                state = "preempted"
+            elif state == "lost":
+                self.progress.message(f"{key[:10]}: its worker or node was lost; resuming from its checkpoint")
+            elif state == "oom":
+                self.progress.message(f"{key[:10]}: CUDA out of memory on {self.gpus[key]:.2f} of a GPU; "
+                                      "requeued once on a whole GPU")  # fmt: skip
+                self.gpus[key] = 1.0
+            if state in again:
+                self.submit(key)
+            else:
+                ended.append((key, state))
+        if held := [k for k, state in ended if state != "done"]:  # a done trial's record freed its lease
+            self.tolerant(lambda: self.store.release(self.owner, held), None)
+        for key, state in ended:
+            self.result.counts[state] += 1
+            self.ended(key, state)
 
     def ended(self, key: str, state: str) -> None:
         """Tell the progress a trial ended; a diverged one with the epoch and step where it diverged (read back
@@ -426,67 +446,8 @@ class Fanout:
         self.progress.message(f"SIGTERM: {len(self.pending)} running trials checkpoint at their next step")
         end = time.monotonic() + self.run.grace
         while self.pending and time.monotonic() < end:
-            ready = self.finished()
-            self.drain()
-            for ref in ready:
-                self.settle(ref, resubmit=False)
+            if ready := self.finished():
+                self.wave(ready, resubmit=False)
+            else:
+                self.drain()
         self.interrupt("preempted")
-
-
-@dataclass
-class Attempts:
-    """Failed attempts per trial key, against the two retry budgets."""
-
-    errors: Counter[str] = field(default_factory=Counter)
-    """Application errors (the trial raised): retried `resources.retries` times."""
-    lost: Counter[str] = field(default_factory=Counter)
-    """Trials whose worker process or node was lost (a rank of a multi-worker trial too): LOST_RETRIES."""
-    oom: Counter[str] = field(default_factory=Counter)
-    """Trials that ran out of CUDA memory on a GPU share: requeued once on a whole GPU."""
-
-
-def settle(
-    ref: Any,
-    key: str,
-    cfg: TrialConfig,
-    gpus: float,
-    recorder: Recorder,
-    attempts: Attempts,
-    progress: Display,
-    code: dict[str, Any] | None = None,
-) -> str:
-    """Record a finished task; return its state, "retry" for an application error with retries left, "oom"
-    for a first CUDA out-of-memory error on part of a GPU (requeued on a whole one), "lost" for a worker or
-    node that died (Ray does not retry tasks itself: a lost trial is recorded `preempted`, then resumed)."""
-    try:
-        out: TrialResult = ray.get(ref)
-    except ray.exceptions.RayError as e:  # the trial raised, or its worker/node died
-        if lost_worker(e) and attempts.lost[key] < LOST_RETRIES:
-            attempts.lost[key] += 1
-            return "lost"
-        # A RayTaskError's text is the worker's formatted traceback; its cause is the original exception.
-        cause = getattr(e, "cause", None) if isinstance(e, ray.exceptions.RayTaskError) else None
-        oom = out_of_memory(cause)
-        if oom and gpus < 1 and not attempts.oom[key]:
-            attempts.oom[key] += 1
-            return "oom"
-        attempts.errors[key] += 1
-        if isinstance(e, ray.exceptions.RayTaskError) and not oom and attempts.errors[key] <= cfg.resources.retries:
-            return "retry"
-        error = f"{type(cause or e).__name__}: {cause or e}"
-        if oom:
-            error = f"CUDA out of memory on {gpus:g} GPU: lower train.device_batch (raise train.accum_steps). {error}"
-        recorder.finish(Finished(key, "failed", error=error, traceback=_ANSI.sub("", str(e)), code=code))
-        return "failed"
-    for warning in out.warnings:
-        progress.message(f"{key[:10]}: {warning}")
-    progress.result(key, out.metrics)
-    recorder.finish(replace(Finished.of(key, out), code=code))
-    return out.outcome
-
-
-def lost_worker(e: Exception) -> bool:
-    """A rank's process or node died (that rank's own task, or a peer's that saw it as a failed collective)."""
-    if isinstance(e, ray.exceptions.RayTaskError):
-        return isinstance(getattr(e, "cause", None), PeerLost)
-    return isinstance(e, (ray.exceptions.WorkerCrashedError, ray.exceptions.NodeDiedError))

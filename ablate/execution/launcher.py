@@ -2,7 +2,7 @@
 
 Plan, skip every key already `done` in the store (whatever sweep ran it), submit the rest as Ray tasks
 with the sweep's cpus/gpus, and record what they report through the one writer (`ablate.execution.recorder`).
-Worker or node death: the trial is submitted again (`ablate.execution.fanout.LOST_RETRIES` times) and resumes from its
+Worker or node death: the trial is submitted again (`ablate.execution.outcomes.LOST_RETRIES` times) and resumes from its
 checkpoint under `storage/<key>` (a shared folder or a bucket, `ablate.training.checkpoint_storage`).
 Application errors are recorded as `failed`, retried only `resources.retries` times. Ctrl-C (or SIGTERM) asks
 the loop to stop: at its next poll it cancels running tasks and marks them `interrupted`, and the next launch resumes

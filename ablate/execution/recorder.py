@@ -1,8 +1,10 @@
 """The one writer: turns trial messages into store rows (and MLflow records, through the mirror).
 
 Trials never touch the SQLite file. Wherever they run, they send messages to an `Inbox` actor; the
-launching process drains it and hands each batch to `Recorder.handle`, which writes the store (one
-transaction for all metric rows of a batch) and marks the trials for the MLflow mirror. Every write is
+launching process drains it and hands each batch to `Recorder.record` with the outcomes of the trials that
+returned meanwhile, which writes the store (one transaction for all of them, a wave of trials: their starts,
+epochs and results commit together or, the store refusing, go to the journal together) and marks the trials for
+the MLflow mirror. Every write is
 idempotent (upserts on trial, metric, step), so a message sent twice (a resumed trial replays its epoch
 history) never duplicates a row.
 """
@@ -61,11 +63,15 @@ class Recorder:
     failure: StoreUnavailable | None = None
     """The store's error while it refuses writes (records are journaled meanwhile); None once it takes them."""
     _waiting: list[Record] = field(default_factory=list)
-    """What the journal holds (kept here too: it is written again whole as the store takes part of it)."""
-    _applied: int = 0
+    """What the journal holds (kept here too: it is written again whole as the store takes more records)."""
 
     def handle(self, messages: list[Message]) -> None:
-        self._write([m for m in messages if isinstance(m, (Started, EpochEnd))])
+        self.record(messages)
+
+    def record(self, messages: list[Message], outcomes: list[Finished] | None = None) -> None:
+        """Trials' messages, then the outcomes of trials whose tasks returned (their messages are among these or
+        earlier ones), in one transaction; MLflow follows."""
+        self._write([*(m for m in messages if isinstance(m, (Started, EpochEnd))), *(outcomes or [])])
 
     def finish(self, done: Finished) -> None:
         """A trial's outcome, in the store (the source of truth); MLflow follows."""
@@ -90,7 +96,7 @@ class Recorder:
         """Write `records` after what waits in the journal (while the store refuses writes this is tried at every
         call, with no new records too, so the journal reaches the store as soon as it answers): the store sees
         every record in the order the trials sent them, and a start journaled earlier never reopens the trial its
-        later result closed. What the store refuses waits in the journal, and only that."""
+        later result closed. They are one transaction: what the store refuses, all of them, waits in the journal."""
         pending = self._waiting + records
         if not pending:
             return
@@ -99,8 +105,8 @@ class Recorder:
         except StoreUnavailable as e:
             if self.journal is None:
                 raise
-            if records or self._applied:  # else the journal holds exactly these already
-                self._waiting = pending[self._applied :]
+            if records:  # else the journal holds exactly these already
+                self._waiting = pending
                 journal.write(self.journal, self._waiting)
             self.failure = e
             return
@@ -115,39 +121,34 @@ class Recorder:
         return len(self._waiting)
 
     def _apply(self, records: list[Record]) -> None:
-        """The store writes of `records`, in order (metric rows of consecutive epochs in one transaction);
-        `_applied` counts the records written, so a store error journals only the rest. A trial done in the store
-        is final: a record of another attempt (a journal of a launch that lost the trial to another launcher while
-        the store was down, replayed afterwards) is skipped, never reopening or rewriting its result."""
+        """The store writes of `records`, in order, in one transaction (`Store.batch`: all or none; metric rows of
+        consecutive epochs in one statement). A trial done in the store is final: a record of another attempt (a
+        journal of a launch that lost the trial to another launcher while the store was down, replayed afterwards)
+        is skipped, never reopening or rewriting its result."""
         rows: list[MetricRow] = []
-        self._applied = 0
         done = self.store.done_keys({k for r in records for k in (r.keys if isinstance(r, Stopped) else [r.key])})
-        for i, r in enumerate(records):
-            if not isinstance(r, Stopped) and r.key in done:
-                self._applied = i + 1
-                continue
-            if isinstance(r, EpochEnd):
-                rows += [(r.key, name, r.epoch, float(value), r.wall) for name, value in r.metrics.items()]
-                if r.checkpoint is None:
+        with self.store.batch():
+            for r in records:
+                if not isinstance(r, Stopped) and r.key in done:
                     continue
-                self.store.log_metric_rows(rows)  # the epoch's metrics, then the checkpoint that holds them
-                rows = []
-                self.store.set_checkpoint(r.key, r.checkpoint)
-                self._applied = i + 1
-                continue
+                if isinstance(r, EpochEnd):
+                    rows += [(r.key, name, r.epoch, float(value), r.wall) for name, value in r.metrics.items()]
+                    if r.checkpoint is not None:  # the epoch's metrics, then the checkpoint that holds them
+                        self.store.log_metric_rows(rows)
+                        rows = []
+                        self.store.set_checkpoint(r.key, r.checkpoint)
+                    continue
+                if rows:
+                    self.store.log_metric_rows(rows)
+                    rows = []
+                if isinstance(r, Started):
+                    self.store.mark_running(r.key, host=r.host, node_id=r.node_id, device=r.device)
+                elif isinstance(r, Finished):
+                    self.store.finish(r.key, r.state, **r.fields())
+                else:
+                    self.store.interrupt(r.keys, r.state)
             if rows:
                 self.store.log_metric_rows(rows)
-                rows, self._applied = [], i
-            if isinstance(r, Started):
-                self.store.mark_running(r.key, host=r.host, node_id=r.node_id, device=r.device)
-            elif isinstance(r, Finished):
-                self.store.finish(r.key, r.state, **r.fields())
-            else:
-                self.store.interrupt(r.keys, r.state)
-            self._applied = i + 1
-        if rows:
-            self.store.log_metric_rows(rows)
-        self._applied = len(records)
         if self.mirror is not None:
             self.mirror.notify(
                 dict.fromkeys(k for r in records for k in (r.keys if isinstance(r, Stopped) else [r.key]))

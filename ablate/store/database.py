@@ -4,6 +4,7 @@ server restarts, one short transaction per write (`Database`, which `ablate.stor
 from __future__ import annotations
 
 import sys
+import threading
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from datetime import datetime, timezone
@@ -46,6 +47,8 @@ class Database(Queries):
             raise explain(self.url, e) from e
         event.listen(self.engine, "handle_error", self._unavailable)
         self._writer = self.engine.execution_options(**engine.WRITE)
+        self._batch = threading.local()
+        """This thread's open `batch` transaction, as `conn` (absent or None: none)."""
         self.patience = patience
         self.patiently(lambda: engine.upgrade(self.engine))
 
@@ -77,8 +80,29 @@ class Database(Queries):
         self.close()
 
     @contextmanager
+    def batch(self) -> Iterator[None]:
+        """Every write this thread makes inside is one transaction, committed as the block ends, or none of them if
+        it raises: a launch records a wave of trials (their starts, epochs and results) in one transaction, not one
+        per record. Other threads' writes (the heartbeat, the MLflow mirror) keep transactions of their own; a batch
+        inside a batch is the outer one. Keep it short: on SQLite it holds the write lock."""
+        if getattr(self._batch, "conn", None) is not None:
+            yield
+            return
+        with self._writer.begin() as conn:
+            self._batch.conn = conn
+            try:
+                yield
+            finally:
+                self._batch.conn = None
+
+    @contextmanager
     def _write(self) -> Iterator[Connection]:
-        """One write transaction (a database fault raises StoreUnavailable: `_unavailable`)."""
+        """One write transaction, or this thread's `batch` (a database fault raises StoreUnavailable:
+        `_unavailable`)."""
+        conn = getattr(self._batch, "conn", None)
+        if conn is not None:
+            yield conn
+            return
         with self._writer.begin() as conn:
             yield conn
 

@@ -79,6 +79,8 @@ VOLATILE = ("lease_host", "lease_expires")
 """Trial columns that change while the sweep's results do not (leases renewed by heartbeats)."""
 
 
+SEARCH_PAGE = 10_000
+"""Runs one search of `_run_ids` returns (MLflow's own limit is 50,000)."""
 MAX_COPIES = 20
 """Runs of one training of a trial looked at when removing copies (there should be one; a copy is rare)."""
 HTTP_DEFAULTS = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "1", "MLFLOW_HTTP_REQUEST_TIMEOUT": "10"}
@@ -339,7 +341,10 @@ class Tracker:
         from mlflow.exceptions import MlflowException
 
         tag, links = mlflow_name(f"sweep.{sweep}"), []
+        home = self._run_ids(exp)  # one search for the runs in the sweep's experiment (was a get_run per trial)
         for run_id in store.trials_frame(sweep)["mlflow_run_id"].dropna():
+            if run_id in home:
+                continue
             try:
                 run = self.client.get_run(run_id)
             except MlflowException:  # deleted by hand: `ablate sync` makes it again
@@ -355,6 +360,17 @@ class Tracker:
             note += (f"\n\n{len(links)} of its trials ran in other sweeps' experiments (their runs carry the tag "
                      f"`{tag}`): " + ", ".join(links))  # fmt: skip
         self.client.set_tag(parent, "mlflow.note.content", clip(note.strip(), MAX_TAG))
+
+    def _run_ids(self, exp: str) -> set[str]:
+        """The ids of every run in experiment `exp`, a page of searches at a time."""
+        ids: set[str] = set()
+        token = None
+        while True:
+            page = self.client.search_runs([exp], max_results=SEARCH_PAGE, page_token=token)
+            ids.update(run.info.run_id for run in page)
+            token = page.token
+            if not token:
+                return ids
 
     # ------------------------------------------------------------------------------------------ trials
     def start_trial(self, store: Store, sweep: str, key: str, running: bool = True) -> str:

@@ -646,3 +646,22 @@ def test_provenance_groups_the_trials_by_their_recorded_code_and_environment(sto
     known = ("abc", "f00", False, "NVIDIA H200", "Xeon", "cuda:NVIDIA H200", "3.12.7", "2.5.1", "0.9")
     assert got == [Provenance(*known, trials=3), Provenance("abc", "f00", True, *known[3:], trials=1),
                    Provenance(*(None,) * 9, trials=1)]  # fmt: skip
+
+
+def test_a_batch_is_one_transaction_of_this_threads_writes(tmp_path: Path) -> None:
+    """Writes inside `Store.batch` commit together at its end, or none if it raises; another thread's writes
+    meanwhile are their own (the heartbeat's renewals do not wait for, or join, the launch loop's batch)."""
+    with Store(f"sqlite:///{tmp_path / 'r.sqlite'}") as store:
+        store.add_trials("s", [trial(0), trial(1)])
+        a, b = (t.key for t in (trial(0), trial(1)))
+        with pytest.raises(RuntimeError), store.batch():
+            store.mark_running(a)
+            store.finish(b, "failed", error="boom")
+            raise RuntimeError("the launcher fails mid-wave")
+        assert store.states() == {a: "pending", b: "pending"}
+        with store.batch():
+            store.mark_running(a)
+            with store.batch():  # inside a batch: the outer one
+                store.finish(b, "done", result={"test": {"top1": 1.0}})
+            assert store.states() == {a: "pending", b: "pending"}  # read apart: not committed before the end
+        assert store.states() == {a: "running", b: "done"}
