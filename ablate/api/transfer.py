@@ -138,7 +138,7 @@ def _listed(names: Sequence[str] | None) -> list[str] | None:
 def _converted(spec: ImportSpec, sweep: str | None) -> tuple[Dump, list[str], str]:
     """The rows of the runs `spec` names, notes on those left out or changed, and the sweep they go to (default:
     the experiment's or the table's name)."""
-    from ablate.transfer import mlflow_runs, tables
+    from ablate.transfer import mlflow_runs, tabular
     from ablate.transfer.runs import Mapping, to_dump
 
     if spec.experiment is not None:
@@ -146,8 +146,8 @@ def _converted(spec: ImportSpec, sweep: str | None) -> tuple[Dump, list[str], st
         axes = tuple(spec.axes) if spec.axes else None
     else:
         named = (tuple(spec.axes) if spec.axes else None, tuple(spec.metrics) if spec.metrics else None)
-        columns = tables.Columns(spec.seed, *named, spec.run_id, spec.epoch, spec.status)
-        found, origin, axes = tables.runs(Path(spec.source), columns)
+        columns = tabular.Columns(spec.seed, *named, spec.run_id, spec.epoch, spec.status)
+        found, origin, axes = tabular.runs(Path(spec.source), columns)
         notes = []
     name = sweep or _sweep_name(origin.experiment)
     mapping = Mapping(name, spec.seed, axes, spec.metric, spec.select, spec.baseline, tuple(spec.ignore),
