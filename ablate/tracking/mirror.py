@@ -98,7 +98,7 @@ def _show(store: Store, tracker: Tracker, run: str, key: str, shown: str | None,
     is then written over, by the writer that read it stale. Returns the state MLflow shows (`shown`: what the
     store says it showed before, so an unchanged state costs no write; None: not known)."""
     while (now := store.trial(key)) is not None and now.state != shown and now.state != "pending":
-        tracker.show(run, now.state, result=now.result, error=now.traceback, step=step)
+        tracker.show(run, now, step)
         shown = now.state
     return shown
 

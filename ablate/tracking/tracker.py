@@ -49,7 +49,7 @@ if TYPE_CHECKING:
     from mlflow.entities import Run
 
     from ablate.store import Store
-    from ablate.store.schema import SweepRecord
+    from ablate.store.schema import SweepRecord, TrialRecord
 
 DEFAULT_URI = "sqlite:///db/mlflow.sqlite"
 #: MLflow's limits on one log_batch call: params (and tags), metrics.
@@ -464,15 +464,12 @@ class Tracker:
             self.client.set_tag(run_id, "error", clip(line, MAX_TAG))
         self.client.set_terminated(run_id, RUN_STATUS[state])
 
-    def show(
-        self, run_id: str, state: str, result: Mapping[str, Any] | None = None, error: str | None = None, step: int = 0
-    ) -> None:
-        """Set the run's status to that of the trial's `state`: ended with its result (`end_trial`) for a final
-        state, else RUNNING or SCHEDULED."""
-        if RUN_STATUS[state] in ("RUNNING", "SCHEDULED"):
-            self.client.update_run(run_id, status=RUN_STATUS[state])
+    def show(self, run_id: str, trial: TrialRecord, step: int = 0) -> None:
+        """Set the run's status to the trial's state's: ended with its result (`end_trial`) where final."""
+        if RUN_STATUS[trial.state] in ("RUNNING", "SCHEDULED"):
+            self.client.update_run(run_id, status=RUN_STATUS[trial.state])
         else:
-            self.end_trial(run_id, state, result=result, error=error, step=step)
+            self.end_trial(run_id, trial.state, result=trial.result, error=trial.traceback, step=step)
 
     # ----------------------------------------------------------------------------------------- helpers
     def _resume(self, run_id: str, running: bool = True) -> Run | None:

@@ -18,6 +18,7 @@ from gate import Gate, wait_for
 from ablate.config import TrialConfig
 from ablate.planning.keys import Trial, trial_key, variant_key
 from ablate.store import Store
+from ablate.store.schema import TrialRecord
 from ablate.tracking.mirror import Mirror, Synced, sync, sync_trial
 from ablate.tracking.tracker import RUN_STATUS, Tracker, params_of
 
@@ -67,11 +68,11 @@ class Held(Tracker):
         super().__init__(uri)
         self.hold, self.reached, self.go = hold, threading.Event(), threading.Event()
 
-    def show(self, run_id: str, state: str, **kw: object) -> None:
-        if state == self.hold and not self.reached.is_set():
+    def show(self, run_id: str, trial: TrialRecord, step: int = 0) -> None:
+        if trial.state == self.hold and not self.reached.is_set():
             self.reached.set()
             assert self.go.wait(120)
-        super().show(run_id, state, **kw)  # type: ignore[arg-type]
+        super().show(run_id, trial, step)
 
 
 def test_a_mirror_that_read_the_trial_before_it_ended_never_leaves_its_run_running(tmp_path: Path) -> None:
