@@ -307,7 +307,7 @@ def main(argv: list[str]) -> None:
     import ablate.store.writes
     from ablate import cli
     from ablate.execution.recorder import Recorder
-    from ablate.training.messages import Finished
+    from ablate.training.messages import Finished, Message
 
     split = argv.index("--")
     folder, skew = argv[:split]
@@ -317,13 +317,14 @@ def main(argv: list[str]) -> None:
 
     real_now, offset = ablate.store.writes.now, timedelta(seconds=float(skew))
     ablate.store.writes.now = ablate.execution.fanout.now = lambda: real_now() + offset  # type: ignore[assignment]
-    finish = Recorder.finish
+    record = Recorder.record
 
-    def delivered(self: Recorder, done: Finished) -> None:
-        _log(folder, "delivered", done.key, state=done.state, resumed_from=done.resumed_from)
-        finish(self, done)
+    def delivered(self: Recorder, messages: list[Message], outcomes: list[Finished] | None = None) -> None:
+        for done in outcomes or []:  # a wave's outcomes reach the store here (`Fanout.wave`)
+            _log(folder, "delivered", done.key, state=done.state, resumed_from=done.resumed_from)
+        record(self, messages, outcomes)
 
-    Recorder.finish = delivered  # type: ignore[method-assign]
+    Recorder.record = delivered  # type: ignore[method-assign]
     sys.argv = ["ablate", *argv[split + 1 :]]
     cli.main()  # the `ablate` command itself: an unavailable store exits 3 with its one paragraph
 
