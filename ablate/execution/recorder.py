@@ -73,10 +73,6 @@ class Recorder:
         earlier ones), in one transaction; MLflow follows."""
         self._write([*(m for m in messages if isinstance(m, (Started, EpochEnd))), *(outcomes or [])])
 
-    def finish(self, done: Finished) -> None:
-        """A trial's outcome, in the store (the source of truth); MLflow follows."""
-        self._write([done])
-
     def interrupt(self, keys: list[str], state: str = "interrupted") -> None:
         """Trials stopped by the launcher mid-run (`interrupted` by Ctrl-C, `preempted` by SIGTERM)."""
         self._write([Stopped(keys, state)])

@@ -153,7 +153,7 @@ def test_what_the_store_refuses_is_journaled_and_replayed(tmp_path: Path) -> Non
     with Store(f"sqlite:///file:{db}?mode=ro&uri=true") as down:
         recorder = Recorder(down, journal=storage / "journal" / "launcher.jsonl")
         recorder.handle(messages)
-        recorder.finish(Finished("k", "done", result={"test": {"top1": 0.9}}, params=10))
+        recorder.record([], [Finished("k", "done", result={"test": {"top1": 0.9}}, params=10)])
         assert isinstance(recorder.failure, StoreUnavailable) and recorder.journaled == 4
     assert len(journals(storage)) == 1
     with Store(f"sqlite:///{db}") as store:
@@ -183,7 +183,7 @@ def test_the_journal_reaches_the_store_first_once_it_answers_again(tmp_path: Pat
         recorder.handle([])
         assert recorder.failure is None and journals(storage) == [] and store.trial("k").state == "running"
         recorder.handle([EpochEnd("k", 2, {"loss": 0.25}, time.time())])
-        recorder.finish(Finished("k", "done", result={"test": {"top1": 0.9}}))
+        recorder.record([], [Finished("k", "done", result={"test": {"top1": 0.9}})])
         assert Recorder(store).replay(storage) == 0
         row = store.trials_frame("s").iloc[0]
         assert (row["state"], row["attempts"], row["test.top1"]) == ("done", 1, 0.9)
@@ -203,7 +203,7 @@ def test_a_journal_replayed_after_another_launcher_finished_the_trial_leaves_its
         assert lost.journaled == 2
         other = Recorder(store)
         other.handle([Started("k", "b", "node-b", "cpu"), EpochEnd("k", 1, {"loss": 0.5}, time.time())])
-        other.finish(Finished("k", "done", result={"test": {"top1": 0.9}}))
+        other.record([], [Finished("k", "done", result={"test": {"top1": 0.9}})])
         before = store.trial("k")
         assert Recorder(store).replay(storage) == 2 and journals(storage) == []
         after = store.trial("k")
