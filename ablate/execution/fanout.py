@@ -374,9 +374,12 @@ class Fanout:
         return [r for r in ready if r in self.pending]
 
     def stop_task(self, ref: Any, key: str) -> None:
-        ray.cancel(ref, force=True)
+        """Stop a trial's task now: a gang by removing its placement group (`Gang.stop`), a lone task by a forced
+        cancel unless it has returned (a cancel that meets a reply in flight aborts Ray 2.60's driver: `Gang.stop`)."""
         if key in self.gangs:
             self.gangs.pop(key).stop()
+        elif not ray.wait([ref], timeout=0)[0]:
+            ray.cancel(ref, force=True)
 
     def wave(self, ready: list[Any], resubmit: bool = True) -> None:
         """Settle the tasks that returned, as one wave: their outcomes and the messages they sent (drained by a call

@@ -70,9 +70,10 @@ class Gang:
         return deciding
 
     def stop(self) -> None:
-        """Cancel the ranks still running and give the placement group's resources back."""
-        for ref in [self.leader, *self.followers]:
-            ray.cancel(ref, force=True)
+        """Give the placement group's resources back, which kills the ranks still running in it (their tasks end
+        with `WorkerCrashedError`). Never `ray.cancel`: at a gang's end its ranks return together, and Ray 2.60's
+        driver aborts (`task_manager.cc: Tried to complete task that was not pending`) when a force-cancel meets a
+        task's reply in flight; a worker killed with its bundle takes the path of any lost worker."""
         remove_placement_group(self.group)
 
 

@@ -128,12 +128,29 @@ def launched(p: Plan, store: Store, tmp_path: Path, runner: Any) -> Any:
     return box["res"]
 
 
+@pytest.fixture
+def cancels(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
+    """Every task the launcher passes to `ray.cancel` (still cancelled: a spy, not a stand-in). A gang's end must not
+    cancel: Ray 2.60's driver aborts when a force-cancel meets a returning rank's reply (`Gang.stop`)."""
+    import ray
+
+    calls: list[Any] = []
+    real = ray.cancel
+
+    def spy(ref: Any, **kwargs: Any) -> None:
+        calls.append(ref)
+        real(ref, **kwargs)
+
+    monkeypatch.setattr(ray, "cancel", spy)
+    return calls
+
+
 def test_a_rank_that_raises_before_joining_ends_the_trial_with_its_error_and_its_retries(
-    ray_local, tmp_path: Path
+    ray_local, tmp_path: Path, cancels: list[Any]
 ) -> None:
-    """Rank 1 raises while rank 0 waits at the rendezvous: the launch does not wait for rank 0's timeout; the trial
-    is retried `resources.retries` times (an application error, not a lost worker) and fails with rank 1's error
-    and traceback."""
+    """Rank 1 raises while rank 0 waits at the rendezvous: the launch does not wait for rank 0's timeout (rank 0 is
+    stopped with its placement group, never by `ray.cancel`); the trial is retried `resources.retries` times (an
+    application error, not a lost worker) and fails with rank 1's error and traceback."""
     by_value()
     p = two_workers(tmp_path, retries=1)
     with Store(f"sqlite:///{tmp_path}/r.sqlite") as store:
@@ -144,10 +161,11 @@ def test_a_rank_that_raises_before_joining_ends_the_trial_with_its_error_and_its
     assert row["attempts"] == 2
     assert row["error"] == "ShardMissing: rank 1 cannot read its shard"
     assert 'raise ShardMissing("rank 1 cannot read its shard")' in trace, trace
+    assert cancels == []
 
 
 def test_a_rank_that_raises_is_the_trials_error_though_its_peer_reports_it_lost_first(
-    ray_local, tmp_path: Path
+    ray_local, tmp_path: Path, cancels: list[Any]
 ) -> None:
     """Rank 0's collective fails first (PeerLost, which alone would mean a dead worker: resumed up to 10 times),
     then rank 1 raises: the trial fails once, with rank 1's error."""
@@ -159,6 +177,7 @@ def test_a_rank_that_raises_is_the_trials_error_though_its_peer_reports_it_lost_
     assert res.counts == {"failed": 1}
     assert row["attempts"] == 1
     assert row["error"] == "ShardMissing: rank 1 cannot read its shard"
+    assert cancels == []
 
 
 def test_a_rank_killed_before_joining_is_a_lost_worker_and_the_gang_starts_again(ray_local, tmp_path: Path) -> None:
