@@ -5,7 +5,8 @@ Read from the sweep's record (`ablate.spec.tuning.Searches`: each arm's configur
 final trials and its trials at the baseline's configuration) and the store's trials. Per arm: the configuration
 chosen on the validation metric, and Dodge et al.'s expected best validation score against the number of
 configurations tried (`ablate.reporting.expected_best`) with its simultaneous band (`ablate.reporting.bands`), all
-arms on one plot, and the Findings' lines on which arm is better once both are tuned; the comparison with the
+arms on one plot; the median best of n with its band (Lourie et al.'s recommended curve, tighter at the budgets
+sweeps spend), and the Findings' lines from it on which arm is better once both are tuned; the comparison with the
 baseline at each arm's own best (the variant table's) beside the comparison at the baseline's configuration (the
 same seeds, paired, p adjusted over the arms); and the smallest budget from which the arms' ranking stops changing.
 """
@@ -14,7 +15,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import pandas as pd
@@ -33,13 +34,14 @@ from ablate.store import Store
 
 @dataclass
 class Tuned:
-    """What a tuned sweep adds to its report: the section, its CSV files, its figure (by file name) and its lines
-    of the Findings."""
+    """What a tuned sweep adds to its report: the section, its CSV files, its figure (by file name), its lines
+    of the Findings and the median bands they are read from (by arm)."""
 
     section: Section
     files: dict[str, str] = field(default_factory=dict)
     figures: dict[str, bytes] = field(default_factory=dict)
     found: list[findings.Finding] = field(default_factory=list)
+    medians: dict[str, bands.Band] = field(default_factory=dict)
 
 
 @dataclass
@@ -97,6 +99,7 @@ def report(store: Store, data: SweepData, table: pd.DataFrame, correction: str) 
     curves = {label: expected_best(values, spec.direction) for label, values in finite.items() if values}
     ends = bands.bounds(spec.metric)
     found = bands.bands(finite, spec.direction, ends)
+    medians = bands.bands(finite, spec.direction, ends, bands.MEDIAN)
     theirs = _at_baseline(store, data, record, arms, tried, correction)
     summary = _summary(data, record, arms, table, theirs)
     lead = arms[record.baseline].label if record.baseline is not None else None
@@ -105,12 +108,12 @@ def report(store: Store, data: SweepData, table: pd.DataFrame, correction: str) 
     blocks += [Image("tuning", png, f"expected best {spec.metric} against configurations tried")] if png else []
     blocks.append(_stability(curves, spec.metric, spec.direction == "max", ends))
     frames = {"tuning.csv": _configurations(record, arms, tried), "tuning_arms.csv": summary,
-              "tuning_curves.csv": _curves(curves, found)}  # fmt: skip
+              "tuning_curves.csv": _curves(curves, found, finite, medians, spec.direction)}  # fmt: skip
     files = {name: csv(frame, index=False) for name, frame in frames.items()}
-    pairs = _pairs([a.label for a in arms if a.label in found], lead)
-    compared = [bands.compare(a, b, finite, found, spec.direction, ends) for a, b in pairs]
+    pairs = _pairs([a.label for a in arms if a.label in medians], lead)
+    compared = [bands.compare(a, b, finite, medians, spec.direction, ends) for a, b in pairs]
     lines = findings.tuned(compared, spec.metric, tables.digits(data))
-    return Tuned(Section("Tuning", blocks), files, {"tuning": png} if png else {}, lines)
+    return Tuned(Section("Tuning", blocks), files, {"tuning": png} if png else {}, lines, medians)
 
 
 def _pairs(labels: list[str], lead: str | None) -> list[tuple[str, str]]:
@@ -264,7 +267,10 @@ def _stability(curves: dict[str, ExpectedBest], metric: str, higher: bool, ends:
         sorted(curves, key=lambda a: -curves[a].mean[common - 1] if higher else curves[a].mean[common - 1])
     )
     how = (f"Curves: Dodge et al.'s expected best {metric} of n configurations drawn from each arm's results; "
-           f"bands: {_band_words(len(curves), ends)}")  # fmt: skip
+           f"bands: {_band_words(len(curves), ends)} tuning_curves.csv adds each arm's median best of n (the score "
+           "half of all searches of n configurations reach; opda's quantile tuning curve) with its band from the same "
+           "Kolmogorov-Smirnov band, which the Findings compare: it is narrower where few configurations ran, since "
+           "it needs no mass at the metric's ends.")  # fmt: skip
     if n == common and common > 1:
         return (f"The arms' ranking by expected best {metric} still changed at {common} configurations, the most "
                 f"every arm tried ({order}): a larger budget may change it. {how}")  # fmt: skip
@@ -304,7 +310,20 @@ def _band_words(arms: int, ends: tuple[float, float]) -> str:
             f"[{ends[0]:g}, {ends[1]:g}] and are wide where few configurations ran.{unbounded}")  # fmt: skip
 
 
-def _curves(curves: dict[str, ExpectedBest], found: dict[str, bands.Band]) -> pd.DataFrame:
-    return pd.DataFrame([{"arm": arm, "n": int(n), "expected_best": m, "std": s, "lo": lo, "hi": hi}
-                         for arm, c in curves.items()
-                         for n, m, s, lo, hi in zip(c.n, c.mean, c.std, found[arm].lo, found[arm].hi)])  # fmt: skip
+def _curves(
+    curves: dict[str, ExpectedBest],
+    found: dict[str, bands.Band],
+    finite: dict[str, list[float]],
+    medians: dict[str, bands.Band],
+    direction: Literal["max", "min"],
+) -> pd.DataFrame:
+    """tuning_curves.csv: per arm and budget n, the expected best with its spread and band, the median best with
+    its band."""
+    rows = []
+    for arm, c in curves.items():
+        e, m = found[arm], medians[arm]
+        middle = bands.median_best(finite[arm], direction)
+        rows += [{"arm": arm, "n": int(n), "expected_best": c.mean[i], "std": c.std[i], "lo": e.lo[i], "hi": e.hi[i],
+                  "median_best": middle[i], "median_lo": m.lo[i], "median_hi": m.hi[i]}
+                 for i, n in enumerate(c.n)]  # fmt: skip
+    return pd.DataFrame(rows)
