@@ -64,7 +64,19 @@ from ablate.store import STATES, Store
 
 __all__ = ["ALL_FORMATS", "FORMATS", "ReportError", "compare", "folder", "report"]
 
-FIGURES = ("variants", "pairing", "best", "profile", "tuning", "cost", "curves", "diagnostics", "effects", "halfnormal")
+FIGURES = (
+    "variants",
+    "pairing",
+    "best",
+    "profile",
+    "tuning",
+    "tuning_median",
+    "cost",
+    "curves",
+    "diagnostics",
+    "effects",
+    "halfnormal",
+)
 SUMMARY = "summary.json"
 ORDER = ("findings", "variants", "best", "datasets", "tuning", "seeds", "cost", "published", "effects", "contributed",
          "training", "unfinished")  # fmt: skip

@@ -21,7 +21,7 @@ band reaches an end (infinite there for an open end). Both curves' bands come fr
 together.
 
 Each of m arms gets confidence 1 - α/m (Bonferroni, valid however the arms' searches depend on each other), so
-every band holds at once with 1 - α: two arms whose bands are apart at n differ in expected best at n, and every
+every band holds at once with 1 - α: two arms whose bands are apart at n differ in that curve at n, and every
 such statement of a report holds together.
 """
 
@@ -41,7 +41,8 @@ from ablate import evidence
 from ablate.spec.tuning import MAX_BUDGET
 
 Curve = Literal["expected", "median"]
-EXPECTED, MEDIAN = "expected", "median"
+EXPECTED: Curve = "expected"
+MEDIAN: Curve = "median"
 """The tuning curves a band is on: the expected best of n configurations (Dodge et al.), the median best of n."""
 
 PERCENT, UNIT, LOSS = ("top1", "top5", "acc"), ("auc",), ("loss", "nll")

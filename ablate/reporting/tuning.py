@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -30,6 +30,9 @@ from ablate.reporting.render import Block, Image, Section, Table
 from ablate.spec.paths import get_path
 from ablate.spec.tuning import ArmSearch, Searches, companion
 from ablate.store import Store
+
+FIGURE, MEDIAN_FIGURE = "tuning", "tuning_median"
+"""The section's figures (file stems): the expected best of n with its bands, the median best of n with its."""
 
 
 @dataclass
@@ -100,20 +103,24 @@ def report(store: Store, data: SweepData, table: pd.DataFrame, correction: str) 
     ends = bands.bounds(spec.metric)
     found = bands.bands(finite, spec.direction, ends)
     medians = bands.bands(finite, spec.direction, ends, bands.MEDIAN)
+    middle = {label: bands.median_best(values, spec.direction) for label, values in finite.items() if values}
     theirs = _at_baseline(store, data, record, arms, tried, correction)
     summary = _summary(data, record, arms, table, theirs)
     lead = arms[record.baseline].label if record.baseline is not None else None
-    png = plots.tuning_plot(curves, found, spec.metric, lead)
+    pngs = {FIGURE: plots.tuning_plot({a: c.mean for a, c in curves.items()}, found, spec.metric, lead),
+            MEDIAN_FIGURE: plots.tuning_plot(middle, medians, spec.metric, lead)}  # fmt: skip
+    figures = {name: png for name, png in pngs.items() if png is not None}
     blocks: list[Block] = [_procedure(record, data), _table(data, record, summary, correction)]
-    blocks += [Image("tuning", png, f"expected best {spec.metric} against configurations tried")] if png else []
+    blocks += [Image(name, png, f"{curve} best {spec.metric} against configurations tried")
+               for (name, png), curve in zip(figures.items(), (bands.EXPECTED, bands.MEDIAN))]  # fmt: skip
     blocks.append(_stability(curves, spec.metric, spec.direction == "max", ends))
     frames = {"tuning.csv": _configurations(record, arms, tried), "tuning_arms.csv": summary,
-              "tuning_curves.csv": _curves(curves, found, finite, medians, spec.direction)}  # fmt: skip
+              "tuning_curves.csv": _curves(curves, found, middle, medians)}  # fmt: skip
     files = {name: csv(frame, index=False) for name, frame in frames.items()}
     pairs = _pairs([a.label for a in arms if a.label in medians], lead)
     compared = [bands.compare(a, b, finite, medians, spec.direction, ends) for a, b in pairs]
     lines = findings.tuned(compared, spec.metric, tables.digits(data))
-    return Tuned(Section("Tuning", blocks), files, {"tuning": png} if png else {}, lines, medians)
+    return Tuned(Section("Tuning", blocks), files, figures, lines, medians)
 
 
 def _pairs(labels: list[str], lead: str | None) -> list[tuple[str, str]]:
@@ -267,10 +274,11 @@ def _stability(curves: dict[str, ExpectedBest], metric: str, higher: bool, ends:
         sorted(curves, key=lambda a: -curves[a].mean[common - 1] if higher else curves[a].mean[common - 1])
     )
     how = (f"Curves: Dodge et al.'s expected best {metric} of n configurations drawn from each arm's results; "
-           f"bands: {_band_words(len(curves), ends)} tuning_curves.csv adds each arm's median best of n (the score "
-           "half of all searches of n configurations reach; opda's quantile tuning curve) with its band from the same "
-           "Kolmogorov-Smirnov band, which the Findings compare: it is narrower where few configurations ran, since "
-           "it needs no mass at the metric's ends.")  # fmt: skip
+           f"bands: {_band_words(len(curves), ends)} The second plot (and tuning_curves.csv) has each arm's "
+           "median best of n (the score half of all searches of n configurations reach: opda's quantile tuning "
+           "curve) with its band from the same Kolmogorov-Smirnov band, at the same confidence; the Findings "
+           "compare these: they need no mass at the metric's ends, so they are narrower at small n, and their "
+           "upper edge reaches the range's top once the CDF band's width exceeds 1 - 0.5^(1/n).")  # fmt: skip
     if n == common and common > 1:
         return (f"The arms' ranking by expected best {metric} still changed at {common} configurations, the most "
                 f"every arm tried ({order}): a larger budget may change it. {how}")  # fmt: skip
@@ -313,17 +321,15 @@ def _band_words(arms: int, ends: tuple[float, float]) -> str:
 def _curves(
     curves: dict[str, ExpectedBest],
     found: dict[str, bands.Band],
-    finite: dict[str, list[float]],
+    middle: dict[str, np.ndarray],
     medians: dict[str, bands.Band],
-    direction: Literal["max", "min"],
 ) -> pd.DataFrame:
     """tuning_curves.csv: per arm and budget n, the expected best with its spread and band, the median best with
     its band."""
     rows = []
     for arm, c in curves.items():
         e, m = found[arm], medians[arm]
-        middle = bands.median_best(finite[arm], direction)
         rows += [{"arm": arm, "n": int(n), "expected_best": c.mean[i], "std": c.std[i], "lo": e.lo[i], "hi": e.hi[i],
-                  "median_best": middle[i], "median_lo": m.lo[i], "median_hi": m.hi[i]}
+                  "median_best": middle[arm][i], "median_lo": m.lo[i], "median_hi": m.hi[i]}
                  for i, n in enumerate(c.n)]  # fmt: skip
     return pd.DataFrame(rows)
