@@ -256,7 +256,8 @@ def test_an_arm_better_only_at_its_own_learning_rate_is_reported_as_such(tmp_pat
         written = report(
             ["t", "t/tuning"], store=store, out=tmp_path / "rep", formats=["md", "csv"]
         )  # as a launch says
-    assert {w.name for w in written} >= {"report.md", "tuning.png", "tuning_median.png", "tuning.csv", "tuning_arms.csv"}
+    figures = {"tuning.png", "tuning_median.png"}
+    assert {w.name for w in written} >= {"report.md", *figures, "tuning.csv", "tuning_arms.csv"}
     md = (tmp_path / "rep" / "t" / "report.md").read_text()
     section = md.split("## Tuning", 1)[1].split("\n## ", 1)[0]
     rows = [[c.strip() for c in line.split("|")[1:-1]] for line in section.splitlines() if line.startswith("| ")]
@@ -281,7 +282,8 @@ def test_an_arm_better_only_at_its_own_learning_rate_is_reported_as_such(tmp_pat
         )
         middle = bands.band(list(tried["val.top1"]), "max", (0.0, 100.0), 0.975, curve=bands.MEDIAN)
         assert np.array_equal(mine["median_lo"], middle.lo) and np.array_equal(mine["median_hi"], middle.hi)
-    assert "| not decided | Tuned alike, CSaN" in md and "in median best val.top1" in md and "bands overlap at every n from 1 to 4" in md
+    assert "| not decided | Tuned alike, CSaN" in md and "in median best val.top1" in md
+    assert "bands overlap at every n from 1 to 4" in md
 
 
 def test_a_search_on_a_loss_has_bands_on_its_expected_least_loss_open_above(tmp_path: Path) -> None:

@@ -263,8 +263,8 @@ def test_tuned_arms_better_where_their_median_bands_are_apart_and_overlapping_el
     three = ten[0], [77.0 + 0.5 * i for i in range(20)]
     overlap = f"{head}the bands overlap at every n from 1 to 20, so neither is shown better once tuned (at 20: a "
     projected = "at the scores seen so far, bands from about 95 configurations per arm would be apart at n = 1."
-    assert line(dict(zip("ab", three))) == (findings.OPEN,
-                                            f"{overlap}{at(three[0])}, b {at(three[1])}{both}; {projected}")  # fmt: skip
+    said = f"{overlap}{at(three[0])}, b {at(three[1])}{both}; {projected}"
+    assert line(dict(zip("ab", three))) == (findings.OPEN, said)
     alike = ten[0], [80.25 + 0.5 * i for i in range(20)]  # interleaved: no search tells them apart
     assert line(dict(zip("ab", alike)))[1].endswith("no search of up to 512 configurations per arm would separate "
                                                   "them at the scores seen.")  # fmt: skip
