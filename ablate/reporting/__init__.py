@@ -175,7 +175,8 @@ def _write_sweep(
             found.append(findings.Finding(findings.CONFOUNDED, words))
         parts["findings"] = [Section("Findings", [findings.block(found)], latex=False)]
         written += write_pages(where, formats, title, meta, ordered(parts))
-        said = methods.files(methods.facts(store, data, table, correction), ordered(parts))
+        medians = tuned.medians if tuned is not None else None
+        said = methods.files(methods.facts(store, data, table, correction, medians), ordered(parts))
         written += [write_file(where / name, text) for name, text in said.items()]
         if "md" in formats:
             written += [write_file(where / f"{name}.png", png) for name, png in figures.items()]
