@@ -169,7 +169,8 @@ def _write_sweep(
             shown = [Image("best", figures["best"], "each variant against the best")] if "best" in figures else []
             parts["best"] = [Section("Best or tied", [ties.table(best, data, correction), *shown])]
         judged = adaptive.verdicts(store, data)
-        found = [*undertrained.findings(store, data, table), *findings.findings(data, table, fac, eff, won, judged)]
+        found = [*(across.found if across is not None else []), *undertrained.findings(store, data, table)]
+        found += findings.findings(data, table, fac, eff, won, judged)
         found += tuned.found if tuned is not None else []
         if chosen is not None and chosen.two_level and (words := designed.unseparated(chosen, data, eff)) is not None:
             found.append(findings.Finding(findings.CONFOUNDED, words))

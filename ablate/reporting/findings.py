@@ -9,7 +9,8 @@ and the seed count that would detect its |Δ|, both at the level that decides it
 (`ablate.reporting.advice`), or, where no feasible count can, what the seeds did establish; a comparison that
 adaptive seeding decided says so instead; and where the policy has no test, the seeds it needs. A tuned sweep's
 report adds, per pair of tuned arms, where their bands on the median best of n configurations are apart or
-that they overlap (`tuned`, from `ablate.reporting.bands`).
+that they overlap (`tuned`, from `ablate.reporting.bands`); a sweep over several datasets opens with which arms'
+aggregate interval excludes the baseline's (`ablate.reporting.across_datasets.finding`).
 """
 
 from __future__ import annotations
@@ -38,6 +39,8 @@ SHOWN = 6
 DECIDED, BEST, TIED, OPEN, NO_TEST = "decided", "best", "tied", "not decided", "no test"
 ASSUMED = "assumed"
 """What a test rests on that nothing in the sweep measured: Lenth's effect sparsity in place of seed noise."""
+ACROSS = "across datasets"
+"""Which arms' aggregate over a sweep's datasets differs from the baseline's (`ablate.reporting.across_datasets`)."""
 CONFOUNDED = "confounded"
 """What a fractional or screening design could not tell apart (`ablate.reporting.designed.unseparated`)."""
 
@@ -47,7 +50,7 @@ class Finding:
     """One line of the Findings block: what kind of statement it is and the statement."""
 
     kind: str
-    """DECIDED, BEST, TIED, OPEN, NO_TEST, CONFOUNDED, or the decision adaptive seeding reached (higher, lower,
+    """DECIDED, BEST, TIED, OPEN, NO_TEST, CONFOUNDED, ACROSS, or the decision adaptive seeding reached (higher, lower,
     equivalent) on a comparison the table's adjusted test left open."""
     text: str
 
