@@ -143,7 +143,7 @@ def _write_sweep(
     won = tables.verdicts(table, data, correction)
     best = ties.against_best(data, won)
     written = []
-    tuned = tuning.report(store, data, table, correction)  # None unless the sweep is tuned
+    tuned = tuning.report(store, data, table, correction, bool(formats & {"html", "md"}))  # None unless tuned
     if "csv" in formats and tuned is not None:
         written += [write_file(where / name, text) for name, text in tuned.files.items()]
     if "csv" in formats:
@@ -164,7 +164,7 @@ def _write_sweep(
             parts["datasets"], figures = [across.section], figures | across.figures
         if tuned is not None:
             parts["tuning"] = [tuned.section]
-            figures |= tuned.figures if formats & {"html", "md"} else {}
+            figures |= tuned.figures
         if len(best):
             shown = [Image("best", figures["best"], "each variant against the best")] if "best" in figures else []
             parts["best"] = [Section("Best or tied", [ties.table(best, data, correction), *shown])]

@@ -80,8 +80,8 @@ def current(store: Store, data: SweepData) -> SweepData:
     return replace(data, trials=trials, variants=variants)
 
 
-def report(store: Store, data: SweepData, table: pd.DataFrame, correction: str) -> Tuned | None:
-    """The tuning section of a tuned sweep's report (None for any other sweep)."""
+def report(store: Store, data: SweepData, table: pd.DataFrame, correction: str, draw: bool = True) -> Tuned | None:
+    """The tuning section of a tuned sweep's report (None for any other sweep); `draw`: with its two plots."""
     record = searches_of(store, data.name)
     if record is None:
         return None
@@ -107,12 +107,14 @@ def report(store: Store, data: SweepData, table: pd.DataFrame, correction: str) 
     theirs = _at_baseline(store, data, record, arms, tried, correction)
     summary = _summary(data, record, arms, table, theirs)
     lead = arms[record.baseline].label if record.baseline is not None else None
-    pngs = {FIGURE: plots.tuning_plot({a: c.mean for a, c in curves.items()}, found, spec.metric, lead),
-            MEDIAN_FIGURE: plots.tuning_plot(middle, medians, spec.metric, lead)}  # fmt: skip
-    figures = {name: png for name, png in pngs.items() if png is not None}
     blocks: list[Block] = [_procedure(record, data), _table(data, record, summary, correction)]
-    blocks += [Image(name, png, f"{curve} best {spec.metric} against configurations tried")
-               for (name, png), curve in zip(figures.items(), (bands.EXPECTED, bands.MEDIAN))]  # fmt: skip
+    figures = {}
+    for name, points, banded in ((FIGURE, {a: c.mean for a, c in curves.items()}, found),
+                                 (MEDIAN_FIGURE, middle, medians)):  # fmt: skip
+        if draw and (png := plots.tuning_plot(points, banded, spec.metric, lead)) is not None:
+            figures[name] = png
+            curve = next(iter(banded.values())).curve
+            blocks.append(Image(name, png, f"{curve} best {spec.metric} against configurations tried"))
     blocks.append(_stability(curves, spec.metric, spec.direction == "max", ends))
     frames = {"tuning.csv": _configurations(record, arms, tried), "tuning_arms.csv": summary,
               "tuning_curves.csv": _curves(curves, found, middle, medians)}  # fmt: skip
@@ -274,9 +276,9 @@ def _stability(curves: dict[str, ExpectedBest], metric: str, higher: bool, ends:
         sorted(curves, key=lambda a: -curves[a].mean[common - 1] if higher else curves[a].mean[common - 1])
     )
     how = (f"Curves: Dodge et al.'s expected best {metric} of n configurations drawn from each arm's results; "
-           f"bands: {_band_words(len(curves), ends)} The second plot (and tuning_curves.csv) has each arm's "
-           "median best of n (the score half of all searches of n configurations reach: opda's quantile tuning "
-           "curve) with its band from the same Kolmogorov-Smirnov band, at the same confidence; the Findings "
+           f"bands: {_band_words(len(curves), ends)} The median curves (the second plot, tuning_curves.csv): each "
+           "arm's median best of n (the score half of all searches of n configurations reach: opda's quantile tuning "
+           "curve), with its band from the same Kolmogorov-Smirnov band, at the same confidence; the Findings "
            "compare these: they need no mass at the metric's ends, so they are narrower at small n, and their "
            "upper edge reaches the range's top once the CDF band's width exceeds 1 - 0.5^(1/n).")  # fmt: skip
     if n == common and common > 1:
