@@ -7,7 +7,8 @@ Generates, in a temporary store, the syn-mil grid (5 MIL datasets x I in -3, -1,
 1,250 trials, synthetic results) and the same grid on Musk1 alone (250 trials). Times, on the loaded sweeps
 (`alternate`: order alternated, medians of --repeats): the section with its profile plot, without it (tables
 only, as for `--format tex`), the five arms' IQM intervals alone (the bootstrap), the Findings' line from them, the
-whole Markdown report of the five-dataset sweep for scale, and `across_datasets.report` on the one-dataset sweep (the skip).
+whole Markdown report of the five-dataset sweep for scale, and `across_datasets.report` on the one-dataset sweep
+(the skip).
 """
 
 from __future__ import annotations

@@ -182,8 +182,10 @@ def test_two_sweeps_give_two_paragraphs_each_number_read_from_the_store(store, t
     assert (f"Each arm's tuning curves, the expected (Dodge et al.) and the median best `{spec.metric}` of n "
             f"configurations drawn from its search's results, for every n up to its {ran} configurations with a "
             "result, have distribution-free confidence bands simultaneous over n") in second  # fmt: skip
-    assert (f"each arm's at {each}% so that the {len(searches.arms)} arms' bands hold together at 95%, for scores "
-            "within [0, 100]; an arm is called better once tuned at the budgets n where its median band") in second
+    assert (
+        f"each arm's at {each}% so that the {len(searches.arms)} arms' bands hold together at 95%, for scores "
+        "within [0, 100]; an arm is called better once tuned at the budgets n where its median band"
+    ) in second
     numbers = {str(len(searches.arms)), str(spec.budget), str(spec.seed), str(spec.batch), str(len(trials)),
                str(ran), each, "0", "100",
                str(trials["variant"].nunique()), *map(str, trials["seed"]), *map(str, LRS),
