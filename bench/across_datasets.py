@@ -6,8 +6,9 @@ check a sweep on one dataset pays instead.
 Generates, in a temporary store, the syn-mil grid (5 MIL datasets x I in -3, -1, 0, 1, 3 x 5 repeats x 10 folds =
 1,250 trials, synthetic results) and the same grid on Musk1 alone (250 trials). Times, on the loaded sweeps
 (`alternate`: order alternated, medians of --repeats): the section with its profile plot, without it (tables
-only, as for `--format tex`), the five arms' IQM intervals alone (the bootstrap), the whole Markdown report of
-the five-dataset sweep for scale, and `across_datasets.report` on the one-dataset sweep (the skip).
+only, as for `--format tex`), the five arms' IQM intervals alone (the bootstrap), the Findings' line from them, the
+whole Markdown report of the five-dataset sweep for scale, and `across_datasets.report` on the one-dataset sweep
+(the skip).
 """
 
 from __future__ import annotations
@@ -60,10 +61,12 @@ def main() -> None:
             five, one = frames.load(store, "five"), frames.load(store, "one")
             found = across_datasets.datasets(five)
             assert found is not None and across_datasets.datasets(one) is None
+            estimates = [aggregates.aggregate(a.scores) for a in found.arms]
             sides = {
                 "section with profile plot": lambda: across_datasets.report(five),
                 "section, tables only": lambda: across_datasets.report(five, draw=False),
                 "IQM intervals (bootstrap)": lambda: [aggregates.aggregate(a.scores) for a in found.arms],
+                "Findings line (given IQMs)": lambda: across_datasets.finding(found, estimates),
                 "whole report (md)": lambda: report("five", store=store, out=Path(tmp) / "rep", formats=["md"]),
                 "one dataset: the skip": lambda: across_datasets.report(one),
             }

@@ -64,7 +64,19 @@ from ablate.store import STATES, Store
 
 __all__ = ["ALL_FORMATS", "FORMATS", "ReportError", "compare", "folder", "report"]
 
-FIGURES = ("variants", "pairing", "best", "profile", "tuning", "cost", "curves", "diagnostics", "effects", "halfnormal")
+FIGURES = (
+    "variants",
+    "pairing",
+    "best",
+    "profile",
+    "tuning",
+    "tuning_median",
+    "cost",
+    "curves",
+    "diagnostics",
+    "effects",
+    "halfnormal",
+)
 SUMMARY = "summary.json"
 ORDER = ("findings", "variants", "best", "datasets", "tuning", "seeds", "cost", "published", "effects", "contributed",
          "training", "unfinished")  # fmt: skip
@@ -131,7 +143,7 @@ def _write_sweep(
     won = tables.verdicts(table, data, correction)
     best = ties.against_best(data, won)
     written = []
-    tuned = tuning.report(store, data, table, correction)  # None unless the sweep is tuned
+    tuned = tuning.report(store, data, table, correction, bool(formats & {"html", "md"}))  # None unless tuned
     if "csv" in formats and tuned is not None:
         written += [write_file(where / name, text) for name, text in tuned.files.items()]
     if "csv" in formats:
@@ -152,18 +164,20 @@ def _write_sweep(
             parts["datasets"], figures = [across.section], figures | across.figures
         if tuned is not None:
             parts["tuning"] = [tuned.section]
-            figures |= tuned.figures if formats & {"html", "md"} else {}
+            figures |= tuned.figures
         if len(best):
             shown = [Image("best", figures["best"], "each variant against the best")] if "best" in figures else []
             parts["best"] = [Section("Best or tied", [ties.table(best, data, correction), *shown])]
         judged = adaptive.verdicts(store, data)
-        found = [*undertrained.findings(store, data, table), *findings.findings(data, table, fac, eff, won, judged)]
+        found = [*(across.found if across is not None else []), *undertrained.findings(store, data, table)]
+        found += findings.findings(data, table, fac, eff, won, judged)
         found += tuned.found if tuned is not None else []
         if chosen is not None and chosen.two_level and (words := designed.unseparated(chosen, data, eff)) is not None:
             found.append(findings.Finding(findings.CONFOUNDED, words))
         parts["findings"] = [Section("Findings", [findings.block(found)], latex=False)]
         written += write_pages(where, formats, title, meta, ordered(parts))
-        said = methods.files(methods.facts(store, data, table, correction), ordered(parts))
+        medians = tuned.medians if tuned is not None else None
+        said = methods.files(methods.facts(store, data, table, correction, medians), ordered(parts))
         written += [write_file(where / name, text) for name, text in said.items()]
         if "md" in formats:
             written += [write_file(where / f"{name}.png", png) for name, png in figures.items()]

@@ -1,7 +1,9 @@
 """The report's section on a sweep over several datasets (an axis on `data.name` or `data.id`, as syn-mil's five MIL
 benchmarks): each arm (a variant less its dataset) aggregated over the datasets as Agarwal et al. (2021) do
 (`ablate.evidence.aggregates`: interquartile mean, stratified bootstrap interval, performance profile), beside the
-per-dataset table it comes from. A sweep on one dataset gets no section and pays nothing for it.
+per-dataset table it comes from, and the line that leads the Findings: which arms' IQM interval lies wholly above
+or below the baseline's, or that none does (`finding`). A sweep on one dataset gets no section and pays nothing for
+it.
 
 Scores are normalised per dataset before they are pooled: 0 is the sweep's worst run on that dataset, 1 its best
 (min-max over every arm's runs there; flipped for a metric where lower is better), so an AUC of 0.95 on an easy
@@ -16,7 +18,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ablate.evidence import EXACT_N, LEVEL, aggregates
-from ablate.reporting import frames, plots, tables
+from ablate.reporting import findings, frames, plots, tables
 from ablate.reporting.frames import STRATA, SweepData
 from ablate.reporting.render import Block, Image, Section, Table
 
@@ -55,10 +57,11 @@ class Datasets:
 
 @dataclass
 class Across:
-    """What the section adds to a report: the section and its figure (by file stem)."""
+    """What the section adds to a report: the section, its figure (by file stem) and its line of the Findings."""
 
     section: Section
     figures: dict[str, bytes] = field(default_factory=dict)
+    found: list[findings.Finding] = field(default_factory=list)
 
 
 def datasets(data: SweepData) -> Datasets | None:
@@ -116,7 +119,42 @@ def report(data: SweepData, draw: bool = True) -> Across | None:
         png = profile_plot({a.label: aggregates.profile(a.scores, TAUS) for a in shown},
                             next((a.label for a in shown if a.baseline), None), len(complete))  # fmt: skip
         blocks.append(Image(FIGURE, png, "performance profiles: fraction of runs above each normalised score"))
-    return Across(Section("Across datasets", blocks), {FIGURE: png} if png else {})
+    said = finding(found, estimates)
+    return Across(Section("Across datasets", blocks), {FIGURE: png} if png else {}, [said] if said else [])
+
+
+def finding(found: Datasets, estimates: list[aggregates.Estimate | None]) -> findings.Finding | None:
+    """The Findings' line across datasets: the arms whose IQM interval lies wholly above the baseline arm's (better
+    on the normalised scale) or wholly below it, with the aggregate table's numbers, or that none does; and the arms
+    without an interval to compare. None without a baseline arm."""
+    base = next((i for i, a in enumerate(found.arms) if a.baseline), None)
+    if base is None:
+        return None
+    label, mine = found.arms[base].label, estimates[base]
+    head = (
+        f"Across the {len(found.names)} datasets (IQM of normalised scores, {LEVEL:.0%} stratified bootstrap intervals)"
+    )
+    if mine is None or mine.why:
+        return findings.Finding(findings.ACROSS, f"{head}: no arm is compared with the baseline {label}, whose "
+                                                 f"aggregate is {_cell(found, found.arms[base], mine)}.")  # fmt: skip
+    beyond, within, without = [], [], []
+    for arm, e in zip(found.arms, estimates):
+        if arm.baseline:
+            continue
+        if e is None or e.why:
+            without.append(f"{arm.label} ({_cell(found, arm, e)})")
+        elif e.lo > mine.hi or e.hi < mine.lo:
+            beyond.append(f"{arm.label}'s {_cell(found, arm, e)} lies wholly {'above' if e.lo > mine.hi else 'below'}")
+        else:
+            within.append(arm.label)
+    against = f"the baseline {label}'s {_cell(found, found.arms[base], mine)}"
+    overlapping = f"{', '.join(within)} overlap{'s' if len(within) == 1 else ''} it" if within else ""
+    if beyond:
+        text = f"{head}, against {against}: {'; '.join(beyond)}" + (f"; {overlapping}" if within else "")
+    else:
+        text = f"{head}: no arm's interval excludes {against}" + (f" ({overlapping})" if within else "")
+    text += f"; no interval to compare for {'; '.join(without)}" if without else ""
+    return findings.Finding(findings.ACROSS, text + ".")
 
 
 def _shown(arms: list[Arm], estimates: list[aggregates.Estimate | None]) -> list[Arm]:
@@ -146,18 +184,20 @@ def _words(found: Datasets, data: SweepData) -> str:
 def _aggregate_table(found: Datasets, estimates: list[aggregates.Estimate | None]) -> Table:
     rows = []
     for arm, e in zip(found.arms, estimates):
-        runs = sum(len(r) for r in arm.raw)
-        if e is None:
-            missing = ", ".join(n for n, r in zip(found.names, arm.raw) if not len(r))
-            rows.append([arm.label, str(runs), f"- [n/a: no runs on {missing}]", "-"])
-            continue
-        shown = f"[n/a: {e.why}]" if e.why else f"[{e.lo:.3f}, {e.hi:.3f}]"
-        rows.append([arm.label, str(runs), f"{e.value:.3f} {shown}", f"{np.mean(np.concatenate(arm.scores)):.3f}"])
+        mean = f"{np.mean(np.concatenate(arm.scores)):.3f}" if e is not None else "-"
+        rows.append([arm.label, str(sum(len(r) for r in arm.raw)), _cell(found, arm, e), mean])
     caption = (f"Normalised scores aggregated over {len(found.names)} datasets: IQM with its {LEVEL:.0%} stratified "
                "bootstrap interval, and the mean for comparison. n/a: no interval where a dataset has a single run "
                f"(resampling within it cannot vary), where every dataset's runs are equal, or from fewer than "
                f"{EXACT_N} runs; an arm missing a dataset gets no aggregate.")  # fmt: skip
     return Table(caption, ["arm", "runs", f"IQM [{LEVEL:.0%} interval]", "mean"], rows, left=1)
+
+
+def _cell(found: Datasets, arm: Arm, e: aggregates.Estimate | None) -> str:
+    """An arm's aggregate as the table and the Findings show it: IQM [interval], or why it has none."""
+    if e is None:
+        return f"- [n/a: no runs on {', '.join(n for n, r in zip(found.names, arm.raw) if not len(r))}]"
+    return f"{e.value:.3f} " + (f"[n/a: {e.why}]" if e.why else f"[{e.lo:.3f}, {e.hi:.3f}]")
 
 
 def _per_dataset(found: Datasets, data: SweepData) -> Table:

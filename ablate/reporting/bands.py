@@ -1,7 +1,7 @@
-"""Confidence bands for the expected best of n configurations (Lourie, He & Cho, "Show Your Work with Confidence",
-NAACL 2024): simultaneous over every n, distribution-free, and exact, where a point estimate (Dodge et al.,
-`ablate.reporting.expected_best`) says nothing of how far the curve could be from the truth. Bootstrap bands
-under-cover at the budgets sweeps spend; these do not.
+"""Confidence bands for tuning curves (Lourie, He & Cho, "Show Your Work with Confidence", NAACL 2024): the expected
+best of n configurations and the median best of n, simultaneous over every n, distribution-free, and exact, where a
+point estimate (Dodge et al., `ablate.reporting.expected_best`) says nothing of how far the curve could be from the
+truth. Bootstrap bands under-cover at the budgets sweeps spend; these do not.
 
 An arm's N results are a sample of what one configuration gives. The Kolmogorov-Smirnov band around their
 empirical CDF, ± the exact critical value of the two-sided KS statistic (scipy's `kstwo`), holds at every score
@@ -13,8 +13,15 @@ accuracies in percent, 0-1 for AUC); where the range is open on a side (a loss h
 infinite. opda (Lourie's library) computes the curves of those distributions; its own `confidence_bands(...,
 method="ks")` gives the same bands (tests/reporting/test_bands.py).
 
+The median best of n (`MEDIAN`, opda's `quantile_tuning_curve`: the score half of all searches of n configurations
+reach) is what Lourie et al. recommend comparing: the same CDF band bounds it through quantiles, which move only where
+the band moves the mass near them, so its band is narrow at the budgets sweeps spend where the expected best's, which
+must allow a share of mass at the metric's ends, is wide. It needs the metric's range only at the budgets where the
+band reaches an end (infinite there for an open end). Both curves' bands come from one CDF band per arm, so they hold
+together.
+
 Each of m arms gets confidence 1 - α/m (Bonferroni, valid however the arms' searches depend on each other), so
-every band holds at once with 1 - α: two arms whose bands are apart at n differ in expected best at n, and every
+every band holds at once with 1 - α: two arms whose bands are apart at n differ in that curve at n, and every
 such statement of a report holds together.
 """
 
@@ -32,6 +39,11 @@ from scipy.stats import kstwo, kstwobign
 
 from ablate import evidence
 from ablate.spec.tuning import MAX_BUDGET
+
+Curve = Literal["expected", "median"]
+EXPECTED: Curve = "expected"
+MEDIAN: Curve = "median"
+"""The tuning curves a band is on: the expected best of n configurations (Dodge et al.), the median best of n."""
 
 PERCENT, UNIT, LOSS = ("top1", "top5", "acc"), ("auc",), ("loss", "nll")
 """Metric names (their last part) by range: percent (0-100), a fraction (0-1), non-negative without a top."""
@@ -67,12 +79,20 @@ def _limit(confidence: float) -> float:
 
 @dataclass(frozen=True)
 class Band:
-    """An arm's band on its expected best of n configurations, n = 1..N (index n - 1)."""
+    """An arm's band on its expected or median best of n configurations, n = 1..N (index n - 1)."""
 
     lo: np.ndarray
     hi: np.ndarray
     confidence: float
     """The band's own confidence (1 - α/m over m arms)."""
+    curve: Curve = EXPECTED
+
+
+def median_best(values: Sequence[float], direction: Literal["max", "min"]) -> np.ndarray:
+    """The median best of n of an arm's finite `values`, n = 1..len(values): the point curve its median band holds
+    (opda's `quantile_tuning_curve` of their empirical distribution)."""
+    dist = EmpiricalDistribution(np.asarray(values, dtype=float))
+    return np.asarray(dist.quantile_tuning_curve(np.arange(1, len(values) + 1), minimize=direction == "min"))
 
 
 def band(
@@ -82,10 +102,11 @@ def band(
     confidence: float,
     size: int | None = None,
     width: Callable[[int, float], float] = half_width,
+    curve: Curve = EXPECTED,
 ) -> Band:
-    """The band of an arm's finite `values` on the metric's range `ends`, for n = 1..len(values); its width is
-    that of `size` results (default: as many as there are), which projects a larger search with the same
-    distribution of scores."""
+    """The band of an arm's finite `values` on the metric's range `ends`, for n = 1..len(values), on the `curve`
+    named; its width is that of `size` results (default: as many as there are), which projects a larger search
+    with the same distribution of scores."""
     ys = np.sort(np.asarray(values, dtype=float))
     n = len(ys)
     if n == 0 or not np.isfinite(ys).all():
@@ -94,25 +115,31 @@ def band(
     cdf = np.arange(n + 1) / n
     ns = np.arange(1, n + 1)
 
-    def curve(cum: np.ndarray, bottom: float, top: float) -> np.ndarray:
-        """The expected best of n under the distribution with CDF `cum` at [bottom, ys...], the rest at top."""
-        if not (math.isfinite(bottom) and math.isfinite(top)):
+    def edge(cum: np.ndarray, bottom: float, top: float) -> np.ndarray:
+        """The curve under the distribution with CDF `cum` at [bottom, ys...], the rest at top."""
+        minimize = direction == "min"
+        if curve == EXPECTED and not (math.isfinite(bottom) and math.isfinite(top)):
             return np.full(n, bottom if math.isinf(bottom) else top)
         ws = np.diff(np.clip(cum, 0.0, 1.0), prepend=0.0, append=1.0)
         dist = EmpiricalDistribution(np.concatenate([[bottom], ys, [top]]), ws=ws, a=bottom, b=top)
-        return np.asarray(dist.average_tuning_curve(ns, minimize=direction == "min"), dtype=float)
+        if curve == MEDIAN:
+            return np.asarray(dist.quantile_tuning_curve(ns, minimize=minimize), dtype=float)
+        return np.asarray(dist.average_tuning_curve(ns, minimize=minimize), dtype=float)
 
     low, high = min(ends[0], ys[0]), max(ends[1], ys[-1])
-    return Band(curve(cdf + eps, low, ys[-1]), curve(cdf - eps, ys[0], high), confidence)
+    return Band(edge(cdf + eps, low, ys[-1]), edge(cdf - eps, ys[0], high), confidence, curve)
 
 
 def bands(
-    values: Mapping[str, Sequence[float]], direction: Literal["max", "min"], ends: tuple[float, float]
+    values: Mapping[str, Sequence[float]],
+    direction: Literal["max", "min"],
+    ends: tuple[float, float],
+    curve: Curve = EXPECTED,
 ) -> dict[str, Band]:
-    """Each arm's band (arms without results have none), all of them holding at once with 1 - α."""
+    """Each arm's band on `curve` (arms without results have none), all of them holding at once with 1 - α."""
     measured = {arm: v for arm, v in values.items() if len(v)}
     confidence = 1 - evidence.ALPHA / max(len(measured), 1)
-    return {arm: band(v, direction, ends, confidence) for arm, v in measured.items()}
+    return {arm: band(v, direction, ends, confidence, curve=curve) for arm, v in measured.items()}
 
 
 @dataclass(frozen=True)
@@ -164,25 +191,26 @@ def compare(
     mine, theirs = found[arm], found[other]
     budget = min(len(mine.lo), len(theirs.lo))
     better, worse = apart(mine, theirs, budget, direction == "max")
-    projected = None if better or worse else _projection(values[arm], values[other], mine.confidence, direction, ends)
+    projected = None if better or worse else _projection(values[arm], values[other], mine, direction, ends)
     return Comparison(arm, other, budget, better, worse, mine, theirs, projected)
 
 
 def _projection(
     mine: Sequence[float],
     theirs: Sequence[float],
-    confidence: float,
+    like: Band,
     direction: Literal["max", "min"],
     ends: tuple[float, float],
 ) -> Projection | None:
     """The fewest configurations per arm, more than either tried and up to the largest budget allowed, whose
     bands around the two empirical distributions seen so far are apart at some budget up to the most both tried,
-    by bisection (bands narrow as the size grows). The widths are Stephens': an estimate of a search not run
-    needs no exact quantile, which costs milliseconds to tens of them per size."""
+    by bisection (bands narrow as the size grows), on the curve of `like` at its confidence. The widths are
+    Stephens': an estimate of a search not run needs no exact quantile, which costs milliseconds to tens of them
+    per size."""
     budget = min(len(mine), len(theirs))
 
     def at(size: int) -> int | None:
-        a, b = (band(v, direction, ends, confidence, size, stephens) for v in (mine, theirs))
+        a, b = (band(v, direction, ends, like.confidence, size, stephens, like.curve) for v in (mine, theirs))
         better, worse = apart(a, b, budget, direction == "max")
         return min(better + worse, default=None)
 

@@ -8,8 +8,9 @@ follow too); then one line per comparison or effect the sweep could not decide: 
 and the seed count that would detect its |Δ|, both at the level that decides it in its table's family
 (`ablate.reporting.advice`), or, where no feasible count can, what the seeds did establish; a comparison that
 adaptive seeding decided says so instead; and where the policy has no test, the seeds it needs. A tuned sweep's
-report adds, per pair of tuned arms, where their bands on the expected best of n configurations are apart or
-that they overlap (`tuned`, from `ablate.reporting.bands`).
+report adds, per pair of tuned arms, where their bands on the median best of n configurations are apart or
+that they overlap (`tuned`, from `ablate.reporting.bands`); a sweep over several datasets opens with which arms'
+aggregate interval excludes the baseline's (`ablate.reporting.across_datasets.finding`).
 """
 
 from __future__ import annotations
@@ -38,6 +39,8 @@ SHOWN = 6
 DECIDED, BEST, TIED, OPEN, NO_TEST = "decided", "best", "tied", "not decided", "no test"
 ASSUMED = "assumed"
 """What a test rests on that nothing in the sweep measured: Lenth's effect sparsity in place of seed noise."""
+ACROSS = "across datasets"
+"""Which arms' aggregate over a sweep's datasets differs from the baseline's (`ablate.reporting.across_datasets`)."""
 CONFOUNDED = "confounded"
 """What a fractional or screening design could not tell apart (`ablate.reporting.designed.unseparated`)."""
 
@@ -47,7 +50,7 @@ class Finding:
     """One line of the Findings block: what kind of statement it is and the statement."""
 
     kind: str
-    """DECIDED, BEST, TIED, OPEN, NO_TEST, CONFOUNDED, or the decision adaptive seeding reached (higher, lower,
+    """DECIDED, BEST, TIED, OPEN, NO_TEST, CONFOUNDED, ACROSS, or the decision adaptive seeding reached (higher, lower,
     equivalent) on a comparison the table's adjusted test left open."""
     text: str
 
@@ -254,14 +257,15 @@ def _no_test(untested: pd.DataFrame, labels: pd.Series, data: SweepData, k: int)
 
 def tuned(compared: list[Comparison], metric: str, d: int) -> list[Finding]:
     """Per pair of tuned arms (`ablate.reporting.bands`): at which budgets n, up to the most configurations both
-    tried, one is better in expected best validation score than the other once both are tuned, its band wholly
+    tried, one is better in the bands' curve (the median or expected best validation score of n configurations,
+    named in the line) than the other once both are tuned, its band wholly
     above (below, where lower is better) the other's; or that the bands overlap at every budget, with the search
     that would separate them at the scores seen so far, where one up to the largest budget allowed would."""
     out, level = [], 1 - evidence.ALPHA
     for c in compared[:SHOWN]:
         both = (f"at {c.budget}: {c.arm} {_band(c.mine, c.budget, d)}, {c.other} {_band(c.theirs, c.budget, d)}; "
                 f"{level:.0%} bands, simultaneous over arms and budgets")  # fmt: skip
-        head = f"Tuned alike, {c.arm} vs {c.other} in expected best {metric} of n configurations"
+        head = f"Tuned alike, {c.arm} vs {c.other} in {c.mine.curve} best {metric} of n configurations"
         if c.better or c.worse:
             said = [f"{word} at n = {_budgets(ns)}" for word, ns in (("better", c.better), ("worse", c.worse)) if ns]
             rest = sorted(set(range(1, c.budget + 1)) - {*c.better, *c.worse})

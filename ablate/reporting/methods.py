@@ -2,19 +2,20 @@
 made, written from the store and the sweep's record, so that each sentence is true of the sweep it describes.
 
 One sentence per fact (`SENTENCES`): the design and its replicates, the training recipe, the tuning of the arms
-(budget, space, selection rule), the tests the variant table used and the policy that chose them, the correction,
-the intervals, the hardware and software the trials recorded, and the code fingerprint. A fact the store does not
-hold (no environment recorded, no tuning) makes no sentence: the paragraph says less rather than guess. The tests
-and intervals are named from the variant table's own columns (`TESTS`, `INTERVALS`: a new test or interval method
-adds its line there). `methods.tex` is a fragment to `\\input` (booktabs): the paragraph, then the report's tables
-with their captions, as tables.tex has them.
+(budget, space, selection rule) and its curves' bands, the tests the variant table used and the policy that chose
+them, the correction, the intervals, the hardware and software the trials recorded, and the code fingerprint. A
+fact the store does not hold (no environment recorded, no tuning) makes no sentence: the paragraph says less rather
+than guess. The tests and intervals are named from the variant table's own columns (`TESTS`, `INTERVALS`: a new
+test or interval method adds its line there). `methods.tex` is a fragment to `\\input` (booktabs): the paragraph,
+then the report's tables with their captions, as tables.tex has them.
 """
 
 from __future__ import annotations
 
+import math
 import re
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
 from operator import attrgetter
 from typing import Any
 
@@ -23,7 +24,7 @@ import pandas as pd
 
 from ablate.evidence import EXACT_N, LEVEL, SMALL_N, bootstrap
 from ablate.planning.tuning import space_words
-from ablate.reporting import render, stats
+from ablate.reporting import bands, render, stats
 from ablate.reporting.frames import SweepData, own_config
 from ablate.reporting.render import Section, Table
 from ablate.reporting.tuning import searches_of
@@ -87,13 +88,15 @@ SOFTWARE = {"python": "Python", "torch": "PyTorch", "ablate": "ablate"}
 @dataclass(frozen=True)
 class Facts:
     """What the paragraph is written from: the sweep, its variant table and correction, its tuning record (None:
-    not tuned) and what its finished trials were computed with."""
+    not tuned), what its finished trials were computed with, and the median bands of its tuned arms that the
+    report's Findings compare (`ablate.reporting.tuning`; none where not tuned)."""
 
     data: SweepData
     table: pd.DataFrame
     correction: str
     searches: Searches | None
     provenance: list[Provenance]
+    medians: Mapping[str, bands.Band] = field(default_factory=dict)
 
     @property
     def compared(self) -> pd.DataFrame:
@@ -102,11 +105,18 @@ class Facts:
         return t[t["ref"].notna() & (t.index != t["ref"]) & (t["pairs"] > 1)]
 
 
-def facts(store: Store, data: SweepData, table: pd.DataFrame, correction: str) -> Facts:
-    """The facts of one sweep's report: its tuning record, and the provenance of its finished trials read in one
-    grouped query."""
+def facts(
+    store: Store,
+    data: SweepData,
+    table: pd.DataFrame,
+    correction: str,
+    medians: Mapping[str, bands.Band] | None = None,
+) -> Facts:
+    """The facts of one sweep's report: its tuning record, the provenance of its finished trials read in one
+    grouped query, and its tuned arms' median bands as the report made them."""
     done = data.trials.loc[data.trials["state"] == "done", "key"].unique()
-    return Facts(data, table, correction, searches_of(store, data.name), store.provenance(done.tolist()))
+    found = store.provenance(done.tolist())
+    return Facts(data, table, correction, searches_of(store, data.name), found, dict(medians or {}))
 
 
 def _value(v: Any) -> str:
@@ -186,6 +196,27 @@ def tuning(f: Facts) -> str | None:
             f"arm) in rounds of {spec.batch}, each trained at the arm's first seed; the configuration with the {rule} "
             f"`{spec.metric}` was selected (the test split selected nothing), and the seeds above ran at each arm's "
             f"selected configuration.{left}")  # fmt: skip
+
+
+def tuning_bands(f: Facts) -> str | None:
+    """The tuning curves and their bands: which curves, how the bands were made, their confidence over the arms,
+    the range of scores they assume, and that the Findings compare the median bands."""
+    if f.searches is None or not f.medians:
+        return None
+    spec, found = f.searches.spec, list(f.medians.values())
+    each = found[0].confidence
+    ran = _range(pd.Series([len(b.lo) for b in found]), "configuration")
+    lo, hi = bands.bounds(spec.metric)
+    ends = (math.isfinite(lo), math.isfinite(hi))
+    within = {(True, True): f"within [{lo:g}, {hi:g}]", (True, False): f"at or above {lo:g}",
+              (False, True): f"at or below {hi:g}", (False, False): "anywhere"}[ends]  # fmt: skip
+    return (f"Each arm's tuning curves, the expected (Dodge et al.) and the median best `{spec.metric}` of n "
+            f"configurations drawn from its search's results, for every n up to its {ran} with a result, have "
+            "distribution-free confidence bands simultaneous over n (Lourie, He and Cho: the exact Kolmogorov-Smirnov "
+            f"band of the scores' distribution, computed with opda), each arm's at {each * 100:.4g}% so that the "
+            f"{_count(len(found), 'arm')}' bands hold together at {LEVEL:.0%}, for scores {within}; "
+            "an arm is called better once tuned at the budgets n where its median band lies wholly beyond the "
+            "other's.")  # fmt: skip
 
 
 def tests(f: Facts) -> str | None:
@@ -296,8 +327,8 @@ def _commit(p: Provenance) -> str | None:
     return f"git commit {p.git_sha}{changes}"
 
 
-SENTENCES: tuple[Callable[[Facts], str | None], ...] = (design, recipe, tuning, tests, correction, intervals,
-                                                         hardware, code)  # fmt: skip
+SENTENCES: tuple[Callable[[Facts], str | None], ...] = (design, recipe, tuning, tuning_bands, tests, correction,
+                                                         intervals, hardware, code)  # fmt: skip
 """The paragraph's sentences in order; each says nothing (None) where the store does not hold its fact."""
 
 

@@ -23,7 +23,6 @@ from scipy import special
 
 from ablate.evidence import ALPHA, lenth
 from ablate.reporting.bands import Band
-from ablate.reporting.expected_best import ExpectedBest
 from ablate.reporting.frames import DIAGNOSTICS, LOSSES, SweepData, val_metric
 from ablate.reporting.halfnormal import Screen
 from ablate.reporting.pairing import Pairs
@@ -345,11 +344,11 @@ def best_figure(frame: pd.DataFrame, labels: pd.Series, metric: str) -> Figure |
 
 
 def tuning_plot(
-    curves: Mapping[str, ExpectedBest], found: Mapping[str, Band], metric: str, baseline: str | None
+    curves: Mapping[str, np.ndarray], found: Mapping[str, Band], metric: str, baseline: str | None
 ) -> bytes | None:
-    """A tuned sweep's arms (`ablate.reporting.tuning`): the expected best validation score against the number of
-    configurations tried, one line per arm with its simultaneous band (`ablate.reporting.bands`; a side that is
-    infinite, for a metric without that end, is not drawn)."""
+    """A tuned sweep's arms (`ablate.reporting.tuning`): a tuning curve (the expected or median best validation
+    score, the bands' `curve`) against the number of configurations tried, one line per arm with its simultaneous
+    band (`ablate.reporting.bands`; a side that is infinite, for a metric without that end, is not drawn)."""
     if not curves:
         return None
     rows = -(-len(curves) // 2)
@@ -357,19 +356,20 @@ def tuning_plot(
     ax = fig.add_subplot()
     colors = [f"C{i}" for i in range(10) if i != 3]  # C3 is red: the baseline's
     for i, (arm, c) in enumerate(curves.items()):
-        color = BASE if arm == baseline else colors[i % len(colors)]
-        ax.plot(c.n, c.mean, color=color, lw=1.4, marker="o", ms=3, label=_clip(arm))
-        lo, hi = (np.where(np.isfinite(edge), edge, c.mean) for edge in (found[arm].lo, found[arm].hi))
-        ax.fill_between(c.n, lo, hi, color=color, alpha=0.1, lw=0)
+        color, n = BASE if arm == baseline else colors[i % len(colors)], np.arange(1, len(c) + 1)
+        ax.plot(n, c, color=color, lw=1.4, marker="o", ms=3, label=_clip(arm))
+        lo, hi = (np.where(np.isfinite(edge), edge, c) for edge in (found[arm].lo, found[arm].hi))
+        ax.fill_between(n, lo, hi, color=color, alpha=0.1, lw=0)
         for edge in (lo, hi):  # overlapping bands stay told apart by their edges
-            ax.plot(c.n, edge, color=color, lw=0.8, ls="--")
+            ax.plot(n, edge, color=color, lw=0.8, ls="--")
+    curve = next(iter(found.values())).curve
     ax.set_xlabel("configurations tried")
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-    ax.set_ylabel(f"expected best {metric}{_unit(metric)}")
+    ax.set_ylabel(f"{curve} best {metric}{_unit(metric)}")
     ax.grid(alpha=0.3)
     fig.legend(*ax.get_legend_handles_labels(), loc="lower center", ncol=2, fontsize=8, frameon=False)
-    level = 1 - ALPHA
-    fig.suptitle(f"expected best validation score of n configurations (Dodge et al.), band = simultaneous {level:.0%} "
+    level, who = 1 - ALPHA, "Dodge et al." if curve == "expected" else "opda's quantile tuning curve"
+    fig.suptitle(f"{curve} best validation score of n configurations ({who}), band = simultaneous {level:.0%} "
                  "over arms and n (Lourie et al.)", fontsize=10)  # fmt: skip
     return _png(fig)
 

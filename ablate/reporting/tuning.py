@@ -5,7 +5,8 @@ Read from the sweep's record (`ablate.spec.tuning.Searches`: each arm's configur
 final trials and its trials at the baseline's configuration) and the store's trials. Per arm: the configuration
 chosen on the validation metric, and Dodge et al.'s expected best validation score against the number of
 configurations tried (`ablate.reporting.expected_best`) with its simultaneous band (`ablate.reporting.bands`), all
-arms on one plot, and the Findings' lines on which arm is better once both are tuned; the comparison with the
+arms on one plot; the median best of n with its band (Lourie et al.'s recommended curve, tighter at the budgets
+sweeps spend), and the Findings' lines from it on which arm is better once both are tuned; the comparison with the
 baseline at each arm's own best (the variant table's) beside the comparison at the baseline's configuration (the
 same seeds, paired, p adjusted over the arms); and the smallest budget from which the arms' ranking stops changing.
 """
@@ -30,16 +31,20 @@ from ablate.spec.paths import get_path
 from ablate.spec.tuning import ArmSearch, Searches, companion
 from ablate.store import Store
 
+FIGURE, MEDIAN_FIGURE = "tuning", "tuning_median"
+"""The section's figures (file stems): the expected best of n with its bands, the median best of n with its."""
+
 
 @dataclass
 class Tuned:
-    """What a tuned sweep adds to its report: the section, its CSV files, its figure (by file name) and its lines
-    of the Findings."""
+    """What a tuned sweep adds to its report: the section, its CSV files, its figure (by file name), its lines
+    of the Findings and the median bands they are read from (by arm)."""
 
     section: Section
     files: dict[str, str] = field(default_factory=dict)
     figures: dict[str, bytes] = field(default_factory=dict)
     found: list[findings.Finding] = field(default_factory=list)
+    medians: dict[str, bands.Band] = field(default_factory=dict)
 
 
 @dataclass
@@ -75,8 +80,8 @@ def current(store: Store, data: SweepData) -> SweepData:
     return replace(data, trials=trials, variants=variants)
 
 
-def report(store: Store, data: SweepData, table: pd.DataFrame, correction: str) -> Tuned | None:
-    """The tuning section of a tuned sweep's report (None for any other sweep)."""
+def report(store: Store, data: SweepData, table: pd.DataFrame, correction: str, draw: bool = True) -> Tuned | None:
+    """The tuning section of a tuned sweep's report (None for any other sweep); `draw`: with its two plots."""
     record = searches_of(store, data.name)
     if record is None:
         return None
@@ -97,20 +102,27 @@ def report(store: Store, data: SweepData, table: pd.DataFrame, correction: str) 
     curves = {label: expected_best(values, spec.direction) for label, values in finite.items() if values}
     ends = bands.bounds(spec.metric)
     found = bands.bands(finite, spec.direction, ends)
+    medians = bands.bands(finite, spec.direction, ends, bands.MEDIAN)
+    middle = {label: bands.median_best(values, spec.direction) for label, values in finite.items() if values}
     theirs = _at_baseline(store, data, record, arms, tried, correction)
     summary = _summary(data, record, arms, table, theirs)
     lead = arms[record.baseline].label if record.baseline is not None else None
-    png = plots.tuning_plot(curves, found, spec.metric, lead)
     blocks: list[Block] = [_procedure(record, data), _table(data, record, summary, correction)]
-    blocks += [Image("tuning", png, f"expected best {spec.metric} against configurations tried")] if png else []
+    figures = {}
+    for name, points, banded in ((FIGURE, {a: c.mean for a, c in curves.items()}, found),
+                                 (MEDIAN_FIGURE, middle, medians)):  # fmt: skip
+        if draw and (png := plots.tuning_plot(points, banded, spec.metric, lead)) is not None:
+            figures[name] = png
+            curve = next(iter(banded.values())).curve
+            blocks.append(Image(name, png, f"{curve} best {spec.metric} against configurations tried"))
     blocks.append(_stability(curves, spec.metric, spec.direction == "max", ends))
     frames = {"tuning.csv": _configurations(record, arms, tried), "tuning_arms.csv": summary,
-              "tuning_curves.csv": _curves(curves, found)}  # fmt: skip
+              "tuning_curves.csv": _curves(curves, found, middle, medians)}  # fmt: skip
     files = {name: csv(frame, index=False) for name, frame in frames.items()}
-    pairs = _pairs([a.label for a in arms if a.label in found], lead)
-    compared = [bands.compare(a, b, finite, found, spec.direction, ends) for a, b in pairs]
+    pairs = _pairs([a.label for a in arms if a.label in medians], lead)
+    compared = [bands.compare(a, b, finite, medians, spec.direction, ends) for a, b in pairs]
     lines = findings.tuned(compared, spec.metric, tables.digits(data))
-    return Tuned(Section("Tuning", blocks), files, {"tuning": png} if png else {}, lines)
+    return Tuned(Section("Tuning", blocks), files, figures, lines, medians)
 
 
 def _pairs(labels: list[str], lead: str | None) -> list[tuple[str, str]]:
@@ -264,7 +276,11 @@ def _stability(curves: dict[str, ExpectedBest], metric: str, higher: bool, ends:
         sorted(curves, key=lambda a: -curves[a].mean[common - 1] if higher else curves[a].mean[common - 1])
     )
     how = (f"Curves: Dodge et al.'s expected best {metric} of n configurations drawn from each arm's results; "
-           f"bands: {_band_words(len(curves), ends)}")  # fmt: skip
+           f"bands: {_band_words(len(curves), ends)} The median curves (the second plot, tuning_curves.csv): each "
+           "arm's median best of n (the score half of all searches of n configurations reach: opda's quantile tuning "
+           "curve), with its band from the same Kolmogorov-Smirnov band, at the same confidence; the Findings "
+           "compare these: they need no mass at the metric's ends, so they are narrower at small n, and their "
+           "upper edge reaches the range's top once the CDF band's width exceeds 1 - 0.5^(1/n).")  # fmt: skip
     if n == common and common > 1:
         return (f"The arms' ranking by expected best {metric} still changed at {common} configurations, the most "
                 f"every arm tried ({order}): a larger budget may change it. {how}")  # fmt: skip
@@ -304,7 +320,18 @@ def _band_words(arms: int, ends: tuple[float, float]) -> str:
             f"[{ends[0]:g}, {ends[1]:g}] and are wide where few configurations ran.{unbounded}")  # fmt: skip
 
 
-def _curves(curves: dict[str, ExpectedBest], found: dict[str, bands.Band]) -> pd.DataFrame:
-    return pd.DataFrame([{"arm": arm, "n": int(n), "expected_best": m, "std": s, "lo": lo, "hi": hi}
-                         for arm, c in curves.items()
-                         for n, m, s, lo, hi in zip(c.n, c.mean, c.std, found[arm].lo, found[arm].hi)])  # fmt: skip
+def _curves(
+    curves: dict[str, ExpectedBest],
+    found: dict[str, bands.Band],
+    middle: dict[str, np.ndarray],
+    medians: dict[str, bands.Band],
+) -> pd.DataFrame:
+    """tuning_curves.csv: per arm and budget n, the expected best with its spread and band, the median best with
+    its band."""
+    rows = []
+    for arm, c in curves.items():
+        e, m = found[arm], medians[arm]
+        rows += [{"arm": arm, "n": int(n), "expected_best": c.mean[i], "std": c.std[i], "lo": e.lo[i], "hi": e.hi[i],
+                  "median_best": middle[arm][i], "median_lo": m.lo[i], "median_hi": m.hi[i]}
+                 for i, n in enumerate(c.n)]  # fmt: skip
+    return pd.DataFrame(rows)

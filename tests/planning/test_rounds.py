@@ -256,7 +256,8 @@ def test_an_arm_better_only_at_its_own_learning_rate_is_reported_as_such(tmp_pat
         written = report(
             ["t", "t/tuning"], store=store, out=tmp_path / "rep", formats=["md", "csv"]
         )  # as a launch says
-    assert {w.name for w in written} >= {"report.md", "tuning.png", "tuning.csv", "tuning_arms.csv"}
+    figures = {"tuning.png", "tuning_median.png"}
+    assert {w.name for w in written} >= {"report.md", *figures, "tuning.csv", "tuning_arms.csv"}
     md = (tmp_path / "rep" / "t" / "report.md").read_text()
     section = md.split("## Tuning", 1)[1].split("\n## ", 1)[0]
     rows = [[c.strip() for c in line.split("|")[1:-1]] for line in section.splitlines() if line.startswith("| ")]
@@ -279,13 +280,17 @@ def test_an_arm_better_only_at_its_own_learning_rate_is_reported_as_such(tmp_pat
         assert np.allclose(mine["lo"], band.lo, rtol=0, atol=1e-9) and np.allclose(
             mine["hi"], band.hi, rtol=0, atol=1e-9
         )
-    assert "| not decided | Tuned alike, CSaN" in md and "bands overlap at every n from 1 to 4" in md
+        middle = bands.band(list(tried["val.top1"]), "max", (0.0, 100.0), 0.975, curve=bands.MEDIAN)
+        assert np.array_equal(mine["median_lo"], middle.lo) and np.array_equal(mine["median_hi"], middle.hi)
+    assert "| not decided | Tuned alike, CSaN" in md and "in median best val.top1" in md
+    assert "bands overlap at every n from 1 to 4" in md
 
 
 def test_a_search_on_a_loss_has_bands_on_its_expected_least_loss_open_above(tmp_path: Path) -> None:
-    """Tuned on val.loss (lower is better, no top): each arm's band is on the expected least loss of n
-    configurations, its lower edge that of its four losses on [0, inf), its upper edge infinite, so the bands
-    always overlap and the Findings say no search would separate them."""
+    """Tuned on val.loss (lower is better, no top): each arm's band on the expected least loss of n configurations
+    has the lower edge of its four losses on [0, inf) and an infinite upper edge; its band on the median least loss
+    is finite above from n = 2. The Findings compare the median bands: they overlap, and say the search that would
+    separate them."""
     tune = {"space": {"train.lr": LRS}, "sampler": "grid", "budget": 4, "batch": 2, "metric": "val.loss"}
     f = tuned(tmp_path, tune=tune, grid={"attention.kind": ["softmax", "csan"]}, seeds=1)
     with Store(f"sqlite:///{tmp_path}/r.sqlite") as store:
@@ -297,8 +302,12 @@ def test_a_search_on_a_loss_has_bands_on_its_expected_least_loss_open_above(tmp_
         band = bands.band(list(tried["val.loss"]), "min", (0.0, math.inf), 0.975)
         assert np.allclose(curves[curves["arm"] == arm]["lo"], band.lo, rtol=0, atol=1e-12)
         assert np.isinf(curves["hi"]).all()
+        middle = bands.band(list(tried["val.loss"]), "min", (0.0, math.inf), 0.975, curve=bands.MEDIAN)
+        mine = curves[curves["arm"] == arm]
+        assert np.array_equal(mine["median_hi"], middle.hi) and np.isfinite(middle.hi[1:]).all()
     md = (tmp_path / "rep" / "t" / "report.md").read_text()
-    assert "the bands overlap at every n from 1 to 4" in md and "no search of up to 512 configurations" in md
+    assert "in median best val.loss of n configurations: the bands overlap at every n from 1 to 4" in md
+    assert "bands from about 34 configurations per arm would be apart at n = 1" in md
     assert "The metric's range has no upper end, so that side of every band is infinite" in md
 
 

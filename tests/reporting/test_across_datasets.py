@@ -11,10 +11,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 from conftest import write_sweeps
 from synthetic import fill
 
+from ablate.evidence import aggregates
 from ablate.planning.keys import Trial
 from ablate.planning.plan import plan
 from ablate.reporting import across_datasets, frames, report
@@ -129,3 +131,54 @@ def test_the_shipped_syn_mil_sweep_is_five_arms_over_five_datasets(tmp_path: Pat
     assert [a.label.split(":")[0] for a in found.arms] == [f"Syn (I={i}" for i in (-3, -1, 0, 1, 3)]
     assert [a.baseline for a in found.arms] == [False, False, True, False, False]
     assert all([len(r) for r in a.raw] == [5] * 5 for a in found.arms), "a run is a repeat: its 10 folds averaged"
+
+
+def test_the_findings_lead_with_the_arms_whose_iqm_interval_excludes_the_baselines(three: Path) -> None:
+    """I = 1's IQM 0.833 and I = -1's 0.167 lie each wholly beyond the baseline I = 0's 0.500: the first line of
+    the Findings says so with the aggregate table's own cells."""
+    md = (three / "report.md").read_text()
+    lines = section(md)
+    base, up, down = (row(lines, label)[2] for label in ("Syn (I=0", "Syn (I=1", "Syn (I=-1"))
+    first = next(line for line in md.splitlines() if line.startswith("| across datasets |"))
+    findings = md.split("## Findings", 1)[1].split("\n## ", 1)[0]
+    assert findings.split("|:---|:---|\n", 1)[1].startswith(first)
+    labels = {a: row(lines, a)[0] for a in ("Syn (I=0", "Syn (I=1", "Syn (I=-1")}
+    assert (f"Across the 3 datasets (IQM of normalised scores, 95% stratified bootstrap intervals), against the "
+            f"baseline {labels['Syn (I=0']}'s {base}: {labels['Syn (I=-1']}'s {down} lies wholly below; "
+            f"{labels['Syn (I=1']}'s {up} lies wholly above.") in first  # fmt: skip
+
+
+def scripted(runs: dict[str, list[list[float]]], baseline: str = "b") -> across_datasets.Datasets:
+    """Arms with the given normalised runs per dataset (raw = normalised), the first dataset's range 0 to 1."""
+    arms = [across_datasets.Arm(k, k == baseline, [np.array(r) for r in v], [np.array(r) for r in v])
+            for k, v in runs.items()]  # fmt: skip
+    names = [f"d{i}" for i in range(len(next(iter(runs.values()))))]
+    return across_datasets.Datasets(names, arms, np.zeros(len(names)), np.ones(len(names)))
+
+
+def said(found: across_datasets.Datasets) -> str:
+    estimates = [aggregates.aggregate(a.scores) if a.complete else None for a in found.arms]
+    f = across_datasets.finding(found, estimates)
+    assert f is not None and f.kind == "across datasets"
+    return f.text
+
+
+def test_none_excludes_the_baseline_or_the_baseline_has_no_interval() -> None:
+    """Scripted normalised runs on two datasets: arms interleaved with the baseline overlap it, and the line says
+    that none excludes it; an arm with one run on a dataset has no interval, said; a baseline without one compares
+    nothing; a sweep without a baseline has no line."""
+    base = [[0.40, 0.45, 0.50, 0.55, 0.60], [0.42, 0.47, 0.52, 0.57, 0.62]]
+    near = [[0.41, 0.46, 0.51, 0.56, 0.61], [0.43, 0.48, 0.53, 0.58, 0.63]]
+    found = scripted({"b": base, "near": near, "lone": [[0.9], [0.9, 0.95]]})
+    e = aggregates.aggregate(found.arms[0].scores)
+    assert said(found) == (
+        "Across the 2 datasets (IQM of normalised scores, 95% stratified bootstrap intervals): no "
+        f"arm's interval excludes the baseline b's {e.value:.3f} [{e.lo:.3f}, {e.hi:.3f}] (near "
+        "overlaps it); no interval to compare for lone (0.917 [n/a: 1 run on a dataset])."
+    )
+    far = scripted({"b": base, "far": [[x + 0.3 for x in r] for r in base]})
+    assert "far's 0.810 [" in said(far) and "] lies wholly above." in said(far)
+    assert said(scripted({"b": [[0.5], [0.5, 0.6]], "near": near})).endswith(
+        "no arm is compared with the baseline b, whose aggregate is 0.533 [n/a: 1 run on a dataset]."
+    )
+    assert across_datasets.finding(scripted({"a": base, "c": near}, baseline="none"), [None, None]) is None

@@ -112,3 +112,62 @@ def test_overlapping_bands_name_the_smallest_search_that_would_separate_them() -
     assert (p.size, p.at) == (99, 2)
     assert compared(three).projection is None and not apart(three, MAX_BUDGET)
     assert abs(bands.stephens(99, 0.975) / bands.half_width(99, 0.975) - 1) < 0.003
+
+
+def opda_median(values, confidence: float, ends=(0.0, 100.0), minimize: bool = False) -> tuple[np.ndarray, ...]:
+    """opda's KS bands on the median best of n, n = 1..N, and its point curve, as its documentation builds them."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # ties: coverage is conservative, not exact
+        low, point, high = EmpiricalDistribution.confidence_bands(values, confidence, *ends, method="ks")
+    ns = np.arange(1, len(values) + 1)
+    return tuple(d.quantile_tuning_curve(ns, minimize=minimize) for d in (high, low, point))
+
+
+@pytest.mark.parametrize("values", [SKEWED, SKEWED[:1], SKEWED[:2], [80.0, 80.0, 81.5, 79.0, 80.0]])
+@pytest.mark.parametrize("direction", ["max", "min"])
+@pytest.mark.parametrize("ends", [(0.0, 100.0), (0.0, math.inf), (-math.inf, math.inf)])
+def test_the_median_band_is_opdas_and_holds_the_median_curve(values, direction, ends) -> None:
+    """The median band needs the metric's range only where it reaches an end: open ends give finite edges
+    elsewhere (unlike the expected best's, infinite everywhere on that side)."""
+    b = bands.band(values, direction, ends, 0.975, curve=bands.MEDIAN)
+    lo, hi, point = opda_median(values, 0.975, ends, minimize=direction == "min")
+    np.testing.assert_allclose(b.lo, lo, rtol=0, atol=1e-9)
+    np.testing.assert_allclose(b.hi, hi, rtol=0, atol=1e-9)
+    np.testing.assert_allclose(bands.median_best(values, direction), point, rtol=0, atol=1e-9)
+    assert (b.lo <= point).all() and (point <= b.hi).all() and b.curve == bands.MEDIAN
+    assert np.isfinite([b.lo[0], b.hi[0]]).all() or len(values) < 8  # 20 results: finite at n = 1 on any range
+
+
+@pytest.mark.parametrize("direction", ["max", "min"])
+def test_the_median_band_covers_a_known_curve_at_every_n_as_often_as_it_says(direction) -> None:
+    """Scores uniform on [0, 1]: the median best of n is 0.5^(1/n) (of the least, 1 - 0.5^(1/n)). 1000 seeded
+    searches of 10 configurations: the 90% band holds the whole curve in at least 90% of them."""
+    rng, ns = np.random.default_rng(1), np.arange(1, 11)
+    truth = 0.5 ** (1 / ns) if direction == "max" else 1 - 0.5 ** (1 / ns)
+    held = [((b.lo <= truth) & (truth <= b.hi)).all()
+            for b in (bands.band(rng.random(10), direction, (0.0, 1.0), 0.9, curve=bands.MEDIAN)
+                      for _ in range(1000))]  # fmt: skip
+    assert np.mean(held) >= 0.9
+
+
+def test_the_median_bands_are_narrower_and_compared_on_their_own_curve() -> None:
+    """Ten points apart over twenty configurations: the expected-best bands overlap at every n, the median bands
+    are apart at n = 1 (opda's edges); a projection stays on the median curve."""
+    ten = {"a": [80.0 + 0.5 * i for i in range(20)], "b": [70.0 + 0.5 * i for i in range(20)]}
+    found = bands.bands(ten, "max", (0.0, 100.0), bands.MEDIAN)
+    assert {b.confidence for b in found.values()} == {0.975}
+    c = bands.compare("a", "b", ten, found, "max", (0.0, 100.0))
+    a_lo, b_hi = opda_median(ten["a"], 0.975)[0], opda_median(ten["b"], 0.975)[1]
+    assert c.better == tuple(int(n) for n in np.flatnonzero(a_lo > b_hi) + 1) == (1,) and c.projection is None
+    expected = bands.compare("a", "b", ten, bands.bands(ten, "max", (0.0, 100.0)), "max", (0.0, 100.0))
+    assert expected.better == expected.worse == () and expected.mine.curve == bands.EXPECTED
+    three = {"a": ten["a"], "b": [77.0 + 0.5 * i for i in range(20)]}
+    p = bands.compare("a", "b", three, bands.bands(three, "max", (0.0, 100.0), bands.MEDIAN), "max", (0.0, 100.0))
+    assert p.better == () and p.projection is not None
+    ahead = bands.band(three["a"], "max", (0.0, 100.0), 0.975, p.projection.size, bands.stephens, bands.MEDIAN)
+    behind = bands.band(three["b"], "max", (0.0, 100.0), 0.975, p.projection.size, bands.stephens, bands.MEDIAN)
+    assert ahead.lo[p.projection.at - 1] > behind.hi[p.projection.at - 1]
+    smaller = p.projection.size - 1
+    ahead = bands.band(three["a"], "max", (0.0, 100.0), 0.975, smaller, bands.stephens, bands.MEDIAN)
+    behind = bands.band(three["b"], "max", (0.0, 100.0), 0.975, smaller, bands.stephens, bands.MEDIAN)
+    assert not bands.apart(ahead, behind, 20, True)[0]

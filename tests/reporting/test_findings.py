@@ -230,36 +230,41 @@ def test_variants_that_diverged_are_said_with_where_instead_of_no_baseline(store
                          "than two measured variants per group.")  # fmt: skip
 
 
-def test_tuned_arms_better_where_their_bands_are_apart_and_overlapping_elsewhere() -> None:
+def test_tuned_arms_better_where_their_median_bands_are_apart_and_overlapping_elsewhere() -> None:
     """Scripted tuning results (tests/reporting/test_bands.py): thirty configurations each, 30 points apart, whose
-    bands are apart at n = 2-4 only; ten points apart over twenty, apart nowhere, and bands from 99 configurations
-    per arm would be apart at n = 2; three points apart, no search up to 512 would separate them. Every number
-    of each line is opda's band at the budget both ran."""
+    median bands are apart at n = 1-2 only (the upper edge reaches the metric's top from n = 3); ten points apart
+    over twenty, apart at n = 1 (their expected-best bands overlap everywhere); three points apart, apart nowhere,
+    and bands from 95 configurations per arm would be apart at n = 1. Every number of each line is opda's median
+    band at the budget both ran; the expected-best bands' line names its curve."""
     from opda.nonparametric import EmpiricalDistribution
     from test_bands import LOSE, WIN
 
     from ablate.reporting import bands
 
-    def line(values: dict[str, list[float]]) -> tuple[str, str]:
-        found = bands.bands(values, "max", (0.0, 100.0))
+    def line(values: dict[str, list[float]], curve: bands.Curve = bands.MEDIAN) -> tuple[str, str]:
+        found = bands.bands(values, "max", (0.0, 100.0), curve)
         [f] = findings.tuned([bands.compare("a", "b", values, found, "max", (0.0, 100.0))], "val.top1", 2)
         return f.kind, f.text
 
     def at(values: list[float]) -> str:
         low, _, high = EmpiricalDistribution.confidence_bands(values, 0.975, 0.0, 100.0, method="ks")
         n = len(values)
-        return f"[{high.average_tuning_curve(n):.2f}, {low.average_tuning_curve(n):.2f}]"
+        return f"[{high.quantile_tuning_curve(n):.2f}, {low.quantile_tuning_curve(n):.2f}]"
 
-    head = "Tuned alike, a vs b in expected best val.top1 of n configurations: "
+    head = "Tuned alike, a vs b in median best val.top1 of n configurations: "
     both = "; 95% bands, simultaneous over arms and budgets)"
-    won = f"{head}better at n = 2-4; the bands overlap at n = 1, 5-30 (at 30: a {at(WIN)}, b {at(LOSE)}{both}."
+    won = f"{head}better at n = 1-2; the bands overlap at n = 3-30 (at 30: a {at(WIN)}, b {at(LOSE)}{both}."
     assert line({"a": WIN, "b": LOSE}) == (findings.DECIDED, won)
-    assert line({"a": LOSE, "b": WIN})[1].startswith(f"{head}worse at n = 2-4; the bands overlap at n = 1, 5-30 (")
+    assert line({"a": LOSE, "b": WIN})[1].startswith(f"{head}worse at n = 1-2; the bands overlap at n = 3-30 (")
     ten = [80.0 + 0.5 * i for i in range(20)], [70.0 + 0.5 * i for i in range(20)]
-    overlap = f"{head}the bands overlap at every n from 1 to 20, so neither is shown better once tuned (at 20: a "
-    projected = "at the scores seen so far, bands from about 99 configurations per arm would be apart at n = 2."
-    assert line(dict(zip("ab", ten))) == (findings.OPEN, f"{overlap}{at(ten[0])}, b {at(ten[1])}{both}; {projected}")
+    assert line(dict(zip("ab", ten)))[1].startswith(f"{head}better at n = 1; the bands overlap at n = 2-20 (")
+    expected = line(dict(zip("ab", ten)), bands.EXPECTED)
+    assert expected[0] == findings.OPEN and expected[1].startswith("Tuned alike, a vs b in expected best val.top1")
     three = ten[0], [77.0 + 0.5 * i for i in range(20)]
-    assert line(dict(zip("ab", three))) == (findings.OPEN, f"{overlap}{at(three[0])}, b {at(three[1])}{both}; no "
-                                                           "search of up to 512 configurations per arm would "
-                                                           "separate them at the scores seen.")  # fmt: skip
+    overlap = f"{head}the bands overlap at every n from 1 to 20, so neither is shown better once tuned (at 20: a "
+    projected = "at the scores seen so far, bands from about 95 configurations per arm would be apart at n = 1."
+    said = f"{overlap}{at(three[0])}, b {at(three[1])}{both}; {projected}"
+    assert line(dict(zip("ab", three))) == (findings.OPEN, said)
+    alike = ten[0], [80.25 + 0.5 * i for i in range(20)]  # interleaved: no search tells them apart
+    assert line(dict(zip("ab", alike)))[1].endswith("no search of up to 512 configurations per arm would separate "
+                                                  "them at the scores seen.")  # fmt: skip

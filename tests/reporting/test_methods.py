@@ -142,6 +142,7 @@ def test_two_sweeps_give_two_paragraphs_each_number_read_from_the_store(store, t
                *(n for e in envs.values() if e for n in NUMBER.findall(json.dumps(e))),
                *config_numbers(config), *policy()}  # fmt: skip
     assert traced(first, numbers) == []
+    assert "confidence bands" not in first and "tuning curves" not in first  # not tuned: no bands, no sentence
     assert "\\begin{tabular}" in first_tex and "\\documentclass" not in first_tex  # a fragment to \input
     tables = (out / "fraction" / "tables.tex").read_text()
     body = tables[tables.index("\\subsection*") : tables.index("\\end{document}")]
@@ -174,7 +175,19 @@ def test_two_sweeps_give_two_paragraphs_each_number_read_from_the_store(store, t
     assert "With one test in the variant table, no p-value needed adjusting" in second
     assert "Intervals are 95%: the t interval of the mean paired difference and standardised effects" in second
     assert "finished trials ran" not in second and "fingerprint" not in second  # nothing recorded, nothing said
+    states = store.trials_frame("t/tuning").drop_duplicates("key").set_index("key")["state"]
+    finished = {sum(states.get(k) == "done" for k in a.search if k) for a in searches.arms}
+    [ran] = finished  # every arm's search finished as many configurations
+    each = f"{(1 - (1 - LEVEL) / len(searches.arms)) * 100:.4g}"
+    assert (f"Each arm's tuning curves, the expected (Dodge et al.) and the median best `{spec.metric}` of n "
+            f"configurations drawn from its search's results, for every n up to its {ran} configurations with a "
+            "result, have distribution-free confidence bands simultaneous over n") in second  # fmt: skip
+    assert (
+        f"each arm's at {each}% so that the {len(searches.arms)} arms' bands hold together at 95%, for scores "
+        "within [0, 100]; an arm is called better once tuned at the budgets n where its median band"
+    ) in second
     numbers = {str(len(searches.arms)), str(spec.budget), str(spec.seed), str(spec.batch), str(len(trials)),
+               str(ran), each, "0", "100",
                str(trials["variant"].nunique()), *map(str, trials["seed"]), *map(str, LRS),
                *config_numbers(config), *policy()}  # fmt: skip
     assert traced(second, numbers) == []
