@@ -18,7 +18,8 @@ import pandas as pd
 from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
-from matplotlib.lines import TICKLEFT, Line2D
+from matplotlib.lines import Line2D
+from matplotlib.markers import TICKLEFT
 from matplotlib.ticker import MaxNLocator
 from scipy import special
 
