@@ -11,6 +11,7 @@ from __future__ import annotations
 import io
 import threading
 from collections.abc import Mapping
+from typing import Final
 
 import matplotlib as mpl
 import numpy as np
@@ -19,7 +20,6 @@ from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
-from matplotlib.markers import TICKLEFT
 from matplotlib.ticker import MaxNLocator
 from scipy import special
 
@@ -68,6 +68,10 @@ def _png(fig: Figure) -> bytes:
     return buf.getvalue()
 
 
+TICK_OUT: Final = 0
+"""`matplotlib.markers.TICKLEFT` (typed as int there, not as the marker literal it is): a y tick's mark, drawn out."""
+
+
 def _rows(ax: Axes, y: np.ndarray, labels: list[str], fontsize: float) -> None:
     """Rows' labels left of the panel as y tick labels look (mark, pad, font), each a text, their marks one line of
     markers: matplotlib makes each tick of five artists and copies its properties, most of a 40-row chart's drawing."""
@@ -76,7 +80,7 @@ def _rows(ax: Axes, y: np.ndarray, labels: list[str], fontsize: float) -> None:
     size, width, color = rc["ytick.major.size"], rc["ytick.major.width"], rc["ytick.color"]
     label = color if rc["ytick.labelcolor"] == "inherit" else rc["ytick.labelcolor"]
     marks = Line2D(np.zeros(len(y)), y, transform=ax.get_yaxis_transform("tick1"), color=color, linestyle="none",
-                   marker=TICKLEFT, markeredgecolor=color, markersize=size, markeredgewidth=width, clip_on=False,
+                   marker=TICK_OUT, markeredgecolor=color, markersize=size, markeredgewidth=width, clip_on=False,
                    zorder=Line2D.zorder + 0.01)  # fmt: skip
     ax.add_artist(marks)  # not `plot`: marks at the panel's edge are no data, and leave the limits as ticks do
     at, va, ha = ax.get_yaxis_text1_transform(rc["ytick.major.pad"] + size)

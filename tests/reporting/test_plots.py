@@ -47,3 +47,9 @@ def test_row_labels_are_the_panels_texts_and_leave_its_limits():
     plots._rows(ax, np.array([1, 0]), ["a", "b"], 8)
     assert [t.get_text() for t in ax.texts] == ["a", "b"]
     assert ax.get_yticks().size == 0 and ax.get_xlim() == before and ax.get_ylim() == (-0.6, 1.8)
+
+
+def test_the_tick_mark_is_matplotlibs():
+    from matplotlib.markers import TICKLEFT
+
+    assert plots.TICK_OUT == TICKLEFT
