@@ -104,17 +104,25 @@ def report_sides(store: Store, out: Path, cpu: list[float] | None = None) -> dic
     return {"report": write, "floor": lambda: store.trials_frame("big")}
 
 
-def main() -> None:
+def prepared(db: str, epochs: int) -> argparse.Namespace:
+    """The options of a bench on this sweep (--seeds, --epochs, --db under the temporary folder by default,
+    --repeats), its store generated at --db first where it is not there (generation is not the measured part):
+    what bench/report_scale.py and bench/bootstrap_cost.py both set up."""
     ap = argparse.ArgumentParser()
     ap.add_argument("--seeds", type=int, default=25)
-    ap.add_argument("--epochs", type=int, default=100)
-    ap.add_argument("--db", type=Path, default=Path(tempfile.gettempdir()) / "ablate-report-scale.sqlite")
+    ap.add_argument("--epochs", type=int, default=epochs)
+    ap.add_argument("--db", type=Path, default=Path(tempfile.gettempdir()) / db)
     ap.add_argument("--repeats", type=int, default=3, help="timed runs of each side; the median is reported")
     args = ap.parse_args()
     if not args.db.exists():
         t0 = time.perf_counter()
         generate(args.db, args.seeds, args.epochs)
         print(f"generated {args.db} in {time.perf_counter() - t0:.0f} s (not measured)")
+    return args
+
+
+def main() -> None:
+    args = prepared("ablate-report-scale.sqlite", epochs=100)
     size = sum(p.stat().st_size for p in args.db.parent.glob(args.db.name + "*"))
     with Store(f"sqlite:///{args.db}") as store, tempfile.TemporaryDirectory() as out:
         counts = store.status("big")
