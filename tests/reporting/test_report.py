@@ -5,6 +5,7 @@ formats (Markdown tables parse, HTML is self-contained), idempotent re-runs and 
 from __future__ import annotations
 
 import base64
+import dataclasses
 import gc
 import json
 import math
@@ -77,6 +78,21 @@ def read_csv(path: Path) -> pd.DataFrame:
 
 
 # ------------------------------------------------------------------------------------------ statistics
+def test_replicates_are_pivoted_once_and_each_caller_gets_its_own(store, tmp_path):
+    """`frames.replicates` pivots the trials once per `by` (`SweepData.pivoted`): a caller changing what it got
+    changes no later caller's, and a sweep's data with other trials (`dataclasses.replace`) pivots its own."""
+    pair_store(store, tmp_path)
+    data = frames.load(store, "pair")
+    by_hand = data.trials.pivot_table(index="variant", columns="rep", values="value", aggfunc="mean", dropna=False)
+    first = frames.replicates(data)
+    first.iloc[:, :] = 0.0
+    again = frames.replicates(data)
+    pd.testing.assert_frame_equal(again, by_hand.reindex(index=data.variants.index))
+    assert set(data.pivoted) == {"rep"}
+    shifted = dataclasses.replace(data, trials=data.trials.assign(value=data.trials["value"] + 1))
+    pd.testing.assert_frame_equal(frames.replicates(shifted), again + 1)
+
+
 def test_paired_differences_and_too_few_pairs_for_a_test(store, tmp_path):
     pair_store(store, tmp_path)
     report("pair", store=store, out=tmp_path / "rep", formats=["csv"])
