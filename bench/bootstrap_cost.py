@@ -13,7 +13,6 @@ and without them): the part of the difference the bootstrap itself takes. Proces
 
 from __future__ import annotations
 
-import argparse
 import itertools
 import os
 import statistics
@@ -23,7 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from report_scale import generate
+from report_scale import prepared
 from timing import alternate
 
 from ablate.reporting import frames, report, stats
@@ -57,16 +56,7 @@ def sides(store: Store, out: Path) -> dict[str, Callable[[], Any]]:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--seeds", type=int, default=25)
-    ap.add_argument("--epochs", type=int, default=10)
-    ap.add_argument("--db", type=Path, default=Path(tempfile.gettempdir()) / "ablate-bootstrap-cost.sqlite")
-    ap.add_argument("--repeats", type=int, default=3, help="timed runs of each side; the median is reported")
-    args = ap.parse_args()
-    if not args.db.exists():
-        t0 = time.perf_counter()
-        generate(args.db, args.seeds, args.epochs)
-        print(f"generated {args.db} in {time.perf_counter() - t0:.0f} s (not measured)")
+    args = prepared("ablate-bootstrap-cost.sqlite", epochs=10)
     with Store(f"sqlite:///{args.db}") as store, tempfile.TemporaryDirectory() as out:
         for side in sides(store, Path(out)).values():  # the same untimed warm-up for both
             side()

@@ -1,6 +1,6 @@
 """How fast a large store is reported: seconds to write the report of 10,000 trials x 100 epochs.
 
-    .venv/bin/python bench/report_scale.py [--seeds 25] [--epochs 100] [--db big.sqlite] [--repeats 3]
+    .venv/bin/python bench/report_scale.py [--seeds 25] [--epochs 100] [--db big.sqlite] [--repeats 3] [--before DIR]
 
 Generates (once; an existing --db is reused, generation is not the measured part) a sweep of 400
 variants (the four CSaN switches x beta x lr) x 25 seeds with known effects through the store's write
@@ -14,6 +14,10 @@ for both); then the order alternates between repeats (ABAB, BABA, ...) and the m
 runs are compared (ratio = report / floor). The report's median process CPU time and the load average
 are printed beside it: on a shared machine the wall clock also counts the time other processes held
 the cores.
+
+With `--before DIR` (another commit's working tree: `git worktree add DIR COMMIT`), the report is also timed in two
+child processes, this checkout's and DIR's (DIR first on the import path), each with the store open and warmed
+once, called in the same alternation: their ratio (CPU and wall, medians) is the change's, whatever the load.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ import itertools
 import math
 import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -39,6 +44,8 @@ from ablate.store import Store
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # the synthetic-store filler
 from synthetic import fill
+
+ROOT = Path(__file__).resolve().parents[1]
 
 GRID = {
     "attention.tau": [True, False], "attention.mu": [True, False], "attention.kappa_pub": ["unit", "off"],
@@ -104,17 +111,59 @@ def report_sides(store: Store, out: Path, cpu: list[float] | None = None) -> dic
     return {"report": write, "floor": lambda: store.trials_frame("big")}
 
 
-def main() -> None:
+def prepared(db: str, epochs: int) -> argparse.Namespace:
+    """The options of a bench on this sweep (--seeds, --epochs, --db under the temporary folder by default,
+    --repeats), its store generated at --db first where it is not there (generation is not the measured part):
+    what bench/report_scale.py and bench/bootstrap_cost.py both set up."""
     ap = argparse.ArgumentParser()
     ap.add_argument("--seeds", type=int, default=25)
-    ap.add_argument("--epochs", type=int, default=100)
-    ap.add_argument("--db", type=Path, default=Path(tempfile.gettempdir()) / "ablate-report-scale.sqlite")
+    ap.add_argument("--epochs", type=int, default=epochs)
+    ap.add_argument("--db", type=Path, default=Path(tempfile.gettempdir()) / db)
     ap.add_argument("--repeats", type=int, default=3, help="timed runs of each side; the median is reported")
+    ap.add_argument("--before", type=Path, help="another checkout whose report to time beside this one's")
+    ap.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)  # the child of --before
     args = ap.parse_args()
     if not args.db.exists():
         t0 = time.perf_counter()
         generate(args.db, args.seeds, args.epochs)
         print(f"generated {args.db} in {time.perf_counter() - t0:.0f} s (not measured)")
+    return args
+
+
+def served(db: Path, checkout: Path, cpu: list[float]) -> tuple[subprocess.Popen[str], Callable[[], None]]:
+    """A child process that reports the sweep of `db` with `checkout`'s ablate (first on its import path, run there)
+    once per call, after one untimed warm-up: the process and its side (each call's CPU seconds, the child's own,
+    appended to `cpu`)."""
+    env = {**os.environ, "PYTHONPATH": str(checkout)}
+    child = subprocess.Popen([sys.executable, str(Path(__file__).resolve()), "--serve", "--db", str(db)], env=env,
+                             cwd=checkout, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)  # fmt: skip
+    assert child.stdin is not None and child.stdout is not None
+    stdin, stdout = child.stdin, child.stdout
+
+    def call() -> None:
+        stdin.write("\n")
+        stdin.flush()
+        cpu.append(float(stdout.readline()))
+
+    call()  # the warm-up, as the in-process side's
+    cpu.clear()
+    return child, call
+
+
+def serve(db: Path) -> None:
+    """`--serve`: a report of the sweep into a fresh folder per line read, its CPU seconds written back."""
+    with Store(f"sqlite:///{db}") as store, tempfile.TemporaryDirectory() as out:
+        sides = report_sides(store, Path(out), spent := [])
+        for _ in sys.stdin:
+            sides["report"]()
+            print(spent[-1], flush=True)
+
+
+def main() -> None:
+    args = prepared("ablate-report-scale.sqlite", epochs=100)
+    if args.serve:
+        serve(args.db)
+        return
     size = sum(p.stat().st_size for p in args.db.parent.glob(args.db.name + "*"))
     with Store(f"sqlite:///{args.db}") as store, tempfile.TemporaryDirectory() as out:
         counts = store.status("big")
@@ -124,7 +173,13 @@ def main() -> None:
         files = sides["report"]()  # the same untimed warm-up for both
         sides["floor"]()
         cpu.clear()
+        children, used = [], {"now": [], "before": []}
+        for side, checkout in (("now", ROOT), ("before", args.before)) if args.before else ():
+            child, sides[side] = served(args.db, checkout.resolve(), used[side])
+            children.append(child)
         times = alternate(sides, args.repeats)
+        for child in children:
+            child.communicate("")  # end of its input: it exits
         html = (Path(out) / "0" / "big" / "index.html").stat().st_size
     took, floor = statistics.median(times["report"]), statistics.median(times["floor"])
     print(f"store {size / 2**20:.0f} MiB: {int(counts['total'].iloc[0])} trials, {rows} epoch rows per metric name")
@@ -134,6 +189,10 @@ def main() -> None:
         f"order alternated; ratio {took / floor:.2f}; target < 2 s; load {os.getloadavg()[0]:.1f} on "
         f"{os.cpu_count()} cores"
     )
+    if args.before:
+        (now, then), (cpu_now, cpu_then) = ([statistics.median(t[k]) for k in ("now", "before")] for t in (times, used))
+        print(f"in child processes: this checkout {now:.2f} s (CPU {cpu_now:.2f} s), {args.before} {then:.2f} s (CPU "
+              f"{cpu_then:.2f} s); after / before: wall {now / then:.2f}, CPU {cpu_now / cpu_then:.2f}")  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -55,7 +55,7 @@ from ablate.api.trials import (
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from ablate.api.plan_rows import Costs, document, rows, variant_costs, write_csv, write_json
+    from ablate.api.plan_rows import Costs, document, rows, variant_costs, write_csv, write_json, write_markdown
     from ablate.config import REPLICATES
     from ablate.execution.launcher import Cluster, LaunchResult, RunConfig
     from ablate.execution.preflight import Checks, PreflightError, Workload
@@ -83,7 +83,8 @@ if TYPE_CHECKING:
     from ablate.transfer.runs import ImportProblem
 
 _LAZY = {
-    **dict.fromkeys(("Costs", "document", "rows", "variant_costs", "write_csv", "write_json"), "ablate.api.plan_rows"),
+    **dict.fromkeys(("Costs", "document", "rows", "variant_costs", "write_csv", "write_json", "write_markdown"),
+                    "ablate.api.plan_rows"),
     "REPLICATES": "ablate.config", "ModelError": "ablate.probe.check", "git_words": "ablate.provenance.fingerprint",
     **dict.fromkeys(("Cluster", "LaunchResult", "RunConfig"), "ablate.execution.launcher"),
     **dict.fromkeys(("Checks", "PreflightError", "Workload"), "ablate.execution.preflight"),
@@ -204,6 +205,7 @@ __all__ = [
     "workload",
     "write_csv",
     "write_json",
+    "write_markdown",
 ]  # fmt: skip
 
 

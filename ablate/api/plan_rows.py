@@ -12,7 +12,7 @@ import csv
 import io
 import json
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, TextIO
 
@@ -133,6 +133,25 @@ def write_csv(plans: list[Plan], costs: Mapping[str, Costs] | None, out: TextIO)
             out.write(lines.text(row, t))
 
 
+def write_markdown(
+    plans: list[Plan], costs: Mapping[str, Costs] | None, out: TextIO, text: Callable[[Any], str]
+) -> None:
+    """Every trial's row (no config) as a Markdown table: the columns of every row, in order of first use, a row
+    without one given None; each cell's text by `text` (the CLI's, `ablate.cli.tables.markdown_cell`). The bytes of
+    `ablate.cli.tables.markdown` of the rows, each trial's line filled into its cell's (`_MarkdownLines`: a table
+    of every row's every cell was most of `ablate plan --format markdown` at 100,000 trials)."""
+    planned = [(rows(plan, costs), plan.trials) for plan in plans]
+    fields: dict[str, None] = {}
+    for made, _ in planned:
+        for row in made:
+            fields.update(dict.fromkeys(row))
+    out.write("| " + " | ".join(fields) + " |\n|" + "---|" * len(fields) + "\n")
+    lines = _MarkdownLines(list(fields), text)
+    for made, trials in planned:
+        for row, t in zip(made, trials, strict=True):
+            out.write(lines.text(row, t))
+
+
 def _cells(row: Mapping[str, Any], fields: list[str]) -> list[Any]:
     return [json.dumps(v) if isinstance(v := row.get(f, ""), (dict, list)) else v for f in fields]
 
@@ -166,11 +185,11 @@ class _PerCell:
         raise NotImplementedError
 
 
-def _split(text: str, key: str, seed: str) -> list[str] | None:
-    """A cell's text made with `key` where a trial's key goes (once) and `seed` where its seed does (in its row
-    and its config), split there: text, "key" or "seed", text, ...; None where they are not there just so (a
-    value of the cell that holds a mark's text)."""
-    if text.count(key) != 1 or text.count(seed) != 2:
+def _split(text: str, key: str, seed: str, seeds: int = 2) -> list[str] | None:
+    """A cell's text made with `key` where a trial's key goes (once) and `seed` where its seed does (`seeds` times:
+    in its row and its config), split there: text, "key" or "seed", text, ...; None where they are not there just
+    so (a value of the cell that holds a mark's text)."""
+    if text.count(key) != 1 or text.count(seed) != seeds:
         return None
     parts = re.split(f"({re.escape(key)}|{re.escape(seed)})", text)
     parts[1::2] = ["key" if mark == key else "seed" for mark in parts[1::2]]
@@ -234,3 +253,21 @@ class _CsvLines(_PerCell):
 def _quoted(text: str) -> str:
     """`text` as the csv module writes a field that holds a quote: in quotes, each of its quotes doubled."""
     return '"' + text.replace('"', '""') + '"'
+
+
+class _MarkdownLines(_PerCell):
+    """Trials' Markdown lines, each cell's text by the CLI's `text`; the key and the seed as they are (an
+    alphanumeric key escapes to itself, a seed is its decimal digits)."""
+
+    def __init__(self, fields: list[str], text: Callable[[Any], str]) -> None:
+        super().__init__()
+        self._fields, self._text = fields, text
+
+    def _marked(self, row: dict[str, Any], recording: Recording) -> list[str] | None:
+        return _split(self._written({**row, "key": KEY, "seed": SEED}), KEY, SEED, seeds=1)
+
+    def _whole(self, row: dict[str, Any], t: Trial) -> str:
+        return self._written(row)
+
+    def _written(self, row: Mapping[str, Any]) -> str:
+        return "| " + " | ".join(self._text(row.get(f)) for f in self._fields) + " |\n"

@@ -13,7 +13,7 @@ from rich.table import Table
 
 from ablate.api import units
 from ablate.cli.common import MAX_TRIALS, SET, Format, fail, out, plans_of
-from ablate.cli.tables import cell, markdown
+from ablate.cli.tables import cell, markdown_cell
 from ablate.errors import SpecError
 
 T = TypeVar("T")
@@ -35,7 +35,7 @@ def plan(
     overrides: list[str] | None = SET,
 ) -> None:
     """Expand sweeps into trials: key, axis values, params and GFLOPs; counts per axis."""
-    from ablate.api import ModelError, described, rows, variant_costs, write_csv, write_json
+    from ablate.api import ModelError, described, rows, variant_costs, write_csv, write_json, write_markdown
 
     plans = plans_of(file, sweep, max_trials=max_trials, overrides=overrides)
     try:
@@ -46,9 +46,7 @@ def plan(
         write_json(plans, cost, sys.stdout)
         return
     if format is Format.markdown:
-        from ablate.api import Listing  # here: it imports the store, which the other formats do without
-
-        sys.stdout.write(markdown(Listing.of_records([r for p in plans for r in rows(p, cost)])))
+        write_markdown(plans, cost, sys.stdout, markdown_cell)
         return
     if format is Format.csv:
         write_csv(plans, cost, sys.stdout)

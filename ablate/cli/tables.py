@@ -136,18 +136,23 @@ def _markdown_cells(values: list[Any]) -> list[str]:
     out = []
     for v in values:
         if type(v) is str:
-            out.append(_escaped(v))
+            out.append(markdown_cell(v))
             continue
         key = (type(v), v)
         try:
             text = made.get(key)
         except TypeError:  # a list or a mapping: as it is, each time
-            out.append(_escaped(shown(v)))
+            out.append(markdown_cell(v))
             continue
         if text is None:
-            text = made[key] = _escaped(shown(v))
+            text = made[key] = markdown_cell(v)
         out.append(text)
     return out
+
+
+def markdown_cell(value: Any) -> str:
+    """A cell of `markdown`: a text as itself, any other value as `shown` gives it; `|` escaped."""
+    return _escaped(value if type(value) is str else shown(value))
 
 
 def _escaped(text: str) -> str:

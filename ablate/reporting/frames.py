@@ -83,6 +83,9 @@ class SweepData:
     full grid, analysed by `ablate.reporting.effects`."""
     outside: Outside = field(default_factory=lambda: Outside(0, False, []))
     """The sweep's trials its current plan no longer makes: left out, or reported and labelled."""
+    pivoted: dict[str, pd.DataFrame] = field(default_factory=dict, init=False, repr=False, compare=False)
+    """`replicates` by its `by`, made once: a report asks for them a dozen times. Not copied by
+    `dataclasses.replace`, whose new trials make their own."""
 
 
 @dataclass(frozen=True)
@@ -237,10 +240,9 @@ def own_config(data: SweepData, variant: str) -> dict[str, Any]:
     so what the words do not say (a recipe axis such as train.epochs) is the variant's too. Only the mappings
     on the axes' paths are copied: the rest is the shared config's, to read, not to change (a deep copy per
     variant was a third of the published section's time on a large sweep)."""
-    row = data.variants.loc[variant]
-    cfg: dict[str, Any] = dict(row["config"])
+    cfg: dict[str, Any] = dict(data.variants.at[variant, "config"])
     for axis in data.axes:
-        value = row[f"axis.{axis}"]
+        value = data.variants.at[variant, f"axis.{axis}"]  # a cell, not the row: a row is a Series of every column
         value = value.item() if isinstance(value, np.generic) else value  # the frame's numbers, as the config's
         if value is not None and not (isinstance(value, float) and math.isnan(value)):
             *parents, leaf = axis.split(".")
@@ -375,9 +377,11 @@ def step_times(data: SweepData) -> steptime.StepTimes:
 
 def replicates(data: SweepData, by: str = "rep") -> pd.DataFrame:
     """The metric per variant (rows, in table order) and replicate (columns), NaN where not done; `by`
-    "repeat" averages the folds of each independent replicate."""
-    values = data.trials.pivot_table(index="variant", columns=by, values="value", aggfunc="mean", dropna=False)
-    return values.reindex(index=data.variants.index)
+    "repeat" averages the folds of each independent replicate. Pivoted once per `by` (`SweepData.pivoted`)."""
+    if by not in data.pivoted:
+        values = data.trials.pivot_table(index="variant", columns=by, values="value", aggfunc="mean", dropna=False)
+        data.pivoted[by] = values.reindex(index=data.variants.index)
+    return data.pivoted[by].copy()  # the caller's to change
 
 
 def variant_table(

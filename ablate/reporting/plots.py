@@ -11,6 +11,7 @@ from __future__ import annotations
 import io
 import threading
 from collections.abc import Mapping
+from typing import Final
 
 import matplotlib as mpl
 import numpy as np
@@ -18,6 +19,7 @@ import pandas as pd
 from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
 from matplotlib.ticker import MaxNLocator
 from scipy import special
 
@@ -63,6 +65,26 @@ def _png(fig: Figure) -> bytes:
     with _DRAWING, mpl.rc_context({"text.hinting": HINTING}):
         fig.savefig(buf, format="png", dpi=DPI, metadata={"Software": None}, pil_kwargs={"compress_level": ZLIB})
     return buf.getvalue()
+
+
+TICK_OUT: Final = 0
+"""`matplotlib.markers.TICKLEFT` (typed as int there, not as the marker literal it is): a y tick's mark, drawn out."""
+
+
+def _rows(ax: Axes, y: np.ndarray, labels: list[str], fontsize: float) -> None:
+    """Rows' labels left of the panel as y tick labels look (mark, pad, font), each a text, their marks one line of
+    markers: matplotlib makes each tick of five artists and copies its properties, most of a 40-row chart's drawing."""
+    ax.set_yticks([])
+    rc = mpl.rcParams
+    size, width, color = rc["ytick.major.size"], rc["ytick.major.width"], rc["ytick.color"]
+    label = color if rc["ytick.labelcolor"] == "inherit" else rc["ytick.labelcolor"]
+    marks = Line2D(np.zeros(len(y)), y, transform=ax.get_yaxis_transform("tick1"), color=color, linestyle="none",
+                   marker=TICK_OUT, markeredgecolor=color, markersize=size, markeredgewidth=width, clip_on=False,
+                   zorder=Line2D.zorder + 0.01)  # fmt: skip
+    ax.add_artist(marks)  # not `plot`: marks at the panel's edge are no data, and leave the limits as ticks do
+    at, va, ha = ax.get_yaxis_text1_transform(rc["ytick.major.pad"] + size)
+    for yi, text in zip(y, labels, strict=True):
+        ax.text(0, yi, text, transform=at, va=va, ha=ha, fontsize=fontsize, color=label, clip_on=False)
 
 
 def _clip(text: str, limit: int = MAX_LABEL) -> str:
@@ -142,7 +164,7 @@ def variants_plot(table: pd.DataFrame, data: SweepData) -> bytes | None:
     if base.any():
         ax.scatter(shown["mean"][base], y[base], color=BASE, s=30, zorder=4, label="baseline")
         ax.axvline(shown["mean"][base].iloc[0], color=BASE, lw=0.8, ls="--")
-    ax.set_yticks(y, labels, fontsize=8)
+    _rows(ax, y, labels, 8)
     ax.set_xlabel(data.metric + _unit(data.metric))
     ax.grid(axis="x", alpha=0.3)
     ax.legend(fontsize=8, loc="best")
@@ -258,7 +280,7 @@ def effects_plot(eff: pd.DataFrame, metric: str) -> bytes | None:
         err = np.vstack([part["effect"] - part["lo"], part["hi"] - part["effect"]])
         ax.errorbar(part["effect"], y, xerr=np.nan_to_num(err), fmt="o", color=MAIN, capsize=3)
         ax.axvline(0, color="k", lw=0.8)
-        ax.set_yticks(y, [_clip(f"{f}: {c}") for f, c in zip(part["factor"], part["contrast"])], fontsize=8)
+        _rows(ax, y, [_clip(f"{f}: {c}") for f, c in zip(part["factor"], part["contrast"])], 8)
         kind = part["term"].iloc[0]
         ax.set_title(f"{'main effects' if kind == 'main' else 'two-way interactions'} on {metric} (95% CI)", fontsize=9)
         ax.grid(axis="x", alpha=0.3)
@@ -335,7 +357,7 @@ def best_figure(frame: pd.DataFrame, labels: pd.Series, metric: str) -> Figure |
             ax.scatter(rows["delta"][pick & ~sure], y[pick & ~sure], facecolor="none", edgecolor=color,
                        label=f"{label}, no interval")  # fmt: skip
     ax.axvline(0, color="k", lw=0.8)
-    ax.set_yticks(y, names, fontsize=8)
+    _rows(ax, y, names, 8)
     ax.set_xlabel(f"best - variant, {metric}{_unit(metric, difference=True)} (95% CI)")
     ax.grid(axis="x", alpha=0.3)
     ax.legend(fontsize=8, loc="best")
@@ -412,7 +434,7 @@ def pairing_plot(found: list[Pairs], metric: str) -> bytes | None:
                     fontsize=7, ha="right", va="bottom", color=BASE)  # fmt: skip
     ax.axvline(0, color="k", lw=0.8)
     ax.set_ylim(-0.6, len(shown) - 0.2)
-    ax.set_yticks(y, labels, fontsize=8)
+    _rows(ax, y, labels, 8)
     ax.set_xlabel(f"difference from the same replicate of the baseline, {metric}{_unit(metric, difference=True)}")
     ax.grid(axis="x", alpha=0.3)
     left = f" (first {len(shown)} of {len(found)})" if len(shown) < len(found) else ""

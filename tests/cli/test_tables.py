@@ -17,10 +17,12 @@ from conftest import TINY, free_port, write_sweeps
 from test_cli import table
 from typer.testing import CliRunner
 
+from ablate.api import plan_rows
+from ablate.api.plan_rows import SEED, variant_costs, write_markdown
 from ablate.cli import ROWS, app
-from ablate.cli.tables import markdown
+from ablate.cli.tables import markdown, markdown_cell
 from ablate.config import TrialConfig
-from ablate.planning.plan import load_plans
+from ablate.planning.plan import load_plans, plan
 from ablate.provenance.fingerprint import Fingerprint, fingerprint, record
 from ablate.provenance.stale import LISTED
 from ablate.store import STATES, Listing, Store
@@ -336,3 +338,22 @@ def test_markdown_shows_each_value_as_its_type_shows_it() -> None:
     rows = Listing({"v": [1, 1.0, True, 1.23456, float("nan"), None, [1, 2], "a|b\nc", 1, True]})
     cells = [line.split(" | ")[0].removeprefix("| ").removesuffix(" |") for line in markdown(rows).splitlines()[2:]]
     assert cells == ["1", "1", "True", "1.235", "-", "-", "[1, 2]", "a\\|b c", "1", "True"]
+
+
+def test_plan_markdown_is_the_table_of_its_rows(tmp_path: Path) -> None:
+    """`ablate plan -f markdown`'s table (`plan_rows.write_markdown`, each trial's line filled into its grid cell's)
+    is, byte for byte, `markdown` of every row: two sweeps with other axes (a row without a column shows `-`), a
+    list-valued axis, costs, a `|` escaped, and an axis value holding the seed's mark, whose rows are made whole."""
+    sweeps = {
+        "a": {"base": {**TINY, "data": {"name": "digits", "path": "x", "remote": True}}, "seeds": 3,
+              "grid": {"attention.kind": ["softmax", "csan"], "data.path": ["a|b", SEED]}},
+        "b": {"base": TINY, "seeds": 2, "grid": {"train.lr": [0.1, 0.2], "model.depths": [[2], [3]]}},
+    }  # fmt: skip
+    f = write_sweeps(tmp_path / "e.yaml", sweeps)
+    plans = [plan(f, "a"), plan(f, "b")]
+    for costs in (None, variant_costs(plans)):
+        out = io.StringIO()
+        write_markdown(plans, costs, out, markdown_cell)
+        assert out.getvalue() == markdown(Listing.of_records([r for p in plans for r in plan_rows.rows(p, costs)]))
+    lines = out.getvalue().splitlines()
+    assert len(lines) == 2 + 12 + 8 and sum("a\\|b" in line for line in lines) == 6, lines[:4]

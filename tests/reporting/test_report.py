@@ -5,6 +5,8 @@ formats (Markdown tables parse, HTML is self-contained), idempotent re-runs and 
 from __future__ import annotations
 
 import base64
+import dataclasses
+import gc
 import json
 import math
 import re
@@ -28,7 +30,19 @@ from ablate.cli import app
 from ablate.config import TrialConfig
 from ablate.planning.plan import plan
 from ablate.registry import TABLES
-from ablate.reporting import ReportError, describe, effects, frames, ordered, output, published, report, stats, tables
+from ablate.reporting import (
+    ReportError,
+    describe,
+    effects,
+    frames,
+    ordered,
+    output,
+    published,
+    report,
+    stats,
+    tables,
+    uncollected,
+)
 from ablate.reporting.plots import pareto
 from ablate.reporting.render import Section
 from ablate.spec.paths import set_path
@@ -64,6 +78,21 @@ def read_csv(path: Path) -> pd.DataFrame:
 
 
 # ------------------------------------------------------------------------------------------ statistics
+def test_replicates_are_pivoted_once_and_each_caller_gets_its_own(store, tmp_path):
+    """`frames.replicates` pivots the trials once per `by` (`SweepData.pivoted`): a caller changing what it got
+    changes no later caller's, and a sweep's data with other trials (`dataclasses.replace`) pivots its own."""
+    pair_store(store, tmp_path)
+    data = frames.load(store, "pair")
+    by_hand = data.trials.pivot_table(index="variant", columns="rep", values="value", aggfunc="mean", dropna=False)
+    first = frames.replicates(data)
+    first.iloc[:, :] = 0.0
+    again = frames.replicates(data)
+    pd.testing.assert_frame_equal(again, by_hand.reindex(index=data.variants.index))
+    assert set(data.pivoted) == {"rep"}
+    shifted = dataclasses.replace(data, trials=data.trials.assign(value=data.trials["value"] + 1))
+    pd.testing.assert_frame_equal(frames.replicates(shifted), again + 1)
+
+
 def test_paired_differences_and_too_few_pairs_for_a_test(store, tmp_path):
     pair_store(store, tmp_path)
     report("pair", store=store, out=tmp_path / "rep", formats=["csv"])
@@ -558,6 +587,28 @@ def test_drawing_leaves_matplotlibs_settings_as_they_were(store, tmp_path):
     before = dict(mpl.rcParams)
     report("pair", store=store, out=tmp_path / "reports", formats=["html"])
     assert dict(mpl.rcParams) == before
+
+
+def test_the_collector_is_paused_while_a_sweep_is_read_or_written_and_as_it_was_after(store, tmp_path):
+    """`uncollected`: no cycle collection inside (a report's objects over a large heap), the collector's state as it
+    was after, an exception too; a report leaves it enabled."""
+    gc.enable()
+    with uncollected():
+        assert not gc.isenabled()
+    assert gc.isenabled()
+    with pytest.raises(KeyError), uncollected():
+        raise KeyError("x")
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        with uncollected():
+            pass
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
+    pair_store(store, tmp_path, epochs=2)
+    report("pair", store=store, out=tmp_path / "reports", formats=["csv"])
+    assert gc.isenabled()
 
 
 def test_rerun_is_idempotent_and_index_lists_every_report(store, tmp_path):

@@ -140,7 +140,7 @@ def test_the_forest_draws_each_difference_with_its_interval_and_mdd_band(store, 
     assert fig is not None
     [ax] = fig.axes
     rows = frame.iloc[1:]
-    assert [t.get_text() for t in ax.get_yticklabels()] == list(rows["variant"])
+    assert [t.get_text() for t in ax.texts] == list(rows["variant"])  # the rows' labels (plots._rows)
     bars = sorted(x for p in ax.patches for x in (p.get_x(), p.get_x() + p.get_width()))
     assert bars == pytest.approx(sorted([*-rows["mdd"], *rows["mdd"]]))
     points = [tuple(line.get_xdata()) for line in ax.lines if line.get_marker() == "o"]
