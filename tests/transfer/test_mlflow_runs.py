@@ -1,22 +1,32 @@
 """Runs from a real MLflow experiment (issue 57), logged the usual way (log_params, log_metric per epoch, a seed
-param), in an SQLite tracking store and a local `mlruns` folder: parameters become axes, histories epochs, FINISHED
-done and FAILED failed, a RUNNING run left out until it ends; a second import adds nothing, new runs only
-themselves; an unknown experiment names those there are."""
+param), in an SQLite tracking store, a local `mlruns` folder and a real `mlflow server` (one for the module):
+parameters become axes, histories epochs, FINISHED done and FAILED failed, a RUNNING run left out until it ends; a
+second import adds nothing, new runs only themselves; an unknown experiment names those there are."""
 
 from __future__ import annotations
 
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from conftest import free_port
 from mlflow.tracking import MlflowClient
+from procs import MlflowServer
 
 from ablate.api import import_runs, report, runs
 from ablate.store import Store
 from ablate.transfer.mlflow_runs import tracking_uri
 from ablate.transfer.runs import ImportProblem
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MlflowServer]:
+    """A real `mlflow server` for this module's tests (each its own experiment): an import reads it over HTTP."""
+    with MlflowServer(tmp_path_factory.mktemp("mlflow"), free_port()) as running:
+        yield running
 
 
 def log(client: MlflowClient, experiment: str, lr: float, seed: int, status: str = "FINISHED") -> str:
@@ -34,15 +44,16 @@ def log(client: MlflowClient, experiment: str, lr: float, seed: int, status: str
     return str(run.info.run_id)
 
 
-@pytest.mark.parametrize("where", ["sqlite", "mlruns"])
+@pytest.mark.parametrize("where", ["sqlite", "mlruns", "server"])
 def test_an_experiment_is_a_sweep_and_importing_it_again_adds_only_new_runs(
-    tmp_path: Path, where: str, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, where: str, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest
 ) -> None:
     monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
-    source = str(tmp_path / "m.sqlite") if where == "sqlite" else str(tmp_path / "mlruns")
+    source = {"sqlite": str(tmp_path / "m.sqlite"), "mlruns": str(tmp_path / "mlruns")}.get(where)
     if where == "mlruns":
         (tmp_path / "mlruns").mkdir()
-    client = MlflowClient(tracking_uri(source) if where == "mlruns" else f"sqlite:///{source}")
+    source = source or request.getfixturevalue("server").uri
+    client = MlflowClient(f"sqlite:///{source}" if where == "sqlite" else tracking_uri(source))
     ids = [log(client, "cifar", lr, seed) for lr in (0.1, 0.2) for seed in (0, 1)]
     failed = log(client, "cifar", 0.3, 0, "FAILED")
     running = log(client, "cifar", 0.3, 1, "RUNNING")
@@ -91,14 +102,15 @@ for lr in (0.001, 0.003):
 
 
 @pytest.mark.timeout(900)
-def test_the_plain_training_scripts_experiment_imports_and_reports(tmp_path: Path) -> None:
+def test_the_plain_training_scripts_experiment_imports_and_reports(tmp_path: Path, server: MlflowServer) -> None:
     """examples/mlflow_runs/train.py, run over a grid of two learning rates and two seeds as its user would (a
-    process of its own, MLflow's tracking URI from the environment), then imported and reported."""
-    env = {**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path / 'mlflow.db'}", "OMP_NUM_THREADS": "1"}
+    process of its own, MLflow's tracking URI from the environment: a tracking server), then imported from the
+    server and reported."""
+    env = {**os.environ, "MLFLOW_TRACKING_URI": server.uri, "OMP_NUM_THREADS": "1"}
     subprocess.run([sys.executable, "-c", GRID.format(folder=str(EXAMPLE))], cwd=tmp_path, env=env, check=True,
                    capture_output=True, timeout=900)  # fmt: skip
     db = str(tmp_path / "a.sqlite")
-    got = import_runs(tmp_path / "mlflow.db", experiment="digits", store=db, metric="val_acc", ignore=["epochs"],
+    got = import_runs(server.uri, experiment="digits", store=db, metric="val_acc", ignore=["epochs"],
                       baseline={"lr": 0.001})  # fmt: skip
     assert got.sweeps == ["digits"] and len(got.added) == 4
     report("digits", store=db, out=tmp_path / "r", formats=["md"])
