@@ -3,9 +3,10 @@ experiment by name or id, read through MLflow's own client.
 
 Parameters are MLflow's text, read as YAML values (`0.01` a number, `resnet18` text); every metric's history is
 read whole (its steps are the epochs); a FINISHED run is done, a FAILED or KILLED one failed, and a run still
-RUNNING or SCHEDULED is left out (said in a note: an import once it ended adds it). A `mlruns` folder is read with
-MLFLOW_ALLOW_FILE_STORE set: MLflow 3 refuses its file store otherwise, and reading a folder of old runs is what it
-is for here.
+RUNNING or SCHEDULED is left out (said in a note: an import once it ended adds it), and so are the runs ablate
+made there itself (`ablate sync` of a sweep imported from this experiment puts its summary beside them). A
+`mlruns` folder is read with MLFLOW_ALLOW_FILE_STORE set: MLflow 3 refuses its file store otherwise, and reading a
+folder of old runs is what it is for here.
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from ablate.spec.paths import typed_value
+from ablate.store import sqlite_file
+from ablate.tracking.view import SUMMARY
 from ablate.transfer.runs import ImportProblem, Point, Run, Source
 
 STATES = {"FINISHED": "done", "FAILED": "failed", "KILLED": "failed"}
@@ -23,9 +26,11 @@ PAGE = 10_000
 
 
 def tracking_uri(where: str) -> str:
-    """A tracking URI from what a user gives: a URI as it is, a folder (`mlruns`) as a file URI, a file as SQLite."""
+    """A tracking URI from what a user gives: a URI as it is (a SQLite one made absolute, as `ablate sync` spells
+    it), a folder (`mlruns`) as a file URI, a file as SQLite."""
     if "://" in where or where.startswith("file:"):
-        return where
+        db = sqlite_file(where) if where.startswith("sqlite") else None
+        return f"sqlite:///{db.resolve()}" if db is not None else where
     path = Path(where).expanduser().resolve()
     if path.is_file():
         return f"sqlite:///{path}"
@@ -43,6 +48,12 @@ def _typed(text: str) -> Any:
 
 def _time(ms: int | None) -> datetime | None:
     return None if ms is None else datetime.fromtimestamp(ms / 1000, timezone.utc)
+
+
+def made_by_ablate(tags: dict[str, str], params: dict[str, str]) -> bool:
+    """Whether a run is one ablate's mirror made: a trial's run (tag `trial_key`), a variant's summary run, or a
+    sweep's parent run (tag `sweep`, no parameters)."""
+    return "trial_key" in tags or tags.get(SUMMARY[0]) == SUMMARY[1] or ("sweep" in tags and not params)
 
 
 def runs(where: str, experiment: str) -> tuple[list[Run], Source, list[str]]:
@@ -71,7 +82,10 @@ def runs(where: str, experiment: str) -> tuple[list[Run], Source, list[str]]:
         if not token:
             break
     out, notes = [], []
-    for r in listed:
+    ours = [r for r in listed if made_by_ablate(r.data.tags, r.data.params)]
+    if ours:
+        notes.append(f"{len(ours)} runs ablate made (a sweep's summary, its variants' or its trials' runs): left out")
+    for r in (r for r in listed if not made_by_ablate(r.data.tags, r.data.params)):
         state = STATES.get(r.info.status)
         if state is None:
             notes.append(f"run {r.info.run_id} is {r.info.status}: left out (import again once it ends)")

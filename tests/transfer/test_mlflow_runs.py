@@ -1,7 +1,8 @@
 """Runs from a real MLflow experiment (issue 57), logged the usual way (log_params, log_metric per epoch, a seed
 param), in an SQLite tracking store, a local `mlruns` folder and a real `mlflow server` (one for the module):
 parameters become axes, histories epochs, FINISHED done and FAILED failed, a RUNNING run left out until it ends; a
-second import adds nothing, new runs only themselves; an unknown experiment names those there are."""
+second import adds nothing, new runs only themselves; an unknown experiment names those there are; `ablate sync` of
+the imported sweep links each trial to its run where it came from and copies it anywhere else."""
 
 from __future__ import annotations
 
@@ -16,8 +17,9 @@ from conftest import free_port
 from mlflow.tracking import MlflowClient
 from procs import MlflowServer
 
-from ablate.api import import_runs, report, runs
+from ablate.api import import_runs, report, runs, sync
 from ablate.store import Store
+from ablate.tracking.tracker import Tracker
 from ablate.transfer.mlflow_runs import tracking_uri
 from ablate.transfer.runs import ImportProblem
 
@@ -88,6 +90,32 @@ def test_an_unknown_experiment_names_those_there_are(tmp_path: Path) -> None:
     with pytest.raises(ImportProblem, match="no runs to import"):
         import_runs(tmp_path / "m.sqlite", experiment="cifar", store=str(tmp_path / "a.sqlite"))
     assert not (tmp_path / "a.sqlite").exists()
+
+
+def test_a_sweep_synced_to_the_mlflow_it_came_from_copies_no_run_and_elsewhere_one_per_trial(tmp_path: Path) -> None:
+    """Synced to the tracking store it was imported from, each trial is linked to the run it came from (no copy in
+    that experiment), the sweep's summary goes beside them, and importing the experiment again adds nothing (the
+    runs ablate made there are left out); a store of the same runs synced to another tracking store gives each trial
+    a run with its history, as a trial ablate trained."""
+    source, db = f"sqlite:///{tmp_path / 'm.sqlite'}", str(tmp_path / "a.sqlite")
+    client = MlflowClient(source)
+    ids = [log(client, "cifar", lr, seed) for lr in (0.1, 0.2) for seed in (0, 1)]
+    import_runs(source, experiment="cifar", store=db, ignore=["epochs"], metric="val_acc")
+    assert sync(None, db, Tracker(source)).trials == 4
+    exp = client.get_experiment_by_name("cifar").experiment_id
+    assert client.search_runs([exp], "tags.trial_key != ''") == []
+    with Store(db) as store:
+        linked = {store.trial(k).source["run_id"]: store.trial(k).mlflow_run_id for k in store.member_keys(["cifar"])}  # type: ignore[union-attr]
+        assert linked == {i: i for i in ids} and store.unmirrored() == []
+        assert client.get_run(store.sweep("cifar").mlflow_run_id).info.experiment_id == exp  # type: ignore[union-attr]
+    again = import_runs(source, experiment="cifar", store=db, ignore=["epochs"], metric="val_acc")
+    assert (again.added, len(again.known)) == ([], 4) and "ablate made" in again.notes[0]
+    other, elsewhere = str(tmp_path / "b.sqlite"), Tracker(f"sqlite:///{tmp_path / 'o.sqlite'}")
+    import_runs(source, experiment="cifar", store=other, ignore=["epochs"], metric="val_acc")
+    assert sync(None, other, elsewhere).trials == 4
+    copies = elsewhere.client.search_runs([elsewhere.experiment("cifar")], "tags.trial_key != ''")
+    assert len(copies) == 4 and all(c.info.run_id not in ids and c.info.status == "FINISHED" for c in copies)
+    assert {m.step for m in elsewhere.client.get_metric_history(copies[0].info.run_id, "val_acc")} == {1, 2, 3}
 
 
 EXAMPLE = Path(__file__).parents[2] / "examples" / "mlflow_runs"
