@@ -23,6 +23,8 @@ from ablate.transfer.runs import ImportProblem, Point, Run, Source
 
 STATES = {"FINISHED": "done", "FAILED": "failed", "KILLED": "failed"}
 PAGE = 10_000
+BULK = 500
+"""Runs per query of their metric histories from a database tracking store (well under SQLite's bound parameters)."""
 
 
 def tracking_uri(where: str) -> str:
@@ -56,6 +58,28 @@ def made_by_ablate(tags: dict[str, str], params: dict[str, str]) -> bool:
     return "trial_key" in tags or tags.get(SUMMARY[0]) == SUMMARY[1] or ("sweep" in tags and not params)
 
 
+def _histories(client: Any, listed: list[Any]) -> dict[tuple[str, str], list[Any]]:
+    """Every metric history of the `listed` runs, by (run id, metric name). A database MLflow's SqlAlchemyStore
+    reads (SQLite, PostgreSQL, ...) answers a query per metric and BULK runs (its `get_metric_history_bulk`, which
+    its client does not offer: a call per run and metric was the whole cost of reading 10,000 runs); a server or a
+    `mlruns` folder a call per run and metric."""
+    from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
+
+    store = getattr(getattr(client, "_tracking_client", None), "store", None)
+    out: dict[tuple[str, str], list[Any]] = {}
+    if not isinstance(store, SqlAlchemyStore):
+        for r in listed:
+            for name in r.data.metrics:
+                out[r.info.run_id, name] = client.get_metric_history(r.info.run_id, name)
+        return out
+    for name in sorted({n for r in listed for n in r.data.metrics}):
+        having = [r.info.run_id for r in listed if name in r.data.metrics]
+        for i in range(0, len(having), BULK):
+            for m in store.get_metric_history_bulk(having[i : i + BULK], name, max_results=2**62):  # type: ignore[no-untyped-call]
+                out.setdefault((m.run_id, name), []).append(m)
+    return out
+
+
 def runs(where: str, experiment: str) -> tuple[list[Run], Source, list[str]]:
     """The ended runs of `experiment` (a name or an id) at `where`, their source, and notes on runs left out."""
     from mlflow.exceptions import MlflowException
@@ -85,14 +109,17 @@ def runs(where: str, experiment: str) -> tuple[list[Run], Source, list[str]]:
     ours = [r for r in listed if made_by_ablate(r.data.tags, r.data.params)]
     if ours:
         notes.append(f"{len(ours)} runs ablate made (a sweep's summary, its variants' or its trials' runs): left out")
+    ended = []
     for r in (r for r in listed if not made_by_ablate(r.data.tags, r.data.params)):
-        state = STATES.get(r.info.status)
-        if state is None:
+        if r.info.status in STATES:
+            ended.append(r)
+        else:
             notes.append(f"run {r.info.run_id} is {r.info.status}: left out (import again once it ends)")
-            continue
+    points = _histories(client, ended)
+    for r in ended:
+        state = STATES[r.info.status]
         histories = {name: [Point(int(m.step), float(m.value), m.timestamp / 1000)
-                            for m in sorted(client.get_metric_history(r.info.run_id, name),
-                                            key=lambda m: (m.step, m.timestamp))]
+                            for m in sorted(points.get((r.info.run_id, name), []), key=lambda m: (m.step, m.timestamp))]
                      for name in sorted(r.data.metrics)}  # fmt: skip
         out.append(Run(r.info.run_id, {k: _typed(v) for k, v in r.data.params.items()}, histories,
                        {k: _typed(v) for k, v in r.data.tags.items() if not k.startswith("mlflow.")}, state,

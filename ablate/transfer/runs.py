@@ -192,6 +192,7 @@ def to_dump(runs: Sequence[Run], mapping: Mapping, source: Source, *, now: datet
                          f"Runs imported from {source.kind} {source.experiment} ({source.uri}).",
                          "created_at": t, "updated_at": t}])  # fmt: skip
     variants: dict[str, str] = {}
+    higher = higher_is_better(metric, stated)
     for position, run in enumerate(kept):
         seed = int(seeds[run.run_id])
         cell = {f"{PARAMS}.{a}": run.params.get(a) for a in axes}
@@ -199,13 +200,14 @@ def to_dump(runs: Sequence[Run], mapping: Mapping, source: Source, *, now: datet
                                                                                     cell, seed)  # fmt: skip
         label = labels[run.run_id]
         variant = variants.get(label) or variants.setdefault(label, digest(mapping.sweep, cell))
-        result, _ = _result(run, metric, mapping.select, higher_is_better(metric, stated))
+        result, _ = _result(run, metric, mapping.select, higher)
         state, error = run.state, run.error
         if state == "done" and not (metric in result and math.isfinite(result[metric])):
             state, error = "failed", f"no value of {metric} recorded"
             notes.append(f"run {run.run_id}: finished without a value of {metric}: imported as failed")
+        axes_of = {**cell, "seed": seed}
         rows.trials.append({
-            "key": key, "variant": variant, "config": _config(run, seed, source), "axes": {**cell, "seed": seed},
+            "key": key, "variant": variant, "config": _config(run, seed, source), "axes": axes_of,
             "state": state, "attempts": 1, "created_at": run.started_at or t, "started_at": run.started_at,
             "finished_at": run.finished_at, "error": error, "traceback": error, "host": None, "node_id": None,
             "device": None, "params": None, "flops": None, "peak_memory": None, "environment": None,
@@ -213,7 +215,7 @@ def to_dump(runs: Sequence[Run], mapping: Mapping, source: Source, *, now: datet
             "diverged_epoch": None, "diverged_step": None, "resumed_from": None, "code": None, "code_digest": None,
             "checkpoint": None, "source": source.of(run),
         })  # fmt: skip
-        rows.members.append({"sweep": mapping.sweep, "trial_key": key, "axes": {**cell, "seed": seed},
+        rows.members.append({"sweep": mapping.sweep, "trial_key": key, "axes": axes_of,
                              "position": position, "planned": True})  # fmt: skip
         rows.metrics += [{"trial_key": key, "name": name, "step": p.step,
                           "value": p.value if math.isfinite(p.value) else None, "wall_time": p.wall_time}
@@ -235,7 +237,7 @@ def _same(a: Any, b: Any) -> bool:
 
 def _last_per_step(points: list[Point]) -> list[Point]:
     """One point per step (the last logged): the store keeps one value per trial, metric and step."""
-    return list({p.step: p for p in points}.values())
+    return points if len(points) < 2 else list({p.step: p for p in points}.values())
 
 
 def _one_per_cell(cells: dict[tuple[str, int], list[Run]], duplicates: str) -> tuple[list[Run], list[str]]:
@@ -257,7 +259,10 @@ def _config(run: Run, seed: int, source: Source) -> dict[str, Any]:
     """An imported trial's config: its parameters under `params`, its seed, and the words a report puts it in."""
     params: dict[str, Any] = {}
     for name, value in sorted(run.params.items()):
-        set_path(params, name, value)
+        if "." in name:
+            set_path(params, name, value)
+        else:  # a name of one part: set_path's walk and copy of the value would make the same dict slower
+            params[name] = value
     return {"seed": seed, PARAMS: params, "model": {"backbone": "imported"}, "data": {"name": source.experiment},
             "attention": {"kind": "run"}}  # fmt: skip
 
