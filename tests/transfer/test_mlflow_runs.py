@@ -46,16 +46,27 @@ def log(client: MlflowClient, experiment: str, lr: float, seed: int, status: str
     return str(run.info.run_id)
 
 
-@pytest.mark.parametrize("where", ["sqlite", "mlruns", "server"])
+@pytest.mark.parametrize("where", ["sqlite", "mlruns"])
 def test_an_experiment_is_a_sweep_and_importing_it_again_adds_only_new_runs(
-    tmp_path: Path, where: str, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest
+    tmp_path: Path, where: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
-    source = {"sqlite": str(tmp_path / "m.sqlite"), "mlruns": str(tmp_path / "mlruns")}.get(where)
+    source = str(tmp_path / "m.sqlite") if where == "sqlite" else str(tmp_path / "mlruns")
     if where == "mlruns":
         (tmp_path / "mlruns").mkdir()
-    source = source or request.getfixturevalue("server").uri
-    client = MlflowClient(f"sqlite:///{source}" if where == "sqlite" else tracking_uri(source))
+    imports_again_only_new_runs(source, f"sqlite:///{source}" if where == "sqlite" else tracking_uri(source), tmp_path)
+
+
+def test_an_experiment_on_a_tracking_server_imports_as_from_a_file(tmp_path: Path, server: MlflowServer) -> None:
+    """The same runs logged to a real `mlflow server` and imported over HTTP (a test of its own: requesting the
+    server marks it as one that starts a process, tests/markers.py)."""
+    imports_again_only_new_runs(server.uri, server.uri, tmp_path)
+
+
+def imports_again_only_new_runs(source: str, uri: str, tmp_path: Path) -> None:
+    """Runs logged at the tracking URI `uri`, imported from `source` (a file, folder or URI); a second import adds
+    only the run that ended since and a new one."""
+    client = MlflowClient(uri)
     ids = [log(client, "cifar", lr, seed) for lr in (0.1, 0.2) for seed in (0, 1)]
     failed = log(client, "cifar", 0.3, 0, "FAILED")
     running = log(client, "cifar", 0.3, 1, "RUNNING")
