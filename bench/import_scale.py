@@ -167,6 +167,7 @@ def main() -> None:
             order = list(sides) if repeat % 2 == 0 else list(reversed(sides))
             for name in order:
                 results[name].append(sides[name]())
+                print(f"  {name}: {results[name][-1][0]:.2f} s wall, {results[name][-1][1]:.2f} s CPU", flush=True)
     median = {n: (statistics.median(w for w, _ in r), statistics.median(c for _, c in r)) for n, r in results.items()}
     print(f"median of {args.repeats}, sides alternated" + (f"; before = {args.baseline}" if args.baseline else ""))
     for name, (wall, cpu) in median.items():
