@@ -14,6 +14,7 @@ import signal
 import socket
 import subprocess
 import sys
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -22,6 +23,8 @@ from procfs import descendants
 
 NODES = ("127.0.0.2", "127.0.0.3", "127.0.0.4")
 """A Ray head's address and two workers': a node per loopback address, as a machine each."""
+MLFLOW = str(Path(sys.executable).with_name("mlflow"))
+"""The venv's `mlflow` program (its `server`)."""
 AS_POSTGRES = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
 """initdb refuses root: as root, PostgreSQL's programs run as the postgres user."""
 
@@ -134,6 +137,12 @@ class Launcher:
     def text(self) -> str:
         return self.log.read_text(errors="replace")
 
+    def __enter__(self) -> MlflowServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.kill()
+
     def kill(self) -> None:
         if self.proc.poll() is None:
             kill_tree(self.proc)
@@ -168,3 +177,41 @@ def s3_server(port: int) -> Iterator[dict[str, str]]:
     finally:
         proc.terminate()
         proc.wait(timeout=30)
+
+
+class MlflowServer:
+    """A real `mlflow server` on a SQLite backend in `folder`, on `port`; stopped by killing its process group."""
+
+    def __init__(self, folder: Path, port: int) -> None:
+        self.folder, self.port = folder, port
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.uri = f"http://127.0.0.1:{port}"
+
+    def start(self) -> MlflowServer:
+        cmd = [MLFLOW, "server", "--backend-store-uri", f"sqlite:///{self.folder / 'm.sqlite'}",
+               "--default-artifact-root", str(self.folder / "art"), "--host", "127.0.0.1", "--port", str(self.port),
+               "--workers", "1"]  # fmt: skip
+        self.proc = subprocess.Popen(cmd, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        wait_for(self.healthy, timeout=120)
+        return self
+
+    def healthy(self) -> bool:
+        """Whether it answers a call that reads its store: /health answers before the server has made its fresh
+        SQLite database, and a first call then can outlast ablate's 10 s HTTP timeout on a loaded machine."""
+        try:
+            with urllib.request.urlopen(f"{self.uri}/api/2.0/mlflow/experiments/get-by-name?experiment_name=Default",
+                                        timeout=30) as r:  # fmt: skip
+                return r.status == 200
+        except OSError:
+            return False
+
+    def __enter__(self) -> MlflowServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.kill()
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(timeout=30)

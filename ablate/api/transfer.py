@@ -66,6 +66,7 @@ def import_runs(
     axes: Sequence[str] | None = None,
     metrics: Sequence[str] | None = None,
     metric: str | None = None,
+    direction: str | None = None,
     select: str = "last",
     baseline: dict[str, Any] | None = None,
     ignore: Sequence[str] = (),
@@ -78,11 +79,12 @@ def import_runs(
     (name or id) at `source` (a tracking URI, `mlruns` folder or SQLite file), from a CSV or Parquet table at
     `source` (its columns: `seed`, `axes` or `metrics`, and optionally `run_id`, `epoch` for the long format and
     `status`), or, where `source` is a folder `ablate export` wrote, that export's sweeps as they were. `sweep`
-    defaults to the experiment's or the table's name; `metric` is the headline (default: the first by name), its
-    value at the last epoch or, `select="best"`, the best one is the result; `baseline`: {parameter: value}.
-    Trials already in the store are left as they are. ImportProblem, with nothing written, where a column or
-    parameter is unknown, a seed is missing or not an integer, or two runs claim one cell and seed (unless
-    `duplicates` is first or last)."""
+    defaults to the experiment's or the table's name; `metric` is the headline (default: the first by name), better
+    as `direction` says (max or min; default: as its name says), its value at the last epoch or, `select="best"`,
+    the best one is the result; `baseline`: {parameter: value}. Trials already in the store are left as they are.
+    ImportProblem, with nothing written, where a column or parameter is unknown, a seed is missing or not an
+    integer, a direction is not max or min, or two runs claim one cell and seed (unless `duplicates` is first or
+    last)."""
     from pydantic import ValidationError
 
     from ablate.spec.imports import ImportSpec
@@ -94,8 +96,8 @@ def import_runs(
         return _add(export.read(path), store, [])
     try:
         spec = ImportSpec(source=str(source), experiment=experiment, seed=seed, axes=_listed(axes),
-                          metrics=_listed(metrics), metric=metric, select=select, baseline=baseline,
-                          ignore=list(ignore), run_id=run_id, epoch=epoch, status=status,
+                          metrics=_listed(metrics), metric=metric, direction=direction, select=select,
+                          baseline=baseline, ignore=list(ignore), run_id=run_id, epoch=epoch, status=status,
                           duplicates=duplicates)  # fmt: skip
     except ValidationError as e:
         raise ImportProblem([f"{'.'.join(map(str, x['loc']))}: {x['msg']}" for x in e.errors()]) from None
@@ -150,8 +152,8 @@ def _converted(spec: ImportSpec, sweep: str | None) -> tuple[Dump, list[str], st
         found, origin, axes = tabular.runs(Path(spec.source), columns)
         notes = []
     name = sweep or _sweep_name(origin.experiment)
-    mapping = Mapping(name, spec.seed, axes, spec.metric, spec.select, spec.baseline, tuple(spec.ignore),
-                      spec.duplicates)  # fmt: skip
+    mapping = Mapping(name, spec.seed, axes, spec.metric, spec.direction, spec.select, spec.baseline,
+                      tuple(spec.ignore), spec.duplicates)  # fmt: skip
     converted = to_dump(found, mapping, origin)
     return converted.dump, notes + converted.notes, name
 

@@ -63,6 +63,9 @@ def import_runs(
         help="A table's metric columns (repeatable, or a,b) [default: the columns that are not axes].",
     ),
     metric: str | None = typer.Option(None, help="Headline metric [default: the first by name]."),
+    direction: str | None = typer.Option(
+        None, help="max or min: which way the headline metric is better [default: what its name says]."
+    ),
     select: str = typer.Option(
         "last", help="last: each run's last epoch is its result; best: the epoch where the headline metric is best."
     ),
@@ -102,8 +105,8 @@ def import_runs(
         chosen[name.strip()] = _typed(value.strip())
     try:
         done = add(str(source), store=db, experiment=experiment, sweep=sweep, seed=seed, axes=_listed(axis),
-                   metrics=_listed(metrics), metric=metric, select=select, baseline=chosen or None,
-                   ignore=_listed(ignore) or (), run_id=run_id, epoch=epoch, status=status,
+                   metrics=_listed(metrics), metric=metric, direction=direction, select=select,
+                   baseline=chosen or None, ignore=_listed(ignore) or (), run_id=run_id, epoch=epoch, status=status,
                    duplicates=duplicates)  # fmt: skip
     except (ImportProblem, ExportError) as e:
         fail(str(e).replace("\n", "\n  "))

@@ -28,7 +28,7 @@ from ablate.probe import steptime
 from ablate.provenance.stale import stale_in_store
 from ablate.registry import TASKS
 from ablate.reporting import describe, stats
-from ablate.spec.metrics import higher_is_better
+from ablate.spec.metrics import DIRECTIONS, higher_is_better
 from ablate.spec.paths import beyond, get_path, matches, set_path
 from ablate.store import TRIAL_COLUMNS, Store
 from ablate.training.devices import hardware
@@ -149,7 +149,8 @@ def load(
     chosen = DesignPlan.from_json(recorded).around(ref) if recorded else None  # effects read from the baseline
     latest = trials[["created_at", "started_at", "finished_at"]].max().max()
     updated = latest.strftime("%Y-%m-%d %H:%M UTC") if pd.notna(latest) else ""
-    return SweepData(name, record.description or "", metric, higher_is_better(metric), axes, trials, variants, ref,
+    higher = higher_is_better(metric, (record.spec or {}).get(DIRECTIONS))
+    return SweepData(name, record.description or "", metric, higher, axes, trials, variants, ref,
                      updated, stale_in_store(store, [name]), how_replicated(trials, variants), chosen,
                      Outside(len(outside), all_trials, list(differ)))  # fmt: skip
 

@@ -8,6 +8,7 @@ per sweep name), what `ablate import --file experiments.yaml` reads instead of f
         experiment: digits        # an MLflow experiment, by name or id (none: the source is a table)
         seed: seed
         metric: val_acc
+        direction: max            # which way val_acc is better (default: what its name says)
         ignore: [epochs]
         baseline: {lr: 0.001}
 """
@@ -42,6 +43,9 @@ class ImportSpec(Strict):
     """A table's metric columns (default: the columns that are not axes)."""
     metric: str | None = None
     """The headline metric (default: the first by name); its name says which way is better."""
+    direction: Literal["max", "min"] | None = None
+    """Which way the headline metric is better (default: what its name says, `ablate.spec.metrics`): the report,
+    its Findings and `select: best` follow it."""
     select: Literal["last", "best"] = "last"
     """Which epoch's values are a run's result: its last, or where the headline metric is best."""
     baseline: dict[str, Any] | None = None

@@ -9,6 +9,10 @@ the mirror could not reach MLflow for is still dirty in the store: `ablate sync`
 bring it over (`sync`). When MLflow is down the mirror says so once, backs off (1 s doubling to 30 s) and
 tries again; the launch goes on and ends without waiting for it. A sweep whose report cannot be written
 (a run is named by its variant's label there) is said to be that, once, never as MLflow failing.
+
+A trial `ablate import` read from an MLflow run in the tracking store the mirror writes to has its run there
+already: it is linked to that run (the store keeps its id), never copied into the experiment it came from
+(`imported_here`). Imported trials from a table or another tracking store are mirrored as any trial.
 """
 
 from __future__ import annotations
@@ -19,8 +23,9 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from ablate.store import Store
+from ablate.store import Store, sqlite_file
 from ablate.store.faults import StoreUnavailable
+from ablate.store.schema import TrialRecord
 from ablate.tracking.tracker import Tracker
 
 BACKOFF = (1.0, 30.0)
@@ -81,6 +86,11 @@ def sync_trial(store: Store, tracker: Tracker, key: str) -> int:
     rows = store.metric_rows(key, after=trial.mlflow_step or 0)
     if not rows and trial.mlflow_state == trial.state:
         return 0
+    if (origin := imported_here(trial, tracker)) is not None:  # its run is there: a copy would be a duplicate
+        if trial.mlflow_run_id is None:
+            store.keep_mlflow_run(key, origin, None)
+        store.set_mirrored(key, max([trial.mlflow_step or 0, *(step for _, step, _, _ in rows)]), trial.state)
+        return 0
     home = max(sweeps, key=lambda s: _launched(store, s)) if trial.mlflow_run_id is None else sweeps[0]
     with _report_of(home):  # the run's name is its variant's label in the report
         run = tracker.start_trial(store, home, key, running=False)
@@ -89,6 +99,22 @@ def sync_trial(store: Store, tracker: Tracker, key: str) -> int:
     if shown := _show(store, tracker, run, key, trial.mlflow_state, step):
         store.set_mirrored(key, step, shown)
     return len(rows)
+
+
+def imported_here(trial: TrialRecord, tracker: Tracker) -> str | None:
+    """The MLflow run `trial` was imported from (`ablate import`), where that run is in the tracking store `tracker`
+    writes to: the trial's run then, never copied (a copy would duplicate it in the experiment it came from). None
+    for a trial ablate trained, or imported from a table or another tracking store: mirrored as any trial."""
+    source = trial.source or {}
+    if source.get("kind") != "mlflow" or not source.get("run_id"):
+        return None
+    return str(source["run_id"]) if _store_of(str(source.get("uri"))) == _store_of(tracker.uri) else None
+
+
+def _store_of(uri: str) -> str:
+    """A tracking URI in one spelling: a SQLite file's resolved path, or the URI without a trailing slash."""
+    db = sqlite_file(uri)
+    return str(db.resolve()) if db is not None else uri.rstrip("/")
 
 
 def _show(store: Store, tracker: Tracker, run: str, key: str, shown: str | None, step: int) -> str | None:

@@ -20,13 +20,14 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
-from ablate.spec.metrics import higher_is_better
+from ablate.spec.metrics import DIRECTIONS, higher_is_better
 from ablate.spec.paths import set_path
 from ablate.store.dump import Dump
 
 KEY_VERSION = "ablate-import-v1"
 SELECT = ("last", "best")
 """Which epoch's values are a run's result: its last, or the one where the headline metric is best."""
+DIRECTION = ("max", "min")
 DUPLICATES = ("refuse", "first", "last")
 """What to do with runs that claim the same cell and seed: refuse the import, or keep the first or last started."""
 PARAMS = "params"
@@ -88,7 +89,9 @@ class Mapping:
     axes: tuple[str, ...] | None = None
     """The parameters that make the cells; None: every parameter but the seed and `ignore`."""
     metric: str | None = None
-    """The headline metric (its name says which way is better); None: the first metric, by name."""
+    """The headline metric; None: the first metric, by name."""
+    direction: str | None = None
+    """Which way the headline metric is better, max or min; None: what its name says."""
     select: str = "last"
     baseline: dict[str, Any] | None = None
     """The baseline cell: {parameter: value}."""
@@ -132,12 +135,12 @@ def _headline(runs: Sequence[Run], metric: str | None) -> str:
     return names[0]
 
 
-def _result(run: Run, metric: str, select: str) -> tuple[dict[str, float], int | None]:
+def _result(run: Run, metric: str, select: str, higher: bool) -> tuple[dict[str, float], int | None]:
     """The run's result (each metric at the chosen epoch, or its last value) and the chosen step."""
     history = run.metrics.get(metric, [])
     finite = [p for p in history if math.isfinite(p.value)]
     if select == "best" and finite:
-        pick = (max if higher_is_better(metric) else min)(finite, key=lambda p: p.value)
+        pick = (max if higher else min)(finite, key=lambda p: p.value)
         at: dict[str, float] = {}
         for name, points in run.metrics.items():
             values = [p.value for p in points if p.step == pick.step]
@@ -155,10 +158,13 @@ def to_dump(runs: Sequence[Run], mapping: Mapping, source: Source, *, now: datet
         raise ImportProblem([f"{source.kind} {source.experiment} ({source.uri}): no runs to import"])
     if mapping.select not in SELECT:
         raise ImportProblem([f"select {mapping.select!r}: expected one of {', '.join(SELECT)}"])
+    if mapping.direction is not None and mapping.direction not in DIRECTION:
+        raise ImportProblem([f"direction {mapping.direction!r}: expected one of {', '.join(DIRECTION)}"])
     if mapping.duplicates not in DUPLICATES:
         raise ImportProblem([f"duplicates {mapping.duplicates!r}: expected one of {', '.join(DUPLICATES)}"])
     t = now or datetime.now(timezone.utc)
     metric = _headline(runs, mapping.metric)
+    stated = {metric: mapping.direction} if mapping.direction else {}
     params = sorted({p for r in runs for p in r.params})
     axes = list(mapping.axes) if mapping.axes is not None else [
         p for p in params if p != mapping.seed and p not in mapping.ignore]  # fmt: skip
@@ -181,11 +187,12 @@ def to_dump(runs: Sequence[Run], mapping: Mapping, source: Source, *, now: datet
     kept, notes = _one_per_cell(cells, mapping.duplicates)
     if notes and mapping.duplicates == "refuse":
         raise ImportProblem([*notes, "pass --duplicates first or last to keep one of each (by start time)"])
-    rows = Dump(sweeps=[{"name": mapping.sweep, "spec_path": None, "spec": _spec(mapping, source, axes),
+    rows = Dump(sweeps=[{"name": mapping.sweep, "spec_path": None, "spec": _spec(mapping, source, axes, stated),
                          "baseline": None, "metric": metric, "description": mapping.description or
                          f"Runs imported from {source.kind} {source.experiment} ({source.uri}).",
                          "created_at": t, "updated_at": t}])  # fmt: skip
     variants: dict[str, str] = {}
+    higher = higher_is_better(metric, stated)
     for position, run in enumerate(kept):
         seed = int(seeds[run.run_id])
         cell = {f"{PARAMS}.{a}": run.params.get(a) for a in axes}
@@ -193,13 +200,14 @@ def to_dump(runs: Sequence[Run], mapping: Mapping, source: Source, *, now: datet
                                                                                     cell, seed)  # fmt: skip
         label = labels[run.run_id]
         variant = variants.get(label) or variants.setdefault(label, digest(mapping.sweep, cell))
-        result, _ = _result(run, metric, mapping.select)
+        result, _ = _result(run, metric, mapping.select, higher)
         state, error = run.state, run.error
         if state == "done" and not (metric in result and math.isfinite(result[metric])):
             state, error = "failed", f"no value of {metric} recorded"
             notes.append(f"run {run.run_id}: finished without a value of {metric}: imported as failed")
+        axes_of = {**cell, "seed": seed}
         rows.trials.append({
-            "key": key, "variant": variant, "config": _config(run, seed, source), "axes": {**cell, "seed": seed},
+            "key": key, "variant": variant, "config": _config(run, seed, source), "axes": axes_of,
             "state": state, "attempts": 1, "created_at": run.started_at or t, "started_at": run.started_at,
             "finished_at": run.finished_at, "error": error, "traceback": error, "host": None, "node_id": None,
             "device": None, "params": None, "flops": None, "peak_memory": None, "environment": None,
@@ -207,7 +215,7 @@ def to_dump(runs: Sequence[Run], mapping: Mapping, source: Source, *, now: datet
             "diverged_epoch": None, "diverged_step": None, "resumed_from": None, "code": None, "code_digest": None,
             "checkpoint": None, "source": source.of(run),
         })  # fmt: skip
-        rows.members.append({"sweep": mapping.sweep, "trial_key": key, "axes": {**cell, "seed": seed},
+        rows.members.append({"sweep": mapping.sweep, "trial_key": key, "axes": axes_of,
                              "position": position, "planned": True})  # fmt: skip
         rows.metrics += [{"trial_key": key, "name": name, "step": p.step,
                           "value": p.value if math.isfinite(p.value) else None, "wall_time": p.wall_time}
@@ -229,7 +237,7 @@ def _same(a: Any, b: Any) -> bool:
 
 def _last_per_step(points: list[Point]) -> list[Point]:
     """One point per step (the last logged): the store keeps one value per trial, metric and step."""
-    return list({p.step: p for p in points}.values())
+    return points if len(points) < 2 else list({p.step: p for p in points}.values())
 
 
 def _one_per_cell(cells: dict[tuple[str, int], list[Run]], duplicates: str) -> tuple[list[Run], list[str]]:
@@ -251,12 +259,17 @@ def _config(run: Run, seed: int, source: Source) -> dict[str, Any]:
     """An imported trial's config: its parameters under `params`, its seed, and the words a report puts it in."""
     params: dict[str, Any] = {}
     for name, value in sorted(run.params.items()):
-        set_path(params, name, value)
+        if "." in name:
+            set_path(params, name, value)
+        else:  # a name of one part: set_path's walk and copy of the value would make the same dict slower
+            params[name] = value
     return {"seed": seed, PARAMS: params, "model": {"backbone": "imported"}, "data": {"name": source.experiment},
             "attention": {"kind": "run"}}  # fmt: skip
 
 
-def _spec(mapping: Mapping, source: Source, axes: list[str]) -> dict[str, Any]:
-    """What the sweep's record keeps of how it was imported (its axes are what its report groups by)."""
-    return {"axes": [f"{PARAMS}.{a}" for a in axes], "imported": {"kind": source.kind, "uri": source.uri,
+def _spec(mapping: Mapping, source: Source, axes: list[str], stated: dict[str, str]) -> dict[str, Any]:
+    """What the sweep's record keeps of how it was imported (its axes are what its report groups by, the direction
+    stated for its headline metric the way its report reads it: `ablate.spec.metrics.higher_is_better`)."""
+    spec = {"axes": [f"{PARAMS}.{a}" for a in axes], "imported": {"kind": source.kind, "uri": source.uri,
             "experiment": source.experiment, "seed": mapping.seed, "select": mapping.select}}  # fmt: skip
+    return {**spec, DIRECTIONS: stated} if stated else spec

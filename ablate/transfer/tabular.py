@@ -53,6 +53,13 @@ def _native(value: Any) -> Any:
     return value.item() if hasattr(value, "item") else value
 
 
+def _cells(column: Any) -> list[Any]:
+    """A column's cells as Python data, None where a value is missing (a whole column at once: `tolist` makes
+    Python's numbers and text without a call per cell)."""
+    missing = column.isna().tolist()
+    return [None if gone else value for value, gone in zip(column.tolist(), missing)]
+
+
 def _number(value: Any) -> bool:
     """Whether a cell of a text column is a number all the same (a CSV column that holds one word among numbers)."""
     if isinstance(value, bool):
@@ -66,6 +73,7 @@ def _number(value: Any) -> bool:
 
 def runs(path: Path, columns: Columns) -> tuple[list[Run], Source, tuple[str, ...]]:
     """The runs of the table at `path`, its source, and its axis columns."""
+    import pandas as pd
     from pandas.api.types import is_bool_dtype, is_numeric_dtype
 
     frame = read_frame(path)
@@ -93,26 +101,29 @@ def runs(path: Path, columns: Columns) -> tuple[list[Run], Source, tuple[str, ..
                            f"{len(text) - 1} more); a metric takes numbers")  # fmt: skip
     if bad:
         raise ImportProblem(bad)
-    records = frame.to_dict("records")
+    cells = {c: _cells(frame[c]) for c in dict.fromkeys([*axes, *roles])}  # a column at a time, not a cell
+    values = {m: _cells(pd.to_numeric(frame[m], errors="coerce")) for m in metrics}
+    seeds, ids = cells[columns.seed], cells[columns.run_id] if columns.run_id else None
+    epochs, states = cells[columns.epoch] if columns.epoch else None, cells[columns.status] if columns.status else None
     grouped: dict[Any, Run] = {}
-    for i, row in enumerate(records):
-        params = {a: _native(row[a]) for a in axes}
-        seed = _native(row[columns.seed])
-        cell = repr((sorted(params.items(), key=str), seed))
-        ident = str(_native(row[columns.run_id])) if columns.run_id else cell if columns.epoch else f"row {i + 1}"
+    for i, seed in enumerate(seeds):
+        params = {a: cells[a][i] for a in axes}
+        if ids is not None:
+            ident = str(ids[i])
+        else:
+            ident = repr((sorted(params.items(), key=str), seed)) if epochs is not None else f"row {i + 1}"
         run = grouped.get(ident)
         if run is None:
-            run = grouped[ident] = Run(ident if columns.run_id or not columns.epoch else f"row {i + 1}",
+            run = grouped[ident] = Run(ident if ids is not None or epochs is None else f"row {i + 1}",
                                        {**params, columns.seed: seed}, {})  # fmt: skip
-        step = int(row[columns.epoch]) if columns.epoch else 0
+        step = int(epochs[i]) if epochs is not None else 0
         for m in metrics:
-            value = _native(row[m])
-            if value is not None:
+            if (value := values[m][i]) is not None:
                 run.metrics.setdefault(m, []).append(Point(step, float(value)))
-        if columns.status:
-            status = str(_native(row[columns.status]) or "done").lower()
-            run.state = "failed" if status in FAILED else "done"
-    for run in grouped.values():
-        for points in run.metrics.values():
-            points.sort(key=lambda p: p.step)
+        if states is not None:
+            run.state = "failed" if str(states[i] or "done").lower() in FAILED else "done"
+    if epochs is not None:
+        for run in grouped.values():
+            for points in run.metrics.values():
+                points.sort(key=lambda p: p.step)
     return list(grouped.values()), Source("table", str(path.resolve()), path.name), axes

@@ -68,3 +68,24 @@ def test_an_import_block_is_checked_like_every_block_and_imports_as_the_flags_do
     shown = invoke("show", key, "--db", str(db), "--mlflow-uri", "")
     assert f"imported from table grid.csv ({tmp_path / 'grid.csv'}), run row " in shown
     assert read_sweeps(file).problems == []  # the sweeps' reader takes the block too
+
+
+def test_a_direction_says_which_way_the_headline_is_better_and_a_bad_one_exits_2(tmp_path: Path) -> None:
+    """`wer` reads as higher-is-better by its name; `--direction min` (or `direction: min` in the block) makes the
+    report rank the lowest first. A direction that is not max or min: exit 2, the flag or the file's key named,
+    nothing written."""
+    rows = [
+        {"model": m, "seed": s, "wer": 0.3 - 0.1 * (m == "vit") + s / 100} for m in ("resnet", "vit") for s in (0, 1)
+    ]
+    pd.DataFrame(rows).to_csv(tmp_path / "grid.csv", index=False)
+    db, file = tmp_path / "a.sqlite", tmp_path / "experiments.yaml"
+    out = invoke("import", str(tmp_path / "grid.csv"), "--axis", "model", "--direction", "up", "--db", str(db), code=2)
+    assert "direction: Input should be 'max' or 'min'" in out and not db.exists()
+    file.write_text("import:\n  grid:\n    source: grid.csv\n    axes: [model]\n    direction: up\n")
+    out = invoke("import", "--file", str(file), "--db", str(db), code=2)
+    assert f"{file}:5: import.grid.direction: Input should be 'max' or 'min'" in out and not db.exists()
+    file.write_text(file.read_text().replace("direction: up", "direction: min"))
+    assert "imported 4 trials into grid" in invoke("import", "--file", str(file), "--db", str(db))
+    invoke("report", "grid", "--db", str(db), "--out", str(tmp_path / "r"), "-f", "md")
+    text = (tmp_path / "r" / "grid" / "report.md").read_text()
+    assert "Metric: wer, lower is better" in text and "| run; model=vit | 0.2050 |   | best mean |" in text

@@ -8,12 +8,12 @@ import signal
 import subprocess
 import sys
 import threading
-import urllib.request
 from pathlib import Path
 
 import pytest
 from conftest import TINY, free_port, write_sweeps
 from gate import Gate, wait_for
+from procs import MlflowServer
 
 from ablate.config import TrialConfig
 from ablate.planning.keys import Trial, trial_key, variant_key
@@ -23,7 +23,6 @@ from ablate.tracking.mirror import Mirror, Synced, sync, sync_trial
 from ablate.tracking.tracker import RUN_STATUS, Tracker, params_of
 
 pytestmark = pytest.mark.timeout(400)
-MLFLOW = str(Path(sys.executable).with_name("mlflow"))
 GATE_SCRIPT = Path(__file__).parents[1] / "gate.py"
 CLI_ENV = {**os.environ, "RAY_ADDRESS": "", "RAY_AUTH_MODE": "disabled"}
 
@@ -153,37 +152,6 @@ def test_a_shared_trial_runs_in_the_experiment_of_the_sweep_that_ran_it_and_sync
         assert sync(store, tracker) == Synced(0, 0, 0)  # in step: nothing sent again
 
 
-class Server:
-    """A real `mlflow server` on a SQLite backend in `folder`, on `port`; stopped by killing its process group."""
-
-    def __init__(self, folder: Path, port: int) -> None:
-        self.folder, self.port, self.proc = folder, port, None
-        self.uri = f"http://127.0.0.1:{port}"
-
-    def start(self) -> Server:
-        cmd = [MLFLOW, "server", "--backend-store-uri", f"sqlite:///{self.folder / 'm.sqlite'}",
-               "--default-artifact-root", str(self.folder / "art"), "--host", "127.0.0.1", "--port", str(self.port),
-               "--workers", "1"]  # fmt: skip
-        self.proc = subprocess.Popen(cmd, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        wait_for(self.healthy, timeout=120)
-        return self
-
-    def healthy(self) -> bool:
-        """Whether it answers a call that reads its store: /health answers before the server has made its fresh
-        SQLite database, and a first call then can outlast ablate's 10 s HTTP timeout on a loaded machine."""
-        try:
-            with urllib.request.urlopen(f"{self.uri}/api/2.0/mlflow/experiments/get-by-name?experiment_name=Default",
-                                        timeout=30) as r:  # fmt: skip
-                return r.status == 200
-        except OSError:
-            return False
-
-    def kill(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait(timeout=30)
-
-
 def assert_mlflow_equals_the_store(store: Store, uri: str, sweep: str) -> None:
     """One run per trial, with the trial's status and params, and per metric exactly the store's steps."""
     tracker = Tracker(uri)
@@ -217,7 +185,7 @@ def run_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
 def test_mlflow_down_before_the_launch_then_synced(tmp_path: Path) -> None:
     f = write_sweeps(tmp_path / "e.yaml", {"s": {"base": {**TINY, "train": {**TINY["train"], "epochs": 2}},
                                                  "seeds": 2}})  # fmt: skip
-    server = Server(tmp_path / "mlflow", free_port())
+    server = MlflowServer(tmp_path / "mlflow", free_port())
     res = run_cli(*launch_args(f, tmp_path, server.uri), cwd=tmp_path)
     assert res.returncode == 0, res.stdout + res.stderr
     assert res.stdout.count("is failing") == 1 and "ablate sync" in res.stdout
@@ -240,7 +208,7 @@ def test_mlflow_killed_mid_sweep_then_synced(tmp_path: Path) -> None:
     f = write_sweeps(tmp_path / "e.yaml", {"s": {"base": {**TINY, "train": {**TINY["train"], "epochs": 3}},
                                                  "seeds": 2}})  # fmt: skip
     (tmp_path / "mlflow").mkdir()
-    server = Server(tmp_path / "mlflow", free_port()).start()
+    server = MlflowServer(tmp_path / "mlflow", free_port()).start()
     gate = Gate(tmp_path / "gate", epoch=1)
     cmd = [sys.executable, str(GATE_SCRIPT), str(gate.folder), "1", "--", *launch_args(f, tmp_path, server.uri)]
     proc = subprocess.Popen(cmd, cwd=tmp_path, env=CLI_ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,

@@ -1,6 +1,7 @@
 """The export format both ways (issue 57): a store exported to Parquet or CSV and imported into an empty store gives
 the same report to the byte; a second import adds nothing; the schema page names every column; a folder that is no
-export is refused. Real SQLite stores filled through the launcher's write API (tests/synthetic.py)."""
+export is refused; on PostgreSQL both ways, the reports those of SQLite to the byte. Real stores filled through the
+launcher's write API (tests/synthetic.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
-from conftest import TINY, write_sweeps
+from conftest import TINY, fresh_database, write_sweeps
 from synthetic import fill
 
 from ablate.api import import_runs
@@ -59,6 +60,28 @@ def test_an_export_imported_into_an_empty_store_reports_the_same_to_the_byte(tmp
         assert len(b.metrics_frame()) == exported.rows["metrics"]
     ours, theirs = files(tmp_path / "ra"), files(tmp_path / "rb")
     assert "kinds/report.md" in ours and ours == theirs
+
+
+def test_an_export_imported_into_postgresql_and_exported_again_reports_as_sqlite_to_the_byte(
+    tmp_path: Path, postgres: str
+) -> None:
+    """SQLite -> export -> an empty PostgreSQL store -> its report, then PostgreSQL -> export -> an empty SQLite
+    store -> its report: both the SQLite store's report, to the byte (types, times and JSON as PostgreSQL keeps
+    them)."""
+    with filled(tmp_path) as a:
+        export(tmp_path / "out", store=a)
+        report(store=a, out=tmp_path / "ra", formats=["md", "csv"])
+    pg = fresh_database(postgres)
+    assert len(import_runs(tmp_path / "out", store=pg).added) == 8
+    with Store(pg) as b:
+        report(store=b, out=tmp_path / "rb", formats=["md", "csv"])
+        again = export(tmp_path / "back", store=b)
+    assert again.rows == json.loads((tmp_path / "out" / "manifest.json").read_text())["rows"]
+    assert len(import_runs(tmp_path / "back", store=str(tmp_path / "c.sqlite")).added) == 8
+    with Store(str(tmp_path / "c.sqlite")) as c:
+        report(store=c, out=tmp_path / "rc", formats=["md", "csv"])
+    ours = files(tmp_path / "ra")
+    assert "kinds/report.md" in ours and ours == files(tmp_path / "rb") == files(tmp_path / "rc")
 
 
 def test_one_sweep_exports_its_trials_memberships_metrics_and_flattened_configs(tmp_path: Path) -> None:

@@ -33,6 +33,9 @@ def test_parameters_become_axes_the_seed_a_replicate_and_the_last_epoch_the_resu
     assert len(got.metrics) == 6 and {m["step"] for m in got.metrics} == {1, 2}
     best = to_dump(runs, Mapping("s", "seed", select="best"), SOURCE).dump
     assert [t["result"] for t in best.trials] == [{"val_acc": 0.7}, {"val_acc": 0.8}, {"val_acc": 0.4}]
+    lowest = to_dump(runs, Mapping("s", "seed", direction="min", select="best"), SOURCE).dump
+    assert [t["result"] for t in lowest.trials] == [{"val_acc": 0.5}, {"val_acc": 0.6}, {"val_acc": 0.3}]
+    assert lowest.sweeps[0]["spec"]["directions"] == {"val_acc": "min"} and "directions" not in best.sweeps[0]["spec"]
 
 
 def test_the_same_run_is_the_same_key_whatever_the_mapping() -> None:
