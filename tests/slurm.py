@@ -19,10 +19,13 @@ import shutil
 import signal
 import socket
 import subprocess
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
+from gate import wait_for
 from netns import Host, Network
-from procs import listening
+from procs import leftovers, listening
 
 PROGRAMS = ("munged", "slurmctld", "slurmd", "sbatch", "squeue", "scontrol", "scancel")
 """What the tests need of Slurm and munge (Debian: slurmctld slurmd slurm-client munge)."""
@@ -169,14 +172,16 @@ class Slurm:
         return dict(word.split("=", 1) for word in text.split() if "=" in word)
 
     def stop(self) -> None:
-        """SIGTERM the daemons (slurmd, then slurmctld, then munged), SIGKILL what does not end."""
+        """SIGTERM the daemons started (slurmd, then slurmctld, then munged; those of a start that failed part of the
+        way too), SIGKILL what does not end; each by its pid's process group, whatever the others did."""
         for proc in reversed(self.procs):
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGTERM)
             try:
                 proc.wait(timeout=20)
             except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait(timeout=20)
 
     def logs(self) -> str:
@@ -184,3 +189,27 @@ class Slurm:
         names = ("daemons.log", "slurmctld.log", *(f"slurmd-{n}.log" for n in self.slurmd))
         return "\n".join(f"==== {n}\n{(self.root / n).read_text(errors='replace')[-3000:]}" for n in names
                          if (self.root / n).exists())  # fmt: skip
+
+
+@contextlib.contextmanager
+def running(ports: tuple[int, int], cpus: int = 2, network: Network | None = None) -> Iterator[Slurm]:
+    """A Slurm in a temporary folder (short: munge's socket path is length-limited) on `ports` (slurmctld's,
+    slurmd's), its nodes idle; at the end, or where its start or the wait failed part of the way, every daemon it
+    started is stopped by pid and its folder removed. Its job ids start at random (a job's Ray folder, /tmp/ray-JOBID,
+    must not be another session's job's). A network's nodes' $TMPDIR folders go too, after the processes a killed
+    job's Ray left there."""
+    root = Path(tempfile.mkdtemp(prefix="ablate-slurm-"))
+    server = Slurm(root, cpus, network)
+    try:
+        server.start(*ports, first_job=int.from_bytes(os.urandom(2), "big") * 10 + 10_000)
+        try:
+            wait_for(server.idle, timeout=60)
+        except TimeoutError as e:
+            raise RuntimeError(f"the Slurm nodes never went idle\n{server.logs()}") from e
+        yield server
+    finally:
+        server.stop()
+        for folder in [server.local, *(server.node_tmp(h.name) for h in network.hosts)] if network else []:
+            leftovers(folder)
+            shutil.rmtree(folder, ignore_errors=True)
+        shutil.rmtree(root, ignore_errors=True)

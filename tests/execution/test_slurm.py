@@ -16,7 +16,6 @@ import shlex
 import shutil
 import subprocess
 import sys
-import tempfile
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -139,6 +138,34 @@ def test_ray_socket_is_as_long_as_the_longest_socket_this_ray_makes() -> None:
 
     names = ["plasma_store", "raylet", *(f"dash_{m.__name__}" for m in get_all_modules(SubprocessModule))]
     assert len(names) > 2 and max(map(len, names)) == len(RAY_SOCKET.rsplit("/", 1)[1]), names
+
+
+def test_a_slurm_whose_start_fails_part_of_the_way_leaves_no_daemon(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The tests' Slurm (tests/slurm.py `running`, the fixtures' way to start one) whose start raises after munged and
+    slurmctld are up (here: no slurmd program) stops both by pid before the error reaches the test."""
+    import slurm
+
+    needs(slurm.available() and os.geteuid() == 0, "Slurm's programs and root")
+    started: list[subprocess.Popen[bytes]] = []
+    spawn = Slurm._spawn
+
+    def spawned(self: Slurm, argv: list[str | None]) -> subprocess.Popen[bytes]:
+        started.append(spawn(self, argv))
+        return started[-1]
+
+    monkeypatch.setattr(Slurm, "_spawn", spawned)
+    monkeypatch.setattr(slurm, "program", lambda name: "/nonexistent/slurmd" if name == "slurmd" else shutil.which(
+        name, path=f"{os.environ['PATH']}:/usr/sbin"))  # fmt: skip
+    with pytest.raises(FileNotFoundError, match="slurmd"), slurm.running((free_port(), free_port())):
+        pytest.fail("a Slurm without slurmd started")
+    try:
+        assert [Path(p.args[0]).name for p in started] == ["munged", "slurmctld"]
+        assert [p.poll() is not None for p in started] == [True, True], "a daemon outlived the failed start"
+    finally:
+        for p in started:  # what a broken `running` left
+            if p.poll() is None:
+                p.kill()
+                p.wait()
 
 
 # ------------------------------------------------------------------------------------------ against Slurm
@@ -393,29 +420,15 @@ def nodes() -> Iterator[tuple[Slurm, Network]]:
     """A Slurm of three 1-CPU nodes, each a host of its own on one machine (tests/netns.py: a network namespace and
     hostname each, on a bridge the fixture makes), the controller on the bridge; all removed after, by pid."""
     import netns
-    from slurm import available
+    from slurm import available, running
 
     needs(available() and netns.available(), "multi-node Slurm tests need root, iproute2 and Slurm's programs")
     net = Network(HOSTS).create()
-    root = Path(tempfile.mkdtemp(prefix="ablate-slurm-"))
     try:
-        first = int.from_bytes(os.urandom(2), "big") * 10 + 10_000
-        server = Slurm(root, cpus=1, network=net)
-        try:
-            server.start(free_port(), free_port(), first_job=first)
-            try:
-                wait_for(server.idle, timeout=60)
-            except TimeoutError:
-                pytest.fail(f"the three nodes never went idle\n{server.logs()}", pytrace=False)
+        with running((free_port(), free_port()), cpus=1, network=net) as server:
             yield server, net
-        finally:
-            server.stop()
-            for folder in [server.local, *(server.node_tmp(h.name) for h in net.hosts)]:
-                leftovers(folder)  # what a killed job's Ray may have left in a node's $TMPDIR
-                shutil.rmtree(folder, ignore_errors=True)
     finally:
         net.remove()
-        shutil.rmtree(root, ignore_errors=True)
 
 
 @pytest.mark.team
