@@ -66,7 +66,8 @@ SelectType=select/cons_tres
 SelectTypeParameters=CR_CPU
 MpiDefault=none
 SwitchType=switch/none
-JobCompType=jobcomp/none
+JobCompType=jobcomp/filetxt
+JobCompLoc={root}/jobcomp.txt
 AccountingStorageType=accounting_storage/none
 ReturnToService=2
 JobRequeue=1
@@ -212,4 +213,38 @@ def running(ports: tuple[int, int], cpus: int = 2, network: Network | None = Non
         for folder in [server.local, *(server.node_tmp(h.name) for h in network.hosts)] if network else []:
             leftovers(folder)
             shutil.rmtree(folder, ignore_errors=True)
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def postgres_available() -> bool:
+    """Whether `postgres` can start a server: PostgreSQL's initdb and pg_ctl, and the driver."""
+    import importlib.util
+
+    from conftest import postgres_binary
+
+    return bool(postgres_binary("initdb") and postgres_binary("pg_ctl") and importlib.util.find_spec("psycopg"))
+
+
+@contextlib.contextmanager
+def postgres(network: Network) -> Iterator[str]:
+    """A PostgreSQL server (tests/procs.py's, in a temporary folder) on the bridge's address too, where every host of
+    `network` reaches it (trust from the hosts' /24, as from loopback); the URL of a fresh database there. Stopped
+    and removed at the end."""
+    from conftest import free_port, fresh_database, postgres_binary
+    from procs import AS_POSTGRES, Postgres
+
+    initdb, pg_ctl = postgres_binary("initdb"), postgres_binary("pg_ctl")
+    assert initdb and pg_ctl, "no PostgreSQL binaries (the test's `needs` checks first)"
+    root = Path(tempfile.mkdtemp(prefix="ablate-pg-"))
+    try:
+        port = free_port(network.gateway)
+        server = Postgres.create(root, initdb, pg_ctl, port, f"listen_addresses=127.0.0.1,{network.gateway}")
+        try:
+            with (server.data / "pg_hba.conf").open("a") as hba:
+                hba.write(f"host all all {network.gateway.rsplit('.', 1)[0]}.0/24 trust\n")
+            subprocess.run([*AS_POSTGRES, pg_ctl, "-D", str(server.data), "reload"], check=True, capture_output=True)
+            yield fresh_database(server.url).replace("@127.0.0.1:", f"@{network.gateway}:")
+        finally:
+            server.stop("immediate")
+    finally:
         shutil.rmtree(root, ignore_errors=True)

@@ -79,7 +79,10 @@ class SlurmJob:
 
 JOBS = "slurm-jobs.jsonl"
 """The submitted jobs of a store, one JSON line each: beside its SQLite file (where every node and the login node
-look), or in the folder `submit` ran in for a server's store."""
+look); for a server's store (PostgreSQL), in the user's state folder (`state_folder`), one file per server and
+database, so that `ablate status` of that store finds them from any folder of any machine that shares the home."""
+STATE_ENV = "XDG_STATE_HOME"
+"""Where the user keeps state that outlives a session (the XDG default: ~/.local/state); ablate's is `ablate` in it."""
 SHOWN = 5
 """The latest submitted jobs `ablate status` asks Slurm about."""
 ENDED = ("COMPLETED", "FAILED", "TIMEOUT", "CANCELLED", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED", "BOOT_FAIL",
@@ -136,11 +139,24 @@ class Submission:
 
 
 def jobs_file(db: str | None) -> Path:
-    """Where the jobs submitted for the store `db` (a URL; None: the default) are recorded."""
+    """Where the jobs submitted for the store `db` (a URL; None: the default) are recorded: beside a SQLite file; for a
+    server's store, a file in the user's state folder named by the store's URL without its password (a password
+    changed or left out finds the same jobs)."""
+    import hashlib
+    import os
+
+    from sqlalchemy.engine import URL, make_url
+
     from ablate.store.engine import database_url, sqlite_file
 
-    path = sqlite_file(database_url(db))
-    return (path.parent if path is not None else Path.cwd()) / JOBS
+    url = database_url(db)
+    path = sqlite_file(url)
+    if path is not None:
+        return path.parent / JOBS
+    u = make_url(url)
+    named = URL.create(u.drivername, u.username, None, u.host, u.port, u.database, u.query).render_as_string()
+    folder = Path(os.environ.get(STATE_ENV) or Path.home() / ".local" / "state") / "ablate" / "slurm-jobs"
+    return folder / f"{hashlib.sha256(named.encode()).hexdigest()[:16]}.jsonl"
 
 
 def submit(job: SlurmJob, script_file: Path, sbatch: Sequence[str] = ()) -> Submission:
@@ -185,13 +201,21 @@ def state(job: Submitted) -> JobState:
         return JobState(job, fields.get("JobState", "unknown"), int(fields.get("Restarts", "0")),
                         fields.get("NodeList", "").replace("(null)", ""),
                         fields.get("Reason", "").replace("None", ""))  # fmt: skip
-    lines = (_ask("sacct", "--noheader", "--allocations", "--parsable2", "--jobs", job.job,
-                  "--format", "State,NodeList") or "").splitlines()  # fmt: skip
-    if lines and "|" in lines[-1]:
-        said, nodes = lines[-1].split("|", 1)
-        return JobState(job, said.split()[0] if said.strip() else "unknown", None, nodes, "")
-    return JobState(job, "unknown", None, "", "neither Slurm's controller (scontrol) nor its accounting (sacct) "
-                    "knows the job any more")  # fmt: skip
+    return accounted(job) or JobState(job, "unknown", None, "", "neither Slurm's controller (scontrol) nor its "
+                                      "accounting (sacct) knows the job any more")  # fmt: skip
+
+
+def accounted(job: Submitted) -> JobState | None:
+    """What Slurm's accounting says of `job`'s latest run (`sacct`: slurmdbd's database where the cluster has one,
+    else its job completion records, `sacct --completion`, which jobcomp/filetxt keeps without a database); None
+    where neither knows it."""
+    for source in ((), ("--completion",)):
+        lines = (_ask("sacct", *source, "--noheader", "--allocations", "--parsable2", "--jobs", job.job,
+                      "--format", "State,NodeList") or "").splitlines()  # fmt: skip
+        if lines and "|" in lines[-1]:
+            said, nodes = lines[-1].split("|", 1)
+            return JobState(job, said.split()[0] if said.strip() else "unknown", None, nodes, "")
+    return None
 
 
 def _ask(*argv: str) -> str | None:
