@@ -312,10 +312,22 @@ done
 # The workers once the head serves (a worker's Ray gives up 30 s after it starts if the head does not answer).
 # --ntasks too: srun would take the job's (one per node, SLURM_NTASKS) and ask for more CPUs than it may use.
 # --no-kill, here and above: a worker node lost ends neither the job nor the other workers; Ray starts its trials
-# again on the nodes left, from their checkpoints.
+# again on the nodes left, from their checkpoints. But the head's node lost, Slurm would take it out of the job and
+# run the job on without this shell (it was there) until its time limit: a worker whose Ray ends on its own (the
+# head gone) waits for the controller to take the head's node out of the job, then requeues the job, which trains
+# what is not done. Told to stop (SIGTERM: this job's end), a worker just ends.
+worker='trap "exit 0" TERM
+ray start --address="$head_address" "$@" & wait $!
+while sleep 10; do
+    nodes=$(squeue -h -j "$SLURM_JOB_ID" -o %N) && [[ -n $nodes ]] || continue
+    scontrol show hostnames "$nodes" | grep -qx "$head_node" && continue
+    echo "the head node $head_node is lost: requeueing job $SLURM_JOB_ID" >&2
+    exec scontrol requeue "$SLURM_JOB_ID"
+done'
 if (( SLURM_JOB_NUM_NODES > 1 )); then
+    export head_node=$SLURMD_NODENAME head_address="$head_ip:$port"
     srun --nodes=$((SLURM_JOB_NUM_NODES - 1)) --ntasks=$((SLURM_JOB_NUM_NODES - 1)) --ntasks-per-node=1 --no-kill \\
-        --exclude="$SLURMD_NODENAME" ray start --address="$head_ip:$port" "${{node[@]}}" &
+        --exclude="$SLURMD_NODENAME" bash -c "$worker" worker "${{node[@]}}" &
     others=$!
 fi
 
