@@ -9,8 +9,12 @@ not collide, and the folder is under the job's $TMPDIR (node-local on many clust
 and the launcher checkpoints its trials and records them `preempted`; `--requeue` lets Slurm run the job again after
 a preemption, and a rerun of the same launch trains only what is unfinished.
 
-`ablate slurm submit` hands the script to `sbatch` and records the job (`Submitted`, a line of `JOBS` beside the
-store) so that `ablate status` can say what Slurm says of it (`JobState`) while it waits, runs, is requeued and after.
+A lost worker node: the job goes on (`--no-kill`) and Ray starts its trials again elsewhere. A lost head node: its
+workers requeue the job once the controller has taken that node out of it (else, `--no-kill`, the job would run on
+without its batch shell until its time limit), and the requeued job trains what is not done.
+
+`ablate slurm submit` hands the script to `sbatch` and records the job (`Submitted`, a line of `jobs_file`) so that
+`ablate status` can say what Slurm says of it (`JobState`) while it waits, runs, is requeued and after.
 """
 
 from __future__ import annotations
