@@ -319,11 +319,15 @@ done
 # again on the nodes left, from their checkpoints. But the head's node lost, Slurm would take it out of the job and
 # run the job on without this shell (it was there) until its time limit: a worker whose Ray ends on its own (the
 # head gone) waits for the controller to take the head's node out of the job, then requeues the job, which trains
-# what is not done. Told to stop (SIGTERM: this job's end), a worker just ends.
+# what is not done. Told to stop (SIGTERM: this job's end), a worker just ends. What its Ray left first goes (agents
+# and workers whose parent died, which Slurm, tracking processes by parentage, may miss): they would hold the job's
+# ports on this node, which the requeued job's head may be.
 worker='trap "exit 0" TERM
 ray start --address="$head_address" "$@" & wait $!
+ours() {{ tr "\\0" "\\n" 2>/dev/null <"$1/environ" | grep -cx -e "SLURM_JOB_ID=$SLURM_JOB_ID" -e "SLURM_STEP_ID=$SLURM_STEP_ID"; }}
+for p in /proc/[0-9]*; do [[ ${{p#/proc/}} != "$$" && $(ours "$p") == 2 ]] && kill -KILL "${{p#/proc/}}" 2>/dev/null; done
 while sleep 10; do
-    nodes=$(squeue -h -j "$SLURM_JOB_ID" -o %N) && [[ -n $nodes ]] || continue
+    nodes=$(squeue -h -j "$SLURM_JOB_ID" -t RUNNING -o %N) && [[ -n $nodes ]] || continue
     scontrol show hostnames "$nodes" | grep -qx "$head_node" && continue
     echo "the head node $head_node is lost: requeueing job $SLURM_JOB_ID" >&2
     exec scontrol requeue "$SLURM_JOB_ID"
