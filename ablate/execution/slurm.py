@@ -324,8 +324,12 @@ done
 # ports on this node, which the requeued job's head may be.
 worker='trap "exit 0" TERM
 ray start --address="$head_address" "$@" & wait $!
-ours() {{ tr "\\0" "\\n" 2>/dev/null <"$1/environ" | grep -cx -e "SLURM_JOB_ID=$SLURM_JOB_ID" -e "SLURM_STEP_ID=$SLURM_STEP_ID"; }}
-for p in /proc/[0-9]*; do [[ ${{p#/proc/}} != "$$" && $(ours "$p") == 2 ]] && kill -KILL "${{p#/proc/}}" 2>/dev/null; done
+ours() {{
+    tr "\\0" "\\n" <"$1/environ" | grep -cx -e SLURM_JOB_ID="$SLURM_JOB_ID" -e SLURM_STEP_ID="$SLURM_STEP_ID"
+}} 2>/dev/null
+for p in /proc/[0-9]*; do
+    [[ ${{p#/proc/}} != "$$" && $(ours "$p") == 2 ]] && kill -KILL "${{p#/proc/}}" 2>/dev/null
+done
 while sleep 10; do
     nodes=$(squeue -h -j "$SLURM_JOB_ID" -t RUNNING -o %N) && [[ -n $nodes ]] || continue
     scontrol show hostnames "$nodes" | grep -qx "$head_node" && continue
