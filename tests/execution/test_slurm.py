@@ -601,9 +601,8 @@ def down(slurm: Slurm, node: str) -> bool:
 @pytest.mark.team
 @pytest.mark.timeout(900)
 @pytest.mark.xfail(
-    reason="s56, open: the requeue happens (a worker's `scontrol requeue`), but the requeued job's Ray "
-    "head, on the former worker node, failed to start in 3 of 4 runs (raylet crash or 30 s startup "
-    "timeout, load 20-40); one run trained the sweep to the end past the deadline",
+    reason="s56, open: passed whole at load 0.3-2 (171 s); at load 20-40 the requeued job's Ray head, on the "
+    "former worker node, failed to start in 3 of 4 runs (a raylet crash, or Ray's 30 s startup limit)",
     strict=False,
 )
 def test_two_jobs_on_two_nodes_share_a_postgresql_store_then_a_lost_head_node_leaves_the_requeue_what_is_not_done(
