@@ -102,8 +102,9 @@ gpu-check: $(GPU_STAMP)
 
 # The team set-up end to end (tests/execution/test_team.py, marker `team`: PostgreSQL, an MLflow server, a bucket, three Ray
 # nodes, three launchers, and the faults it injects; minutes of its own), and a Slurm of three nodes, each a network
-# namespace of its own on this machine (tests/execution/test_slurm.py's `team` tests: root; about 3 minutes at a load
-# of 20 on 2 cores); not part of `make test`, CI runs both.
+# namespace of its own on this machine (tests/execution/test_slurm.py's `team` tests: root; the three-node and the
+# lost-worker tests about 3 minutes at a load of 20 on 2 cores, the PostgreSQL and lost-head test 4 to 7 more);
+# not part of `make test`, CI runs both.
 team: $(STAMP)
 	$(BIN)/python -m pytest -q -m team tests/execution/test_team.py tests/execution/test_slurm.py
 

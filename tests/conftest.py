@@ -172,21 +172,13 @@ def slurm():
     """A real single-host Slurm for the session (tests/slurm.py: munged, slurmctld and slurmd in a temporary folder,
     one 2-CPU node on 127.0.0.1), stopped by pid at the end. Needs Debian's programs, and root (slurmd starts jobs
     as their user; `needs`)."""
-    from gate import wait_for
-    from slurm import Slurm, available
+    from slurm import available, running
 
     needs(available(), "Slurm tests need munged, slurmctld, slurmd and Slurm's client commands "
                        "(Debian: apt-get install slurmctld slurmd slurm-client munge)")  # fmt: skip
     needs(os.geteuid() == 0, "Slurm tests run slurmd, which needs root")
-    root = Path(tempfile.mkdtemp(prefix="ablate-slurm-"))  # short: munge's socket path is length-limited
-    first = int.from_bytes(os.urandom(2), "big") * 10 + 10_000  # job ids, so Ray folders, unlike another session's
-    server = Slurm(root).start(free_port(), free_port(), first_job=first)
-    try:
-        wait_for(server.idle, timeout=60)
+    with running((free_port(), free_port())) as server:
         yield server
-    finally:
-        server.stop()
-        shutil.rmtree(root, ignore_errors=True)
 
 
 def fresh_database(server: str) -> str:

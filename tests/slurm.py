@@ -19,10 +19,13 @@ import shutil
 import signal
 import socket
 import subprocess
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
+from gate import wait_for
 from netns import Host, Network
-from procs import listening
+from procs import leftovers, listening
 
 PROGRAMS = ("munged", "slurmctld", "slurmd", "sbatch", "squeue", "scontrol", "scancel")
 """What the tests need of Slurm and munge (Debian: slurmctld slurmd slurm-client munge)."""
@@ -63,7 +66,8 @@ SelectType=select/cons_tres
 SelectTypeParameters=CR_CPU
 MpiDefault=none
 SwitchType=switch/none
-JobCompType=jobcomp/none
+JobCompType=jobcomp/filetxt
+JobCompLoc={root}/jobcomp.txt
 AccountingStorageType=accounting_storage/none
 ReturnToService=2
 JobRequeue=1
@@ -169,14 +173,16 @@ class Slurm:
         return dict(word.split("=", 1) for word in text.split() if "=" in word)
 
     def stop(self) -> None:
-        """SIGTERM the daemons (slurmd, then slurmctld, then munged), SIGKILL what does not end."""
+        """SIGTERM the daemons started (slurmd, then slurmctld, then munged; those of a start that failed part of the
+        way too), SIGKILL what does not end; each by its pid's process group, whatever the others did."""
         for proc in reversed(self.procs):
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGTERM)
             try:
                 proc.wait(timeout=20)
             except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait(timeout=20)
 
     def logs(self) -> str:
@@ -184,3 +190,61 @@ class Slurm:
         names = ("daemons.log", "slurmctld.log", *(f"slurmd-{n}.log" for n in self.slurmd))
         return "\n".join(f"==== {n}\n{(self.root / n).read_text(errors='replace')[-3000:]}" for n in names
                          if (self.root / n).exists())  # fmt: skip
+
+
+@contextlib.contextmanager
+def running(ports: tuple[int, int], cpus: int = 2, network: Network | None = None) -> Iterator[Slurm]:
+    """A Slurm in a temporary folder (short: munge's socket path is length-limited) on `ports` (slurmctld's,
+    slurmd's), its nodes idle; at the end, or where its start or the wait failed part of the way, every daemon it
+    started is stopped by pid and its folder removed. Its job ids start at random (a job's Ray folder, /tmp/ray-JOBID,
+    must not be another session's job's). A network's nodes' $TMPDIR folders go too, after the processes a killed
+    job's Ray left there."""
+    root = Path(tempfile.mkdtemp(prefix="ablate-slurm-"))
+    server = Slurm(root, cpus, network)
+    try:
+        server.start(*ports, first_job=int.from_bytes(os.urandom(2), "big") * 10 + 10_000)
+        try:
+            wait_for(server.idle, timeout=60)
+        except TimeoutError as e:
+            raise RuntimeError(f"the Slurm nodes never went idle\n{server.logs()}") from e
+        yield server
+    finally:
+        server.stop()
+        for folder in [server.local, *(server.node_tmp(h.name) for h in network.hosts)] if network else []:
+            leftovers(folder)
+            shutil.rmtree(folder, ignore_errors=True)
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def postgres_available() -> bool:
+    """Whether `postgres` can start a server: PostgreSQL's initdb and pg_ctl, and the driver."""
+    import importlib.util
+
+    from conftest import postgres_binary
+
+    return bool(postgres_binary("initdb") and postgres_binary("pg_ctl") and importlib.util.find_spec("psycopg"))
+
+
+@contextlib.contextmanager
+def postgres(network: Network) -> Iterator[str]:
+    """A PostgreSQL server (tests/procs.py's, in a temporary folder) on the bridge's address too, where every host of
+    `network` reaches it (trust from the hosts' /24, as from loopback); the URL of a fresh database there. Stopped
+    and removed at the end."""
+    from conftest import free_port, fresh_database, postgres_binary
+    from procs import AS_POSTGRES, Postgres
+
+    initdb, pg_ctl = postgres_binary("initdb"), postgres_binary("pg_ctl")
+    assert initdb and pg_ctl, "no PostgreSQL binaries (the test's `needs` checks first)"
+    root = Path(tempfile.mkdtemp(prefix="ablate-pg-"))
+    try:
+        port = free_port(network.gateway)
+        server = Postgres.create(root, initdb, pg_ctl, port, f"listen_addresses=127.0.0.1,{network.gateway}")
+        try:
+            with (server.data / "pg_hba.conf").open("a") as hba:
+                hba.write(f"host all all {network.gateway.rsplit('.', 1)[0]}.0/24 trust\n")
+            subprocess.run([*AS_POSTGRES, pg_ctl, "-D", str(server.data), "reload"], check=True, capture_output=True)
+            yield fresh_database(server.url).replace("@127.0.0.1:", f"@{network.gateway}:")
+        finally:
+            server.stop("immediate")
+    finally:
+        shutil.rmtree(root, ignore_errors=True)

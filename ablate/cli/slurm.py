@@ -4,8 +4,12 @@
 
 from __future__ import annotations
 
+import functools
+import inspect
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, get_type_hints
 
 import typer
 from typer.core import TyperGroup
@@ -35,28 +39,69 @@ slurm = typer.Typer(
 )
 
 FILE = typer.Argument(Path("experiments.yaml"), help="The experiments file.")
-NODES = typer.Option(1, min=1, help="Nodes: a Ray head on the first, a Ray worker on each other.")
-CPUS = typer.Option(8, min=1, help="CPUs Slurm allocates, and Ray offers trials, on each node.")
-GPUS = typer.Option(0, min=0, help="GPUs per node (Slurm's --gpus-per-node; Ray sees those).")
-TIME = typer.Option("24:00:00", help="Time limit (Slurm's formats: MM, HH:MM:SS, D-HH:MM:SS, ...).")
-PARTITION = typer.Option(None, help="Slurm partition [default: the cluster's].")
-ACCOUNT = typer.Option(None, help="Slurm account to charge [default: yours].")
-STORAGE = typer.Option(
-    "db/checkpoints", help="Checkpoints: a folder every node mounts, or a bucket URL (as for `launch`)."
-)
-SIGNAL = typer.Option(
-    300, min=30, help="Seconds before the time limit at which the launcher is told (SIGTERM) to checkpoint."
-)
-LEASE = typer.Option(None, min=1, help="`launch --lease`: seconds before another job takes over a killed job's trials.")
+TYPER = "typer"
+"""A JobOptions field's metadata key: its typer option."""
 
 
-def _job(file: Path, sweep: list[str], **shape: Any) -> tuple[SlurmJob, str]:
+def _option(info: Any) -> Any:
+    """A JobOptions field whose default is its typer option's."""
+    return field(default=info.default, metadata={TYPER: info})
+
+
+@dataclass(frozen=True)
+class JobOptions:
+    """The job's options, which `write` and `submit` share: SlurmJob's shape (`_shared` makes each an option of the
+    command, in this order)."""
+
+    nodes: int = _option(typer.Option(1, min=1, help="Nodes: a Ray head on the first, a Ray worker on each other."))
+    cpus_per_node: int = _option(
+        typer.Option(8, min=1, help="CPUs Slurm allocates, and Ray offers trials, on each node.")
+    )
+    gpus_per_node: int = _option(
+        typer.Option(0, min=0, help="GPUs per node (Slurm's --gpus-per-node; Ray sees those).")
+    )
+    time: str = _option(typer.Option("24:00:00", help="Time limit (Slurm's formats: MM, HH:MM:SS, D-HH:MM:SS, ...)."))
+    partition: str | None = _option(typer.Option(None, help="Slurm partition [default: the cluster's]."))
+    account: str | None = _option(typer.Option(None, help="Slurm account to charge [default: yours]."))
+    storage: str = _option(typer.Option(
+        "db/checkpoints", help="Checkpoints: a folder every node mounts, or a bucket URL (as for `launch`)."
+    ))  # fmt: skip
+    db: str | None = _option(DB)
+    mlflow_uri: str | None = _option(MLFLOW)
+    signal: int = _option(typer.Option(
+        300, min=30, help="Seconds before the time limit at which the launcher is told (SIGTERM) to checkpoint."
+    ))  # fmt: skip
+    lease: float | None = _option(typer.Option(
+        None, min=1, help="`launch --lease`: seconds before another job takes over a killed job's trials."
+    ))  # fmt: skip
+
+
+def _shared(command: Callable[..., None]) -> Callable[..., None]:
+    """`command`, whose parameter `options` is a JobOptions, as typer sees it: each of JobOptions' fields an option of
+    its own in that parameter's place (so `--help` lists them there), gathered into one JobOptions for the call."""
+    hints = get_type_hints(JobOptions)
+    shared = [inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, default=f.metadata[TYPER],
+                                annotation=hints[f.name]) for f in fields(JobOptions)]  # fmt: skip
+    params: list[inspect.Parameter] = []
+    for p in inspect.signature(command, eval_str=True).parameters.values():
+        params += shared if p.name == "options" else [p.replace(kind=inspect.Parameter.KEYWORD_ONLY)]
+
+    @functools.wraps(command)
+    def called(**given: Any) -> None:
+        command(options=JobOptions(**{f.name: given.pop(f.name) for f in fields(JobOptions)}), **given)
+
+    called.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
+    called.__annotations__ = {p.name: p.annotation for p in params}
+    return called
+
+
+def _job(file: Path, sweep: list[str], options: JobOptions) -> tuple[SlurmJob, str]:
     """The job and its script (exit 2 where the job could not run the sweeps' trials)."""
     from ablate.api import SlurmJob
     from ablate.api import slurm as batch_script
 
     plans = plans_of(file, sweep or None, default=True)
-    job = SlurmJob(str(file), tuple(sweep or [p.sweep for p in plans]), **shape)
+    job = SlurmJob(str(file), tuple(sweep or [p.sweep for p in plans]), **asdict(options))
     try:
         return job, batch_script(job, plans)
     except ValueError as e:
@@ -64,29 +109,18 @@ def _job(file: Path, sweep: list[str], **shape: Any) -> tuple[SlurmJob, str]:
 
 
 @slurm.command("write")
+@_shared
 def write(
     file: Path = FILE,
     sweep: list[str] | None = typer.Argument(
         None, help="Sweeps the job launches (default: the file's default sweep, its `default:` or its first)."
     ),
-    nodes: int = NODES,
-    cpus_per_node: int = CPUS,
-    gpus_per_node: int = GPUS,
-    time: str = TIME,
-    partition: str | None = PARTITION,
-    account: str | None = ACCOUNT,
-    storage: str = STORAGE,
-    db: str | None = DB,
-    mlflow_uri: str | None = MLFLOW,
-    signal: int = SIGNAL,
-    lease: float | None = LEASE,
+    options: JobOptions = JobOptions(),
     output: Path | None = typer.Option(None, "--output", "-o", help="Write the script here [default: print it]."),
 ) -> None:
     """Write a Slurm batch script that starts Ray across its allocation and runs `ablate launch` on the sweeps;
     submit it with `sbatch`. A requeued or resubmitted job resumes the sweep."""
-    _, text = _job(file, sweep or [], nodes=nodes, cpus_per_node=cpus_per_node, gpus_per_node=gpus_per_node,
-                   time=time, partition=partition, account=account, storage=storage, db=db, mlflow_uri=mlflow_uri,
-                   signal=signal, lease=lease)  # fmt: skip
+    _, text = _job(file, sweep or [], options)
     if output is None:
         out.print(text, end="", markup=False, highlight=False, soft_wrap=True)
         return
@@ -95,6 +129,7 @@ def write(
 
 
 @slurm.command("submit")
+@_shared
 def submit(
     file: Path = FILE,
     sweep: list[str] | None = typer.Argument(
@@ -102,17 +137,7 @@ def submit(
         help="Sweeps the job launches (default: the file's default sweep), then, after `--`, options for "
         "sbatch as is (`-- --qos=high --mail-type=END`; they win over the script's #SBATCH lines).",
     ),
-    nodes: int = NODES,
-    cpus_per_node: int = CPUS,
-    gpus_per_node: int = GPUS,
-    time: str = TIME,
-    partition: str | None = PARTITION,
-    account: str | None = ACCOUNT,
-    storage: str = STORAGE,
-    db: str | None = DB,
-    mlflow_uri: str | None = MLFLOW,
-    signal: int = SIGNAL,
-    lease: float | None = LEASE,
+    options: JobOptions = JobOptions(),
     output: Path | None = typer.Option(
         None, "--output", "-o", help="Where the script is written [default: ablate-SWEEPS.sbatch here]."
     ),
@@ -125,9 +150,7 @@ def submit(
 
     words = sweep or []
     cut = next((i for i, w in enumerate(words) if w.startswith("-")), len(words))
-    job, text = _job(file, words[:cut], nodes=nodes, cpus_per_node=cpus_per_node, gpus_per_node=gpus_per_node,
-                     time=time, partition=partition, account=account, storage=storage, db=db,
-                     mlflow_uri=mlflow_uri, signal=signal, lease=lease)  # fmt: skip
+    job, text = _job(file, words[:cut], options)
     path = output or Path(f"{job.name}.sbatch")
     path.write_text(text)
     try:

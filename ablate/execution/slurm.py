@@ -9,8 +9,12 @@ not collide, and the folder is under the job's $TMPDIR (node-local on many clust
 and the launcher checkpoints its trials and records them `preempted`; `--requeue` lets Slurm run the job again after
 a preemption, and a rerun of the same launch trains only what is unfinished.
 
-`ablate slurm submit` hands the script to `sbatch` and records the job (`Submitted`, a line of `JOBS` beside the
-store) so that `ablate status` can say what Slurm says of it (`JobState`) while it waits, runs, is requeued and after.
+A lost worker node: the job goes on (`--no-kill`) and Ray starts its trials again elsewhere. A lost head node: its
+workers requeue the job once the controller has taken that node out of it (else, `--no-kill`, the job would run on
+without its batch shell until its time limit), and the requeued job trains what is not done.
+
+`ablate slurm submit` hands the script to `sbatch` and records the job (`Submitted`, a line of `jobs_file`) so that
+`ablate status` can say what Slurm says of it (`JobState`) while it waits, runs, is requeued and after.
 """
 
 from __future__ import annotations
@@ -79,7 +83,10 @@ class SlurmJob:
 
 JOBS = "slurm-jobs.jsonl"
 """The submitted jobs of a store, one JSON line each: beside its SQLite file (where every node and the login node
-look), or in the folder `submit` ran in for a server's store."""
+look); for a server's store (PostgreSQL), in the user's state folder (`state_folder`), one file per server and
+database, so that `ablate status` of that store finds them from any folder of any machine that shares the home."""
+STATE_ENV = "XDG_STATE_HOME"
+"""Where the user keeps state that outlives a session (the XDG default: ~/.local/state); ablate's is `ablate` in it."""
 SHOWN = 5
 """The latest submitted jobs `ablate status` asks Slurm about."""
 ENDED = ("COMPLETED", "FAILED", "TIMEOUT", "CANCELLED", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED", "BOOT_FAIL",
@@ -136,11 +143,24 @@ class Submission:
 
 
 def jobs_file(db: str | None) -> Path:
-    """Where the jobs submitted for the store `db` (a URL; None: the default) are recorded."""
+    """Where the jobs submitted for the store `db` (a URL; None: the default) are recorded: beside a SQLite file; for a
+    server's store, a file in the user's state folder named by the store's URL without its password (a password
+    changed or left out finds the same jobs)."""
+    import hashlib
+    import os
+
+    from sqlalchemy.engine import URL, make_url
+
     from ablate.store.engine import database_url, sqlite_file
 
-    path = sqlite_file(database_url(db))
-    return (path.parent if path is not None else Path.cwd()) / JOBS
+    url = database_url(db)
+    path = sqlite_file(url)
+    if path is not None:
+        return path.parent / JOBS
+    u = make_url(url)
+    named = URL.create(u.drivername, u.username, None, u.host, u.port, u.database, u.query).render_as_string()
+    folder = Path(os.environ.get(STATE_ENV) or Path.home() / ".local" / "state") / "ablate" / "slurm-jobs"
+    return folder / f"{hashlib.sha256(named.encode()).hexdigest()[:16]}.jsonl"
 
 
 def submit(job: SlurmJob, script_file: Path, sbatch: Sequence[str] = ()) -> Submission:
@@ -185,13 +205,21 @@ def state(job: Submitted) -> JobState:
         return JobState(job, fields.get("JobState", "unknown"), int(fields.get("Restarts", "0")),
                         fields.get("NodeList", "").replace("(null)", ""),
                         fields.get("Reason", "").replace("None", ""))  # fmt: skip
-    lines = (_ask("sacct", "--noheader", "--allocations", "--parsable2", "--jobs", job.job,
-                  "--format", "State,NodeList") or "").splitlines()  # fmt: skip
-    if lines and "|" in lines[-1]:
-        said, nodes = lines[-1].split("|", 1)
-        return JobState(job, said.split()[0] if said.strip() else "unknown", None, nodes, "")
-    return JobState(job, "unknown", None, "", "neither Slurm's controller (scontrol) nor its accounting (sacct) "
-                    "knows the job any more")  # fmt: skip
+    return accounted(job) or JobState(job, "unknown", None, "", "neither Slurm's controller (scontrol) nor its "
+                                      "accounting (sacct) knows the job any more")  # fmt: skip
+
+
+def accounted(job: Submitted) -> JobState | None:
+    """What Slurm's accounting says of `job`'s latest run (`sacct`: slurmdbd's database where the cluster has one,
+    else its job completion records, `sacct --completion`, which jobcomp/filetxt keeps without a database); None
+    where neither knows it."""
+    for source in ((), ("--completion",)):
+        lines = (_ask("sacct", *source, "--noheader", "--allocations", "--parsable2", "--jobs", job.job,
+                      "--format", "State,NodeList") or "").splitlines()  # fmt: skip
+        if lines and "|" in lines[-1]:
+            said, nodes = lines[-1].split("|", 1)
+            return JobState(job, said.split()[0] if said.strip() else "unknown", None, nodes, "")
+    return None
 
 
 def _ask(*argv: str) -> str | None:
@@ -288,10 +316,30 @@ done
 # The workers once the head serves (a worker's Ray gives up 30 s after it starts if the head does not answer).
 # --ntasks too: srun would take the job's (one per node, SLURM_NTASKS) and ask for more CPUs than it may use.
 # --no-kill, here and above: a worker node lost ends neither the job nor the other workers; Ray starts its trials
-# again on the nodes left, from their checkpoints.
+# again on the nodes left, from their checkpoints. But the head's node lost, Slurm would take it out of the job and
+# run the job on without this shell (it was there) until its time limit: a worker whose Ray ends on its own (the
+# head gone) waits for the controller to take the head's node out of the job, then requeues the job, which trains
+# what is not done. Told to stop (SIGTERM: this job's end), a worker just ends. What its Ray left first goes (agents
+# and workers whose parent died, which Slurm, tracking processes by parentage, may miss): they would hold the job's
+# ports on this node, which the requeued job's head may be.
+worker='trap "exit 0" TERM
+ray start --address="$head_address" "$@" & wait $!
+ours() {{
+    tr "\\0" "\\n" <"$1/environ" | grep -cx -e SLURM_JOB_ID="$SLURM_JOB_ID" -e SLURM_STEP_ID="$SLURM_STEP_ID"
+}} 2>/dev/null
+for p in /proc/[0-9]*; do
+    [[ ${{p#/proc/}} != "$$" && $(ours "$p") == 2 ]] && kill -KILL "${{p#/proc/}}" 2>/dev/null
+done
+while sleep 10; do
+    nodes=$(squeue -h -j "$SLURM_JOB_ID" -t RUNNING -o %N) && [[ -n $nodes ]] || continue
+    scontrol show hostnames "$nodes" | grep -qx "$head_node" && continue
+    echo "the head node $head_node is lost: requeueing job $SLURM_JOB_ID" >&2
+    exec scontrol requeue "$SLURM_JOB_ID"
+done'
 if (( SLURM_JOB_NUM_NODES > 1 )); then
+    export head_node=$SLURMD_NODENAME head_address="$head_ip:$port"
     srun --nodes=$((SLURM_JOB_NUM_NODES - 1)) --ntasks=$((SLURM_JOB_NUM_NODES - 1)) --ntasks-per-node=1 --no-kill \\
-        --exclude="$SLURMD_NODENAME" ray start --address="$head_ip:$port" "${{node[@]}}" &
+        --exclude="$SLURMD_NODENAME" bash -c "$worker" worker "${{node[@]}}" &
     others=$!
 fi
 

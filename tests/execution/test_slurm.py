@@ -10,13 +10,13 @@ condition the test reads (gate files, the store, `scontrol show job`); deadlines
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shlex
 import shutil
 import subprocess
 import sys
-import tempfile
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -31,13 +31,24 @@ from slurm import Slurm
 from typer.testing import CliRunner
 
 from ablate.cli import app
-from ablate.execution.slurm import RAY_SOCKET, TEMP_MAX, SlurmJob, script
+from ablate.execution.slurm import (
+    JOBS,
+    RAY_SOCKET,
+    STATE_ENV,
+    TEMP_MAX,
+    SlurmJob,
+    Submitted,
+    accounted,
+    jobs_file,
+    script,
+)
 from ablate.store import Store
 from ablate.training.checkpoint_storage import Storage
 
 PAGE = ROOT / "docs" / "tutorials" / "slurm.md"
 MARKER = "<!-- tests/execution/test_slurm.py runs this block"
 SUBMIT = "<!-- tests/execution/test_slurm.py runs this block too"
+SERVER = "<!-- tests/execution/test_slurm.py runs this block against three Slurm nodes"
 SHARED, SWEEP = "/shared/ablate", "csan-paper"
 SHAPE = ("--nodes", "--cpus-per-node", "--gpus-per-node")
 """The options whose values the test replaces: this machine's node."""
@@ -45,6 +56,9 @@ WORKERS = ROOT / "workers" / "slurm.sbatch"
 ENDED = ("COMPLETED", "FAILED", "TIMEOUT", "CANCELLED", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED")
 DEADLINE = 180.0
 """Seconds any one condition may take before the test fails (never a wait in itself)."""
+LONGER = 2 * DEADLINE
+"""What a condition of several steps may take (a requeue after a lost node; the requeued job's run): 2 to 3 minutes
+each at a load of 20 on 2 cores."""
 SLOW = pytest.mark.timeout(420)
 """A test of one or two jobs, each starting a Ray and a launch: 26 to 57 s a test on 2 nearly idle cores (the file in
 3 min), 2 to 4.5 min each at a load average of 20 (the file in 12 min)."""
@@ -141,6 +155,50 @@ def test_ray_socket_is_as_long_as_the_longest_socket_this_ray_makes() -> None:
     assert len(names) > 2 and max(map(len, names)) == len(RAY_SOCKET.rsplit("/", 1)[1]), names
 
 
+def test_a_server_stores_jobs_are_found_from_any_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A PostgreSQL store's jobs file is the user's (the state folder), one per server and database whatever the
+    folder `submit` or `status` runs in and whatever password the URL carries; a SQLite store's is beside its file."""
+    monkeypatch.setenv(STATE_ENV, str(tmp_path / "state"))
+    url = "postgresql+psycopg://me:secret@db.example:5432/ablate"
+    found = []
+    for folder in ("login", "elsewhere"):
+        (tmp_path / folder).mkdir()
+        monkeypatch.chdir(tmp_path / folder)
+        found.append(jobs_file(url))
+    assert found[0] == found[1] == jobs_file("postgresql+psycopg://me@db.example:5432/ablate")
+    assert found[0].parent == tmp_path / "state" / "ablate" / "slurm-jobs" and "secret" not in str(found[0])
+    assert jobs_file("postgresql+psycopg://me:secret@db.example:5432/other") != found[0]
+    assert jobs_file(f"sqlite:///{tmp_path}/db/ablate.sqlite") == tmp_path / "db" / JOBS
+
+
+def test_a_slurm_whose_start_fails_part_of_the_way_leaves_no_daemon(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The tests' Slurm (tests/slurm.py `running`, the fixtures' way to start one) whose start raises after munged and
+    slurmctld are up (here: no slurmd program) stops both by pid before the error reaches the test."""
+    import slurm
+
+    needs(slurm.available() and os.geteuid() == 0, "Slurm's programs and root")
+    started: list[subprocess.Popen[bytes]] = []
+    spawn = Slurm._spawn
+
+    def spawned(self: Slurm, argv: list[str | None]) -> subprocess.Popen[bytes]:
+        started.append(spawn(self, argv))
+        return started[-1]
+
+    monkeypatch.setattr(Slurm, "_spawn", spawned)
+    monkeypatch.setattr(slurm, "program", lambda name: "/nonexistent/slurmd" if name == "slurmd" else shutil.which(
+        name, path=f"{os.environ['PATH']}:/usr/sbin"))  # fmt: skip
+    with pytest.raises(FileNotFoundError, match="slurmd"), slurm.running((free_port(), free_port())):
+        pytest.fail("a Slurm without slurmd started")
+    try:
+        assert [Path(p.args[0]).name for p in started] == ["munged", "slurmctld"]
+        assert [p.poll() is not None for p in started] == [True, True], "a daemon outlived the failed start"
+    finally:
+        for p in started:  # what a broken `running` left
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+
+
 # ------------------------------------------------------------------------------------------ against Slurm
 class Sweep:
     """A tiny sweep in a folder of its own (the page's /shared/ablate), submitted by the page's commands; its jobs'
@@ -156,8 +214,10 @@ class Sweep:
         *extra: str,
         tmpdir: Path | None = None,
         nodes: int = 1,
+        db: str | None = None,
     ) -> None:
         self.slurm, self.folder, self.tmp = slurm, folder, tmpdir or Path("/tmp")
+        self.cpus, self.nodes = cpus, nodes
         experiments = write_sweeps(folder / "experiments.yaml", {"tiny": {"base": TINY, "seeds": seeds}})
         make, self.submit_argv = (fill(a, experiments, folder, cpus, nodes) for a in page_commands())
         here = Path.cwd()
@@ -172,6 +232,7 @@ class Sweep:
         if tmpdir is not None:
             self.env["TMPDIR"] = str(tmpdir)
         self.env["PATH"] = f"{Path(sys.executable).parent}:{self.env['PATH']}"
+        self.env[STATE_ENV] = str(folder / "state")  # a server's store's jobs file: here, not in the user's home
         self.gate = Gate(folder / "gate", epoch=1)
         if gated:  # the job's `ablate` runs the CLI with its trials held at epoch 1
             shim = folder / "bin" / "ablate"
@@ -181,8 +242,43 @@ class Sweep:
             )
             shim.chmod(0o755)
             self.env["PATH"] = f"{shim.parent}:{self.env['PATH']}"
-        self.store = Store(f"sqlite:///{folder}/ablate.sqlite")
+        self.db = db or f"sqlite:///{folder}/ablate.sqlite"
+        """The store's URL: the folder's SQLite file (the page's), or `db`."""
+        self.store = Store(self.db)
         self.jobs: list[str] = []
+
+    def __enter__(self) -> Sweep:
+        return self
+
+    def __exit__(self, *failed: object) -> None:
+        """Its jobs cancelled (whatever state the test left them in), its store closed, its Rays' leftovers gone."""
+        for job in self.jobs:
+            self.slurm.run("scancel", job)
+        self.close()
+
+    def cli(self, *argv: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+        """The real `ablate` command in the folder (or `cwd`) with the jobs' environment: what a job submitted from
+        it runs (the gate's shim, where gated) is on its PATH."""
+        ablate = str(Path(sys.executable).parent / "ablate")
+        return subprocess.run([ablate, *argv], cwd=cwd or self.folder, env={**self.env, "COLUMNS": "200"},
+                              capture_output=True, text=True, timeout=120)  # fmt: skip
+
+    def submitted(self, argv: list[str], *sbatch: str) -> tuple[str, str]:
+        """`ablate slurm submit` (`argv`, a page's line, `sbatch` options added at its end) run: the job's id, and what
+        was said on stderr."""
+        done = self.cli(*argv[1:], *sbatch)
+        assert done.returncode == 0 and re.fullmatch(r"\d+\n", done.stdout), done.stdout + done.stderr
+        self.jobs.append(done.stdout.strip())
+        return self.jobs[-1], done.stderr
+
+    def filled(self, argv: list[str], *extra: str) -> list[str]:
+        """A page's command line for this sweep (its folder, file, node shape and store); `extra` inserted before its
+        `--` (the sbatch options), or at its end."""
+        out = fill(argv, self.folder / "experiments.yaml", self.folder, self.cpus, self.nodes)
+        servers = {"--db": self.db, "--mlflow-uri": f"sqlite:///{self.folder}/mlflow.sqlite"}  # the page's, or ours
+        out = [servers.get(prev, a) for prev, a in zip(["", *out], out, strict=False)]
+        cut = out.index("--") if "--" in out else len(out)
+        return [*out[:cut], *extra, *out[cut:]]
 
     def sbatch(self) -> str:
         """The page's `sbatch` line, run in the folder; the job's id."""
@@ -190,35 +286,36 @@ class Sweep:
         self.jobs.append(text.split()[-1])
         return self.jobs[-1]
 
-    def until(self, what: Callable[[], Any], why: str) -> Any:
+    def until(self, what: Callable[[], Any], why: str, deadline: float = DEADLINE) -> Any:
         try:
-            return wait_for(what, timeout=DEADLINE)
+            return wait_for(what, timeout=deadline)
         except TimeoutError:
-            pytest.fail(f"waited {DEADLINE:.0f} s for {why}\n{self.logs()}", pytrace=False)
+            pytest.fail(f"waited {deadline:.0f} s for {why}\n{self.logs()}", pytrace=False)
 
-    def ended(self, job: str) -> str:
+    def ended(self, job: str, deadline: float = DEADLINE) -> str:
         """Block until `job` ends; its state."""
-        return str(self.until(lambda: (s := self.slurm.job(job)["JobState"]) in ENDED and s, f"job {job} to end"))
+        ended = lambda: (s := self.slurm.job(job)["JobState"]) in ENDED and s  # noqa: E731
+        return str(self.until(ended, f"job {job} to end", deadline))
 
     def logs(self) -> str:
         jobs = "\n".join(f"==== {p.name}\n{p.read_text(errors='replace')[-4000:]}" for p in self.folder.glob("*.out"))
+        for host in self.slurm.network.hosts if self.slurm.network else []:  # why a node's Ray did not start
+            for log in sorted(self.slurm.node_tmp(host.name).glob("ray-*/session_*/logs/raylet.*")):
+                jobs += f"\n==== {host.name}: {log}\n{log.read_text(errors='replace')[-1500:]}"
         return f"{jobs}\n{self.slurm.logs()}"
 
-    def keys(self) -> list[str]:
+    def trial_keys(self) -> list[str]:
         return sorted(self.store.trials_frame("tiny")["key"])
 
     def check_done_once(self, attempts: int) -> None:
         """Every trial done, started `attempts` times, resumed (when started again) from its epoch-1 checkpoint,
         each epoch recorded once, nothing trained again as a new result, MLflow holding the store's runs."""
-        trials = {k: self.store.trial(k) for k in self.keys()}
+        trials = {k: self.store.trial(k) for k in self.trial_keys()}
         assert {k: (t.state, t.attempts) for k, t in trials.items()} == dict.fromkeys(trials, ("done", attempts)), (
             self.logs()
         )
         assert all((t.resumed_from or 0) >= 1 for t in trials.values()) if attempts > 1 else True
-        for k in trials:
-            steps = [(name, step) for name, step, *_ in self.store.metric_rows(k)]
-            assert len(steps) == len(set(steps)) and {s for _, s in steps} == {1, 2}, (k, steps)
-            assert self.store.previous(k) == []
+        self.check_epochs_once()
         assert self.store.unmirrored(["tiny"]) == []
         import mlflow
 
@@ -227,6 +324,13 @@ class Sweep:
         for k, t in trials.items():
             runs = client.search_runs([experiment], f"tags.trial_key = '{k}'")
             assert [(r.info.run_id, r.info.status) for r in runs] == [(t.mlflow_run_id, "FINISHED")], k
+
+    def check_epochs_once(self) -> None:
+        """Every trial's epochs recorded once each (a resumed attempt wrote none twice), no result trained again."""
+        for k in self.trial_keys():
+            steps = [(name, step) for name, step, *_ in self.store.metric_rows(k)]
+            assert len(steps) == len(set(steps)) and {s for _, s in steps} == {1, 2}, (k, steps)
+            assert self.store.previous(k) == []
 
     def ray_folder(self, job: str) -> Path:
         """Where the job's Ray keeps its session (the script's `temp`)."""
@@ -239,19 +343,43 @@ class Sweep:
             shutil.rmtree(self.ray_folder(job), ignore_errors=True)
 
 
+@contextlib.contextmanager
+def sweeps(slurm: Slurm, folder: Path) -> Iterator[Callable[..., Sweep]]:
+    """Sweeps in `folder` on `slurm` (Sweep's arguments after the two), each cancelled and closed at the end."""
+    folder.mkdir(exist_ok=True)
+    with contextlib.ExitStack() as stack:
+        yield lambda *args, **named: stack.enter_context(Sweep(slurm, folder, *args, **named))
+
+
 @pytest.fixture
 def sweep(slurm: Slurm, tmp_path: Path) -> Iterator[Callable[..., Sweep]]:
-    made: list[Sweep] = []
+    """Sweeps on the one-node Slurm: `sweep(seeds, cpus=2, gated=False, *extra, tmpdir=None)`."""
 
     def make(seeds: int, cpus: int = 2, gated: bool = False, *extra: str, tmpdir: Path | None = None) -> Sweep:
-        made.append(Sweep(slurm, tmp_path, seeds, cpus, gated, *extra, tmpdir=tmpdir))
-        return made[-1]
+        return made(seeds, cpus, gated, *extra, tmpdir=tmpdir)
 
-    yield make
-    for s in made:
-        for job in s.jobs:
-            slurm.run("scancel", job)
-        s.close()
+    with sweeps(slurm, tmp_path) as made:
+        yield make
+
+
+def test_slurms_accounting_without_a_database_says_how_each_job_ended(
+    slurm: Slurm, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What `ablate status` says of a job once the controller has forgotten it (MinJobAge after its end), here asked
+    while it still knows it: Slurm's accounting, which Debian's Slurm keeps without slurmdbd's database as job
+    completion records (the test Slurm's JobCompType=jobcomp/filetxt; plain `sacct` says accounting is disabled, so
+    `accounted` reads `sacct --completion`): a cancelled job and a completed one, and their node."""
+    monkeypatch.setenv("SLURM_CONF", slurm.env["SLURM_CONF"])
+    cancelled = slurm.run("sbatch", "--parsable", "--wrap", "sleep 600", cwd=tmp_path).strip()
+    completed = slurm.run("sbatch", "--parsable", "--wrap", "true", cwd=tmp_path).strip()
+    wait_for(lambda: slurm.job(cancelled)["JobState"] == "RUNNING", timeout=DEADLINE)
+    slurm.run("scancel", cancelled)
+    jobs = [cancelled, completed]
+    said = {j: wait_for(lambda j=j: accounted(Submitted(j, (), "", "")), timeout=DEADLINE) for j in jobs}
+    assert {j: (a.state, a.nodes) for j, a in said.items()} == {
+        cancelled: ("CANCELLED", "localhost"),
+        completed: ("COMPLETED", "localhost"),
+    }, said
 
 
 @SLOW
@@ -330,29 +458,19 @@ def test_submit_and_walk_away_status_follows_the_job_and_scancel_leaves_it_resum
     state beside the store's progress while it waits or runs and after it ended; a plain `scancel` of a job whose
     trials are mid-run leaves them to the next submit, which resumes them: every trial done once."""
     s = sweep(seeds=2, gated=True)
-    ablate = str(Path(sys.executable).parent / "ablate")  # the real command (the gate's shim is the job's)
-    f = s.folder
-    submitting, watching = (fill(a, f / "experiments.yaml", f, 2) for a in page_block(SUBMIT))
+    block = page_block(SUBMIT)  # a plain scancel's trials taken over in 3 s, not 60:
+    submitting, watching = s.filled(block[0], "--lease", "3"), s.filled(block[1])
     assert [submitting[:3], watching[:2]] == [["ablate", "slurm", "submit"], ["ablate", "status"]], submitting
-    cut = submitting.index("--")  # the page's sbatch options follow
-    submitting[cut:cut] = ["--lease", "3"]  # trials a plain scancel leaves running: taken over in 3 s, not 60
-
-    def cli(*argv: str) -> subprocess.CompletedProcess[str]:
-        env = {**s.env, "COLUMNS": "200"}
-        return subprocess.run([ablate, *argv], cwd=f, env=env, capture_output=True, text=True, timeout=120)
 
     def submit(*sbatch: str) -> tuple[str, str]:
-        """The job's id, and what was said on stderr."""
-        done = cli(*submitting[1:], "--job-name=walked-away", *sbatch)
-        assert done.returncode == 0 and re.fullmatch(r"\d+\n", done.stdout), done.stdout + done.stderr
-        s.jobs.append(done.stdout.strip())
-        return s.jobs[-1], done.stderr
+        return s.submitted(submitting, "--job-name=walked-away", *sbatch)
 
     def status() -> str:
-        done = cli(*watching[1:])
+        done = s.cli(*watching[1:])
         return done.stdout + done.stderr
 
-    refused = cli(*submitting[1:], "--bogus")
+    f = s.folder
+    refused = s.cli(*submitting[1:], "--bogus")
     assert refused.returncode == 2 and "sbatch refused the job" in refused.stderr, refused.stderr
     job, said = submit()
     assert said == ""
@@ -393,104 +511,162 @@ def nodes() -> Iterator[tuple[Slurm, Network]]:
     """A Slurm of three 1-CPU nodes, each a host of its own on one machine (tests/netns.py: a network namespace and
     hostname each, on a bridge the fixture makes), the controller on the bridge; all removed after, by pid."""
     import netns
-    from slurm import available
+    from slurm import available, running
 
     needs(available() and netns.available(), "multi-node Slurm tests need root, iproute2 and Slurm's programs")
     net = Network(HOSTS).create()
-    root = Path(tempfile.mkdtemp(prefix="ablate-slurm-"))
     try:
-        first = int.from_bytes(os.urandom(2), "big") * 10 + 10_000
-        server = Slurm(root, cpus=1, network=net)
-        try:
-            server.start(free_port(), free_port(), first_job=first)
-            try:
-                wait_for(server.idle, timeout=60)
-            except TimeoutError:
-                pytest.fail(f"the three nodes never went idle\n{server.logs()}", pytrace=False)
+        with running((free_port(), free_port()), cpus=1, network=net) as server:
             yield server, net
-        finally:
-            server.stop()
-            for folder in [server.local, *(server.node_tmp(h.name) for h in net.hosts)]:
-                leftovers(folder)  # what a killed job's Ray may have left in a node's $TMPDIR
-                shutil.rmtree(folder, ignore_errors=True)
     finally:
         net.remove()
-        shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture
+def spread(nodes: tuple[Slurm, Network], tmp_path: Path) -> Iterator[Callable[..., Sweep]]:
+    """Sweeps on the three nodes, in the shared folder: `spread(seeds, cpus, gated, *extra, nodes=, db=)`."""
+    with sweeps(nodes[0], tmp_path / "shared") as made:
+        yield made
 
 
 @pytest.mark.team
 @pytest.mark.timeout(900)
 def test_a_three_node_job_runs_trials_on_every_node_as_one_node_would(
-    nodes: tuple[Slurm, Network], tmp_path: Path
+    nodes: tuple[Slurm, Network], spread: Callable[..., Sweep], tmp_path: Path
 ) -> None:
     """`sbatch --nodes=3` of the page's script: the Ray head on the first node, a Ray worker on each other (srun),
     the driver on the head; each node has 1 CPU, so the three gated trials wait at the gate one on each node (the
     store's host column names all three); the job completes, and every trial's metrics equal a one-node launch's."""
     slurm, _ = nodes
-    (tmp_path / "shared").mkdir()
-    s = Sweep(slurm, tmp_path / "shared", 3, 1, True, nodes=3)
+    s = spread(3, 1, True, nodes=3)
+    job = s.sbatch()
+    s.until(lambda: len(s.gate.reached()) == 3, "a trial at the gate on each node")
+    hosts = s.store.trial_rows("tiny")["host"]
+    assert sorted(hosts) == list(HOSTS), (hosts, s.logs())
+    s.gate.open()
+    assert s.ended(job) == "COMPLETED", s.logs()
+    s.check_done_once(attempts=1)
+    out = next(s.folder.glob(f"*-{job}.out")).read_text()
+    assert f"Ray's folder (its logs: session_latest/logs): {slurm.local}/ray-{job}\n" in out
+    alone = tmp_path / "alone"
+    launch = [str(Path(sys.executable).parent / "ablate"), "launch", str(s.folder / "experiments.yaml"), "tiny",
+              "--plain", "--yes", "--no-mlflow", "--db", f"sqlite:///{alone}/ablate.sqlite",
+              "--storage", str(alone / "checkpoints")]  # fmt: skip
+    done = subprocess.run(launch, env={**os.environ, "RAY_ADDRESS": ""}, capture_output=True, text=True,
+                          timeout=600)  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    one = Store(f"sqlite:///{alone}/ablate.sqlite")
     try:
-        job = s.sbatch()
-        s.until(lambda: len(s.gate.reached()) == 3, "a trial at the gate on each node")
-        hosts = s.store.trial_rows("tiny")["host"]
-        assert sorted(hosts) == list(HOSTS), (hosts, s.logs())
-        s.gate.open()
-        assert s.ended(job) == "COMPLETED", s.logs()
-        s.check_done_once(attempts=1)
-        out = next(s.folder.glob(f"*-{job}.out")).read_text()
-        assert f"Ray's folder (its logs: session_latest/logs): {slurm.local}/ray-{job}\n" in out
-        alone = tmp_path / "alone"
-        launch = [str(Path(sys.executable).parent / "ablate"), "launch", str(s.folder / "experiments.yaml"), "tiny",
-                  "--plain", "--yes", "--no-mlflow", "--db", f"sqlite:///{alone}/ablate.sqlite",
-                  "--storage", str(alone / "checkpoints")]  # fmt: skip
-        done = subprocess.run(launch, env={**os.environ, "RAY_ADDRESS": ""}, capture_output=True, text=True,
-                              timeout=600)  # fmt: skip
-        assert done.returncode == 0, done.stdout + done.stderr
-        one = Store(f"sqlite:///{alone}/ablate.sqlite")
-        try:
-            for k in s.gate.reached():  # to the last bit, all but the machine's measures (times, peak memory)
-                assert [r[:3] for r in s.store.metric_rows(k) if r[0] not in MEASURES] == [
-                    r[:3] for r in one.metric_rows(k) if r[0] not in MEASURES
-                ], k
-        finally:
-            one.close()
+        for k in s.gate.reached():  # to the last bit, all but the machine's measures (times, peak memory)
+            assert [r[:3] for r in s.store.metric_rows(k) if r[0] not in MEASURES] == [
+                r[:3] for r in one.metric_rows(k) if r[0] not in MEASURES
+            ], k
     finally:
-        for j in s.jobs:
-            slurm.run("scancel", j)
-        s.close()
+        one.close()
 
 
 @pytest.mark.team
 @pytest.mark.timeout(900)
 def test_a_worker_node_lost_mid_sweep_its_trial_resumes_on_another_and_every_trial_is_done_once(
-    nodes: tuple[Slurm, Network], tmp_path: Path
+    nodes: tuple[Slurm, Network], spread: Callable[..., Sweep]
 ) -> None:
     """node3's processes (its slurmd, its Ray, its trial) SIGKILLed while a trial of each node waits at the gate:
     once the controller has taken node3 for lost, the job goes on (`--no-kill`), node3's trial starts again on node1
     or node2 from its epoch-1 checkpoint, and the job completes with every trial done once, no epoch twice."""
     slurm, net = nodes
-    (tmp_path / "shared").mkdir()
-    s = Sweep(slurm, tmp_path / "shared", 3, 1, True, nodes=3)
-    try:
-        job = s.sbatch()
-        s.until(lambda: len(s.gate.reached()) == 3, "a trial at the gate on each node")
-        rows = s.store.trial_rows("tiny")
-        (lost,) = [k for k, h in zip(rows["key"], rows["host"], strict=True) if h == "node3"]
-        killed = net.kill(net.hosts[2])
-        assert slurm.slurmd["node3"].pid in killed and s.gate.reached()[lost] in killed
-        down = lambda: slurm.run("sinfo", "-h", "-n", "node3", "-o", "%t").strip().startswith("down")  # noqa: E731
-        s.until(down, "the controller to take node3 for lost (SlurmdTimeout): a job without --no-kill ends there")
-        assert s.slurm.job(job)["JobState"] == "RUNNING"
+    s = spread(3, 1, True, nodes=3)
+    job = s.sbatch()
+    s.until(lambda: len(s.gate.reached()) == 3, "a trial at the gate on each node")
+    rows = s.store.trial_rows("tiny")
+    (lost,) = [k for k, h in zip(rows["key"], rows["host"], strict=True) if h == "node3"]
+    killed = net.kill(net.hosts[2])
+    assert slurm.slurmd["node3"].pid in killed and s.gate.reached()[lost] in killed
+    s.until(lambda: down(slurm, "node3"), "the controller to take node3 for lost (SlurmdTimeout): a job without "
+            "--no-kill ends there")  # fmt: skip
+    assert s.slurm.job(job)["JobState"] == "RUNNING"
+    s.gate.open()
+    assert s.ended(job) == "COMPLETED", s.logs()
+    trials = {k: s.store.trial(k) for k in rows["key"]}
+    assert {k: t.state for k, t in trials.items()} == dict.fromkeys(trials, "done"), s.logs()
+    assert trials[lost].attempts == 2 and (trials[lost].resumed_from or 0) >= 1, trials[lost]
+    assert trials[lost].host in ("node1", "node2") and all(t.attempts == 1 for k, t in trials.items() if k != lost)
+    s.check_epochs_once()
+
+
+def down(slurm: Slurm, node: str) -> bool:
+    """Whether the controller has taken `node` for lost."""
+    return slurm.run("sinfo", "-h", "-n", node, "-o", "%t").strip().startswith("down")
+
+
+@pytest.mark.team
+@pytest.mark.timeout(900)
+@pytest.mark.xfail(
+    reason="s56, open: passed whole at load 0.3-2 (171 s); at load 20-40 the requeued job's Ray head, on the "
+    "former worker node, failed to start in 3 of 4 runs (a raylet crash, or Ray's 30 s startup limit)",
+    strict=False,
+)
+def test_two_jobs_on_two_nodes_share_a_postgresql_store_then_a_lost_head_node_leaves_the_requeue_what_is_not_done(
+    nodes: tuple[Slurm, Network], spread: Callable[..., Sweep], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The page's PostgreSQL block on three 1-CPU nodes, one PostgreSQL server on the bridge. Two one-node jobs
+    submitted at once run on two nodes, a trial of each at the gate at once, and train each trial once; `ablate status`
+    of the store, from a folder that is not the one they were submitted from, lists both. Then the sweep grows by two
+    trials and a two-node job takes them, one at the gate on each of its nodes: its head node's processes (slurmd, the
+    batch shell, the launcher, Ray's head, a trial) SIGKILLed by pid. Slurm takes the node for lost and requeues the
+    job, which finishes the sweep on the nodes left: the two new trials resumed from their epoch-1 checkpoints, the
+    first two not trained again, no epoch twice; `ablate status` says the job restarted once and completed."""
+    import slurm as cluster
+
+    needs(cluster.postgres_available(), "the PostgreSQL tests' programs and driver (initdb, pg_ctl, psycopg)")
+    slurm, net = nodes
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    with cluster.postgres(net) as db:
+        s = spread(2, 1, True, db=db)
+        monkeypatch.setenv(STATE_ENV, s.env[STATE_ENV])  # where the test's `ablate` keeps the jobs
+        block = page_block(SERVER)
+        assert [block[0][:3], block[1][:2]] == [["ablate", "slurm", "submit"], ["ablate", "status"]], block
+
+        def status() -> str:
+            done = s.cli(*s.filled(block[1])[1:], cwd=elsewhere)
+            return done.stdout + done.stderr
+
+        first = [s.submitted(s.filled(block[0], "--lease", "3"))[0] for _ in range(2)]
+        s.until(lambda: len(s.gate.reached()) == 2, "a trial of each job at the gate")
+        placed = {s.slurm.job(j)["NodeList"] for j in first}
+        holders = s.store.holders(s.gate.reached())
+        assert len(placed) == 2 and set(s.store.trial_rows("tiny")["host"]) == placed, (placed, s.logs())
+        assert len({h.rsplit(":", 1)[1] for h in holders.values()}) == 2, holders  # two launchers
+        now = status()
+        recorded = jobs_file(db).read_text() if jobs_file(db).exists() else "(no jobs file)"
+        assert all(re.search(rf"{j}\W+tiny\W+RUNNING", now) for j in first), (first, recorded, now)
         s.gate.open()
-        assert s.ended(job) == "COMPLETED", s.logs()
-        trials = {k: s.store.trial(k) for k in rows["key"]}
-        assert {k: t.state for k, t in trials.items()} == dict.fromkeys(trials, "done"), s.logs()
-        assert trials[lost].attempts == 2 and (trials[lost].resumed_from or 0) >= 1, trials[lost]
-        assert trials[lost].host in ("node1", "node2") and all(t.attempts == 1 for k, t in trials.items() if k != lost)
-        for k in trials:
-            steps = [(name, step) for name, step, *_ in s.store.metric_rows(k)]
-            assert len(steps) == len(set(steps)) and {st for _, st in steps} == {1, 2}, (k, steps)
-    finally:
-        for j in s.jobs:
-            slurm.run("scancel", j)
-        s.close()
+        assert [s.ended(j) for j in first] == ["COMPLETED", "COMPLETED"], s.logs()
+        s.check_done_once(attempts=1)
+        before = {k: s.store.trial(k) for k in s.trial_keys()}
+
+        (s.gate.folder / "open").unlink()  # the gate holds the new trials
+        write_sweeps(s.folder / "experiments.yaml", {"tiny": {"base": TINY, "seeds": 4}})
+        s.nodes = 2
+        job, _ = s.submitted(s.filled(block[0], "--lease", "3"))
+        new = lambda: {k: pid for k, pid in s.gate.reached().items() if k not in before}  # noqa: E731
+        s.until(lambda: len(new()) == 2, "the new trials at the gate, one on each of the job's nodes")
+        head = s.slurm.job(job)["BatchHost"]
+        killed = net.kill(next(h for h in net.hosts if h.name == head))
+        assert slurm.slurmd[head].pid in killed and set(new().values()) & set(killed), (head, killed)
+        requeued = lambda: s.slurm.job(job)["Restarts"] == "1"  # noqa: E731
+        # SlurmdTimeout, then Ray's minute without its head (the workers' Ray gives up), then the workers' watch
+        s.until(requeued, f"a worker to requeue the job of the lost {head}", LONGER)
+        assert down(slurm, head)
+        s.gate.open()
+        assert s.ended(job, LONGER) == "COMPLETED", s.logs()  # a new Ray, the launch, two trials resumed
+        trials = {k: s.store.trial(k) for k in s.trial_keys()}
+        assert {k: t.state for k, t in trials.items()} == dict.fromkeys(trials, "done") and len(trials) == 4, s.logs()
+        for k, t in before.items():  # not trained again
+            assert (trials[k].attempts, trials[k].finished_at, trials[k].host) == (1, t.finished_at, t.host), k
+        for k in new():
+            assert trials[k].attempts == 2 and (trials[k].resumed_from or 0) >= 1 and trials[k].host != head, k
+        s.check_epochs_once()
+        now = status()
+        assert re.search(rf"{job}\W+tiny\W+COMPLETED\W+1\b", now) and all(
+            re.search(rf"{j}\W+tiny\W+COMPLETED", now) for j in first), now  # fmt: skip
