@@ -20,6 +20,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -69,14 +70,27 @@ def lock_file(tracker: Tracker) -> Path:
     return Path(tempfile.gettempdir()) / f"ablate-closing-{hashlib.sha256(tracker.uri.encode()).hexdigest()[:16]}.lock"
 
 
-def waited(tracker: Tracker) -> None:
-    """Return once no closing of `tracker`'s MLflow store runs (at once where none does)."""
+WAIT = 60.0
+"""Seconds `waited` waits at most for a closing (one stuck on an MLflow server that answers nothing): after it, the
+look goes on beside it (two writers of a run end right, one run may have a copy a moment)."""
+
+
+def waited(tracker: Tracker, timeout: float = WAIT) -> None:
+    """Return once no closing of `tracker`'s MLflow store runs (at once where none does), or after `timeout`."""
     path = lock_file(tracker)
     if not path.exists():
         return
+    end = time.monotonic() + timeout
     lock = os.open(path, os.O_RDWR)
     try:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+        while True:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return
+            except BlockingIOError:
+                if time.monotonic() > end:
+                    return
+                time.sleep(0.05)
     finally:
         os.close(lock)
 

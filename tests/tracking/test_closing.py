@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 from conftest import write_sweeps
+from gate import wait_for
 from rich.console import Console
 
 from ablate.api import sync
@@ -54,6 +55,7 @@ def assert_mlflow_in_step(db: str, uri: str) -> None:
     with Store(db) as store:
         assert store.unmirrored() == [] and tracker.in_step(store, "s")
         for row in store.trials_frame("s").itertuples():
+            assert isinstance(row.mlflow_run_id, str), row.key  # the trial has its run
             run = tracker.client.get_run(row.mlflow_run_id)
             assert (row.state, run.info.status, run.data.metrics["test.top1"]) == ("done", "FINISHED", 0.5)
             assert [m.step for m in tracker.client.get_metric_history(run.info.run_id, "val.top1")] == [1]
@@ -69,14 +71,16 @@ def test_a_detached_launch_leaves_mlflow_to_its_closing_which_makes_it_equal_the
 
 
 def test_a_closing_killed_loses_nothing_sync_and_the_next_launch_bring_mlflow_in_step(ray_local, tmp_path) -> None:
-    """The closing killed with SIGKILL as soon as the launch returns (before or after it wrote anything): the store
-    holds every result; `ablate sync` sends what MLflow lacks, and the next launch, with nothing to run, ends the
-    sweep's parent run."""
+    """The closing killed with SIGKILL once it has marked a trial of those it found unmirrored as mirrored (at once
+    where the mirror left none; wherever it is then: mid-way, or done already): the store holds every result;
+    `ablate sync` sends what MLflow lacks, and the next launch, with nothing to run, ends the sweep's parent run."""
     res, db, uri = launched(tmp_path, detach=True)
     (closing,) = res.closings
-    os.kill(closing.pid, signal.SIGKILL)
-    assert closing.wait() in (-signal.SIGKILL, 0)
     with Store(db) as store:
+        behind = len(store.unmirrored())
+        wait_for(lambda: not behind or closing.poll() is not None or len(store.unmirrored()) < behind)
+        os.kill(closing.pid, signal.SIGKILL)
+        assert closing.wait() in (-signal.SIGKILL, 0)
         assert set(store.trials_frame("s")["state"]) == {"done"}
     sync(None, db, Tracker(uri))
     again, _, _ = launched(tmp_path, detach=False)
