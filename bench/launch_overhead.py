@@ -6,7 +6,8 @@
    imports nothing, so neither side's workers import torch), each asking for 1 CPU, on 2 CPUs.
    - ablate: a whole launch as `ablate launch` runs it: plan the sweep file, open the results store
      (SQLite) and the MLflow Tracker (SQLite MLflow store + artifacts in a temp dir), `ablate.launch` at
-     the CLI's poll interval (launch's default, 0.2 s; the CLI passes none), quiet progress.
+     the CLI's poll interval (launch's default, 0.2 s; the CLI passes none), quiet progress, MLflow's closing
+     left to a process of its own as the CLI leaves it (`RunConfig.detach`; waited for after the timed part).
    - Ray Tune: a whole Tune run: build a `Tuner` with a grid over the same configs, `fit()`. Tune writes
      its logs (its default JSON/CSV/TensorBoard result loggers and experiment state under its storage
      path in the temp dir; checked after the run) and waits on its own event loop (Tune's default).
@@ -56,6 +57,8 @@ BASE = {"data": {"name": "digits"},
         "resources": {"cpus": 1}}  # fmt: skip
 POLL = RunConfig().poll
 """The poll interval `ablate launch` uses (the CLI does not pass one)."""
+AS_THE_CLI = {"detach": True} if "detach" in RunConfig.__dataclass_fields__ else {}
+"""`ablate launch` leaves MLflow's closing to a process of its own (`RunConfig.detach`, where the tree has it)."""
 
 
 def noop(cfg, report, checkpoint_dir) -> TrialResult:
@@ -96,9 +99,11 @@ def run_ablate(folder: Path, n: int, runner: Callable = noop, lr: float = 1e-3, 
     p = plan(f, "bench")
     with Store(f"sqlite:///{folder}/r.sqlite") as store:
         tracker = Tracker(f"sqlite:///{folder}/m.sqlite", str(folder / "art")) if with_mlflow else None
-        res = launch([p], store, tracker, run=RunConfig(folder / "ck", runner=runner, poll=POLL),
+        res = launch([p], store, tracker, run=RunConfig(folder / "ck", runner=runner, poll=POLL, **AS_THE_CLI),
                      progress=Display(live=False, console=Console(quiet=True)))  # fmt: skip
     seconds = time.perf_counter() - t0
+    for closing in getattr(res, "closings", []):  # untimed: MLflow's closing runs after `ablate launch` returns
+        closing.wait()
     assert res.counts["done"] == n, res.counts
     return seconds
 

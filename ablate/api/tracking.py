@@ -28,8 +28,10 @@ def sync(sweeps: Sequence[str] | None, store: Store | str | None, tracker: Track
     """MLflow brought up to date with `store` (as for `status`) for `sweeps` (default: all): the runs, params,
     metric points and states it lacks (`ablate.tracking.mirror.sync`); a LookupError where the database does not
     exist."""
+    from ablate.tracking.closing import waited
     from ablate.tracking.mirror import sync as send
 
+    waited(tracker)  # a launch's closing, still writing (`ablate.tracking.closing`)
     with reading(store) as opened:
         return send(opened, tracker, list(sweeps) if sweeps else None)
 

@@ -103,7 +103,7 @@ def launch(
         _confirm_size(plans, db, ask_above, choice)
     tracker = mlflow_uri or True if mlflow else False  # a URI, the default one, or none
     result = _launched(lambda: run(plans, db, tracker, cluster=Cluster(address), choice=choice,
-                                   run=RunConfig(storage, cpus, gpus, lease=lease),
+                                   run=RunConfig(storage, cpus, gpus, lease=lease, detach=True),
                                    progress=Display(live=live, console=out),
                                    checks=Checks(models=check, data=check)))  # fmt: skip
     _ended(plans, db, result)

@@ -20,6 +20,7 @@ from __future__ import annotations
 import os
 import signal
 import socket
+import subprocess
 import threading
 import time
 from collections import Counter
@@ -42,6 +43,7 @@ from ablate.planning.rounds import Rounds
 from ablate.plugins import Plugins
 from ablate.store import Owner, Store
 from ablate.store.faults import StoreUnavailable
+from ablate.tracking.closing import Closing, waited
 from ablate.tracking.mirror import Mirror
 from ablate.tracking.tracker import Tracker
 from ablate.training.checkpoint_storage import Storage
@@ -68,11 +70,14 @@ class LaunchResult:
     rounds: int = 1
     """Rounds the launch ran: more than one when adaptive seeds or tuned arms chose more trials after a round
     (`ablate.planning.rounds`)."""
+    closings: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    """The processes finishing MLflow's view of the rounds (`RunConfig.detach`), which the launch did not wait for."""
 
     def then(self, later: LaunchResult) -> LaunchResult:
         """This result followed by a later round's: counts and time add up, the later round's faults win."""
         return replace(later, counts=self.counts + later.counts, skipped=self.skipped, stale=self.stale,
-                       seconds=self.seconds + later.seconds, rounds=self.rounds + later.rounds)  # fmt: skip
+                       seconds=self.seconds + later.seconds, rounds=self.rounds + later.rounds,
+                       closings=self.closings + later.closings)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -118,6 +123,10 @@ class RunConfig:
     lease: float = 60.0
     """Seconds a launcher's claim on a trial lasts unless its heartbeat (every quarter of it) renews it: how
     long a crashed launcher's trials wait before another launcher takes them over."""
+    detach: bool = False
+    """Leave what MLflow lacks when a round ends (the mirror's catch-up, the sweeps' summaries with their reports) to a
+    process of its own that the launch does not wait for (`ablate.tracking.closing`; `ablate launch` does): the launch
+    returns once the store holds every result, and `ablate sync` mends a closing cut short."""
 
 
 class Stop:
@@ -247,7 +256,7 @@ def _round(
         mirror = _mirror(store, tracker, sweeps, bool(chosen.run), progress)
         if not chosen.run:
             progress.message(f"nothing to run: all {len(chosen.done)} trials are done; {progress.report_hint()}")
-            _close(mirror, sweeps, "FINISHED", progress)
+            _close(mirror, sweeps, "FINISHED", progress, run.detach, result)
         else:
             fanned = _Fanned(store, owner, heartbeat, mirror, progress, result, run, plugins, storage, chosen)
             fanned.run(admission.shares, stop, handled, sweeps)
@@ -324,6 +333,7 @@ def _mirror(store: Store, tracker: Tracker | None, sweeps: list[str], todo: bool
     errors stop the launch here, as ever."""
     if tracker is None:
         return None
+    waited(tracker)  # an earlier launch's closing, still writing
     backlog = store.unmirrored(sweeps)
     if todo or backlog:
         tracker.open()
@@ -367,16 +377,30 @@ class _Fanned:
             on_ray.interrupt()
         finally:
             handled.close()  # MLflow's last wait is Ray's to stop, as before the loop
-            _close(self.mirror, sweeps, "KILLED" if self.result.interrupted else "FINISHED", progress)
+            status = "KILLED" if self.result.interrupted else "FINISHED"
+            _close(self.mirror, sweeps, status, progress, self.settings.detach, self.result)
 
 
 MIRROR_WAIT = 30.0
 """Seconds a launch waits at its end for the MLflow mirror to catch up (not at all while MLflow is down)."""
 
 
-def _close(mirror: Mirror | None, sweeps: list[str], status: str, progress: Display) -> None:
-    """Let the mirror catch up, then end the sweeps' MLflow parent runs; or say what MLflow still lacks."""
+def _close(
+    mirror: Mirror | None, sweeps: list[str], status: str, progress: Display, detach: bool, result: LaunchResult
+) -> None:
+    """Let the mirror catch up, then end the sweeps' MLflow parent runs; or say what MLflow still lacks. `detach`:
+    stop the mirror and leave the rest to a closing process (`result.closings`), where MLflow answered and lags."""
     if mirror is None:
+        return
+    if detach:
+        store, tracker = mirror.store, mirror.tracker
+        if not mirror.stop():
+            progress.message("MLflow lacks the sweeps' latest records: `ablate sync` brings them over")
+        elif store.unmirrored(sweeps) or not all(tracker.in_step(store, sweep, status) for sweep in sweeps):
+            closing = Closing(store.url, tracker.uri, tracker.artifact_root, sweeps, status).start(tracker)
+            result.closings.append(closing)
+            progress.message(f"MLflow's view of the sweeps is finished by process {closing.pid} in the background; "
+                             "`ablate sync` completes it if that is cut short")  # fmt: skip
         return
     if left := mirror.close(MIRROR_WAIT):
         progress.message(f"MLflow lacks {left} trials' latest records: `ablate sync` brings them over")

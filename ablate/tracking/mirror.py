@@ -207,6 +207,17 @@ class Mirror:
             left = len(self.unreported.union(self.dirty)) + self._busy
         return left
 
+    def stop(self) -> bool:
+        """Stop the thread once the trial it is mirroring is in MLflow (or MLflow failed it), without catching up
+        with the rest, which stays unmirrored in the store; returns whether MLflow answered its last call (False
+        while it is down or failing)."""
+        with self._wake:
+            self._closing = True
+            self._wake.notify_all()
+        if self._thread.is_alive():
+            self._thread.join()
+        return self.down is None
+
     def _run(self) -> None:
         wait = BACKOFF[0]
         while True:
@@ -235,7 +246,8 @@ class Mirror:
                     self._failed(f"{type(e).__name__}: {e}")
                     self._busy = False
                     self._wake.notify_all()
-                time.sleep(wait)
+                with self._wake:  # a close (`stop`) ends the wait
+                    self._wake.wait_for(lambda: self._closing, wait)
                 wait = min(wait * 2, BACKOFF[1])
                 continue
             wait, self.down = BACKOFF[0], None
