@@ -121,6 +121,22 @@ def overheads(rows: list[dict[str, Any]]) -> tuple[list[float], list[float], dic
     return same, fresh, first
 
 
+def start_cluster(stack: ExitStack, work: Path, env: dict[str, str]) -> str:
+    """A Ray head and two worker nodes on loopback (`NODES`), their session folders and logs in `work`, stopped
+    with `stack`; the head's address once every node is alive."""
+    nodes: list[subprocess.Popen[bytes]] = []
+    stack.callback(lambda: [kill_tree(node) for node in nodes])
+    port, dashboard = free_port(NODES[0]), free_port()
+    address = f"{NODES[0]}:{port}"
+    for i, ip in enumerate(NODES):
+        role = ["--head", f"--port={port}", f"--dashboard-port={dashboard}"] if i == 0 else [f"--address={address}"]
+        nodes.append(spawn([RAY, "start", *role, *loopback(ip, work / f"ray{i}")], env, work, work / f"node{i}.log"))
+        if i == 0:
+            wait_for(lambda: listening(NODES[0], port), STARTUP)
+    wait_for(lambda: alive_nodes(dashboard) == len(NODES), STARTUP)
+    return address
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--trials", type=int, default=1000)
@@ -138,18 +154,7 @@ def main() -> None:
     with ExitStack() as stack:
         stack.callback(shutil.rmtree, work, ignore_errors=True)
         stack.callback(lambda: print(f"  cleaned up; {len(leftovers(work))} processes left behind"))
-        nodes: list[subprocess.Popen[bytes]] = []
-        stack.callback(lambda: [kill_tree(node) for node in nodes])
-        port, dashboard = free_port(NODES[0]), free_port()
-        address = f"{NODES[0]}:{port}"
-        for i, ip in enumerate(NODES):
-            role = ["--head", f"--port={port}", f"--dashboard-port={dashboard}"] if i == 0 else [f"--address={address}"]
-            nodes.append(
-                spawn([RAY, "start", *role, *loopback(ip, work / f"ray{i}")], env, work, work / f"node{i}.log")
-            )
-            if i == 0:
-                wait_for(lambda: listening(NODES[0], port), STARTUP)
-        wait_for(lambda: alive_nodes(dashboard) == len(NODES), STARTUP)
+        address = start_cluster(stack, work, env)
         (work / "e.yaml").write_text(yaml.safe_dump({"sweeps": {SWEEP: {"base": {**BASE, "resources": {"cpus": 1}},
                                                                         "seeds": a.trials}}}))  # fmt: skip
         began = time.perf_counter()

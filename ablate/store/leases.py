@@ -77,13 +77,17 @@ class Leases(Database):
         held = set[str]()
         with self._write() as conn:
             chosen: list[str] = []
-            for i in range(0, len(order), CHUNK):  # in queue order, reading no further than `limit` needs
-                part = order[i : i + CHUNK]
+            # In queue order, reading no further than `limit` needs: chunks of twice the limit, doubling up to
+            # CHUNK past trials others hold (a chunk of CHUNK keys per wave of a few was most of a claim's cost).
+            i, size = 0, CHUNK if limit is None else min(CHUNK, 2 * max(limit, 1))
+            while i < len(order):
+                part = order[i : i + size]
                 where = (TRIALS.c.key.in_(part), *unchanged(part), *claimable)
                 found = set(conn.execute(select(TRIALS.c.key).where(*where)).scalars())
                 chosen += [k for k in part if k in found]
                 if limit is not None and len(chosen) >= limit:
                     break
+                i, size = i + size, min(CHUNK, 2 * size)
             chosen = chosen[:limit]
             for i in range(0, len(chosen), CHUNK):
                 part = chosen[i : i + CHUNK]

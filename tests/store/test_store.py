@@ -397,6 +397,31 @@ def test_a_claim_reads_the_queue_only_as_far_as_its_limit_needs_and_past_what_ot
     assert store.claim(keys, a) == set(keys[CHUNK + 3 :])  # no limit: the rest of the queue
 
 
+def test_a_claim_of_a_few_trials_from_a_long_queue_binds_a_few_keys_not_a_chunk(store):
+    """A launcher claims a wave's few trials at a time from a queue of thousands (bench/launch_scale.py, 10,000
+    trials on PostgreSQL): its reads bind about twice the limit's keys, not a chunk of the queue (CHUNK keys per
+    wave made a claim grow with the sweep up to CHUNK), and still pass over trials another launcher holds."""
+    trials = [trial(i) for i in range(CHUNK + 10)]
+    keys = [t.key for t in trials]
+    store.add_trials("s", trials)
+    a, b = Owner("a" * 32, "alice@h1:1", 60), Owner("b" * 32, "bob@h2:2", 60)
+    bound: list[int] = []
+
+    def count(conn: Any, cursor: Any, statement: str, params: Any, *rest: Any) -> None:
+        if statement.lstrip().startswith("SELECT"):
+            bound.append(len(params))
+
+    event.listen(store.engine, "before_cursor_execute", count)
+    try:
+        assert store.claim(keys, a, limit=3) == set(keys[:3])
+        assert bound and max(bound) <= 2 * 3 + 3, bound  # the keys, and the claimable test's state, owner and time
+        bound.clear()
+        assert store.claim(keys, b, limit=3) == set(keys[3:6])  # past a's: the next chunk, twice as long
+        assert max(bound) <= 4 * 3 + 3, bound
+    finally:
+        event.remove(store.engine, "before_cursor_execute", count)
+
+
 def test_a_claim_refuses_a_trial_that_failed_or_diverged_since_the_launch_chose_it(store):
     """A launch chose five trials: two pending, one failed and one diverged to train again (`retry`), one failed
     that it did not choose to retry. Then, before its claim, another launcher fails a pending one and fails the
