@@ -560,19 +560,35 @@ def test_show_says_the_git_state_in_words(tmp_path: Path) -> None:
     assert "git commit ab12 (with uncommitted changes)" in inside.replace("\n", " "), inside
 
 
-def test_a_launch_prints_no_librarys_banner(tmp_path: Path) -> None:
+def test_a_launch_prints_no_librarys_banner_and_what_it_and_its_report_create_is_for_their_owner_alone(
+    tmp_path: Path,
+) -> None:
     """A real `ablate launch` (embedded Ray left to choose its token authentication, a new MLflow store) prints
-    ablate's lines only: no Ray banner, no MLflow INFO line."""
+    ablate's lines only: no Ray banner, no MLflow INFO line. Started with ABLATE_UMASK unset and a permissive mask
+    (022), every file and folder that it (results, MLflow store, checkpoints, which the embedded Ray's workers write
+    with the mask they inherit, the check's cache) and the report create is closed to the group and others. One
+    launch serves both: a CLI process and its Ray are the dear part."""
     f = write_sweeps(tmp_path / "e.yaml", {"s": {"base": {**TINY, "train": {**TINY["train"], "epochs": 1}},
                                                  "grid": {"attention.kind": ["softmax"]}}})  # fmt: skip
-    env = {k: v for k, v in os.environ.items() if k not in ("RAY_AUTH_MODE", "RAY_ADDRESS", "MLFLOW_LOGGING_LEVEL")}
+    key = plan(f, "s").trials[0].key
+    drop = ("RAY_AUTH_MODE", "RAY_ADDRESS", "MLFLOW_LOGGING_LEVEL", "ABLATE_UMASK")
+    env = {k: v for k, v in os.environ.items() if k not in drop}
     env["ABLATE_CACHE"] = str(tmp_path / "cache")
-    args = ["launch", str(f), "--db", f"sqlite:///{tmp_path}/r.sqlite", "--mlflow-uri", f"sqlite:///{tmp_path}/m.sqlite",
+    db = f"sqlite:///{tmp_path}/r.sqlite"
+    args = ["launch", str(f), "--db", db, "--mlflow-uri", f"sqlite:///{tmp_path}/m.sqlite",
             "--storage", str(tmp_path / "ck"), "--plain", "--yes"]  # fmt: skip
     done = subprocess.run([sys.executable, "-m", "ablate.cli", *args], env=env, cwd=tmp_path, capture_output=True,
-                          text=True, timeout=300, stdin=subprocess.DEVNULL)  # fmt: skip
+                          text=True, timeout=300, stdin=subprocess.DEVNULL, umask=0o022)  # fmt: skip
     assert done.returncode == 0 and "done 1" in done.stdout, done.stdout + done.stderr
     assert noise(done.stdout + done.stderr) == [], done.stderr
+    report = subprocess.run([sys.executable, "-m", "ablate.cli", "report", "s", "--db", db, "--out",
+                             str(tmp_path / "reports")], env=env, cwd=tmp_path, capture_output=True, text=True,
+                            timeout=300, stdin=subprocess.DEVNULL, umask=0o022)  # fmt: skip
+    assert report.returncode == 0, report.stdout + report.stderr
+    created = {str(p.relative_to(tmp_path)): p.stat().st_mode for p in tmp_path.rglob("*") if p != f}
+    expected = {"r.sqlite", "m.sqlite", f"ck/{key}/checkpoint.pt", "reports/s/report.md", "reports/index.html"}
+    assert expected <= set(created)
+    assert {name: oct(mode & 0o077) for name, mode in created.items() if mode & 0o077} == {}
 
 
 def test_check_on_80_columns_folds_variant_labels_instead_of_cutting_them(tmp_path: Path, monkeypatch) -> None:

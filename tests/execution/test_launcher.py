@@ -27,7 +27,7 @@ from synthetic import failed_elsewhere
 from typer.testing import CliRunner
 
 from ablate.cli import app
-from ablate.execution.launcher import RunConfig, launch
+from ablate.execution.launcher import LaunchResult, RunConfig, launch
 from ablate.execution.progress import Display
 from ablate.planning.plan import Plan, plan, plan_all
 from ablate.store import Store
@@ -345,33 +345,42 @@ def launch_cmd(
 CLI_ENV = {**os.environ, "RAY_ADDRESS": "", "RAY_AUTH_MODE": "disabled"}
 
 
-def test_killed_launcher_is_finished_by_the_next_launch(tmp_path: Path) -> None:
+def test_killed_launcher_is_finished_by_the_next_launch(ray_local, tmp_path: Path) -> None:
     """A second launcher starts while the first holds two trials provably mid-run (and has finished a third):
     it leaves them alone. SIGKILL the first launcher's process group (it and its embedded Ray): once its leases
-    lapse the second takes the two over, resumes them from their checkpoints and never re-runs the done one."""
+    lapse the second takes the two over, resumes them from their checkpoints and never re-runs the done one. The
+    second is a launch in this process, on the session's Ray (a launcher of its own all the same: its own leases)."""
     cfg = {**TINY, "train": {**TINY["train"], "epochs": 3}, "resources": {"cpus": 0.5}}
     f = write_sweeps(
         tmp_path / "e.yaml", {"s": {"base": cfg, "grid": {"attention.kind": ["softmax", "sparsemax", "entmax15"]}}}
     )
-    first, *gated = [t.key for t in plan(f, "s").trials]
+    p = plan(f, "s")
+    first, *gated = [t.key for t in p.trials]
     gate = Gate(tmp_path / "gate", epoch=1, keys=gated)
     proc = subprocess.Popen(launch_cmd(f, tmp_path, gate), cwd=tmp_path, env=CLI_ENV, start_new_session=True,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
     db = f"sqlite:///{tmp_path}/r.sqlite"
-    log = tmp_path / "second.log"
+    console = Console(record=True, width=400)
+    second: dict[str, LaunchResult] = {}
+
+    def launch_second() -> None:
+        with Store(db) as store:
+            run = RunConfig(storage=tmp_path / "ck", lease=LEASE)
+            second["result"] = launch([p], store, run=run, progress=Display(live=False, console=console))
+
+    thread = threading.Thread(target=launch_second, daemon=True)
     try:
         gate.wait(2)
         with Store(db) as store:
             wait_for(lambda: store.states().get(first) == "done")
-        with log.open("w") as out:
-            second = subprocess.Popen(launch_cmd(f, tmp_path), cwd=tmp_path, env=CLI_ENV, stdout=out,
-                                      stderr=subprocess.STDOUT, text=True)  # fmt: skip
-        wait_for(lambda: "2 trials are leased to other launchers" in log.read_text())
+        thread.start()
+        wait_for(lambda: "2 trials are leased to other launchers" in console.export_text(clear=False))
     finally:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(timeout=30)
     killed = pd.Timestamp.now(tz="UTC")
-    assert second.wait(timeout=240) == 0, log.read_text()
+    thread.join(timeout=240)
+    assert second.get("result") is not None and second["result"].counts == {"done": 2}, console.export_text()
     with Store(db) as store:
         t = store.trials_frame("s").set_index("key")
         assert set(t["state"]) == {"done"} and len(t) == 3
@@ -408,8 +417,9 @@ def test_launchers_started_together_train_each_trial_once(tmp_path: Path) -> Non
     assert sorted(r.data.tags["trial_key"] for r in runs) == sorted(t["key"])
 
 
-def test_ctrl_c_marks_running_trials_interrupted_and_the_next_launch_resumes(tmp_path: Path) -> None:
-    """Ctrl-C as a terminal sends it (SIGINT to the whole process group) while both trials provably run."""
+def test_ctrl_c_marks_running_trials_interrupted_and_the_next_launch_resumes(ray_local, tmp_path: Path) -> None:
+    """Ctrl-C as a terminal sends it (SIGINT to the whole process group) while both trials provably run; the next
+    launch (in this process, on the session's Ray) resumes them."""
     cfg = {**TINY, "train": {**TINY["train"], "epochs": 3}}
     f = write_sweeps(tmp_path / "e.yaml", {"s": {"base": cfg, "seeds": 2}})
     gate = Gate(tmp_path / "gate", epoch=1)
@@ -426,10 +436,8 @@ def test_ctrl_c_marks_running_trials_interrupted_and_the_next_launch_resumes(tmp
     assert "interrupted 2" in out
     with Store(f"sqlite:///{tmp_path}/r.sqlite") as store:
         assert set(store.states().values()) == {"interrupted"}
-        res = subprocess.run(
-            launch_cmd(f, tmp_path), cwd=tmp_path, env=CLI_ENV, capture_output=True, text=True, timeout=300
-        )
-        assert res.returncode == 0, res.stdout + res.stderr
+        res = launch([plan(f, "s")], store, run=RunConfig(storage=tmp_path / "ck"), progress=quiet())
+        assert res.counts == {"done": 2}
         t = store.trials_frame("s")
         assert set(t["state"]) == {"done"}
         assert set(t["resumed_from"]) == {1} and set(t["attempts"]) == {2}
@@ -437,10 +445,11 @@ def test_ctrl_c_marks_running_trials_interrupted_and_the_next_launch_resumes(tmp
         assert sorted(set(m["step"])) == [1, 2, 3] and not m.duplicated(["key", "name", "step"]).any()
 
 
-def test_sigterm_preempts_trials_at_a_step_boundary_and_the_next_launch_resumes(tmp_path: Path) -> None:
+def test_sigterm_preempts_trials_at_a_step_boundary_and_the_next_launch_resumes(ray_local, tmp_path: Path) -> None:
     """SIGTERM to the launcher alone (what `ray job stop`, Kubernetes and spot reclaims send) while two trials
     provably run: it asks them to stop, they checkpoint after their next step and end `preempted`, the
-    launcher exits 143; the next launch resumes them mid-epoch and finishes."""
+    launcher exits 143; the next launch (in this process, on the session's Ray) resumes them mid-epoch and
+    finishes."""
     cfg = {**TINY, "train": {**TINY["train"], "epochs": 3, "batch_size": 32}}
     f = write_sweeps(tmp_path / "e.yaml", {"s": {"base": cfg, "seeds": 2}})
     keys = [t.key for t in plan(f, "s").trials]
@@ -462,10 +471,8 @@ def test_sigterm_preempts_trials_at_a_step_boundary_and_the_next_launch_resumes(
         for k in keys:
             state, _ = Checkpointer(tmp_path / "ck" / k).read()
             assert state is not None and state["epoch"] == 1 and state["step"] >= 1  # stopped inside epoch 2
-        res = subprocess.run(
-            launch_cmd(f, tmp_path), cwd=tmp_path, env=CLI_ENV, capture_output=True, text=True, timeout=300
-        )
-        assert res.returncode == 0, res.stdout + res.stderr
+        res = launch([plan(f, "s")], store, run=RunConfig(storage=tmp_path / "ck"), progress=quiet())
+        assert res.counts == {"done": 2}
         t = store.trials_frame("s")
         assert set(t["state"]) == {"done"} and set(t["resumed_from"]) == {1} and set(t["attempts"]) == {2}
         m = store.metrics_frame("s")
@@ -665,33 +672,14 @@ def test_a_signal_inside_the_embedded_rays_core_worker_start_still_exits_128_plu
     assert not (tmp_path / "r.sqlite").exists()
 
 
-def test_failed_trials_make_launch_exit_1_with_a_summary(tmp_path: Path) -> None:
+def test_failed_trials_make_launch_exit_1_with_a_summary(ray_local, tmp_path: Path) -> None:
+    """The CLI in this process, on the session's Ray."""
     broken = {**TINY, "task": "mil", "data": {"name": "mil_csv", "path": str(tmp_path / "missing.csv"), "remote": True},
               "model": {"size": "synpool"}}  # fmt: skip
     f = write_sweeps(tmp_path / "e.yaml", {"s": {"base": broken}})
-    res = subprocess.run([*launch_cmd(f, tmp_path), "--no-check"], cwd=tmp_path, env=CLI_ENV, capture_output=True,
-                         text=True, timeout=300)  # fmt: skip
-    assert res.returncode == 1, res.stdout + res.stderr
+    res = CliRunner().invoke(app, [*launch_cmd(f, tmp_path)[3:], "--no-check"])
+    assert res.exit_code == 1, res.output
     assert "1 trials not done" in res.stdout and "DataError: dataset 'mil_csv'" in res.stdout
-
-
-def test_what_a_launch_and_its_report_create_is_for_their_owner_alone(tmp_path: Path) -> None:
-    """ABLATE_UMASK unset, started with a permissive mask (022): every file and folder that a launch (results,
-    MLflow store, checkpoints, which the embedded Ray's workers write with the mask they inherit) and the report
-    create is closed to the group and others."""
-    f = write_sweeps(tmp_path / "e.yaml", {"s": {"base": {**TINY, "train": {**TINY["train"], "epochs": 1}}}})
-    key = plan(f, "s").trials[0].key
-    env = {k: v for k, v in CLI_ENV.items() if k != "ABLATE_UMASK"}
-    commands = [[*launch_cmd(f, tmp_path, mlflow=f"sqlite:///{tmp_path}/m.sqlite"), "--no-check"],
-                [sys.executable, "-m", "ablate.cli", "report", "s", "--db", f"sqlite:///{tmp_path}/r.sqlite",
-                 "--out", str(tmp_path / "reports")]]  # fmt: skip
-    for command in commands:
-        res = subprocess.run(command, cwd=tmp_path, env=env, umask=0o022, capture_output=True, text=True, timeout=300)
-        assert res.returncode == 0, res.stdout + res.stderr
-    created = {str(p.relative_to(tmp_path)): p.stat().st_mode for p in tmp_path.rglob("*") if p != f}
-    expected = {"r.sqlite", "m.sqlite", f"ck/{key}/checkpoint.pt", "reports/s/report.md", "reports/index.html"}
-    assert expected <= set(created)
-    assert {name: oct(mode & 0o077) for name, mode in created.items() if mode & 0o077} == {}
 
 
 def two_worker_sweep(tmp_path: Path, epochs: int) -> Path:

@@ -280,7 +280,13 @@ def cli(tmp_path: Path, *args: str, env: dict[str, str] | None = None) -> subpro
                           text=True, timeout=300, stdin=subprocess.DEVNULL)  # fmt: skip
 
 
-@pytest.mark.timeout(360)  # ten CLI processes, two of them launches: about 180 s on 2 cores at load ~20
+def here(*args: str) -> subprocess.CompletedProcess[str]:
+    """The CLI in this process (what starts no Ray: no interpreter's imports to pay again), as `cli` answers."""
+    res = CliRunner().invoke(app, list(args))
+    return subprocess.CompletedProcess(args, res.exit_code, res.stdout, res.stderr)
+
+
+@pytest.mark.timeout(360)  # three launches in CLI processes: about 120 s on 2 cores at load ~20
 def test_rerun_stale_and_failed_keep_old_results_and_forget_deletes_what_it_lists(tmp_path: Path) -> None:
     planted = "if __import__('os').environ.get('FAIL_RELU'): raise RuntimeError('planted')\n        return a @ v"
     (tmp_path / "relu.py").write_text(plugin_source(body=planted))
@@ -298,13 +304,13 @@ def test_rerun_stale_and_failed_keep_old_results_and_forget_deletes_what_it_list
         assert store.trial(soft).attempts == 1  # only the failed trial ran again
         assert [p["state"] for p in store.previous(relu)] == ["failed"]
     edit(tmp_path / "relu.py", "return a @ v", "return (a @ v) * 2.0")
-    warn = cli(tmp_path, *args)
+    warn = here(*args)
     assert warn.returncode == 0 and "1 done trials ran with other code" in warn.stdout, warn.stdout
     assert f"stale {relu[:10]} attention.kind=relu seed=0: changed mechanism relu" in warn.stdout
     assert "0 already done" not in warn.stdout and "nothing to run" in warn.stdout  # trained nothing
-    status = cli(tmp_path, "status", "--db", db)
+    status = here("status", "--db", db)
     assert "1 stale" in status.stdout and "mechanism relu" in status.stdout, status.stdout
-    report = cli(tmp_path, "report", "s", "--db", db, "--out", str(tmp_path / "reports"))
+    report = here("report", "s", "--db", db, "--out", str(tmp_path / "reports"))
     assert report.returncode == 0, report.stderr
     md = (tmp_path / "reports" / "s" / "report.md").read_text()
     assert "1 stale†" in md and "changed: mechanism relu" in md
@@ -315,13 +321,13 @@ def test_rerun_stale_and_failed_keep_old_results_and_forget_deletes_what_it_list
         assert [p["reason"] for p in store.previous(relu)] == ["failed", "stale"]
         old_run = store.previous(relu)[1]["mlflow_run_id"]
         assert old_run and old_run != store.trial(relu).mlflow_run_id  # the old run stays, a new one holds it
-    show = cli(tmp_path, "show", relu[:8], "--db", db, "--mlflow-uri", mlflow)
+    show = here("show", relu[:8], "--db", db, "--mlflow-uri", mlflow)
     assert show.returncode == 0, show.stderr
     for text in ("mechanism relu", "ablate_plugin_relu", "ablate.nn.mixer", "RuntimeError: planted", "MLflow run"):
         assert text in show.stdout, (text, show.stdout)
-    refused = cli(tmp_path, "forget", "--where", "attention.kind=relu", "--db", db, "--mlflow-uri", mlflow)
+    refused = here("forget", "--where", "attention.kind=relu", "--db", db, "--mlflow-uri", mlflow)
     assert refused.returncode == 2 and "--yes" in refused.stderr
-    gone = cli(tmp_path, "forget", "--where", "attention.kind=relu", "--yes", "--db", db, "--mlflow-uri", mlflow,
+    gone = here("forget", "--where", "attention.kind=relu", "--yes", "--db", db, "--mlflow-uri", mlflow,
                "--storage", str(tmp_path / "ck"))  # fmt: skip
     assert gone.returncode == 0 and "deleted 1 trials" in gone.stdout, gone.stdout + gone.stderr
     with Store(db) as store:
