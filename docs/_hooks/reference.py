@@ -167,6 +167,8 @@ def gallery(docs: Path) -> str:
     run = json.loads((folder / "run.json").read_text())
     out = [f"Run on {run['date']} at commit `{run['commit']}`: {run['sweeps']} in {run['seconds'] / 60:.1f} minutes "
            "(`make gallery`, on the 2-core machine the project is developed on)."]  # fmt: skip
+    if "note" in run:
+        out[0] += f" {run['note']}"
     for report in reports:
         sweep = report.name
         out += ["", f"## {sweep}", "", f"[The whole report]({sweep}/index.html) ([Markdown]({sweep}/report.md)).", ""]
