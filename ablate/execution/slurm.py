@@ -43,6 +43,8 @@ module of the longest name (`dash_<class>`, ray.dashboard.subprocesses; the obje
 shorter). A head whose dashboard sockets did not fit started, but its dashboard failed after a minute."""
 TEMP_MAX = SOCKET_PATH_MAX - len(RAY_SOCKET)
 """The longest Ray folder whose sockets Linux takes: a job's $TMPDIR that makes a longer one gives way to /tmp."""
+HEAD_TRIES = 3
+"""Starts of the job's Ray head before the job gives up: at a load of 20-40 on 2 cores, 3 of 4 first starts failed."""
 PORT_SLOTS = 100
 """Ray's ports are the job's slot (its id modulo this) of 20000 to 31999: jobs whose ids differ by less than this never
 share one."""
@@ -265,6 +267,7 @@ def script(job: SlurmJob) -> str:
         slots=PORT_SLOTS,
         temp_max=TEMP_MAX,
         socket_max=SOCKET_PATH_MAX,
+        head_tries=HEAD_TRIES,
         launch=" \\\n    ".join(lines),
     )
 
@@ -298,7 +301,17 @@ if (( $(printf %s "$temp" | wc -c) > {temp_max} )); then
     temp=/tmp/ray-$SLURM_JOB_ID
 fi
 echo "Ray's folder (its logs: session_latest/logs): $temp"
-rm -rf "$temp"  # a requeued job's, left by a run that was killed: its address file would say the head is up
+# What this job's Ray left on this node (a killed run's, before a requeue; a failed start's): the processes that name
+# its folder, which would hold the job's ports, and the folder, whose address file would say the head is up.
+leftovers() {{
+    local p args
+    for p in /proc/[0-9]*; do
+        mapfile -d "" args 2>/dev/null <"$p/cmdline" || continue
+        [[ ${{p#/proc/}} != "$$" && "${{args[*]}}" == *"$temp/"* ]] && kill -KILL "${{p#/proc/}}" 2>/dev/null
+    done
+}}
+leftovers
+rm -rf "$temp" "$temp".failed-*
 head_ip=$(hostname -I | cut -d' ' -f1)  # this node's first address, where the other nodes reach the head
 node=(--block --temp-dir="$temp" --num-cpus="$SLURM_CPUS_PER_TASK" --disable-usage-stats
       --node-manager-port=$((port + 7)) --object-manager-port=$((port + 8)) --runtime-env-agent-port=$((port + 6))
@@ -306,12 +319,22 @@ node=(--block --temp-dir="$temp" --num-cpus="$SLURM_CPUS_PER_TASK" --disable-usa
       --metrics-export-port=$((port + 5)) --min-worker-port=$worker_ports --max-worker-port=$((worker_ports + 109)))
 # GPUs: Ray counts those in CUDA_VISIBLE_DEVICES, which Slurm sets to the ones it allocated.
 
-ray start --head --node-ip-address="$head_ip" --port=$port --ray-client-server-port=$((port + 1)) \\
-    --dashboard-port=$((port + 2)) "${{node[@]}}" &
-head=$!
-until [[ -e $temp/ray_current_cluster ]]; do  # the head writes it once it serves
-    kill -0 $head 2>/dev/null || {{ echo "the Ray head did not start" >&2; exit 1; }}
-    sleep 1
+# The head, in up to {head_tries} tries: a start fails on a loaded node (a raylet that crashed, or that did not
+# register within Ray's fixed 30 s) or while a port of this job's is held (by another's leftovers): what a failed try
+# left goes, and the next try comes 10 s later, then 20 s.
+for try in $(seq {head_tries}); do
+    ray start --head --node-ip-address="$head_ip" --port=$port --ray-client-server-port=$((port + 1)) \\
+        --dashboard-port=$((port + 2)) "${{node[@]}}" &
+    head=$!
+    until [[ -e $temp/ray_current_cluster ]] || ! kill -0 $head 2>/dev/null; do  # written once the head serves
+        sleep 1
+    done
+    kill -0 $head 2>/dev/null && [[ -e $temp/ray_current_cluster ]] && break
+    echo "the Ray head did not start (try $try of {head_tries}; its logs: $temp.failed-$try/session_latest/logs)" >&2
+    (( try < {head_tries} )) || exit 1
+    leftovers
+    mv "$temp" "$temp.failed-$try" 2>/dev/null  # kept for its logs until the job ends
+    sleep $(( try * 10 ))
 done
 # The workers once the head serves (a worker's Ray gives up 30 s after it starts if the head does not answer).
 # --ntasks too: srun would take the job's (one per node, SLURM_NTASKS) and ask for more CPUs than it may use.
@@ -355,6 +378,6 @@ if [[ -n ${{stopping:-}} ]]; then wait $driver; status=$?; fi  # the trap cut th
 
 kill -TERM $head ${{others:-}} 2>/dev/null
 wait
-rm -rf "$temp"
+rm -rf "$temp" "$temp".failed-*
 exit $status
 """
