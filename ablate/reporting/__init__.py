@@ -176,7 +176,7 @@ def _write_sweep(
     if formats & {"html", "md", "tex"}:
         figures = _figures(store, data, table, eff, best) if formats & {"html", "md"} else {}
         contributed = sections.sections(sections.SweepResults(data, table, correction, store))
-        title, meta, parts = _sections(data, table, fac, eff, figures, correction, contributed)
+        title, meta, parts = _sections(data, table, fac, eff, won, figures, correction, contributed)
         if (seeds := adaptive.section(store, data)) is not None:
             parts["seeds"] = [seeds]
         if (across := across_datasets.report(data, draw=bool(formats & {"html", "md"}))) is not None:
@@ -234,6 +234,7 @@ def _sections(
     table: pd.DataFrame,
     fac: effects.Factorial | None,
     eff: pd.DataFrame | None,
+    won: dict[str, Verdict],
     figures: dict[str, bytes],
     correction: str,
     contributed: list[Section],
@@ -253,7 +254,7 @@ def _sections(
         *filter(None, [data.outside.words(data.name)]),
     ]
     parts = {
-        "variants": [Section("Variants", [tables.variants(table, data, correction),
+        "variants": [Section("Variants", [tables.variants(table, data, correction, won),
                                           *fig("variants", f"{data.metric} per variant"),
                                           *fig("pairing", "each replicate's difference from the baseline's")])],
         "cost": [Section(
@@ -303,7 +304,8 @@ def summary(data: SweepData, table: pd.DataFrame, won: dict[str, Verdict]) -> di
     """What the overview page, MLflow's `report.best` and `ablate.tracking.tracker` show of a report: name, date, trial
     counts, and per group the best variant or those tied with it (`verdict`, in words; `best`: the winner where
     the sweep has one group and it has one, else None), by the rule of the report's bold cells."""
-    labels = {v: f"{table.loc[v, 'label']} ({table.loc[v, 'mean']:.4g})" for v in table.index[table["n"] > 0]}
+    measured = table[table["n"] > 0]
+    labels = {v: f"{label} ({mean:.4g})" for v, label, mean in zip(measured.index, measured["label"], measured["mean"])}
     several = len(won) > 1
     verdict = "; ".join(f"{group}: {v.words(labels)}" if several else v.words(labels) for group, v in won.items())
     best = None

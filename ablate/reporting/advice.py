@@ -21,6 +21,7 @@ only a smaller SD (less noisy folds: more data per fold) lowers it.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -45,15 +46,24 @@ def fewest(a: float, replicates: Replicates) -> int:
     return min(evidence.exact_n(a), evidence.SMALL_N) if replicates.exchangeable else evidence.SMALL_N
 
 
-def mdds(sd: float, n: np.ndarray, a: float, replicates: Replicates) -> np.ndarray:
-    """The MDD (module docstring) at level `a` of n paired differences with SD `sd`, for each n of `n`; infinite
-    where the policy's test cannot reach `a` at n."""
+def mdds(sd: float | np.ndarray, n: np.ndarray, a: float, replicates: Replicates) -> np.ndarray:
+    """The MDD (module docstring) at level `a` of n paired differences with SD `sd` (one, or one per n), for each n
+    of `n`; infinite where the policy's test cannot reach `a` at n."""
     n = np.asarray(n, dtype=float)
     ok = n >= max(fewest(a, replicates), 2)
     m = np.where(ok, n, 2.0)
-    q = sps.t.ppf(1 - a / 2, m - 1) + sps.t.ppf(POWER, m - 1)
-    out: np.ndarray = np.where(ok, q * sd * np.sqrt(1 / m + replicates.ratio), np.inf)
+    out: np.ndarray = np.where(ok, _quantiles(a, tuple(m.tolist())) * sd * np.sqrt(1 / m + replicates.ratio), np.inf)
     return out
+
+
+@functools.lru_cache(maxsize=64)
+def _quantiles(a: float, n: tuple[float, ...]) -> np.ndarray:
+    """t_{1 - a/2, n - 1} + t_{power, n - 1} for each n: the same per level and counts whatever the SD, and the
+    Findings ask `needed` for every count up to MAX_SEEDS once per comparison they list (read-only: shared)."""
+    m = np.array(n)
+    q = np.asarray(sps.t.ppf(1 - a / 2, m - 1) + sps.t.ppf(POWER, m - 1))
+    q.flags.writeable = False
+    return q
 
 
 def mdd(sd: float, n: int, a: float, replicates: Replicates) -> float:

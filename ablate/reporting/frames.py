@@ -86,6 +86,10 @@ class SweepData:
     pivoted: dict[str, pd.DataFrame] = field(default_factory=dict, init=False, repr=False, compare=False)
     """`replicates` by its `by`, made once: a report asks for them a dozen times. Not copied by
     `dataclasses.replace`, whose new trials make their own."""
+    cells: dict[str, tuple[Any, ...]] = field(default_factory=dict, init=False, repr=False, compare=False)
+    """Each variant's config and axis values (`own_config`'s), read from `variants` once: a cell lookup per axis and
+    variant was most of the time of the sections that read every variant's config. Not copied by
+    `dataclasses.replace` either."""
 
 
 @dataclass(frozen=True)
@@ -241,9 +245,12 @@ def own_config(data: SweepData, variant: str) -> dict[str, Any]:
     so what the words do not say (a recipe axis such as train.epochs) is the variant's too. Only the mappings
     on the axes' paths are copied: the rest is the shared config's, to read, not to change (a deep copy per
     variant was a third of the published section's time on a large sweep)."""
-    cfg: dict[str, Any] = dict(data.variants.at[variant, "config"])
-    for axis in data.axes:
-        value = data.variants.at[variant, f"axis.{axis}"]  # a cell, not the row: a row is a Series of every column
+    if not data.cells:
+        columns = [data.variants[c] for c in ("config", *(f"axis.{a}" for a in data.axes))]
+        data.cells.update(zip(map(str, data.variants.index), zip(*columns)))
+    config, *values = data.cells[variant]
+    cfg: dict[str, Any] = dict(config)
+    for axis, value in zip(data.axes, values, strict=True):
         value = value.item() if isinstance(value, np.generic) else value  # the frame's numbers, as the config's
         if value is not None and not (isinstance(value, float) and math.isnan(value)):
             *parents, leaf = axis.split(".")

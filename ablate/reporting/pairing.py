@@ -61,11 +61,12 @@ def pairs(table: pd.DataFrame, data: SweepData) -> list[Pairs]:
     diffs = values.to_numpy() - values.reindex(index=table["ref"].fillna("")).to_numpy()
     reps = values.columns.astype(str)
     out = []
-    for i, (variant, r) in enumerate(table.iterrows()):
-        if pd.isna(r["ref"]) or r["ref"] == variant or r["pairs"] < 1:
+    rows = zip(table.index, *(table[c] for c in ("ref", "pairs", "label", "delta", "lo", "hi")))  # not a Series a row
+    for i, (variant, ref, n, label, delta, lo, hi) in enumerate(rows):
+        if pd.isna(ref) or ref == variant or n < 1:
             continue
         paired = ~np.isnan(diffs[i])
         d = pd.Series(diffs[i][paired], index=reps[paired])
-        out.append(Pairs(str(variant), str(r["label"]), d, float(r["delta"]), float(r["lo"]), float(r["hi"]),
-                         data.higher, data.replicates.unit))  # fmt: skip
+        out.append(Pairs(str(variant), str(label), d, float(delta), float(lo), float(hi), data.higher,
+                         data.replicates.unit))  # fmt: skip
     return out

@@ -151,8 +151,13 @@ def tex(text: str) -> str:
     return "".join(rf"\texttt{{{_tex_plain(p)}}}" if i % 2 else _tex_plain(p) for i, p in enumerate(parts))
 
 
+TEX_SPECIAL = re.compile("[" + re.escape("".join(c for c in LATEX if c.isascii())) + r"]|[^\x00-\x7f]")
+"""The characters `_tex_plain` replaces: LaTeX's special ASCII and any non-ASCII one. Only they go through
+Python (a report's tables are thousands of cells of mostly plain ASCII)."""
+
+
 def _tex_plain(text: str) -> str:
-    return "".join(LATEX.get(c, c if c.isascii() else "") for c in text)
+    return TEX_SPECIAL.sub(lambda m: LATEX.get(m[0], ""), text)
 
 
 def _tex_table(t: Table) -> str:

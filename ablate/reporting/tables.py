@@ -5,6 +5,8 @@ beside measured ones, effects of each knob, and unfinished trials.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
+from typing import Any
 
 import pandas as pd
 
@@ -18,6 +20,10 @@ from ablate.reporting.effects import LENTH_PSE, PAIRED, Factorial
 from ablate.reporting.frames import SweepData
 from ablate.reporting.render import Table
 from ablate.store import divergence
+
+Row = Mapping[str, Any]
+"""A row of a report's frame as its cells are read: a Series, or a dict of `DataFrame.to_dict("records")` (a Series
+per row, as `iterrows` makes, was most of the time of a large sweep's tables)."""
 
 MAX_UNFINISHED = 200
 TESTS = {stats.T_TEST: "t", stats.SIGN_FLIP: "e", stats.CORRECTED: "c"}
@@ -41,12 +47,12 @@ def ci(lo: float, hi: float, digits: int, why: str) -> str:
     return f"[{num(lo, digits, True)}, {num(hi, digits, True)}]"
 
 
-def difference(r: pd.Series, digits: int, marked: bool = True) -> str:
+def difference(r: Row, digits: int, marked: bool = True) -> str:
     """A paired difference (delta) with its interval, or why it has none, and (`marked`) marks (`marks`)."""
     return f"{num(r['delta'], digits, True)} {ci(r['lo'], r['hi'], digits, r['why'])}{marks(r) if marked else ''}"
 
 
-def standardised(r: pd.Series) -> str:
+def standardised(r: Row) -> str:
     """Cohen's d_z with its interval (beside a t-test only); "-" where there is no test."""
     if pd.isna(r["d"]):
         return "-"
@@ -71,11 +77,14 @@ def digits(data: SweepData) -> int:
     return 4 if values.notna().any() and values.max() <= 1 else 2
 
 
-def variants(table: pd.DataFrame, data: SweepData, correction: str = "holm") -> Table:
+def variants(
+    table: pd.DataFrame, data: SweepData, correction: str = "holm", won: dict[str, Verdict] | None = None
+) -> Table:
     """Architecture, token mixer, #params, GFLOPs, metric mean +- std, replicates, paired delta with 95% CI,
     standardised effect, p (test), adjusted p, trials; grouped by backbone and dataset. A metric cell is bold only
-    where its variant is significantly better than every other of its group. Measured speed is not a column: a
-    trial's throughput ranks the machine's load as much as the architecture (`costs` shows it apart)."""
+    where its variant is significantly better than every other of its group (`won`: the `verdicts` the report
+    made already, None: made here). Measured speed is not a column: a trial's throughput ranks the machine's load
+    as much as the architecture (`costs` shows it apart)."""
     d = digits(data)
     resampled = "b_lo" in table
     unit = data.replicates.unit
@@ -83,7 +92,7 @@ def variants(table: pd.DataFrame, data: SweepData, correction: str = "holm") -> 
               "Δ vs baseline [95% CI]", *["Δ [95% BCa]"] * resampled, "d [95% CI]", "p (test)", "p adj.",
               f"P({unit} better)", "ρ (var. removed)", "trials"]  # fmt: skip
     rows = []
-    for _, r in table.iterrows():
+    for r in table.to_dict("records"):
         if r["is_baseline"]:
             delta, eff, p, adj, boot, better, rho = "baseline", "", "", "", "", "", ""
         elif r["pairs"] > 0:
@@ -101,7 +110,8 @@ def variants(table: pd.DataFrame, data: SweepData, correction: str = "holm") -> 
         rows.append([r["architecture"], r["mixer"], units.params(r["params"]), units.gflops(r["gflops"]), metric,
                      replicates(r, data), delta, *[boot] * resampled, eff, p, adj, better, rho, trials])  # fmt: skip
     order = {v: i for i, v in enumerate(table.index)}
-    bold = _cheapest(table) | {(order[w.best], 4) for w in verdicts(table, data, correction).values() if w.significant}
+    won = verdicts(table, data, correction) if won is None else won
+    bold = _cheapest(table) | {(order[w.best], 4) for w in won.values() if w.significant}
     ref = table.loc[data.baseline, "label"] if data.baseline in table.index else "none"
     moved = " (the baseline's cell on each variant's own dataset)" if table["ref"].nunique() > 1 else ""
     k = int(table["p_adj"].notna().sum())
@@ -121,7 +131,7 @@ def variants(table: pd.DataFrame, data: SweepData, correction: str = "holm") -> 
     return Table(caption, header, rows, groups=list(table["group"]), bold=bold)
 
 
-def correlation(r: pd.Series) -> str:
+def correlation(r: Row) -> str:
     """The seed correlation of a variant's pairs and the share of variance the pairing removed, beside a test only
     ("-" elsewhere: a correlation of a few pairs can take any value)."""
     if not r["test"] or pd.isna(r["rho"]) or pd.isna(r["removed"]):
@@ -179,12 +189,12 @@ def speed_words(table: pd.DataFrame) -> str:
             "step, over the fastest architecture's (×1.00).")  # fmt: skip
 
 
-def marks(r: pd.Series) -> str:
+def marks(r: Row) -> str:
     """* significant after the table's correction; ‡ smaller than the reference's seed std."""
     return ("*" if r["p_adj"] < stats.ALPHA else "") + ("‡" if r["below_floor"] else "")
 
 
-def replicates(r: pd.Series, data: SweepData) -> str:
+def replicates(r: Row, data: SweepData) -> str:
     """Independent replicates of a variant; under cross-validation with its fold count."""
     n = str(int(r["n"]))
     return n if data.replicates.folds is None else f"{n} ({int(r['values'])} folds)"
@@ -243,9 +253,9 @@ def verdicts(table: pd.DataFrame, data: SweepData, correction: str = "holm") -> 
     values = frames.replicates(data)
     out = {}
     for group, g in table[table["n"] > 0].groupby("group", sort=False):
-        found = decide(
-            {str(v): values.loc[v].to_dict() for v in g.index}, data.higher, correction, data.replicates.ratio
-        )
+        cells = dict(zip(map(str, g.index), values.loc[g.index].to_numpy().tolist()))  # a Series per variant was slow
+        found = decide({v: dict(zip(values.columns, row)) for v, row in cells.items()}, data.higher, correction,
+                       data.replicates.ratio)  # fmt: skip
         if found is not None:
             out[str(group)] = found
     return out

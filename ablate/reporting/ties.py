@@ -48,26 +48,20 @@ def against_best(data: SweepData, won: dict[str, Verdict]) -> pd.DataFrame:
                              "p": test["p"], "test": test["test"], "why": test["why"],
                              "p_adj": [v.p_adj[o] for o in others], "sd": test["std"], "k": k,
                              "level": level})  # fmt: skip
-        part["mdd"] = [_mdd(r, data.replicates) for _, r in part.iterrows()]
+        # NaN without a test; inf where the exact test cannot reach the level at these pairs (module docstring)
+        mdd = advice.mdds(test["std"].to_numpy(), test["n"].to_numpy(), level, data.replicates)
+        part["mdd"] = np.where((test["test"] != "").to_numpy(), mdd, math.nan)
         part["verdict"] = [TIED if o in v.tied else WORSE for o in others]
         head = {"group": group, "best": v.best, "variant": v.best, "mean": v.means[v.best], "verdict": ""}
         parts.append(pd.concat([pd.DataFrame([head]), part], ignore_index=True))
     return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
 
 
-def _mdd(r: pd.Series, replicates: stats.Replicates) -> float:
-    """The row's MDD at its level (module docstring); NaN without a test, inf where the exact test cannot reach the
-    level at these pairs."""
-    if r["test"] == "":
-        return math.nan
-    return advice.mdd(r["sd"], int(r["pairs"]), r["level"], replicates)
-
-
 def table(frame: pd.DataFrame, data: SweepData, correction: str) -> Table:
     """The best-against-others rows as the report's table, grouped like the variant table."""
     d, labels, unit = tables.digits(data), data.variants["label"], data.replicates.unit
     rows = []
-    for _, r in frame.iterrows():
+    for r in frame.to_dict("records"):
         name = labels.get(r["variant"], r["variant"])
         if r["variant"] == r["best"]:
             rows.append([name, tables.num(r["mean"], d), "", "best mean", "", "", "", ""])
@@ -100,7 +94,7 @@ def table(frame: pd.DataFrame, data: SweepData, correction: str) -> Table:
     return Table(caption, header, rows, groups=list(frame["group"].astype(str)), left=1)
 
 
-def _mdd_cell(r: pd.Series, d: int) -> str:
+def _mdd_cell(r: tables.Row, d: int) -> str:
     if math.isnan(r["mdd"]):
         return "-"
     shown = "none" if math.isinf(r["mdd"]) else tables.num(r["mdd"], d)

@@ -82,10 +82,11 @@ def _near_chance(data: SweepData, table: pd.DataFrame) -> Finding | None:
     if not data.higher:
         return None
     near = []
-    for v, r in table[table["n"] > 0].iterrows():
+    measured = table[table["n"] > 0]
+    for v, mean in zip(measured.index, measured["mean"]):
         c = chance(data, str(v))
-        if c is not None and r["mean"] < c + NEAR * (100 - c):
-            near.append((str(v), r["mean"], c))
+        if c is not None and mean < c + NEAR * (100 - c):
+            near.append((str(v), mean, c))
     if not near:
         return None
     d = tables.digits(data)
