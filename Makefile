@@ -29,13 +29,13 @@ run: $(STAMP)
 	$(BIN)/ablate report $(SWEEP)
 
 # The suite in two pytest processes at once, as measured in a fresh clone: the quick tests (no Ray, process,
-# server or browser; a quick run refuses a process), then the other tests of tests/project, tests/tracking and
-# tests/provenance (docs pages, MLflow servers, browsers: processes and ports of their own), beside every other
-# test, which mostly wait on the processes they start. The second's output follows; both must pass. The clusters
-# (CLUSTERS: a Slurm and two Ray nodes, each on a Ray of its own, 6 to 7 minutes at c5bb842) run in `make team`,
-# with the other set-ups of several nodes: with them `make test` took 1,023 s in CI at c5bb842, over the 15 minutes
-# it is kept under on 2 cores.
-BESIDE = tests/project tests/tracking tests/provenance
+# server or browser; a quick run refuses a process), then the other tests of BESIDE (docs pages, MLflow servers,
+# browsers, searches: processes and ports of their own), beside every other test, which mostly wait on the processes
+# they start. The second's output follows; both must pass. The clusters (CLUSTERS: a Slurm and two Ray nodes, each
+# on a Ray of its own, 6 to 7 minutes at c5bb842) run in `make team`, with the other set-ups of several nodes: with
+# them `make test` took 1,023 s in CI at c5bb842, over the 15 minutes it is kept under on 2 cores. CI at 1b922ef:
+# 892 s for the first process, 660 s beside it; tests/planning (about 100 s) then moved beside.
+BESIDE = tests/project tests/tracking tests/provenance tests/planning
 CLUSTERS = tests/execution/test_slurm.py tests/execution/test_cluster.py
 test: lint docs $(STAMP)
 	@mkdir -p build; start=$$(date +%s); \
