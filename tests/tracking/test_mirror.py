@@ -25,6 +25,10 @@ from ablate.tracking.tracker import RUN_STATUS, Tracker, params_of
 pytestmark = pytest.mark.timeout(400)
 GATE_SCRIPT = Path(__file__).parents[1] / "gate.py"
 CLI_ENV = {**os.environ, "RAY_ADDRESS": "", "RAY_AUTH_MODE": "disabled"}
+SYNC_ENV = {**CLI_ENV, "MLFLOW_HTTP_REQUEST_TIMEOUT": "120"}
+"""`ablate sync` to a server just started: its first writes took over ablate's 10 s HTTP timeout in CI at a load of
+two pytest processes (runs/create read timed out); how long the machine makes a server take is not what the tests
+of a sync check."""
 
 
 def trial(seed: int) -> Trial:
@@ -177,8 +181,8 @@ def launch_args(f: Path, tmp_path: Path, uri: str) -> list[str]:
             "--no-check", "--storage", str(tmp_path / "ck"), "--lease", "4"]  # fmt: skip
 
 
-def run_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "ablate.cli", *args], cwd=cwd, env=CLI_ENV, capture_output=True,
+def run_cli(*args: str, cwd: Path, env: dict[str, str] = CLI_ENV) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "ablate.cli", *args], cwd=cwd, env=env, capture_output=True,
                           text=True, timeout=300)  # fmt: skip
 
 
@@ -194,7 +198,8 @@ def test_mlflow_down_before_the_launch_then_synced(tmp_path: Path) -> None:
         server.folder.mkdir()
         try:
             server.start()
-            synced = run_cli("sync", "--db", f"sqlite:///{tmp_path}/r.sqlite", "--mlflow-uri", server.uri, cwd=tmp_path)
+            synced = run_cli("sync", "--db", f"sqlite:///{tmp_path}/r.sqlite", "--mlflow-uri", server.uri, cwd=tmp_path,
+                             env=SYNC_ENV)  # fmt: skip
             assert synced.returncode == 0, synced.stdout + synced.stderr
             assert "2 trials synced" in synced.stdout
             assert_mlflow_equals_the_store(store, server.uri, "s")
@@ -227,7 +232,8 @@ def test_mlflow_killed_mid_sweep_then_synced(tmp_path: Path) -> None:
         assert set(store.trials_frame("s")["state"]) == {"done"} and store.unmirrored()
         try:
             server.start()
-            synced = run_cli("sync", "--db", f"sqlite:///{tmp_path}/r.sqlite", "--mlflow-uri", server.uri, cwd=tmp_path)
+            synced = run_cli("sync", "--db", f"sqlite:///{tmp_path}/r.sqlite", "--mlflow-uri", server.uri, cwd=tmp_path,
+                             env=SYNC_ENV)  # fmt: skip
             assert synced.returncode == 0, synced.stdout + synced.stderr
             assert_mlflow_equals_the_store(store, server.uri, "s")
         finally:
