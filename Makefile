@@ -56,9 +56,10 @@ docs: $(STAMP)
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
 
 # The gallery's reports (docs/gallery/<sweep>/), regenerated from a real run of the shipped CPU sweeps GALLERY into
-# a fresh store under build/gallery (never db/), with the run's date and commit in docs/gallery/run.json; minutes
-# per sweep (docs/sweeps.md), so not part of `make test`: commit what it writes.
-GALLERY ?= syn-musk1 cpu
+# a fresh store under build/gallery (never db/), each with the run's date, commit and minutes in its run.json
+# (docs/gallery/<sweep>/run.json); minutes per sweep (docs/sweeps.md), so not part of `make test`: commit what it
+# writes. `make gallery GALLERY=cpu-tuned` regenerates one sweep's and leaves the others' as they are.
+GALLERY ?= syn-musk1 cpu cpu-tuned syn-mil-quick
 GALLERY_RUN := build/gallery
 gallery: $(STAMP)
 	rm -rf $(GALLERY_RUN) && mkdir -p $(GALLERY_RUN) docs/gallery
@@ -66,10 +67,10 @@ gallery: $(STAMP)
 		--db sqlite:///$(GALLERY_RUN)/ablate.sqlite --storage $(GALLERY_RUN)/checkpoints || test $$? -eq 1; } \
 		&& echo $$(( $$(date -u +%s) - start )) > $(GALLERY_RUN)/seconds
 	$(BIN)/ablate report $(GALLERY) --db sqlite:///$(GALLERY_RUN)/ablate.sqlite --out $(GALLERY_RUN)/reports
-	for sweep in $(GALLERY); do rm -rf docs/gallery/$$sweep && cp -r $(GALLERY_RUN)/reports/$$sweep docs/gallery/; done
-	printf '{"date": "%s", "commit": "%s%s", "sweeps": "%s", "seconds": %s}\n' "$$(date -u '+%Y-%m-%d %H:%M UTC')" \
+	for sweep in $(GALLERY); do rm -rf docs/gallery/$$sweep && cp -r $(GALLERY_RUN)/reports/$$sweep docs/gallery/ && \
+		printf '{"date": "%s", "commit": "%s%s", "sweeps": "%s", "seconds": %s}\n' "$$(date -u '+%Y-%m-%d %H:%M UTC')" \
 		"$$(git rev-parse --short HEAD)" "$$(git diff --quiet HEAD -- ablate experiments.yaml || echo ' (with local changes)')" \
-		"$(GALLERY)" "$$(cat $(GALLERY_RUN)/seconds)" > docs/gallery/run.json
+		"$(GALLERY)" "$$(cat $(GALLERY_RUN)/seconds)" > docs/gallery/$$sweep/run.json; done
 
 # The one command that installs a CUDA torch and the project on a GPU machine (docs/installation.md: With a CUDA
 # torch); `make install` above keeps whatever torch pip finds first, which on this machine is the CPU build.

@@ -158,22 +158,22 @@ def options_table(command: Any, ctx: Any) -> str:
 
 # ---------------------------------------------------------------------------------------------------- gallery
 def gallery(docs: Path) -> str:
-    """Each report `make gallery` left in docs/gallery/<sweep>/: the run's date and commit, its headline plot and
-    a link to the whole report; or a line saying that no run is there yet."""
+    """Each report `make gallery` left in docs/gallery/<sweep>/: the run's date, commit and minutes (its run.json),
+    its headline plot and a link to the whole report; or a line saying that no run is there yet."""
     folder = docs / "gallery"
     reports = sorted(p.parent for p in folder.glob("*/index.html"))
     if not reports:
         return "No gallery run yet: `make gallery` writes one."
-    run = json.loads((folder / "run.json").read_text())
-    out = [f"Run on {run['date']} at commit `{run['commit']}`: {run['sweeps']} in {run['seconds'] / 60:.1f} minutes "
-           "(`make gallery`, on the 2-core machine the project is developed on)."]  # fmt: skip
-    if "note" in run:
-        out[0] += f" {run['note']}"
+    out = []
     for report in reports:
-        sweep = report.name
-        out += ["", f"## {sweep}", "", f"[The whole report]({sweep}/index.html) ([Markdown]({sweep}/report.md)).", ""]
+        sweep, run = report.name, json.loads((report / "run.json").read_text())
+        ran = (f"Run on {run['date']} at commit `{run['commit']}`: {run['sweeps']} in one launch, "
+               f"{run['seconds'] / 60:.1f} minutes (`make gallery`, on the 2-core machine the project is developed on)."
+               + (f" {run['note']}" if "note" in run else ""))  # fmt: skip
+        out += ["", f"## {sweep}", "", ran, "", f"[The whole report]({sweep}/index.html) ([Markdown]({sweep}/report.md)).",
+                ""]  # fmt: skip
         out += [f"![{sweep}: {png.stem}]({sweep}/{png.name})" for png in sorted(report.glob("variants*.png"))]
-    return "\n".join(out)
+    return "\n".join(out[1:])
 
 
 GENERATORS: dict[str, Callable[[Path], str]] = {
