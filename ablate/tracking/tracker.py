@@ -413,6 +413,10 @@ class Tracker:
         theirs = {r.mlflow_experiment_id for s in store.sweeps_of(key) if (r := store.sweep(s)) is not None}
         return [exp, *sorted(e for e in theirs if e and e != exp)]
 
+    def prepare(self) -> None:
+        """Import what naming a trial's run needs (`sweep_report`), ahead of the first (`Mirror.start`)."""
+        import ablate.reporting  # noqa: F401
+
     def run_name(self, store: Store, sweep: str, key: str) -> str:
         """A trial run's name: its variant's label in the sweep's report, then its replicate (`seed 3`, and the
         split or fold where the sweep varies them); the trial key where the sweep has no report."""
