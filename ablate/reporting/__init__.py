@@ -64,7 +64,7 @@ from ablate.reporting.render import Block, Image, Section, Table
 from ablate.spec.tuning import tuned_of
 from ablate.store import STATES, Store
 
-__all__ = ["ALL_FORMATS", "FORMATS", "ReportError", "compare", "folder", "report"]
+__all__ = ["ALL_FORMATS", "FORMATS", "ReportError", "compare", "folder", "labels", "report"]
 
 FIGURES = (
     "variants",
@@ -133,6 +133,15 @@ def report(
     if "html" in wanted:
         written.append(write_file(out / "index.html", index_page(out)))
     return written
+
+
+def labels(store: Store, sweep: str) -> dict[str, str]:
+    """Each variant's label as the sweep's report names it (its variants table's `label`), read without writing the
+    report (MLflow names a trial's run by it: `ablate.tracking.tracker.Tracker.run_name`); ReportError as `report`
+    raises it."""
+    with uncollected():
+        variants = frames.load(store, sweep).variants
+    return {str(v): label for v, label in variants["label"].items() if isinstance(label, str) and label}
 
 
 @contextmanager

@@ -11,7 +11,6 @@ from __future__ import annotations
 import io
 import threading
 from collections.abc import Mapping
-from typing import Final
 
 import matplotlib as mpl
 import numpy as np
@@ -20,6 +19,7 @@ from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
+from matplotlib.markers import TICKLEFT, MarkerStyle
 from matplotlib.ticker import MaxNLocator
 from scipy import special
 
@@ -67,8 +67,8 @@ def _png(fig: Figure) -> bytes:
     return buf.getvalue()
 
 
-TICK_OUT: Final = 0
-"""`matplotlib.markers.TICKLEFT` (typed as int there, not as the marker literal it is): a y tick's mark, drawn out."""
+TICK_OUT = MarkerStyle(TICKLEFT)
+"""A y tick's mark, drawn out (`TICKLEFT` is an int, which Line2D's types do not take but MarkerStyle's do)."""
 
 
 def _rows(ax: Axes, y: np.ndarray, labels: list[str], fontsize: float) -> None:
