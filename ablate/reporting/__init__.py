@@ -313,9 +313,9 @@ def summary(data: SweepData, table: pd.DataFrame, won: dict[str, Verdict]) -> di
     """What the overview page, MLflow's `report.best` and `ablate.tracking.tracker` show of a report: name, date, trial
     counts, and per group the best variant or those tied with it (`verdict`, in words; `best`: the winner where
     the sweep has one group and it has one, else None), by the rule of the report's bold cells."""
-    measured = table[table["n"] > 0]
-    labels = {v: f"{label} ({mean:.4g})" for v, label, mean in zip(measured.index, measured["label"], measured["mean"])}
-    several = len(won) > 1
+    measured, several = table[table["n"] > 0], len(won) > 1
+    words = measured["mixer" if several else "label"]  # a group's name is said once, before its variants'
+    labels = {v: f"{label} ({mean:.4g})" for v, label, mean in zip(measured.index, words, measured["mean"])}
     verdict = "; ".join(f"{group}: {v.words(labels)}" if several else v.words(labels) for group, v in won.items())
     best = None
     if len(won) == 1 and (only := next(iter(won.values()))).significant:

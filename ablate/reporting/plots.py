@@ -159,10 +159,11 @@ def variants_plot(table: pd.DataFrame, data: SweepData) -> bytes | None:
     ax.scatter(dots["value"], dots["variant"].map(pos), s=9, color="0.55", zorder=2, label="replicates")
     xerr = _errors(shown["mean"], shown["std"], data.metric)
     ax.errorbar(shown["mean"], y, xerr=xerr, fmt="none", ecolor="0.25", capsize=3, zorder=3)
-    base = shown["is_baseline"].to_numpy()
+    base = shown["is_reference"].to_numpy()  # the baseline's cell on each dataset
     ax.scatter(shown["mean"][~base], y[~base], color=MAIN, s=30, zorder=4, label="mean ± std")
     if base.any():
         ax.scatter(shown["mean"][base], y[base], color=BASE, s=30, zorder=4, label="baseline")
+    if base.sum() == 1:  # one baseline: its mean as a line (per dataset, means are not comparable across)
         ax.axvline(shown["mean"][base].iloc[0], color=BASE, lw=0.8, ls="--")
     _rows(ax, y, labels, 8)
     ax.set_xlabel(data.metric + _unit(data.metric))
