@@ -337,7 +337,7 @@ def _mirror(store: Store, tracker: Tracker | None, sweeps: list[str], todo: bool
     backlog = store.unmirrored(sweeps)
     if todo or backlog:
         tracker.open()
-    return Mirror(store, tracker, progress.message).start(backlog)
+    return Mirror(store, tracker, progress.message).start(backlog, trials=todo)
 
 
 @dataclass

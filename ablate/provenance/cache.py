@@ -5,9 +5,9 @@ both build networks (on the meta device: no memory, yet seconds for a few Swin m
 `costs.json`, so each is computed once per architecture and code version rather than once per process. An
 entry's key is what was computed, the architecture's identity, the trial's code fingerprint (its components,
 the training loop, torch and timm versions: `ablate.provenance.fingerprint`) and the source of the module that computes
-it. Code fingerprints themselves are kept in `fingerprints.json` (`ablate.provenance.fingerprint`), each with the files
-it was computed from. The files live under ABLATE_CACHE, else $XDG_CACHE_HOME/ablate, else ~/.cache/ablate. A
-cache that cannot be read or written is passed over: the figure is computed, as without one.
+it. Code fingerprints themselves are kept in `fingerprints-<digest>.json` (`ablate.provenance.fingerprint`), each
+with the files it was computed from. The files live under ABLATE_CACHE, else $XDG_CACHE_HOME/ablate, else
+~/.cache/ablate. A cache that cannot be read or written is passed over: the figure is computed, as without one.
 """
 
 from __future__ import annotations

@@ -64,7 +64,7 @@ from ablate.reporting.render import Block, Image, Section, Table
 from ablate.spec.tuning import tuned_of
 from ablate.store import STATES, Store
 
-__all__ = ["ALL_FORMATS", "FORMATS", "ReportError", "compare", "folder", "report"]
+__all__ = ["ALL_FORMATS", "FORMATS", "ReportError", "compare", "folder", "labels", "report"]
 
 FIGURES = (
     "variants",
@@ -133,6 +133,15 @@ def report(
     if "html" in wanted:
         written.append(write_file(out / "index.html", index_page(out)))
     return written
+
+
+def labels(store: Store, sweep: str) -> dict[str, str]:
+    """Each variant's label as the sweep's report names it (its variants table's `label`), read without writing the
+    report (MLflow names a trial's run by it: `ablate.tracking.tracker.Tracker.run_name`); ReportError as `report`
+    raises it."""
+    with uncollected():
+        variants = frames.load(store, sweep).variants
+    return {str(v): label for v, label in variants["label"].items() if isinstance(label, str) and label}
 
 
 @contextmanager
@@ -304,9 +313,9 @@ def summary(data: SweepData, table: pd.DataFrame, won: dict[str, Verdict]) -> di
     """What the overview page, MLflow's `report.best` and `ablate.tracking.tracker` show of a report: name, date, trial
     counts, and per group the best variant or those tied with it (`verdict`, in words; `best`: the winner where
     the sweep has one group and it has one, else None), by the rule of the report's bold cells."""
-    measured = table[table["n"] > 0]
-    labels = {v: f"{label} ({mean:.4g})" for v, label, mean in zip(measured.index, measured["label"], measured["mean"])}
-    several = len(won) > 1
+    measured, several = table[table["n"] > 0], len(won) > 1
+    words = measured["mixer" if several else "label"]  # a group's name is said once, before its variants'
+    labels = {v: f"{label} ({mean:.4g})" for v, label, mean in zip(measured.index, words, measured["mean"])}
     verdict = "; ".join(f"{group}: {v.words(labels)}" if several else v.words(labels) for group, v in won.items())
     best = None
     if len(won) == 1 and (only := next(iter(won.values()))).significant:

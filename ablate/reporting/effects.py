@@ -41,7 +41,7 @@ import pandas as pd
 
 from ablate import evidence
 from ablate.reporting import describe, stats
-from ablate.reporting.frames import NA, SweepData, axis_cells, replicates
+from ablate.reporting.frames import NA, STRATA, SweepData, axis_cells, replicates
 
 MAX_FACTORS = 12
 PAIRED = "paired over replicates"
@@ -186,13 +186,15 @@ def _contrast(cells: np.ndarray, at: dict[int, int]) -> np.ndarray:
 def _terms(f: Factorial) -> list[tuple[str, str, str, dict[int, int]]]:
     """(term, factor, contrast, {factor index: level}) for every main effect of the part's `knobs` and every
     two-way interaction that involves one; a factor of k levels has k - 1 contrasts, each level against the
-    reference. A part `within` some values names them after each factor (power (kind=relu2))."""
+    reference. A part `within` some values names them after each factor (power (kind=relu2)). A dataset axis
+    (`STRATA`) has no main effect (one dataset's scores against another's measure the datasets, not the sweep's
+    knobs); its interactions say where a knob's effect differs between datasets."""
     short = [describe.short(x) for x in f.factors]
     given = f" ({', '.join(f'{describe.short(a)}={v}' for a, v in f.within.items())})" if f.within else ""
     own = [x in f.knobs for x in f.factors]
     terms = []
     for i, lv in enumerate(f.levels):
-        if own[i]:
+        if own[i] and f.factors[i] not in STRATA:  # a dataset's level against another's is no effect of a knob
             terms += [("main", short[i] + given, f"{lv[j]} vs {lv[0]}", {i: j}) for j in range(1, len(lv))]
     for i, k in itertools.combinations(range(len(f.factors)), 2):
         if not (own[i] or own[k]):

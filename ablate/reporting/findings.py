@@ -85,7 +85,7 @@ def findings(
     effects table: a design's, `ablate.reporting.designed`), best-or-tied verdicts per group (`tables.verdicts`)
     and adaptive seeding's verdicts per variant where the sweep had adaptive seeds (`adaptive.verdicts`)."""
     d, unit = tables.digits(data), " points" if tables.digits(data) == 2 and data.higher else ""
-    compared = table[table["ref"].notna() & ~table["is_baseline"] & (table["pairs"] > 0)]
+    compared = table[table["ref"].notna() & ~table["is_reference"] & (table["pairs"] > 0)]
     labels = table["label"]
     values = frames.replicates(data)
     diffs = values.loc[compared.index].to_numpy() - values.reindex(index=compared["ref"]).to_numpy()
@@ -106,7 +106,7 @@ def findings(
     several = len(won) > 1
     for group, v in won.items():
         if v.p_adj:
-            out.append(_verdict(group if several else "", v, labels))
+            out.append(_verdict(group if several else "", v, table["mixer"] if several else labels))
     undecided = [x for x in rows if x.r["p_adj"] >= evidence.ALPHA]
     out += [_open(x, data, d, unit, (judged or {}).get(x.variant)) for x in undecided[:SHOWN]]
     if len(undecided) > SHOWN:
@@ -183,6 +183,7 @@ def _decided(x: _Row, d: int, unit: str, higher: bool) -> str:
 
 
 def _verdict(group: str, v: Verdict, labels: pd.Series) -> Finding:
+    """Best or tied in `group` (said once, first: `labels` are the variants' words within it)."""
     where = f"{group}: " if group else ""
     if v.significant:
         return Finding(BEST, f"{where}{labels[v.best]} is better than every other variant (largest p adj "

@@ -435,6 +435,7 @@ def variant_table(
     stale = t[t["key"].isin(data.stale) & (t["state"] == "done")]
     out["stale"] = stale.groupby("variant").size().reindex(v.index, fill_value=0)
     out["is_baseline"] = out.index == data.baseline
+    out["is_reference"] = out.index == out["ref"]  # the baseline, or its cell on another dataset: compared with none
     pairs = stats.pairing(values.to_numpy(), refs, data.higher)
     for col, column in pairs.items():  # last: the earlier columns keep their places
         out[col] = column.to_numpy()

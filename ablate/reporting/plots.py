@@ -11,7 +11,6 @@ from __future__ import annotations
 import io
 import threading
 from collections.abc import Mapping
-from typing import Final
 
 import matplotlib as mpl
 import numpy as np
@@ -20,6 +19,7 @@ from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
+from matplotlib.markers import TICKLEFT, MarkerStyle
 from matplotlib.ticker import MaxNLocator
 from scipy import special
 
@@ -67,8 +67,8 @@ def _png(fig: Figure) -> bytes:
     return buf.getvalue()
 
 
-TICK_OUT: Final = 0
-"""`matplotlib.markers.TICKLEFT` (typed as int there, not as the marker literal it is): a y tick's mark, drawn out."""
+TICK_OUT = MarkerStyle(TICKLEFT)
+"""A y tick's mark, drawn out (`TICKLEFT` is an int, which Line2D's types do not take but MarkerStyle's do)."""
 
 
 def _rows(ax: Axes, y: np.ndarray, labels: list[str], fontsize: float) -> None:
@@ -159,10 +159,11 @@ def variants_plot(table: pd.DataFrame, data: SweepData) -> bytes | None:
     ax.scatter(dots["value"], dots["variant"].map(pos), s=9, color="0.55", zorder=2, label="replicates")
     xerr = _errors(shown["mean"], shown["std"], data.metric)
     ax.errorbar(shown["mean"], y, xerr=xerr, fmt="none", ecolor="0.25", capsize=3, zorder=3)
-    base = shown["is_baseline"].to_numpy()
+    base = shown["is_reference"].to_numpy()  # the baseline's cell on each dataset
     ax.scatter(shown["mean"][~base], y[~base], color=MAIN, s=30, zorder=4, label="mean ± std")
     if base.any():
         ax.scatter(shown["mean"][base], y[base], color=BASE, s=30, zorder=4, label="baseline")
+    if base.sum() == 1:  # one baseline: its mean as a line (per dataset, means are not comparable across)
         ax.axvline(shown["mean"][base].iloc[0], color=BASE, lw=0.8, ls="--")
     _rows(ax, y, labels, 8)
     ax.set_xlabel(data.metric + _unit(data.metric))

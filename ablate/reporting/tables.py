@@ -93,7 +93,7 @@ def variants(
               f"P({unit} better)", "ρ (var. removed)", "trials"]  # fmt: skip
     rows = []
     for r in table.to_dict("records"):
-        if r["is_baseline"]:
+        if r["is_reference"]:
             delta, eff, p, adj, boot, better, rho = "baseline", "", "", "", "", "", ""
         elif r["pairs"] > 0:
             delta = difference(r, d)

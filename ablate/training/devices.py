@@ -8,7 +8,8 @@ cuda. Only the tests' fake GPUs (Ray's logical `num_gpus` on a machine without C
 CPU, by the explicit opt-in `ABLATE_FAKE_GPU=1`, and its record says so. A task that holds no GPU sees none: Ray
 2.60 leaves CUDA_VISIBLE_DEVICES unset for it (it would see every GPU of its node), so `holding` sets it empty.
 
-torch is imported where a device is resolved: the launcher imports this module (through the task's) without it.
+torch is imported where a GPU is resolved or the device is handed to torch: the launcher imports this module (through
+the task's) without it, and a task on the CPU resolves its device without it.
 """
 
 from __future__ import annotations
@@ -38,29 +39,36 @@ class DeviceError(RuntimeError):
 
 @dataclass(frozen=True)
 class Placement:
-    """The device a trial trains on."""
+    """The device a trial trains on, by name: a task on the CPU resolves it without importing torch (1.3 s of a
+    worker's first task at load 2, before a no-op trial could start), which the trial imports where it needs it."""
 
-    device: torch.device
+    name: str = "cpu"
+    """`cpu` or `cuda:<index>`, as torch names a device."""
     fake: bool = False
     """The trial holds a fake GPU (`FAKE_GPU`) and trains on the CPU."""
+
+    @property
+    def device(self) -> torch.device:
+        """The device, for torch."""
+        import torch
+
+        return torch.device(self.name)
 
 
 def resolve(gpu: str | None) -> Placement:
     """The trial's device: the CPU for `gpu` None; else `cuda:0`, where `gpu` says why the trial holds a GPU (quoted
     in the DeviceError raised when CUDA cannot be used here)."""
-    import torch
-
     if gpu is None:
-        return Placement(torch.device("cpu"))
+        return Placement()
     if os.environ.get(FAKE_GPU) == "1":
-        return Placement(torch.device("cpu"), fake=True)
+        return Placement(fake=True)
     if (problem := cuda_problem()) is not None:
         raise DeviceError(
             f"{gpu} on node {socket.gethostname()} ({VISIBLE}={os.environ.get(VISIBLE, '(unset)')!r}), but torch "
             f"cannot use a GPU: {problem}. The trial does not fall back to the CPU. Tests on Ray's logical GPUs set "
             f"{FAKE_GPU}=1 to train on the CPU"
         )
-    return Placement(torch.device("cuda", 0))
+    return Placement("cuda:0")
 
 
 def cuda_problem() -> str | None:
@@ -81,12 +89,11 @@ def cuda_problem() -> str | None:
 def describe(placement: Placement) -> str:
     """The store's `trials.device`: `cpu`, `cpu (ABLATE_FAKE_GPU)`, or `cuda:<index> <name> pci <bus id>`, the bus id
     as NVML writes it, so a reader matches a trial to NVML's samples of its GPU."""
+    if placement.name == "cpu":
+        return f"cpu ({FAKE_GPU})" if placement.fake else "cpu"
     import torch
 
-    device = placement.device
-    if device.type != "cuda":
-        return f"cpu ({FAKE_GPU})" if placement.fake else "cpu"
-    index = device.index or 0
+    index = placement.device.index or 0
     return f"cuda:{index} {gpu_text(torch.cuda.get_device_properties(index))}"
 
 

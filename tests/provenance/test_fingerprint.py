@@ -28,6 +28,7 @@ from ablate.planning.plan import Plan, plan
 from ablate.plugins import Plugins
 from ablate.provenance.fingerprint import (
     ALGORITHM,
+    CACHE,
     DOCUMENTED,
     CodeMissing,
     Fingerprint,
@@ -492,7 +493,7 @@ def test_a_new_process_takes_a_kept_fingerprint_without_importing_any_component(
     assert (kept["components"], kept["versions"]) == (computed["components"], computed["versions"])
     builtins = {"ablate.nn.mechanisms.csan", "ablate.nn.backbones.vit", "ablate.registry"}
     assert not kept["parsed"] and not builtins & set(kept["modules"])
-    file = tmp_path / "cache" / "fingerprints.json"
+    file = tmp_path / "cache" / CACHE
     entries = json.loads(file.read_text())
     older = {k: {**e, "fingerprint": {**e["fingerprint"], "versions": {"torch": "1.0"}}} for k, e in entries.items()}
     for changed in (older, "{not json", {key: {"files": 3} for key in entries}):  # torch since, damaged files
@@ -513,7 +514,7 @@ def test_a_kept_fingerprint_is_computed_again_when_a_file_it_covers_changes(tmp_
     files = list(package.glob("*.py"))
     date(*files, ago=-3600)
     fresh = in_new_process(tmp_path, names, plugins)
-    assert not (tmp_path / "cache" / "fingerprints.json").exists()
+    assert not (tmp_path / "cache" / CACHE).exists()
     date(*files)
     computed = in_new_process(tmp_path, names, plugins)
     assert computed["parsed"] and computed["components"] == fresh["components"]

@@ -182,3 +182,21 @@ def test_none_excludes_the_baseline_or_the_baseline_has_no_interval() -> None:
         "no arm is compared with the baseline b, whose aggregate is 0.533 [n/a: 1 run on a dataset]."
     )
     assert across_datasets.finding(scripted({"a": base, "c": near}, baseline="none"), [None, None]) is None
+
+
+def test_each_datasets_baseline_cell_is_a_baseline_and_the_datasets_are_no_effect(three: Path) -> None:
+    """Each dataset's I = 0 is the baseline there: marked so and compared with nothing (it was compared with itself:
+    Δ 0, zero spread, in the Findings' no-test line); a group's name is said once in the Findings' verdicts; the
+    effects have the knob's main effects and its interactions with the dataset, and no main effect of the dataset
+    (a gallery run said "name: fox trails musk1": one dataset's AUC against another's measures the datasets)."""
+    md = (three / "report.md").read_text()
+    variants = md[md.index("## Variants") : md.index("\n## ", md.index("## Variants"))].splitlines()
+    bases = [line for line in variants if "| Syn (I=0: no steps" in line]
+    assert len(bases) == 3 and all("| baseline |" in line for line in bases)
+    findings = md[md.index("## Findings") : md.index("## Variants")].splitlines()
+    assert not any("(I=0: no steps; gamma=0.5) vs" in line for line in findings)
+    tied = [line for line in findings if line.startswith("| tied |")]
+    assert len(tied) == 3 and all(line.count("SynPool MIL (D=256) ·") == 1 for line in tied)
+    effects = md[md.index("## Effects of each knob") : md.index("\n## ", md.index("## Effects of each knob"))]
+    assert "| main | steps |" in effects and "| interaction | name x steps |" in effects
+    assert "| main | name |" not in effects

@@ -52,4 +52,4 @@ def test_row_labels_are_the_panels_texts_and_leave_its_limits():
 def test_the_tick_mark_is_matplotlibs():
     from matplotlib.markers import TICKLEFT
 
-    assert plots.TICK_OUT == TICKLEFT
+    assert plots.TICK_OUT.get_marker() == TICKLEFT

@@ -4,6 +4,8 @@ the peak memory it records. CUDA is stubbed where it must be usable (torch's own
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -29,14 +31,24 @@ def usable_cuda(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_a_trial_without_a_gpu_trains_on_the_cpu() -> None:
-    assert devices.resolve(None) == Placement(torch.device("cpu"))
+    assert devices.resolve(None) == Placement("cpu") and devices.resolve(None).device == torch.device("cpu")
     assert devices.describe(devices.resolve(None)) == "cpu"
+
+
+def test_a_task_on_the_cpu_resolves_and_describes_its_device_without_importing_torch() -> None:
+    """A worker's first task paid torch's import (1.3 s) before a no-op trial could start: the trial imports it if it
+    needs it."""
+    code = ("import sys; from ablate.training import devices\n"
+            "with devices.holding([]) as p: text = devices.describe(p)\n"
+            "print(text, 'torch' in sys.modules)")  # fmt: skip
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["cpu", "False"]
 
 
 def test_a_gpu_cuda_can_use_is_cuda_0_named_with_nvmls_bus_id(usable_cuda: None, monkeypatch) -> None:
     monkeypatch.delenv(FAKE_GPU, raising=False)
     placement = devices.resolve("Ray gave this task GPU 3")
-    assert placement == Placement(torch.device("cuda", 0))
+    assert placement == Placement("cuda:0") and placement.device == torch.device("cuda", 0)
     assert devices.describe(placement) == "cuda:0 NVIDIA H200 pci 00000000:3B:00.0"
     far = SimpleNamespace(name="NVIDIA A100-SXM4-80GB", pci_domain_id=0x10, pci_bus_id=0xAF, pci_device_id=0x1F)
     assert devices.gpu_text(far) == "NVIDIA A100-SXM4-80GB pci 00000010:AF:1F.0"
@@ -77,7 +89,7 @@ def test_a_cuda_build_that_sees_no_device_says_what_torch_said(monkeypatch) -> N
 def test_the_fake_gpu_opt_in_trains_on_the_cpu_and_says_so(monkeypatch) -> None:
     monkeypatch.setenv(FAKE_GPU, "1")
     placement = devices.resolve("Ray gave this task GPU 0")
-    assert placement == Placement(torch.device("cpu"), fake=True)
+    assert placement == Placement("cpu", fake=True)
     assert devices.describe(placement) == "cpu (ABLATE_FAKE_GPU)"
 
 
