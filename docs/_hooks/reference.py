@@ -170,8 +170,8 @@ def gallery(docs: Path) -> str:
         ran = (f"Run on {run['date']} at commit `{run['commit']}`: {run['sweeps']} in one launch, "
                f"{run['seconds'] / 60:.1f} minutes (`make gallery`, on the 2-core machine the project is developed on)."
                + (f" {run['note']}" if "note" in run else ""))  # fmt: skip
-        out += ["", f"## {sweep}", "", ran, "", f"[The whole report]({sweep}/index.html) ([Markdown]({sweep}/report.md)).",
-                ""]  # fmt: skip
+        whole = f"[The whole report]({sweep}/index.html) ([Markdown]({sweep}/report.md))."
+        out += ["", f"## {sweep}", "", ran, "", whole, ""]
         out += [f"![{sweep}: {png.stem}]({sweep}/{png.name})" for png in sorted(report.glob("variants*.png"))]
     return "\n".join(out[1:])
 
