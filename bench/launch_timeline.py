@@ -30,7 +30,7 @@ import ray
 
 from ablate.execution import fanout, launcher, recorder
 from ablate.store import Store
-from ablate.tracking import closing, mirror, tracker
+from ablate.tracking import closing, mirror
 from ablate.training.messages import TrialResult
 
 START = [0.0]
@@ -74,7 +74,7 @@ def main() -> None:
     stamped(recorder.Recorder, "record", "record messages")
     stamped(mirror, "sync_trial", "MLflow: one trial (mirror thread)")
     stamped(mirror.Mirror, "stop", "MLflow: stop the mirror")
-    stamped(tracker.Tracker, "prepare", "MLflow: import the report's modules (mirror thread)")
+    stamped(mirror, "prepare", "MLflow: import the report's modules (mirror thread)")
     stamped(closing.Closing, "start", "MLflow: start the closing process")
     stamped(Store, "unmirrored", "store: what MLflow lacks")
     timed = launcher.launch

@@ -225,7 +225,7 @@ class Mirror:
 
     def _run(self) -> None:
         if self._prepare:
-            self.tracker.prepare()
+            prepare()
         wait = BACKOFF[0]
         while True:
             with self._wake:
@@ -270,3 +270,8 @@ class Mirror:
             first = why.splitlines()[0][:200]
             self.warn(f"MLflow at {self.tracker.uri} is failing ({first}); the sweep goes on, the store keeps "
                       "everything, and `ablate sync` (or the next launch) updates MLflow")  # fmt: skip
+
+
+def prepare() -> None:
+    """Import what naming a trial's run needs (`ablate.reporting.labels`, `Tracker.run_name`), ahead of the first."""
+    import ablate.reporting  # noqa: F401

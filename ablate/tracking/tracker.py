@@ -413,16 +413,11 @@ class Tracker:
         theirs = {r.mlflow_experiment_id for s in store.sweeps_of(key) if (r := store.sweep(s)) is not None}
         return [exp, *sorted(e for e in theirs if e and e != exp)]
 
-    def prepare(self) -> None:
-        """Import what naming a trial's run needs (`ablate.reporting.labels`), ahead of the first (`Mirror.start`)."""
-        import ablate.reporting  # noqa: F401
-
     def run_name(self, store: Store, sweep: str, key: str) -> str:
         """A trial run's name: its variant's label in the sweep's report, then its replicate (`seed 3`, and the
         split or fold where the sweep varies them); the trial key where the sweep has no report."""
+        from ablate import reporting
         from ablate.config import REPLICATES
-        from ablate.reporting import ReportError
-        from ablate.reporting import labels as reported
         from ablate.store import flatten
 
         trial, member = store.trial(key), store.membership(sweep, key)
@@ -430,8 +425,8 @@ class Tracker:
             return key
         labels = self._labels.setdefault((store.url, sweep), {})
         if trial.variant not in labels and (store.url, sweep, trial.variant) not in self._unlabelled:
-            with suppress(ReportError):  # a sweep with no report (no trials, or a metric its results lack)
-                labels.update(reported(store, sweep))
+            with suppress(reporting.ReportError):  # a sweep with no report (no trials, or a metric its results lack)
+                labels.update(reporting.labels(store, sweep))
             self._unlabelled.add((store.url, sweep, trial.variant))
         label = labels.get(trial.variant or "")
         if label is None:
