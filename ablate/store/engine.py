@@ -9,6 +9,8 @@ and never block writers (WAL).
 
 from __future__ import annotations
 
+import sqlite3
+import time
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -18,6 +20,8 @@ from sqlalchemy.dialects import postgresql, sqlite
 
 DEFAULT_URL = "sqlite:///db/ablate.sqlite"
 BUSY_TIMEOUT_MS = 60_000
+SWITCH_PAUSE = 0.01
+"""Seconds between tries of the switch to WAL mode that another connection's lock refused."""
 MIGRATIONS = Path(__file__).with_name("migrations")
 #: Execution option that marks a connection as a writer (BEGIN IMMEDIATE on SQLite).
 WRITER_OPTION = "ablate_write"
@@ -67,7 +71,7 @@ def make_engine(url: str | None = None) -> Engine:
         dbapi_conn.isolation_level = None
         cur = dbapi_conn.cursor()
         cur.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
-        cur.execute("PRAGMA journal_mode = WAL")
+        _write_ahead(cur)
         cur.execute("PRAGMA synchronous = NORMAL")  # WAL: never corrupts; a power cut may drop the last commits
         cur.execute("PRAGMA foreign_keys = ON")
         cur.close()
@@ -77,6 +81,21 @@ def make_engine(url: str | None = None) -> Engine:
         conn.exec_driver_sql("BEGIN IMMEDIATE" if conn.get_execution_options().get(WRITER_OPTION) else "BEGIN")
 
     return engine
+
+
+def _write_ahead(cur: Any) -> None:
+    """Put the file in WAL mode (it stays so; a no-op once set). SQLite answers a switch that meets another
+    connection's lock with "database is locked" at once, without waiting its busy timeout, so processes opening
+    a new database together would fail: the switch is tried again within the busy timeout."""
+    deadline = time.monotonic() + BUSY_TIMEOUT_MS / 1000
+    while True:
+        try:
+            cur.execute("PRAGMA journal_mode = WAL")
+            return
+        except sqlite3.OperationalError as e:
+            if "locked" not in str(e) or time.monotonic() > deadline:
+                raise
+            time.sleep(SWITCH_PAUSE)
 
 
 def _alembic() -> Any:
