@@ -36,7 +36,8 @@ run: $(STAMP)
 # them `make test` took 1,023 s in CI at c5bb842, over the 15 minutes it is kept under on 2 cores. CI at 1b922ef:
 # 892 s for the first process, 660 s beside it; tests/planning (about 100 s) then moved beside. At 989ed46: 906 s,
 # 790 s beside (every test 15 to 25% slower than at 3a8bccc, the same tests); tests/transfer (about 50 s) moved too.
-BESIDE = tests/project tests/tracking tests/provenance tests/planning tests/transfer
+# At 7b8c715: 878 s for the first process, about 740 s beside; tests/cli (61 s alone) moved.
+BESIDE = tests/project tests/tracking tests/provenance tests/planning tests/transfer tests/cli
 CLUSTERS = tests/execution/test_slurm.py tests/execution/test_cluster.py
 test: lint docs $(STAMP)
 	@mkdir -p build; start=$$(date +%s); \
