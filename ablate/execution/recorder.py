@@ -19,7 +19,7 @@ from ablate.execution import journal
 from ablate.execution.journal import Record, Stopped
 from ablate.store import MetricRow, Store
 from ablate.store.faults import StoreUnavailable
-from ablate.tracking.mirror import Mirror
+from ablate.tracking.mirror import SETTLE, Mirror
 from ablate.training.messages import EpochEnd, Finished, Message, Started
 
 
@@ -122,7 +122,7 @@ class Recorder:
         journal of a launch that lost the trial to another launcher while the store was down, replayed afterwards)
         is skipped, never reopening or rewriting its result."""
         rows: list[MetricRow] = []
-        done = self.store.done_keys({k for r in records for k in (r.keys if isinstance(r, Stopped) else [r.key])})
+        done = self.store.done_keys({k for r in records for k in _keys(r)})
         with self.store.batch():
             for r in records:
                 if not isinstance(r, Stopped) and r.key in done:
@@ -146,6 +146,11 @@ class Recorder:
             if rows:
                 self.store.log_metric_rows(rows)
         if self.mirror is not None:
-            self.mirror.notify(
-                dict.fromkeys(k for r in records for k in (r.keys if isinstance(r, Stopped) else [r.key]))
-            )
+            ended = {k for r in records if isinstance(r, (Finished, Stopped)) for k in _keys(r)}
+            self.mirror.notify(ended)
+            self.mirror.notify({k for r in records for k in _keys(r)} - ended, settle=SETTLE)
+
+
+def _keys(record: Record) -> list[str]:
+    """The trials a record is about (a stop names several)."""
+    return record.keys if isinstance(record, Stopped) else [record.key]

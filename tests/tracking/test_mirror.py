@@ -16,11 +16,14 @@ from gate import Gate, wait_for
 from procs import MlflowServer
 
 from ablate.config import TrialConfig
+from ablate.execution import recorder
+from ablate.execution.recorder import Recorder
 from ablate.planning.keys import Trial, trial_key, variant_key
 from ablate.store import Store
 from ablate.store.schema import TrialRecord
 from ablate.tracking.mirror import Mirror, Synced, sync, sync_trial
 from ablate.tracking.tracker import RUN_STATUS, Tracker, params_of
+from ablate.training.messages import Finished, Started
 
 pytestmark = pytest.mark.timeout(400)
 GATE_SCRIPT = Path(__file__).parents[1] / "gate.py"
@@ -115,6 +118,25 @@ def test_a_stale_mark_of_what_mlflow_shows_is_not_kept(tmp_path: Path) -> None:
         assert not store.set_mirrored(t.key, 0, "running")
         assert store.unmirrored() == [t.key]
         assert store.set_mirrored(t.key, 0, "done") and store.unmirrored() == []
+
+
+def test_a_running_trials_changes_wait_to_settle_and_an_end_goes_at_once(tmp_path: Path, monkeypatch) -> None:
+    """Through the recorder: a trial that started waits `SETTLE` seconds for the mirror (an hour here), one that
+    ended goes at once, though it was recorded after; the launch's end (`close`) sends what still waits."""
+    monkeypatch.setattr(recorder, "SETTLE", 3600.0)
+    running, ended = trial(0), trial(1)
+    with Store(f"sqlite:///{tmp_path / 'r.sqlite'}") as store:
+        store.add_trials("s", [running, ended])
+        tracker = Tracker(f"sqlite:///{tmp_path / 'm.sqlite'}")
+        mirror = Mirror(store, tracker, print).start()
+        writes = Recorder(store, mirror)
+        writes.record([Started(running.key, "h", "n", "cpu")])
+        writes.record([Started(ended.key, "h", "n", "cpu")], [Finished(ended.key, "done", {"test.top1": 0.5})])
+        wait_for(lambda: ended.key not in store.unmirrored(), timeout=120)
+        assert store.unmirrored() == [running.key]
+        assert mirror.close(timeout=120) == 0 and store.unmirrored() == []
+        assert tracker.client.get_run(store.trial(running.key).mlflow_run_id).info.status == "RUNNING"
+        mirror.stop()
 
 
 def test_the_mirror_warns_once_and_never_holds_the_launch_while_mlflow_is_down(tmp_path: Path) -> None:
