@@ -8,8 +8,9 @@ the other (PYTHONPATH), the two sides alternating (ABAB, BABA, ...). Units: a la
 and MLflow, as `ablate launch`: its wall time, and the CPU time of the launching process, every thread, which others'
 load changes less), then `ablate launch` of that finished sweep (nothing to run, a fresh CLI process); the same
 launch without MLflow on warm workers (the loop alone); 8 trials of --work CPU seconds on 1 and on 2 CPUs (parallel
-efficiency t(1) / (2 t(2))). Prints medians and the ratios after/before: on a machine others load, the ratios within
-a run are the figures to compare, not the seconds.
+efficiency t(1) / (2 t(2))), then on 1 and on 2 cores (everything pinned: `launch_overhead.py`'s efficiency
+part). Prints medians and the ratios after/before: on a machine others load, the ratios within a run are the figures
+to compare, not the seconds.
 """
 
 from __future__ import annotations
@@ -49,7 +50,7 @@ def main() -> None:
         archive = subprocess.run(["git", "archive", args.baseline], cwd=ROOT, capture_output=True, check=True)
         subprocess.run(["tar", "-x", "-C", str(before)], input=archive.stdout, check=True)
         trees = {"before": before, "after": ROOT}
-        units = ["noop", "loop"] + ([] if args.skip_efficiency else ["busy1", "busy2"])
+        units = ["noop", "loop"] + ([] if args.skip_efficiency else ["busy1", "busy2", "pinned1", "pinned2"])
         times: dict[tuple[str, str], list[list[float]]] = {(s, u): [] for s in trees for u in units}
         for r in range(args.repeats):
             for side in list(trees) if r % 2 == 0 else list(trees)[::-1]:
@@ -83,9 +84,11 @@ def main() -> None:
     print(f"  ablate launch of the finished sweep: before {again['before']:.2f} s, after {again['after']:.2f} s, "
           f"ratio {again['after'] / again['before']:.2f}")  # fmt: skip
     if not args.skip_efficiency:
-        eff = {s: med(s, "busy1") / (2 * med(s, "busy2")) for s in trees}
-        print(f"  parallel efficiency, 8 trials x {args.work:.1f} CPU s on 2 CPUs: before {eff['before']:.2f}, "
-              f"after {eff['after']:.2f}")  # fmt: skip
+        for kind, where in (("busy", "1 vs 2 CPUs of Ray"), ("pinned", "1 vs 2 cores, pinned")):
+            eff = {s: med(s, f"{kind}1") / (2 * med(s, f"{kind}2")) for s in trees}
+            secs = {s: f"{med(s, f'{kind}1'):.2f} s / {med(s, f'{kind}2'):.2f} s" for s in trees}
+            print(f"  parallel efficiency, 8 trials x {args.work:.1f} CPU s, {where}: before {eff['before']:.2f} "
+                  f"({secs['before']}), after {eff['after']:.2f} ({secs['after']})")  # fmt: skip
 
 
 if __name__ == "__main__":
