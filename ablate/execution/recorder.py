@@ -146,9 +146,9 @@ class Recorder:
             if rows:
                 self.store.log_metric_rows(rows)
         if self.mirror is not None:
-            ended = {k for r in records if isinstance(r, (Finished, Stopped)) for k in _keys(r)}
-            self.mirror.notify(ended)
-            self.mirror.notify({k for r in records for k in _keys(r)} - ended, settle=SETTLE)
+            ended = dict.fromkeys(k for r in records if isinstance(r, (Finished, Stopped)) for k in _keys(r))
+            self.mirror.notify(ended)  # in the order recorded: the mirror takes trials due together in that order
+            self.mirror.notify([k for r in records for k in _keys(r) if k not in ended], settle=SETTLE)
 
 
 def _keys(record: Record) -> list[str]:

@@ -101,7 +101,7 @@ def trial_task(args: TaskArgs, place: Rank | None = None) -> TrialResult:
     where it reported no epoch) means that when the task's result is ready, every message it sent is in the inbox,
     so the launcher records them before the outcome (a late `Started` would otherwise reopen a finished trial). The
     trial does not wait for its `Started` before its first epoch: a launch's first trials started 0.45 s after their
-    submission, waiting for the inbox actor's process to start (bench/launch_overhead.py's efficiency part). Each
+    submission, waiting for the inbox actor's process to start (on a warm 2-CPU Ray: bench/README.md). Each
     report waits for the message before it, so a worker killed mid-trial loses no epoch but its last (messages sent
     before the actor is up are held in the sender's process, and die with it).
 
