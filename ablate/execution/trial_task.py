@@ -97,13 +97,9 @@ class Rank:
 def trial_task(args: TaskArgs, place: Rank | None = None) -> TrialResult:
     """Body of one Ray task: import the sweep's plugins, run the trial, streaming its messages to the inbox.
 
-    A trial's calls to the inbox run in the order they were made; waiting for the last of them (its `Started`
-    where it reported no epoch) means that when the task's result is ready, every message it sent is in the inbox,
-    so the launcher records them before the outcome (a late `Started` would otherwise reopen a finished trial). The
-    trial does not wait for its `Started` before its first epoch: a launch's first trials started 0.45 s after their
-    submission, waiting for the inbox actor's process to start (on a warm 2-CPU Ray: bench/README.md). Each
-    report waits for the message before it, so a worker killed mid-trial loses no epoch but its last (messages sent
-    before the actor is up are held in the sender's process, and die with it).
+    A trial's calls to the inbox run in the order they were made; waiting for the first and the last
+    of them means that when the task's result is ready, every message it sent is in the inbox, so the
+    launcher records them before the outcome (a late `Started` would otherwise reopen a finished trial).
 
     The trial trains where the GPU ids Ray gave the task say (`devices.holding`, before a plugin's import could start
     CUDA): the share the launcher submitted, not the config's alone; its `Started` names that device.
@@ -117,15 +113,14 @@ def _run(args: TaskArgs, place: Rank | None, device: str, node: str) -> TrialRes
     args.plugins.load()
     cfg = TrialConfig.model_validate(args.config)
     inbox, last = args.inbox, list[Any]()
-    if inbox is not None:  # waited for at the first report: the trial's first epoch runs while the inbox starts
-        last[:] = [inbox.put.remote(Started(args.key, socket.gethostname(), node, device))]
+    if inbox is not None:
+        ray.get(inbox.put.remote(Started(args.key, socket.gethostname(), node, device)))
 
     storage = Storage(args.storage)
     checkpointer = Checkpointer(storage.folder(args.key), resume=args.resume)
 
     def report(epoch: int, metrics: dict[str, float]) -> None:
         if inbox is not None:  # the trial saved this epoch's checkpoint before it reports the epoch
-            ray.get(last)  # what it sent before is in the inbox: a worker killed from now on loses this epoch at most
             last[:] = [inbox.put.remote(EpochEnd(args.key, epoch, metrics, time.time(), checkpointer.saved()))]
 
     env = {} if place is None else place.environment()

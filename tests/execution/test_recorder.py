@@ -1,7 +1,6 @@
 """The recorder writes a wave of trials (their starts, epochs and results) in one transaction: a launcher killed
 (SIGKILL, a real process) inside that transaction leaves none of the wave half-written, one killed after it keeps
-every result of the wave, and a store that refuses the wave journals all of it. A trial trains before the inbox
-it reports to is up, and its messages arrive in the order it sent them."""
+every result of the wave, and a store that refuses the wave journals all of it."""
 
 from __future__ import annotations
 
@@ -13,19 +12,13 @@ import textwrap
 import time
 from pathlib import Path
 
-import ray
-import ray.cloudpickle
-from conftest import TINY
 from gate import wait_for
 
-from ablate.config import TrialConfig
 from ablate.execution.journal import journals
-from ablate.execution.recorder import Inbox, Recorder
-from ablate.execution.trial_task import TaskArgs, trial_task
-from ablate.plugins import Plugins
+from ablate.execution.recorder import Recorder
 from ablate.store import Store
 from ablate.store.faults import StoreUnavailable
-from ablate.training.messages import EpochEnd, Finished, Started, TrialResult
+from ablate.training.messages import EpochEnd, Finished, Started
 
 KEYS = ("k1", "k2")
 
@@ -110,37 +103,3 @@ def test_a_wave_the_store_refuses_is_journaled_whole(tmp_path: Path) -> None:
     with Store(f"sqlite:///{db}") as store:
         assert Recorder(store).replay(storage) == 3
         assert store.trial("k1").state == "done" and len(store.metrics_frame("s")) == 1
-
-
-class LateInbox(Inbox):
-    """An inbox whose actor is up only once the test makes the file `up` (as a new actor's process takes a moment)."""
-
-    def __init__(self, up: str) -> None:
-        super().__init__()
-        while not Path(up).exists():
-            time.sleep(0.01)
-
-
-def test_a_trial_trains_before_its_inbox_is_up_and_its_messages_arrive_in_order(ray_local, tmp_path: Path) -> None:
-    """The trial's body begins while its inbox actor is still starting (the test opens the inbox only once the body
-    has begun: a trial that waited for its `Started` to arrive would wait for ever); its start and epochs then
-    arrive in the order sent, every one of them in the inbox when the task returns."""
-    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
-    up, began = tmp_path / "up", tmp_path / "began"
-
-    def runner(cfg: TrialConfig, report: object, folder: Path) -> TrialResult:
-        began.touch()
-        for epoch in (1, 2, 3):
-            report(epoch, {"val.top1": epoch / 10})  # type: ignore[operator]
-        return TrialResult("done", 3)
-
-    inbox = ray.remote(LateInbox).options(num_cpus=0).remote(str(up))
-    config = TrialConfig.model_validate(TINY).model_dump(mode="json")
-    task = ray.remote(trial_task).options(num_cpus=1).remote(TaskArgs(config, "k", str(tmp_path / "ck"), inbox, runner,
-                                                                      Plugins()))  # fmt: skip
-    wait_for(began.exists, timeout=60)
-    up.touch()
-    assert ray.get(task, timeout=120).outcome == "done"
-    messages = ray.get(inbox.drain.remote())
-    assert [type(m) for m in messages] == [Started, EpochEnd, EpochEnd, EpochEnd]
-    assert [m.epoch for m in messages[1:]] == [1, 2, 3]  # type: ignore[attr-defined]
