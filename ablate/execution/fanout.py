@@ -10,23 +10,24 @@ import signal
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import ray
 
-from ablate.execution import gangs
+from ablate.execution import gangs, inbox
 from ablate.execution.embedded import start_embedded
 from ablate.execution.gcs import Unanswered, answered
 from ablate.execution.gpu_shares import GPU_TASK_CALLS
 from ablate.execution.heartbeat import Heartbeat
 from ablate.execution.outcomes import Attempts, settle
 from ablate.execution.progress import Display
-from ablate.execution.recorder import Recorder, start_inbox
+from ablate.execution.recorder import Recorder
 from ablate.execution.selection import Selection
 from ablate.execution.stopped import Stopped
+from ablate.execution.submissions import Submissions
 from ablate.execution.trial_task import TaskArgs, run_trial, trial_task
 from ablate.planning.keys import Trial
 from ablate.plugins import Plugins
@@ -182,7 +183,8 @@ class Fanout:
         self.pending: dict[Any, str] = {}
         self.gangs: dict[str, gangs.Gang] = {}
         self.attempts = Attempts()
-        self.inbox = start_inbox()
+        self.submissions = Submissions()
+        self.inbox = inbox.start()
         self.task = ray.remote(trial_task)
         self.gpu_task = ray.remote(max_calls=GPU_TASK_CALLS)(trial_task)  # a trial holding a GPU: a worker of its own
 
@@ -338,7 +340,7 @@ class Fanout:
         opts = {"num_cpus": self.worker_cpus(key), "num_gpus": self.gpus[key], "max_retries": 0,
                 "name": f"trial-{key[:10]}"}  # fmt: skip
         args = replace(self.template, config=cfg.model_dump(mode="json"), key=key, inbox=self.inbox,
-                       resume=self.resume(key, recorded))  # fmt: skip
+                       resume=self.resume(key, recorded), submission=self.submissions.submit(key))  # fmt: skip
         self.storage.clear_stop(key)  # a request a preempted attempt already answered
         task = self.gpu_task if self.gpus[key] else self.task
         if cfg.resources.workers > 1:
@@ -353,8 +355,12 @@ class Fanout:
         """Record what the trials sent since the last look."""
         self.told(ray.get(self.inbox.drain.remote()))
 
-    def told(self, messages: list[Message], outcomes: list[Finished] | None = None) -> None:
-        """Record `messages`, then `outcomes`, in one transaction (`Recorder.record`), and show them."""
+    def told(
+        self, messages: list[Message], outcomes: list[Finished] | None = None, settled: Sequence[str] = ()
+    ) -> None:
+        """Record `messages` (the starts that count, `Submissions.admitted`; then those of the `settled` trials that
+        returned with none), then `outcomes`, in one transaction (`Recorder.record`), and show them."""
+        messages = [*self.submissions.admitted(messages), *self.submissions.settled(settled)]
         self.recorder.record(messages, outcomes)
         for m in messages:
             if isinstance(m, Started):
@@ -370,6 +376,7 @@ class Fanout:
             key = self.pending.pop(ref)
             self.stop_task(ref, key)
             self.queue.append(key)
+            self.submissions.forget([key])
             self.progress.message(f"{key[:10]}: another launcher took over its lapsed lease; stopped here")
         return [r for r in ready if r in self.pending]
 
@@ -400,7 +407,7 @@ class Fanout:
         again = ("retry", "oom", "lost")
         outcomes = [s.record or Finished(k, "preempted") for k, s in zip(keys, states)
                     if s.record or s.state == "lost" or (s.state in again and not resubmit)]  # fmt: skip
-        self.told(ray.get(draining), outcomes)
+        self.told(ray.get(draining), outcomes, keys)
         ended: list[tuple[str, str]] = []
         for key, settled in zip(keys, states):
             state = settled.state

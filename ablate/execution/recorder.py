@@ -1,19 +1,17 @@
 """The one writer: turns trial messages into store rows (and MLflow records, through the mirror).
 
-Trials never touch the SQLite file. Wherever they run, they send messages to an `Inbox` actor; the
-launching process drains it and hands each batch to `Recorder.record` with the outcomes of the trials that
-returned meanwhile, which writes the store (one transaction for all of them, a wave of trials: their starts,
-epochs and results commit together or, the store refusing, go to the journal together) and marks the trials for
-the MLflow mirror. Every write is
-idempotent (upserts on trial, metric, step), so a message sent twice (a resumed trial replays its epoch
-history) never duplicates a row.
+Trials never touch the SQLite file. Wherever they run, they send messages to an `Inbox` actor
+(`ablate.execution.inbox`); the launching process drains it and hands each batch to `Recorder.record` with the
+outcomes of the trials that returned meanwhile, which writes the store (one transaction for all of them, a wave of
+trials: their starts, epochs and results commit together or, the store refusing, go to the journal together) and
+marks the trials for the MLflow mirror. Every write is idempotent (upserts on trial, metric, step), so a message sent
+twice (a resumed trial replays its epoch history) never duplicates a row.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from ablate.execution import journal
 from ablate.execution.journal import Record, Stopped
@@ -21,33 +19,6 @@ from ablate.store import MetricRow, Store
 from ablate.store.faults import StoreUnavailable
 from ablate.tracking.mirror import SETTLE, Mirror
 from ablate.training.messages import EpochEnd, Finished, Message, Started
-
-
-class Inbox:
-    """Where trials drop messages; the launcher drains it. Calls from one trial arrive in order."""
-
-    def __init__(self) -> None:
-        self.items: list[Message] = []
-
-    def put(self, item: Message) -> None:
-        self.items.append(item)
-
-    def drain(self) -> list[Message]:
-        items, self.items = self.items, []
-        return items
-
-
-def start_inbox() -> Any:
-    """An Inbox actor for one launch, on the launcher's own node (a worker node that dies, say a reclaimed spot
-    instance, must not take undrained messages with it); restarted by Ray if its worker dies, calls retried. The
-    affinity is hard: a soft one lets Ray put the actor on another node when the launcher's has no worker process
-    ready for it (seen on a 3-node cluster, whose killed worker node took two launchers' inboxes with it)."""
-    import ray
-    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
-    here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
-    actor: Any = ray.remote(Inbox)
-    return actor.options(num_cpus=0, max_restarts=-1, max_task_retries=-1, scheduling_strategy=here).remote()
 
 
 @dataclass
@@ -138,7 +109,9 @@ class Recorder:
                     self.store.log_metric_rows(rows)
                     rows = []
                 if isinstance(r, Started):
-                    self.store.mark_running(r.key, host=r.host, node_id=r.node_id, device=r.device)
+                    self.store.mark_running(
+                        r.key, host=r.host or None, node_id=r.node_id or None, device=r.device or None
+                    )
                 elif isinstance(r, Finished):
                     self.store.finish(r.key, r.state, **r.fields())
                 else:

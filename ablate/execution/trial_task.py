@@ -71,11 +71,14 @@ class TaskArgs:
     """Checkpoint root (a path or an fsspec URL, `ablate.training.checkpoint_storage`): the trial's folder is
     `<storage>/<key>`."""
     inbox: Any
-    """The `recorder.Inbox` actor (None for ranks other than 0: only rank 0 reports)."""
+    """The `ablate.execution.inbox.Inbox` actor (None for ranks other than 0: only rank 0 reports)."""
     runner: Runner
     plugins: Plugins
     resume: Resume | None = None
     """What the trial's checkpoint must match to be resumed from (`Checkpointer.admit`); None: not checked."""
+    submission: int = 0
+    """The launch's number for this submission of the trial, sent back in its `Started`
+    (`ablate.execution.submissions`)."""
 
     def follower(self) -> TaskArgs:
         return replace(self, inbox=None)
@@ -97,9 +100,10 @@ class Rank:
 def trial_task(args: TaskArgs, place: Rank | None = None) -> TrialResult:
     """Body of one Ray task: import the sweep's plugins, run the trial, streaming its messages to the inbox.
 
-    A trial's calls to the inbox run in the order they were made; waiting for the first and the last
-    of them means that when the task's result is ready, every message it sent is in the inbox, so the
-    launcher records them before the outcome (a late `Started` would otherwise reopen a finished trial).
+    A trial's calls to the inbox run in the order they were made; waiting for the last of them (its `Started`
+    when it sent no other) means that when the task's result is ready, every message it sent is in the inbox, so the
+    launcher records them before the outcome. The trial does not wait for its `Started` to arrive before it trains:
+    the launch's inbox actor may still be starting (`ablate.execution.submissions` says how attempts are counted).
 
     The trial trains where the GPU ids Ray gave the task say (`devices.holding`, before a plugin's import could start
     CUDA): the share the launcher submitted, not the config's alone; its `Started` names that device.
@@ -114,7 +118,7 @@ def _run(args: TaskArgs, place: Rank | None, device: str, node: str) -> TrialRes
     cfg = TrialConfig.model_validate(args.config)
     inbox, last = args.inbox, list[Any]()
     if inbox is not None:
-        ray.get(inbox.put.remote(Started(args.key, socket.gethostname(), node, device)))
+        last[:] = [inbox.put.remote(Started(args.key, socket.gethostname(), node, device, args.submission))]
 
     storage = Storage(args.storage)
     checkpointer = Checkpointer(storage.folder(args.key), resume=args.resume)

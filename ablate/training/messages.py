@@ -102,6 +102,9 @@ class Started:
     node_id: str
     device: str
     """Where the trial trains, as `ablate.training.devices.describe` writes it (`cpu`, `cuda:0 <name> pci <bus id>`)."""
+    submission: int = 0
+    """Which of the launch's submissions of the trial began (`ablate.execution.submissions`). Empty `host`, `node_id`
+    and `device`: the launcher's record of a submission that settled before its own `Started` arrived."""
 
 
 @dataclass(frozen=True)

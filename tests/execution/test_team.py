@@ -502,7 +502,7 @@ def until(what: Callable[[], Any], why: str, timeline: Timeline) -> Any:
 
 
 def _inboxes(dashboard: int) -> list[str]:
-    """The node address of each live Inbox actor (a launcher's, `ablate.execution.recorder.start_inbox`)."""
+    """The node address of each live Inbox actor (a launcher's, `ablate.execution.inbox.start`)."""
     from ray.util.state import list_actors, list_nodes
 
     address = f"http://127.0.0.1:{dashboard}"
