@@ -25,7 +25,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from ablate.store import Store
-from ablate.tracking.mirror import sync_trial
+from ablate.tracking.mirror import sync_trial, yield_to_trials
 from ablate.tracking.tracker import Tracker
 
 
@@ -105,6 +105,7 @@ def finish(store: Store, tracker: Tracker, sweeps: list[str], status: str) -> No
 
 
 def main() -> None:
+    yield_to_trials()  # its only thread: the whole process
     closing = Closing(**json.loads(sys.stdin.read()))
     with Store(closing.store) as store:
         finish(store, Tracker(closing.tracking, closing.artifacts, lazy=True), closing.sweeps, closing.status)

@@ -17,10 +17,12 @@ already: it is linked to that run (the store keeps its id), never copied into th
 
 from __future__ import annotations
 
+import os
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 
 from ablate.store import Store, sqlite_file
@@ -188,7 +190,8 @@ class Mirror:
         self._wake = threading.Condition()
         self._closing = False
         self._busy = False
-        self._prepare = False
+        self._preparing = False
+        """The thread has the report's modules to import (`prepare`), or imports them: no call of MLflow's to finish."""
         self._flushing = False
         """Every dirty trial is due now (`close`: catching up at the launch's end)."""
         self._thread = threading.Thread(target=self._run, name="ablate-mlflow-mirror", daemon=True)
@@ -198,7 +201,7 @@ class Mirror:
         trials to run, whose runs MLflow names by the sweep's report (`Tracker.run_name`): the thread imports the
         report's modules first, while Ray's workers start, rather than once the first trial has ended (1.8 s of the
         launching process, which the launch's end then waited on)."""
-        self._prepare = trials
+        self._preparing = trials
         self.notify(backlog)
         self._thread.start()
         return self
@@ -233,13 +236,17 @@ class Mirror:
         with self._wake:
             self._closing = True
             self._wake.notify_all()
-        if self._thread.is_alive():
+            preparing = self._preparing  # it returns once its imports are done, having sent nothing
+        if self._thread.is_alive() and not preparing:
             self._thread.join()
         return self.down is None
 
     def _run(self) -> None:
-        if self._prepare:
+        yield_to_trials()
+        if self._preparing:
             prepare()
+            with self._wake:
+                self._preparing = False
         wait = BACKOFF[0]
         while True:
             with self._wake:
@@ -291,6 +298,19 @@ class Mirror:
             first = why.splitlines()[0][:200]
             self.warn(f"MLflow at {self.tracker.uri} is failing ({first}); the sweep goes on, the store keeps "
                       "everything, and `ablate sync` (or the next launch) updates MLflow")  # fmt: skip
+
+
+NICE = 10
+"""The nice value of the launcher's MLflow work (the mirror's thread, the closing process): on a machine whose cores
+the trials fill, MLflow's calls took turns with them (bench/README.md: 8 trials of 2 CPU s on 2 cores)."""
+
+
+def yield_to_trials() -> None:
+    """Lower this thread's CPU priority (Linux: each thread has its own nice value) to `NICE`: bookkeeping that can
+    wait runs on what the trials leave idle. Elsewhere, or where it is refused, nothing changes."""
+    if sys.platform == "linux":
+        with suppress(OSError):
+            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), NICE)
 
 
 def prepare() -> None:

@@ -21,6 +21,7 @@ from ablate.execution.recorder import Recorder
 from ablate.planning.keys import Trial, trial_key, variant_key
 from ablate.store import Store
 from ablate.store.schema import TrialRecord
+from ablate.tracking import mirror as mirror_module
 from ablate.tracking.mirror import Mirror, Synced, sync, sync_trial
 from ablate.tracking.tracker import RUN_STATUS, Tracker, params_of
 from ablate.training.messages import Finished, Started
@@ -137,6 +138,32 @@ def test_a_running_trials_changes_wait_to_settle_and_an_end_goes_at_once(tmp_pat
         assert mirror.close(timeout=120) == 0 and store.unmirrored() == []
         assert tracker.client.get_run(store.trial(running.key).mlflow_run_id).info.status == "RUNNING"
         mirror.stop()
+
+
+def nice_of(thread: threading.Thread) -> int:
+    """The nice value Linux gives one thread of this process (field 19 of its stat line)."""
+    stat = Path(f"/proc/self/task/{thread.native_id}/stat").read_text()
+    return int(stat[stat.rindex(")") + 2 :].split()[16])
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="a thread's own nice value is Linux's")
+def test_the_mirror_yields_the_cores_to_the_trials_and_its_stop_never_waits_on_its_imports(
+    tmp_path: Path, monkeypatch
+) -> None:
+    """The mirror's thread runs at `NICE` (the launching thread keeps its own priority), and a launch that ends while
+    the thread still imports the report's modules (`prepare`, held here until the test lets it go) returns at once:
+    the thread has sent MLflow nothing, and ends once its imports are done."""
+    importing, go = threading.Event(), threading.Event()
+    monkeypatch.setattr(mirror_module, "prepare", lambda: (importing.set(), go.wait(30)))
+    with Store(f"sqlite:///{tmp_path / 'r.sqlite'}") as store:
+        mirror = Mirror(store, Tracker(f"sqlite:///{tmp_path / 'm.sqlite'}"), print).start(trials=True)
+        assert importing.wait(60)
+        own = nice_of(threading.current_thread())
+        assert nice_of(mirror._thread) == max(mirror_module.NICE, own) and own < mirror_module.NICE
+        assert mirror.stop() and mirror._thread.is_alive()  # returned while the imports go on
+        go.set()
+        mirror._thread.join(60)
+        assert not mirror._thread.is_alive()
 
 
 def test_the_mirror_warns_once_and_never_holds_the_launch_while_mlflow_is_down(tmp_path: Path) -> None:
