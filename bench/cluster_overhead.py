@@ -1,7 +1,7 @@
 """Orchestration overhead per trial on a three-node loopback Ray cluster, and the launcher's CPU share (issue 29
 item 3).
 
-    .venv/bin/python bench/cluster_overhead.py [--trials 1000] [--poll SECONDS]
+    .venv/bin/python bench/cluster_overhead.py [--trials 1000] [--poll SECONDS] [--sleep SECONDS]
 
 A Ray head and two worker nodes started as the team test starts them (`ray start --head`, `ray start --address`,
 each on a loopback address of its own with --num-cpus=1: three trial slots, tests/procs.py), and one launcher
@@ -9,7 +9,10 @@ process on the head's address running --trials trials through `ablate.launch` (t
 launch --address`; store in a SQLite file, no MLflow). A trial is the cheapest real task, bench/launchers_pg.py's:
 digits, a one-block 16-wide ViT, one epoch (about 0.1 s of training once a worker has imported torch). The
 launcher's runner is the real `run_trial`, wrapped to append when it began and ended on the worker (one machine:
-one clock) to a file.
+one clock) to a file. `--sleep S`: trials of equal work that need no core (each sleeps S seconds and reports one
+epoch): three slots on a machine of two cores can run three of those at once, so the launch's parallel efficiency
+is the launcher's and Ray's alone: the trials' own time over slots x the launch call's wall (issue 58 item 2's
+mark: 0.9 for 32 trials; 32 trials on 3 slots fill at most 32 / 33 of them).
 
 Overhead of a trial: how long its slot sat idle before it, i.e. its start minus the end of the previous trial on
 the same node (each node runs one trial at a time). That is everything between two trials' training: Ray handing
@@ -63,17 +66,23 @@ STARTUP = 300.0
 """Seconds the nodes may take to come up before the bench gives up (a loaded machine is slow, never this slow)."""
 
 
-def timed(path: str) -> Callable[..., Any]:
-    """The real trial body, appending its key, node, worker process, start and end times and CPU time to `path`
-    (pickled by value)."""
+def timed(path: str, sleep: float | None = None) -> Callable[..., Any]:
+    """The real trial body (or, with `sleep`, `sleep` seconds asleep and one epoch reported), appending its key,
+    node, worker process, start and end times and CPU time to `path` (pickled by value)."""
 
     def runner(cfg: Any, report: Any, checkpoint_dir: Path) -> Any:
         import ray
 
         from ablate.training.loop import run_trial
+        from ablate.training.messages import TrialResult
 
         began, cpu = time.time(), time.process_time()
-        result = run_trial(cfg, report, checkpoint_dir)
+        if sleep is None:
+            result = run_trial(cfg, report, checkpoint_dir)
+        else:
+            time.sleep(sleep)
+            report(1, {"val.top1": 1.0})
+            result = TrialResult("done", 1, {"test.top1": 1.0})
         ended, cpu = time.time(), time.process_time() - cpu
         node = ray.get_runtime_context().get_node_id()
         with open(path, "a") as f:
@@ -84,7 +93,7 @@ def timed(path: str) -> Callable[..., Any]:
     return runner
 
 
-def child(folder: Path, address: str, poll: float) -> None:
+def child(folder: Path, address: str, poll: float, sleep: float | None) -> None:
     """The launcher (its own process): launch the sweep on the cluster; write its wall and CPU time."""
     import ablate
     from ablate.execution.launcher import Cluster
@@ -92,7 +101,7 @@ def child(folder: Path, address: str, poll: float) -> None:
     from ablate.planning.plan import plan
 
     trials = plan(folder / "e.yaml", SWEEP)
-    run = RunConfig(str(folder / "checkpoints"), runner=timed(str(folder / "times.jsonl")), poll=poll)
+    run = RunConfig(str(folder / "checkpoints"), runner=timed(str(folder / "times.jsonl"), sleep), poll=poll)
     before, t0, began = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter(), time.time()
     result = ablate.launch(trials, f"sqlite:///{folder / 'r.sqlite'}", False, cluster=Cluster(address), run=run,
                            progress=Display(live=False))  # fmt: skip
@@ -141,14 +150,16 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--trials", type=int, default=1000)
     ap.add_argument("--poll", type=float, default=RunConfig.poll, help="the launcher's Ray poll (RunConfig.poll)")
+    ap.add_argument("--sleep", type=float, help="trials that sleep this many seconds instead of training")
     ap.add_argument("--child", type=Path, help=argparse.SUPPRESS)
     ap.add_argument("--address", help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.child:
-        child(a.child, a.address, a.poll)
+        child(a.child, a.address, a.poll, a.sleep)
         return
     work = Path(tempfile.mkdtemp(prefix="ablate-co-"))  # short: Ray's socket paths live under it
-    print(f"cluster_overhead: {a.trials} trials (digits, 1-block ViT, 1 epoch) on {len(NODES)} loopback nodes x 1 "
+    body = "digits, 1-block ViT, 1 epoch" if a.sleep is None else f"each asleep {a.sleep:g} s"
+    print(f"cluster_overhead: {a.trials} trials ({body}) on {len(NODES)} loopback nodes x 1 "
           f"CPU, {os.cpu_count()} cores, launcher poll {a.poll:g} s; {load()}", flush=True)  # fmt: skip
     env = {**os.environ, "RAY_AUTH_MODE": "disabled", "RAY_ADDRESS": "", "RAY_TMPDIR": str(work / "ray")}
     with ExitStack() as stack:
@@ -159,7 +170,7 @@ def main() -> None:
                                                                         "seeds": a.trials}}}))  # fmt: skip
         began = time.perf_counter()
         launcher = Launcher(SWEEP, [sys.executable, __file__, "--child", str(work), "--address", address,
-                                    "--poll", str(a.poll)], env, work,
+                                    "--poll", str(a.poll), *(["--sleep", str(a.sleep)] if a.sleep else [])], env, work,
                             work / "launcher.log")  # fmt: skip
         stack.callback(launcher.kill)
         _, status, usage = os.wait4(launcher.proc.pid, 0)
@@ -207,7 +218,8 @@ def report(
           + (f", {ms(fresh)}" if fresh else ""))  # fmt: skip
     print(f"  whole launch: {launch['wall']:.1f} s for {per_slot:.1f} s of training per slot (ratio "
           f"{launch['wall'] / per_slot:.1f}); (wall x {slots} - own) / trials = {whole * 1e3:.0f} ms per trial; first "
-          f"trial {min(first.values()) - launch['began']:.1f} s after the launch call")  # fmt: skip
+          f"trial {min(first.values()) - launch['began']:.1f} s after the launch call; parallel efficiency (own time / "
+          f"(slots x wall)) {sum(own) / (slots * launch['wall']):.3f}")  # fmt: skip
     print(f"  launcher CPU: {launch['cpu']:.1f} s in the launch call's {launch['wall']:.1f} s = "
           f"{launch['cpu'] / launch['wall']:.0%} of a core; whole process {cpu:.1f} s of {life:.1f} s = "
           f"{cpu / life:.0%}; {load()}")  # fmt: skip
