@@ -196,7 +196,9 @@ def plot(ablate: list[Run], tune: list[Run], stopped: str) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--sizes", type=int, nargs="+", default=[100, 1000, 10000])
-    ap.add_argument("--tune-budget", type=float, default=600.0, help="seconds a Tune run may be projected to take")
+    ap.add_argument(
+        "--tune-budget", type=float, default=600.0, help="seconds a Tune run may be projected to take (0: none)"
+    )
     ap.add_argument("--keep", action="store_true", help="leave the PostgreSQL server running")
     ap.add_argument("--child", choices=("ablate", "tune"), help=argparse.SUPPRESS)
     ap.add_argument("--trials", type=int, help=argparse.SUPPRESS)
@@ -231,7 +233,7 @@ def main() -> None:
         address = start_cluster(stack, work, env)
         ablate: list[Run] = []
         tune: list[Run] = []
-        stopped = ""
+        stopped = "Tune not run (--tune-budget 0)" if a.tune_budget <= 0 else ""
         for n in a.sizes:
             if not stopped:
                 projected = tune[-1].wall / tune[-1].n * n if tune else 0.0
