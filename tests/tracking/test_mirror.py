@@ -21,8 +21,7 @@ from ablate.execution.recorder import Recorder
 from ablate.planning.keys import Trial, trial_key, variant_key
 from ablate.store import Store
 from ablate.store.schema import TrialRecord
-from ablate.tracking import mirror as mirror_module
-from ablate.tracking.mirror import Mirror, Synced, sync, sync_trial
+from ablate.tracking.mirror import NICE, Mirror, Synced, sync, sync_trial
 from ablate.tracking.tracker import RUN_STATUS, Tracker, params_of
 from ablate.training.messages import Finished, Started
 
@@ -154,12 +153,12 @@ def test_the_mirror_yields_the_cores_to_the_trials_and_its_stop_never_waits_on_i
     the thread still imports the report's modules (`prepare`, held here until the test lets it go) returns at once:
     the thread has sent MLflow nothing, and ends once its imports are done."""
     importing, go = threading.Event(), threading.Event()
-    monkeypatch.setattr(mirror_module, "prepare", lambda: (importing.set(), go.wait(30)))
+    monkeypatch.setattr("ablate.tracking.mirror.prepare", lambda: (importing.set(), go.wait(30)))
     with Store(f"sqlite:///{tmp_path / 'r.sqlite'}") as store:
         mirror = Mirror(store, Tracker(f"sqlite:///{tmp_path / 'm.sqlite'}"), print).start(trials=True)
         assert importing.wait(60)
         own = nice_of(threading.current_thread())
-        assert nice_of(mirror._thread) == max(mirror_module.NICE, own) and own < mirror_module.NICE
+        assert nice_of(mirror._thread) == max(NICE, own) and own < NICE
         assert mirror.stop() and mirror._thread.is_alive()  # returned while the imports go on
         go.set()
         mirror._thread.join(60)
