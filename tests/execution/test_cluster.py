@@ -22,6 +22,7 @@ from procs import kill_tree
 from test_plugins import plugin_source
 
 from ablate.store import Store
+from ablate.tracking.closing import waited
 from ablate.tracking.tracker import Tracker
 
 pytestmark = pytest.mark.timeout(420)
@@ -96,6 +97,7 @@ def test_sweep_runs_across_two_nodes(tmp_path: Path) -> None:
         assert set(t["state"]) == {"done"} and len(t) == 4
         assert t["node_id"].nunique() == 2  # the plugin's trials ran on both nodes
         tracker = Tracker(ml, str(tmp_path / "art"))
+        waited(tracker)  # what MLflow's mirror had not sent as the launch ended, its closing process sends
         runs = tracker.client.search_runs([tracker.experiment("two")], "tags.trial_key != ''")
         assert {r.data.tags["trial_key"] for r in runs} == set(t["key"])
         report = subprocess.run([sys.executable, "-m", "ablate.cli", "report", "two", "--db", db, "--format", "md"],
