@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
-from scipy import stats
+from scipy import special
 
 from ablate import evidence
 from ablate.planning.chooser import Chosen
@@ -81,7 +81,7 @@ def spent(policy: AdaptiveSeeds, t: float) -> float:
     """Alpha spent by information fraction `t` (0 < t <= 1) under the policy's spending function."""
     if policy.spending == "pocock":
         return policy.alpha * math.log(1 + (math.e - 1) * t)
-    return float(2 - 2 * stats.norm.cdf(stats.norm.ppf(1 - policy.alpha / 2) / math.sqrt(t)))
+    return float(2 - 2 * special.ndtr(special.ndtri(1 - policy.alpha / 2) / math.sqrt(t)))
 
 
 def spending(policy: AdaptiveSeeds) -> list[float]:
@@ -150,7 +150,7 @@ def interval(d: np.ndarray, level: float) -> tuple[float, float, str]:
         return math.nan, math.nan, evidence.why(len(d), len(d) - 1, False, True, "seed")
     if len(d) >= evidence.SMALL_N:
         mean, se = float(d.mean()), float(d.std(ddof=1) / math.sqrt(len(d)))
-        half = float(stats.t.ppf(0.5 + level / 2, len(d) - 1)) * se
+        half = float(special.stdtrit(len(d) - 1, 0.5 + level / 2)) * se
         return mean - half, mean + half, ""
     _, lo, hi = evidence.sign_flip(d, level)
     if math.isnan(lo):

@@ -25,7 +25,7 @@ import functools
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import stats as sps
+from scipy import special
 
 from ablate import evidence
 from ablate.reporting.stats import Replicates
@@ -61,7 +61,7 @@ def _quantiles(a: float, n: tuple[float, ...]) -> np.ndarray:
     """t_{1 - a/2, n - 1} + t_{power, n - 1} for each n: the same per level and counts whatever the SD, and the
     Findings ask `needed` for every count up to MAX_SEEDS once per comparison they list (read-only: shared)."""
     m = np.array(n)
-    q = np.asarray(sps.t.ppf(1 - a / 2, m - 1) + sps.t.ppf(POWER, m - 1))
+    q = np.asarray(special.stdtrit(m - 1, 1 - a / 2) + special.stdtrit(m - 1, POWER))
     q.flags.writeable = False
     return q
 
@@ -74,7 +74,7 @@ def mdd(sd: float, n: int, a: float, replicates: Replicates) -> float:
 def floor(sd: float, a: float, replicates: Replicates) -> float:
     """What the MDD tends to as the replicates grow: 0 for seeds, (z_{1-a/2} + z_{power}) SD sqrt(ratio) under
     cross-validation."""
-    return float((sps.norm.ppf(1 - a / 2) + sps.norm.ppf(POWER)) * sd * np.sqrt(replicates.ratio))
+    return float((special.ndtri(1 - a / 2) + special.ndtri(POWER)) * sd * np.sqrt(replicates.ratio))
 
 
 @dataclass(frozen=True)

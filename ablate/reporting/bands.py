@@ -23,6 +23,9 @@ together.
 Each of m arms gets confidence 1 - α/m (Bonferroni, valid however the arms' searches depend on each other), so
 every band holds at once with 1 - α: two arms whose bands are apart at n differ in that curve at n, and every
 such statement of a report holds together.
+
+opda and scipy.stats are imported where a band is computed: together 0.4 s, which a report with no tuned arms
+(every section but Tuning) does without (bench/report_scale.py's CLI timing).
 """
 
 from __future__ import annotations
@@ -34,8 +37,6 @@ from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
-from opda.nonparametric import EmpiricalDistribution
-from scipy.stats import kstwo, kstwobign
 
 from ablate import evidence
 from ablate.spec.tuning import MAX_BUDGET
@@ -62,7 +63,9 @@ def bounds(metric: str) -> tuple[float, float]:
 @functools.cache
 def half_width(n: int, confidence: float) -> float:
     """The KS band's half-width for n results: the `confidence` quantile of the two-sided KS statistic."""
-    return float(kstwo.ppf(confidence, n))
+    from scipy import stats
+
+    return float(stats.kstwo.ppf(confidence, n))
 
 
 def stephens(n: int, confidence: float) -> float:
@@ -74,7 +77,9 @@ def stephens(n: int, confidence: float) -> float:
 @functools.cache
 def _limit(confidence: float) -> float:
     """The `confidence` quantile of Kolmogorov's limiting distribution."""
-    return float(kstwobign.ppf(confidence))
+    from scipy import stats
+
+    return float(stats.kstwobign.ppf(confidence))
 
 
 @dataclass(frozen=True)
@@ -91,6 +96,8 @@ class Band:
 def median_best(values: Sequence[float], direction: Literal["max", "min"]) -> np.ndarray:
     """The median best of n of an arm's finite `values`, n = 1..len(values): the point curve its median band holds
     (opda's `quantile_tuning_curve` of their empirical distribution)."""
+    from opda.nonparametric import EmpiricalDistribution
+
     dist = EmpiricalDistribution(np.asarray(values, dtype=float))
     return np.asarray(dist.quantile_tuning_curve(np.arange(1, len(values) + 1), minimize=direction == "min"))
 
@@ -120,6 +127,8 @@ def band(
         minimize = direction == "min"
         if curve == EXPECTED and not (math.isfinite(bottom) and math.isfinite(top)):
             return np.full(n, bottom if math.isinf(bottom) else top)
+        from opda.nonparametric import EmpiricalDistribution
+
         ws = np.diff(np.clip(cum, 0.0, 1.0), prepend=0.0, append=1.0)
         dist = EmpiricalDistribution(np.concatenate([[bottom], ys, [top]]), ws=ws, a=bottom, b=top)
         if curve == MEDIAN:

@@ -47,7 +47,6 @@ SPEED = ("samples_s", "epoch_s", "timed", "device")
 """What `throughput` measures per variant (and `step_rel`, `step_batch` when timed side by side)."""
 NA = "n/a"
 """An axis value that does not apply to a variant (a knob of another attention kind)."""
-CHUNK = 500
 BCA = ("b_lo", "b_hi", "b_why")
 """The variant table's columns of the paired bootstrap's interval (`stats.paired`'s, with `resampled`)."""
 
@@ -329,14 +328,11 @@ def _references(variants: pd.DataFrame, axes: list[str], baseline: str | None, s
 
 
 def metrics(store: Store, names: list[str], keys: list[str]) -> pd.DataFrame:
-    """Per-epoch metrics of `keys`, read in chunks that stay below SQLite's limit of bound parameters (selecting
-    by key uses the metrics table's primary key); key and name are categoricals over `keys` and `names`, one
-    dtype for every chunk, so the joined frame keeps them as codes (as text, they were a fifth of the read)."""
+    """Per-epoch metrics of `keys` (selecting by key uses the metrics table's primary key); key and name are
+    categoricals over `keys` and `names`, so the frame keeps them as codes (as text, they were a fifth of the
+    read)."""
     dtypes = {"key": pd.CategoricalDtype(list(dict.fromkeys(keys))), "name": pd.CategoricalDtype(names)}
-    parts = [store.metrics_frame(names=names, keys=keys[i : i + CHUNK]).astype(dtypes)
-             for i in range(0, len(keys), CHUNK)]  # fmt: skip
-    empty = pd.DataFrame(columns=["key", "name", "step", "value"]).astype(dtypes)
-    return pd.concat(parts, ignore_index=True) if parts else empty
+    return store.metrics_frame(names=names, keys=keys).astype(dtypes)
 
 
 def throughput(store: Store, data: SweepData, side_by_side: bool = False) -> pd.DataFrame:

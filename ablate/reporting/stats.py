@@ -29,7 +29,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 from numpy.typing import ArrayLike
-from scipy import special, stats
+from scipy import special
 
 from ablate import evidence
 from ablate.evidence import ALPHA as ALPHA
@@ -99,8 +99,8 @@ def t_test(mean: ArrayLike, se: ArrayLike, df: ArrayLike, level: float = LEVEL) 
     is 0 or undefined: no spread, no interval)."""
     mean, se, df = (np.asarray(a, dtype=float) for a in (mean, se, df))
     with np.errstate(invalid="ignore", divide="ignore"):
-        half = np.where(se > 0, stats.t.ppf(0.5 + level / 2, np.maximum(df, 1)) * se, np.nan)
-        p = np.where(se > 0, 2 * stats.t.sf(np.abs(mean / se), np.maximum(df, 1)), np.nan)
+        half = np.where(se > 0, special.stdtrit(np.maximum(df, 1), 0.5 + level / 2) * se, np.nan)
+        p = np.where(se > 0, 2 * special.stdtr(np.maximum(df, 1), -np.abs(mean / se)), np.nan)
     return mean - half, mean + half, p
 
 
@@ -158,10 +158,10 @@ def noncentrality(t: np.ndarray, df: np.ndarray, target: float) -> np.ndarray:
         return c
 
     # start: the normal approximation, T ~ N(ncp, 1 + ncp^2 / 2df), whose cdf's probit is (t - ncp) / spread
-    z = stats.norm.ppf(target)
+    z = special.ndtri(target)
     spread = np.sqrt(1 + t * t / (2 * df))
     x0, x1 = t - z * spread, t - z * spread - 0.1 * spread
-    f0, f1 = (stats.norm.ppf(look(x, every)) - z for x in (x0, x1))
+    f0, f1 = (special.ndtri(look(x, every)) - z for x in (x0, x1))
     estimate, rows = x1.copy(), every
     cell = 2 * reach * 0.5**BISECTIONS  # the width of the bisection's last interval
     for _ in range(SECANTS):
@@ -172,7 +172,7 @@ def noncentrality(t: np.ndarray, df: np.ndarray, target: float) -> np.ndarray:
             break
         rows, x0, f0 = rows[go], x1[go], f1[go]
         x1 = np.clip(x0 - step[go], t[rows] - reach[rows], t[rows] + reach[rows])
-        f1 = stats.norm.ppf(look(x1, rows)) - z
+        f1 = special.ndtri(look(x1, rows)) - z
         estimate[rows] = x1
     lo, hi = _bisect(t - reach, t + reach, lambda mid: mid <= estimate)  # where the bisection would end
     look(lo, every)
@@ -207,7 +207,9 @@ def nct_cdf(t: np.ndarray, df: np.ndarray, ncp: np.ndarray) -> np.ndarray:
     complement at (-t, -ncp), the same number, is not."""
     c = np.asarray(special.nctdtr(df, ncp, t), dtype=float)
     bad = np.isnan(c)
-    if bad.any():
+    if bad.any():  # scipy.stats (0.4 s to import, which a report otherwise does without) only for the band
+        from scipy import stats
+
         c[bad] = stats.nct.sf(-t[bad], df[bad], -ncp[bad])
     return c
 

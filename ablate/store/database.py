@@ -115,11 +115,6 @@ class Database(Queries):
         with Session(self.engine, expire_on_commit=False) as session:
             return session.get(model, ident)
 
-    @staticmethod
-    def _key_filters(keys: Iterable[str] | None) -> Iterator[Any]:
-        if keys is None:
-            yield TRIALS.c.key.is_not(None)
-            return
-        keys = list(keys)
-        for i in range(0, len(keys), CHUNK):
-            yield TRIALS.c.key.in_(keys[i : i + CHUNK])
+    def _keyed(self, keys: Iterable[str] | None) -> Any:
+        """The trials of `keys` (None: every trial)."""
+        return TRIALS.c.key.is_not(None) if keys is None else self._among(TRIALS.c.key, keys)

@@ -106,7 +106,6 @@ class Leases(Database):
 
     def release(self, owner: Owner, keys: Iterable[str] | None = None) -> None:
         """Give up `owner`'s leases (on `keys`, or all): another launcher may claim them at once."""
+        stmt = update(TRIALS).where(self._keyed(keys), TRIALS.c.lease_owner == owner.id)
         with self._write() as conn:
-            for where in self._key_filters(keys):
-                stmt = update(TRIALS).where(where, TRIALS.c.lease_owner == owner.id)
-                conn.execute(stmt.values(lease_owner=None, lease_host=None, lease_expires=None))
+            conn.execute(stmt.values(lease_owner=None, lease_host=None, lease_expires=None))

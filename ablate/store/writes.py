@@ -202,12 +202,9 @@ class Store(Leases):
     def interrupt(self, keys: Iterable[str] | None = None, state: str = "interrupted") -> int:
         """Mark `running` trials (all, or those of `keys`) `interrupted` (after Ctrl-C, or at a launch's start
         for trials a killed launcher left running) or `preempted` (SIGTERM). Returns how many."""
-        n = 0
+        stmt = update(TRIALS).where(self._keyed(keys), TRIALS.c.state == "running")
         with self._write() as conn:
-            for where in self._key_filters(keys):
-                stmt = update(TRIALS).where(where, TRIALS.c.state == "running")
-                n += conn.execute(stmt.values(state=state, finished_at=now())).rowcount
-        return n
+            return int(conn.execute(stmt.values(state=state, finished_at=now())).rowcount)
 
     def set_mirrored(self, key: str, step: int, state: str) -> bool:
         """MLflow now has the trial's metrics up to `step` and shows `state` (see `ablate.tracking.mirror`): kept
@@ -256,31 +253,27 @@ class Store(Leases):
         """Trials to train again (stale code, `--rerun`): each one's row and epoch metrics are kept in
         `previous_results`, its metrics cleared and the row reset to pending (with no MLflow run: the new
         training gets a run of its own). One transaction; returns how many."""
-        keys, t, n = list(keys), now(), 0
+        t, where = now(), self._keyed(keys)
         with self._write() as conn:
-            for where in self._key_filters(keys):
-                rows = conn.execute(select(TRIALS.c.key, *(TRIALS.c[c] for c in _KEPT)).where(where)).mappings().all()
-                for row in rows:
-                    metrics = conn.execute(select(METRICS.c.name, METRICS.c.step, METRICS.c.value)
-                                           .where(METRICS.c.trial_key == row["key"])).all()  # fmt: skip
-                    record = {c: row[c].isoformat() if isinstance(row[c], datetime) else row[c] for c in _KEPT}
-                    record["metrics"] = [list(m) for m in metrics]
-                    conn.execute(PREVIOUS.insert().values(trial_key=row["key"], archived_at=t, reason=reason,
-                                                          record=_finite(record)))  # fmt: skip
-                    conn.execute(METRICS.delete().where(METRICS.c.trial_key == row["key"]))
-                n += conn.execute(update(TRIALS).where(where).values(**_RESET)).rowcount
-        return n
+            rows = conn.execute(select(TRIALS.c.key, *(TRIALS.c[c] for c in _KEPT)).where(where)).mappings().all()
+            for row in rows:
+                metrics = conn.execute(select(METRICS.c.name, METRICS.c.step, METRICS.c.value)
+                                       .where(METRICS.c.trial_key == row["key"])).all()  # fmt: skip
+                record = {c: row[c].isoformat() if isinstance(row[c], datetime) else row[c] for c in _KEPT}
+                record["metrics"] = [list(m) for m in metrics]
+                conn.execute(PREVIOUS.insert().values(trial_key=row["key"], archived_at=t, reason=reason,
+                                                      record=_finite(record)))  # fmt: skip
+                conn.execute(METRICS.delete().where(METRICS.c.trial_key == row["key"]))
+            return int(conn.execute(update(TRIALS).where(where).values(**_RESET)).rowcount)
 
     def forget(self, keys: Iterable[str]) -> int:
         """Delete trials whole: their rows, memberships, metrics and previous results. Returns how many."""
-        n = 0
+        where = self._keyed(keys)
+        chosen = select(TRIALS.c.key).where(where).scalar_subquery()
         with self._write() as conn:
-            for where in self._key_filters(keys):
-                chosen = select(TRIALS.c.key).where(where).scalar_subquery()
-                for table, column in ((METRICS, "trial_key"), (PREVIOUS, "trial_key"), (MEMBERS, "trial_key")):
-                    conn.execute(table.delete().where(table.c[column].in_(chosen)))
-                n += conn.execute(TRIALS.delete().where(where)).rowcount
-        return n
+            for table, column in ((METRICS, "trial_key"), (PREVIOUS, "trial_key"), (MEMBERS, "trial_key")):
+                conn.execute(table.delete().where(table.c[column].in_(chosen)))
+            return int(conn.execute(TRIALS.delete().where(where)).rowcount)
 
     # ------------------------------------------------------------------------------------------- reads
     def done_keys(self, keys: Iterable[str] | None = None) -> set[str]:
@@ -289,11 +282,8 @@ class Store(Leases):
 
     def states(self, keys: Iterable[str] | None = None) -> dict[str, str]:
         """State of each known trial (of `keys`, or all); unknown keys are left out."""
-        out: dict[str, str] = {}
         with self.engine.connect() as conn:
-            for where in self._key_filters(keys):
-                out.update(conn.execute(select(TRIALS.c.key, TRIALS.c.state).where(where)).all())
-        return out
+            return dict(conn.execute(select(TRIALS.c.key, TRIALS.c.state).where(self._keyed(keys))).all())
 
     def finished_since(self, since: datetime) -> dict[str, str]:
         """State of each trial that ended (`ENDED`: done, failed or diverged) at or after `since` by the clock of
@@ -310,12 +300,9 @@ class Store(Leases):
 
     def holders(self, keys: Iterable[str] | None = None) -> dict[str, str]:
         """Who holds a lease (user@host:pid) on each leased trial (of `keys`, or all), lapsed or not."""
-        out: dict[str, str] = {}
+        stmt = select(TRIALS.c.key, TRIALS.c.lease_host).where(self._keyed(keys), TRIALS.c.lease_owner.is_not(None))
         with self.engine.connect() as conn:
-            for where in self._key_filters(keys):
-                stmt = select(TRIALS.c.key, TRIALS.c.lease_host).where(where, TRIALS.c.lease_owner.is_not(None))
-                out.update(conn.execute(stmt).all())
-        return out
+            return dict(conn.execute(stmt).all())
 
     def unmirrored(self, sweeps: Iterable[str] | None = None) -> list[str]:
         """Keys of the started trials (of `sweeps`, or all) whose MLflow run lags behind the store: another
@@ -363,12 +350,9 @@ class Store(Leases):
         return self._column("config", keys)
 
     def _column(self, name: str, keys: Iterable[str] | None) -> dict[str, Any]:
-        out: dict[str, Any] = {}
+        stmt = select(TRIALS.c.key, TRIALS.c[name]).where(self._keyed(keys), TRIALS.c[name].is_not(None))
         with self.engine.connect() as conn:
-            for where in self._key_filters(keys):
-                stmt = select(TRIALS.c.key, TRIALS.c[name]).where(where, TRIALS.c[name].is_not(None))
-                out.update((k, v) for k, v in conn.execute(stmt) if v is not None)  # a JSON null too
-        return out
+            return {k: v for k, v in conn.execute(stmt) if v is not None}  # a JSON null too
 
     def previous(self, key: str) -> list[dict[str, Any]]:
         """The trial's earlier results (oldest first): reason, archived_at and the kept columns."""

@@ -26,7 +26,7 @@ from sqlalchemy.exc import IntegrityError
 
 from ablate.config import TrialConfig
 from ablate.planning.keys import Trial, trial_key, variant_key
-from ablate.store import STATES, TRIAL_COLUMNS, Owner, Store, flatten, queries
+from ablate.store import STATES, TRIAL_COLUMNS, Owner, Store, flatten
 from ablate.store.database import CHUNK, now
 from ablate.store.engine import make_engine, revision_number, upgrade, upsert_stmt
 from ablate.store.queries import METRICS, Condition, Provenance
@@ -659,11 +659,10 @@ def test_code_digests_count_each_done_trial_of_the_sweeps_once(store):
     assert {k: v.trials for k, v in store.code_digests().items()} == {"new": 2, "old": 2}
 
 
-def test_provenance_groups_the_trials_by_their_recorded_code_and_environment(store, monkeypatch):
+def test_provenance_groups_the_trials_by_their_recorded_code_and_environment(store):
     """The trials asked for, grouped by code digest, git state, device, CPU and versions (read from the JSON records
-    in SQL, on SQLite and PostgreSQL alike), the most trials first; keys read in chunks add up; a trial recorded
-    without them is a group of Nones."""
-    monkeypatch.setattr(queries, "PROVENANCE_CHUNK", 2)
+    in SQL, on SQLite and PostgreSQL alike), the most trials first; a trial recorded without them is a group of
+    Nones."""
     ts = [trial(s) for s in range(6)]
     store.add_trials("one", ts)
     env = {"python": "3.12.7", "packages": {"torch": "2.5.1", "ablate": "0.9"}, "device": "cuda:NVIDIA H200",
@@ -676,6 +675,24 @@ def test_provenance_groups_the_trials_by_their_recorded_code_and_environment(sto
     known = ("abc", "f00", False, "NVIDIA H200", "Xeon", "cuda:NVIDIA H200", "3.12.7", "2.5.1", "0.9")
     assert got == [Provenance(*known, trials=3), Provenance("abc", "f00", True, *known[3:], trials=1),
                    Provenance(*(None,) * 9, trials=1)]  # fmt: skip
+
+
+def test_keys_are_one_parameter_of_one_statement_however_many(store):
+    """A read or write of the trials of given keys is one statement, its keys bound as one parameter: 40,000 keys
+    are past SQLite's limit of bound parameters (32,766), and an IN list rendered per key was most of a
+    10,000-trial report's metrics read on PostgreSQL (0.22 s of 0.23 s; bench/launch_scale.py)."""
+    ts = [trial(s) for s in range(3)]
+    store.add_trials("one", ts)
+    store.log_metrics(ts[0].key, 1, {"val.top1": 0.5})
+    store.finish(ts[1].key, "failed", error="boom")
+    keys = [t.key for t in ts] + [f"absent{i}" for i in range(40_000)]
+    bound: list[int] = []
+    event.listen(store.engine, "before_cursor_execute", lambda *a: bound.append(len(a[3])))
+    assert store.states(keys) == {ts[0].key: "pending", ts[1].key: "failed", ts[2].key: "pending"}
+    assert store.metrics_frame(keys=keys)["value"].tolist() == [0.5]
+    assert [p.trials for p in store.provenance(keys)] == [3]
+    assert store.forget(keys[1:]) == 2 and store.states(keys) == {ts[0].key: "pending"}
+    assert max(bound) < 20, bound  # the keys, and the provenance's JSON paths (16)
 
 
 def test_a_batch_is_one_transaction_of_this_threads_writes(tmp_path: Path) -> None:
