@@ -242,7 +242,6 @@ class Mirror:
         return self.down is None
 
     def _run(self) -> None:
-        yield_to_trials()
         if self._preparing:
             prepare()
             with self._wake:
@@ -301,13 +300,15 @@ class Mirror:
 
 
 NICE = 10
-"""The nice value of the launcher's MLflow work (the mirror's thread, the closing process): on a machine whose cores
-the trials fill, MLflow's calls took turns with them (bench/README.md: 8 trials of 2 CPU s on 2 cores)."""
+"""The nice value of the closing process: MLflow's catching up after `ablate launch` has returned runs on what the
+next trials (a launcher's beside it, the user's next) leave idle. The mirror's thread, while its own launch runs,
+keeps the launcher's priority: at nice 10 it left more to the closing process, and the trials gained nothing
+measurable (bench/README.md, 2026-12-03: parallel efficiency 0.91 either way)."""
 
 
 def yield_to_trials() -> None:
-    """Lower this thread's CPU priority (Linux: each thread has its own nice value) to `NICE`: bookkeeping that can
-    wait runs on what the trials leave idle. Elsewhere, or where it is refused, nothing changes."""
+    """Lower this thread's CPU priority (Linux: each thread has its own nice value) to `NICE`. Elsewhere, or where it
+    is refused, nothing changes."""
     if sys.platform == "linux":
         with suppress(OSError):
             os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), NICE)

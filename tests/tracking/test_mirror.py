@@ -21,7 +21,7 @@ from ablate.execution.recorder import Recorder
 from ablate.planning.keys import Trial, trial_key, variant_key
 from ablate.store import Store
 from ablate.store.schema import TrialRecord
-from ablate.tracking.mirror import NICE, Mirror, Synced, sync, sync_trial
+from ablate.tracking.mirror import NICE, Mirror, Synced, sync, sync_trial, yield_to_trials
 from ablate.tracking.tracker import RUN_STATUS, Tracker, params_of
 from ablate.training.messages import Finished, Started
 
@@ -146,22 +146,25 @@ def nice_of(thread: threading.Thread) -> int:
 
 
 @pytest.mark.skipif(sys.platform != "linux", reason="a thread's own nice value is Linux's")
-def test_the_mirror_yields_the_cores_to_the_trials_and_its_stop_never_waits_on_its_imports(
-    tmp_path: Path, monkeypatch
-) -> None:
-    """The mirror's thread runs at `NICE` (the launching thread keeps its own priority), and a launch that ends while
-    the thread still imports the report's modules (`prepare`, held here until the test lets it go) returns at once:
-    the thread has sent MLflow nothing, and ends once its imports are done."""
+def test_the_closing_yields_and_the_mirrors_stop_never_waits_on_its_imports(tmp_path: Path, monkeypatch) -> None:
+    """`yield_to_trials` puts its own thread at `NICE` and no other (the closing process calls it, its only thread);
+    the mirror's thread keeps the launcher's priority. A launch that ends while the thread still imports the
+    report's modules (`prepare`, held here until the test lets it go) returns at once: the thread has sent MLflow
+    nothing, and ends once its imports are done."""
+    own = nice_of(threading.current_thread())
+    yielded = threading.Thread(target=lambda: (yield_to_trials(), go.wait(30)))
     importing, go = threading.Event(), threading.Event()
     monkeypatch.setattr("ablate.tracking.mirror.prepare", lambda: (importing.set(), go.wait(30)))
     with Store(f"sqlite:///{tmp_path / 'r.sqlite'}") as store:
         mirror = Mirror(store, Tracker(f"sqlite:///{tmp_path / 'm.sqlite'}"), print).start(trials=True)
+        yielded.start()
         assert importing.wait(60)
-        own = nice_of(threading.current_thread())
-        assert nice_of(mirror._thread) == max(NICE, own) and own < NICE
+        wait_for(lambda: nice_of(yielded) == max(NICE, own))
+        assert own < NICE and nice_of(mirror._thread) == own == nice_of(threading.current_thread())
         assert mirror.stop() and mirror._thread.is_alive()  # returned while the imports go on
         go.set()
         mirror._thread.join(60)
+        yielded.join(60)
         assert not mirror._thread.is_alive()
 
 
