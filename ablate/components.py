@@ -272,6 +272,10 @@ class Dataset:
     task: str = "classify"
     needs_path: bool = False
     """True when `data.path` is required."""
+    shipped: bool = False
+    """True when, without a `data.path`, its examples are fixed by its code: copies its package ships, a seeded
+    generator. The pre-launch data check of such a dataset is remembered with the code's fingerprint, as a model's is
+    (`ablate.probe.check.data_fingerprint`); any other is checked at every launch."""
     val_fraction: float = 0.1
     """Default `data.val_fraction`: the share of training examples held out for validation curves."""
 

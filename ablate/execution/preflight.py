@@ -46,10 +46,11 @@ class Checks:
     data: bool = True
     """A sample of every dataset to run through its model and loss: labels are class indices, classes and widths
     as the dataset declares (`ablate.probe.check.check_data`); skipped for a dataset whose path is the cluster's
-    (`data.remote`). Never remembered: the data may change under its path."""
+    (`data.remote`). Remembered with `remember` only for a dataset whose code fixes its examples
+    (`ablate.probe.check.data_fingerprint`): data at a path may change under it."""
     remember: Path | None = field(default_factory=_remembered_checks)
-    """The file of passing model checks (architecture, code fingerprint, checks' source), shared by every
-    launch on this machine; None: step every architecture."""
+    """The file of passing model and data checks (code fingerprint, checks' source and what was checked), shared by
+    every launch on this machine; None: check every architecture and dataset."""
 
 
 def to_check(plans: Sequence[Plan], done: set[str], choice: Select) -> set[str]:

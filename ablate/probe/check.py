@@ -13,11 +13,16 @@ torch is imported only to run a step: a launch whose variants are all done or re
 never imports it.
 
 `ablate check` also builds each distinct dataset once (`check_data`): its classes and widths against what it
-declared, every label of a sample of each split a class index, one batch through the model and the loss.
+declared, every label of a sample of each split a class index, one batch through the model and the loss. A pass is
+remembered the same way for a dataset whose examples its code fixes (`Dataset.shipped`, with no `data.path`: the
+copies this package ships, a seeded generator), so a launch of remembered variants on them imports no torch (4.1 s of
+a three-node launch's start on 2 cores, bench/cluster_overhead.py); one read from a path is checked at every launch,
+as its files may change under it.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import traceback
@@ -195,6 +200,19 @@ def check_config(cfg: TrialConfig) -> str | None:
     return _remembered(_CACHE, fingerprint(cfg), lambda: step(cfg), lambda e: failure(cfg, e))
 
 
+def _unless_passed(
+    fp: str | None, passed: dict[str, Any], new: dict[str, bool], run: Callable[[], str | None]
+) -> str | None:
+    """`run`'s error (None: it passed), unless a pass is remembered under `fp` (None: nothing is); a new pass under a
+    fingerprint goes into `new`, to be remembered once every check has passed."""
+    if fp is not None and fp in passed:
+        return None
+    error = run()
+    if error is None and fp is not None:
+        new[fp] = True
+    return error
+
+
 def _remembered(
     cache: dict[str, str | None], key: str, run: Callable[[], Any], fail: Callable[[Exception], str]
 ) -> str | None:
@@ -254,8 +272,22 @@ def batches(cfg: TrialConfig) -> None:
 
 def check_data(cfg: TrialConfig) -> str | None:
     """None when the trial's dataset passes `batches`, else the error naming it (cached per dataset)."""
-    key = json.dumps([cfg.task, cfg.data.model_dump(mode="json"), cfg.model.img_size, cfg.model.num_classes])
-    return _remembered(_DATA, key, lambda: batches(cfg), lambda e: data_failure(cfg, e))
+    return _remembered(_DATA, _dataset(cfg), lambda: batches(cfg), lambda e: data_failure(cfg, e))
+
+
+def _dataset(cfg: TrialConfig) -> str:
+    """What a data check depends on besides the code: the task, the data settings and the model's input."""
+    return json.dumps([cfg.task, cfg.data.model_dump(mode="json"), cfg.model.img_size, cfg.model.num_classes])
+
+
+def data_fingerprint(cfg: TrialConfig) -> str | None:
+    """What a passing data check is remembered under, as a model's is (`fingerprint`): the dataset's settings, the
+    trial's code fingerprint (the dataset's modules among it) and `_CHECKS`; None, never remembered, for a dataset
+    read from a path or one whose examples its code does not fix (`Dataset.shipped`)."""
+    if cfg.data.path is not None or not DATASETS.get(cfg.data.name).shipped:
+        return None
+    key = ["data", _dataset(cfg), code_fingerprint(cfg).digest, _CHECKS]
+    return hashlib.sha256(json.dumps(key).encode()).hexdigest()[:20]
 
 
 _CHECKS = hashlib.sha256(Path(__file__).read_bytes()).hexdigest()[:16]
@@ -283,8 +315,8 @@ def check(
     `remember`: a JSON file of passing fingerprints (`ablate.provenance.cache`'s format, shared by concurrent
     launchers),
     read, and extended when every variant passes. `data`: each variant's dataset is checked too (`check_data`,
-    once per dataset; not remembered: the data may change under its path), unless its path is the cluster's
-    (`data.remote`)."""
+    once per dataset; remembered as the models are for a dataset its code fixes, `data_fingerprint`), unless its
+    path is the cluster's (`data.remote`)."""
     passed = cache.entries(remember) if remember is not None else {}
     new: dict[str, bool] = {}
     out = []
@@ -297,9 +329,7 @@ def check(
             error = params = gflops = None
             if models:
                 fp = fingerprint(t.config) if remember is not None else None
-                error = None if fp in passed else check_config(t.config)
-                if error is None and fp is not None and fp not in passed:
-                    new[fp] = True
+                error = _unless_passed(fp, passed, new, functools.partial(check_config, t.config))
                 if error is None:
                     try:
                         counted = cost(t.config)
@@ -307,7 +337,8 @@ def check(
                     except ModelError as e:
                         error = str(e)
             if error is None and data and not t.config.data.remote:  # a remote path is only on the cluster
-                error = check_data(t.config)
+                fp = data_fingerprint(t.config) if remember is not None else None
+                error = _unless_passed(fp, passed, new, functools.partial(check_data, t.config))
             out.append(Checked(plan.sweep, t.variant, params, gflops, error))
     if remember is not None and new and all(c.ok for c in out):  # a failed check exits before anything is written
         cache.keep_all(remember, new)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -14,10 +15,12 @@ from conftest import TINY
 from test_plugins import GOOD_BODY, cli, experiments, plugin_source
 from typer.testing import CliRunner
 
+import ablate.probe.check
 from ablate.cli import app
 from ablate.data import DataError
 from ablate.execution import trial_task
 from ablate.planning.plan import plan
+from ablate.probe.check import check
 from ablate.training.loop import run_trial
 
 SWAPPED = "return (a @ v).transpose(1, 2)"
@@ -181,6 +184,35 @@ def test_check_builds_a_batch_of_each_dataset_and_names_what_it_does_not_declare
     assert "inputs (2, 8, 8, 1)" in rows["channels-last"], rows
     models = cli(["check", str(f), "--no-data"], tmp_path, {"COLUMNS": "500"})
     assert models.returncode == 0 and models.stdout.count(" ok ") == len(FAULTS) + 1, models.stdout + models.stderr
+
+
+def test_a_shipped_datasets_passing_check_is_remembered_and_data_at_a_path_is_checked_again(tmp_path: Path) -> None:
+    """A dataset whose code fixes its examples (`Dataset.shipped`) is built by the first check alone while a file
+    keeps its passes, as a model is stepped once (a launch then imports no torch); given a `data.path`, or not
+    shipped, it is built by every check: its files may change under it."""
+    for name, shipped in (("fixed", True), ("loose", False)):
+        text = DATASET.format(name=name, chans=1, size="cfg.model.img_size", fault="BUILT.append(n)")
+        text = text.replace(f'name = "{name}"', f'name = "{name}"\n    shipped = {shipped}')
+        (tmp_path / f"{name}.py").write_text("BUILT = []\n" + text)
+    bases = {"fixed": {**TINY, "data": {"name": "fixed"}}, "loose": {**TINY, "data": {"name": "loose"}},
+             "at-path": {**TINY, "data": {"name": "fixed", "path": str(tmp_path)}}}  # fmt: skip
+    f = sweeps(tmp_path, ["./fixed.py", "./loose.py"], bases)
+    memory = tmp_path / "ck" / "checked.json"
+
+    def built(sweep: str) -> int:
+        """Splits the check of `sweep` built, in a check that starts as a new process does."""
+        p = plan(f, sweep)
+        module = sys.modules[
+            next(m.module for m in p.plugins.files if m.path.endswith(f"{p.trials[0].config.data.name}.py"))
+        ]
+        ablate.probe.check._DATA.clear()
+        before = len(module.BUILT)
+        assert all(c.ok for c in check([p], remember=memory, data=True, models=False))
+        return len(module.BUILT) - before
+
+    assert built("fixed") > 0 and built("fixed") == 0
+    assert built("at-path") > 0 and built("at-path") > 0
+    assert built("loose") > 0 and built("loose") > 0
 
 
 def test_a_label_past_the_classes_fails_the_trial_naming_the_dataset(tmp_path: Path) -> None:
