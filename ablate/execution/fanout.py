@@ -46,6 +46,14 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 
 
+LOOK = 1.0
+"""Seconds between two looks at the trials finished elsewhere while this launch's trials run (`Fanout.wave`): a look
+reads every trial that ended within a lease length, this launch's own among them (800 rows at 13 trials a second),
+and looking at every wave grew with the sweep (`bench/launch_scale.py`: 1.22 ms a trial at 10,000). A trial another
+launcher finished meanwhile stays queued a little longer; `Store.claim` refuses it. With nothing left running, the
+wave looks at once."""
+
+
 def connect(cluster: Cluster) -> bool:
     """Reuse a running Ray, join the cluster's address (`Cluster.join_address`) once its GCS answers (`answered`),
     or start an embedded one. True if we started it. A SIGINT or SIGTERM meanwhile is `Stopped`."""
@@ -298,8 +306,9 @@ class Fanout:
     def finished_elsewhere(self, whole: bool) -> None:
         """Count the queued trials another launcher finished, and forget them.
 
-        After a trial settles, the store is asked only for the trials that finished since the last look
-        (`Store.finished_since`, an index range), so a look costs what finished meanwhile, not the queue's length
+        After a trial settles (at most once a `LOOK` while others run), the store is asked only for the trials that
+        finished since the last look (`Store.finished_since`, an index range), so a look costs what finished
+        meanwhile, not the queue's length
         (asking the state of every queued trial was 0.46 s per settled trial on PostgreSQL with 10,000 queued).
         A finish time is the recording launcher's clock when it wrote, so the look reaches a lease length
         (`Owner.seconds`) further back: leases already assume that launchers' clocks agree to well within one.
@@ -402,7 +411,8 @@ class Fanout:
         states = [settle(ref, key, self.todo[key].config, self.gpus[key], self.attempts, self.progress,
                          self.chosen.codes.get(key)) for ref, key in zip(refs, keys)]  # fmt: skip
         if resubmit:
-            self.finished_elsewhere(whole=False)
+            if not self.pending or (now() - self.seen).total_seconds() >= LOOK:
+                self.finished_elsewhere(whole=False)
             self.fill()
         again = ("retry", "oom", "lost")
         outcomes = [s.record or Finished(k, "preempted") for k, s in zip(keys, states)

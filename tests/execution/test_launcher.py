@@ -27,6 +27,7 @@ from synthetic import failed_elsewhere
 from typer.testing import CliRunner
 
 from ablate.cli import app
+from ablate.execution import fanout
 from ablate.execution.launcher import LaunchResult, RunConfig, launch
 from ablate.execution.progress import Display
 from ablate.planning.plan import Plan, plan, plan_all
@@ -232,6 +233,31 @@ def test_a_launcher_learns_what_another_finished_from_the_trials_finished_since_
         assert (t.loc[first, "state"], t.loc[other, "state"], t.loc[other, "attempts"]) == ("done", "failed", 1)
     assert named
     assert not [s for s in named if other in s], "the launcher named the trial finished elsewhere"
+
+
+def test_while_a_trial_runs_the_waves_beside_it_read_no_trials_finished_elsewhere_within_a_look(
+    ray_local, tmp_path: Path, monkeypatch
+) -> None:
+    """Six trials, two at a time (1 CPU each), `LOOK` an hour: the first waits at the gate while the other five run
+    one after another beside it. The waves that settle those five each leave a trial running and trials queued, and
+    none reads the trials finished since the last look (with `LOOK` 0 they read at every wave); the wave
+    that settles the last running trial looks at once (tests above: a trial finished elsewhere is counted then)."""
+    by_value()
+    monkeypatch.setattr(fanout, "LOOK", 3600.0)
+    f = write_sweeps(tmp_path / "e.yaml", {"s": {"base": {**TINY, "resources": {"cpus": 1}}, "seeds": 6}})
+    p = plan(f, "s")
+    keys = [t.key for t in p.trials]
+    gate, looks = Gate(tmp_path / "gate", epoch=1, keys=keys[:1]), list[str]()
+    with Store(f"sqlite:///{tmp_path}/r.sqlite") as store:
+        event.listen(store.engine, "before_cursor_execute",
+                     lambda *call: "finished_at >=" in call[2] and looks.append(call[2]))  # fmt: skip
+        box, th = launch_in_thread(p, store, tmp_path, gate, lease=600)
+        gate.wait(1)
+        wait_for(lambda: set(store.states(keys[1:]).values()) == {"done"})
+        gate.open()
+        th.join(timeout=240)
+        assert box["res"].counts == {"done": 6}
+    assert looks == [], looks
 
 
 def flaky_runner(cfg, report, checkpoint_dir):
