@@ -50,8 +50,8 @@ LOOK = 1.0
 """Seconds between two looks at the trials finished elsewhere while this launch's trials run (`Fanout.wave`): a look
 reads every trial that ended within a lease length, this launch's own among them (800 rows at 13 trials a second),
 and looking at every wave grew with the sweep (`bench/launch_scale.py`: 1.22 ms a trial at 10,000). A trial another
-launcher finished meanwhile stays queued a little longer; `Store.claim` refuses it. With nothing left running, the
-wave looks at once."""
+launcher finished meanwhile stays queued a little longer; `Store.claim` refuses it. A wave whose claim refused every
+queued trial, with nothing left running, looks at once."""
 
 
 def connect(cluster: Cluster) -> bool:
@@ -411,9 +411,12 @@ class Fanout:
         states = [settle(ref, key, self.todo[key].config, self.gpus[key], self.attempts, self.progress,
                          self.chosen.codes.get(key)) for ref, key in zip(refs, keys)]  # fmt: skip
         if resubmit:
-            if not self.pending or (now() - self.seen).total_seconds() >= LOOK:
+            if (now() - self.seen).total_seconds() >= LOOK:
                 self.finished_elsewhere(whole=False)
             self.fill()
+            if self.queue and not self.pending:  # the claim refused every queued trial: some may have ended elsewhere
+                self.finished_elsewhere(whole=False)
+                self.fill()
         again = ("retry", "oom", "lost")
         outcomes = [s.record or Finished(k, "preempted") for k, s in zip(keys, states)
                     if s.record or s.state == "lost" or (s.state in again and not resubmit)]  # fmt: skip

@@ -212,8 +212,8 @@ def test_a_launcher_learns_what_another_finished_from_the_trials_finished_since_
     (its store calls here) runs the second, which fails, and records it by a clock behind this one's: stamped
     before this launch began. Once the first trial settles, the launcher reads the trials finished since its
     last look, reaching a lease further back: it counts the second as failed elsewhere and does not train it
-    (a failed trial can be claimed), and from its first trial's start on it never names the second in a
-    statement, so it did not read the state of its whole queue. Its lease of 600 s keeps the periodic look at
+    (a failed trial can be claimed), and from its first trial's start on no statement but a claim (which refuses it)
+    names the second, so it did not read the state of its whole queue. Its lease of 600 s keeps the periodic look at
     the whole queue (every quarter of a lease with nothing finished) out of the test."""
     by_value()
     f = write_sweeps(tmp_path / "e.yaml", {"s": {"base": {**TINY, "resources": {"cpus": 2}}, "seeds": 2}})
@@ -224,7 +224,9 @@ def test_a_launcher_learns_what_another_finished_from_the_trials_finished_since_
     with Store(db) as store, Store(db) as elsewhere:
         box, th = launch_in_thread(p, store, tmp_path, gate, lease=600)
         gate.wait(1)
-        event.listen(store.engine, "before_cursor_execute", lambda *call: named.append(str(call[3])))  # parameters
+        event.listen(
+            store.engine, "before_cursor_execute", lambda *call: "lease_owner" in call[2] or named.append(str(call[3]))
+        )  # every statement but a claim: its parameters
         failed_elsewhere(elsewhere, other, began - timedelta(seconds=10))
         gate.open()
         th.join(timeout=240)
@@ -235,29 +237,41 @@ def test_a_launcher_learns_what_another_finished_from_the_trials_finished_since_
     assert not [s for s in named if other in s], "the launcher named the trial finished elsewhere"
 
 
-def test_while_a_trial_runs_the_waves_beside_it_read_no_trials_finished_elsewhere_within_a_look(
+def test_the_launcher_looks_for_trials_finished_elsewhere_once_a_look_or_when_the_claim_refuses_the_queue(
     ray_local, tmp_path: Path, monkeypatch
 ) -> None:
-    """Six trials, two at a time (1 CPU each), `LOOK` an hour: the first waits at the gate while the other five run
-    one after another beside it. The waves that settle those five each leave a trial running and trials queued, and
-    none reads the trials finished since the last look (with `LOOK` 0 they read at every wave); the wave
-    that settles the last running trial looks at once (tests above: a trial finished elsewhere is counted then)."""
+    """Six trials, two at a time (1 CPU each), `LOOK` an hour. The first waits at one gate; the second at another,
+    while a second launcher fails the sixth; then the second to fifth run one after another beside the first. The
+    waves that settle them leave a trial running and none reads the trials finished since the last look (with `LOOK`
+    0 they read at every wave); the claim refuses the sixth meanwhile. The wave that settles the first, whose claim
+    then refuses the whole queue, looks once and counts the sixth as failed elsewhere, untrained (without that look
+    it waits a quarter of the lease, 150 s, for the look at the whole queue)."""
     by_value()
     monkeypatch.setattr(fanout, "LOOK", 3600.0)
     f = write_sweeps(tmp_path / "e.yaml", {"s": {"base": {**TINY, "resources": {"cpus": 1}}, "seeds": 6}})
     p = plan(f, "s")
     keys = [t.key for t in p.trials]
-    gate, looks = Gate(tmp_path / "gate", epoch=1, keys=keys[:1]), list[str]()
-    with Store(f"sqlite:///{tmp_path}/r.sqlite") as store:
+    first, rest = Gate(tmp_path / "first", epoch=1, keys=keys[:1]), Gate(tmp_path / "rest", epoch=1, keys=keys[1:2])
+    gates = {key: (first if key == keys[0] else rest).runner() for key in keys}
+    looks, db = list[str](), f"sqlite:///{tmp_path}/r.sqlite"
+    with Store(db) as store, Store(db) as elsewhere:
         event.listen(store.engine, "before_cursor_execute",
                      lambda *call: "finished_at >=" in call[2] and looks.append(call[2]))  # fmt: skip
-        box, th = launch_in_thread(p, store, tmp_path, gate, lease=600)
-        gate.wait(1)
-        wait_for(lambda: set(store.states(keys[1:]).values()) == {"done"})
-        gate.open()
+        run = RunConfig(storage=tmp_path / "ck", runner=lambda cfg, report, ckpt: gates[Path(ckpt).name](
+            cfg, report, ckpt), lease=600)  # fmt: skip
+        box: dict = {}
+        th = threading.Thread(target=lambda: box.update(res=launch([p], store=store, run=run, progress=quiet())))
+        th.start()
+        first.wait(1), rest.wait(1)
+        failed_elsewhere(elsewhere, keys[5], now())
+        rest.open()
+        wait_for(lambda: set(store.states(keys[1:5]).values()) == {"done"})
+        assert looks == [], looks
+        first.open()
         th.join(timeout=240)
-        assert box["res"].counts == {"done": 6}
-    assert looks == [], looks
+        assert box["res"].counts == {"done": 5, "failed": 1}
+        assert store.trials_frame("s").set_index("key").loc[keys[5], "attempts"] == 1
+    assert len(looks) == 1, looks
 
 
 def flaky_runner(cfg, report, checkpoint_dir):
