@@ -272,12 +272,18 @@ class Dataset:
     task: str = "classify"
     needs_path: bool = False
     """True when `data.path` is required."""
-    shipped: bool = False
-    """True when, without a `data.path`, its examples are fixed by its code: copies its package ships, a seeded
-    generator. The pre-launch data check of such a dataset is remembered with the code's fingerprint, as a model's is
-    (`ablate.probe.check.data_fingerprint`); any other is checked at every launch."""
     val_fraction: float = 0.1
     """Default `data.val_fraction`: the share of training examples held out for validation curves."""
+
+    @property
+    def shipped(self) -> bool:
+        """Whether, without a `data.path`, its examples are fixed by its code (copies its package ships, a seeded
+        generator): the pre-launch data check of such a dataset is remembered with the code's fingerprint, as a model's
+        is (`ablate.probe.check.data_fingerprint`). A dataset that needs no path is, unless it says otherwise (one
+        that reads data from elsewhere without a path sets `shipped = False`, and is checked at every launch). A
+        property, not a field of the built-ins: their modules, and so every stored result's code digest, are as they
+        were."""
+        return not self.needs_path
 
     def dims(self, cfg: TrialConfig) -> tuple[int, int]:
         """(in_chans, num_classes) without loading the data (costs and checks at plan time)."""

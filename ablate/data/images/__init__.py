@@ -36,7 +36,7 @@ class Images(components.Dataset):
     (`loaders.LOADERS[name]`)."""
 
     def __init__(self, name: str, dims: tuple[int, int] | None, needs_path: bool = False) -> None:
-        self.name, self.fixed_dims, self.needs_path, self.shipped = name, dims, needs_path, not needs_path
+        self.name, self.fixed_dims, self.needs_path = name, dims, needs_path
 
     def dims(self, cfg: TrialConfig) -> tuple[int, int]:
         """Fixed for the packaged and CIFAR sets; imagefolder counts the class folders under train/ (or

@@ -44,7 +44,7 @@ class Benchmark(components.Dataset):
     val_fraction = 0.0  # the papers train on every bag outside the test fold
 
     def __init__(self, name: str, features: int | None) -> None:
-        self.name, self.features, self.needs_path, self.shipped = name, features, features is None, features is not None
+        self.name, self.features, self.needs_path = name, features, features is None
 
     def dims(self, cfg: TrialConfig) -> tuple[int, int]:
         if self.features is not None:
