@@ -18,7 +18,7 @@ Overhead of a trial: how long its slot sat idle before it, i.e. its start minus 
 the same node (each node runs one trial at a time). That is everything between two trials' training: Ray handing
 back the result, the launcher noticing it (its loop polls Ray every 0.2 s), the outcome and the lease release
 written to the store, the next claim and submission, Ray's scheduling, the worker's task set-up (its `Started`
-message to the launcher's inbox, the checkpoint folder) and tear-down. Printed: its p50, mean, p90, p99 and max
+message to the launcher, the checkpoint folder) and tear-down. Printed: its p50, mean, p90, p99 and max
 against the 50 ms target; the whole launch's overhead, (launch wall x slots - sum of trial times) / trials, which
 adds start-up (Ray connect, the plan's store writes, the first trial of each node) and the tail; the ratio of the
 launch's wall to its trials' own time per slot.

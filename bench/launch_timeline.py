@@ -28,7 +28,7 @@ os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 import launch_overhead as bench
 import ray
 
-from ablate.execution import fanout, inbox, launcher, recorder
+from ablate.execution import fanout, launcher, recorder
 from ablate.store import Store
 from ablate.tracking import closing, mirror
 from ablate.training.messages import TrialResult
@@ -67,7 +67,6 @@ def main() -> None:
     args = ap.parse_args()
     for name in ("select", "_record", "_begin", "_mirror", "_close"):
         stamped(launcher, name, name.lstrip("_"))
-    stamped(inbox, "start", "start the inbox actor")
     stamped(fanout.Fanout, "loop", "the loop")
     stamped(fanout.Fanout, "fill", "claim and submit")
     stamped(fanout.Fanout, "finished", "wait for tasks")

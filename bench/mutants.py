@@ -9,9 +9,8 @@ survived); timeouts count as killed, mutants no test reaches as survived.
     .venv/bin/python bench/mutants.py planner stats   # some groups
     .venv/bin/python bench/mutants.py --list
 
-Ray actor classes cannot be mutated (mutmut's trampolines break the actor constructor), so the
-Inbox (ablate/execution/inbox.py) is left out; mutants inside Ray task bodies are invisible to tests (workers import
-the unmutated package), so the launcher group measures the driver side.
+Mutants inside Ray task bodies are invisible to tests (workers import the unmutated package), so the launcher group
+measures the driver side.
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import ray
 
-from ablate.execution import gangs, inbox
+from ablate.execution import gangs
 from ablate.execution.embedded import start_embedded
 from ablate.execution.gcs import Unanswered, answered
 from ablate.execution.gpu_shares import GPU_TASK_CALLS
@@ -27,8 +27,9 @@ from ablate.execution.progress import Display
 from ablate.execution.recorder import Recorder
 from ablate.execution.selection import Selection
 from ablate.execution.stopped import Stopped
+from ablate.execution.streams import BACKPRESSURE, Stream
 from ablate.execution.submissions import Submissions
-from ablate.execution.trial_task import TaskArgs, run_trial, trial_task
+from ablate.execution.trial_task import TaskArgs, run_trial, trial_stream, trial_task
 from ablate.planning.keys import Trial
 from ablate.plugins import Plugins
 from ablate.store import Owner, Store, divergence
@@ -174,7 +175,7 @@ class Fanout:
     ) -> None:
         self.todo, self.store, self.owner, self.heartbeat, self.chosen = todo, store, owner, heartbeat, chosen
         self.recorder, self.progress, self.result, self.run, self.gpus = recorder, progress, result, run, gpus
-        self.template = TaskArgs({}, "", storage, None, run.runner or run_trial, plugins)
+        self.template = TaskArgs({}, "", storage, run.runner or run_trial, plugins)
         self.storage = Storage(storage)
         self.queue = list(todo)
         """Trials not claimed yet, in plan order."""
@@ -188,13 +189,21 @@ class Fanout:
         self.retry = {k for k in todo if chosen.states.get(k) in ENDED and k not in chosen.again}
         """Trials chosen while failed or diverged, to train again: their end before `chosen_at` is no reason to
         forget them (those in `chosen.again` were reset to pending, `Store.archive`)."""
-        self.pending: dict[Any, str] = {}
+        self.pending: dict[Stream, str] = {}
+        """The running trials' tasks (a gang's: its rank 0's)."""
+        self.taken: list[Message] = []
+        """Messages taken from the trials' tasks and not recorded yet (`drain`, `wave`)."""
+        self.recorded = time.monotonic()
+        """When `drain` last recorded messages."""
         self.gangs: dict[str, gangs.Gang] = {}
         self.attempts = Attempts()
         self.submissions = Submissions()
-        self.inbox = inbox.start()
-        self.task = ray.remote(trial_task)
-        self.gpu_task = ray.remote(max_calls=GPU_TASK_CALLS)(trial_task)  # a trial holding a GPU: a worker of its own
+        streaming: dict[str, Any] = {"num_returns": "streaming", "_generator_backpressure_num_objects": BACKPRESSURE}
+        self.stream = ray.remote(**streaming)(trial_stream)
+        self.task = ray.remote(trial_task)  # a multi-worker trial's ranks but 0
+        # a trial holding a GPU: a worker of its own
+        self.gpu_stream = ray.remote(max_calls=GPU_TASK_CALLS, **streaming)(trial_stream)
+        self.gpu_task = ray.remote(max_calls=GPU_TASK_CALLS)(trial_task)
 
     def loop(self, stop: Stop) -> None:
         """Claim, submit and settle until every trial is finished here or elsewhere, or `stop` is set (before the
@@ -203,7 +212,7 @@ class Fanout:
             self.fill()
         looked = time.monotonic()
         while (self.pending or self.queue) and not stop:
-            ready: list[Any] = []
+            ready: list[Stream] = []
             if self.pending:
                 ready = self.drop_lost(self.finished())
             else:
@@ -212,7 +221,7 @@ class Fanout:
                 self.wave(ready)
                 looked = time.monotonic()
             else:
-                self.drain()
+                self.drain(whole=False)
                 if time.monotonic() - looked > self.owner.seconds / 4:
                     self.finished_elsewhere(whole=True)
                     self.fill()
@@ -228,17 +237,20 @@ class Fanout:
         if self.recorder.failure is not None:
             self.result.store_error, self.result.journal = str(self.recorder.failure), self.recorder.journal
 
-    def finished(self) -> list[Any]:
-        """The running trials that have returned, waiting up to one poll for the first: a slot that frees is
-        refilled at once, not at the end of the poll (waiting for all of them slept the whole poll, 0.2 s by
-        default, whenever one still ran: bench/cluster_overhead.py's idle time per trial). A gang's rank 0 counts as
-        returned when any rank of it failed (`ablate.execution.gangs`)."""
+    def finished(self) -> list[Stream]:
+        """The running trials that have returned, waiting up to one poll for the first item any of them sends: a
+        slot that frees is refilled at once, not at the end of the poll (waiting for all of them slept the whole
+        poll, 0.2 s by default, whenever one still ran: bench/cluster_overhead.py's idle time per trial), and a
+        trial's message is taken as it comes (its task waits for the take, `ablate.execution.streams`). A gang's
+        rank 0 counts as returned when any rank of it failed (`ablate.execution.gangs`)."""
         followers = gangs.watched(self.gangs, self.pending)
-        ready, rest = ray.wait([*self.pending, *followers], num_returns=1, timeout=self.run.poll)
-        if ready and rest:  # the others that returned meanwhile, without waiting
+        streams = {s.generator: s for s in self.pending}
+        ready, rest = ray.wait([*streams, *followers], num_returns=1, timeout=self.run.poll)
+        if ready and rest:  # the others that sent meanwhile, without waiting
             ready += ray.wait(rest, num_returns=len(rest), timeout=0)[0]
+        returned = [streams[r] for r in ready if r in streams and streams[r].pull(self.taken)]
         failed = [followers[r] for r in ready if r in followers and self.gangs[self.pending[followers[r]]].returned(r)]
-        return list(dict.fromkeys([r for r in ready if r in self.pending] + failed))
+        return list(dict.fromkeys(returned + failed))
 
     def tolerant(self, call: Callable[[], T], default: T) -> T:
         """A store call of the loop; while the store is unavailable the loop goes on without it (running trials
@@ -348,21 +360,28 @@ class Fanout:
         cfg = self.todo[key].config
         opts = {"num_cpus": self.worker_cpus(key), "num_gpus": self.gpus[key], "max_retries": 0,
                 "name": f"trial-{key[:10]}"}  # fmt: skip
-        args = replace(self.template, config=cfg.model_dump(mode="json"), key=key, inbox=self.inbox,
+        args = replace(self.template, config=cfg.model_dump(mode="json"), key=key,
                        resume=self.resume(key, recorded), submission=self.submissions.submit(key))  # fmt: skip
         self.storage.clear_stop(key)  # a request a preempted attempt already answered
-        task = self.gpu_task if self.gpus[key] else self.task
+        leader, follower = (self.gpu_stream, self.gpu_task) if self.gpus[key] else (self.stream, self.task)
         if cfg.resources.workers > 1:
-            gang = self.gangs[key] = gangs.start(task, opts, cfg.resources.workers, args)
-            ref = gang.leader
+            gang = self.gangs[key] = gangs.start(leader, follower, opts, cfg.resources.workers, args)
+            stream = gang.leader
         else:
-            ref = task.options(**opts, scheduling_strategy="SPREAD").remote(args)
-        self.pending[ref] = key
+            stream = Stream(leader.options(**opts, scheduling_strategy="SPREAD").remote(args))
+        self.pending[stream] = key
         self.progress.submitted(self.todo[key])
 
-    def drain(self) -> None:
-        """Record what the trials sent since the last look."""
-        self.told(ray.get(self.inbox.drain.remote()))
+    def drain(self, whole: bool = True) -> None:
+        """Record what the trials sent since the last record: every message they sent so far (`whole`), else those
+        taken, once a poll (a record for each message taken, as each wakes the loop, was a transaction apiece)."""
+        if whole:
+            for stream in self.pending:
+                stream.pull(self.taken)
+        if self.taken and (whole or time.monotonic() - self.recorded >= self.run.poll):
+            self.recorded = time.monotonic()
+            taken, self.taken = self.taken, []
+            self.told(taken)
 
     def told(
         self, messages: list[Message], outcomes: list[Finished] | None = None, settled: Sequence[str] = ()
@@ -377,37 +396,39 @@ class Fanout:
             elif isinstance(m, EpochEnd):
                 self.progress.epoch(m.key, m.epoch, m.metrics)
 
-    def drop_lost(self, ready: list[Any]) -> list[Any]:
+    def drop_lost(self, ready: list[Stream]) -> list[Stream]:
         """Stop the trials whose lease another launcher took over (this one was paused past it); they go
         back to the queue, to be counted when the other launcher finishes them. Returns `ready` without them."""
         lost = self.heartbeat.lost({k: self.claimed[k] for k in self.pending.values()})
-        for ref in [r for r, k in self.pending.items() if k in lost]:
-            key = self.pending.pop(ref)
-            self.stop_task(ref, key)
+        for stream in [s for s, k in self.pending.items() if k in lost]:
+            key = self.pending.pop(stream)
+            self.stop_task(stream, key)
             self.queue.append(key)
             self.submissions.forget([key])
             self.progress.message(f"{key[:10]}: another launcher took over its lapsed lease; stopped here")
         return [r for r in ready if r in self.pending]
 
-    def stop_task(self, ref: Any, key: str) -> None:
-        """Stop a trial's task now: a gang by removing its placement group (`Gang.stop`), a lone task by a forced
-        cancel unless it has returned (a cancel that meets a reply in flight aborts Ray 2.60's driver: `Gang.stop`)."""
+    def stop_task(self, stream: Stream, key: str) -> None:
+        """Stop a trial's task now, taking what it sent first: a gang by removing its placement group (`Gang.stop`),
+        a lone task by a forced cancel unless it has ended (a cancel that meets a reply in flight aborts Ray 2.60's
+        driver: `Gang.stop`)."""
+        stream.pull(self.taken)
         if key in self.gangs:
             self.gangs.pop(key).stop()
-        elif not ray.wait([ref], timeout=0)[0]:
-            ray.cancel(ref, force=True)
+        elif not stream.ended():
+            ray.cancel(stream.generator, force=True)
 
-    def wave(self, ready: list[Any], resubmit: bool = True) -> None:
-        """Settle the tasks that returned, as one wave: their outcomes and the messages they sent (drained by a call
-        made after they returned, so it holds every one) are one transaction, not several per trial, which frees a
-        done trial's lease too (`Store.finish`; the others' leases are released in one more); the freed slots' next
-        trials are claimed and submitted (`fill`) while the drain comes back. Nothing is released or counted before
+    def wave(self, ready: list[Stream], resubmit: bool = True) -> None:
+        """Settle the tasks that returned, as one wave: their outcomes and the messages taken so far (a task's
+        outcome is its last item, so they hold every message it sent) are one transaction, not several per trial,
+        which frees a done trial's lease too (`Store.finish`; the others' leases are released in one more); the
+        freed slots' next trials are claimed and submitted (`fill`) first. Nothing is released or counted before
         its outcome is in the store. A retry, an OOM requeue or a lost worker is submitted again after its records
         (when `resubmit`; else, while stopping, it is left `preempted` for the next launch)."""
-        keys = [self.pending.pop(ref) for ref in ready]
-        # a gang: the rank whose outcome is the trial's, every rank stopped before the drain
-        refs = [self.gangs.pop(k).end() if k in self.gangs else ref for ref, k in zip(ready, keys)]
-        draining = self.inbox.drain.remote()  # made after the tasks returned: it holds every message they sent
+        keys = [self.pending.pop(stream) for stream in ready]
+        # a gang: the rank whose outcome is the trial's, every rank stopped
+        refs = [self.gangs.pop(k).end(self.taken) if k in self.gangs else s.outcome for s, k in zip(ready, keys)]
+        taken, self.taken = self.taken, []
         states = [settle(ref, key, self.todo[key].config, self.gpus[key], self.attempts, self.progress,
                          self.chosen.codes.get(key)) for ref, key in zip(refs, keys)]  # fmt: skip
         if resubmit:
@@ -420,7 +441,7 @@ class Fanout:
         again = ("retry", "oom", "lost")
         outcomes = [s.record or Finished(k, "preempted") for k, s in zip(keys, states)
                     if s.record or s.state == "lost" or (s.state in again and not resubmit)]  # fmt: skip
-        self.told(ray.get(draining), outcomes, keys)
+        self.told(taken, outcomes, keys)
         ended: list[tuple[str, str]] = []
         for key, settled in zip(keys, states):
             state = settled.state
@@ -452,8 +473,8 @@ class Fanout:
 
     def interrupt(self, state: str = "interrupted") -> None:
         """Stop every running trial now; they resume from their last checkpoint on the next launch."""
-        for ref, key in self.pending.items():
-            self.stop_task(ref, key)
+        for stream, key in self.pending.items():
+            self.stop_task(stream, key)
         self.drain()
         self.recorder.interrupt(list(self.pending.values()), state)
         self.result.interrupted = True

@@ -1,7 +1,7 @@
 """The one writer: turns trial messages into store rows (and MLflow records, through the mirror).
 
-Trials never touch the SQLite file. Wherever they run, they send messages to an `Inbox` actor
-(`ablate.execution.inbox`); the launching process drains it and hands each batch to `Recorder.record` with the
+Trials never touch the SQLite file. Wherever they run, their tasks stream messages to the launching process
+(`ablate.execution.streams`), which takes them as they come and hands each batch to `Recorder.record` with the
 outcomes of the trials that returned meanwhile, which writes the store (one transaction for all of them, a wave of
 trials: their starts, epochs and results commit together or, the store refusing, go to the journal together) and
 marks the trials for the MLflow mirror. Every write is idempotent (upserts on trial, metric, step), so a message sent

@@ -1,9 +1,8 @@
 """Which trial starts a launch records: one for each submission of a trial's task.
 
-A trial's task sends its `Started` without waiting for it to arrive: the launch's inbox actor is a process of its
-own that may still be starting (on a warm 2-CPU Ray, the first trials began 0.45 s after their submission, waiting
-for it: bench/README.md). So the
-launcher, not the message's arrival, decides what counts as an attempt. Each submission of a trial gets a number,
+A trial's task sends its `Started` once the sweep's plugins are imported and its config validated: a worker that
+dies before (killed, out of memory, a plugin that takes its process down) sends none, though the attempt was made.
+So the launcher, not the message's arrival, decides what counts as an attempt. Each submission of a trial gets a number,
 carried by the task (`TaskArgs.submission`) and by its `Started`; a `Started` is recorded only for the trial's
 current submission, and once. A submission that settles with no `Started` recorded (its worker killed before the
 message left it, or the task failing before it sent one) is recorded as started all the same, ahead of its

@@ -1,15 +1,19 @@
 """What runs on a Ray worker for one trial: import the sweep's plugins, run the trial, stream its messages.
 
-The launcher submits `trial_task` once per trial (or once per rank of a multi-worker trial, see
-`ablate.execution.gangs`); everything the task needs travels in one `TaskArgs`.
+The launcher submits `trial_stream` once per trial (a streaming generator: `ablate.execution.streams`), or, for a
+multi-worker trial, `trial_stream` for rank 0 and `trial_task` for each other rank, which reports nothing
+(`ablate.execution.gangs`); everything the task needs travels in one `TaskArgs`.
 """
 
 from __future__ import annotations
 
 import os
+import queue
 import socket
+import threading
 import time
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +24,7 @@ from ablate.plugins import Plugins
 from ablate.training import devices
 from ablate.training.checkpoint_storage import Storage
 from ablate.training.checkpoints import Checkpointer, Resume
-from ablate.training.messages import RENDEZVOUS, EpochEnd, Reporter, Runner, Started, TrialResult
+from ablate.training.messages import RENDEZVOUS, EpochEnd, Message, Reporter, Runner, Started, TrialResult
 
 
 def run_trial(
@@ -70,8 +74,6 @@ class TaskArgs:
     storage: str
     """Checkpoint root (a path or an fsspec URL, `ablate.training.checkpoint_storage`): the trial's folder is
     `<storage>/<key>`."""
-    inbox: Any
-    """The `ablate.execution.inbox.Inbox` actor (None for ranks other than 0: only rank 0 reports)."""
     runner: Runner
     plugins: Plugins
     resume: Resume | None = None
@@ -79,9 +81,6 @@ class TaskArgs:
     submission: int = 0
     """The launch's number for this submission of the trial, sent back in its `Started`
     (`ablate.execution.submissions`)."""
-
-    def follower(self) -> TaskArgs:
-        return replace(self, inbox=None)
 
 
 @dataclass(frozen=True)
@@ -97,40 +96,74 @@ class Rank:
         return {"RANK": str(self.rank), "WORLD_SIZE": str(self.world), RENDEZVOUS: self.rendezvous}
 
 
-def trial_task(args: TaskArgs, place: Rank | None = None) -> TrialResult:
-    """Body of one Ray task: import the sweep's plugins, run the trial, streaming its messages to the inbox.
+Send = Callable[[Message], None]
+"""Hands a message to the launcher, returning once it took it (`trial_stream`)."""
 
-    A trial's calls to the inbox run in the order they were made; waiting for the last of them (its `Started`
-    when it sent no other) means that when the task's result is ready, every message it sent is in the inbox, so the
-    launcher records them before the outcome. The trial does not wait for its `Started` to arrive before it trains:
-    the launch's inbox actor may still be starting (`ablate.execution.submissions` says how attempts are counted).
+
+def trial_stream(args: TaskArgs, place: Rank | None = None) -> Iterator[Message | TrialResult]:
+    """Body of one trial's Ray task, a streaming generator: its `Started`, an `EpochEnd` per epoch as the runner
+    reports it, then its `TrialResult` (or what the trial raised, raised here).
+
+    The runner calls `report` from inside its loop, so it runs on a thread of its own and hands each message over
+    to this generator, which yields it; the yield returns once the launcher took the item
+    (`ablate.execution.streams.BACKPRESSURE`), and only then does the runner go on. The trial saved an epoch's
+    checkpoint before it reports the epoch, so what the launcher records never runs ahead of the checkpoint, and a
+    worker that dies loses no message it sent.
+    """
+    items: queue.SimpleQueue[tuple[Message | TrialResult | BaseException, threading.Event | None]]
+    items = queue.SimpleQueue()
+
+    def send(message: Message) -> None:
+        taken = threading.Event()
+        items.put((message, taken))
+        taken.wait()
+
+    def body() -> None:
+        try:
+            items.put((trial_task(args, place, send), None))
+        except BaseException as e:  # raised again by the generator, as the task's error
+            items.put((e, None))
+
+    threading.Thread(target=body, name=f"ablate-trial-{args.key[:8]}", daemon=True).start()
+    while True:
+        item, taken = items.get()
+        if isinstance(item, BaseException):
+            raise item
+        yield item
+        if taken is None:
+            return
+        taken.set()
+
+
+def trial_task(args: TaskArgs, place: Rank | None = None, send: Send | None = None) -> TrialResult:
+    """Import the sweep's plugins and run the trial, handing its messages to `send` (None: it reports nothing, as
+    the ranks of a multi-worker trial other than 0 do).
 
     The trial trains where the GPU ids Ray gave the task say (`devices.holding`, before a plugin's import could start
     CUDA): the share the launcher submitted, not the config's alone; its `Started` names that device.
     """
     context = ray.get_runtime_context()
     with devices.holding(context.get_accelerator_ids().get("GPU", [])) as placement:
-        return _run(args, place, devices.describe(placement), context.get_node_id())
+        return _run(args, place, send, devices.describe(placement), context.get_node_id())
 
 
-def _run(args: TaskArgs, place: Rank | None, device: str, node: str) -> TrialResult:
+def _run(args: TaskArgs, place: Rank | None, send: Send | None, device: str, node: str) -> TrialResult:
     args.plugins.load()
     cfg = TrialConfig.model_validate(args.config)
-    inbox, last = args.inbox, list[Any]()
-    if inbox is not None:
-        last[:] = [inbox.put.remote(Started(args.key, socket.gethostname(), node, device, args.submission))]
+    if send is not None:
+        send(Started(args.key, socket.gethostname(), node, device, args.submission))
 
     storage = Storage(args.storage)
     checkpointer = Checkpointer(storage.folder(args.key), resume=args.resume)
 
     def report(epoch: int, metrics: dict[str, float]) -> None:
-        if inbox is not None:  # the trial saved this epoch's checkpoint before it reports the epoch
-            last[:] = [inbox.put.remote(EpochEnd(args.key, epoch, metrics, time.time(), checkpointer.saved()))]
+        if send is not None:  # the trial saved this epoch's checkpoint before it reports the epoch
+            send(EpochEnd(args.key, epoch, metrics, time.time(), checkpointer.saved()))
 
     env = {} if place is None else place.environment()
     os.environ.update(env)
     try:
-        with checkpointer.attempt(storage, reports=inbox is not None) as problems:
+        with checkpointer.attempt(storage, reports=send is not None) as problems:
             result = args.runner(cfg, report, checkpointer.folder)
             result.checkpoint = checkpointer.saved()  # and in the bucket as the `with` ends, whatever the outcome
         result.warnings.extend(problems)
@@ -138,4 +171,3 @@ def _run(args: TaskArgs, place: Rank | None, device: str, node: str) -> TrialRes
     finally:
         for name in env:
             os.environ.pop(name, None)
-        ray.get(last)

@@ -1,7 +1,7 @@
 """What flows from a trial to the launcher and on to the recorder, as typed values (no torch, no Ray).
 
 A trial runner (`ablate.training.loop.run_trial`, or any `Runner`) calls `report(epoch, metrics)` after each epoch
-and returns a `TrialResult`. The Ray task around it sends `Started` and `EpochEnd` to the inbox; the
+and returns a `TrialResult`. The Ray task around it streams `Started` and `EpochEnd` to the launcher; the
 launcher turns the task's outcome into a `Finished`; the recorder writes all three to the store and MLflow.
 """
 
@@ -121,7 +121,7 @@ class EpochEnd:
 
 
 Message = Started | EpochEnd
-"""What a trial's task sends to the inbox while it runs."""
+"""What a trial's task streams to the launcher while it runs (`ablate.execution.streams`)."""
 
 
 @dataclass(frozen=True)

@@ -136,7 +136,7 @@ def test_a_done_attempt_leaves_its_last_checkpoint_in_the_bucket(ray_local, buck
         save(storage, "k6", 2)
         return TrialResult("done", 2)
 
-    result = trial_task(TaskArgs(TrialConfig.model_validate(TINY).model_dump(mode="json"), "k6", bucket, None, runner,
+    result = trial_task(TaskArgs(TrialConfig.model_validate(TINY).model_dump(mode="json"), "k6", bucket, runner,
                                  Plugins()))  # fmt: skip
     marker = storage.published("k6")
     assert result.checkpoint is not None and marker is not None and marker["sha256"] == result.checkpoint["sha"]
