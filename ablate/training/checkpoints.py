@@ -10,7 +10,9 @@ Each save also writes the file's SHA-256 beside it (`checkpoint.pt.sha256`); the
 epoch (`Checkpointer.saved`), and the store keeps it with the code digest the checkpoint was written with. Before a
 trial resumes, `Checkpointer.admit` holds the file against that record (`Resume`): a checkpoint copied from another
 trial, truncated or edited (its metrics, its weights) does not match and is refused, so the trial restarts from
-scratch; one written by other code follows the sweep's staleness policy.
+scratch, as is one an attempt saved and never reported (its worker died before the launcher took the epoch's
+report: the file matches the digest beside it, and the refusal says so); one written by other code follows the
+sweep's staleness policy.
 
 torch is imported where a checkpoint is written or read, so the launcher (which only builds `Resume` records)
 starts without it.
@@ -135,15 +137,16 @@ class Checkpointer:
     @contextlib.contextmanager
     def attempt(self, storage: Storage, reports: bool) -> Iterator[list[str]]:
         """One attempt of the trial: fetch the published checkpoint from `storage` (and keep it published while the
-        trial runs, the last one as the `with` ends, whatever the outcome), forget the digest an earlier attempt
-        saved when this one `reports` its saves (rank 0: only this attempt's are reported), then `admit` the file.
+        trial runs, the last one as the `with` ends, whatever the outcome), `admit` the file (the digest an earlier
+        attempt saved beside it tells a lost report from an edit), then forget that digest when this one `reports`
+        its saves (rank 0: only this attempt's are reported).
         Yields the problems to tell the user: what the storage and the admission said, complete once the `with`
         ends. Every rank of a trial reaches the same verdict."""
         problems: list[str] = []
         with storage.sync(self.key) as sync:
+            refused = self.admit()
             if reports:
                 (self.folder / DIGEST).unlink(missing_ok=True)
-            refused = self.admit()
             yield problems
         problems.extend(sync.problems + ([refused] if refused else []))
 
@@ -158,9 +161,15 @@ class Checkpointer:
         if resume.sha is None:  # no record (a lost message, an older store): the file must at least be this trial's
             if self._named_key() not in (resume.key, None):
                 why = f"checkpoint {self.path} belongs to another trial: refused, restarting from scratch"
-        elif file_sha(self.path) != resume.sha:
-            why = (f"checkpoint {self.path} does not match the store's record of trial {resume.key[:10]} (copied "
-                   "from another trial, truncated or edited): refused, restarting from scratch")  # fmt: skip
+        elif (sha := file_sha(self.path)) != resume.sha:
+            if sha == self._digest() and self._named_key() == resume.key:  # intact, this trial's, never reported
+                why = (f"checkpoint {self.path} was saved after the store's last record of trial {resume.key[:10]} "
+                       "(the attempt that saved it stopped before its report reached the launcher): refused, "
+                       "restarting from scratch")  # fmt: skip
+            else:
+                why = (f"checkpoint {self.path} does not match the store's record of trial {resume.key[:10]} "
+                       "(copied from another trial, truncated or edited, or saved on another node by an attempt "
+                       "whose report was lost): refused, restarting from scratch")  # fmt: skip
         elif resume.code not in (resume.current, None) and resume.policy == "rerun":
             why = f"checkpoint {self.path} was written by other code (stale: rerun): restarting from scratch"
         if why is None:
@@ -184,11 +193,15 @@ class Checkpointer:
     def saved(self) -> dict[str, Any] | None:
         """The record of the newest checkpoint this attempt saved, for the store: its SHA-256 (as `save` wrote it)
         and the code digest it was written with (what `Resume.of` reads back); None before the first save."""
+        sha = self._digest()
+        return {"sha": sha, "code": self.resume.current if self.resume else None} if sha else None
+
+    def _digest(self) -> str | None:
+        """The SHA-256 `save` wrote beside the newest checkpoint (None: none there)."""
         try:
-            sha = (self.folder / DIGEST).read_text().strip() or None
+            return (self.folder / DIGEST).read_text().strip() or None
         except FileNotFoundError:
             return None
-        return {"sha": sha, "code": self.resume.current if self.resume else None} if sha else None
 
     def save(self, model: nn.Module, optimizer: Any, scheduler: Any, progress: Progress) -> None:
         """Write the checkpoint atomically: a temporary file of this attempt's own, then a rename, so no reader (and

@@ -97,6 +97,32 @@ def test_a_file_of_another_trial_or_edited_is_refused_and_set_aside(tmp_path: Pa
     assert not mine.path.exists()
 
 
+def test_a_checkpoint_saved_after_the_last_report_is_refused_as_that(tmp_path: Path) -> None:
+    """An attempt saved a newer checkpoint and died before the launcher took its report: the store's record names
+    the older file. The refusal says so, not that the file was copied or edited; one edited after that save (the
+    digest beside it no longer matching) is told as before, through `attempt` too (it reads the digest before the
+    reporting rank forgets it)."""
+    storage = Storage(tmp_path)
+    mine, _ = trained(storage.folder("trial-a"))
+    record = mine.saved()
+    run = Tiny(seed=2)
+    mine.save(*run.parts(), Progress(epoch=2, history=[(1, {"train.loss": 1.0}), (2, {"train.loss": 0.9})]))
+    resumed = Checkpointer(mine.folder, resume=Resume.of("trial-a", record, "code-a", "warn"))
+    with resumed.attempt(storage, reports=True) as problems:
+        assert not mine.path.exists()
+    assert len(problems) == 1 and "was saved after the store's last record of trial trial-a" in problems[0]
+    assert "copied" not in problems[0]
+
+    theirs, _ = trained(tmp_path / "trial-b")
+    record = theirs.saved()
+    theirs.save(*run.parts(), Progress(epoch=2))
+    state = torch.load(theirs.path, weights_only=True)
+    state["history"] = [(1, {"train.loss": 0.01})]
+    torch.save(state, theirs.path)
+    refused = Checkpointer(theirs.folder, resume=Resume.of("trial-b", record, "code-a", "warn")).admit()
+    assert refused is not None and "does not match the store's record of trial trial-b" in refused
+
+
 @pytest.mark.parametrize(
     ("policy", "kept", "said"),
     [("rerun", False, "written by other code (stale: rerun)"), ("warn", True, "written by other code than now"),
