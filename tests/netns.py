@@ -88,12 +88,20 @@ class Network:
         return []
 
     def kill(self, host: Host) -> list[int]:
-        """SIGKILL every process on `host` (a host lost); their pids."""
-        pids = self.pids(host)
-        for pid in pids:
+        """Every process on `host` gone at once (a host lost); their pids. Each is stopped first (SIGSTOP, until no
+        new one appears: a stopped process forks no more), then SIGKILLed: one by one, a process still running would
+        see another end and say so (a batch job's slurmstepd that outlives its shell reports the job failed, where a
+        lost node leaves the job to be requeued), and pids, reused past pid_max, give no parent-first order."""
+        stopped: list[int] = []
+        while fresh := [pid for pid in self.pids(host) if pid not in stopped]:
+            for pid in fresh:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGSTOP)
+            stopped += fresh
+        for pid in stopped:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
-        return pids
+        return stopped
 
     def remove(self) -> None:
         """What `create` made, last first, after the processes left on the hosts (a namespace lives on while a
