@@ -117,4 +117,4 @@ class Database(Queries):
 
     def _keyed(self, keys: Iterable[str] | None) -> Any:
         """The trials of `keys` (None: every trial)."""
-        return TRIALS.c.key.is_not(None) if keys is None else self._among(TRIALS.c.key, keys)
+        return TRIALS.c.key.is_not(None) if keys is None else engine.among(self.engine.dialect.name, TRIALS.c.key, keys)

@@ -17,7 +17,6 @@ from typing import Any
 from sqlalchemy import JSON, Connection, func, select
 
 from ablate.store import engine
-from ablate.store.database import CHUNK
 from ablate.store.queries import MEMBERS, METRICS, PREVIOUS, SWEEPS, TRIALS, as_list
 
 LOCAL = frozenset({"lease_owner", "lease_host", "lease_expires", "mlflow_run_id", "mlflow_step", "mlflow_state",
@@ -84,10 +83,7 @@ def read(conn: Connection, sweeps: str | Iterable[str] | None = None) -> Dump:
 
 def known_keys(conn: Connection, keys: Iterable[str]) -> set[str]:
     """Which of `keys` the store holds."""
-    keys, out = list(keys), set[str]()
-    for i in range(0, len(keys), CHUNK):
-        out.update(conn.execute(select(TRIALS.c.key).where(TRIALS.c.key.in_(keys[i : i + CHUNK]))).scalars())
-    return out
+    return set(conn.execute(select(TRIALS.c.key).where(engine.among(conn.dialect.name, TRIALS.c.key, keys))).scalars())
 
 
 def write(conn: Connection, dump: Dump) -> Added:

@@ -18,7 +18,7 @@ from pydantic import BaseModel
 from sqlalchemy import func, or_, select, update
 
 from ablate.store import dump, engine
-from ablate.store.database import CHUNK, now
+from ablate.store.database import now
 from ablate.store.dump import Added, Dump
 from ablate.store.leases import Leases
 from ablate.store.listing import missing
@@ -149,9 +149,9 @@ class Store(Leases):
             engine.upsert(conn, TRIALS, new, ["key"], ["variant"], serialised=["config", "axes"])
             if plan is not None:  # one transaction: a reader sees the old plan's flags or the new one's
                 conn.execute(update(MEMBERS).where(mine, MEMBERS.c.planned).values(planned=False))
-                for i in range(0, len(later), CHUNK):  # a later round's trials added before: still planned
-                    conn.execute(update(MEMBERS).where(mine, MEMBERS.c.trial_key.in_(later[i : i + CHUNK]))
-                                 .values(planned=True))  # fmt: skip
+                if later:  # a later round's trials added before: still planned
+                    among = engine.among(conn.dialect.name, MEMBERS.c.trial_key, later)
+                    conn.execute(update(MEMBERS).where(mine, among).values(planned=True))
             engine.upsert(conn, MEMBERS, members, ["sweep", "trial_key"], ["axes", "position", "planned"],
                        serialised=["axes"])  # fmt: skip
 
