@@ -120,15 +120,20 @@ class Shown:
 
 def show(key: str, store: Store | str | None = None, tracker: Tracker | str | bool = True) -> Shown:
     """The trial whose key is `key` or starts with it, whole, from `store` (as for `status`), its MLflow run looked
-    up in `tracker` (a Tracker, a tracking URI, True: the CLI's db/mlflow.sqlite, False: not looked up). A
-    LookupError where no trial or several match, or the database does not exist. The sweeps' plugins are loaded
-    (where they load) so that the modules a component covers can be named."""
+    up in `tracker` (a Tracker, a tracking URI, True: the CLI's db/mlflow.sqlite, False: not looked up) once a
+    launch's closing that writes to it has ended (as `sync` waits: right after a launch its trials' runs may still
+    be in the making). A LookupError where no trial or several match, or the database does not exist. The sweeps'
+    plugins are loaded (where they load) so that the modules a component covers can be named."""
     from ablate.config import TrialConfig
     from ablate.plugins import Plugins
     from ablate.provenance.environment import Arithmetic
     from ablate.provenance.fingerprint import modules_of
     from ablate.store import Listing
+    from ablate.tracking.closing import waited
 
+    asked = tracker_of(tracker, lazy=True)
+    if asked is not None:  # a launch's closing may still be making the trial's run (`ablate.tracking.closing`)
+        waited(asked)
     with reading(store) as opened:
         keys = [k for k in opened.states() if k.startswith(key)]
         if len(keys) != 1:
@@ -153,7 +158,6 @@ def show(key: str, store: Store | str | None = None, tracker: Tracker | str | bo
         frame = metrics.groupby("name", observed=True).agg(steps=("step", "count"), last=("value", "last"))
         last = Listing.of_frame(frame.reset_index())
     run = None
-    asked = tracker_of(tracker) if trial.mlflow_run_id else None
     if asked is not None and trial.mlflow_run_id:
         run = MlflowRun(trial.mlflow_run_id, asked.uri, asked.run_url(trial.mlflow_run_id))
     return Shown(trial, sweeps, covered, attempts, last, run)

@@ -86,3 +86,35 @@ def test_a_closing_killed_loses_nothing_sync_and_the_next_launch_bring_mlflow_in
     again, _, _ = launched(tmp_path, detach=False)
     assert again.skipped == 3 and again.closings == []
     assert_mlflow_in_step(db, uri)
+
+
+def test_show_right_after_a_launch_waits_for_its_closing_and_names_the_run_it_made(tmp_path: Path) -> None:
+    """`ablate show` of a trial whose run a launch's closing is still making (the closing holds its MLflow store's
+    lock; the store names no run yet): `show` looks once the closing has ended, and names the run it kept, where
+    looking at once said nothing of MLflow (CI, 2026-12-04: a `show` right after `--stale rerun` lacked the run)."""
+    import fcntl
+    import threading
+
+    from ablate.api import show
+    from ablate.api.trials import Shown
+    from ablate.tracking.closing import lock_file
+
+    db, run = f"sqlite:///{tmp_path}/r.sqlite", "0123456789abcdef0123456789abcdef"
+    with Store(db) as store:
+        store.upsert_sweep("s", metric="test.top1")
+        store.add_trials("s", [{"key": "k1", "variant": "v", "config": BASE, "axes": {}}])
+        store.finish("k1", "done", result={"test": {"top1": 0.5}})
+    tracker = Tracker(f"sqlite:///{tmp_path}/m.sqlite", lazy=True)
+    path = lock_file(tracker)
+    held = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    fcntl.flock(held, fcntl.LOCK_EX)  # a closing at work
+    shown: list[Shown] = []
+    looker = threading.Thread(target=lambda: shown.append(show("k1", db, tracker)))
+    looker.start()
+    descriptors = lambda: [p for p in Path("/proc/self/fd").iterdir() if os.path.realpath(p) == str(path)]  # noqa: E731
+    wait_for(lambda: not looker.is_alive() or len(descriptors()) > 1, timeout=60)  # it waits, or it looked
+    with Store(db) as store:
+        store.keep_mlflow_run("k1", run, None)  # what the closing does for a trial the mirror had not sent
+    os.close(held)  # the closing ends
+    looker.join(timeout=120)
+    assert shown and shown[0].mlflow is not None and shown[0].mlflow.run_id == run, shown
