@@ -28,7 +28,7 @@ from sqlalchemy import (
     cast,
     create_engine,
     event,
-    func,  # fmt: skip
+    func,
     inspect,
     literal,
     make_url,
